@@ -1,0 +1,116 @@
+"""tenxgraph.core: exceptions, state models and (lazily) the graph builder."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tenxgraph.core.exceptions import (
+    GraphError,
+    GraphRecursionError,
+    GraphStopRequested,
+    MetricsError,
+    NodeError,
+    NodeTimeoutError,
+    ResourceNotFoundError,
+    SchemaVersionError,
+    SerializationError,
+    StaleStateError,
+    StorageError,
+    ThreadBusyError,
+    TransientStorageError,
+)
+from tenxgraph.core.state import (
+    AgentState,
+    AnnotationBlock,
+    AnnotationRef,
+    AudioBlock,
+    BaseContextManager,
+    ContentBlock,
+    DataBlock,
+    DocumentBlock,
+    ErrorBlock,
+    ExecutionState,
+    ExecutionStatus,
+    ImageBlock,
+    MediaRef,
+    Message,
+    MessageContextManager,
+    ReasoningBlock,
+    StreamChunk,
+    StreamEvent,
+    TextBlock,
+    TokenUsages,
+    ToolCallBlock,
+    ToolResult,
+    ToolResultBlock,
+    VideoBlock,
+    add_messages,
+    append_items,
+    remove_tool_messages,
+    replace_messages,
+    replace_value,
+)
+
+# graph names are added by core/graph
+# They load on first access (PEP 562) so that importing tenxgraph.core, e.g. from a
+# checkpointer module, never pulls in the graph runtime and cannot create import cycles.
+_GRAPH_NAMES = frozenset({"StateGraph", "CompiledGraph", "Edge", "Node", "ToolNode"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GRAPH_NAMES:
+        value = getattr(importlib.import_module("tenxgraph.core.graph"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _GRAPH_NAMES)
+
+
+__all__ = [
+    "AgentState",
+    "AnnotationBlock",
+    "AnnotationRef",
+    "AudioBlock",
+    "BaseContextManager",
+    "ContentBlock",
+    "DataBlock",
+    "DocumentBlock",
+    "ErrorBlock",
+    "ExecutionState",
+    "ExecutionStatus",
+    "GraphError",
+    "GraphRecursionError",
+    "GraphStopRequested",
+    "ImageBlock",
+    "MediaRef",
+    "Message",
+    "MessageContextManager",
+    "MetricsError",
+    "NodeError",
+    "NodeTimeoutError",
+    "ReasoningBlock",
+    "ResourceNotFoundError",
+    "SchemaVersionError",
+    "SerializationError",
+    "StaleStateError",
+    "StorageError",
+    "StreamChunk",
+    "StreamEvent",
+    "TextBlock",
+    "ThreadBusyError",
+    "TokenUsages",
+    "ToolCallBlock",
+    "ToolResult",
+    "ToolResultBlock",
+    "TransientStorageError",
+    "VideoBlock",
+    "add_messages",
+    "append_items",
+    "remove_tool_messages",
+    "replace_messages",
+    "replace_value",
+]

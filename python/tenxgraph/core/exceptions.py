@@ -1,0 +1,246 @@
+"""Structured exceptions of the tenxgraph runtime.
+
+Every structured error carries a stable ``error_code`` (callers and the HTTP layer branch
+on it, never on the message text) and a ``context`` dict. Constructing one logs it through
+the ``tenxgraph.exceptions`` logger, as 10xGraph does, so failures are visible even when a
+caller swallows the exception.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+logger = logging.getLogger("tenxgraph.exceptions")
+
+__all__ = [
+    "GraphError",
+    "GraphRecursionError",
+    "GraphStopRequested",
+    "MetricsError",
+    "NodeError",
+    "NodeTimeoutError",
+    "ResourceNotFoundError",
+    "SchemaVersionError",
+    "SerializationError",
+    "StaleStateError",
+    "StorageError",
+    "ThreadBusyError",
+    "TransientStorageError",
+]
+
+
+def _restore(cls: type[BaseException], message: str) -> BaseException:
+    # Unpickling must not run __init__ again: that would log a second time in the
+    # receiving process. Attributes come back through the pickled __dict__.
+    obj = cls.__new__(cls)
+    BaseException.__init__(obj, message)
+    return obj
+
+
+class _StructuredError(Exception):
+    """Shared behaviour of the coded errors; not part of the public API."""
+
+    default_code: ClassVar[str] = ""
+    log_level: ClassVar[int] = logging.ERROR
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message: str = message
+        self.error_code: str = error_code or self.default_code
+        # A dict, never None, so callers can read err.context["node_name"] without a guard.
+        self.context: dict[str, Any] = context if context is not None else {}
+        logger.log(
+            self.log_level,
+            "%s raised: %s (code: %s)",
+            type(self).__name__,
+            message,
+            self.error_code,
+            extra={"error_code": self.error_code, "error_context": self.context},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "error_type": type(self).__name__,
+            "error_code": self.error_code,
+            "message": self.message,
+            "context": self.context,
+        }
+
+    def __str__(self) -> str:
+        return f"[{self.error_code}] {self.message}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(message={self.message!r}, "
+            f"error_code={self.error_code!r}, context={self.context!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Exception.__reduce__(self)
+
+
+class GraphError(_StructuredError):
+    default_code = "GRAPH_000"
+
+    def __init__(
+        self, message: str, error_code: str = "GRAPH_000", context: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class NodeError(GraphError):
+    default_code = "NODE_000"
+
+    def __init__(
+        self, message: str, error_code: str = "NODE_000", context: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class GraphRecursionError(GraphError):
+    default_code = "RECURSION_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "RECURSION_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class NodeTimeoutError(NodeError):
+    default_code = "NODE_TIMEOUT_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "NODE_TIMEOUT_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class StorageError(_StructuredError):
+    default_code = "STORAGE_000"
+
+    def __init__(
+        self, message: str, error_code: str = "STORAGE_000", context: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class TransientStorageError(StorageError):
+    """A storage failure worth retrying (connection drop, timeout, pool exhausted)."""
+
+    default_code = "STORAGE_TRANSIENT_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_TRANSIENT_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class SerializationError(StorageError):
+    default_code = "STORAGE_SERIALIZATION_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_SERIALIZATION_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class SchemaVersionError(StorageError):
+    default_code = "STORAGE_SCHEMA_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_SCHEMA_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class StaleStateError(StorageError):
+    """Another execution committed a newer version first; the write changed nothing."""
+
+    default_code = "STORAGE_CONFLICT_000"
+    # An expected outcome of optimistic concurrency, not a fault.
+    log_level = logging.WARNING
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_CONFLICT_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class ThreadBusyError(StorageError):
+    """Another execution currently holds the thread."""
+
+    default_code = "STORAGE_BUSY_000"
+    # A concurrency conflict like StaleStateError, so the same level.
+    log_level = logging.WARNING
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_BUSY_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class ResourceNotFoundError(StorageError):
+    default_code = "STORAGE_NOT_FOUND_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_NOT_FOUND_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class MetricsError(_StructuredError):
+    default_code = "METRICS_000"
+
+    def __init__(
+        self, message: str, error_code: str = "METRICS_000", context: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class GraphStopRequested(Exception):  # noqa: N818 - public name kept from 10xGraph
+    """Control flow: a stop was requested for the running thread; the loop catches it."""
+
+    def __init__(self, node_name: str | None = None) -> None:
+        super().__init__(node_name)
+        self.node_name: str | None = node_name
+
+    def __str__(self) -> str:
+        if self.node_name:
+            return f"Stop requested during node '{self.node_name}'"
+        return "Stop requested"
+
+    def __repr__(self) -> str:
+        return f"GraphStopRequested(node_name={self.node_name!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.node_name,))

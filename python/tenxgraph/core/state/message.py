@@ -1,0 +1,194 @@
+"""Message: one turn of the conversation, and the id generator hook it draws ids from."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, Literal
+from uuid import uuid4
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    field_serializer,
+    field_validator,
+)
+
+from tenxgraph.core.state.message_block import ContentBlock, TextBlock, ToolResultBlock
+
+__all__ = [
+    "IdGenerator",
+    "Message",
+    "TokenUsages",
+    "generate_id",
+    "get_id_generator",
+    "set_id_generator",
+]
+
+MessageId = str | int
+IdGenerator = Callable[[], MessageId | Awaitable[MessageId | None] | None]
+
+# Stands in for 10xGraph's DI-bound "generated_id" factory: StateGraph(id_generator=...)
+# installs one here. A generator that returns "" or None defers to the explicit/default id.
+_id_generator: IdGenerator | None = None
+
+
+def set_id_generator(fn: IdGenerator | None) -> None:
+    """Install (or with None, remove) the process-wide message id generator."""
+    global _id_generator
+    _id_generator = fn
+
+
+def get_id_generator() -> IdGenerator | None:
+    return _id_generator
+
+
+def _resolve_awaitable(awaitable: Awaitable[Any]) -> Any:
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    # asyncio.run refuses to nest inside a running loop, so resolve on a private loop in a
+    # worker thread. The awaitable must not be bound to the caller's loop.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
+def generate_id(default_id: MessageId | None = None) -> MessageId:
+    """Pick a message id.
+
+    A truthy value from the installed generator wins, even over an explicit ``default_id``
+    (10xGraph's precedence, pinned by its tests). Otherwise ``default_id`` is kept unless it
+    is None or "", and failing that a fresh ``str(uuid4())`` is returned.
+    """
+    generator = _id_generator
+    if generator is not None:
+        value = generator()
+        if inspect.isawaitable(value):
+            value = _resolve_awaitable(value)
+        if value:
+            return value if isinstance(value, int) else str(value)
+    if default_id is not None and default_id != "":
+        return default_id
+    return str(uuid4())
+
+
+class TokenUsages(BaseModel):
+    completion_tokens: int
+    prompt_tokens: int
+    total_tokens: int
+    reasoning_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    image_tokens: int = 0
+    audio_tokens: int = 0
+
+
+def _now_timestamp() -> float:
+    return datetime.now().timestamp()
+
+
+class Message(BaseModel):
+    """A conversation message.
+
+    ``tools_calls`` (10xGraph's spelling) holds OpenAI-shaped calls:
+    ``[{"id": ..., "type": "function", "function": {"name": ..., "arguments": "<json>"}}]``.
+    There is no ``tool_call_id`` field: a tool result names its call in
+    ``ToolResultBlock.call_id`` and, for local tools, ``metadata["tool_call_id"]``.
+
+    ``content`` also accepts a plain string, validated into ``[TextBlock(text=...)]``.
+    A constructor ``message_id`` is kept as given; only the helpers (``text_message``,
+    ``tool_message``) route an explicit id through ``generate_id``.
+    """
+
+    message_id: MessageId = Field(default_factory=lambda: generate_id(None))
+    role: Literal["user", "assistant", "system", "tool"]
+    content: list[ContentBlock]
+    delta: bool = False
+    tools_calls: list[dict[str, Any]] | None = None
+    reasoning: str | None = None
+    timestamp: float | None = Field(default_factory=_now_timestamp)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    usages: TokenUsages | None = None
+    raw: dict[str, Any] | None = None
+    parsed_content: dict[str, Any] | BaseModel | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_to_block(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [TextBlock(text=value)]
+        return value
+
+    @field_serializer("parsed_content")
+    def _dump_parsed_content(self, value: Any, info: SerializationInfo) -> Any:
+        # Declared as BaseModel, a subclass instance would otherwise dump as {}.
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json" if info.mode_is_json() else "python")
+        return value
+
+    @staticmethod
+    def generate_id(default_id: MessageId | None = None) -> MessageId:
+        return generate_id(default_id)
+
+    @classmethod
+    def text_message(
+        cls,
+        content: str,
+        role: Literal["user", "assistant", "system", "tool"] = "user",
+        message_id: MessageId | None = None,
+    ) -> Message:
+        return cls(
+            message_id=generate_id(message_id),
+            role=role,
+            content=[TextBlock(text=content)],
+        )
+
+    @classmethod
+    def tool_message(
+        cls,
+        content: Sequence[ContentBlock] | str,
+        message_id: MessageId | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Message:
+        return cls(
+            message_id=generate_id(message_id),
+            role="tool",
+            content=content if isinstance(content, str) else list(content),
+            metadata=dict(meta) if meta else {},
+        )
+
+    def text(self) -> str:
+        """Concatenated text of the text blocks and tool-result outputs."""
+        parts: list[str] = []
+        for block in self.content:
+            if isinstance(block, TextBlock):
+                parts.append(block.text)
+            elif isinstance(block, ToolResultBlock):
+                parts.append(_output_text(block.output))
+            elif isinstance(block, dict):
+                # Blocks stay dicts when a message is built with model_construct.
+                kind = block.get("type")
+                if kind == "text":
+                    parts.append(str(block.get("text", "")))
+                elif kind == "tool_result":
+                    parts.append(_output_text(block.get("output")))
+        return "".join(parts)
+
+
+def _output_text(output: Any) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, BaseModel):
+        return output.model_dump_json()
+    return json.dumps(output, default=str)

@@ -1,0 +1,44 @@
+use crate::store::ThreadRef;
+use std::time::Duration;
+
+/// Per-run settings, already resolved from the caller's config dict.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub thread: ThreadRef,
+    pub run_id: String,
+    pub recursion_limit: i64,
+    /// `None` disables the deadline.
+    pub node_timeout: Option<Duration>,
+    pub durable_every_step: bool,
+    /// How often a running node checks the store for a stop request from another process.
+    /// Stops from this process arrive at once through `StopSignals`.
+    pub stop_poll: Duration,
+}
+
+impl RunConfig {
+    pub fn new(thread: ThreadRef) -> Self {
+        RunConfig {
+            thread,
+            run_id: String::new(),
+            recursion_limit: 25,
+            node_timeout: Some(Duration::from_secs(900)),
+            durable_every_step: true,
+            stop_poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// 10xGraph's `resolve_timeout`: a missing value gives the default, `None` or `<= 0` disables,
+/// anything unparsable warns and gives the default.
+pub fn resolve_timeout(raw: Option<Option<f64>>, key: &str, default: f64) -> Option<Duration> {
+    match raw {
+        None => Some(Duration::from_secs_f64(default)),
+        Some(None) => None,
+        Some(Some(v)) if v.is_nan() => {
+            tracing::warn!("invalid {key} value NaN; using the default of {default}s");
+            Some(Duration::from_secs_f64(default))
+        }
+        Some(Some(v)) if v <= 0.0 => None,
+        Some(Some(v)) => Some(Duration::from_secs_f64(v.min(1e9))),
+    }
+}

@@ -1,0 +1,50 @@
+use crate::store::StoreError;
+use serde_json::{Value, json};
+use thiserror::Error;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a run can fail with. Each variant maps to one exception class and code in `py/errors.rs`.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// Graph misuse: GRAPH_002/003/004, GRAPH_ROUTING_001/002.
+    #[error("{message}")]
+    Graph { code: &'static str, message: String, context: Value, #[source] cause: Option<BoxError> },
+    /// A node raised (NODE_001); `cause` is the original error.
+    #[error("{message}")]
+    Node { code: &'static str, message: String, context: Value, #[source] cause: Option<BoxError> },
+    #[error("Graph execution exceeded recursion limit: {limit}")]
+    Recursion { limit: i64, step: i64, node: String },
+    #[error("Node '{node}' exceeded its timeout of {timeout}s and was cancelled")]
+    NodeTimeout { node: String, timeout: f64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Bad input to a run (the Python layer raises ValueError).
+    #[error("{0}")]
+    InvalidInput(String),
+    /// An error raised by host code that must reach the caller unchanged.
+    #[error(transparent)]
+    Host(BoxError),
+}
+
+impl EngineError {
+    pub fn graph(code: &'static str, message: impl Into<String>, context: Value) -> Self {
+        EngineError::Graph { code, message: message.into(), context, cause: None }
+    }
+
+    /// Context dict for the Python exception.
+    pub fn context(&self) -> Value {
+        match self {
+            EngineError::Graph { context, .. } | EngineError::Node { context, .. } => context.clone(),
+            EngineError::Recursion { limit, step, node } => {
+                json!({"max_steps": limit, "current_step": step, "current_node": node})
+            }
+            EngineError::NodeTimeout { node, timeout } => json!({"node_name": node, "timeout": timeout}),
+            EngineError::Store(StoreError::Stale { thread_id, expected, current }) => {
+                json!({"thread_id": thread_id, "expected_version": expected, "current_version": current})
+            }
+            EngineError::Store(StoreError::Forbidden { thread_id }) => json!({"thread_id": thread_id}),
+            _ => json!({}),
+        }
+    }
+}

@@ -1,0 +1,93 @@
+use super::EngineError;
+use serde_json::json;
+use std::collections::HashSet;
+
+pub const START: &str = "__start__";
+pub const END: &str = "__end__";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeSpec {
+    pub from: String,
+    /// Empty for a conditional edge without a path map (the condition names the target).
+    pub to: String,
+    /// Index of the condition in the host's table.
+    pub condition: Option<usize>,
+    /// The path-map key this edge answers to.
+    pub condition_result: Option<String>,
+}
+
+impl EdgeSpec {
+    pub fn fixed(from: &str, to: &str) -> Self {
+        EdgeSpec { from: from.into(), to: to.into(), condition: None, condition_result: None }
+    }
+}
+
+/// The compiled topology. Node bodies live in the host; the engine knows only their names.
+#[derive(Debug, Clone, Default)]
+pub struct GraphSpec {
+    pub nodes: Vec<String>,
+    pub edges: Vec<EdgeSpec>,
+    pub entry: Option<String>,
+    pub interrupt_before: Vec<String>,
+    pub interrupt_after: Vec<String>,
+}
+
+impl GraphSpec {
+    pub fn has_node(&self, name: &str) -> bool {
+        name == START || name == END || self.nodes.iter().any(|n| n == name)
+    }
+
+    /// The checks 10xGraph's `compile` makes, with its codes.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let Some(entry) = &self.entry else {
+            return Err(EngineError::graph(
+                "GRAPH_002",
+                "No entry point set. Use set_entry_point() or add_edge(START, node).",
+                json!({}),
+            ));
+        };
+        if !self.has_node(entry) {
+            return Err(EngineError::graph(
+                "GRAPH_004",
+                format!("Entry point '{entry}' is not a node"),
+                json!({"node": entry}),
+            ));
+        }
+        let mut connected: HashSet<&str> = HashSet::new();
+        for e in &self.edges {
+            connected.insert(&e.from);
+            if !e.to.is_empty() {
+                connected.insert(&e.to);
+            }
+        }
+        let orphans: Vec<&String> = self.nodes.iter().filter(|n| !connected.contains(n.as_str())).collect();
+        if !orphans.is_empty() {
+            return Err(EngineError::graph(
+                "GRAPH_003",
+                format!("Orphaned nodes found: {orphans:?}"),
+                json!({"orphaned_nodes": orphans}),
+            ));
+        }
+        for e in &self.edges {
+            for end in [&e.from, &e.to] {
+                if !end.is_empty() && !self.has_node(end) {
+                    return Err(EngineError::graph(
+                        "GRAPH_004",
+                        format!("Edge {} -> {} refers to a node that does not exist: '{end}'", e.from, e.to),
+                        json!({"from_node": e.from, "to_node": e.to}),
+                    ));
+                }
+            }
+        }
+        for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
+            if !self.nodes.contains(n) {
+                return Err(EngineError::graph(
+                    "GRAPH_004",
+                    format!("Interrupt node '{n}' does not exist"),
+                    json!({"node": n}),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,60 @@
+use super::{BoxError, EngineError, ExecMeta};
+use crate::store::StoredMessage;
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// Result of a node: an explicit next node (`Command(goto=...)`) or none (follow the edges).
+#[derive(Debug, Clone, Default)]
+pub struct NodeOutput {
+    pub goto: Option<String>,
+}
+
+/// What a condition returned, reduced to what routing needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteValue {
+    Str(String),
+    Truthy(bool),
+}
+
+/// How a node failed.
+#[derive(Debug)]
+pub enum HostFailure {
+    /// An ordinary exception: the loop wraps it as NodeError NODE_001.
+    Raised { error_type: String, message: String, cause: BoxError },
+    /// An error that must reach the caller unchanged (already a graph error, or not an Exception).
+    Passthrough(BoxError),
+}
+
+/// How many stored messages the live context starts with, and the id of the last one. A context
+/// that still starts with them has only grown (the common case); otherwise it was rewritten.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MsgCursor {
+    pub len: usize,
+    pub last_id: Option<String>,
+}
+
+/// One step to persist.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The state without `context`.
+    pub state: Value,
+    pub new_messages: Vec<StoredMessage>,
+    /// The context was rewritten: `new_messages` is all of it.
+    pub replace_messages: bool,
+    /// The cursor once this snapshot is committed.
+    pub cursor: MsgCursor,
+}
+
+/// The engine's window onto user code and the live state of one run.
+#[async_trait]
+pub trait NodeHost: Send + Sync {
+    /// Builds the live state from the stored checkpoint (or the graph's prototype when `None`) and
+    /// merges the run's input into it. Returns the cursor of what is already stored.
+    async fn prepare(&self, stored: Option<(&Value, &[Value])>, exec: &ExecMeta) -> Result<MsgCursor, EngineError>;
+    /// Runs a node on the live state. Dropping the future must cancel the node's work.
+    async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure>;
+    /// Calls condition `index` on the live state.
+    fn eval_condition(&self, index: usize) -> Result<RouteValue, BoxError>;
+    /// The step to persist since `cursor`, with `exec` written into the state first.
+    fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError>;
+}

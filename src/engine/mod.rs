@@ -1,0 +1,20 @@
+//! The graph loop. No Python types: nodes, conditions and the live state are reached through the
+//! `NodeHost` trait, so the loop is tested with Rust closures and a real store.
+
+mod config;
+mod error;
+mod exec;
+mod graph;
+mod host;
+mod run_loop;
+mod routing;
+mod stop;
+
+pub use config::{RunConfig, resolve_timeout};
+pub use error::{BoxError, EngineError};
+pub use exec::{ExecMeta, ExecStatus};
+pub use graph::{END, EdgeSpec, GraphSpec, START};
+pub use host::{HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot};
+pub use routing::next_node;
+pub use run_loop::{RunInput, RunOutcome, run};
+pub use stop::{STOP_NAMESPACE, StopSignals, stop_key};

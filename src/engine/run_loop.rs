@@ -1,0 +1,256 @@
+//! One run of a compiled graph: load, decide where to start, then node -> route -> commit until
+//! END, a pause, a stop or an error. Every exit that leaves the thread in a new state commits it.
+
+use super::{
+    EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput, RunConfig,
+    STOP_NAMESPACE, StopSignals, graph::END, next_node, stop_key,
+};
+use crate::store::{Checkpointer, StepWrite};
+use serde_json::json;
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep, sleep_until};
+
+/// What the caller handed the run, as far as the loop cares.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunInput {
+    pub has_messages: bool,
+    pub has_state_update: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub exec: ExecMeta,
+    pub version: i64,
+    pub stopped: bool,
+}
+
+enum Guard {
+    Failed(HostFailure),
+    Timeout(f64),
+    Stopped,
+}
+
+struct Run<'a, H: NodeHost + ?Sized> {
+    graph: &'a GraphSpec,
+    store: &'a dyn Checkpointer,
+    host: &'a H,
+    cfg: &'a RunConfig,
+    exec: ExecMeta,
+    version: i64,
+    cursor: MsgCursor,
+    stop_key: String,
+}
+
+/// Runs the graph on `cfg.thread` until it ends, pauses, stops or fails.
+///
+/// Durability: the run's input is committed before the first node; after each node the state and
+/// the node's new messages are committed in one transaction (`durable_every_step`), so a crash
+/// replays at most the node in flight. Every commit names the version it started from.
+pub async fn run<H: NodeHost + ?Sized>(
+    graph: &GraphSpec,
+    store: &dyn Checkpointer,
+    host: &H,
+    cfg: &RunConfig,
+    input: RunInput,
+) -> Result<RunOutcome, EngineError> {
+    let t = &cfg.thread;
+    let entry = graph
+        .entry
+        .clone()
+        .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
+    let stored = store.load(t).await?;
+    if stored.is_none() && !input.has_messages {
+        return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
+    }
+    let (version, mut exec) = match &stored {
+        Some(cp) => (cp.version, ExecMeta::from_state(&cp.state, &entry, &t.thread_id)),
+        None => (0, ExecMeta::fresh(&entry, &t.thread_id)),
+    };
+    let previous = exec.status;
+    // A static interrupt_before is answered by resuming: its check is skipped for that node once.
+    let mut skip_before = None;
+    match previous {
+        ExecStatus::Completed => {
+            exec.current_node = entry.clone();
+            exec.step = 0;
+        }
+        // The failed node runs again. 10xGraph kept `step`, so after a recursion error the next
+        // run executed nothing; a new run gets a fresh step budget instead.
+        ExecStatus::Error => exec.step = 0,
+        ExecStatus::InterruptedBefore => skip_before = exec.interrupted_node.clone(),
+        ExecStatus::InterruptedAfter | ExecStatus::Running => {}
+    }
+    exec.clear_interrupt();
+    exec.error = None;
+    exec.stop_current_execution = "none".into();
+    exec.thread_id = Some(t.thread_id.clone());
+
+    let key = stop_key(&t.thread_id, &t.user_id);
+    // A stop request left from an earlier run must not stop this one.
+    if let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await {
+        tracing::warn!(thread_id = %t.thread_id, "could not clear an old stop request: {e}");
+    }
+    let stored_parts = stored.as_ref().map(|c| (&c.state, c.messages.as_slice()));
+    let cursor = host.prepare(stored_parts, &exec).await?;
+
+    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone() };
+    if stored.is_none() || input.has_messages || input.has_state_update || previous != ExecStatus::Running {
+        run.commit(true).await?;
+    }
+    let notify = StopSignals::global().subscribe(&key);
+    let result = run.drive(skip_before, &notify).await;
+    StopSignals::global().release(&key, &notify);
+    result
+}
+
+impl<H: NodeHost + ?Sized> Run<'_, H> {
+    fn outcome(&self, stopped: bool) -> RunOutcome {
+        RunOutcome { exec: self.exec.clone(), version: self.version, stopped }
+    }
+
+    /// Commits the live state. A non-durable step leaves the cursor alone, so the next durable
+    /// commit carries every message since the last one.
+    async fn commit(&mut self, durable: bool) -> Result<(), EngineError> {
+        if !durable {
+            return Ok(());
+        }
+        let snap = self.host.snapshot(&self.exec, &self.cursor)?;
+        let w = StepWrite {
+            expected_version: self.version,
+            state: &snap.state,
+            new_messages: &snap.new_messages,
+            replace_messages: snap.replace_messages,
+        };
+        self.version = self.store.put_step(&self.cfg.thread, w).await?;
+        self.cursor = snap.cursor;
+        tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
+        Ok(())
+    }
+
+    /// Marks the thread as failed, commits that, and returns `err`.
+    async fn fail(&mut self, err: EngineError) -> Result<RunOutcome, EngineError> {
+        if matches!(err, EngineError::Store(_)) {
+            return Err(err); // the store itself refused: writing the error state would fail too
+        }
+        self.exec.status = ExecStatus::Error;
+        self.exec.error = Some(err.to_string());
+        if let Err(e) = self.commit(true).await {
+            tracing::error!(thread_id = %self.cfg.thread.thread_id, "could not record the failed state: {e}");
+        }
+        Err(err)
+    }
+
+    async fn stop_requested(&self) -> bool {
+        match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
+            Ok(v) => v.is_some_and(|v| !v.is_null() && v != json!(false)),
+            Err(e) => {
+                tracing::warn!(thread_id = %self.cfg.thread.thread_id, "stop check failed: {e}");
+                false
+            }
+        }
+    }
+
+    async fn stop(&mut self) -> Result<RunOutcome, EngineError> {
+        if let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await {
+            tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not consume the stop request: {e}");
+        }
+        let node = self.exec.current_node.clone();
+        self.exec.set_interrupt(
+            &node,
+            "stop_requested".into(),
+            ExecStatus::InterruptedAfter,
+            Some(json!({"source": "stop", "run_id": self.cfg.run_id})),
+        );
+        self.exec.stop_current_execution = "stopped".into();
+        tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, "run stopped by request");
+        self.commit(true).await?;
+        Ok(self.outcome(true))
+    }
+
+    async fn drive(&mut self, mut skip_before: Option<String>, notify: &Arc<Notify>) -> Result<RunOutcome, EngineError> {
+        loop {
+            if self.exec.current_node == END {
+                self.exec.status = ExecStatus::Completed;
+                self.commit(true).await?;
+                return Ok(self.outcome(false));
+            }
+            if self.stop_requested().await {
+                return self.stop().await;
+            }
+            let node = self.exec.current_node.clone();
+            let skip = skip_before.take().is_some_and(|n| n == node);
+            if !skip && self.graph.interrupt_before.contains(&node) {
+                self.exec.set_interrupt(&node, format!("interrupt_before: {node}"), ExecStatus::InterruptedBefore, None);
+                self.commit(true).await?;
+                return Ok(self.outcome(false));
+            }
+            let out = match self.guarded_node(&node, notify).await {
+                Ok(o) => o,
+                Err(Guard::Stopped) => return self.stop().await,
+                Err(Guard::Timeout(t)) => return self.fail(EngineError::NodeTimeout { node, timeout: t }).await,
+                Err(Guard::Failed(HostFailure::Passthrough(e))) => return self.fail(EngineError::Host(e)).await,
+                Err(Guard::Failed(HostFailure::Raised { error_type, message, cause })) => {
+                    let err = EngineError::Node {
+                        code: "NODE_001",
+                        message: format!("Error in node '{node}': {message}"),
+                        context: json!({"node_name": node, "error_type": error_type}),
+                        cause: Some(cause),
+                    };
+                    return self.fail(err).await;
+                }
+            };
+            let next = match out.goto {
+                Some(g) => g,
+                None => match next_node(&node, &self.graph.edges, |i| self.host.eval_condition(i)) {
+                    Ok(n) => n,
+                    Err(e) => return self.fail(e).await,
+                },
+            };
+            // 10xGraph let an unknown name through and failed later with a bare KeyError.
+            if !self.graph.has_node(&next) || next == super::START {
+                let err = EngineError::graph(
+                    "GRAPH_ROUTING_002",
+                    format!("Node '{node}' routed to '{next}', which is not a node of this graph"),
+                    json!({"from_node": node, "to_node": next}),
+                );
+                return self.fail(err).await;
+            }
+            self.exec.step += 1;
+            self.exec.current_node = next.clone();
+            if self.graph.interrupt_after.contains(&node) {
+                self.exec.set_interrupt(&node, format!("interrupt_after: {node}"), ExecStatus::InterruptedAfter, None);
+                self.commit(true).await?;
+                return Ok(self.outcome(false));
+            }
+            if next != END && self.exec.step >= self.cfg.recursion_limit {
+                let err = EngineError::Recursion { limit: self.cfg.recursion_limit, step: self.exec.step, node: next };
+                return self.fail(err).await;
+            }
+            if next == END {
+                continue; // the END branch commits the completed state once
+            }
+            self.commit(self.cfg.durable_every_step).await?;
+        }
+    }
+
+    /// Runs a node under its deadline while watching for a stop request. Returning early drops the
+    /// node future, which cancels the node's Python task.
+    async fn guarded_node(&self, node: &str, notify: &Arc<Notify>) -> Result<NodeOutput, Guard> {
+        let fut = self.host.run_node(node, &self.exec);
+        tokio::pin!(fut);
+        let deadline = self.cfg.node_timeout.map(|d| Instant::now() + d);
+        loop {
+            let wake = notify.notified();
+            tokio::select! {
+                r = &mut fut => return r.map_err(Guard::Failed),
+                _ = async { sleep_until(deadline.expect("guarded by is_some")).await }, if deadline.is_some() => {
+                    let secs = self.cfg.node_timeout.map(|d| d.as_secs_f64()).unwrap_or_default();
+                    return Err(Guard::Timeout(secs));
+                }
+                _ = wake => if self.stop_requested().await { return Err(Guard::Stopped) },
+                _ = sleep(self.cfg.stop_poll) => if self.stop_requested().await { return Err(Guard::Stopped) },
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Stop requests. A request is stored in the checkpointer's cache (so another process sees it on
+//! its next poll) and signalled in-process at once, so a run in this process stops without waiting
+//! for a poll.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::sync::Notify;
+
+pub const STOP_NAMESPACE: &str = "stop_request";
+
+pub fn stop_key(thread_id: &str, user_id: &str) -> String {
+    format!("{thread_id}:{user_id}")
+}
+
+/// Process-wide registry of running runs' stop signals, keyed `thread_id:user_id`.
+#[derive(Default)]
+pub struct StopSignals {
+    map: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl StopSignals {
+    pub fn global() -> &'static StopSignals {
+        static G: OnceLock<StopSignals> = OnceLock::new();
+        G.get_or_init(StopSignals::default)
+    }
+
+    pub fn subscribe(&self, key: &str) -> Arc<Notify> {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// Wakes a run of this process waiting on `key`; a run that is between awaits sees the
+    /// stored request on its next check.
+    pub fn signal(&self, key: &str) {
+        let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get(key) {
+            n.notify_waiters();
+        }
+    }
+
+    pub fn release(&self, key: &str, n: &Arc<Notify>) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        // Only drop the entry if no other run of the same key still holds it.
+        if Arc::strong_count(n) <= 2 {
+            m.remove(key);
+        }
+    }
+}

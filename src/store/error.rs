@@ -1,0 +1,30 @@
+use thiserror::Error;
+
+/// Storage failures. The Python layer maps each variant to one exception class and error code.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Another execution committed after this run read the thread (STORAGE_CONFLICT_001).
+    #[error("State was modified by another execution (expected version {expected}, found {current})")]
+    Stale { thread_id: String, expected: i64, current: i64 },
+    /// The thread belongs to another user and isolation is on (STORAGE_FORBIDDEN_001).
+    #[error("Thread '{thread_id}' belongs to another user")]
+    Forbidden { thread_id: String },
+    /// A message id already used by another thread (STORAGE_FORBIDDEN_002).
+    #[error("Message '{message_id}' belongs to another thread")]
+    MessageInOtherThread { message_id: String },
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The backend failed (STORAGE_001); the text says which operation.
+    #[error("{op} failed: {source}")]
+    Backend { op: &'static str, #[source] source: Box<dyn std::error::Error + Send + Sync> },
+    #[error("migration failed: {0}")]
+    Schema(String),
+}
+
+impl StoreError {
+    pub fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Backend { op, source: Box::new(e) }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;

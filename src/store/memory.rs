@@ -1,0 +1,312 @@
+//! In-process backend: the same versioning and ledger rules as SQLite/Postgres, kept in maps.
+//! Values are stored as JSON copies, never live Python objects (10xGraph kept references, which
+//! made snapshots backend-dependent).
+
+use super::{
+    Checkpoint, Checkpointer, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    message_matches, now_secs,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+const STATE_HISTORY: usize = 20;
+
+#[derive(Default)]
+struct ThreadData {
+    row: Option<ThreadRow>,
+    states: Vec<(i64, Value)>,
+    messages: Vec<StoredMessage>,
+    ledger: HashMap<String, Value>,
+}
+
+#[derive(Default)]
+struct Inner {
+    threads: HashMap<String, ThreadData>,
+    cache: HashMap<(String, String), (Value, Option<f64>)>,
+}
+
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    enforce_user_isolation: bool,
+}
+
+impl MemoryStore {
+    pub fn new(enforce_user_isolation: bool) -> Self {
+        Self { inner: Mutex::new(Inner::default()), enforce_user_isolation }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A poisoned lock only means another thread panicked mid-operation; the maps stay usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_owner(&self, d: &ThreadData, t: &ThreadRef) -> StoreResult<()> {
+        match &d.row {
+            Some(r) if self.enforce_user_isolation && r.user_id != t.user_id => {
+                Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn readable<'a>(&self, inner: &'a Inner, t: &ThreadRef) -> Option<&'a ThreadData> {
+        let d = inner.threads.get(&t.thread_id)?;
+        self.check_owner(d, t).ok().map(|_| d)
+    }
+}
+
+fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
+    if d.row.is_none() {
+        let now = now_secs();
+        d.row = Some(ThreadRow {
+            thread_id: t.thread_id.clone(),
+            user_id: t.user_id.clone(),
+            thread_name: None,
+            meta: Value::Object(Default::default()),
+            created_at: now,
+            updated_at: now,
+        });
+    }
+}
+
+fn upsert(list: &mut Vec<StoredMessage>, m: &StoredMessage) {
+    match list.iter_mut().find(|x| x.id == m.id) {
+        Some(x) => x.data = m.data.clone(),
+        None => list.push(m.clone()),
+    }
+}
+
+fn page<T: Clone>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Option<i64>) -> Vec<T> {
+    let it = items.skip(offset.unwrap_or(0).max(0) as usize);
+    match limit {
+        Some(l) => it.take(l.max(0) as usize).collect(),
+        None => it.collect(),
+    }
+}
+
+#[async_trait]
+impl Checkpointer for MemoryStore {
+    async fn setup(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+        let inner = self.lock();
+        let Some(d) = inner.threads.get(&t.thread_id) else { return Ok(None) };
+        self.check_owner(d, t)?;
+        Ok(d.states.last().map(|(v, s)| Checkpoint {
+            version: *v,
+            state: s.clone(),
+            messages: d.messages.iter().map(|m| m.data.clone()).collect(),
+        }))
+    }
+
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        let mut inner = self.lock();
+        let d = inner.threads.entry(t.thread_id.clone()).or_default();
+        self.check_owner(d, t)?;
+        let current = d.states.last().map(|(v, _)| *v).unwrap_or(0);
+        if current != w.expected_version {
+            return Err(StoreError::Stale {
+                thread_id: t.thread_id.clone(),
+                expected: w.expected_version,
+                current,
+            });
+        }
+        ensure_row(d, t);
+        let new_version = current + 1;
+        d.states.push((new_version, w.state.clone()));
+        if d.states.len() > STATE_HISTORY {
+            let drop = d.states.len() - STATE_HISTORY;
+            d.states.drain(..drop);
+        }
+        if w.replace_messages {
+            d.messages.clear();
+        }
+        for m in w.new_messages {
+            upsert(&mut d.messages, m);
+        }
+        if let Some(r) = d.row.as_mut() {
+            r.updated_at = now_secs();
+        }
+        Ok(new_version)
+    }
+
+    async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if let Some(d) = inner.threads.get_mut(&t.thread_id) {
+            self.check_owner(d, t)?;
+            d.states.clear();
+            d.messages.clear();
+        }
+        Ok(())
+    }
+
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let d = inner.threads.entry(t.thread_id.clone()).or_default();
+        self.check_owner(d, t)?;
+        ensure_row(d, t);
+        for m in msgs {
+            upsert(&mut d.messages, m);
+        }
+        Ok(())
+    }
+
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        let inner = self.lock();
+        Ok(self
+            .readable(&inner, t)
+            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(|m| m.data.clone())))
+    }
+
+    async fn list_messages(
+        &self,
+        t: &ThreadRef,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<Value>> {
+        let inner = self.lock();
+        let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
+        let it = d
+            .messages
+            .iter()
+            .filter(|m| search.is_none_or(|s| message_matches(&m.data, s)))
+            .map(|m| m.data.clone());
+        Ok(page(it, offset, limit))
+    }
+
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(false) };
+        self.check_owner(d, t)?;
+        let before = d.messages.len();
+        d.messages.retain(|m| m.id != message_id);
+        Ok(d.messages.len() != before)
+    }
+
+    async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let d = inner.threads.entry(t.thread_id.clone()).or_default();
+        self.check_owner(d, t)?;
+        let inserted = d.row.is_none();
+        ensure_row(d, t);
+        let r = d.row.as_mut().expect("row ensured above");
+        if name.is_some() {
+            r.thread_name = name.map(str::to_owned);
+        }
+        r.meta = meta.clone();
+        r.updated_at = now_secs();
+        Ok(inserted)
+    }
+
+    async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        let inner = self.lock();
+        Ok(self.readable(&inner, t).and_then(|d| d.row.clone()))
+    }
+
+    async fn list_threads(
+        &self,
+        user_id: Option<&str>,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>> {
+        let inner = self.lock();
+        let mut rows: Vec<ThreadRow> = inner
+            .threads
+            .values()
+            .filter_map(|d| d.row.clone())
+            .filter(|r| user_id.is_none_or(|u| r.user_id == u))
+            .filter(|r| {
+                search.is_none_or(|s| {
+                    let s = s.to_lowercase();
+                    r.thread_name.as_deref().unwrap_or("").to_lowercase().contains(&s)
+                        || r.thread_id.to_lowercase().contains(&s)
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| b.updated_at.total_cmp(&a.updated_at));
+        Ok(page(rows.into_iter(), offset, limit))
+    }
+
+    async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if let Some(d) = inner.threads.get(&t.thread_id) {
+            self.check_owner(d, t)?;
+            inner.threads.remove(&t.thread_id);
+        }
+        Ok(())
+    }
+
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        let inner = self.lock();
+        Ok(inner.threads.get(thread_id).and_then(|d| d.row.as_ref().map(|r| r.user_id.clone())))
+    }
+
+    async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
+        let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
+        self.lock().cache.insert((ns.into(), key.into()), (value.clone(), expires));
+        Ok(())
+    }
+
+    async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
+        let mut inner = self.lock();
+        let k = (ns.to_owned(), key.to_owned());
+        match inner.cache.get(&k) {
+            Some((_, Some(exp))) if *exp <= now_secs() => {
+                inner.cache.remove(&k);
+                Ok(None)
+            }
+            Some((v, _)) => Ok(Some(v.clone())),
+            None => Ok(None),
+        }
+    }
+
+    async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
+        self.lock().cache.remove(&(ns.to_owned(), key.to_owned()));
+        Ok(())
+    }
+
+    async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>> {
+        let now = now_secs();
+        let inner = self.lock();
+        let mut keys: Vec<String> = inner
+            .cache
+            .iter()
+            .filter(|((n, k), (_, exp))| {
+                n == ns && prefix.is_none_or(|p| k.starts_with(p)) && exp.is_none_or(|e| e > now)
+            })
+            .map(|((_, k), _)| k.clone())
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        let inner = self.lock();
+        let Some(d) = inner.threads.get(&t.thread_id) else { return Ok(HashMap::new()) };
+        Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|v| (k.clone(), v.clone()))).collect())
+    }
+
+    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let d = inner.threads.entry(t.thread_id.clone()).or_default();
+        ensure_row(d, t);
+        if d.ledger.contains_key(key) {
+            return Ok(false);
+        }
+        d.ledger.insert(key.to_owned(), result.clone());
+        Ok(true)
+    }
+
+    async fn release(&self) -> StoreResult<()> {
+        let mut inner = self.lock();
+        inner.threads.clear();
+        inner.cache.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! Storage: the `Checkpointer` trait and its backends. No Python types here.
+//!
+//! Every backend gives the same guarantees: a step is one transaction (state row + the step's new
+//! messages), writes are versioned (compare-and-swap on the version the run started from), the tool
+//! ledger keeps the first recorded result, and ledger rows go with their thread.
+
+mod error;
+mod memory;
+mod sqlite;
+mod types;
+
+pub use error::{StoreError, StoreResult};
+pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
+pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// The durable store behind a compiled graph.
+///
+/// Versions: a thread without any state row is at version 0; each committed step adds one.
+#[async_trait]
+pub trait Checkpointer: Send + Sync + 'static {
+    /// Creates tables / runs migrations. Idempotent; safe to call from several processes.
+    async fn setup(&self) -> StoreResult<()>;
+
+    /// The latest state row and every message of the thread, in order. One read per run start.
+    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>>;
+
+    /// Commits one step atomically. Fails with `StoreError::Stale` and writes nothing when the
+    /// thread's version is no longer `w.expected_version`. Returns the new version.
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64>;
+
+    /// Drops the thread's state rows and messages (the thread row and its ledger stay).
+    async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()>;
+
+    /// Upserts messages by id (outside a step; order of first insertion is kept).
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()>;
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>>;
+    async fn list_messages(
+        &self,
+        t: &ThreadRef,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<Value>>;
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool>;
+
+    /// Inserts or updates the thread row; true when it was inserted.
+    async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool>;
+    async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>>;
+    async fn list_threads(
+        &self,
+        user_id: Option<&str>,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>>;
+    /// Deletes the thread with its states, messages and ledger rows.
+    async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()>;
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>>;
+
+    /// Generic key/value cache with optional expiry (seconds). Used for stop requests.
+    async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()>;
+    async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>>;
+    async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()>;
+    async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>>;
+
+    /// Recorded tool results for the given ledger keys, in one round trip.
+    async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>>;
+    /// Records a tool result; the first result for a key wins. True when this call inserted it.
+    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool>;
+
+    async fn release(&self) -> StoreResult<()>;
+}
+
+pub(crate) fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Substring match used by `list_messages(search=...)` on every backend.
+pub(crate) fn message_matches(data: &Value, needle: &str) -> bool {
+    data.get("content").map(|c| c.to_string().contains(needle)).unwrap_or(false)
+}

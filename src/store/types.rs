@@ -1,0 +1,51 @@
+use serde_json::Value;
+
+/// Identifies a thread and the user acting on it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ThreadRef {
+    pub thread_id: String,
+    pub user_id: String,
+}
+
+impl ThreadRef {
+    pub fn new(thread_id: impl Into<String>, user_id: impl Into<String>) -> Self {
+        Self { thread_id: thread_id.into(), user_id: user_id.into() }
+    }
+}
+
+/// A message as persisted: its id and its full JSON (pydantic `model_dump(mode="json")`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    pub id: String,
+    pub data: Value,
+}
+
+/// What a run resumes from.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub version: i64,
+    /// The state without its `context` (messages live in their own rows).
+    pub state: Value,
+    pub messages: Vec<Value>,
+}
+
+/// One durable step. Its size depends on the step, never on the thread's history, except when
+/// `replace_messages` is set (a node rewrote earlier messages): then `new_messages` is the whole
+/// context and replaces the stored list.
+#[derive(Debug, Clone, Copy)]
+pub struct StepWrite<'a> {
+    pub expected_version: i64,
+    pub state: &'a Value,
+    pub new_messages: &'a [StoredMessage],
+    pub replace_messages: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadRow {
+    pub thread_id: String,
+    pub user_id: String,
+    pub thread_name: Option<String>,
+    pub meta: Value,
+    pub created_at: f64,
+    pub updated_at: f64,
+}
