@@ -3,3 +3,4 @@
 
 pub mod engine;
 pub mod store;
+mod py;

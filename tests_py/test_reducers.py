@@ -97,7 +97,8 @@ def test_remove_message_unknown_id_is_ignored() -> None:
 
 def test_tombstone_applies_in_order_within_right() -> None:
     # Removing then re-adding an id brings the new message back.
-    out = add_messages([msg("a", text="old")], [RemoveMessage(message_id="a"), msg("a", text="new")])
+    update = [RemoveMessage(message_id="a"), msg("a", text="new")]
+    out = add_messages([msg("a", text="old")], update)
     assert ids(out) == ["a"]
     assert out[0].text() == "new"
 

@@ -277,7 +277,8 @@ def test_status_predicates(status: ExecutionStatus, running: bool, interrupted: 
     ],
 )
 def test_is_stopped_requested(stop: StopRequestStatus, expected: bool) -> None:
-    assert ExecutionState(current_node="n", stop_current_execution=stop).is_stopped_requested() is expected
+    es = ExecutionState(current_node="n", stop_current_execution=stop)
+    assert es.is_stopped_requested() is expected
 
 
 def test_step_node_complete_error() -> None:
@@ -400,7 +401,8 @@ def test_parsed_content_model_dumps_to_json() -> None:
 
 def test_token_usages() -> None:
     u = TokenUsages(completion_tokens=1, prompt_tokens=2, total_tokens=3)
-    assert (u.reasoning_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens) == (0, 0, 0)
+    assert u.reasoning_tokens == 0
+    assert (u.cache_creation_input_tokens, u.cache_read_input_tokens) == (0, 0)
     assert (u.image_tokens, u.audio_tokens) == (0, 0)
     with pytest.raises(ValidationError):
         TokenUsages(completion_tokens=1, prompt_tokens=2)  # type: ignore[call-arg]
@@ -486,7 +488,8 @@ def test_int_generator_ids() -> None:
     message_module.set_id_generator(lambda: next(counter))
     assert Message.text_message("a").message_id == 100
     assert Message.text_message("b").message_id == 101
-    assert Message.model_validate(Message.text_message("c").model_dump(mode="json")).message_id == 102
+    dumped = Message.text_message("c").model_dump(mode="json")
+    assert Message.model_validate(dumped).message_id == 102
 
 
 def test_async_generator_is_resolved_with_and_without_running_loop() -> None:
@@ -522,7 +525,8 @@ def test_set_id_generator_none_restores_uuid() -> None:
 
 def test_tool_result_forms() -> None:
     positional = ToolResult("done", {"note": "set"}, True)
-    assert (positional.message, positional.state, positional.is_error) == ("done", {"note": "set"}, True)
+    assert positional.message == "done"
+    assert (positional.state, positional.is_error) == ({"note": "set"}, True)
     keyword = ToolResult(message={"k": 1})
     assert keyword.state is None and keyword.is_error is False
     assert ToolResult.model_validate({"message": "m", "state": {"a": 1}}).state == {"a": 1}
@@ -560,7 +564,8 @@ def test_constants() -> None:
     assert DEFAULT_ANONYMOUS_USER_ID == "anonymous"
     assert ResponseGranularity("low") is ResponseGranularity.LOW
     assert [g.value for g in ResponseGranularity] == ["full", "partial", "low"]
-    assert [s.value for s in RunState] == ["running", "interrupted", "completed", "error", "stopped"]
+    run_states = ["running", "interrupted", "completed", "error", "stopped"]
+    assert [s.value for s in RunState] == run_states
     assert RunState.RUNNING == "running"
 
 
@@ -572,7 +577,8 @@ def test_command() -> None:
     assert (cmd.update, cmd.goto, cmd.state) == ("hi", "__end__", state)
     assert Command.PARENT == "PARENT"
     assert Command(goto="x", graph=Command.PARENT).graph == "PARENT"
-    assert repr(Command(update=1, goto="n")) == "Command(update=1, goto='n', graph=None, state=None)"
+    expected = "Command(update=1, goto='n', graph=None, state=None)"
+    assert repr(Command(update=1, goto="n")) == expected
 
 
 def test_thread_info() -> None:

@@ -82,7 +82,7 @@ class _StructuredError(Exception):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Exception.__reduce__(self)
+        return (_restore, (type(self), self.message), self.__dict__)
 
 
 class GraphError(_StructuredError):

@@ -1,0 +1,62 @@
+//! Rust errors to Python exceptions, in one place. Classes come from
+//! `tenxgraph.core.exceptions`, each with the error code 10xGraph uses.
+
+use crate::engine::EngineError;
+use crate::store::StoreError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::Value;
+
+fn raise(py: Python<'_>, class: &str, message: String, code: &str, context: &Value) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let module = py.import("tenxgraph.core.exceptions")?;
+        let ctx = pythonize::pythonize(py, context).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("error_code", code)?;
+        kwargs.set_item("context", ctx)?;
+        let exc = module.getattr(class)?.call((message,), Some(&kwargs))?;
+        Ok(PyErr::from_value(exc))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+fn with_cause(py: Python<'_>, err: PyErr, cause: Option<Box<dyn std::error::Error + Send + Sync>>) -> PyErr {
+    if let Some(c) = cause {
+        if let Ok(pyerr) = c.downcast::<PyErr>() {
+            err.set_cause(py, Some(*pyerr));
+        }
+    }
+    err
+}
+
+pub fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
+    engine_err(py, EngineError::Store(e))
+}
+
+pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
+    let context = e.context();
+    let message = e.to_string();
+    match e {
+        EngineError::Graph { code, cause, .. } => with_cause(py, raise(py, "GraphError", message, code, &context), cause),
+        EngineError::Node { code, cause, .. } => with_cause(py, raise(py, "NodeError", message, code, &context), cause),
+        EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, "RECURSION_001", &context),
+        EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),
+        EngineError::InvalidInput(m) => PyValueError::new_err(m),
+        EngineError::Host(b) => match b.downcast::<PyErr>() {
+            Ok(pyerr) => *pyerr,
+            Err(other) => PyRuntimeError::new_err(other.to_string()),
+        },
+        EngineError::Store(s) => {
+            let (class, code) = match &s {
+                StoreError::Stale { .. } => ("StaleStateError", "STORAGE_CONFLICT_001"),
+                StoreError::Forbidden { .. } => ("StorageError", "STORAGE_FORBIDDEN_001"),
+                StoreError::MessageInOtherThread { .. } => ("StorageError", "STORAGE_FORBIDDEN_002"),
+                StoreError::InvalidInput(m) => return PyValueError::new_err(m.clone()),
+                StoreError::Backend { .. } => ("StorageError", "STORAGE_001"),
+                StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),
+            };
+            raise(py, class, message, code, &context)
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `NativeGraph`: the compiled topology plus its store; `run` drives the Rust loop for one call.
+
+use super::bridge::Locals;
+use super::errors::engine_err;
+use super::host::PyHost;
+use super::store::NativeStore;
+use crate::engine::{self, EdgeSpec, GraphSpec, RunConfig, RunInput};
+use crate::store::{Checkpointer, ThreadRef};
+use pyo3::prelude::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[pyclass(module = "tenxgraph._core", frozen)]
+pub struct NativeGraph {
+    spec: Arc<GraphSpec>,
+    store: Arc<dyn Checkpointer>,
+}
+
+type EdgeTuple = (String, String, Option<usize>, Option<String>);
+
+#[pymethods]
+impl NativeGraph {
+    /// Validates the topology (GRAPH_002/003/004) and binds it to a store.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        nodes: Vec<String>,
+        edges: Vec<EdgeTuple>,
+        entry: Option<String>,
+        interrupt_before: Vec<String>,
+        interrupt_after: Vec<String>,
+        store: PyRef<'_, NativeStore>,
+    ) -> PyResult<Self> {
+        let spec = GraphSpec {
+            nodes,
+            edges: edges
+                .into_iter()
+                .map(|(from, to, condition, condition_result)| EdgeSpec { from, to, condition, condition_result })
+                .collect(),
+            entry,
+            interrupt_before,
+            interrupt_after,
+        };
+        spec.validate().map_err(|e| engine_err(py, e))?;
+        Ok(NativeGraph { spec: Arc::new(spec), store: store.inner.clone() })
+    }
+
+    /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, durable, has_messages, has_state_update))]
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        run: Py<PyAny>,
+        event_loop: Py<PyAny>,
+        context: Py<PyAny>,
+        thread_id: String,
+        user_id: String,
+        run_id: String,
+        recursion_limit: i64,
+        node_timeout: Option<f64>,
+        durable: bool,
+        has_messages: bool,
+        has_state_update: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
+        cfg.run_id = run_id;
+        cfg.recursion_limit = recursion_limit;
+        cfg.node_timeout = node_timeout.map(Duration::from_secs_f64);
+        cfg.durable_every_step = durable;
+        let spec = self.spec.clone();
+        let store = self.store.clone();
+        let host = PyHost { run, locals: Locals { event_loop, context } };
+        let input = RunInput { has_messages, has_state_update };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let result = engine::run(&spec, &*store, &host, &cfg, input).await;
+            match result {
+                Ok(o) => Ok(json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string()),
+                Err(e) => Err(Python::attach(|py| engine_err(py, e))),
+            }
+        })
+    }
+}

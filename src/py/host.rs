@@ -1,0 +1,99 @@
+//! `NodeHost` over a Python `tenxgraph._runtime.Run` object: the live pydantic state stays in
+//! Python; what crosses is the node name, the loop's `ExecMeta` and JSON text for persistence.
+
+use super::bridge::{Locals, PyTask};
+use crate::engine::{BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot};
+use crate::store::StoredMessage;
+use async_trait::async_trait;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use serde_json::Value;
+
+pub struct PyHost {
+    pub run: Py<PyAny>,
+    pub locals: Locals,
+}
+
+fn host_err(e: PyErr) -> EngineError {
+    EngineError::Host(Box::new(e))
+}
+
+fn exec_text(exec: &ExecMeta) -> String {
+    serde_json::to_string(exec).unwrap_or_else(|_| "{}".into())
+}
+
+fn parse(what: &str, s: &str) -> Result<Value, EngineError> {
+    serde_json::from_str(s).map_err(|e| EngineError::InvalidInput(format!("{what} is not valid JSON: {e}")))
+}
+
+/// Ordinary exceptions are wrapped as NodeError by the loop; BaseExceptions (cancellation,
+/// KeyboardInterrupt, control flow such as GraphInterrupt) go through unchanged.
+fn classify(e: PyErr) -> HostFailure {
+    Python::attach(|py| {
+        if e.is_instance_of::<PyException>(py) {
+            let error_type = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+            let message = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+            HostFailure::Raised { error_type, message, cause: Box::new(e) }
+        } else {
+            HostFailure::Passthrough(Box::new(e))
+        }
+    })
+}
+
+#[async_trait]
+impl NodeHost for PyHost {
+    async fn prepare(&self, stored: Option<(&Value, &[Value])>, exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
+        let state = stored.map(|(s, _)| s.to_string());
+        let messages: Option<Vec<String>> = stored.map(|(_, m)| m.iter().map(Value::to_string).collect());
+        let exec = exec_text(exec);
+        Python::attach(|py| {
+            let r = self.run.bind(py).call_method1("prepare", (state, messages, exec))?;
+            let (len, last_id): (usize, Option<String>) = r.extract()?;
+            Ok(MsgCursor { len, last_id })
+        })
+        .map_err(host_err)
+    }
+
+    async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {
+        let exec = exec_text(exec);
+        let task = Python::attach(|py| {
+            let coro = self.run.bind(py).call_method1("run_node", (node, exec))?;
+            PyTask::start(py, &self.locals, coro)
+        })
+        .map_err(classify)?;
+        let out = task.await.map_err(classify)?;
+        Python::attach(|py| Ok(NodeOutput { goto: out.bind(py).extract()? })).map_err(classify)
+    }
+
+    fn eval_condition(&self, index: usize) -> Result<RouteValue, BoxError> {
+        Python::attach(|py| -> PyResult<RouteValue> {
+            let r = self.run.bind(py).call_method1("eval_condition", (index,))?;
+            Ok(match r.cast::<PyString>() {
+                Ok(s) => RouteValue::Str(s.to_string()),
+                Err(_) => RouteValue::Truthy(r.is_truthy()?),
+            })
+        })
+        .map_err(|e| Box::new(e) as BoxError)
+    }
+
+    fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
+        let exec = exec_text(exec);
+        // Copy the text out while attached, parse after: JSON parsing needs no interpreter.
+        let (state, msgs, replace, len, last_id) = Python::attach(|py| {
+            let r = self.run.bind(py).call_method1("snapshot", (exec, cursor.len, cursor.last_id.clone()))?;
+            r.extract::<(String, Vec<(String, String)>, bool, usize, Option<String>)>()
+        })
+        .map_err(host_err)?;
+        let new_messages = msgs
+            .iter()
+            .map(|(id, data)| Ok(StoredMessage { id: id.clone(), data: parse("message", data)? }))
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        Ok(Snapshot {
+            state: parse("state", &state)?,
+            new_messages,
+            replace_messages: replace,
+            cursor: MsgCursor { len, last_id },
+        })
+    }
+}

@@ -1,0 +1,27 @@
+//! PyO3 bindings: the `tenxgraph._core` extension module.
+
+mod bridge;
+mod errors;
+mod graph;
+mod host;
+mod store;
+
+#[pymodule]
+pub mod _core {
+    use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use super::bridge::Completion;
+    #[pymodule_export]
+    use super::graph::NativeGraph;
+    #[pymodule_export]
+    use super::store::NativeStore;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // Rust `tracing`/`log` records become Python `logging` records under "tenxgraph.*".
+        let _ = pyo3_log::try_init();
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        Ok(())
+    }
+}

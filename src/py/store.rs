@@ -1,0 +1,274 @@
+//! `NativeStore`: the Rust checkpointers behind the Python `*Checkpointer` classes. JSON crosses as
+//! text; every method returns an awaitable that runs on the tokio runtime.
+
+use super::errors::store_err;
+use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
+use crate::store::{Checkpointer, MemoryStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+
+#[pyclass(module = "tenxgraph._core", frozen)]
+pub struct NativeStore {
+    pub inner: Arc<dyn Checkpointer>,
+}
+
+type ThreadTuple = (String, String, Option<String>, String, f64, f64);
+
+fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        fut.await.map_err(|e| Python::attach(|py| store_err(py, e)))
+    })
+}
+
+fn json_in(s: &str) -> PyResult<Value> {
+    serde_json::from_str(s).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
+}
+
+fn messages_in(msgs: Vec<(String, String)>) -> PyResult<Vec<StoredMessage>> {
+    msgs.into_iter().map(|(id, d)| Ok(StoredMessage { id, data: json_in(&d)? })).collect()
+}
+
+fn thread_out(r: ThreadRow) -> ThreadTuple {
+    (r.thread_id, r.user_id, r.thread_name, r.meta.to_string(), r.created_at, r.updated_at)
+}
+
+fn t(thread_id: String, user_id: String) -> ThreadRef {
+    ThreadRef::new(thread_id, user_id)
+}
+
+#[pymethods]
+impl NativeStore {
+    #[staticmethod]
+    fn memory(enforce_user_isolation: bool) -> Self {
+        NativeStore { inner: Arc::new(MemoryStore::new(enforce_user_isolation)) }
+    }
+
+    /// Opens the file (or ":memory:") and applies migrations before returning.
+    #[staticmethod]
+    fn sqlite(py: Python<'_>, path: String, enforce_user_isolation: bool, durable_sync: bool) -> PyResult<Self> {
+        let opened = py.detach(|| {
+            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+                let s = SqliteStore::open(&path, enforce_user_isolation, durable_sync).await?;
+                s.setup().await?;
+                Ok::<_, StoreError>(s)
+            })
+        });
+        let store = opened.map_err(|e| store_err(py, e))?;
+        Ok(NativeStore { inner: Arc::new(store) })
+    }
+
+    /// `(version, state_json, [message_json])` or None.
+    fn load<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let cp = s.load(&t(thread_id, user_id)).await?;
+            Ok(cp.map(|c| (c.version, c.state.to_string(), c.messages.iter().map(Value::to_string).collect::<Vec<_>>())))
+        })
+    }
+
+    /// One versioned step written outside a run (`aput_state` / `aput_checkpoint`).
+    #[pyo3(signature = (thread_id, user_id, expected_version, state_json, messages, replace_messages=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_step<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        expected_version: i64,
+        state_json: String,
+        messages: Vec<(String, String)>,
+        replace_messages: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let state = json_in(&state_json)?;
+        let msgs = messages_in(messages)?;
+        awaitable(py, async move {
+            let w = StepWrite { expected_version, state: &state, new_messages: &msgs, replace_messages };
+            s.put_step(&t(thread_id, user_id), w).await
+        })
+    }
+
+    fn clear_state<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.clear_state(&t(thread_id, user_id)).await.map(|_| true) })
+    }
+
+    fn put_messages<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        messages: Vec<(String, String)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let msgs = messages_in(messages)?;
+        awaitable(py, async move { s.put_messages(&t(thread_id, user_id), &msgs).await.map(|_| msgs.len()) })
+    }
+
+    fn get_message<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        message_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            Ok(s.get_message(&t(thread_id, user_id), &message_id).await?.map(|v| v.to_string()))
+        })
+    }
+
+    #[pyo3(signature = (thread_id, user_id, search=None, offset=None, limit=None))]
+    fn list_messages<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        search: Option<String>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let v = s.list_messages(&t(thread_id, user_id), search.as_deref(), offset, limit).await?;
+            Ok(v.iter().map(Value::to_string).collect::<Vec<_>>())
+        })
+    }
+
+    fn delete_message<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        message_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.delete_message(&t(thread_id, user_id), &message_id).await })
+    }
+
+    #[pyo3(signature = (thread_id, user_id, name, meta_json))]
+    fn put_thread<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        name: Option<String>,
+        meta_json: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let meta = json_in(&meta_json)?;
+        awaitable(py, async move { s.put_thread(&t(thread_id, user_id), name.as_deref(), &meta).await })
+    }
+
+    fn get_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { Ok(s.get_thread(&t(thread_id, user_id)).await?.map(thread_out)) })
+    }
+
+    #[pyo3(signature = (user_id=None, search=None, offset=None, limit=None))]
+    fn list_threads<'py>(
+        &self,
+        py: Python<'py>,
+        user_id: Option<String>,
+        search: Option<String>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let rows = s.list_threads(user_id.as_deref(), search.as_deref(), offset, limit).await?;
+            Ok(rows.into_iter().map(thread_out).collect::<Vec<_>>())
+        })
+    }
+
+    fn clean_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.clean_thread(&t(thread_id, user_id)).await.map(|_| true) })
+    }
+
+    fn thread_owner<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.thread_owner(&thread_id).await })
+    }
+
+    #[pyo3(signature = (namespace, key, value_json, ttl_seconds=None))]
+    fn cache_put<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        key: String,
+        value_json: String,
+        ttl_seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let v = json_in(&value_json)?;
+        awaitable(py, async move { s.cache_put(&namespace, &key, &v, ttl_seconds).await.map(|_| true) })
+    }
+
+    fn cache_get<'py>(&self, py: Python<'py>, namespace: String, key: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { Ok(s.cache_get(&namespace, &key).await?.map(|v| v.to_string())) })
+    }
+
+    fn cache_clear<'py>(&self, py: Python<'py>, namespace: String, key: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.cache_clear(&namespace, &key).await.map(|_| true) })
+    }
+
+    #[pyo3(signature = (namespace, prefix=None))]
+    fn cache_keys<'py>(&self, py: Python<'py>, namespace: String, prefix: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.cache_keys(&namespace, prefix.as_deref()).await })
+    }
+
+    /// Records a stop request and wakes a run of this process at once.
+    fn request_stop<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let key = stop_key(&thread_id, &user_id);
+            s.cache_put(STOP_NAMESPACE, &key, &Value::Bool(true), Some(3600.0)).await?;
+            StopSignals::global().signal(&key);
+            Ok(true)
+        })
+    }
+
+    /// `{key: result_json}` for the keys that have a record.
+    fn ledger_get<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        keys: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let m = s.ledger_get(&t(thread_id, user_id), &keys).await?;
+            Ok(m.into_iter().map(|(k, v)| (k, v.to_string())).collect::<std::collections::HashMap<_, _>>())
+        })
+    }
+
+    fn ledger_put<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        key: String,
+        result_json: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let v = json_in(&result_json)?;
+        awaitable(py, async move { s.ledger_put(&t(thread_id, user_id), &key, &v).await })
+    }
+
+    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.release().await.map(|_| true) })
+    }
+}
