@@ -38,12 +38,6 @@ pub struct Locals {
     pub context: Py<PyAny>,
 }
 
-impl Locals {
-    pub fn clone_ref(&self, py: Python<'_>) -> Self {
-        Locals { event_loop: self.event_loop.clone_ref(py), context: self.context.clone_ref(py) }
-    }
-}
-
 pub struct PyTask {
     rx: oneshot::Receiver<Outcome>,
     submission: Option<Py<PyAny>>,

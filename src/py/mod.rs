@@ -6,6 +6,8 @@ mod graph;
 mod host;
 mod store;
 
+use pyo3::prelude::*;
+
 #[pymodule]
 pub mod _core {
     use pyo3::prelude::*;

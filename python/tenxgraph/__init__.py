@@ -1,0 +1,36 @@
+"""tenxgraph: a durable runtime for Python agents with a Rust core.
+
+Compatible with the core API of 10xGraph 0.10: ``StateGraph``, ``AgentState``, ``Message``,
+``START``/``END``; the loop, checkpoints and tool ledger run in Rust.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+try:
+    __version__ = version("10xgraph")
+except PackageNotFoundError:
+    __version__ = "0.0.0+unknown"
+
+_LAZY = {
+    "StateGraph": "tenxgraph.core.graph",
+    "CompiledGraph": "tenxgraph.core.graph",
+    "AgentState": "tenxgraph.core.state",
+    "Message": "tenxgraph.core.state",
+    "START": "tenxgraph.utils.constants",
+    "END": "tenxgraph.utils.constants",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenxgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

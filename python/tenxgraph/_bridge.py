@@ -1,0 +1,64 @@
+"""Starting a coroutine on the caller's event loop for the Rust core, with cancellation.
+
+Rust holds a ``Submission`` while it awaits; if Rust stops waiting (node timeout, stop, the run
+was dropped) it calls ``cancel()`` from a tokio thread and the asyncio task is really cancelled,
+so the user's code sees ``CancelledError`` instead of running on unobserved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+__all__ = ["Submission"]
+
+
+class Submission:
+    __slots__ = ("_loop", "_task", "_cancelled", "_done")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context,
+        coro: Coroutine[Any, Any, Any],
+        done: Callable[[bool, Any], None],
+    ) -> None:
+        self._loop = loop
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self._done = done
+        loop.call_soon_threadsafe(self._start, context, coro)
+
+    def _start(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> None:
+        if self._cancelled:
+            coro.close()  # never started: avoid "coroutine was never awaited"
+            self._done(False, asyncio.CancelledError())
+            return
+        # Created inside the caller's context: the task runs on a copy of the contextvars that
+        # were set when the user called ainvoke().
+        self._task = context.run(self._loop.create_task, coro)
+        self._task.add_done_callback(self._finish)
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._done(False, asyncio.CancelledError())
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._done(False, exc)
+        else:
+            self._done(True, task.result())
+
+    def cancel(self) -> None:
+        """Thread-safe: cancels the task (or prevents its start)."""
+        self._cancelled = True
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_on_loop)
+        except RuntimeError:
+            pass  # the loop is closed: nothing runs on it any more
+
+    def _cancel_on_loop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()

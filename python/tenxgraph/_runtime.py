@@ -1,0 +1,232 @@
+"""The Python half of one run: the live pydantic state and what the Rust loop asks of it.
+
+The Rust engine owns the loop (routing, steps, limits, commits, timeouts, stop). It calls back
+into a ``Run`` for the parts that are Python by nature: building the state, calling a node and
+turning its return value into state and messages, evaluating a condition, and dumping what a step
+must persist. Only the node's new messages are dumped per step, so a step's cost does not grow
+with the thread's history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
+from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.reducers import add_messages
+from tenxgraph.utils.command import Command
+
+if TYPE_CHECKING:
+    from tenxgraph.core.graph.compiled_graph import CompiledGraph
+
+__all__ = ["Run", "STATE_META_KEY", "encode_state_meta"]
+
+STATE_META_KEY = "__state_meta__"
+_LEGACY_CLASS_PATH_KEY = "__class_path__"
+_PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
+
+
+def encode_state_meta(state: AgentState) -> dict[str, Any]:
+    return {"format": 1, "class": type(state).__name__}
+
+
+class Run:
+    """One ``ainvoke`` call. Not reused across calls."""
+
+    def __init__(self, graph: CompiledGraph[Any], config: dict[str, Any], input_data: dict[str, Any]) -> None:
+        self.graph = graph
+        self.config = config
+        self.input_messages = _input_messages(input_data)
+        self.state_update = _state_update(input_data)
+        self.state: AgentState | None = None
+        self.produced: list[Message] = []
+
+    # -- called by the Rust loop -----------------------------------------------------------
+
+    def prepare(self, state_json: str | None, messages_json: list[str] | None, exec_json: str) -> tuple[int, str | None]:
+        """Builds the live state and merges the input. Returns the cursor of stored messages."""
+        if state_json is None:
+            state = self.graph._prototype.model_copy(deep=True)
+        else:
+            data = json.loads(state_json)
+            stored_class = data.pop(STATE_META_KEY, {}).get("class")
+            data.pop(_LEGACY_CLASS_PATH_KEY, None)
+            data["context"] = [json.loads(m) for m in messages_json or []]
+            state = self.graph._state_type.model_validate(data)
+            if stored_class and stored_class != type(state).__name__:
+                self.graph._log.warning(
+                    "thread state was written by %s, loading it as %s", stored_class, type(state).__name__
+                )
+        stored_len = len(state.context)
+        last_id = str(state.context[-1].message_id) if stored_len else None
+        if self.input_messages:
+            state.context = add_messages(state.context, self.input_messages)
+        for key, value in self.state_update.items():
+            setattr(state, key, value)
+        self._apply_exec(state, exec_json)
+        self.state = state
+        return stored_len, last_id
+
+    async def run_node(self, name: str, exec_json: str) -> str | None:
+        state = self.state
+        assert state is not None, "prepare() runs first"
+        self._apply_exec(state, exec_json)
+        node = self.graph._nodes[name]
+        config = dict(self.config, _node_name=name)
+        pre_len = len(state.context)
+        pre_last = state.context[-1].message_id if pre_len else None
+        result = await node.call(state, config)
+        return self._absorb(result, state, pre_len, pre_last)
+
+    def eval_condition(self, index: int) -> str | bool:
+        result = self.graph._conditions[index](self.state)
+        return result if isinstance(result, str) else bool(result)
+
+    def snapshot(self, exec_json: str, cursor_len: int, cursor_last_id: str | None) -> tuple[
+        str, list[tuple[str, str]], bool, int, str | None
+    ]:
+        state = self.state
+        assert state is not None, "prepare() runs first"
+        self._apply_exec(state, exec_json)
+        data = state.model_dump(mode="json", exclude={"context"})
+        data[STATE_META_KEY] = encode_state_meta(state)
+        ctx = state.context
+        n = len(ctx)
+        grown = cursor_len <= n and (cursor_len == 0 or str(ctx[cursor_len - 1].message_id) == cursor_last_id)
+        fresh = ctx[cursor_len:] if grown else ctx
+        messages = [(str(m.message_id), m.model_dump_json()) for m in fresh]
+        return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+
+    # -- results ---------------------------------------------------------------------------
+
+    def response(self, granularity: str) -> dict[str, Any]:
+        state = self.state
+        assert state is not None
+        messages: list[Message] = []
+        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        if last_user is not None:
+            messages.append(last_user)
+        messages.extend(m for m in self.produced if m is not last_user)
+        usage = _token_usage(messages)
+        if granularity == "full":
+            return {"state": state, "messages": messages, "token_usage": usage}
+        if granularity == "partial":
+            return {
+                "context": state.context,
+                "summary": state.context_summary,
+                "messages": messages,
+                "token_usage": usage,
+            }
+        return {"messages": messages, "token_usage": usage}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any) -> str | None:
+        """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
+        goto: str | None = None
+        if isinstance(result, Command):
+            goto = result.goto
+            if result.state is not None:
+                result_state = _require_state(result.state)
+                self.state = state = result_state
+            result = result.update
+        new: list[Message] = []
+        if isinstance(result, AgentState):
+            if result is not state:
+                self.state = result
+            ctx = result.context
+            if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
+                new = list(ctx[pre_len:])
+            else:
+                new = []  # the node rewrote its context: the next snapshot stores it whole
+        elif result is not None:
+            items = result if isinstance(result, list) else [result]
+            seen_new: set[Any] = set()
+            for item in items:
+                msg = _to_message(item)
+                if msg.message_id not in seen_new:
+                    seen_new.add(msg.message_id)
+                    new.append(msg)
+            target = self.state
+            assert target is not None
+            target.context = add_messages(target.context, new)
+        self.produced.extend(m for m in new if not m.delta)
+        return goto
+
+    @staticmethod
+    def _apply_exec(state: AgentState, exec_json: str) -> None:
+        meta = json.loads(exec_json)
+        em = state.execution_meta
+        em.current_node = meta["current_node"]
+        em.step = meta["step"]
+        em.status = ExecutionStatus(meta["status"])
+        em.interrupted_node = meta.get("interrupted_node")
+        em.interrupt_reason = meta.get("interrupt_reason")
+        em.interrupt_data = meta.get("interrupt_data")
+        em.thread_id = meta.get("thread_id")
+        em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
+        if meta.get("error") is not None:
+            em.internal_data["error"] = meta["error"]
+
+
+def _to_message(item: Any) -> Message:
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, str):
+        return Message.text_message(item, role="assistant")
+    raise ValueError(
+        f"Unsupported content type {type(item).__name__!r} returned by a node: return a str, a Message, "
+        "a list of them, the state, or a Command (a plain dict is not supported)"
+    )
+
+
+def _require_state(value: Any) -> AgentState:
+    if not isinstance(value, AgentState):
+        raise ValueError(f"Command(state=...) must be an AgentState, got {type(value).__name__}")
+    return value
+
+
+def _input_messages(input_data: Any) -> list[Message]:
+    if not isinstance(input_data, dict):
+        raise TypeError(f"input_data must be a dict, got {type(input_data).__name__}")
+    raw = input_data.get("messages")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("input_data['messages'] must be a list of Message")
+    out = []
+    for m in raw:
+        if isinstance(m, Message):
+            out.append(m)
+        elif isinstance(m, dict):
+            out.append(Message.model_validate(m))
+        else:
+            raise ValueError(f"input_data['messages'] items must be Message objects, got {type(m).__name__}")
+    return out
+
+
+def _state_update(input_data: dict[str, Any]) -> dict[str, Any]:
+    update = input_data.get("state")
+    if update is None:
+        return {}
+    if not isinstance(update, dict):
+        raise ValueError("input_data['state'] must be a dict of state fields")
+    return {k: v for k, v in update.items() if k not in _PROTECTED_FIELDS and k != "current_node"}
+
+
+def _token_usage(messages: list[Message]) -> dict[str, int]:
+    inp = out = reasoning = 0
+    for m in messages:
+        u = m.usages
+        if u is not None:
+            inp += u.prompt_tokens
+            out += u.completion_tokens
+            reasoning += u.reasoning_tokens
+    return {
+        "total_input_tokens": inp,
+        "total_output_tokens": out,
+        "total_reasoning_tokens": reasoning,
+        "total_tokens": inp + out,
+    }

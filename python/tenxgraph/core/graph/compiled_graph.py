@@ -1,0 +1,234 @@
+"""CompiledGraph: ``invoke``/``ainvoke`` over the Rust loop, ``stop``, ``aclose``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import json
+import logging
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from tenxgraph import _core
+from tenxgraph._runtime import Run
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.execution_state import ExecutionStatus
+from tenxgraph.utils.constants import (
+    DEFAULT_ANONYMOUS_USER_ID,
+    DEFAULT_NODE_TIMEOUT_SECONDS,
+    END,
+    START,
+    ResponseGranularity,
+)
+
+if TYPE_CHECKING:
+    from tenxgraph.core.graph.state_graph import StateGraph
+    from tenxgraph.storage.checkpointer import BaseCheckpointer
+
+__all__ = ["CompiledGraph", "resolve_timeout", "run_sync"]
+
+StateT = TypeVar("StateT", bound=AgentState)
+_log = logging.getLogger("tenxgraph.graph")
+_MISSING = object()
+
+
+def resolve_timeout(config: dict[str, Any], key: str, default: float) -> float | None:
+    """10xGraph's rule: missing -> default; None or <= 0 -> no deadline; invalid -> warn, default."""
+    raw = config.get(key, _MISSING)
+    if raw is _MISSING:
+        return default
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
+        return default
+    if value != value:  # NaN
+        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
+        return default
+    return None if value <= 0 else value
+
+
+def run_sync(coro: Any) -> Any:
+    """Runs a coroutine from sync code; inside a running loop (Jupyter, an async app) it runs on a
+    private loop in a worker thread instead of failing, with the caller's contextvars."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    ctx = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenxgraph-sync") as pool:
+        return pool.submit(ctx.run, asyncio.run, coro).result()
+
+
+class CompiledGraph(Generic[StateT]):
+    """A graph ready to run. Each run's loop executes in the Rust core."""
+
+    def __init__(
+        self,
+        builder: StateGraph[StateT],
+        checkpointer: BaseCheckpointer,
+        store: Any,
+        interrupt_before: list[str],
+        interrupt_after: list[str],
+        shutdown_timeout: float,
+    ) -> None:
+        self._builder = builder
+        self._checkpointer = checkpointer
+        self._store = store
+        self._prototype: StateT = builder._state
+        self._state_type: type[StateT] = type(builder._state)
+        self._nodes = {n: node for n, node in builder.nodes.items() if n not in (START, END)}
+        self._conditions: list[Any] = []
+        self._log = _log
+        self.interrupt_before = interrupt_before
+        self.interrupt_after = interrupt_after
+        self.shutdown_timeout = shutdown_timeout
+        self._closed = False
+        edges = []
+        cond_index: dict[int, int] = {}
+        for e in builder.edges:
+            idx = None
+            if e.condition is not None:
+                idx = cond_index.get(id(e.condition))
+                if idx is None:
+                    idx = cond_index[id(e.condition)] = len(self._conditions)
+                    self._conditions.append(e.condition)
+            edges.append((e.from_node, e.to_node, idx, e.condition_result))
+        self._native = _core.NativeGraph(
+            list(self._nodes),
+            edges,
+            builder.entry_point,
+            interrupt_before,
+            interrupt_after,
+            checkpointer._native,
+        )
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _prepare_config(self, config: dict[str, Any] | None) -> dict[str, Any]:
+        if config is not None and not isinstance(config, dict):
+            raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        cfg = dict(config or {})
+        if not cfg.get("thread_id"):
+            cfg["thread_id"] = str(uuid.uuid4())
+            _log.warning(
+                "no thread_id in config: generated %s; this run can be neither resumed nor stopped",
+                cfg["thread_id"],
+            )
+        cfg.setdefault("user_id", DEFAULT_ANONYMOUS_USER_ID)
+        cfg.setdefault("run_id", str(uuid.uuid4()))
+        cfg.setdefault("timestamp", datetime.now().isoformat())
+        cfg.setdefault("is_stream", False)
+        limit = cfg.get("recursion_limit", 25)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"recursion_limit must be a positive int, got {limit!r}")
+        return cfg
+
+    async def ainvoke(
+        self,
+        input_data: dict[str, Any],
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+    ) -> dict[str, Any]:
+        """Runs the graph on ``config["thread_id"]`` until END, a pause, a stop or an error.
+
+        After every node the state and the node's new messages are committed in one
+        transaction; a crashed run resumes with ``ainvoke({}, config)`` at the node in flight.
+        """
+        if self._closed:
+            raise RuntimeError("this graph was closed with aclose()")
+        granularity = ResponseGranularity(response_granularity).value
+        cfg = self._prepare_config(config)
+        run = Run(self, cfg, input_data)
+        node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
+        raw = await self._native.run(
+            run,
+            asyncio.get_running_loop(),
+            contextvars.copy_context(),
+            str(cfg["thread_id"]),
+            str(cfg["user_id"]),
+            str(cfg["run_id"]),
+            cfg.get("recursion_limit", 25),
+            node_timeout,
+            bool(cfg.get("durable_checkpoint_every_step", True)),
+            bool(run.input_messages),
+            bool(run.state_update),
+        )
+        outcome = json.loads(raw)
+        _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
+        return run.response(granularity)
+
+    def invoke(
+        self,
+        input_data: dict[str, Any],
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+    ) -> dict[str, Any]:
+        return run_sync(self.ainvoke(input_data, config, response_granularity))
+
+    async def astop(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Asks the run on this thread (and user) to stop; a node in flight is cancelled."""
+        cfg = self._prepare_config(config)
+        state = await self._checkpointer.aget_state(cfg)
+        if state is None:
+            return {"ok": False, "running": False, "reason": "no-state"}
+        if state.execution_meta.status == ExecutionStatus.RUNNING:
+            await self._checkpointer.arequest_stop(cfg)
+            return {"ok": True, "running": True}
+        return {"ok": True, "running": False, "reason": "not-running"}
+
+    def stop(self, config: dict[str, Any]) -> dict[str, Any]:
+        return run_sync(self.astop(config))
+
+    # -- lifecycle and introspection -------------------------------------------------------
+
+    async def aclose(self) -> dict[str, Any]:
+        if self._closed:
+            return {"status": "already_closed"}
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._checkpointer.arelease(), timeout=max(self.shutdown_timeout / 3, 0.1))
+        except Exception as exc:  # closing must not raise past the caller's cleanup
+            _log.warning("checkpointer release failed: %s", exc)
+            return {"status": "closed", "checkpointer": f"error: {exc}"}
+        return {"status": "closed", "checkpointer": "released"}
+
+    async def __aenter__(self) -> CompiledGraph[StateT]:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def override_node(self, name: str, func: Any) -> CompiledGraph[StateT]:
+        from tenxgraph.core.graph.node import Node
+
+        if name not in self._nodes:
+            raise KeyError(f"Node '{name}' does not exist")
+        self._nodes[name] = Node(name, func)
+        return self
+
+    def generate_graph(self) -> dict[str, Any]:
+        b = self._builder
+        return {
+            "info": {
+                "node_count": len(b.nodes),
+                "edge_count": len(b.edges),
+                "entry_point": b.entry_point,
+                "state_type": self._state_type.__name__,
+                "checkpointer": type(self._checkpointer).__name__,
+                "interrupt_before": self.interrupt_before,
+                "interrupt_after": self.interrupt_after,
+            },
+            "nodes": [{"id": n, "name": n} for n in b.nodes],
+            "edges": [
+                {"id": f"{e.from_node}->{e.to_node or '?'}:{i}", "source": e.from_node, "target": e.to_node}
+                for i, e in enumerate(b.edges)
+            ],
+        }

@@ -1,0 +1,19 @@
+"""Edge: a static or conditional connection between two nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Edge"]
+
+
+class Edge:
+    def __init__(self, from_node: str, to_node: str, condition: Callable[..., Any] | None = None) -> None:
+        self.from_node = from_node
+        self.to_node = to_node
+        self.condition = condition
+        self.condition_result: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Edge({self.from_node!r} -> {self.to_node!r}{', conditional' if self.condition else ''})"

@@ -1,0 +1,141 @@
+"""StateGraph: the 10xGraph 0.10 builder. Compiling hands the topology to the Rust engine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.graph.edge import Edge
+from tenxgraph.core.graph.node import Node
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import set_id_generator
+from tenxgraph.utils.constants import END, START
+
+__all__ = ["StateGraph"]
+
+StateT = TypeVar("StateT", bound=AgentState)
+_log = logging.getLogger("tenxgraph.graph")
+
+
+def _identity(state: Any, config: Any = None, **_: Any) -> Any:
+    return state
+
+
+class StateGraph(Generic[StateT]):
+    """Build a graph of nodes over a pydantic state, then ``compile()`` it.
+
+    ``state`` is an AgentState instance or subclass; it is the prototype each new thread starts
+    from (deep-copied). ``publisher``, ``container`` and ``context_manager`` are accepted for
+    compatibility with 10xGraph and are not used by the core loop.
+    """
+
+    def __init__(
+        self,
+        state: StateT | type[StateT] | None = None,
+        context_manager: Any = None,
+        publisher: Any = None,
+        id_generator: Any = None,
+        container: Any = None,
+    ) -> None:
+        if state is None:
+            state = AgentState()  # type: ignore[assignment]
+        elif isinstance(state, type):
+            if not issubclass(state, AgentState):
+                raise TypeError(f"state must be an AgentState subclass, got {state.__name__}")
+            state = state()
+        elif not isinstance(state, AgentState):
+            raise TypeError(f"state must be an AgentState instance or subclass, got {type(state).__name__}")
+        self._state: StateT = state  # type: ignore[assignment]
+        self.context_manager = context_manager
+        self.publisher = publisher
+        self.container = container
+        if id_generator is not None:
+            set_id_generator(id_generator.generate)
+        self.nodes: dict[str, Node] = {START: Node(START, _identity), END: Node(END, _identity)}
+        self.edges: list[Edge] = []
+        self.entry_point: str | None = None
+        self.compiled = False
+
+    def add_node(self, name_or_func: str | Callable[..., Any], func: Any = None) -> StateGraph[StateT]:
+        if callable(name_or_func) and func is None:
+            name = getattr(name_or_func, "__name__", None)
+            if not name:
+                raise ValueError("Invalid arguments for add_node")
+            func = name_or_func
+        elif isinstance(name_or_func, str) and func is not None and callable(func):
+            name = name_or_func
+        else:
+            raise ValueError("Invalid arguments for add_node")
+        if name in (START, END):
+            raise ValueError(f"'{name}' is reserved")
+        self.nodes[name] = Node(name, func)
+        return self
+
+    def add_edge(self, from_node: str, to_node: str) -> StateGraph[StateT]:
+        self.edges.append(Edge(from_node, to_node))
+        if from_node == START:
+            self.entry_point = to_node
+        return self
+
+    def add_conditional_edges(
+        self,
+        from_node: str,
+        condition: Callable[..., Any],
+        path_map: dict[str, str] | None = None,
+    ) -> StateGraph[StateT]:
+        if not callable(condition):
+            raise TypeError("condition must be callable")
+        if path_map:
+            for key, target in path_map.items():
+                edge = Edge(from_node, target, condition)
+                edge.condition_result = key
+                self.edges.append(edge)
+        else:
+            self.edges.append(Edge(from_node, "", condition))
+        return self
+
+    def set_entry_point(self, node_name: str) -> StateGraph[StateT]:
+        self.entry_point = node_name
+        self.add_edge(START, node_name)
+        return self
+
+    def override_node(self, name: str, func: Callable[..., Any]) -> StateGraph[StateT]:
+        if name not in self.nodes:
+            raise KeyError(f"Node '{name}' does not exist")
+        self.nodes[name] = Node(name, func)
+        return self
+
+    def compile(
+        self,
+        checkpointer: Any = None,
+        store: Any = None,
+        media_store: Any = None,
+        interrupt_before: list[str] | None = None,
+        interrupt_after: list[str] | None = None,
+        callback_manager: Any = None,
+        shutdown_timeout: float = 30.0,
+    ) -> Any:
+        from tenxgraph.core.graph.compiled_graph import CompiledGraph
+        from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer
+
+        if self.entry_point is None:
+            raise GraphError("No entry point set. Use set_entry_point() or add_edge(START, node).", "GRAPH_002")
+        if checkpointer is None:
+            checkpointer = InMemoryCheckpointer()
+        elif not isinstance(checkpointer, BaseCheckpointer):
+            raise TypeError(
+                f"checkpointer must be a tenxgraph checkpointer, got {type(checkpointer).__name__}"
+            )
+        checkpointer.bind_state_type(type(self._state))
+        graph = CompiledGraph(
+            self,
+            checkpointer=checkpointer,
+            store=store,
+            interrupt_before=list(interrupt_before or []),
+            interrupt_after=list(interrupt_after or []),
+            shutdown_timeout=shutdown_timeout,
+        )
+        self.compiled = True
+        return graph

@@ -1,0 +1,305 @@
+"""BaseCheckpointer: 10xGraph's checkpointer method set over a Rust store (``_core.NativeStore``).
+
+Every backend gives the same guarantees, which 10xGraph's InMemory and SQLite did not: versioned
+writes (``StaleStateError`` STORAGE_CONFLICT_001), a durable tool ledger (first result wins),
+messages deduplicated by id, and JSON copies instead of live object references.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Generic, TypeVar
+
+from tenxgraph import _core
+from tenxgraph._runtime import STATE_META_KEY, encode_state_meta
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
+from tenxgraph.utils.thread_info import ThreadInfo
+
+__all__ = [
+    "BaseCheckpointer",
+    "STATE_FORMAT_VERSION",
+    "STATE_META_KEY",
+    "STOP_REQUEST_NAMESPACE",
+    "STOP_REQUEST_TTL_SECONDS",
+]
+
+StateT = TypeVar("StateT", bound=AgentState)
+STOP_REQUEST_NAMESPACE = "stop_request"
+STOP_REQUEST_TTL_SECONDS = 3600
+STATE_FORMAT_VERSION = 1
+_STATE_CACHE_NS = "state_cache"
+_VERSION_KEY = "_checkpoint_version"
+_log = logging.getLogger("tenxgraph.checkpointer")
+
+
+def _ids(config: dict[str, Any]) -> tuple[str, str]:
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    thread_id = config.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise ValueError("config must contain a thread_id")
+    return str(thread_id), str(config.get("user_id") or "anonymous")
+
+
+def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
+    rows = []
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"expected Message, got {type(m).__name__}")
+        rows.append((str(m.message_id), m.model_dump_json()))
+    return rows
+
+
+class BaseCheckpointer(Generic[StateT]):
+    """The storage API nodes, tools and operators use. Async first; each ``aX`` has a sync ``X``."""
+
+    _native: Any
+    enforce_user_isolation: bool = False
+
+    def __init__(self) -> None:
+        self._state_type: type[AgentState] = AgentState
+
+    # -- state typing ----------------------------------------------------------------------
+
+    @property
+    def state_type(self) -> type[AgentState]:
+        return self._state_type
+
+    def bind_state_type(self, cls: type[AgentState]) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, AgentState)):
+            raise TypeError(f"state type must be an AgentState subclass, got {cls!r}")
+        if self._state_type is not AgentState and self._state_type is not cls:
+            raise ValueError(
+                f"checkpointer is already bound to {self._state_type.__name__}; cannot rebind to {cls.__name__}"
+            )
+        self._state_type = cls
+
+    def _encode_state(self, state: AgentState) -> dict[str, Any]:
+        data = state.model_dump(mode="json")
+        data[STATE_META_KEY] = encode_state_meta(state)
+        return data
+
+    def _decode_state(self, row: dict[str, Any]) -> AgentState:
+        data = dict(row)
+        meta = data.pop(STATE_META_KEY, None) or {}
+        data.pop("__class_path__", None)
+        if meta.get("class") and meta["class"] != self._state_type.__name__:
+            _log.warning("stored state class %s differs from bound %s", meta["class"], self._state_type.__name__)
+        return self._state_type.model_validate(data)
+
+    # -- state -----------------------------------------------------------------------------
+
+    async def asetup(self) -> bool:
+        return True  # the Rust store migrates when it opens
+
+    async def aget_state(self, config: dict[str, Any]) -> StateT | None:
+        thread_id, user_id = _ids(config)
+        row = await self._native.load(thread_id, user_id)
+        if row is None:
+            return None
+        version, state_json, messages = row
+        data = json.loads(state_json)
+        data["context"] = [json.loads(m) for m in messages]
+        config[_VERSION_KEY] = version
+        return self._decode_state(data)  # type: ignore[return-value]
+
+    async def aput_state(self, config: dict[str, Any], state: StateT) -> StateT:
+        return await self.aput_checkpoint(config, state)
+
+    async def aput_checkpoint(
+        self,
+        config: dict[str, Any],
+        state: StateT,
+        messages: list[Message] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> StateT:
+        """Writes the state (its context replaces the stored messages) plus ``messages`` in one
+        versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
+        a write over a newer version raises StaleStateError and writes nothing."""
+        thread_id, user_id = _ids(config)
+        if not isinstance(state, AgentState):
+            raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
+        expected = config.get(_VERSION_KEY)
+        if expected is None:
+            row = await self._native.load(thread_id, user_id)
+            expected = row[0] if row is not None else 0
+        data = state.model_dump(mode="json", exclude={"context"})
+        data[STATE_META_KEY] = encode_state_meta(state)
+        rows = _msg_rows(list(state.context))
+        known = {r[0] for r in rows}
+        rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
+        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True)
+        config[_VERSION_KEY] = version
+        return state
+
+    async def aclear_state(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        await self._native.clear_state(thread_id, user_id)
+        await self._native.cache_clear(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
+        config.pop(_VERSION_KEY, None)
+        return True
+
+    async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
+        thread_id, user_id = _ids(config)
+        await self._native.cache_put(_STATE_CACHE_NS, f"{thread_id}:{user_id}", json.dumps(self._encode_state(state)))
+        return state
+
+    async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
+        thread_id, user_id = _ids(config)
+        raw = await self._native.cache_get(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
+        if raw is not None:
+            return self._decode_state(json.loads(raw))  # type: ignore[return-value]
+        return await self.aget_state(config)
+
+    # -- generic cache and stop requests ---------------------------------------------------
+
+    async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
+        await self._native.cache_put(namespace, key, json.dumps(value), ttl_seconds)
+        return value
+
+    async def aget_cache_value(self, namespace: str, key: str) -> Any:
+        raw = await self._native.cache_get(namespace, key)
+        return None if raw is None else json.loads(raw)
+
+    async def aclear_cache_value(self, namespace: str, key: str) -> bool:
+        return bool(await self._native.cache_clear(namespace, key))
+
+    async def alist_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
+        return list(await self._native.cache_keys(namespace, prefix))
+
+    async def arequest_stop(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return bool(await self._native.request_stop(thread_id, user_id))
+
+    async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}"))
+
+    async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}")
+
+    # -- tool ledger -----------------------------------------------------------------------
+
+    async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+        """The recorded result under a ledger key, or None. A read failure counts as no record."""
+        thread_id, user_id = _ids(config)
+        try:
+            found = await self._native.ledger_get(thread_id, user_id, [tool_call_id])
+        except Exception as exc:
+            _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
+            return None
+        raw = found.get(tool_call_id)
+        return None if raw is None else json.loads(raw)
+
+    async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
+        """Records a result; the first one recorded for a key wins. Raises on failure."""
+        thread_id, user_id = _ids(config)
+        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def aput_messages(
+        self, config: dict[str, Any], messages: list[Message], metadata: dict[str, Any] | None = None
+    ) -> int:
+        thread_id, user_id = _ids(config)
+        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
+
+    async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
+        thread_id, user_id = _ids(config)
+        raw = await self._native.get_message(thread_id, user_id, str(message_id))
+        if raw is None:
+            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+        return Message.model_validate(json.loads(raw))
+
+    async def alist_messages(
+        self,
+        config: dict[str, Any],
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        thread_id, user_id = _ids(config)
+        rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
+        return [Message.model_validate(json.loads(r)) for r in rows]
+
+    async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
+        thread_id, user_id = _ids(config)
+        if not await self._native.delete_message(thread_id, user_id, str(message_id)):
+            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+        return True
+
+    # -- threads ---------------------------------------------------------------------------
+
+    async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> bool:
+        thread_id, user_id = _ids(config)
+        if str(thread_info.thread_id) != thread_id:
+            raise ValueError(
+                f"ThreadInfo.thread_id {thread_info.thread_id!r} does not match config thread_id {thread_id!r}"
+            )
+        meta = json.dumps(thread_info.metadata or {})
+        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
+
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        thread_id, user_id = _ids(config)
+        row = await self._native.get_thread(thread_id, user_id)
+        return None if row is None else _thread_info(row)
+
+    async def alist_threads(
+        self,
+        config: dict[str, Any],
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> list[ThreadInfo]:
+        user_id = config.get("user_id") if isinstance(config, dict) else None
+        scope = str(user_id) if (user_id is not None and self.enforce_user_isolation) else None
+        rows = await self._native.list_threads(scope, search, offset, limit)
+        return [_thread_info(r) for r in rows]
+
+    async def aclean_thread(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        await self._native.clean_thread(thread_id, user_id)
+        await self._native.cache_clear(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
+        return True
+
+    async def aget_thread_owner(self, thread_id: str | int) -> str | None:
+        return await self._native.thread_owner(str(thread_id))
+
+    async def arelease(self) -> bool:
+        return bool(await self._native.release())
+
+    # -- sync wrappers ---------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        # `setup`, `get_state`, `put_state`, ...: the sync twin of every `aX` method.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        target = getattr(type(self), "a" + name, None)
+        if target is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        from tenxgraph.core.graph.compiled_graph import run_sync
+
+        def sync(*args: Any, **kwargs: Any) -> Any:
+            return run_sync(target(self, *args, **kwargs))
+
+        sync.__name__ = name
+        return sync
+
+
+def _thread_info(row: tuple[str, str, str | None, str, float, float]) -> ThreadInfo:
+    from datetime import datetime, timezone
+
+    thread_id, user_id, name, meta, created, updated = row
+    return ThreadInfo(
+        thread_id=thread_id,
+        thread_name=name,
+        user_id=user_id,
+        metadata=json.loads(meta),
+        created_at=datetime.fromtimestamp(created, tz=timezone.utc),
+        updated_at=datetime.fromtimestamp(updated, tz=timezone.utc),
+    )
+
+

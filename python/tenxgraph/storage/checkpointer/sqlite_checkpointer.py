@@ -1,0 +1,40 @@
+"""SqliteCheckpointer: the embedded durable default (a file, or ":memory:")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tenxgraph import _core
+from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
+
+__all__ = ["SqliteCheckpointer", "DEFAULT_SQLITE_PATH"]
+
+DEFAULT_SQLITE_PATH = os.path.join(os.path.expanduser("~"), ".agentflow", "checkpointer.db")
+
+
+class SqliteCheckpointer(BaseCheckpointer[Any]):
+    """SQLite in WAL mode; several processes may share one file.
+
+    ``synchronous="full"`` (default) fsyncs every commit, so a committed step and a recorded tool
+    result survive a power loss; ``"normal"`` survives a process crash but may lose the last
+    commits on power loss, for speed.
+    """
+
+    def __init__(
+        self,
+        db_path: str | Path | None = None,
+        *,
+        enforce_user_isolation: bool = False,
+        synchronous: str = "full",
+    ) -> None:
+        super().__init__()
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        path = str(db_path) if db_path is not None else DEFAULT_SQLITE_PATH
+        if not path:
+            raise ValueError("db_path must not be empty")
+        self.db_path = path
+        self.enforce_user_isolation = enforce_user_isolation
+        self._native = _core.NativeStore.sqlite(path, enforce_user_isolation, synchronous == "full")
