@@ -1,0 +1,359 @@
+//! The loop driven by Rust closures instead of Python: routing, commits, limits, timeouts, stop,
+//! static interrupts, and resuming a run that died mid-node.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tenxgraph::engine::{
+    BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
+    NodeOutput, RouteValue, RunConfig, RunInput, STOP_NAMESPACE, START, Snapshot, StopSignals, run, stop_key,
+};
+use tenxgraph::store::{Checkpointer, MemoryStore, SqliteStore, StoredMessage, ThreadRef};
+
+#[derive(Clone, Copy)]
+enum Behave {
+    Say,
+    Fail,
+    Hang,
+    Sleep(u64),
+    Goto(&'static str),
+}
+
+#[derive(Default)]
+struct Live {
+    counter: i64,
+    messages: Vec<StoredMessage>,
+}
+
+struct TestHost {
+    live: Mutex<Live>,
+    input: Vec<StoredMessage>,
+    nodes: HashMap<&'static str, Behave>,
+    /// Condition 0 routes "loop" while counter < limit, then END.
+    loop_until: i64,
+    calls: Mutex<Vec<String>>,
+    hang_dropped: Arc<AtomicBool>,
+}
+
+impl TestHost {
+    fn new(nodes: &[(&'static str, Behave)], input: &[&str]) -> Self {
+        TestHost {
+            live: Mutex::default(),
+            input: input.iter().map(|t| StoredMessage { id: format!("in-{t}"), data: json!({"id": format!("in-{t}"), "text": t}) }).collect(),
+            nodes: nodes.iter().copied().collect(),
+            loop_until: 3,
+            calls: Mutex::default(),
+            hang_dropped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug)]
+struct Boom;
+impl std::fmt::Display for Boom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ValueError: boom")
+    }
+}
+impl std::error::Error for Boom {}
+
+#[async_trait]
+impl NodeHost for TestHost {
+    async fn prepare(&self, stored: Option<(&Value, &[Value])>, _exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
+        let mut live = self.live.lock().unwrap();
+        let mut cursor = MsgCursor::default();
+        if let Some((state, msgs)) = stored {
+            live.counter = state["counter"].as_i64().unwrap_or(0);
+            live.messages = msgs
+                .iter()
+                .map(|m| StoredMessage { id: m["id"].as_str().unwrap().into(), data: m.clone() })
+                .collect();
+            cursor = MsgCursor { len: msgs.len(), last_id: live.messages.last().map(|m| m.id.clone()) };
+        }
+        live.messages.extend(self.input.iter().cloned());
+        Ok(cursor)
+    }
+
+    async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {
+        self.calls.lock().unwrap().push(node.to_owned());
+        let behave = self.nodes[node];
+        match behave {
+            Behave::Fail => {
+                return Err(HostFailure::Raised { error_type: "ValueError".into(), message: "boom".into(), cause: Box::new(Boom) });
+            }
+            Behave::Hang => {
+                let _flag = DropFlag(self.hang_dropped.clone());
+                std::future::pending::<()>().await;
+            }
+            Behave::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Behave::Say | Behave::Goto(_) => {}
+        }
+        let mut live = self.live.lock().unwrap();
+        live.counter += 1;
+        let id = format!("{node}-{}", exec.step);
+        live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "node": node}) });
+        Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None } })
+    }
+
+    fn eval_condition(&self, _index: usize) -> Result<RouteValue, BoxError> {
+        let live = self.live.lock().unwrap();
+        Ok(RouteValue::Str(if live.counter < self.loop_until { "a".into() } else { END.into() }))
+    }
+
+    fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
+        let live = self.live.lock().unwrap();
+        let new_messages = live.messages[cursor.len..].to_vec();
+        Ok(Snapshot {
+            state: json!({"counter": live.counter, "execution_meta": exec}),
+            new_messages,
+            replace_messages: false,
+            cursor: MsgCursor { len: live.messages.len(), last_id: live.messages.last().map(|m| m.id.clone()) },
+        })
+    }
+}
+
+fn linear(nodes: &[&str]) -> GraphSpec {
+    let mut edges = vec![EdgeSpec::fixed(START, nodes[0])];
+    for w in nodes.windows(2) {
+        edges.push(EdgeSpec::fixed(w[0], w[1]));
+    }
+    edges.push(EdgeSpec::fixed(nodes[nodes.len() - 1], END));
+    GraphSpec { nodes: nodes.iter().map(|s| s.to_string()).collect(), edges, entry: Some(nodes[0].into()), ..Default::default() }
+}
+
+fn cfg(thread: &str) -> RunConfig {
+    RunConfig::new(ThreadRef::new(thread, "u"))
+}
+
+const NEW: RunInput = RunInput { has_messages: true, has_state_update: false };
+const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false };
+
+async fn stores() -> Vec<Arc<dyn Checkpointer>> {
+    let sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
+    sqlite.setup().await.unwrap();
+    vec![Arc::new(MemoryStore::new(false)), Arc::new(sqlite)]
+}
+
+#[tokio::test]
+async fn a_linear_graph_commits_input_and_every_node() {
+    for store in stores().await {
+        let g = linear(&["a", "b", "c"]);
+        let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say), ("c", Behave::Say)], &["hi"]);
+        let out = run(&g, &*store, &host, &cfg("t1"), NEW).await.unwrap();
+        assert_eq!(out.exec.status, ExecStatus::Completed);
+        assert_eq!(out.exec.step, 3);
+        // input commit + one per node (the last node's commit is the completed one)
+        assert_eq!(out.version, 4);
+        let cp = store.load(&ThreadRef::new("t1", "u")).await.unwrap().unwrap();
+        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["in-hi", "a-0", "b-1", "c-2"]);
+        assert_eq!(cp.state["execution_meta"]["current_node"], END);
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_thread_without_messages_is_rejected() {
+    let store = MemoryStore::new(false);
+    let g = linear(&["a"]);
+    let host = TestHost::new(&[("a", Behave::Say)], &[]);
+    let err = run(&g, &store, &host, &cfg("t"), RESUME).await.unwrap_err();
+    assert!(matches!(err, EngineError::InvalidInput(ref m) if m.contains("must contain 'messages'")), "{err:?}");
+    assert!(host.calls().is_empty());
+}
+
+#[tokio::test]
+async fn conditional_loop_and_recursion_limit() {
+    let mut g = linear(&["a"]);
+    g.edges.retain(|e| e.from != "a");
+    g.edges.push(EdgeSpec { from: "a".into(), to: String::new(), condition: Some(0), condition_result: None });
+    let store = MemoryStore::new(false);
+    let host = TestHost::new(&[("a", Behave::Say)], &["x"]);
+    let out = run(&g, &store, &host, &cfg("loop"), NEW).await.unwrap();
+    assert_eq!(host.calls(), ["a", "a", "a"]);
+    assert_eq!(out.exec.status, ExecStatus::Completed);
+
+    let mut host = TestHost::new(&[("a", Behave::Say)], &["x"]);
+    host.loop_until = 100;
+    let mut c = cfg("limit");
+    c.recursion_limit = 4;
+    let err = run(&g, &store, &host, &c, NEW).await.unwrap_err();
+    assert!(matches!(err, EngineError::Recursion { limit: 4, step: 4, .. }), "{err:?}");
+    let cp = store.load(&ThreadRef::new("limit", "u")).await.unwrap().unwrap();
+    assert_eq!(cp.state["execution_meta"]["status"], "error");
+    // A new run gets a fresh step budget instead of completing at once (10xGraph's quirk).
+    let mut host2 = TestHost::new(&[("a", Behave::Say)], &["again"]);
+    host2.loop_until = 100;
+    let err = run(&g, &store, &host2, &c, NEW).await.unwrap_err();
+    assert!(matches!(err, EngineError::Recursion { .. }));
+    assert_eq!(host2.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn a_failing_node_is_wrapped_and_recorded() {
+    let store = MemoryStore::new(false);
+    let g = linear(&["a", "bad"]);
+    let host = TestHost::new(&[("a", Behave::Say), ("bad", Behave::Fail)], &["x"]);
+    let err = run(&g, &store, &host, &cfg("f"), NEW).await.unwrap_err();
+    match &err {
+        EngineError::Node { code, message, context, cause } => {
+            assert_eq!(*code, "NODE_001");
+            assert!(message.contains("Error in node 'bad': boom"), "{message}");
+            assert_eq!(context["node_name"], "bad");
+            assert_eq!(context["error_type"], "ValueError");
+            assert!(cause.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+    let cp = store.load(&ThreadRef::new("f", "u")).await.unwrap().unwrap();
+    assert_eq!(cp.state["execution_meta"]["status"], "error");
+    assert_eq!(cp.state["execution_meta"]["current_node"], "bad");
+    // Retrying re-runs the failed node, not the one before it.
+    let host2 = TestHost::new(&[("a", Behave::Say), ("bad", Behave::Say)], &[]);
+    run(&g, &store, &host2, &cfg("f"), RESUME).await.unwrap();
+    assert_eq!(host2.calls(), ["bad"]);
+}
+
+#[tokio::test]
+async fn unknown_route_target_is_a_graph_error() {
+    let store = MemoryStore::new(false);
+    let g = linear(&["a"]);
+    let host = TestHost::new(&[("a", Behave::Goto("nowhere"))], &["x"]);
+    let err = run(&g, &store, &host, &cfg("r"), NEW).await.unwrap_err();
+    assert!(matches!(err, EngineError::Graph { code: "GRAPH_ROUTING_002", .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn node_timeout_cancels_the_node() {
+    let store = MemoryStore::new(false);
+    let g = linear(&["slow"]);
+    let host = TestHost::new(&[("slow", Behave::Hang)], &["x"]);
+    let mut c = cfg("to");
+    c.node_timeout = Some(Duration::from_millis(100));
+    let err = run(&g, &store, &host, &c, NEW).await.unwrap_err();
+    assert!(matches!(err, EngineError::NodeTimeout { .. }), "{err:?}");
+    assert!(host.hang_dropped.load(Ordering::SeqCst), "the node's future must be dropped");
+}
+
+#[tokio::test]
+async fn stop_ends_a_hung_node_quickly_and_resume_reruns_it() {
+    let store: Arc<dyn Checkpointer> = Arc::new(MemoryStore::new(false));
+    let g = linear(&["a", "hang", "c"]);
+    let host = Arc::new(TestHost::new(&[("a", Behave::Say), ("hang", Behave::Hang), ("c", Behave::Say)], &["x"]));
+    let mut c = cfg("stop");
+    c.node_timeout = None;
+    c.stop_poll = Duration::from_secs(30); // the in-process signal must do it, not the poll
+    let (s2, h2, c2, g2) = (store.clone(), host.clone(), c.clone(), g.clone());
+    let task = tokio::spawn(async move { run(&g2, &*s2, &*h2, &c2, NEW).await });
+    while host.calls().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t0 = Instant::now();
+    let key = stop_key("stop", "u");
+    store.cache_put(STOP_NAMESPACE, &key, &json!(true), Some(3600.0)).await.unwrap();
+    StopSignals::global().signal(&key);
+    let out = task.await.unwrap().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(1), "stop took {:?}", t0.elapsed());
+    assert!(out.stopped);
+    assert_eq!(out.exec.status, ExecStatus::InterruptedAfter);
+    assert_eq!(out.exec.interrupt_reason.as_deref(), Some("stop_requested"));
+    assert!(host.hang_dropped.load(Ordering::SeqCst));
+    assert_eq!(store.cache_get(STOP_NAMESPACE, &key).await.unwrap(), None, "the request is consumed");
+    let host2 = TestHost::new(&[("a", Behave::Say), ("hang", Behave::Say), ("c", Behave::Say)], &[]);
+    let out = run(&g, &*store, &host2, &c, RESUME).await.unwrap();
+    assert_eq!(host2.calls(), ["hang", "c"]);
+    assert_eq!(out.exec.status, ExecStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_run_dropped_mid_node_resumes_at_that_node() {
+    for store in stores().await {
+        let g = linear(&["a", "b", "c"]);
+        let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Hang), ("c", Behave::Say)], &["x"]);
+        // Simulates a crash: the run future is dropped while "b" is in flight.
+        let r = tokio::time::timeout(Duration::from_millis(200), run(&g, &*store, &host, &cfg("crash"), NEW)).await;
+        assert!(r.is_err());
+        let cp = store.load(&ThreadRef::new("crash", "u")).await.unwrap().unwrap();
+        assert_eq!(cp.state["execution_meta"]["current_node"], "b");
+        assert_eq!(cp.state["execution_meta"]["status"], "running");
+        let host2 = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say), ("c", Behave::Say)], &[]);
+        let out = run(&g, &*store, &host2, &cfg("crash"), RESUME).await.unwrap();
+        assert_eq!(host2.calls(), ["b", "c"], "completed node 'a' must not run again");
+        assert_eq!(out.exec.status, ExecStatus::Completed);
+        assert_eq!(out.exec.step, 3);
+    }
+}
+
+#[tokio::test]
+async fn interrupt_before_and_after_pause_and_resume_once() {
+    let store = MemoryStore::new(false);
+    let mut g = linear(&["a", "b", "c"]);
+    g.interrupt_before = vec!["b".into()];
+    g.interrupt_after = vec!["c".into()];
+    let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say), ("c", Behave::Say)], &["x"]);
+    let out = run(&g, &store, &host, &cfg("hitl"), NEW).await.unwrap();
+    assert_eq!(out.exec.status, ExecStatus::InterruptedBefore);
+    assert_eq!(out.exec.current_node, "b");
+    assert_eq!(host.calls(), ["a"]);
+    let host2 = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say), ("c", Behave::Say)], &[]);
+    let out = run(&g, &store, &host2, &cfg("hitl"), RESUME).await.unwrap();
+    assert_eq!(host2.calls(), ["b", "c"]);
+    assert_eq!(out.exec.status, ExecStatus::InterruptedAfter);
+    assert_eq!(out.exec.current_node, END);
+    let host3 = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say), ("c", Behave::Say)], &[]);
+    let out = run(&g, &store, &host3, &cfg("hitl"), RESUME).await.unwrap();
+    assert!(host3.calls().is_empty());
+    assert_eq!(out.exec.status, ExecStatus::Completed);
+}
+
+#[tokio::test]
+async fn two_runs_on_one_thread_the_slower_commit_is_stale() {
+    for store in stores().await {
+        let g = linear(&["a"]);
+        run(&g, &*store, &TestHost::new(&[("a", Behave::Say)], &["x"]), &cfg("two"), NEW).await.unwrap();
+        let slow = TestHost::new(&[("a", Behave::Sleep(300))], &["slow"]);
+        let fast = TestHost::new(&[("a", Behave::Say)], &["fast"]);
+        let c = cfg("two");
+        let (r_slow, r_fast) = tokio::join!(run(&g, &*store, &slow, &c, NEW), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            run(&g, &*store, &fast, &c, NEW).await
+        });
+        r_fast.unwrap();
+        let err = r_slow.unwrap_err();
+        assert!(matches!(err, EngineError::Store(tenxgraph::store::StoreError::Stale { .. })), "{err:?}");
+        let cp = store.load(&ThreadRef::new("two", "u")).await.unwrap().unwrap();
+        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert!(ids.contains(&"in-fast"));
+        assert_eq!(ids.iter().filter(|i| **i == "in-slow").count(), 1, "the slow run's input was committed before its node");
+        assert_eq!(cp.state["execution_meta"]["status"], "completed", "the slow run wrote nothing after losing");
+    }
+}
+
+#[tokio::test]
+async fn graph_validation_codes() {
+    let mut g = linear(&["a"]);
+    g.entry = None;
+    assert!(matches!(g.validate(), Err(EngineError::Graph { code: "GRAPH_002", .. })));
+    let mut g = linear(&["a"]);
+    g.nodes.push("orphan".into());
+    assert!(matches!(g.validate(), Err(EngineError::Graph { code: "GRAPH_003", .. })));
+    let mut g = linear(&["a"]);
+    g.edges.push(EdgeSpec::fixed("a", "missing"));
+    assert!(matches!(g.validate(), Err(EngineError::Graph { code: "GRAPH_004", .. })));
+    let mut g = linear(&["a"]);
+    g.interrupt_after = vec!["zzz".into()];
+    assert!(matches!(g.validate(), Err(EngineError::Graph { code: "GRAPH_004", .. })));
+    assert!(linear(&["a", "b"]).validate().is_ok());
+}
