@@ -81,6 +81,10 @@ pub async fn run<H: NodeHost + ?Sized>(
         ExecStatus::InterruptedBefore => skip_before = exec.interrupted_node.clone(),
         ExecStatus::InterruptedAfter | ExecStatus::Running => {}
     }
+    // A state written outside a run (aput_state) still points at START.
+    if exec.current_node == super::START {
+        exec.current_node = entry.clone();
+    }
     exec.clear_interrupt();
     exec.error = None;
     exec.stop_current_execution = "none".into();
