@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import GraphError, GraphRecursionError, NodeError
+from tenxgraph.core.exceptions import GraphError, GraphRecursionError, NodeError, StaleStateError
 from tenxgraph.core.graph import Edge
 from tenxgraph.core.state import TokenUsages
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
@@ -170,8 +170,9 @@ def _routing_graph(condition: Any, path_map: dict[str, str] | None, static_to: s
         ("miss", {"go_b": "b"}, None, ["a"]),  # ... or to END
         ("c", None, None, ["a", "c"]),  # no path_map: a str result names the node
         (None, None, "b", ["a", "b"]),  # falsy result without path_map: static edge
+        (END, None, "b", ["a"]),  # no path_map: END ends the run
     ],
-    ids=["map-b", "map-c", "miss-static", "miss-end", "str-name", "falsy-static"],
+    ids=["map-b", "map-c", "miss-static", "miss-end", "str-name", "falsy-static", "str-end"],
 )
 async def test_conditional_routing(checkpointer, make_thread, result, path_map, static_to, expected) -> None:
     calls = []
@@ -600,6 +601,26 @@ async def test_caller_config_is_not_mutated(checkpointer, make_thread) -> None:
     assert config == before
 
 
+@pytest.mark.asyncio
+async def test_callable_object_node(checkpointer, make_thread) -> None:
+    class AsyncCallable:
+        async def __call__(self, state):
+            assert isinstance(state, CounterState)
+            return "async object"
+
+    class SyncCallable:
+        def __call__(self, state, config):
+            return f"sync object {config['thread_id'] == tid}"
+
+    g = StateGraph(CounterState)
+    g.add_node("x", AsyncCallable()).add_node("y", SyncCallable())
+    g.add_edge(START, "x").add_edge("x", "y").add_edge("y", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread()
+    r = await run_full(app, tid, "hi")
+    assert texts(r["messages"]) == ["hi", "async object", "sync object True"]
+
+
 # -- contextvars ---------------------------------------------------------------------------
 
 _CV: contextvars.ContextVar[str] = contextvars.ContextVar("tenxgraph_test_cv", default="unset")
@@ -763,6 +784,96 @@ async def test_fresh_sqlite_checkpointer_sees_the_thread(tmp_path: Path, make_th
     assert texts(r["messages"]) == ["third", "A3", "B3"]
     assert texts(await cp2.alist_messages(cfg)) == [*expected, "third", "A3", "B3"]
     await app2.aclose()
+
+
+@pytest.mark.asyncio
+async def test_concurrent_runs_on_one_thread_lose_no_update(checkpointer, make_thread) -> None:
+    async def slow(state: CounterState):
+        await asyncio.sleep(0.2)
+        state.count += 1
+        return f"slow{state.count}"
+
+    app = linear(CounterState, slow).compile(checkpointer=checkpointer)
+    tid = make_thread()
+    await run_full(app, tid, "first")
+    results = await asyncio.gather(
+        run_full(app, tid, "x"), run_full(app, tid, "y"), return_exceptions=True
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    wins = [r for r in results if not isinstance(r, BaseException)]
+    assert len(errors) == 1 and len(wins) == 1
+    assert isinstance(errors[0], StaleStateError)
+    assert errors[0].error_code == "STORAGE_CONFLICT_001"
+    winner = texts(wins[0]["messages"])
+    assert winner[1:] == ["slow2"] and winner[0] in ("x", "y")
+    stored = await checkpointer.aget_state({"thread_id": tid})
+    assert stored.count == 2  # the loser's node ran on a stale state and its write was refused
+    assert stored.execution_meta.status == "completed"
+    ctx = texts(stored.context)
+    # The loser's output is not in the thread. Its input message may be: a run commits its input
+    # before its first node, and a run that started after that commit built on it.
+    assert ctx[:2] == ["first", "slow1"] and ctx[-1] == "slow2"
+    assert winner[0] in ctx[2:-1] and set(ctx[2:-1]) <= {"x", "y"}
+    assert ctx.count("slow2") == 1 and "slow3" not in ctx
+    listed = await checkpointer.alist_messages({"thread_id": tid})
+    assert texts(listed) == ctx
+    assert len({m.message_id for m in listed}) == len(listed)
+
+
+# -- input "state" updates -----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_input_state_update_sets_known_fields_only(checkpointer, make_thread) -> None:
+    seen = {}
+
+    def a(state: CounterState):
+        seen["count"] = state.count
+        seen["route"] = state.route
+        return "a"
+
+    app = linear(CounterState, a).compile(checkpointer=checkpointer)
+    tid = make_thread()
+    update = {
+        "count": 5,
+        "route": "preset",
+        "context": [],  # protected
+        "context_summary": "not allowed",  # protected
+        "execution_meta": {"current_node": "x"},  # protected
+        "not_a_field": 1,  # unknown: ignored, as 10xGraph does
+    }
+    r = await app.ainvoke({"messages": [user("hi")], "state": update}, {"thread_id": tid}, "full")
+    assert seen == {"count": 5, "route": "preset"}
+    st = r["state"]
+    assert texts(st.context) == ["hi", "a"]
+    assert st.context_summary is None
+    assert st.execution_meta.status == "completed"
+    assert not hasattr(st, "not_a_field")
+    assert (await checkpointer.aget_state({"thread_id": tid})).count == 5
+    # on an existing thread a state-only input needs no messages
+    r2 = await app.ainvoke({"state": {"count": 9}}, {"thread_id": tid}, "full")
+    assert seen["count"] == 9
+    assert r2["state"].count == 9
+
+
+@pytest.mark.asyncio
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: input {'state': {'current_node': X}} should set execution_meta.current_node (spec 2.3); "
+    "_runtime._state_update drops the key and the Rust loop has no input for it",
+)
+async def test_input_state_current_node_sets_start_node(checkpointer, make_thread) -> None:
+    def a(state):
+        return "a"
+
+    def b(state):
+        return "b"
+
+    app = linear(CounterState, a, b).compile(checkpointer=checkpointer)
+    r = await app.ainvoke(
+        {"messages": [user("hi")], "state": {"current_node": "b"}}, {"thread_id": make_thread()}, "full"
+    )
+    assert texts(r["messages"]) == ["hi", "b"]
 
 
 # -- response granularity and token usage --------------------------------------------------

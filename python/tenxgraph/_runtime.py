@@ -16,6 +16,7 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import add_messages
+from tenxgraph._tool_step import ToolStep
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Run:
         self.state_update = _state_update(input_data)
         self.state: AgentState | None = None
         self.produced: list[Message] = []
+        self._tool_steps: dict[str, ToolStep] = {}
 
     # -- called by the Rust loop -----------------------------------------------------------
 
@@ -63,8 +65,15 @@ class Run:
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
             state.context = add_messages(state.context, self.input_messages)
+        fields = type(state).model_fields
         for key, value in self.state_update.items():
-            setattr(state, key, value)
+            # 10xGraph sets only the keys the state has; others are ignored, not an error.
+            if key in fields:
+                setattr(state, key, value)
+            else:
+                self.graph._log.warning(
+                    "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__
+                )
         self._apply_exec(state, exec_json)
         self.state = state
         return stored_len, last_id
@@ -98,6 +107,33 @@ class Run:
         fresh = ctx[cursor_len:] if grown else ctx
         messages = [(str(m.message_id), m.model_dump_json()) for m in fresh]
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+
+    # -- tool nodes (the Rust handler drives these) -----------------------------------------
+
+    def begin_tools(self, name: str, exec_json: str) -> tuple[str | None, list[tuple[str | None, str]]]:
+        state = self.state
+        assert state is not None, "prepare() runs first"
+        self._apply_exec(state, exec_json)
+        step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        self._tool_steps[name] = step
+        origin = str(step.origin_id) if step.origin_id not in (None, "") else None
+        return origin, [(c.call_id, c.name) for c in step.calls]
+
+    def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
+        return self._tool_steps[name].accept_replay(index, envelope_json)
+
+    async def run_tool(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool]:
+        config = dict(self.config, _node_name=name)
+        return await self._tool_steps[name].run(index, config, idempotency_key)
+
+    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | None:
+        step = self._tool_steps.pop(name)
+        messages = step.finish(items)
+        state = self.state
+        assert state is not None
+        state.context = add_messages(state.context, messages)
+        self.produced.extend(messages)
+        return None
 
     # -- results ---------------------------------------------------------------------------
 

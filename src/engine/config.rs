@@ -9,6 +9,8 @@ pub struct RunConfig {
     pub recursion_limit: i64,
     /// `None` disables the deadline.
     pub node_timeout: Option<Duration>,
+    /// Per tool call; `None` disables it.
+    pub tool_timeout: Option<Duration>,
     pub durable_every_step: bool,
     /// How often a running node checks the store for a stop request from another process.
     /// Stops from this process arrive at once through `StopSignals`.
@@ -22,6 +24,7 @@ impl RunConfig {
             run_id: String::new(),
             recursion_limit: 25,
             node_timeout: Some(Duration::from_secs(900)),
+            tool_timeout: Some(Duration::from_secs(300)),
             durable_every_step: true,
             stop_poll: Duration::from_millis(500),
         }

@@ -30,6 +30,8 @@ pub struct GraphSpec {
     pub entry: Option<String>,
     pub interrupt_before: Vec<String>,
     pub interrupt_after: Vec<String>,
+    /// Nodes run by the replay-safe tool handler instead of `NodeHost::run_node`.
+    pub tool_nodes: Vec<String>,
 }
 
 impl GraphSpec {

@@ -1,3 +1,4 @@
+use super::tools::{ToolBatch, ToolOutcome, ToolRun};
 use super::{BoxError, EngineError, ExecMeta};
 use crate::store::StoredMessage;
 use async_trait::async_trait;
@@ -57,4 +58,24 @@ pub trait NodeHost: Send + Sync {
     fn eval_condition(&self, index: usize) -> Result<RouteValue, BoxError>;
     /// The step to persist since `cursor`, with `exec` written into the state first.
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError>;
+
+    // -- tool nodes (only hosts whose graphs have tool nodes implement these) --
+
+    /// The tool calls of the last assistant message (NodeError NODE_002/NODE_003 when there are
+    /// none or the context is empty).
+    fn begin_tools(&self, node: &str, _exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {
+        Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
+    }
+    /// Whether a recorded envelope can be turned back into a result (else the tool runs).
+    fn accept_replay(&self, _node: &str, _index: usize, _envelope: &Value) -> bool {
+        true
+    }
+    /// Runs call `index`. Dropping the future must cancel the tool.
+    async fn run_tool(&self, node: &str, _index: usize, _idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
+        Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
+    }
+    /// Merges the calls' results (and branch state) into the live state, in call order.
+    fn finish_tools(&self, node: &str, _outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
+        Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
+    }
 }

@@ -126,7 +126,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages,
         };
-        self.version = self.store.put_step(&self.cfg.thread, w).await?;
+        self.version = match self.store.put_step(&self.cfg.thread, w).await {
+            Ok(v) => v,
+            Err(e) => {
+                if matches!(e, crate::store::StoreError::Stale { .. }) {
+                    super::metrics::inc(&super::metrics().stale_conflicts);
+                }
+                return Err(e.into());
+            }
+        };
+        super::metrics::inc(&super::metrics().steps_committed);
         self.cursor = snap.cursor;
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
@@ -241,19 +250,38 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// Runs a node under its deadline while watching for a stop request. Returning early drops the
     /// node future, which cancels the node's Python task.
     async fn guarded_node(&self, node: &str, notify: &Arc<Notify>) -> Result<NodeOutput, Guard> {
-        let fut = self.host.run_node(node, &self.exec);
+        let started = Instant::now();
+        let m = super::metrics();
+        super::metrics::inc(&m.node_executions);
+        let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
+            if self.graph.tool_nodes.iter().any(|n| n == node) {
+                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec))
+            } else {
+                self.host.run_node(node, &self.exec)
+            };
         tokio::pin!(fut);
         let deadline = self.cfg.node_timeout.map(|d| Instant::now() + d);
         loop {
             let wake = notify.notified();
             tokio::select! {
-                r = &mut fut => return r.map_err(Guard::Failed),
+                r = &mut fut => {
+                    super::metrics::add_duration(&m.node_duration_us, started.elapsed());
+                    if r.is_err() { super::metrics::inc(&m.node_errors); }
+                    return r.map_err(Guard::Failed);
+                }
                 _ = async { sleep_until(deadline.expect("guarded by is_some")).await }, if deadline.is_some() => {
                     let secs = self.cfg.node_timeout.map(|d| d.as_secs_f64()).unwrap_or_default();
+                    super::metrics::inc(&m.node_timeouts);
                     return Err(Guard::Timeout(secs));
                 }
-                _ = wake => if self.stop_requested().await { return Err(Guard::Stopped) },
-                _ = sleep(self.cfg.stop_poll) => if self.stop_requested().await { return Err(Guard::Stopped) },
+                _ = wake => if self.stop_requested().await {
+                    super::metrics::inc(&m.node_stopped);
+                    return Err(Guard::Stopped);
+                },
+                _ = sleep(self.cfg.stop_poll) => if self.stop_requested().await {
+                    super::metrics::inc(&m.node_stopped);
+                    return Err(Guard::Stopped);
+                },
             }
         }
     }

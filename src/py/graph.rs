@@ -30,6 +30,7 @@ impl NativeGraph {
         entry: Option<String>,
         interrupt_before: Vec<String>,
         interrupt_after: Vec<String>,
+        tool_nodes: Vec<String>,
         store: PyRef<'_, NativeStore>,
     ) -> PyResult<Self> {
         let spec = GraphSpec {
@@ -41,13 +42,14 @@ impl NativeGraph {
             entry,
             interrupt_before,
             interrupt_after,
+            tool_nodes,
         };
         spec.validate().map_err(|e| engine_err(py, e))?;
         Ok(NativeGraph { spec: Arc::new(spec), store: store.inner.clone() })
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, durable, has_messages, has_state_update))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -60,6 +62,7 @@ impl NativeGraph {
         run_id: String,
         recursion_limit: i64,
         node_timeout: Option<f64>,
+        tool_timeout: Option<f64>,
         durable: bool,
         has_messages: bool,
         has_state_update: bool,
@@ -68,6 +71,7 @@ impl NativeGraph {
         cfg.run_id = run_id;
         cfg.recursion_limit = recursion_limit;
         cfg.node_timeout = node_timeout.map(Duration::from_secs_f64);
+        cfg.tool_timeout = tool_timeout.map(Duration::from_secs_f64);
         cfg.durable_every_step = durable;
         let spec = self.spec.clone();
         let store = self.store.clone();

@@ -2,7 +2,10 @@
 //! Python; what crosses is the node name, the loop's `ExecMeta` and JSON text for persistence.
 
 use super::bridge::{Locals, PyTask};
-use crate::engine::{BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot};
+use crate::engine::{
+    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, ToolBatch,
+    ToolCall, ToolOutcome, ToolRun,
+};
 use crate::store::StoredMessage;
 use async_trait::async_trait;
 use pyo3::exceptions::PyException;
@@ -95,5 +98,61 @@ impl NodeHost for PyHost {
             replace_messages: replace,
             cursor: MsgCursor { len, last_id },
         })
+    }
+
+    fn begin_tools(&self, node: &str, exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {
+        let exec = exec_text(exec);
+        Python::attach(|py| {
+            let r = self.run.bind(py).call_method1("begin_tools", (node, exec))?;
+            let (origin, calls): (Option<String>, Vec<(Option<String>, String)>) = r.extract()?;
+            Ok(ToolBatch {
+                origin_message_id: origin,
+                calls: calls.into_iter().map(|(call_id, name)| ToolCall { call_id, name }).collect(),
+            })
+        })
+        // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
+        .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
+    }
+
+    fn accept_replay(&self, node: &str, index: usize, envelope: &Value) -> bool {
+        let text = envelope.to_string();
+        Python::attach(|py| {
+            self.run
+                .bind(py)
+                .call_method1("accept_replay", (node, index, text))
+                .and_then(|r| r.is_truthy())
+                .unwrap_or(false)
+        })
+    }
+
+    async fn run_tool(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
+        let task = Python::attach(|py| {
+            let coro = self.run.bind(py).call_method1("run_tool", (node, index, idempotency_key))?;
+            PyTask::start(py, &self.locals, coro)
+        })
+        .map_err(classify)?;
+        let out = task.await.map_err(classify)?;
+        let (envelope, record, is_error) =
+            Python::attach(|py| out.bind(py).extract::<(String, bool, bool)>()).map_err(classify)?;
+        let envelope = serde_json::from_str(&envelope)
+            .map_err(|e| HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) })?;
+        Ok(ToolRun { envelope, record, is_error })
+    }
+
+    fn finish_tools(&self, node: &str, outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
+        let items: Vec<(&str, String)> = outcomes
+            .iter()
+            .map(|o| match o {
+                ToolOutcome::Replayed(v) => ("replayed", v.to_string()),
+                ToolOutcome::Ran(v) => ("ran", v.to_string()),
+                ToolOutcome::TimedOut { secs } => ("timeout", secs.to_string()),
+                ToolOutcome::Failed { message } => ("failed", message.clone()),
+            })
+            .collect();
+        Python::attach(|py| {
+            let r = self.run.bind(py).call_method1("finish_tools", (node, items))?;
+            Ok(NodeOutput { goto: r.extract()? })
+        })
+        .map_err(classify)
     }
 }

@@ -19,6 +19,12 @@ pub mod _core {
     #[pymodule_export]
     use super::store::NativeStore;
 
+    /// Process-wide counters: `{metric name: value}`.
+    #[pyfunction]
+    fn metrics_snapshot() -> std::collections::HashMap<&'static str, f64> {
+        crate::engine::metrics().snapshot().into_iter().collect()
+    }
+
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         // Rust `tracing`/`log` records become Python `logging` records under "tenxgraph.*".

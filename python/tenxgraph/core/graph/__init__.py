@@ -1,8 +1,26 @@
-"""Graph building and running."""
+"""Graph building and running. Names load lazily (PEP 562), as in 10xGraph, so that importing a
+submodule such as ``tool_node`` does not pull in the whole runtime."""
 
-from tenxgraph.core.graph.compiled_graph import CompiledGraph
-from tenxgraph.core.graph.edge import Edge
-from tenxgraph.core.graph.node import Node
-from tenxgraph.core.graph.state_graph import StateGraph
+from __future__ import annotations
 
-__all__ = ["CompiledGraph", "Edge", "Node", "StateGraph"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "CompiledGraph": "tenxgraph.core.graph.compiled_graph",
+    "Edge": "tenxgraph.core.graph.edge",
+    "Node": "tenxgraph.core.graph.node",
+    "StateGraph": "tenxgraph.core.graph.state_graph",
+    "ToolNode": "tenxgraph.core.graph.tool_node",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenxgraph.core.graph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

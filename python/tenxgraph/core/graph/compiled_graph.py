@@ -18,6 +18,7 @@ from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
     DEFAULT_NODE_TIMEOUT_SECONDS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
     END,
     START,
     ResponseGranularity,
@@ -67,6 +68,12 @@ def run_sync(coro: Any) -> Any:
         return pool.submit(ctx.run, asyncio.run, coro).result()
 
 
+def _is_tool_node(func: Any) -> bool:
+    from tenxgraph.core.graph.tool_node import ToolNode
+
+    return isinstance(func, ToolNode)
+
+
 class CompiledGraph(Generic[StateT]):
     """A graph ready to run. Each run's loop executes in the Rust core."""
 
@@ -107,6 +114,7 @@ class CompiledGraph(Generic[StateT]):
             builder.entry_point,
             interrupt_before,
             interrupt_after,
+            [n for n, node in self._nodes.items() if _is_tool_node(node.func)],
             checkpointer._native,
         )
 
@@ -148,6 +156,7 @@ class CompiledGraph(Generic[StateT]):
         cfg = self._prepare_config(config)
         run = Run(self, cfg, input_data)
         node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
+        tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
         raw = await self._native.run(
             run,
             asyncio.get_running_loop(),
@@ -157,6 +166,7 @@ class CompiledGraph(Generic[StateT]):
             str(cfg["run_id"]),
             cfg.get("recursion_limit", 25),
             node_timeout,
+            tool_timeout,
             bool(cfg.get("durable_checkpoint_every_step", True)),
             bool(run.input_messages),
             bool(run.state_update),

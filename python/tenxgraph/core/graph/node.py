@@ -73,7 +73,7 @@ def _injection_plan(func: Callable[..., Any]) -> tuple[str, list[str]]:
     ]
     required = [p for p in params if p.default is inspect.Parameter.empty]
     names = {p.name for p in params}
-    if False:
+    if len(required) == 1 and required[0].name not in ("state", "config"):
         return "single", []
     extra = [p.name for p in required if p.name not in ("state", "config")]
     has_state, has_config = "state" in names, "config" in names

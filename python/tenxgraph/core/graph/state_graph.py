@@ -19,6 +19,12 @@ StateT = TypeVar("StateT", bound=AgentState)
 _log = logging.getLogger("tenxgraph.graph")
 
 
+def _is_tool_node(func: Any) -> bool:
+    from tenxgraph.core.graph.tool_node import ToolNode
+
+    return isinstance(func, ToolNode)
+
+
 def _identity(state: Any, config: Any = None, **_: Any) -> Any:
     return state
 
@@ -64,7 +70,7 @@ class StateGraph(Generic[StateT]):
             if not name:
                 raise ValueError("Invalid arguments for add_node")
             func = name_or_func
-        elif isinstance(name_or_func, str) and func is not None and callable(func):
+        elif isinstance(name_or_func, str) and func is not None and (callable(func) or _is_tool_node(func)):
             name = name_or_func
         else:
             raise ValueError("Invalid arguments for add_node")

@@ -1,0 +1,169 @@
+"""The Python half of one tool node: the calls, their branch states, and turning results into
+messages. The Rust handler decides what runs (ledger lookup, timeouts, recording)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from tenxgraph.core.exceptions import NodeError
+from tenxgraph.core.graph.tool_merge import merge_tool_state
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
+
+__all__ = ["ToolStep"]
+
+_log = logging.getLogger("tenxgraph.tools")
+_JSON = TypeAdapter(Any)
+
+
+@dataclass
+class _Call:
+    call_id: str | None
+    name: str
+    arguments: Any
+
+
+@dataclass
+class ToolStep:
+    node_name: str
+    tool_node: Any
+    origin_id: Any
+    calls: list[_Call]
+    live: AgentState
+    baseline: AgentState | None
+    branches: dict[int, AgentState] = field(default_factory=dict)
+    replays: dict[int, Message] = field(default_factory=dict)
+    replayed_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
+        if not state.context:
+            raise NodeError(f"ToolNode '{node_name}' has no messages to act on", "NODE_003", {"node_name": node_name})
+        last = state.context[-1]
+        raw_calls = last.tools_calls or []
+        if not raw_calls:
+            raise NodeError(
+                f"ToolNode '{node_name}': the last message has no tool calls", "NODE_002", {"node_name": node_name}
+            )
+        calls = [_parse_call(c) for c in raw_calls]
+        # One call works on the live state; several get their own copies, merged afterwards.
+        baseline = copy.deepcopy(state) if len(calls) > 1 else None
+        return cls(node_name, tool_node, last.message_id, calls, state, baseline)
+
+    def state_for(self, index: int) -> AgentState:
+        if self.baseline is None:
+            return self.live
+        if index not in self.branches:
+            self.branches[index] = copy.deepcopy(self.baseline)
+        return self.branches[index]
+
+    def accept_replay(self, index: int, envelope_json: str) -> bool:
+        env = json.loads(envelope_json)
+        try:
+            if env["__kind__"] == "message":
+                self.replays[index] = Message.model_validate(env["value"])
+            else:
+                self.replays[index] = _result_message(self.calls[index], env["value"], False)
+            update = env.get("state")
+            if update is not None:
+                if not isinstance(update, dict):
+                    return False
+                self.replayed_updates[index] = update
+        except Exception as exc:  # a malformed record is no record: the tool runs again
+            _log.warning("ledger record for call %s is malformed (%s); the tool will run", self.calls[index].call_id, exc)
+            return False
+        return True
+
+    async def run(self, index: int, config: dict[str, Any], idempotency_key: str | None) -> tuple[str, bool, bool]:
+        call = self.calls[index]
+        args = call.arguments
+        if isinstance(args, str) or args is None:
+            try:
+                args = json.loads(args or "{}")
+            except (json.JSONDecodeError, TypeError) as exc:
+                msg = _result_message(call, f"Invalid tool arguments (not valid JSON): {exc}", True)
+                return _envelope(msg), False, True  # the tool never ran: nothing to record
+        if not isinstance(args, dict):
+            msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
+            return _envelope(msg), False, True
+        state = self.state_for(index)
+        outcome = await self.tool_node.execute(
+            call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
+        )
+        msg = outcome.message
+        env: dict[str, Any] = {"__kind__": "message", "value": msg.model_dump(mode="json")}
+        record = bool(outcome.recordable)
+        if outcome.state_update:
+            _apply_update(state, outcome.state_update)
+            try:
+                env["state"] = _JSON.dump_python(outcome.state_update, mode="json")
+            except Exception as exc:
+                record = False
+                _log.error(
+                    "tool call %s (%s) COMPLETED but could not be recorded: its state update is not "
+                    "JSON-serialisable (%s); a replay of this node may run it again",
+                    call.call_id, call.name, exc, extra={"event": "tool_result_not_recorded"},
+                )
+        return json.dumps(env), record, _is_error(msg)
+
+    def finish(self, items: list[tuple[str, str]]) -> list[Message]:
+        messages: list[Message] = []
+        for index, (kind, payload) in enumerate(items):
+            call = self.calls[index]
+            if kind == "replayed":
+                messages.append(self.replays[index])
+            elif kind == "ran":
+                env = json.loads(payload)
+                messages.append(Message.model_validate(env["value"]))
+            elif kind == "timeout":
+                text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s and was cancelled "
+                        "[NODE_TIMEOUT_002]")
+                messages.append(_result_message(call, text, True, code="NODE_TIMEOUT_002"))
+            else:
+                messages.append(_result_message(call, f"Tool '{call.name}' failed: {payload}", True))
+        if self.baseline is not None:
+            for index in sorted(self.branches):
+                merge_tool_state(self.live, self.branches[index], self.baseline)
+        for index in sorted(self.replayed_updates):
+            _apply_update(self.live, self.replayed_updates[index])
+        return messages
+
+
+def _parse_call(raw: Any) -> _Call:
+    if not isinstance(raw, dict):
+        return _Call(None, "", "{}")
+    fn = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+    call_id = raw.get("id")
+    return _Call(str(call_id) if call_id else None, str(fn.get("name") or raw.get("name") or ""),
+                 fn.get("arguments", raw.get("arguments", "{}")))
+
+
+def _apply_update(state: AgentState, update: dict[str, Any]) -> None:
+    fields = type(state).model_fields
+    for key, value in update.items():
+        if key in fields and key not in ("context", "execution_meta"):
+            setattr(state, key, value)
+
+
+def _envelope(msg: Message) -> str:
+    return json.dumps({"__kind__": "message", "value": msg.model_dump(mode="json")})
+
+
+def _is_error(msg: Message) -> bool:
+    return any(isinstance(b, ErrorBlock) or (isinstance(b, ToolResultBlock) and b.is_error) for b in msg.content)
+
+
+def _result_message(call: _Call, output: Any, is_error: bool, code: str | None = None) -> Message:
+    blocks: list[Any] = [ToolResultBlock(call_id=call.call_id or "", output=output, is_error=is_error,
+                                         status="failed" if is_error else "completed")]
+    if is_error and code:
+        blocks.append(ErrorBlock(message=str(output), code=code))
+    meta = {"function_name": call.name, "tool_call_id": call.call_id}
+    return Message.tool_message(blocks, meta=meta)

@@ -1,0 +1,417 @@
+"""ToolNode: the registry of a graph's tools and the executor of one tool call.
+
+Differences from 10xGraph 0.10, on purpose:
+- tools are keyed by their advertised name (``@tool(name=...)``), so a renamed tool can
+  be called by the name the model was shown;
+- ``execute`` returns a :class:`ToolOutcome` and never touches the state, so the node
+  handler decides how parallel branches merge; ``invoke`` keeps 10xGraph's return shape;
+- a tool may take ``idempotency_key``, injected by the runtime and never shown to the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from tenxgraph.core.graph.tool_schema import (
+    INJECTABLE_PARAMS,
+    UnsupportedToolParameterError,
+    function_schema,
+    is_inject_default,
+    resolve_hints,
+    tool_name,
+)
+from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message_block import (
+    ErrorBlock,
+    RemoteToolCallBlock,
+    ToolResultBlock,
+)
+from tenxgraph.core.state.tool_result import ToolResult
+
+__all__ = [
+    "HAS_FASTMCP",
+    "HAS_MCP",
+    "ToolNode",
+    "ToolOutcome",
+    "ToolResult",
+    "UnsupportedToolParameterError",
+]
+
+HAS_MCP = False
+HAS_FASTMCP = False
+
+_log = logging.getLogger("tenxgraph.graph.tool_node")
+
+# Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
+# services this runtime does not provide, so they must carry a default.
+_SUPPLIED = frozenset({"tool_call_id", "state", "config", "emit", "idempotency_key"})
+_EMPTY = inspect.Parameter.empty
+
+
+@dataclass
+class ToolOutcome:
+    """One executed call: the tool message, the ToolResult state update (if any), and
+    whether the node handler may record it in the tool ledger."""
+
+    message: Message
+    state_update: dict[str, Any] | None = None
+    recordable: bool = True
+
+
+@dataclass(frozen=True)
+class _Param:
+    """How to fill one parameter, worked out once at registration."""
+
+    name: str
+    kind: inspect._ParameterKind
+    default: Any
+    source: str  # "supplied" | "skipped" | "model"
+    adapter: TypeAdapter[Any] | None = None
+
+
+def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
+    """A validator for model arguments, or None to pass the value through untouched."""
+    if annotation is _EMPTY or isinstance(annotation, str):
+        return None
+    try:
+        if isinstance(annotation, type) and (
+            issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+        ):
+            return TypeAdapter(annotation)  # pydantic refuses a config for these
+        # Models often send 42 for a str parameter; accept it rather than fail the call.
+        return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
+    except Exception:  # noqa: BLE001 - an annotation pydantic cannot validate: lenient
+        _log.debug("no validator for annotation %r; arguments pass through", annotation)
+        return None
+
+
+def _plan(fn: Callable[..., Any]) -> list[_Param]:
+    hints = resolve_hints(fn)
+    plan: list[_Param] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            plan.append(_Param(p.name, p.kind, _EMPTY, "model"))
+        elif p.name in _SUPPLIED:
+            plan.append(_Param(p.name, p.kind, p.default, "supplied"))
+        elif p.name in INJECTABLE_PARAMS or is_inject_default(p.default):
+            plan.append(_Param(p.name, p.kind, p.default, "skipped"))
+        else:
+            annotation = hints.get(p.name, p.annotation)
+            plan.append(_Param(p.name, p.kind, p.default, "model", _adapter_for(annotation)))
+    return plan
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as plain JSON data; unknown objects inside become their str()."""
+    return to_jsonable_python(value, fallback=str)
+
+
+def _normalise_output(result: Any) -> Any:
+    """A tool's return value as a ToolResultBlock output that is always JSON-serialisable."""
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    try:
+        if isinstance(result, BaseModel):
+            output: Any = result.model_dump(mode="json")
+        elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+            output = _json_safe(dataclasses.asdict(result))
+        elif isinstance(result, dict | list | tuple):
+            output = _json_safe(result)
+        else:
+            return str(result)
+        # allow_nan=False: NaN is not JSON, and a JSONB column would reject it.
+        json.dumps(output, allow_nan=False)
+        return output
+    except Exception:  # noqa: BLE001 - cycles, odd keys, NaN: the text form always works
+        return str(result)
+
+
+def _remote_schema_name(schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    function = schema.get("function")
+    name = function.get("name") if isinstance(function, dict) else schema.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _to_openai(schema: dict[str, Any]) -> dict[str, Any]:
+    """A per-run tool in OpenAI form; a flat {name, description, parameters} is wrapped."""
+    if isinstance(schema.get("function"), dict):
+        return {"type": "function", "function": dict(schema["function"])}
+    return {
+        "type": "function",
+        "function": {
+            "name": schema["name"],
+            "description": schema.get("description") or "No description provided.",
+            "parameters": schema.get("parameters") or {"type": "object", "properties": {}},
+        },
+    }
+
+
+class ToolNode:
+    """The local tools of a graph: their schemas for the model, and their execution."""
+
+    def __init__(
+        self,
+        tools: Iterable[Callable[..., Any]],
+        client: Any = None,
+        pass_user_info_to_mcp: bool = False,
+    ) -> None:
+        if client is not None:
+            raise ImportError("MCP tools need the mcp extra, which tenxgraph does not ship yet")
+        self.pass_user_info_to_mcp = pass_user_info_to_mcp
+        self.mcp_tools: list[str] = []
+        self.remote_tools: list[dict[str, Any]] = []
+        self.remote_tool_names: list[str] = []
+        self._funcs: dict[str, Callable[..., Any]] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        self._plans: dict[str, list[_Param]] = {}
+        for fn in tools:
+            self.add_tool(fn)
+
+    # ------------------------------------------------------------------ registry
+
+    def add_tool(self, fn: Callable[..., Any]) -> None:
+        """Register ``fn`` under its advertised name; its schema is built now, so an
+        unsupported parameter fails here rather than mid-run."""
+        if not callable(fn):
+            raise TypeError(f"ToolNode tools must be callable, got {type(fn).__name__}")
+        name = tool_name(fn)
+        if name in self._funcs:
+            raise ValueError(f"Duplicate tool name '{name}' in ToolNode")
+        schema = function_schema(fn)
+        self._plans[name] = _plan(fn)
+        self._schemas[name] = schema
+        self._funcs[name] = fn
+
+    @property
+    def tool_names(self) -> list[str]:
+        return list(self._funcs)
+
+    def get_tool(self, name: str) -> Callable[..., Any] | None:
+        return self._funcs.get(name)
+
+    def side_effects(self, name: str) -> str:
+        """``"idempotent"``, ``"at_most_once"`` or ``"pure"``; unknown tools count as idempotent."""
+        return getattr(self._funcs.get(name), "_py_tool_side_effects", None) or "idempotent"
+
+    def get_local_tool(self, tags: set[str] | None = None) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = []
+        for name, fn in self._funcs.items():
+            tool_tags = getattr(fn, "_py_tool_tags", None)
+            if tags and tool_tags and set(tags).isdisjoint(tool_tags):
+                continue
+            tools.append(copy.deepcopy(self._schemas[name]))  # callers may edit their copy
+        return tools
+
+    def all_tools_sync(
+        self, tags: set[str] | None = None, config: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Local tools, then attached remote tools, then the run's ``config["remote_tools"]``."""
+        tools = self.get_local_tool(tags)
+        seen = {t["function"]["name"] for t in tools}
+        per_run = (config or {}).get("remote_tools") or []
+        for schema in [*self.remote_tools, *per_run]:
+            name = _remote_schema_name(schema)
+            if name is None:
+                _log.warning("ignoring a remote tool schema without a name: %r", schema)
+                continue
+            if name in seen:
+                _log.warning("remote tool '%s' would shadow an existing tool; skipped", name)
+                continue
+            seen.add(name)
+            tools.append(_to_openai(schema))
+        return tools
+
+    async def all_tools(
+        self, tags: set[str] | None = None, config: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        return self.all_tools_sync(tags, config)
+
+    def _is_remote(self, name: str, config: dict[str, Any] | None) -> bool:
+        per_run = (config or {}).get("remote_tools") or []
+        names = {_remote_schema_name(s) for s in [*self.remote_tools, *per_run]}
+        return name in names or name in self.remote_tool_names
+
+    # ----------------------------------------------------------------- execution
+
+    async def execute(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        idempotency_key: str | None = None,
+    ) -> ToolOutcome:
+        """Run one call. Tool failures become error messages; BaseExceptions that are not
+        Exceptions (cancellation, GraphInterrupt) propagate."""
+        outcome, _ = await self._execute(name, args, tool_call_id, config, state, idempotency_key)
+        return outcome
+
+    async def invoke(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+    ) -> dict[str, Any] | Message:
+        """10xGraph's shape: the Message, or ``{"state", "messages"}`` for a ToolResult,
+        whose state keys the state has are set on it."""
+        outcome, from_tool_result = await self._execute(
+            name, args, tool_call_id, config, state, None
+        )
+        if not from_tool_result:
+            return outcome.message
+        for key, value in (outcome.state_update or {}).items():
+            if hasattr(state, key):
+                setattr(state, key, value)
+        return {"state": state, "messages": outcome.message}
+
+    async def _execute(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        idempotency_key: str | None,
+    ) -> tuple[ToolOutcome, bool]:
+        meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
+        fn = self._funcs.get(name)
+        if fn is None:
+            if self._is_remote(name, config):
+                # The client runs it; the graph pauses. A placeholder must not be recorded.
+                placeholder = Message(
+                    role="tool",
+                    content=[RemoteToolCallBlock(id=tool_call_id, name=name, args=args or {})],
+                    metadata={"is_remote": True},
+                )
+                return ToolOutcome(placeholder, None, recordable=False), False
+            text = f"Tool '{name}' not found."
+            missing = Message.tool_message(
+                [
+                    ErrorBlock(message=text),
+                    ToolResultBlock(
+                        call_id=tool_call_id, output=text, is_error=True, status="failed"
+                    ),
+                ],
+                meta=meta,
+            )
+            return ToolOutcome(missing), False
+        try:
+            injected = {
+                "tool_call_id": tool_call_id,
+                "state": state,
+                "config": config,
+                "emit": None,
+                "idempotency_key": idempotency_key,
+            }
+            call_args, call_kwargs = self._bind(name, args or {}, injected)
+            result = await self._call(fn, call_args, call_kwargs)
+            return self._map_result(result, tool_call_id, meta)
+        except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+            _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc)
+            error = Message.tool_message(
+                [
+                    ToolResultBlock(
+                        call_id=tool_call_id,
+                        output=f"Internal execution error: {exc}",
+                        status="failed",
+                        is_error=True,
+                    ),
+                    ErrorBlock(message=str(exc), code=type(exc).__name__),
+                ],
+                meta=meta,
+            )
+            return ToolOutcome(error), False
+
+    def _bind(
+        self, name: str, args: dict[str, Any], injected: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        positional: list[Any] = []
+        keywords: dict[str, Any] = {}
+        used: set[str] = set()
+        var_keyword = False
+        for p in self._plans[name]:
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
+                var_keyword = True
+                continue
+            if p.source == "supplied":
+                value = injected[p.name]
+            elif p.source == "skipped":
+                if p.default is _EMPTY:
+                    raise TypeError(
+                        f"tool '{name}' requires '{p.name}', which this runtime does not "
+                        "inject; give it a default"
+                    )
+                value = p.default
+            elif p.name in args:
+                used.add(p.name)
+                raw = args[p.name]
+                value = p.adapter.validate_python(raw) if p.adapter is not None else raw
+            elif p.default is _EMPTY:
+                raise TypeError(f"tool '{name}' missing required argument '{p.name}'")
+            else:
+                continue  # let Python apply the default
+            if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+                positional.append(value)
+            else:
+                keywords[p.name] = value
+        extra = {k: v for k, v in args.items() if k not in used}
+        # The model never sees the injectable names, so it may not set them either.
+        if var_keyword:
+            extra_ok = {k: v for k, v in extra.items() if k not in INJECTABLE_PARAMS}
+            keywords.update(extra_ok)
+            extra = {k: v for k, v in extra.items() if k in INJECTABLE_PARAMS}
+        if extra:
+            _log.warning("tool '%s': ignoring unexpected arguments %s", name, sorted(extra))
+        return positional, keywords
+
+    @staticmethod
+    async def _call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)
+        ):
+            return await fn(*args, **kwargs)
+        # A worker thread keeps a blocking tool off the loop; to_thread copies contextvars.
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @staticmethod
+    def _map_result(
+        result: Any, tool_call_id: str, meta: dict[str, Any]
+    ) -> tuple[ToolOutcome, bool]:
+        if isinstance(result, ToolResult):
+            block = ToolResultBlock(
+                call_id=tool_call_id,
+                output=_normalise_output(result.message),
+                status="failed" if result.is_error else "completed",
+                is_error=result.is_error,
+            )
+            return ToolOutcome(Message.tool_message([block], meta=meta), result.state), True
+        if isinstance(result, Message):
+            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}})
+            return ToolOutcome(merged), False
+        block = ToolResultBlock(
+            call_id=tool_call_id, output=_normalise_output(result), status="completed"
+        )
+        return ToolOutcome(Message.tool_message([block], meta=meta)), False

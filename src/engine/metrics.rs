@@ -1,0 +1,53 @@
+//! Process-wide counters and durations, cheap enough for every node and tool call (relaxed
+//! atomics). Read with `snapshot()`; exporters (Prometheus, OTel) are built on that in Python.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+macro_rules! metrics {
+    ($($field:ident => $name:literal),* $(,)?) => {
+        #[derive(Default)]
+        pub struct Metrics { $(pub $field: AtomicU64,)* }
+        impl Metrics {
+            /// `(metric name, value)`; durations are `*_seconds_sum` / `*_count` pairs.
+            pub fn snapshot(&self) -> Vec<(&'static str, f64)> {
+                vec![$(($name, self.$field.load(Relaxed) as f64 / scale($name)),)*]
+            }
+        }
+    };
+}
+
+metrics! {
+    node_executions => "tenxgraph.node.executions",
+    node_errors => "tenxgraph.node.errors",
+    node_timeouts => "tenxgraph.node.timeouts",
+    node_stopped => "tenxgraph.node.stopped",
+    node_duration_us => "tenxgraph.node.duration_seconds_sum",
+    tool_calls => "tenxgraph.tool.calls",
+    tool_errors => "tenxgraph.tool.errors",
+    tool_timeouts => "tenxgraph.tool.timeouts",
+    tool_replayed => "tenxgraph.tool.replayed",
+    tool_record_failures => "tenxgraph.tool.record_failures",
+    tool_duration_us => "tenxgraph.tool.duration_seconds_sum",
+    ledger_read_failures => "tenxgraph.ledger.read_failures",
+    ledger_misses => "tenxgraph.ledger.misses",
+    stale_conflicts => "tenxgraph.storage.stale_conflicts",
+    steps_committed => "tenxgraph.storage.steps_committed",
+}
+
+fn scale(name: &str) -> f64 {
+    if name.ends_with("seconds_sum") { 1e6 } else { 1.0 }
+}
+
+pub fn metrics() -> &'static Metrics {
+    static M: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
+    M.get_or_init(Metrics::default)
+}
+
+pub fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+pub fn add_duration(c: &AtomicU64, d: Duration) {
+    c.fetch_add(d.as_micros() as u64, Relaxed);
+}
