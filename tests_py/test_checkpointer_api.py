@@ -458,3 +458,24 @@ async def test_release_then_in_memory_is_empty(make_thread) -> None:
     await cp.aput_state(cfg, AgentState())
     await cp.arelease()
     assert await cp.aget_state(cfg) is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_isolation_non_owner_reads_nothing_and_cannot_write(kind, tmp_path) -> None:
+    from tenxgraph.core.exceptions import StorageError
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+
+    cp = (InMemoryCheckpointer(enforce_user_isolation=True) if kind == "memory"
+          else SqliteCheckpointer(tmp_path / "iso.db", enforce_user_isolation=True))
+    owner = {"thread_id": "iso", "user_id": "alice"}
+    await cp.aput_state(owner, AgentState(context=[Message.text_message("secret")]))
+    intruder = {"thread_id": "iso", "user_id": "mallory"}
+    assert await cp.aget_state(intruder) is None
+    assert await cp.alist_messages(intruder) == []
+    with pytest.raises(StorageError) as e:
+        await cp.aput_tool_result(intruder, "m:c", {"__kind__": "raw", "value": 1})
+    assert e.value.error_code == "STORAGE_FORBIDDEN_001"
+    with pytest.raises(StorageError):
+        await cp.aput_state(intruder, AgentState())
+    assert (await cp.aget_state(owner)).context[0].text() == "secret"

@@ -857,11 +857,6 @@ async def test_input_state_update_sets_known_fields_only(checkpointer, make_thre
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: input {'state': {'current_node': X}} should set execution_meta.current_node (spec 2.3); "
-    "_runtime._state_update drops the key and the Rust loop has no input for it",
-)
 async def test_input_state_current_node_sets_start_node(checkpointer, make_thread) -> None:
     def a(state):
         return "a"
@@ -874,6 +869,8 @@ async def test_input_state_current_node_sets_start_node(checkpointer, make_threa
         {"messages": [user("hi")], "state": {"current_node": "b"}}, {"thread_id": make_thread()}, "full"
     )
     assert texts(r["messages"]) == ["hi", "b"]
+    with pytest.raises(ValueError, match="not a node"):
+        await app.ainvoke({"messages": [user("x")], "state": {"current_node": "nope"}}, {"thread_id": make_thread()})
 
 
 # -- response granularity and token usage --------------------------------------------------

@@ -41,6 +41,10 @@ class Run:
         self.config = config
         self.input_messages = _input_messages(input_data)
         self.state_update = _state_update(input_data)
+        start = input_data.get("state", {}).get("current_node") if isinstance(input_data.get("state"), dict) else None
+        if start is not None and not isinstance(start, str):
+            raise ValueError("input_data['state']['current_node'] must be a node name")
+        self.start_node: str | None = start
         self.state: AgentState | None = None
         self.produced: list[Message] = []
         self._tool_steps: dict[str, ToolStep] = {}

@@ -13,9 +13,11 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 /// What the caller handed the run, as far as the loop cares.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RunInput {
+pub struct RunInput<'a> {
     pub has_messages: bool,
     pub has_state_update: bool,
+    /// `input["state"]["current_node"]`: where to start instead of the saved node.
+    pub start_node: Option<&'a str>,
 }
 
 #[derive(Debug, Clone)]
@@ -52,7 +54,7 @@ pub async fn run<H: NodeHost + ?Sized>(
     store: &dyn Checkpointer,
     host: &H,
     cfg: &RunConfig,
-    input: RunInput,
+    input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
     let t = &cfg.thread;
     let entry = graph
@@ -85,6 +87,13 @@ pub async fn run<H: NodeHost + ?Sized>(
     if exec.current_node == super::START {
         exec.current_node = entry.clone();
     }
+    if let Some(start) = input.start_node {
+        if !graph.nodes.iter().any(|n| n == start) {
+            return Err(EngineError::InvalidInput(format!("input state current_node '{start}' is not a node of this graph")));
+        }
+        exec.current_node = start.to_owned();
+        skip_before = None;
+    }
     exec.clear_interrupt();
     exec.error = None;
     exec.stop_current_execution = "none".into();
@@ -99,7 +108,12 @@ pub async fn run<H: NodeHost + ?Sized>(
     let cursor = host.prepare(stored_parts, &exec).await?;
 
     let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone() };
-    if stored.is_none() || input.has_messages || input.has_state_update || previous != ExecStatus::Running {
+    if stored.is_none()
+        || input.has_messages
+        || input.has_state_update
+        || input.start_node.is_some()
+        || previous != ExecStatus::Running
+    {
         run.commit(true).await?;
     }
     let notify = StopSignals::global().subscribe(&key);

@@ -49,7 +49,7 @@ impl NativeGraph {
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -66,6 +66,7 @@ impl NativeGraph {
         durable: bool,
         has_messages: bool,
         has_state_update: bool,
+        start_node: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -76,8 +77,8 @@ impl NativeGraph {
         let spec = self.spec.clone();
         let store = self.store.clone();
         let host = PyHost { run, locals: Locals { event_loop, context } };
-        let input = RunInput { has_messages, has_state_update };
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
             let result = engine::run(&spec, &*store, &host, &cfg, input).await;
             match result {
                 Ok(o) => Ok(json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string()),

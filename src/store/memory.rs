@@ -94,8 +94,8 @@ impl Checkpointer for MemoryStore {
 
     async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
         let inner = self.lock();
-        let Some(d) = inner.threads.get(&t.thread_id) else { return Ok(None) };
-        self.check_owner(d, t)?;
+        // A non-owner reads nothing (writes are what raise).
+        let Some(d) = self.readable(&inner, t) else { return Ok(None) };
         Ok(d.states.last().map(|(v, s)| Checkpoint {
             version: *v,
             state: s.clone(),
@@ -295,6 +295,7 @@ impl Checkpointer for MemoryStore {
     async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
+        self.check_owner(d, t)?;
         ensure_row(d, t);
         if d.ledger.contains_key(key) {
             return Ok(false);

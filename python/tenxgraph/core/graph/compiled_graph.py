@@ -170,6 +170,7 @@ class CompiledGraph(Generic[StateT]):
             bool(cfg.get("durable_checkpoint_every_step", True)),
             bool(run.input_messages),
             bool(run.state_update),
+            run.start_node,
         )
         outcome = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
