@@ -13,4 +13,4 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check \
-  "maturin>=1.9.4,<2" "pydantic>=2,<3" "pytest>=8" "pytest-asyncio>=1.2,<2" "pytest-timeout"
+  "maturin>=1.9.4,<2" "pydantic>=2,<3" "pytest>=8" "pytest-asyncio>=1.2,<2" "pytest-timeout" "mypy"

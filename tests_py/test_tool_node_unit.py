@@ -743,3 +743,4 @@ async def test_kwargs_tool_receives_extra_arguments_but_not_injectables() -> Non
 
     await run(ToolNode([loose]), "loose", {"a": "1", "b": 2, "config": "forged"})
     assert got == {"a": 1, "b": 2}
+

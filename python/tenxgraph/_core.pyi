@@ -1,0 +1,96 @@
+"""Type stubs for the native module built from src/py (PyO3)."""
+
+from collections.abc import Awaitable
+from typing import Any, final
+
+
+__all__ = ["Completion", "NativeGraph", "NativeStore", "metrics_snapshot", "__version__"]
+
+__version__: str
+
+def metrics_snapshot() -> dict[str, float]: ...
+
+@final
+class Completion:
+    def __call__(self, ok: bool, value: Any) -> None: ...
+
+@final
+class NativeStore:
+    @staticmethod
+    def memory(enforce_user_isolation: bool) -> NativeStore: ...
+    @staticmethod
+    def sqlite(path: str, enforce_user_isolation: bool, durable_sync: bool) -> NativeStore: ...
+    def load(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str, list[str]] | None]: ...
+    def put_step(
+        self,
+        thread_id: str,
+        user_id: str,
+        expected_version: int,
+        state_json: str,
+        messages: list[tuple[str, str]],
+        replace_messages: bool = False,
+    ) -> Awaitable[int]: ...
+    def clear_state(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
+    def put_messages(self, thread_id: str, user_id: str, messages: list[tuple[str, str]]) -> Awaitable[int]: ...
+    def get_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[str | None]: ...
+    def list_messages(
+        self,
+        thread_id: str,
+        user_id: str,
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> Awaitable[list[str]]: ...
+    def delete_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[bool]: ...
+    def put_thread(self, thread_id: str, user_id: str, name: str | None, meta_json: str) -> Awaitable[bool]: ...
+    def get_thread(
+        self, thread_id: str, user_id: str
+    ) -> Awaitable[tuple[str, str, str | None, str, float, float] | None]: ...
+    def list_threads(
+        self,
+        user_id: str | None = None,
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> Awaitable[list[tuple[str, str, str | None, str, float, float]]]: ...
+    def clean_thread(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
+    def thread_owner(self, thread_id: str) -> Awaitable[str | None]: ...
+    def cache_put(
+        self, namespace: str, key: str, value_json: str, ttl_seconds: float | None = None
+    ) -> Awaitable[bool]: ...
+    def cache_get(self, namespace: str, key: str) -> Awaitable[str | None]: ...
+    def cache_clear(self, namespace: str, key: str) -> Awaitable[bool]: ...
+    def cache_keys(self, namespace: str, prefix: str | None = None) -> Awaitable[list[str]]: ...
+    def request_stop(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
+    def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> Awaitable[dict[str, str]]: ...
+    def ledger_put(self, thread_id: str, user_id: str, key: str, result_json: str) -> Awaitable[bool]: ...
+    def release(self) -> Awaitable[bool]: ...
+
+@final
+class NativeGraph:
+    def __new__(
+        cls,
+        nodes: list[str],
+        edges: list[tuple[str, str, int | None, str | None]],
+        entry: str | None,
+        interrupt_before: list[str],
+        interrupt_after: list[str],
+        tool_nodes: list[str],
+        store: NativeStore,
+    ) -> NativeGraph: ...
+    def run(
+        self,
+        run: Any,
+        event_loop: Any,
+        context: Any,
+        thread_id: str,
+        user_id: str,
+        run_id: str,
+        recursion_limit: int,
+        node_timeout: float | None,
+        tool_timeout: float | None,
+        durable: bool,
+        has_messages: bool,
+        has_state_update: bool,
+        start_node: str | None = None,
+    ) -> Awaitable[str]: ...
