@@ -199,3 +199,20 @@ async fn a_file_database_is_shared_by_two_handles() {
     assert_eq!(cp.state, st);
     assert!(matches!(b.put_step(&t, step(0, &st, &[])).await, Err(StoreError::Stale { .. })));
 }
+
+#[tokio::test]
+async fn ledger_batches_keep_first_results_and_count_inserts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new("batch", "u");
+        s.ledger_put(&t, "m:a", &json!({"__kind__": "raw", "value": "old"})).await.unwrap();
+        let batch = vec![
+            ("m:a".to_owned(), json!({"__kind__": "raw", "value": "new"})),
+            ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b1"})),
+            ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b2"})),
+        ];
+        assert_eq!(s.ledger_put_many(&t, &batch).await.unwrap(), 1, "{name}");
+        let got = s.ledger_get(&t, &["m:a".into(), "m:b".into()]).await.unwrap();
+        assert_eq!((got["m:a"]["value"].as_str(), got["m:b"]["value"].as_str()), (Some("old"), Some("b1")), "{name}");
+    }
+}

@@ -53,15 +53,17 @@ class ToolStep:
                 f"ToolNode '{node_name}': the last message has no tool calls", "NODE_002", {"node_name": node_name}
             )
         calls = [_parse_call(c) for c in raw_calls]
-        # One call works on the live state; several get their own copies, merged afterwards.
-        baseline = copy.deepcopy(state) if len(calls) > 1 else None
+        # One call works on the live state; several get their own copies, merged afterwards. Only
+        # tools that take `state` can change it, so only their calls need a copy at all.
+        writers = sum(1 for c in calls if tool_node.takes_state(c.name))
+        baseline = _branch_copy(state) if len(calls) > 1 and writers > 0 else None
         return cls(node_name, tool_node, last.message_id, calls, state, baseline)
 
     def state_for(self, index: int) -> AgentState:
         if self.baseline is None:
             return self.live
         if index not in self.branches:
-            self.branches[index] = copy.deepcopy(self.baseline)
+            self.branches[index] = _branch_copy(self.baseline)
         return self.branches[index]
 
     def accept_replay(self, index: int, envelope_json: str) -> bool:
@@ -93,7 +95,7 @@ class ToolStep:
         if not isinstance(args, dict):
             msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
             return _envelope(msg), False, True
-        state = self.state_for(index)
+        state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
         outcome = await self.tool_node.execute(
             call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
         )
@@ -134,6 +136,19 @@ class ToolStep:
         for index in sorted(self.replayed_updates):
             _apply_update(self.live, self.replayed_updates[index])
         return messages
+
+
+def _branch_copy(state: AgentState) -> AgentState:
+    """A deep copy of everything the merge reads, in time independent of the history: `context` is
+    never merged back, so a branch gets its own list of the same (shared) messages."""
+    context = state.context
+    state.context = []
+    try:
+        branch = copy.deepcopy(state)
+    finally:
+        state.context = context
+    branch.context = list(context)
+    return branch
 
 
 def _parse_call(raw: Any) -> _Call:

@@ -7,7 +7,9 @@ use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
 use crate::store::Checkpointer;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
+use tokio::sync::oneshot;
 
 /// One call of the issuing assistant message.
 #[derive(Debug, Clone)]
@@ -58,13 +60,14 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         .map(|c| ledger_key(batch.origin_message_id.as_deref(), c.call_id.as_deref()))
         .collect();
     let recorded = lookup(store, cfg, &keys).await;
+    let recorder = Recorder::default();
     let calls = batch.calls.iter().zip(&keys).enumerate().map(|(i, (call, key))| {
         let hit = key
             .as_ref()
             .and_then(|k| recorded.get(k))
             .filter(|env| is_valid_envelope(env) && host.accept_replay(node, i, env))
             .cloned();
-        run_one(host, store, cfg, node, i, call, key.clone(), hit)
+        run_one(host, store, cfg, &recorder, node, i, call, key.clone(), hit)
     });
     let settled = futures::future::join_all(calls).await;
     let mut outcomes = Vec::with_capacity(settled.len());
@@ -112,6 +115,7 @@ async fn run_one<H: NodeHost + ?Sized>(
     host: &H,
     store: &dyn Checkpointer,
     cfg: &RunConfig,
+    recorder: &Recorder,
     node: &str,
     index: usize,
     call: &ToolCall,
@@ -154,7 +158,9 @@ async fn run_one<H: NodeHost + ?Sized>(
                 inc(&m.tool_errors);
             }
             if let (true, Some(k)) = (run.record, key.as_deref()) {
-                record(store, cfg, &call.name, k, &run.envelope).await;
+                if let Err(e) = recorder.record(store, cfg, k, &run.envelope).await {
+                    not_recorded(cfg, &call.name, k, &e);
+                }
             }
             Ok(ToolOutcome::Ran(run.envelope))
         }
@@ -166,18 +172,59 @@ async fn run_one<H: NodeHost + ?Sized>(
     }
 }
 
-/// The moment a tool returns. A failure here is logged, never raised: the side effect already
-/// happened and the model needs the result.
-async fn record(store: &dyn Checkpointer, cfg: &RunConfig, tool: &str, key: &str, envelope: &Value) {
-    if let Err(e) = store.ledger_put(&cfg.thread, key, envelope).await {
-        inc(&metrics().tool_record_failures);
-        tracing::error!(
-            thread_id = %cfg.thread.thread_id,
-            run_id = %cfg.run_id,
-            tool = %tool,
-            ledger_key = %key,
-            event = "tool_result_not_recorded",
-            "tool call {key} ({tool}) COMPLETED but could not be recorded; a replay of this node may run it again: {e}"
-        );
+/// Group commit for the ledger. A result is written the moment its tool returns; results that
+/// return while a write is in flight share the next transaction, so parallel tools do not pay one
+/// commit (and one fsync) each.
+#[derive(Default)]
+struct Recorder {
+    queue: Mutex<RecorderQueue>,
+}
+
+#[derive(Default)]
+struct RecorderQueue {
+    pending: Vec<(String, Value, oneshot::Sender<Result<(), String>>)>,
+    writing: bool,
+}
+
+impl Recorder {
+    async fn record(&self, store: &dyn Checkpointer, cfg: &RunConfig, key: &str, envelope: &Value) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.pending.push((key.to_owned(), envelope.clone(), tx));
+            !std::mem::replace(&mut q.writing, true)
+        };
+        if lead {
+            loop {
+                let batch = {
+                    let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                    if q.pending.is_empty() {
+                        q.writing = false;
+                        break;
+                    }
+                    std::mem::take(&mut q.pending)
+                };
+                let entries: Vec<(String, Value)> = batch.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
+                let result = store.ledger_put_many(&cfg.thread, &entries).await.map(|_| ()).map_err(|e| e.to_string());
+                for (_, _, done) in batch {
+                    let _ = done.send(result.clone());
+                }
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err("the ledger writer was cancelled".into()))
     }
+}
+
+/// A failure to record is logged, never raised: the side effect already happened and the model
+/// needs the result.
+fn not_recorded(cfg: &RunConfig, tool: &str, key: &str, error: &str) {
+    inc(&metrics().tool_record_failures);
+    tracing::error!(
+        thread_id = %cfg.thread.thread_id,
+        run_id = %cfg.run_id,
+        tool = %tool,
+        ledger_key = %key,
+        event = "tool_result_not_recorded",
+        "tool call {key} ({tool}) COMPLETED but could not be recorded; a replay of this node may run it again: {error}"
+    );
 }

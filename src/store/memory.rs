@@ -292,16 +292,19 @@ impl Checkpointer for MemoryStore {
         Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|v| (k.clone(), v.clone()))).collect())
     }
 
-    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
         ensure_row(d, t);
-        if d.ledger.contains_key(key) {
-            return Ok(false);
+        let mut inserted = 0;
+        for (key, result) in entries {
+            if !d.ledger.contains_key(key) {
+                d.ledger.insert(key.clone(), result.clone());
+                inserted += 1;
+            }
         }
-        d.ledger.insert(key.to_owned(), result.clone());
-        Ok(true)
+        Ok(inserted)
     }
 
     async fn release(&self) -> StoreResult<()> {

@@ -70,8 +70,14 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Recorded tool results for the given ledger keys, in one round trip.
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>>;
-    /// Records a tool result; the first result for a key wins. True when this call inserted it.
-    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool>;
+    /// Records tool results in one transaction; for each key the first result ever recorded wins.
+    /// Returns how many were inserted.
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize>;
+
+    /// Records one tool result; true when this call inserted it (false: a result was already there).
+    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
+        Ok(self.ledger_put_many(t, &[(key.to_owned(), result.clone())]).await? > 0)
+    }
 
     async fn release(&self) -> StoreResult<()>;
 }

@@ -434,22 +434,27 @@ impl Checkpointer for SqliteStore {
         Ok(out)
     }
 
-    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("ledger write"))?;
         self.own_thread(&mut tx, t).await?;
-        let r = sqlx::query(
-            "INSERT INTO tool_executions (thread_id, tool_call_id, result, created_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (thread_id, tool_call_id) DO NOTHING",
-        )
-        .bind(&t.thread_id)
-        .bind(key)
-        .bind(to_text(result))
-        .bind(now_secs())
-        .execute(&mut *tx)
-        .await
-        .map_err(be("ledger write"))?;
+        let now = now_secs();
+        let mut inserted = 0;
+        for (key, result) in entries {
+            let r = sqlx::query(
+                "INSERT INTO tool_executions (thread_id, tool_call_id, result, created_at) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT (thread_id, tool_call_id) DO NOTHING",
+            )
+            .bind(&t.thread_id)
+            .bind(key)
+            .bind(to_text(result))
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(be("ledger write"))?;
+            inserted += r.rows_affected() as usize;
+        }
         tx.commit().await.map_err(be("ledger write"))?;
-        Ok(r.rows_affected() > 0)
+        Ok(inserted)
     }
 
     async fn release(&self) -> StoreResult<()> {

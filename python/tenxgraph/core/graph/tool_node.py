@@ -206,6 +206,10 @@ class ToolNode:
     def get_tool(self, name: str) -> Callable[..., Any] | None:
         return self._funcs.get(name)
 
+    def takes_state(self, name: str) -> bool:
+        """Whether the tool declares a ``state`` parameter (only those can change the state)."""
+        return any(p.name == "state" and p.source == "supplied" for p in self._plans.get(name, ()))
+
     def side_effects(self, name: str) -> str:
         """``"idempotent"``, ``"at_most_once"`` or ``"pure"``; unknown tools count as idempotent."""
         return getattr(self._funcs.get(name), "_py_tool_side_effects", None) or "idempotent"
