@@ -9,14 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
+
+BACKENDS = ["memory", "sqlite", "postgres", "postgres+redis"]
 
 
-@pytest.fixture(params=["memory", "sqlite"], ids=["memory", "sqlite"])
+def make_checkpointer(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **kw):
+    """A fresh, empty checkpointer of ``kind``; Postgres ones get a schema of their own."""
+    if kind == "memory":
+        return InMemoryCheckpointer(**kw)
+    if kind == "sqlite":
+        return SqliteCheckpointer(tmp_path / "cp.db", **kw)
+    pg = request.getfixturevalue("tenx_postgres")
+    redis_url = request.getfixturevalue("tenx_redis").url if kind == "postgres+redis" else None
+    kw.setdefault("enforce_user_isolation", False)  # the embedded defaults, so one suite fits all
+    return PgCheckpointer(pg.dsn, redis_url=redis_url, schema=f"t_{uuid.uuid4().hex[:16]}", **kw)
+
+
+@pytest.fixture(params=BACKENDS, ids=BACKENDS)
 def checkpointer(request: pytest.FixtureRequest, tmp_path: Path):
-    if request.param == "memory":
-        return InMemoryCheckpointer()
-    return SqliteCheckpointer(tmp_path / "cp.db")
+    return make_checkpointer(request.param, request, tmp_path)
 
 
 @pytest.fixture

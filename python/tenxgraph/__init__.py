@@ -6,6 +6,7 @@ Compatible with the core API of 10xGraph 0.10: ``StateGraph``, ``AgentState``, `
 
 from __future__ import annotations
 
+import atexit
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -14,6 +15,11 @@ try:
     __version__ = version("10xgraph")
 except PackageNotFoundError:
     __version__ = "0.0.0+unknown"
+
+from tenxgraph import _core
+
+# Rust threads (pools, timers) may still log while the interpreter finalizes; stop that first.
+atexit.register(_core.shutdown)
 
 _LAZY = {
     "StateGraph": "tenxgraph.core.graph",

@@ -4,11 +4,12 @@ from collections.abc import Awaitable
 from typing import Any, final
 
 
-__all__ = ["Completion", "NativeGraph", "NativeStore", "metrics_snapshot", "__version__"]
+__all__ = ["Completion", "NativeGraph", "NativeStore", "metrics_snapshot", "shutdown", "__version__"]
 
 __version__: str
 
 def metrics_snapshot() -> dict[str, float]: ...
+def shutdown() -> None: ...
 
 @final
 class Completion:
@@ -20,6 +21,20 @@ class NativeStore:
     def memory(enforce_user_isolation: bool) -> NativeStore: ...
     @staticmethod
     def sqlite(path: str, enforce_user_isolation: bool, durable_sync: bool) -> NativeStore: ...
+    @staticmethod
+    def postgres(
+        dsn: str,
+        redis_url: str | None,
+        schema: str,
+        max_connections: int = 10,
+        acquire_timeout: float = 10.0,
+        state_history_limit: int = 20,
+        enforce_user_isolation: bool = True,
+        cache_ttl: float = 86400.0,
+    ) -> NativeStore: ...
+    def state_cache_get(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str] | None]: ...
+    def state_cache_put(self, thread_id: str, user_id: str, version: int, state_json: str) -> Awaitable[bool]: ...
+    def state_cache_clear(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
     def load(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str, list[str]] | None]: ...
     def put_step(
         self,

@@ -33,6 +33,7 @@ metrics! {
     ledger_misses => "tenxgraph.ledger.misses",
     stale_conflicts => "tenxgraph.storage.stale_conflicts",
     steps_committed => "tenxgraph.storage.steps_committed",
+    redis_fallbacks => "tenxgraph.storage.redis_fallbacks",
 }
 
 fn scale(name: &str) -> f64 {

@@ -7,7 +7,7 @@ mod exec;
 mod graph;
 mod host;
 mod ledger;
-mod metrics;
+pub mod metrics;
 mod run_loop;
 mod routing;
 mod stop;

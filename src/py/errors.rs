@@ -54,6 +54,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
                 StoreError::MessageInOtherThread { .. } => ("StorageError", "STORAGE_FORBIDDEN_002"),
                 StoreError::InvalidInput(m) => return PyValueError::new_err(m.clone()),
                 StoreError::Backend { .. } => ("StorageError", "STORAGE_001"),
+                StoreError::Transient { .. } => ("TransientStorageError", "STORAGE_TRANSIENT_001"),
                 StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),
             };
             raise(py, class, message, code, &context)

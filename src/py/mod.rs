@@ -25,6 +25,13 @@ pub mod _core {
         crate::engine::metrics().snapshot().into_iter().collect()
     }
 
+    /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so
+    /// Rust logs stop reaching Python from here on.
+    #[pyfunction]
+    fn shutdown() {
+        log::set_max_level(log::LevelFilter::Off);
+    }
+
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         // Rust `tracing`/`log` records become Python `logging` records under "tenxgraph.*".

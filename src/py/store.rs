@@ -3,7 +3,9 @@
 
 use super::errors::store_err;
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
-use crate::store::{Checkpointer, MemoryStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow};
+use crate::store::{
+    Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::Value;
@@ -62,6 +64,69 @@ impl NativeStore {
         });
         let store = opened.map_err(|e| store_err(py, e))?;
         Ok(NativeStore { inner: Arc::new(store) })
+    }
+
+    /// Connects to Postgres (and Redis when a URL is given) and migrates the schema.
+    #[staticmethod]
+    #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn postgres(
+        py: Python<'_>,
+        dsn: String,
+        redis_url: Option<String>,
+        schema: String,
+        max_connections: u32,
+        acquire_timeout: f64,
+        state_history_limit: i32,
+        enforce_user_isolation: bool,
+        cache_ttl: f64,
+    ) -> PyResult<Self> {
+        if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) {
+            return Err(PyValueError::new_err("max_connections, acquire_timeout and cache_ttl must be positive"));
+        }
+        let opts = PgOptions {
+            schema,
+            max_connections,
+            acquire_timeout: std::time::Duration::from_secs_f64(acquire_timeout),
+            state_history_limit,
+            enforce_user_isolation,
+            ..PgOptions::default()
+        };
+        let opened = py.detach(|| {
+            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+                let mut store = PgStore::connect(&dsn, redis_url.as_deref(), opts).await?;
+                store.set_cache_ttl(std::time::Duration::from_secs_f64(cache_ttl));
+                Ok::<_, StoreError>(store)
+            })
+        });
+        let store = opened.map_err(|e| store_err(py, e))?;
+        Ok(NativeStore { inner: Arc::new(store) })
+    }
+
+    /// Version-guarded state cache: `(version, state_json)` or None.
+    fn state_cache_get<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            Ok(s.state_cache_get(&t(thread_id, user_id)).await?.map(|(v, d)| (v, d.to_string())))
+        })
+    }
+
+    fn state_cache_put<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        version: i64,
+        state_json: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let v = json_in(&state_json)?;
+        awaitable(py, async move { s.state_cache_put(&t(thread_id, user_id), version, &v).await })
+    }
+
+    fn state_cache_clear<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.state_cache_clear(&t(thread_id, user_id)).await.map(|_| true) })
     }
 
     /// `(version, state_json, [message_json])` or None.

@@ -17,6 +17,9 @@ pub enum StoreError {
     /// The backend failed (STORAGE_001); the text says which operation.
     #[error("{op} failed: {source}")]
     Backend { op: &'static str, #[source] source: Box<dyn std::error::Error + Send + Sync> },
+    /// The database could not be reached (after retries): TransientStorageError.
+    #[error("{op} failed: the database is unreachable: {message}")]
+    Transient { op: &'static str, message: String },
     #[error("migration failed: {0}")]
     Schema(String),
 }

@@ -6,11 +6,13 @@
 
 mod error;
 mod memory;
+pub mod postgres;
 mod sqlite;
 mod types;
 
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
+pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow};
 
@@ -68,6 +70,18 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()>;
     async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>>;
 
+    /// The state cache: a whole encoded state with its version. A write never replaces a newer
+    /// version. Backends without a faster cache keep it in the generic cache.
+    async fn state_cache_put(&self, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
+        generic_state_cache::put(self, t, version, state).await
+    }
+    async fn state_cache_get(&self, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
+        generic_state_cache::get(self, t).await
+    }
+    async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.cache_clear(STATE_CACHE_NS, &generic_state_cache::key(t)).await
+    }
+
     /// Recorded tool results for the given ledger keys, in one round trip.
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>>;
     /// Records tool results in one transaction; for each key the first result ever recorded wins.
@@ -80,6 +94,32 @@ pub trait Checkpointer: Send + Sync + 'static {
     }
 
     async fn release(&self) -> StoreResult<()>;
+}
+
+const STATE_CACHE_NS: &str = "state_cache";
+
+/// The state cache kept in a backend's generic cache (no Redis): same version guard.
+pub(crate) mod generic_state_cache {
+    use super::{Checkpointer, STATE_CACHE_NS, StoreResult, ThreadRef};
+    use serde_json::{Value, json};
+
+    pub fn key(t: &ThreadRef) -> String {
+        format!("{}:{}", t.thread_id, t.user_id)
+    }
+
+    pub async fn put<S: Checkpointer + ?Sized>(s: &S, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
+        if let Some((cur, _)) = get(s, t).await? {
+            if cur > version {
+                return Ok(false);
+            }
+        }
+        s.cache_put(STATE_CACHE_NS, &key(t), &json!({"v": version, "d": state}), Some(86400.0)).await?;
+        Ok(true)
+    }
+
+    pub async fn get<S: Checkpointer + ?Sized>(s: &S, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
+        Ok(s.cache_get(STATE_CACHE_NS, &key(t)).await?.and_then(|e| Some((e.get("v")?.as_i64()?, e.get("d")?.clone()))))
+    }
 }
 
 pub(crate) fn now_secs() -> f64 {

@@ -5,7 +5,7 @@
 - ``pg_dsn`` (function): the DSN of a fresh database ``tenx_<uuid>`` on ``tenx_postgres``,
   dropped after the test.
 
-``TENX_TEST_PG_DSN`` / ``TENX_TEST_REDIS_URL`` point the fixtures at existing servers
+``TENXGRAPH_TEST_PG_DSN`` / ``TENXGRAPH_TEST_REDIS_URL`` point the fixtures at existing servers
 (``pg_dsn`` then needs the right to CREATE DATABASE there).
 """
 

@@ -5,7 +5,7 @@ server with ``pg_ctl`` on a free port of 127.0.0.1; ``start_redis()`` starts
 ``redis-server`` as a subprocess on a free port of 127.0.0.1.  Both return objects
 with ``stop()`` and context-manager support.
 
-Set ``TENX_TEST_PG_DSN`` / ``TENX_TEST_REDIS_URL`` to use an existing server instead:
+Set ``TENXGRAPH_TEST_PG_DSN`` / ``TENXGRAPH_TEST_REDIS_URL`` to use an existing server instead:
 nothing is started and ``stop()`` does nothing.
 
 Servers are stopped when the interpreter exits (``atexit``) if the caller forgot.  Each
@@ -56,8 +56,8 @@ __all__ = [
     "start_redis",
 ]
 
-PG_DSN_ENV = "TENX_TEST_PG_DSN"
-REDIS_URL_ENV = "TENX_TEST_REDIS_URL"
+PG_DSN_ENV = "TENXGRAPH_TEST_PG_DSN"
+REDIS_URL_ENV = "TENXGRAPH_TEST_REDIS_URL"
 
 _PG_OS_USER = "postgres"
 _PG_SUPERUSER = "postgres"
@@ -350,7 +350,7 @@ _DBNAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 class PostgresServer(_Server):
-    """A running PostgreSQL server (ours, or an external one from ``TENX_TEST_PG_DSN``).
+    """A running PostgreSQL server (ours, or an external one from ``TENXGRAPH_TEST_PG_DSN``).
 
     Attributes: ``dsn`` (``postgresql://postgres@127.0.0.1:PORT/tenx``), ``host``,
     ``port``, ``user``, ``dbname``, ``external``, ``data_dir`` and ``log_path``
@@ -468,7 +468,7 @@ def _kill_postmaster_if_alive(data_dir: str) -> None:
 def start_postgres(*, use_env: bool = True) -> PostgresServer:
     """Start a throwaway PostgreSQL server with a database ``tenx``.
 
-    With ``use_env`` and ``TENX_TEST_PG_DSN`` set, start nothing and return a handle on
+    With ``use_env`` and ``TENXGRAPH_TEST_PG_DSN`` set, start nothing and return a handle on
     that server instead.
     """
     if use_env and os.environ.get(PG_DSN_ENV):
@@ -669,7 +669,7 @@ def _redis_pid(port: int) -> int | None:
 
 
 class RedisServer(_Server):
-    """A running Redis server (ours, or an external one from ``TENX_TEST_REDIS_URL``).
+    """A running Redis server (ours, or an external one from ``TENXGRAPH_TEST_REDIS_URL``).
 
     Attributes: ``url`` (``redis://127.0.0.1:PORT/0``), ``host``, ``port``, ``external``,
     ``pid`` and ``log_path`` (``None`` when external).
@@ -718,7 +718,7 @@ class RedisServer(_Server):
 def start_redis(*, use_env: bool = True) -> RedisServer:
     """Start a throwaway Redis server (no persistence) on a free 127.0.0.1 port.
 
-    With ``use_env`` and ``TENX_TEST_REDIS_URL`` set, start nothing and return a handle
+    With ``use_env`` and ``TENXGRAPH_TEST_REDIS_URL`` set, start nothing and return a handle
     on that server instead.
     """
     if use_env and os.environ.get(REDIS_URL_ENV):

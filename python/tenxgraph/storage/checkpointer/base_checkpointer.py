@@ -29,7 +29,6 @@ StateT = TypeVar("StateT", bound=AgentState)
 STOP_REQUEST_NAMESPACE = "stop_request"
 STOP_REQUEST_TTL_SECONDS = 3600
 STATE_FORMAT_VERSION = 1
-_STATE_CACHE_NS = "state_cache"
 _VERSION_KEY = "_checkpoint_version"
 _log = logging.getLogger("tenxgraph.checkpointer")
 
@@ -137,19 +136,24 @@ class BaseCheckpointer(Generic[StateT]):
     async def aclear_state(self, config: dict[str, Any]) -> bool:
         thread_id, user_id = _ids(config)
         await self._native.clear_state(thread_id, user_id)
-        await self._native.cache_clear(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
+        await self._native.state_cache_clear(thread_id, user_id)
         config.pop(_VERSION_KEY, None)
         return True
 
     async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
+        """Caches the whole state under the version in ``config`` (set by reads and writes); an
+        older version never replaces a newer cached one."""
         thread_id, user_id = _ids(config)
-        await self._native.cache_put(_STATE_CACHE_NS, f"{thread_id}:{user_id}", json.dumps(self._encode_state(state)))
+        version = int(config.get(_VERSION_KEY) or 0)
+        await self._native.state_cache_put(thread_id, user_id, version, json.dumps(self._encode_state(state)))
         return state
 
     async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
         thread_id, user_id = _ids(config)
-        raw = await self._native.cache_get(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
-        if raw is not None:
+        hit = await self._native.state_cache_get(thread_id, user_id)
+        if hit is not None:
+            version, raw = hit
+            config[_VERSION_KEY] = version
             return self._decode_state(json.loads(raw))  # type: ignore[return-value]
         return await self.aget_state(config)
 
@@ -262,7 +266,7 @@ class BaseCheckpointer(Generic[StateT]):
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         thread_id, user_id = _ids(config)
         await self._native.clean_thread(thread_id, user_id)
-        await self._native.cache_clear(_STATE_CACHE_NS, f"{thread_id}:{user_id}")
+        await self._native.state_cache_clear(thread_id, user_id)
         return True
 
     async def aget_thread_owner(self, thread_id: str | int) -> str | None:

@@ -1,0 +1,74 @@
+"""PgCheckpointer: PostgreSQL as the durable store, Redis (optional) as cache and signal bus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenxgraph import _core
+from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
+
+__all__ = ["PgCheckpointer"]
+
+_UNSUPPORTED_OBJECTS = ("pg_pool", "redis", "redis_pool")
+
+
+class PgCheckpointer(BaseCheckpointer[Any]):
+    """Durable checkpoints on PostgreSQL, in Rust (sqlx).
+
+    Upgrades a database created by 10xGraph 0.10 (schema v1-v3) in place, under an advisory lock.
+    A durable step is one round trip: thread lock, version compare, state row and the step's new
+    messages in one transaction. Redis is optional: with it, stop requests, the generic cache and
+    a version-guarded state cache live there; without it, or while it is down, Postgres serves.
+
+    Threads belong to the user who created them (``enforce_user_isolation=True``, as in 10xGraph):
+    another user's read sees nothing and a write raises STORAGE_FORBIDDEN_001.
+    """
+
+    def __init__(
+        self,
+        postgres_dsn: str | None = None,
+        pg_pool: Any = None,
+        pool_config: dict[str, Any] | None = None,
+        redis_url: str | None = None,
+        redis: Any = None,
+        redis_pool: Any = None,
+        redis_pool_config: dict[str, Any] | None = None,
+        schema: str = "public",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        given = {"pg_pool": pg_pool, "redis": redis, "redis_pool": redis_pool}
+        for name in _UNSUPPORTED_OBJECTS:
+            if given[name] is not None:
+                raise TypeError(
+                    f"{name}= takes a Python driver object, which the Rust core cannot use; "
+                    "pass postgres_dsn= / redis_url= instead"
+                )
+        if not postgres_dsn:
+            raise ValueError("PgCheckpointer needs postgres_dsn")
+        for key in ("user_id_type", "id_type"):
+            if kwargs.get(key, "string") != "string":
+                raise ValueError(f"{key}={kwargs[key]!r} is not supported yet; thread and user ids are strings")
+        unknown = set(kwargs) - {"user_id_type", "id_type", "cache_ttl", "release_resources", "state_history_limit",
+                                 "enforce_user_isolation"}
+        if unknown:
+            raise TypeError(f"unexpected arguments: {sorted(unknown)}")
+        pool = dict(pool_config or {})
+        self.schema = schema
+        self.enforce_user_isolation = bool(kwargs.get("enforce_user_isolation", True))
+        self.cache_ttl = float(kwargs.get("cache_ttl", 86400))
+        self.state_history_limit = int(kwargs.get("state_history_limit", 20))
+        self.redis_url = redis_url
+        self._native = _core.NativeStore.postgres(
+            postgres_dsn,
+            redis_url,
+            schema,
+            int(pool.get("max_size", pool.get("max_connections", 10))),
+            float(pool.get("timeout", pool.get("acquire_timeout", 10.0))),
+            self.state_history_limit,
+            self.enforce_user_isolation,
+            self.cache_ttl,
+        )
+
+    def __repr__(self) -> str:
+        return f"PgCheckpointer(schema={self.schema!r}, redis={'on' if self.redis_url else 'off'})"

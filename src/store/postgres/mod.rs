@@ -1,0 +1,664 @@
+//! PostgreSQL backend (sqlx, runtime queries: no database at build time). A durable step is one
+//! call of `tenx_put_step` (one round trip, one transaction); the ledger keeps the first result
+//! (`ON CONFLICT DO NOTHING`); ledger rows go with their thread (foreign key cascade). Redis, when
+//! configured, serves the generic cache and stop requests; without it (or while it is down) the
+//! `tenx_cache` table does.
+
+mod cache;
+mod schema;
+
+pub use cache::RedisCache;
+pub use schema::{CURRENT_VERSION, migrate, validate_schema};
+
+use super::{Checkpoint, Checkpointer, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow};
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool, Row};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    pub schema: String,
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    pub state_history_limit: i32,
+    pub enforce_user_isolation: bool,
+    /// Connection attempts before `TransientStorageError` (with 0.2 s, 0.4 s, ... backoff).
+    pub connect_retries: u32,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: "public".into(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            state_history_limit: 20,
+            enforce_user_isolation: true,
+            connect_retries: 3,
+        }
+    }
+}
+
+pub struct PgStore {
+    pool: PgPool,
+    opts: PgOptions,
+    sql: Sql,
+    redis: Option<RedisCache>,
+}
+
+/// Statements with the (validated) schema spliced in, built once.
+struct Sql {
+    put_step: String,
+    lock_thread: String,
+    latest_state: String,
+    messages: String,
+    ledger_get: String,
+    ledger_put: String,
+    s: String,
+}
+
+impl Sql {
+    fn new(s: &str) -> Self {
+        let message_json = format!(
+            "COALESCE(message_data, jsonb_build_object('message_id', message_id, 'role', role::text, \
+             'content', COALESCE(content, '[]')::jsonb, 'tools_calls', tool_calls, 'reasoning', reasoning, \
+             'usages', NULLIF(usages, '{{}}'::jsonb), 'metadata', COALESCE(meta, '{{}}'::jsonb)))"
+        );
+        Sql {
+            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8)"),
+            lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
+            latest_state: format!(
+                "SELECT version, state_data FROM {s}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC LIMIT 1"
+            ),
+            messages: format!("SELECT {message_json} AS m FROM {s}.messages WHERE thread_id = $1 ORDER BY seq, created_at"),
+            ledger_get: format!(
+                "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2)"
+            ),
+            ledger_put: format!(
+                "INSERT INTO {s}.tool_executions (thread_id, tool_call_id, result) \
+                 SELECT $1, k, r FROM UNNEST($2::text[], $3::jsonb[]) AS u(k, r) ON CONFLICT DO NOTHING"
+            ),
+            s: s.to_owned(),
+        }
+    }
+}
+
+/// Maps sqlx errors: connection trouble is transient, our RAISE codes become their variants.
+fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -> StoreError {
+    let tid = || t.map(|t| t.thread_id.clone()).unwrap_or_default();
+    if let Some(db) = e.as_database_error() {
+        match db.code().as_deref() {
+            Some("TX001") => {
+                let detail = db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .and_then(|p| p.detail().map(str::to_owned))
+                    .unwrap_or_default();
+                let mut parts = detail.split(',').map(|x| x.trim().parse::<i64>().unwrap_or(-1));
+                let (expected, current) = (parts.next().unwrap_or(-1), parts.next().unwrap_or(-1));
+                return StoreError::Stale { thread_id: tid(), expected, current };
+            }
+            Some("TX002") => return StoreError::Forbidden { thread_id: tid() },
+            Some("TX003") => return StoreError::MessageInOtherThread { message_id: String::new() },
+            _ => {}
+        }
+    }
+    if matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03")
+    {
+        return StoreError::Transient { op, message: redact(&e.to_string()) };
+    }
+    StoreError::Backend { op, source: redact(&e.to_string()).into() }
+}
+
+/// Never let a DSN password reach a message or a log line.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        let end = rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len());
+        let token = &rest[..end];
+        match token.rfind('@') {
+            Some(at) => {
+                let cred = &token[..at];
+                match cred.find(':') {
+                    Some(colon) => {
+                        out.push_str(&cred[..colon]);
+                        out.push_str(":***");
+                    }
+                    None => out.push_str(cred),
+                }
+                out.push_str(&token[at..]);
+            }
+            None => out.push_str(token),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn message_rows(msgs: &[StoredMessage]) -> Value {
+    Value::Array(
+        msgs.iter()
+            .map(|m| {
+                let mut v = m.data.clone();
+                if let Some(o) = v.as_object_mut() {
+                    // The row's key is the id the engine tracks, whatever type the JSON used.
+                    o.insert("message_id".into(), Value::String(m.id.clone()));
+                }
+                strip_nul(&mut v);
+                v
+            })
+            .collect(),
+    )
+}
+
+/// PostgreSQL rejects U+0000 in text and jsonb; model output can contain it.
+fn strip_nul(v: &mut Value) {
+    match v {
+        Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+        Value::Array(a) => a.iter_mut().for_each(strip_nul),
+        Value::Object(o) => o.values_mut().for_each(strip_nul),
+        _ => {}
+    }
+}
+
+impl PgStore {
+    /// Connects (retrying with backoff) and migrates. `redis_url` is optional.
+    pub async fn connect(dsn: &str, redis_url: Option<&str>, opts: PgOptions) -> StoreResult<Self> {
+        validate_schema(&opts.schema)?;
+        let connect = PgConnectOptions::from_str(dsn)
+            .map_err(|e| StoreError::InvalidInput(format!("invalid postgres_dsn: {}", redact(&e.to_string()))))?
+            .application_name("tenxgraph");
+        let mut attempt = 0;
+        let pool = loop {
+            let r = PgPoolOptions::new()
+                .max_connections(opts.max_connections)
+                .acquire_timeout(opts.acquire_timeout)
+                .connect_with(connect.clone())
+                .await;
+            match r {
+                Ok(p) => break p,
+                Err(e) => {
+                    let mapped = map_err("connect", e, None);
+                    attempt += 1;
+                    if !matches!(mapped, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {
+                        return Err(mapped);
+                    }
+                    tracing::warn!("postgres connect failed (attempt {attempt}), retrying: {mapped}");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        };
+        migrate(&pool, &opts.schema).await?;
+        let redis = match redis_url {
+            Some(url) => Some(RedisCache::connect(url).await?),
+            None => None,
+        };
+        let sql = Sql::new(&opts.schema);
+        Ok(PgStore { pool, opts, sql, redis })
+    }
+
+    pub fn set_cache_ttl(&mut self, ttl: Duration) {
+        if let Some(r) = self.redis.as_mut() {
+            r.state_ttl = ttl;
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn q(&self, sql: String) -> AssertSqlSafe<String> {
+        AssertSqlSafe(sql)
+    }
+
+    async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
+        if !self.opts.enforce_user_isolation {
+            return Ok(true);
+        }
+        Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
+    }
+
+    /// Runs the PG fallback for the cache when Redis is absent or failing.
+    fn redis(&self) -> Option<&RedisCache> {
+        self.redis.as_ref().filter(|r| r.is_up())
+    }
+}
+
+#[async_trait]
+impl Checkpointer for PgStore {
+    async fn setup(&self) -> StoreResult<()> {
+        migrate(&self.pool, &self.opts.schema).await
+    }
+
+    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+        if !self.readable(t).await? {
+            return Ok(None);
+        }
+        let mut c = self.pool.acquire().await.map_err(|e| map_err("load", e, Some(t)))?;
+        let row = sqlx::query(AssertSqlSafe(self.sql.latest_state.clone()))
+            .bind(&t.thread_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(|e| map_err("load state", e, Some(t)))?;
+        let Some(row) = row else { return Ok(None) };
+        let mut state: Value = row.get("state_data");
+        // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
+        let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
+        let messages = match legacy_context {
+            Some(Value::Array(ctx)) => ctx,
+            _ => sqlx::query_scalar::<_, Value>(AssertSqlSafe(self.sql.messages.clone()))
+                .bind(&t.thread_id)
+                .fetch_all(&mut *c)
+                .await
+                .map_err(|e| map_err("load messages", e, Some(t)))?,
+        };
+        Ok(Some(Checkpoint { version: row.get("version"), state, messages }))
+    }
+
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        let mut state = w.state.clone();
+        strip_nul(&mut state);
+        let r: Result<i64, sqlx::Error> = sqlx::query_scalar(AssertSqlSafe(self.sql.put_step.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(w.expected_version)
+            .bind(&state)
+            .bind(message_rows(w.new_messages))
+            .bind(w.replace_messages)
+            .bind(self.opts.state_history_limit)
+            .bind(self.opts.enforce_user_isolation)
+            .fetch_one(&self.pool)
+            .await;
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let err = map_err("write step", e, Some(t));
+                if matches!(err, StoreError::Stale { .. }) {
+                    if let Some(r) = self.redis() {
+                        r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
+                    }
+                }
+                Err(err)
+            }
+        }
+    }
+
+    async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        if !self.readable(t).await? {
+            return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+        }
+        let s = &self.sql.s;
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
+        for q in [format!("DELETE FROM {s}.states WHERE thread_id = $1"), format!("DELETE FROM {s}.messages WHERE thread_id = $1")] {
+            sqlx::query(self.q(q)).bind(&t.thread_id).execute(&mut *tx).await.map_err(|e| map_err("clear state", e, Some(t)))?;
+        }
+        tx.commit().await.map_err(|e| map_err("clear state", e, Some(t)))
+    }
+
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        // Outside a step: the same function with an unchanged state would add a version, so the
+        // messages go through a plain upsert under the thread lock.
+        let s = &self.sql.s;
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
+        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("write messages", e, Some(t)))?;
+        let q = format!(
+            "INSERT INTO {s}.messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data) \
+             SELECT e.value->>'message_id', $1, (e.value->>'role')::{s}.message_role, (e.value->'content')::text, \
+             e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{{}}'::jsonb), \
+             COALESCE(e.value->'metadata', '{{}}'::jsonb), e.value \
+             FROM jsonb_array_elements($2) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord \
+             ON CONFLICT (message_id) DO UPDATE SET content = EXCLUDED.content, message_data = EXCLUDED.message_data, \
+             updated_at = NOW() WHERE m.thread_id = EXCLUDED.thread_id"
+        );
+        let r = sqlx::query(self.q(q))
+            .bind(&t.thread_id)
+            .bind(message_rows(msgs))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("write messages", e, Some(t)))?;
+        if (r.rows_affected() as usize) < msgs.len() {
+            return Err(StoreError::MessageInOtherThread { message_id: String::new() });
+        }
+        tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
+    }
+
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        if !self.readable(t).await? {
+            return Ok(None);
+        }
+        let q = self.sql.messages.replace("WHERE thread_id = $1", "WHERE thread_id = $1 AND message_id = $2");
+        sqlx::query_scalar(self.q(q))
+            .bind(&t.thread_id)
+            .bind(message_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_err("read message", e, Some(t)))
+    }
+
+    async fn list_messages(
+        &self,
+        t: &ThreadRef,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<Value>> {
+        if !self.readable(t).await? {
+            return Ok(vec![]);
+        }
+        let q = self.sql.messages.replace(
+            "WHERE thread_id = $1",
+            "WHERE thread_id = $1 AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0)",
+        ) + " OFFSET $3 LIMIT $4";
+        sqlx::query_scalar(self.q(q))
+            .bind(&t.thread_id)
+            .bind(search)
+            .bind(offset.unwrap_or(0).max(0))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_err("list messages", e, Some(t)))
+    }
+
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        if !self.readable(t).await? {
+            return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+        }
+        let r = sqlx::query(self.q(format!("DELETE FROM {}.messages WHERE thread_id = $1 AND message_id = $2", self.sql.s)))
+            .bind(&t.thread_id)
+            .bind(message_id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_err("delete message", e, Some(t)))?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        let s = &self.sql.s;
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("write thread", e, Some(t)))?;
+        let existed: bool = sqlx::query_scalar(self.q(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1)")))
+            .bind(&t.thread_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| map_err("write thread", e, Some(t)))?;
+        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("write thread", e, Some(t)))?;
+        sqlx::query(self.q(format!(
+            "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1"
+        )))
+        .bind(&t.thread_id)
+        .bind(name)
+        .bind(meta)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("write thread", e, Some(t)))?;
+        tx.commit().await.map_err(|e| map_err("write thread", e, Some(t)))?;
+        Ok(!existed)
+    }
+
+    async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        if !self.readable(t).await? {
+            return Ok(None);
+        }
+        let rows = self.threads_query("WHERE thread_id = $1", Some(&t.thread_id), None, None, None).await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn list_threads(
+        &self,
+        user_id: Option<&str>,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>> {
+        self.threads_query(
+            "WHERE ($1::text IS NULL OR user_id = $1) AND ($2::text IS NULL OR thread_name ILIKE $2 OR thread_id ILIKE $2)",
+            user_id,
+            search.map(|s| format!("%{s}%")),
+            offset,
+            limit,
+        )
+        .await
+    }
+
+    async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        if !self.readable(t).await? {
+            return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+        }
+        sqlx::query(self.q(format!("DELETE FROM {}.threads WHERE thread_id = $1", self.sql.s)))
+            .bind(&t.thread_id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_err("delete thread", e, Some(t)))?;
+        if let Some(r) = self.redis() {
+            r.clear_state_cache(t).await;
+        }
+        Ok(())
+    }
+
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        sqlx::query_scalar(self.q(format!("SELECT user_id FROM {}.threads WHERE thread_id = $1", self.sql.s)))
+            .bind(thread_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_err("read thread owner", e, None))
+    }
+
+    async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
+        if let Some(r) = self.redis() {
+            if r.put(ns, key, value, ttl).await {
+                return Ok(());
+            }
+        }
+        sqlx::query(self.q(format!(
+            "INSERT INTO {}.tenx_cache (namespace, key, value, expires_at) VALUES ($1, $2, $3, \
+             CASE WHEN $4::float8 IS NULL THEN NULL ELSE NOW() + make_interval(secs => $4::float8) END) \
+             ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at",
+            self.sql.s
+        )))
+        .bind(ns)
+        .bind(key)
+        .bind(value)
+        .bind(ttl.filter(|t| *t > 0.0))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_err("cache write", e, None))?;
+        Ok(())
+    }
+
+    async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
+        if let Some(r) = self.redis() {
+            if let Some(Some(found)) = r.get(ns, key).await {
+                return Ok(Some(found));
+            }
+        }
+        sqlx::query_scalar(self.q(format!(
+            "SELECT value FROM {}.tenx_cache WHERE namespace = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > NOW())",
+            self.sql.s
+        )))
+        .bind(ns)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_err("cache read", e, None))
+    }
+
+    async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
+        if let Some(r) = self.redis() {
+            r.clear(ns, key).await;
+        }
+        // Always clear the table too: a value written while Redis was down lives there.
+        sqlx::query(self.q(format!("DELETE FROM {}.tenx_cache WHERE namespace = $1 AND key = $2", self.sql.s)))
+            .bind(ns)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_err("cache clear", e, None))?;
+        Ok(())
+    }
+
+    async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>> {
+        let mut keys: Vec<String> = sqlx::query_scalar(self.q(format!(
+            "SELECT key FROM {}.tenx_cache WHERE namespace = $1 AND ($2::text IS NULL OR starts_with(key, $2)) \
+             AND (expires_at IS NULL OR expires_at > NOW())",
+            self.sql.s
+        )))
+        .bind(ns)
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_err("cache keys", e, None))?;
+        if let Some(r) = self.redis() {
+            keys.extend(r.keys(ns, prefix).await);
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    async fn state_cache_put(&self, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
+        let via_redis = match self.redis() {
+            Some(r) => r.put_state(t, version, state).await,
+            None => None,
+        };
+        match via_redis {
+            Some(written) => Ok(written),
+            // Without Redis (or while it is down) the cache table serves, with the same guard.
+            _ => super::generic_state_cache::put(self, t, version, state).await,
+        }
+    }
+
+    async fn state_cache_get(&self, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
+        if let Some(hit) = match self.redis() {
+            Some(r) => r.get_state(t).await,
+            None => None,
+        } {
+            return Ok(Some(hit));
+        }
+        super::generic_state_cache::get(self, t).await
+    }
+
+    async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
+        if let Some(r) = self.redis() {
+            r.clear_state_cache(t).await;
+        }
+        self.cache_clear("state_cache", &super::generic_state_cache::key(t)).await
+    }
+
+    async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_get.clone()))
+            .bind(&t.thread_id)
+            .bind(keys)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_err("ledger read", e, Some(t)))?;
+        Ok(rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect())
+    }
+
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("ledger write", e, Some(t)))?;
+        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("ledger write", e, Some(t)))?;
+        // First result wins, also within one batch: keep the first occurrence of each key.
+        let mut seen = std::collections::HashSet::new();
+        let (keys, results): (Vec<String>, Vec<Value>) = entries
+            .iter()
+            .filter(|(k, _)| seen.insert(k.clone()))
+            .map(|(k, v)| {
+                let mut v = v.clone();
+                strip_nul(&mut v);
+                (k.clone(), v)
+            })
+            .unzip();
+        let r = sqlx::query(AssertSqlSafe(self.sql.ledger_put.clone()))
+            .bind(&t.thread_id)
+            .bind(&keys)
+            .bind(&results)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("ledger write", e, Some(t)))?;
+        tx.commit().await.map_err(|e| map_err("ledger write", e, Some(t)))?;
+        Ok(r.rows_affected() as usize)
+    }
+
+    async fn release(&self) -> StoreResult<()> {
+        self.pool.close().await;
+        Ok(())
+    }
+}
+
+impl PgStore {
+    async fn threads_query(
+        &self,
+        filter: &str,
+        a: Option<&str>,
+        b: Option<String>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>> {
+        let q = format!(
+            "SELECT thread_id, user_id, thread_name, COALESCE(meta, '{{}}'::jsonb) AS meta, \
+             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at \
+             FROM {}.threads {filter} ORDER BY updated_at DESC OFFSET $3 LIMIT $4",
+            self.sql.s
+        );
+        let rows = sqlx::query(self.q(q))
+            .bind(a)
+            .bind(b)
+            .bind(offset.unwrap_or(0).max(0))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_err("read threads", e, None))?;
+        Ok(rows
+            .iter()
+            .map(|r| ThreadRow {
+                thread_id: r.get("thread_id"),
+                user_id: r.get("user_id"),
+                thread_name: r.get("thread_name"),
+                meta: r.get("meta"),
+                created_at: r.get::<Option<f64>, _>("created_at").unwrap_or(0.0),
+                updated_at: r.get::<Option<f64>, _>("updated_at").unwrap_or(0.0),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("postgresql://app:s3cret@db:5432/x failed"), "postgresql://app:***@db:5432/x failed");
+        assert_eq!(redact("redis://:pw@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(redact("postgresql://app@db/x"), "postgresql://app@db/x");
+    }
+}

@@ -1,0 +1,202 @@
+//! Postgres schema: 10xGraph's versions 1-3, then ours, applied in one transaction under an
+//! advisory lock so two processes starting at once apply each step exactly once. A database that
+//! 10xGraph 0.10 created (at v1, v2 or v3) is upgraded in place.
+
+use crate::store::{StoreError, StoreResult};
+use sqlx::{AssertSqlSafe, PgPool};
+
+/// 10xGraph's lock key (ASCII "AGNTFLW!"), so we also serialise against its own migrator.
+const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
+pub const CURRENT_VERSION: i32 = 4;
+
+/// `[a-zA-Z_][a-zA-Z0-9_]*`, at most 63 bytes: the only text ever spliced into SQL.
+pub fn validate_schema(schema: &str) -> StoreResult<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok { Ok(()) } else { Err(StoreError::InvalidInput(format!("invalid schema name {schema:?}"))) }
+}
+
+fn v1(s: &str) -> String {
+    format!(
+        r#"
+DO $$ BEGIN
+  CREATE TYPE {s}.message_role AS ENUM ('user', 'assistant', 'system', 'tool');
+EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+CREATE TABLE IF NOT EXISTS {s}.threads (
+  thread_id VARCHAR(255) PRIMARY KEY,
+  thread_name VARCHAR(255),
+  user_id VARCHAR(255) NOT NULL,
+  created_at TIMESTAMPTZ DEFAULT NOW(),
+  updated_at TIMESTAMPTZ DEFAULT NOW(),
+  meta JSONB DEFAULT '{{}}'::jsonb
+);
+CREATE TABLE IF NOT EXISTS {s}.states (
+  state_id SERIAL PRIMARY KEY,
+  thread_id VARCHAR(255) NOT NULL REFERENCES {s}.threads(thread_id) ON DELETE CASCADE,
+  state_data JSONB NOT NULL,
+  created_at TIMESTAMPTZ DEFAULT NOW(),
+  updated_at TIMESTAMPTZ DEFAULT NOW(),
+  meta JSONB DEFAULT '{{}}'::jsonb
+);
+CREATE TABLE IF NOT EXISTS {s}.messages (
+  message_id VARCHAR(255) PRIMARY KEY,
+  thread_id VARCHAR(255) NOT NULL REFERENCES {s}.threads(thread_id) ON DELETE CASCADE,
+  role {s}.message_role NOT NULL,
+  content TEXT,
+  tool_calls JSONB,
+  tool_call_id VARCHAR(255),
+  reasoning TEXT,
+  created_at TIMESTAMPTZ DEFAULT NOW(),
+  updated_at TIMESTAMPTZ DEFAULT NOW(),
+  total_tokens INT DEFAULT 0,
+  usages JSONB DEFAULT '{{}}'::jsonb,
+  meta JSONB DEFAULT '{{}}'::jsonb
+);
+CREATE INDEX IF NOT EXISTS idx_threads_user_id ON {s}.threads(user_id);
+CREATE INDEX IF NOT EXISTS idx_states_thread_id ON {s}.states(thread_id);
+CREATE INDEX IF NOT EXISTS idx_messages_thread_id ON {s}.messages(thread_id);
+"#
+    )
+}
+
+fn v2(s: &str) -> String {
+    format!(
+        r#"
+ALTER TABLE {s}.states ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0;
+UPDATE {s}.states st SET version = r.rn FROM (
+  SELECT state_id, ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY created_at, state_id) AS rn FROM {s}.states
+) r WHERE st.state_id = r.state_id AND st.version = 0;
+CREATE INDEX IF NOT EXISTS idx_states_thread_version ON {s}.states(thread_id, version DESC);
+DO $$ BEGIN
+  ALTER TABLE {s}.states ADD CONSTRAINT uq_states_thread_version UNIQUE (thread_id, version);
+EXCEPTION WHEN duplicate_object OR duplicate_table THEN NULL; END $$;
+"#
+    )
+}
+
+fn v3(s: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS {s}.tool_executions (
+  thread_id VARCHAR(255) NOT NULL REFERENCES {s}.threads(thread_id) ON DELETE CASCADE,
+  tool_call_id VARCHAR(255) NOT NULL,
+  result JSONB NOT NULL,
+  created_at TIMESTAMPTZ DEFAULT NOW(),
+  PRIMARY KEY (thread_id, tool_call_id)
+);
+"#
+    )
+}
+
+/// Ours: message order and exact JSON, a cache table for running without Redis, and the step and
+/// ledger writes as functions, so a durable step is one round trip.
+fn v4(s: &str) -> String {
+    format!(
+        r#"
+ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS seq BIGINT;
+ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS message_data JSONB;
+UPDATE {s}.messages m SET seq = r.rn FROM (
+  SELECT message_id, ROW_NUMBER() OVER (ORDER BY created_at, message_id) AS rn FROM {s}.messages
+) r WHERE m.message_id = r.message_id AND m.seq IS NULL;
+CREATE SEQUENCE IF NOT EXISTS {s}.messages_seq_seq OWNED BY {s}.messages.seq;
+SELECT setval('{s}.messages_seq_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM {s}.messages), 1));
+ALTER TABLE {s}.messages ALTER COLUMN seq SET DEFAULT nextval('{s}.messages_seq_seq');
+CREATE INDEX IF NOT EXISTS idx_messages_thread_seq ON {s}.messages(thread_id, seq);
+CREATE TABLE IF NOT EXISTS {s}.tenx_cache (
+  namespace TEXT NOT NULL,
+  key TEXT NOT NULL,
+  value JSONB NOT NULL,
+  expires_at TIMESTAMPTZ,
+  PRIMARY KEY (namespace, key)
+);
+
+-- Ensures the thread row, locks it and checks the owner. Returns the owner.
+CREATE OR REPLACE FUNCTION {s}.tenx_lock_thread(p_thread TEXT, p_user TEXT, p_isolate BOOLEAN)
+RETURNS VOID LANGUAGE plpgsql AS $fn$
+DECLARE v_owner TEXT;
+BEGIN
+  INSERT INTO {s}.threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
+  SELECT user_id INTO v_owner FROM {s}.threads WHERE thread_id = p_thread FOR UPDATE;
+  IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
+    RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
+  END IF;
+END $fn$;
+
+-- One durable step: lock, compare versions, append the state row, write the step's messages,
+-- prune history. Raises TX001 (stale, DETAIL "expected,current"), TX002 (forbidden),
+-- TX003 (a message id of another thread).
+CREATE OR REPLACE FUNCTION {s}.tenx_put_step(
+  p_thread TEXT, p_user TEXT, p_expected BIGINT, p_state JSONB, p_messages JSONB,
+  p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN
+) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+DECLARE v_current BIGINT; v_new BIGINT; v_count INT; v_written INT;
+BEGIN
+  PERFORM {s}.tenx_lock_thread(p_thread, p_user, p_isolate);
+  SELECT COALESCE(MAX(version), 0) INTO v_current FROM {s}.states WHERE thread_id = p_thread;
+  IF v_current <> p_expected THEN
+    RAISE EXCEPTION 'stale state' USING ERRCODE = 'TX001', DETAIL = p_expected || ',' || v_current;
+  END IF;
+  v_new := v_current + 1;
+  INSERT INTO {s}.states (thread_id, version, state_data) VALUES (p_thread, v_new, p_state);
+  IF p_history > 0 THEN
+    DELETE FROM {s}.states WHERE thread_id = p_thread AND version <= v_new - p_history;
+  END IF;
+  IF p_replace THEN
+    DELETE FROM {s}.messages WHERE thread_id = p_thread;
+  END IF;
+  v_count := jsonb_array_length(p_messages);
+  IF v_count > 0 THEN
+    INSERT INTO {s}.messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data)
+    SELECT e.value->>'message_id', p_thread, (e.value->>'role')::{s}.message_role, (e.value->'content')::text,
+           e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{{}}'::jsonb),
+           COALESCE(e.value->'metadata', '{{}}'::jsonb), e.value
+    FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord
+    ON CONFLICT (message_id) DO UPDATE SET content = EXCLUDED.content, tool_calls = EXCLUDED.tool_calls,
+      reasoning = EXCLUDED.reasoning, usages = EXCLUDED.usages, meta = EXCLUDED.meta,
+      message_data = EXCLUDED.message_data, updated_at = NOW()
+    WHERE m.thread_id = EXCLUDED.thread_id;
+    GET DIAGNOSTICS v_written = ROW_COUNT;
+    IF v_written < v_count THEN
+      RAISE EXCEPTION 'a message id belongs to another thread' USING ERRCODE = 'TX003';
+    END IF;
+  END IF;
+  UPDATE {s}.threads SET updated_at = NOW() WHERE thread_id = p_thread;
+  RETURN v_new;
+END $fn$;
+"#
+    )
+}
+
+/// Applies every missing version. Idempotent; concurrent callers wait on the advisory lock.
+pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
+    validate_schema(schema)?;
+    let err = |e: sqlx::Error| StoreError::Schema(e.to_string());
+    let mut tx = pool.begin().await.map_err(err)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_KEY).execute(&mut *tx).await.map_err(err)?;
+    let setup = format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.schema_version \
+         (version INT PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT NOW())"
+    );
+    sqlx::raw_sql(AssertSqlSafe(setup)).execute(&mut *tx).await.map_err(err)?;
+    let current: i32 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COALESCE(MAX(version), 0) FROM {schema}.schema_version")))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
+    let steps: [(i32, fn(&str) -> String); 4] = [(1, v1), (2, v2), (3, v3), (4, v4)];
+    for (version, sql) in steps {
+        if version <= current {
+            continue;
+        }
+        sqlx::raw_sql(AssertSqlSafe(sql(schema))).execute(&mut *tx).await.map_err(|e| {
+            StoreError::Schema(format!("migration to version {version} failed: {e}"))
+        })?;
+        sqlx::query(AssertSqlSafe(format!("INSERT INTO {schema}.schema_version (version) VALUES ($1) ON CONFLICT DO NOTHING")))
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+    }
+    tx.commit().await.map_err(err)
+}
