@@ -144,7 +144,16 @@ const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false
 async fn stores() -> Vec<Arc<dyn Checkpointer>> {
     let sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
     sqlite.setup().await.unwrap();
-    vec![Arc::new(MemoryStore::new(false)), Arc::new(sqlite)]
+    let mut all: Vec<Arc<dyn Checkpointer>> = vec![Arc::new(MemoryStore::new(false)), Arc::new(sqlite)];
+    // Postgres too when scripts/test.sh provides one.
+    if let Ok(dsn) = std::env::var("TENXGRAPH_TEST_PG_DSN") {
+        let opts = tenxgraph::store::PgOptions {
+            schema: format!("e_{}", uuid::Uuid::new_v4().simple()),
+            ..Default::default()
+        };
+        all.push(Arc::new(tenxgraph::store::PgStore::connect(&dsn, None, opts).await.expect("test Postgres")));
+    }
+    all
 }
 
 #[tokio::test]

@@ -2,7 +2,22 @@
 
 use serde_json::json;
 use std::sync::Arc;
-use tenxgraph::store::{Checkpointer, MemoryStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef};
+use tenxgraph::store::{
+    Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef,
+};
+
+/// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
+/// sets it); `with_redis` adds TENXGRAPH_TEST_REDIS_URL.
+async fn pg(isolation: bool, with_redis: bool) -> Option<PgStore> {
+    let dsn = std::env::var("TENXGRAPH_TEST_PG_DSN").ok()?;
+    let redis = if with_redis { std::env::var("TENXGRAPH_TEST_REDIS_URL").ok() } else { None };
+    let opts = PgOptions {
+        schema: format!("r_{}", uuid::Uuid::new_v4().simple()),
+        enforce_user_isolation: isolation,
+        ..PgOptions::default()
+    };
+    Some(PgStore::connect(&dsn, redis.as_deref(), opts).await.expect("connect to the test Postgres"))
+}
 
 fn msg(id: &str, text: &str) -> StoredMessage {
     StoredMessage { id: id.into(), data: json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": text}]}) }
@@ -14,7 +29,15 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
     sqlite.setup().await.unwrap();
     let mem_sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
     mem_sqlite.setup().await.unwrap();
-    vec![("memory", Arc::new(MemoryStore::new(false))), ("sqlite", Arc::new(sqlite)), ("sqlite-mem", Arc::new(mem_sqlite))]
+    let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> =
+        vec![("memory", Arc::new(MemoryStore::new(false))), ("sqlite", Arc::new(sqlite)), ("sqlite-mem", Arc::new(mem_sqlite))];
+    if let Some(p) = pg(false, false).await {
+        all.push(("postgres", Arc::new(p)));
+    }
+    if let Some(p) = pg(false, true).await {
+        all.push(("postgres+redis", Arc::new(p)));
+    }
+    all
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
@@ -157,7 +180,10 @@ async fn user_isolation_rejects_other_users_when_enabled() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(dir.path().join("iso.db").to_str().unwrap(), true, false).await.unwrap();
     sqlite.setup().await.unwrap();
-    let stores: Vec<(&str, Arc<dyn Checkpointer>)> = vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
+    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> = vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
+    if let Some(p) = pg(true, false).await {
+        stores.push(("postgres", Arc::new(p)));
+    }
     for (name, s) in stores {
         let owner = ThreadRef::new("iso", "alice");
         let intruder = ThreadRef::new("iso", "mallory");
