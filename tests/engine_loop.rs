@@ -42,7 +42,7 @@ impl TestHost {
     fn new(nodes: &[(&'static str, Behave)], input: &[&str]) -> Self {
         TestHost {
             live: Mutex::default(),
-            input: input.iter().map(|t| StoredMessage { id: format!("in-{t}"), data: json!({"id": format!("in-{t}"), "text": t}) }).collect(),
+            input: input.iter().map(|t| StoredMessage { id: format!("in-{t}"), data: json!({"id": format!("in-{t}"), "role": "user", "text": t}) }).collect(),
             nodes: nodes.iter().copied().collect(),
             loop_until: 3,
             calls: Mutex::default(),
@@ -104,7 +104,7 @@ impl NodeHost for TestHost {
         let mut live = self.live.lock().unwrap();
         live.counter += 1;
         let id = format!("{node}-{}", exec.step);
-        live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "node": node}) });
+        live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "role": "assistant", "node": node}) });
         Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None } })
     }
 
