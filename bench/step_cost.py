@@ -1,6 +1,9 @@
-"""Cost of one durable step at 10 and at 1,000 messages of history (SQLite).
+"""Cost of one durable step at 10 and at 1,000 messages of history: SQLite and PostgreSQL, next to
+the floor (the same number of one-row commits by a plain client, pgbench, on the same server).
 
-    python bench/step_cost.py [--repeats 7] [--json bench/results/step_cost.json]
+    python bench/step_cost.py [--repeats 7] [--json bench/results/step_cost.json] [--no-postgres]
+
+PostgreSQL: TENXGRAPH_TEST_PG_DSN, or a throwaway server started here (tenxgraph.testing).
 
 A step here is one node that appends one message, followed by the durable commit of the state and
 that message. Per-step time = (run of 45 steps - run of 5 steps) / 40, each on a fresh thread
@@ -21,7 +24,7 @@ import time
 import uuid
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.storage.checkpointer import SqliteCheckpointer
+from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
 
 SHORT, LONG = 5, 45
 
@@ -66,9 +69,9 @@ async def timed_run(app, cp: SqliteCheckpointer, history: int, steps: int) -> fl
     return time.perf_counter() - t0
 
 
-async def measure(history: int, repeats: int, synchronous: str) -> dict[str, float]:
+async def measure(history: int, repeats: int, make_cp) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
-        cp = SqliteCheckpointer(os.path.join(d, "bench.db"), synchronous=synchronous)
+        cp = make_cp(d)
         app = build(cp)
         await timed_run(app, cp, history, SHORT)  # warm-up
         per_step = []
@@ -79,26 +82,67 @@ async def measure(history: int, repeats: int, synchronous: str) -> dict[str, flo
         return {"median_ms": statistics.median(per_step) * 1e3, "min_ms": min(per_step) * 1e3}
 
 
+def pg_floor(server, seconds: float = 5.0) -> float:
+    """Median-free pgbench latency (ms) of a one-row INSERT of a step-sized JSON row, autocommit."""
+    import subprocess
+
+    from tenxgraph.testing.services import find_pg_binary
+
+    row = json.dumps({"state": "x" * 300, "message": "y" * 300})
+    server.psql("CREATE TABLE IF NOT EXISTS bench_floor (id BIGSERIAL PRIMARY KEY, data JSONB NOT NULL)")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(f"INSERT INTO bench_floor (data) VALUES ('{row}');\n")
+        script = f.name
+    os.chmod(script, 0o644)
+    host, port, db = "127.0.0.1", str(server.port), server.dbname
+    out = subprocess.run(
+        [find_pg_binary("pgbench"), "-n", "-h", host, "-p", port, "-U", "postgres", "-c", "1", "-T", str(int(seconds)),
+         "-f", script, db],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("latency average"))
+    return float(line.split("=")[1].split()[0])
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", default=None)
+    p.add_argument("--no-postgres", action="store_true")
     args = p.parse_args()
-    rows = {}
-    for sync in ("full", "normal"):
-        for history in (10, 1000):
-            rows[f"{sync}/{history}"] = await measure(history, args.repeats, sync)
-    print(f"{'synchronous':<12}{'history':>8}{'median ms/step':>16}{'min':>8}")
+    backends = {
+        "sqlite full": lambda d: SqliteCheckpointer(os.path.join(d, "bench.db"), synchronous="full"),
+        "sqlite normal": lambda d: SqliteCheckpointer(os.path.join(d, "bench.db"), synchronous="normal"),
+    }
+    server = None
+    if not args.no_postgres:
+        from tenxgraph.testing.services import start_postgres
+
+        server = start_postgres()
+        backends["postgres"] = lambda d: PgCheckpointer(server.dsn, schema=f"b_{uuid.uuid4().hex[:12]}")
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        for name, make in backends.items():
+            for history in (10, 1000):
+                rows[f"{name}/{history}"] = await measure(history, args.repeats, make)
+        floor = pg_floor(server) if server is not None else None
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"{'backend':<16}{'history':>8}{'median ms/step':>16}{'min':>8}")
     for key, r in rows.items():
-        sync, history = key.split("/")
-        print(f"{sync:<12}{history:>8}{r['median_ms']:>16.3f}{r['min_ms']:>8.3f}")
-    ratios = {s: rows[f"{s}/1000"]["median_ms"] / rows[f"{s}/10"]["median_ms"] for s in ("full", "normal")}
-    for s, r in ratios.items():
-        print(f"ratio 1000/10 messages ({s}): {r:.2f}x")
+        name, history = key.split("/")
+        print(f"{name:<16}{history:>8}{r['median_ms']:>16.3f}{r['min_ms']:>8.3f}")
+    ratios = {n: rows[f"{n}/1000"]["median_ms"] / rows[f"{n}/10"]["median_ms"] for n in backends}
+    for n, r in ratios.items():
+        print(f"ratio 1000/10 messages ({n}): {r:.2f}x")
+    if floor is not None:
+        print(f"floor: one-row INSERT commit by pgbench on the same server: {floor:.3f} ms "
+              f"(postgres step at 10 msgs = {rows['postgres/10']['median_ms'] / floor:.2f}x floor)")
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "ratios": ratios, "python": platform.python_version(),
+            json.dump({"rows": rows, "ratios": ratios, "pg_floor_ms": floor, "python": platform.python_version(),
                        "repeats": args.repeats}, f, indent=2)
 
 
