@@ -7,8 +7,8 @@ use super::{
 };
 use crate::store::{Checkpointer, StepWrite};
 use serde_json::json;
+use super::stop::StopSignal;
 use std::sync::Arc;
-use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, sleep_until};
 
 /// What the caller handed the run, as far as the loop cares.
@@ -42,6 +42,8 @@ struct Run<'a, H: NodeHost + ?Sized> {
     version: i64,
     cursor: MsgCursor,
     stop_key: String,
+    /// When the store was last asked for a stop request (at most once per `stop_poll`).
+    last_stop_poll: std::sync::Mutex<Option<Instant>>,
 }
 
 /// Runs the graph on `cfg.thread` until it ends, pauses, stops or fails.
@@ -107,7 +109,7 @@ pub async fn run<H: NodeHost + ?Sized>(
     let stored_parts = stored.as_ref().map(|c| (&c.state, c.messages.as_slice()));
     let cursor = host.prepare(stored_parts, &exec).await?;
 
-    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone() };
+    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default() };
     if stored.is_none()
         || input.has_messages
         || input.has_state_update
@@ -116,9 +118,9 @@ pub async fn run<H: NodeHost + ?Sized>(
     {
         run.commit(true).await?;
     }
-    let notify = StopSignals::global().subscribe(&key);
-    let result = run.drive(skip_before, &notify).await;
-    StopSignals::global().release(&key, &notify);
+    let signal = StopSignals::global().subscribe(&key);
+    let result = run.drive(skip_before, &signal).await;
+    StopSignals::global().release(&key, &signal);
     result
 }
 
@@ -168,7 +170,17 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         Err(err)
     }
 
-    async fn stop_requested(&self) -> bool {
+    /// Asks the store when this process signalled a stop, or when the poll interval passed (a
+    /// request from another process); otherwise answers without a round trip.
+    async fn stop_requested(&self, signal: &StopSignal) -> bool {
+        {
+            let mut last = self.last_stop_poll.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= self.cfg.stop_poll);
+            if !signal.take_raised() && !due {
+                return false;
+            }
+            *last = Some(Instant::now());
+        }
         match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
             Ok(v) => v.is_some_and(|v| !v.is_null() && v != json!(false)),
             Err(e) => {
@@ -195,14 +207,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         Ok(self.outcome(true))
     }
 
-    async fn drive(&mut self, mut skip_before: Option<String>, notify: &Arc<Notify>) -> Result<RunOutcome, EngineError> {
+    async fn drive(&mut self, mut skip_before: Option<String>, signal: &Arc<StopSignal>) -> Result<RunOutcome, EngineError> {
         loop {
             if self.exec.current_node == END {
                 self.exec.status = ExecStatus::Completed;
                 self.commit(true).await?;
                 return Ok(self.outcome(false));
             }
-            if self.stop_requested().await {
+            if self.stop_requested(signal).await {
                 return self.stop().await;
             }
             let node = self.exec.current_node.clone();
@@ -212,7 +224,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 self.commit(true).await?;
                 return Ok(self.outcome(false));
             }
-            let out = match self.guarded_node(&node, notify).await {
+            let out = match self.guarded_node(&node, signal).await {
                 Ok(o) => o,
                 Err(Guard::Stopped) => return self.stop().await,
                 Err(Guard::Timeout(t)) => return self.fail(EngineError::NodeTimeout { node, timeout: t }).await,
@@ -263,7 +275,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// Runs a node under its deadline while watching for a stop request. Returning early drops the
     /// node future, which cancels the node's Python task.
-    async fn guarded_node(&self, node: &str, notify: &Arc<Notify>) -> Result<NodeOutput, Guard> {
+    async fn guarded_node(&self, node: &str, signal: &Arc<StopSignal>) -> Result<NodeOutput, Guard> {
         let started = Instant::now();
         let m = super::metrics();
         super::metrics::inc(&m.node_executions);
@@ -276,7 +288,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         tokio::pin!(fut);
         let deadline = self.cfg.node_timeout.map(|d| Instant::now() + d);
         loop {
-            let wake = notify.notified();
+            let wake = signal.notify.notified();
             tokio::select! {
                 r = &mut fut => {
                     super::metrics::add_duration(&m.node_duration_us, started.elapsed());
@@ -288,11 +300,11 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     super::metrics::inc(&m.node_timeouts);
                     return Err(Guard::Timeout(secs));
                 }
-                _ = wake => if self.stop_requested().await {
+                _ = wake => if self.stop_requested(signal).await {
                     super::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },
-                _ = sleep(self.cfg.stop_poll) => if self.stop_requested().await {
+                _ = sleep(self.cfg.stop_poll) => if self.stop_requested(signal).await {
                     super::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },

@@ -1,8 +1,9 @@
 //! Stop requests. A request is stored in the checkpointer's cache (so another process sees it on
 //! its next poll) and signalled in-process at once, so a run in this process stops without waiting
-//! for a poll.
+//! for a poll, and a run that nobody signalled asks the store at most once per poll interval.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::Notify;
 
@@ -12,10 +13,24 @@ pub fn stop_key(thread_id: &str, user_id: &str) -> String {
     format!("{thread_id}:{user_id}")
 }
 
+/// The in-process half of a stop request for one `thread_id:user_id`.
+#[derive(Default)]
+pub struct StopSignal {
+    pub notify: Notify,
+    raised: AtomicBool,
+}
+
+impl StopSignal {
+    /// True once after `signal()`; the caller then confirms against the store.
+    pub fn take_raised(&self) -> bool {
+        self.raised.swap(false, Ordering::AcqRel)
+    }
+}
+
 /// Process-wide registry of running runs' stop signals, keyed `thread_id:user_id`.
 #[derive(Default)]
 pub struct StopSignals {
-    map: Mutex<HashMap<String, Arc<Notify>>>,
+    map: Mutex<HashMap<String, Arc<StopSignal>>>,
 }
 
 impl StopSignals {
@@ -24,24 +39,24 @@ impl StopSignals {
         G.get_or_init(StopSignals::default)
     }
 
-    pub fn subscribe(&self, key: &str) -> Arc<Notify> {
+    pub fn subscribe(&self, key: &str) -> Arc<StopSignal> {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(key.to_owned()).or_default().clone()
     }
 
-    /// Wakes a run of this process waiting on `key`; a run that is between awaits sees the
-    /// stored request on its next check.
+    /// Wakes a run of this process on `key`.
     pub fn signal(&self, key: &str) {
         let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get(key) {
-            n.notify_waiters();
+        if let Some(s) = m.get(key) {
+            s.raised.store(true, Ordering::Release);
+            s.notify.notify_waiters();
         }
     }
 
-    pub fn release(&self, key: &str, n: &Arc<Notify>) {
+    pub fn release(&self, key: &str, s: &Arc<StopSignal>) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         // Only drop the entry if no other run of the same key still holds it.
-        if Arc::strong_count(n) <= 2 {
+        if Arc::strong_count(s) <= 2 {
             m.remove(key);
         }
     }
