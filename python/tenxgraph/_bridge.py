@@ -12,7 +12,30 @@ import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-__all__ = ["Submission"]
+__all__ = ["Submission", "await_native"]
+
+
+async def await_native(waiter: Any) -> Any:
+    """Awaits a ``_core.Waiter``: the Rust task writes one byte to a socket when done; the loop
+    watches it, so no Rust thread has to call into Python to wake us. Cancelling the await
+    cancels the Rust future."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    fd = waiter.fileno()
+
+    def on_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, on_ready)
+    try:
+        await ready
+    except asyncio.CancelledError:
+        waiter.cancel()
+        raise
+    finally:
+        loop.remove_reader(fd)
+    return waiter.take()
 
 
 class Submission:

@@ -1,10 +1,10 @@
 """Type stubs for the native module built from src/py (PyO3)."""
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Generator
 from typing import Any, final
 
 
-__all__ = ["Completion", "NativeGraph", "NativeStore", "metrics_snapshot", "shutdown", "__version__"]
+__all__ = ["Completion", "NativeGraph", "NativeStore", "Waiter", "metrics_snapshot", "shutdown", "__version__"]
 
 __version__: str
 
@@ -14,6 +14,15 @@ def shutdown() -> None: ...
 @final
 class Completion:
     def __call__(self, ok: bool, value: Any) -> None: ...
+
+@final
+class Waiter:
+    """A Rust future, awaitable from asyncio (see src/py/waiter.rs)."""
+
+    def fileno(self) -> int: ...
+    def take(self) -> Any: ...
+    def cancel(self) -> None: ...
+    def __await__(self) -> Generator[Any, None, Any]: ...
 
 @final
 class NativeStore:

@@ -44,6 +44,8 @@ struct Run<'a, H: NodeHost + ?Sized> {
     stop_key: String,
     /// When the store was last asked for a stop request (at most once per `stop_poll`).
     last_stop_poll: std::sync::Mutex<Option<Instant>>,
+    /// The next commit replaces the thread's message rows (see `Checkpoint::rewrite_messages`).
+    rewrite: bool,
 }
 
 /// Runs the graph on `cfg.thread` until it ends, pauses, stops or fails.
@@ -107,10 +109,16 @@ pub async fn run<H: NodeHost + ?Sized>(
         tracing::warn!(thread_id = %t.thread_id, "could not clear an old stop request: {e}");
     }
     let stored_parts = stored.as_ref().map(|c| (&c.state, c.messages.as_slice()));
-    let cursor = host.prepare(stored_parts, &exec).await?;
+    let mut cursor = host.prepare(stored_parts, &exec).await?;
+    // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
+    let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
+    if rewrite {
+        cursor = MsgCursor::default();
+    }
 
-    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default() };
+    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default(), rewrite };
     if stored.is_none()
+        || rewrite
         || input.has_messages
         || input.has_state_update
         || input.start_node.is_some()
@@ -140,7 +148,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             expected_version: self.version,
             state: &snap.state,
             new_messages: &snap.new_messages,
-            replace_messages: snap.replace_messages,
+            replace_messages: snap.replace_messages || self.rewrite,
         };
         self.version = match self.store.put_step(&self.cfg.thread, w).await {
             Ok(v) => v,
@@ -153,6 +161,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         };
         super::metrics::inc(&super::metrics().steps_committed);
         self.cursor = snap.cursor;
+        self.rewrite = false;
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
     }

@@ -77,13 +77,17 @@ impl NativeGraph {
         let spec = self.spec.clone();
         let store = self.store.clone();
         let host = PyHost { run, locals: Locals { event_loop, context } };
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
-            let result = engine::run(&spec, &*store, &host, &cfg, input).await;
-            match result {
-                Ok(o) => Ok(json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string()),
-                Err(e) => Err(Python::attach(|py| engine_err(py, e))),
+            engine::run(&spec, &*store, &host, &cfg, input).await
+        };
+        let waiter = super::waiter::spawn(py, fut, |py, r| match r {
+            Ok(o) => {
+                let text = json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string();
+                Ok(text.into_pyobject(py)?.into_any().unbind())
             }
-        })
+            Err(e) => Err(engine_err(py, e)),
+        })?;
+        Ok(waiter.into_bound(py).into_any())
     }
 }

@@ -5,6 +5,7 @@ mod errors;
 mod graph;
 mod host;
 mod store;
+mod waiter;
 
 use pyo3::prelude::*;
 
@@ -18,6 +19,8 @@ pub mod _core {
     use super::graph::NativeGraph;
     #[pymodule_export]
     use super::store::NativeStore;
+    #[pymodule_export]
+    use super::waiter::Waiter;
 
     /// Process-wide counters: `{metric name: value}`.
     #[pyfunction]
@@ -28,8 +31,9 @@ pub mod _core {
     /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so
     /// Rust logs stop reaching Python from here on.
     #[pyfunction]
-    fn shutdown() {
+    fn shutdown(py: Python<'_>) {
         log::set_max_level(log::LevelFilter::Off);
+        super::store::close_all(py);
     }
 
     #[pymodule_init]

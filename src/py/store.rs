@@ -7,6 +7,7 @@ use crate::store::{
     Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow,
 };
 use pyo3::exceptions::PyValueError;
+use pyo3::BoundObject;
 use pyo3::prelude::*;
 use serde_json::Value;
 use std::future::Future;
@@ -17,6 +18,37 @@ pub struct NativeStore {
     pub inner: Arc<dyn Checkpointer>,
 }
 
+/// Every store opened in this process, so `shutdown()` can close their connections before the
+/// interpreter finalizes: worker threads still running during process exit crashed it (SIGBUS).
+static OPEN: std::sync::Mutex<Vec<std::sync::Weak<dyn Checkpointer>>> = std::sync::Mutex::new(Vec::new());
+
+impl NativeStore {
+    fn register(inner: Arc<dyn Checkpointer>) -> Self {
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|w| w.strong_count() > 0);
+        open.push(Arc::downgrade(&inner));
+        NativeStore { inner }
+    }
+}
+
+/// Closes every open store (bounded: 2 s each). Called at interpreter exit.
+pub fn close_all(py: Python<'_>) {
+    let stores: Vec<Arc<dyn Checkpointer>> = {
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.drain(..).filter_map(|w| w.upgrade()).collect()
+    };
+    if stores.is_empty() {
+        return;
+    }
+    py.detach(|| {
+        pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+            for s in stores {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.release()).await;
+            }
+        })
+    });
+}
+
 type ThreadTuple = (String, String, Option<String>, String, f64, f64);
 
 fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
@@ -24,9 +56,11 @@ where
     F: Future<Output = Result<T, StoreError>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
-        fut.await.map_err(|e| Python::attach(|py| store_err(py, e)))
-    })
+    let waiter = super::waiter::spawn(py, fut, |py, r| match r {
+        Ok(v) => Ok(v.into_pyobject(py).map_err(Into::into)?.into_any().unbind()),
+        Err(e) => Err(store_err(py, e)),
+    })?;
+    Ok(waiter.into_bound(py).into_any())
 }
 
 fn json_in(s: &str) -> PyResult<Value> {
@@ -49,7 +83,7 @@ fn t(thread_id: String, user_id: String) -> ThreadRef {
 impl NativeStore {
     #[staticmethod]
     fn memory(enforce_user_isolation: bool) -> Self {
-        NativeStore { inner: Arc::new(MemoryStore::new(enforce_user_isolation)) }
+        NativeStore::register(Arc::new(MemoryStore::new(enforce_user_isolation)))
     }
 
     /// Opens the file (or ":memory:") and applies migrations before returning.
@@ -63,7 +97,7 @@ impl NativeStore {
             })
         });
         let store = opened.map_err(|e| store_err(py, e))?;
-        Ok(NativeStore { inner: Arc::new(store) })
+        Ok(NativeStore::register(Arc::new(store)))
     }
 
     /// Connects to Postgres (and Redis when a URL is given) and migrates the schema.
@@ -100,7 +134,7 @@ impl NativeStore {
             })
         });
         let store = opened.map_err(|e| store_err(py, e))?;
-        Ok(NativeStore { inner: Arc::new(store) })
+        Ok(NativeStore::register(Arc::new(store)))
     }
 
     /// Version-guarded state cache: `(version, state_json)` or None.

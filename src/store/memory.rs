@@ -100,6 +100,7 @@ impl Checkpointer for MemoryStore {
             version: *v,
             state: s.clone(),
             messages: d.messages.iter().map(|m| m.data.clone()).collect(),
+            rewrite_messages: false,
         }))
     }
 

@@ -158,6 +158,7 @@ impl Checkpointer for SqliteStore {
             version: row.get("version"),
             state: parse("load state", &state_text)?,
             messages: msgs.iter().map(|m| parse("load messages", m)).collect::<StoreResult<_>>()?,
+            rewrite_messages: false,
         }))
     }
 

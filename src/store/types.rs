@@ -27,6 +27,9 @@ pub struct Checkpoint {
     /// The state without its `context` (messages live in their own rows).
     pub state: Value,
     pub messages: Vec<Value>,
+    /// The messages came from a state row written by 10xGraph (whole context inside the state):
+    /// the next step must rewrite the thread's message rows from the live context.
+    pub rewrite_messages: bool,
 }
 
 /// One durable step. Its size depends on the step, never on the thread's history, except when

@@ -176,26 +176,41 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(dsn)
             .map_err(|e| StoreError::InvalidInput(format!("invalid postgres_dsn: {}", redact(&e.to_string()))))?
             .application_name("tenxgraph");
+        // Probe with one plain connection first: a pool retries a refused connection until its
+        // acquire timeout and then reports only "timed out", hiding the cause.
         let mut attempt = 0;
-        let pool = loop {
-            let r = PgPoolOptions::new()
-                .max_connections(opts.max_connections)
-                .acquire_timeout(opts.acquire_timeout)
-                .connect_with(connect.clone())
-                .await;
-            match r {
-                Ok(p) => break p,
-                Err(e) => {
-                    let mapped = map_err("connect", e, None);
-                    attempt += 1;
-                    if !matches!(mapped, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {
-                        return Err(mapped);
-                    }
-                    tracing::warn!("postgres connect failed (attempt {attempt}), retrying: {mapped}");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        loop {
+            let probe = tokio::time::timeout(opts.acquire_timeout, <sqlx::PgConnection as sqlx::Connection>::connect_with(&connect)).await;
+            let err = match probe {
+                Ok(Ok(c)) => {
+                    let _ = sqlx::Connection::close(c).await;
+                    break;
                 }
+                Ok(Err(e)) => map_err("connect", e, None),
+                Err(_) => StoreError::Transient { op: "connect", message: "timed out".into() },
+            };
+            attempt += 1;
+            if !matches!(err, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {
+                return Err(err);
             }
-        };
+            tracing::warn!("postgres connect failed (attempt {attempt}), retrying: {err}");
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(opts.acquire_timeout)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // A killed client's transaction must end, not wait for a lock and commit
+                    // later: let the server notice dead clients (PostgreSQL 14+; older servers
+                    // reject the setting, which is then skipped).
+                    let _ = sqlx::Executor::execute(&mut *conn, "SET client_connection_check_interval = 1000").await;
+                    Ok(())
+                })
+            })
+            .connect_with(connect.clone())
+            .await
+            .map_err(|e| map_err("connect", e, None))?;
         migrate(&pool, &opts.schema).await?;
         let redis = match redis_url {
             Some(url) => Some(RedisCache::connect(url).await?),
@@ -226,6 +241,18 @@ impl PgStore {
         Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
     }
 
+    /// Ensures and locks the thread row inside `tx`, checking the owner.
+    async fn lock_thread(&self, tx: &mut sqlx::PgConnection, t: &ThreadRef, op: &'static str) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
+            .execute(tx)
+            .await
+            .map_err(|e| map_err(op, e, Some(t)))?;
+        Ok(())
+    }
+
     /// Runs the PG fallback for the cache when Redis is absent or failing.
     fn redis(&self) -> Option<&RedisCache> {
         self.redis.as_ref().filter(|r| r.is_up())
@@ -252,15 +279,18 @@ impl Checkpointer for PgStore {
         let mut state: Value = row.get("state_data");
         // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
         let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
-        let messages = match legacy_context {
-            Some(Value::Array(ctx)) => ctx,
-            _ => sqlx::query_scalar::<_, Value>(AssertSqlSafe(self.sql.messages.clone()))
-                .bind(&t.thread_id)
-                .fetch_all(&mut *c)
-                .await
-                .map_err(|e| map_err("load messages", e, Some(t)))?,
+        let (messages, rewrite_messages) = match legacy_context {
+            Some(Value::Array(ctx)) => (ctx, true),
+            _ => (
+                sqlx::query_scalar::<_, Value>(AssertSqlSafe(self.sql.messages.clone()))
+                    .bind(&t.thread_id)
+                    .fetch_all(&mut *c)
+                    .await
+                    .map_err(|e| map_err("load messages", e, Some(t)))?,
+                false,
+            ),
         };
-        Ok(Some(Checkpoint { version: row.get("version"), state, messages }))
+        Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages }))
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
@@ -304,35 +334,15 @@ impl Checkpointer for PgStore {
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-        // Outside a step: the same function with an unchanged state would add a version, so the
-        // messages go through a plain upsert under the thread lock.
-        let s = &self.sql.s;
+        // Outside a step (no new state version): the same upsert, under the thread lock.
         let mut tx = self.pool.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
-        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(self.opts.enforce_user_isolation)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_err("write messages", e, Some(t)))?;
-        let q = format!(
-            "INSERT INTO {s}.messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data) \
-             SELECT e.value->>'message_id', $1, (e.value->>'role')::{s}.message_role, (e.value->'content')::text, \
-             e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{{}}'::jsonb), \
-             COALESCE(e.value->'metadata', '{{}}'::jsonb), e.value \
-             FROM jsonb_array_elements($2) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord \
-             ON CONFLICT (message_id) DO UPDATE SET content = EXCLUDED.content, message_data = EXCLUDED.message_data, \
-             updated_at = NOW() WHERE m.thread_id = EXCLUDED.thread_id"
-        );
-        let r = sqlx::query(self.q(q))
+        self.lock_thread(&mut tx, t, "write messages").await?;
+        sqlx::query(self.q(format!("SELECT {}.tenx_upsert_messages($1, $2)", self.sql.s)))
             .bind(&t.thread_id)
             .bind(message_rows(msgs))
             .execute(&mut *tx)
             .await
             .map_err(|e| map_err("write messages", e, Some(t)))?;
-        if (r.rows_affected() as usize) < msgs.len() {
-            return Err(StoreError::MessageInOtherThread { message_id: String::new() });
-        }
         tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
     }
 
@@ -394,13 +404,7 @@ impl Checkpointer for PgStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(|e| map_err("write thread", e, Some(t)))?;
-        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(self.opts.enforce_user_isolation)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_err("write thread", e, Some(t)))?;
+        self.lock_thread(&mut tx, t, "write thread").await?;
         sqlx::query(self.q(format!(
             "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1"
         )))
@@ -578,13 +582,7 @@ impl Checkpointer for PgStore {
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
         let mut tx = self.pool.begin().await.map_err(|e| map_err("ledger write", e, Some(t)))?;
-        sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(self.opts.enforce_user_isolation)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_err("ledger write", e, Some(t)))?;
+        self.lock_thread(&mut tx, t, "ledger write").await?;
         // First result wins, also within one batch: keep the first occurrence of each key.
         let mut seen = std::collections::HashSet::new();
         let (keys, results): (Vec<String>, Vec<Value>) = entries

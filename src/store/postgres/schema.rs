@@ -124,6 +124,27 @@ BEGIN
   END IF;
 END $fn$;
 
+-- Upserts messages (a JSON array, in order) into a thread; TX003 when an id belongs to another.
+CREATE OR REPLACE FUNCTION {s}.tenx_upsert_messages(p_thread TEXT, p_messages JSONB)
+RETURNS VOID LANGUAGE plpgsql AS $fn$
+DECLARE v_count INT := jsonb_array_length(p_messages); v_written INT;
+BEGIN
+  IF v_count = 0 THEN RETURN; END IF;
+  INSERT INTO {s}.messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data)
+  SELECT e.value->>'message_id', p_thread, (e.value->>'role')::{s}.message_role, (e.value->'content')::text,
+         e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{{}}'::jsonb),
+         COALESCE(e.value->'metadata', '{{}}'::jsonb), e.value
+  FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord
+  ON CONFLICT (message_id) DO UPDATE SET content = EXCLUDED.content, tool_calls = EXCLUDED.tool_calls,
+    reasoning = EXCLUDED.reasoning, usages = EXCLUDED.usages, meta = EXCLUDED.meta,
+    message_data = EXCLUDED.message_data, updated_at = NOW()
+  WHERE m.thread_id = EXCLUDED.thread_id;
+  GET DIAGNOSTICS v_written = ROW_COUNT;
+  IF v_written < v_count THEN
+    RAISE EXCEPTION 'a message id belongs to another thread' USING ERRCODE = 'TX003';
+  END IF;
+END $fn$;
+
 -- One durable step: lock, compare versions, append the state row, write the step's messages,
 -- prune history. Raises TX001 (stale, DETAIL "expected,current"), TX002 (forbidden),
 -- TX003 (a message id of another thread).
@@ -131,7 +152,7 @@ CREATE OR REPLACE FUNCTION {s}.tenx_put_step(
   p_thread TEXT, p_user TEXT, p_expected BIGINT, p_state JSONB, p_messages JSONB,
   p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN
 ) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
-DECLARE v_current BIGINT; v_new BIGINT; v_count INT; v_written INT;
+DECLARE v_current BIGINT; v_new BIGINT;
 BEGIN
   PERFORM {s}.tenx_lock_thread(p_thread, p_user, p_isolate);
   SELECT COALESCE(MAX(version), 0) INTO v_current FROM {s}.states WHERE thread_id = p_thread;
@@ -146,22 +167,7 @@ BEGIN
   IF p_replace THEN
     DELETE FROM {s}.messages WHERE thread_id = p_thread;
   END IF;
-  v_count := jsonb_array_length(p_messages);
-  IF v_count > 0 THEN
-    INSERT INTO {s}.messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data)
-    SELECT e.value->>'message_id', p_thread, (e.value->>'role')::{s}.message_role, (e.value->'content')::text,
-           e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{{}}'::jsonb),
-           COALESCE(e.value->'metadata', '{{}}'::jsonb), e.value
-    FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord
-    ON CONFLICT (message_id) DO UPDATE SET content = EXCLUDED.content, tool_calls = EXCLUDED.tool_calls,
-      reasoning = EXCLUDED.reasoning, usages = EXCLUDED.usages, meta = EXCLUDED.meta,
-      message_data = EXCLUDED.message_data, updated_at = NOW()
-    WHERE m.thread_id = EXCLUDED.thread_id;
-    GET DIAGNOSTICS v_written = ROW_COUNT;
-    IF v_written < v_count THEN
-      RAISE EXCEPTION 'a message id belongs to another thread' USING ERRCODE = 'TX003';
-    END IF;
-  END IF;
+  PERFORM {s}.tenx_upsert_messages(p_thread, p_messages);
   UPDATE {s}.threads SET updated_at = NOW() WHERE thread_id = p_thread;
   RETURN v_new;
 END $fn$;
