@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
-from tests_py.crash_agents.three_steps import Ticket
+from tests_py.crash_agents.three_steps import Ticket, open_checkpointer
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the child processes keep the thread: a SQLite file or a Postgres database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "agent.db")
+    return request.getfixturevalue("pg_dsn")
 
 AGENT = Path(__file__).parent / "crash_agents" / "three_steps.py"
 
@@ -38,10 +45,10 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: flo
     raise AssertionError(f"timed out waiting for {text!r}")
 
 
-def test_sigkill_mid_node_resumes_at_that_node_in_a_new_process(tmp_path: Path) -> None:
-    db, effects = tmp_path / "agent.db", tmp_path / "effects.log"
+def test_sigkill_mid_node_resumes_at_that_node_in_a_new_process(tmp_path: Path, db: str) -> None:
+    effects = tmp_path / "effects.log"
     child = subprocess.Popen(
-        [sys.executable, str(AGENT), "start", str(db), "t-crash"],
+        [sys.executable, str(AGENT), "start", db, "t-crash"],
         env=_env(effects, hang_in="b"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -54,7 +61,7 @@ def test_sigkill_mid_node_resumes_at_that_node_in_a_new_process(tmp_path: Path) 
     assert child.returncode == -signal.SIGKILL
 
     # What the dead process left: node a committed, b in flight.
-    cp = SqliteCheckpointer(str(db))
+    cp = open_checkpointer(db)
     cp.bind_state_type(Ticket)
     state = cp.get_state({"thread_id": "t-crash"})
     assert state is not None
@@ -63,7 +70,7 @@ def test_sigkill_mid_node_resumes_at_that_node_in_a_new_process(tmp_path: Path) 
     assert state.visited == ["a"]
 
     resumed = subprocess.run(
-        [sys.executable, str(AGENT), "resume", str(db), "t-crash"],
+        [sys.executable, str(AGENT), "resume", db, "t-crash"],
         env=_env(effects, hang_in=None),
         capture_output=True,
         timeout=60,
@@ -78,22 +85,22 @@ def test_sigkill_mid_node_resumes_at_that_node_in_a_new_process(tmp_path: Path) 
     assert log.count("start:b") == 2, log  # the node in flight ran again, once
     assert log.count("end:b") == 1 and log.count("end:c") == 1, log
 
-    final = SqliteCheckpointer(str(db)).list_messages({"thread_id": "t-crash"})
+    final = open_checkpointer(db).list_messages({"thread_id": "t-crash"})
     texts = [m.text() for m in final]
     assert texts == ["open a ticket", "a done", "b done", "c done"], texts
 
 
-def test_resume_of_a_finished_thread_needs_new_input(tmp_path: Path) -> None:
-    db, effects = tmp_path / "agent.db", tmp_path / "effects.log"
+def test_resume_of_a_finished_thread_needs_new_input(tmp_path: Path, db: str) -> None:
+    effects = tmp_path / "effects.log"
     first = subprocess.run(
-        [sys.executable, str(AGENT), "start", str(db), "t-done"],
+        [sys.executable, str(AGENT), "start", db, "t-done"],
         env=_env(effects, None), capture_output=True, timeout=60,
     )
     assert first.returncode == 0, first.stderr.decode()
     assert json.loads(first.stdout.decode().splitlines()[-1])["visited"] == ["a", "b", "c"]
     # {} on a completed thread restarts at the entry point (10xGraph semantics).
     again = subprocess.run(
-        [sys.executable, str(AGENT), "resume", str(db), "t-done"],
+        [sys.executable, str(AGENT), "resume", db, "t-done"],
         env=_env(effects, None), capture_output=True, timeout=60,
     )
     assert again.returncode == 0, again.stderr.decode()
@@ -101,10 +108,10 @@ def test_resume_of_a_finished_thread_needs_new_input(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("hang_in", ["a", "c"])
-def test_kill_at_first_and_last_node(tmp_path: Path, hang_in: str) -> None:
-    db, effects = tmp_path / "agent.db", tmp_path / "effects.log"
+def test_kill_at_first_and_last_node(tmp_path: Path, hang_in: str, db: str) -> None:
+    effects = tmp_path / "effects.log"
     child = subprocess.Popen(
-        [sys.executable, str(AGENT), "start", str(db), "t"], env=_env(effects, hang_in),
+        [sys.executable, str(AGENT), "start", db, "t"], env=_env(effects, hang_in),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
@@ -113,10 +120,10 @@ def test_kill_at_first_and_last_node(tmp_path: Path, hang_in: str) -> None:
         child.kill()
         child.wait(timeout=10)
     # The user's message was committed before the first node ran: nothing is lost.
-    msgs = SqliteCheckpointer(str(db)).list_messages({"thread_id": "t"})
+    msgs = open_checkpointer(db).list_messages({"thread_id": "t"})
     assert msgs[0].text() == "open a ticket"
     resumed = subprocess.run(
-        [sys.executable, str(AGENT), "resume", str(db), "t"], env=_env(effects, None), capture_output=True, timeout=60,
+        [sys.executable, str(AGENT), "resume", db, "t"], env=_env(effects, None), capture_output=True, timeout=60,
     )
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert json.loads(resumed.stdout.decode().splitlines()[-1])["visited"] == ["a", "b", "c"]

@@ -13,7 +13,14 @@ import sys
 import time
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.storage.checkpointer import SqliteCheckpointer
+from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
+
+
+def open_checkpointer(db: str):
+    """A SQLite file path, or a Postgres DSN (schema from TENX_SCHEMA)."""
+    if db.startswith("postgresql://"):
+        return PgCheckpointer(db, schema=os.environ.get("TENX_SCHEMA", "public"))
+    return SqliteCheckpointer(db)
 
 
 class Ticket(AgentState):
@@ -50,7 +57,7 @@ def build(db: str):
     g.add_edge("a", "b")
     g.add_edge("b", "c")
     g.add_edge("c", END)
-    return g.compile(checkpointer=SqliteCheckpointer(db))
+    return g.compile(checkpointer=open_checkpointer(db))
 
 
 async def main(mode: str, db: str, thread: str) -> None:
