@@ -17,6 +17,7 @@ from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestSta
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import add_messages
 from tenxgraph._tool_step import ToolStep
+from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, pending_interrupt
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class Run:
             raise ValueError("input_data['state']['current_node'] must be a node name")
         self.start_node: str | None = start
         self.state: AgentState | None = None
+        self.has_resume = isinstance(input_data, dict) and "resume" in input_data
+        self.resume_value = input_data.get("resume") if self.has_resume else None
         self.produced: list[Message] = []
         self._tool_steps: dict[str, ToolStep] = {}
 
@@ -65,6 +68,7 @@ class Run:
                 self.graph._log.warning(
                     "thread state was written by %s, loading it as %s", stored_class, type(state).__name__
                 )
+        self._check_resume(state)
         stored_len = len(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
@@ -90,8 +94,15 @@ class Run:
         config = dict(self.config, _node_name=name)
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
-        result = await node.call(state, config)
-        return self._absorb(result, state, pre_len, pre_last)
+        answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
+        token = activate(name, answers)
+        try:
+            result = await node.call(state, config)
+        finally:
+            deactivate(token)
+        goto = self._absorb(result, state, pre_len, pre_last)
+        _clear_answers(self.state)  # the node finished: its answers are spent
+        return goto
 
     def eval_condition(self, index: int) -> str | bool:
         result = self.graph._conditions[index](self.state)
@@ -137,6 +148,7 @@ class Run:
         assert state is not None
         state.context = add_messages(state.context, messages)
         self.produced.extend(messages)
+        _clear_answers(state)
         return None
 
     # -- results ---------------------------------------------------------------------------
@@ -160,6 +172,20 @@ class Run:
                 "token_usage": usage,
             }
         return {"messages": messages, "token_usage": usage}
+
+    def _check_resume(self, state: AgentState) -> None:
+        """10xGraph's resume rules, checked on the stored state before any input is merged."""
+        pending = pending_interrupt(state)
+        if pending is not None and not self.has_resume:
+            raise ValueError(
+                f"Thread is paused at interrupt '{pending.id}' in node '{pending.node}'. "
+                "Resume it with {'resume': value}."
+            )
+        if self.has_resume and pending is None:
+            raise ValueError("Nothing to resume: the thread is not paused at an interrupt().")
+        if pending is not None:
+            answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})
+            answers[pending.key] = self.resume_value
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -209,6 +235,11 @@ class Run:
         em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
         if meta.get("error") is not None:
             em.internal_data["error"] = meta["error"]
+
+
+def _clear_answers(state: AgentState | None) -> None:
+    if state is not None:
+        state.execution_meta.internal_data.pop(RESUME_ANSWERS_KEY, None)
 
 
 def _to_message(item: Any) -> Message:

@@ -16,6 +16,7 @@ from tenxgraph.core.graph.tool_merge import merge_tool_state
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
+from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, pending_interrupt
 
 __all__ = ["ToolStep"]
 
@@ -96,9 +97,14 @@ class ToolStep:
             msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
             return _envelope(msg), False, True
         state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
-        outcome = await self.tool_node.execute(
-            call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
-        )
+        answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
+        token = activate(self.node_name, answers, tool_call_id=call.call_id or f"#{index}")
+        try:
+            outcome = await self.tool_node.execute(
+                call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
+            )
+        finally:
+            deactivate(token)
         msg = outcome.message
         env: dict[str, Any] = {"__kind__": "message", "value": msg.model_dump(mode="json")}
         record = bool(outcome.recordable)

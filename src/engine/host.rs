@@ -24,6 +24,9 @@ pub enum HostFailure {
     Raised { error_type: String, message: String, cause: BoxError },
     /// An error that must reach the caller unchanged (already a graph error, or not an Exception).
     Passthrough(BoxError),
+    /// User code asked for a human answer (`interrupt()`): the run pauses at this node and the
+    /// node runs again on resume. `payload` describes the question.
+    Interrupt { payload: serde_json::Value },
 }
 
 /// How many stored messages the live context starts with, and the id of the last one. A context

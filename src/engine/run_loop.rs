@@ -84,6 +84,8 @@ pub async fn run<H: NodeHost + ?Sized>(
         // The failed node runs again. 10xGraph kept `step`, so after a recursion error the next
         // run executed nothing; a new run gets a fresh step budget instead.
         ExecStatus::Error => exec.step = 0,
+        // A static interrupt_before is answered by resuming; a dynamic interrupt() re-runs its
+        // node, whose interrupt_before (if any) was answered when the node first started.
         ExecStatus::InterruptedBefore => skip_before = exec.interrupted_node.clone(),
         ExecStatus::InterruptedAfter | ExecStatus::Running => {}
     }
@@ -238,6 +240,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 Err(Guard::Stopped) => return self.stop().await,
                 Err(Guard::Timeout(t)) => return self.fail(EngineError::NodeTimeout { node, timeout: t }).await,
                 Err(Guard::Failed(HostFailure::Passthrough(e))) => return self.fail(EngineError::Host(e)).await,
+                Err(Guard::Failed(HostFailure::Interrupt { payload })) => {
+                    // current_node stays: the node runs again when the thread is resumed.
+                    let data = json!({"interrupt": payload});
+                    self.exec.set_interrupt(&node, "interrupt".into(), ExecStatus::InterruptedBefore, Some(data));
+                    self.commit(true).await?;
+                    return Ok(self.outcome(false));
+                }
                 Err(Guard::Failed(HostFailure::Raised { error_type, message, cause })) => {
                     let err = EngineError::Node {
                         code: "NODE_001",

@@ -76,7 +76,8 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         match s {
             Ok(o) => outcomes.push(o),
             Err(e) => {
-                // Not an ordinary exception (e.g. cancellation): re-raised once all calls settled.
+                // An interrupt, or not an ordinary exception (e.g. cancellation): raised once all
+                // calls settled, so every finished sibling is in the ledger first.
                 passthrough.get_or_insert(e);
                 outcomes.push(ToolOutcome::Failed { message: "interrupted".into() });
             }
@@ -168,7 +169,7 @@ async fn run_one<H: NodeHost + ?Sized>(
             inc(&m.tool_errors);
             Ok(ToolOutcome::Failed { message })
         }
-        Err(e @ HostFailure::Passthrough(_)) => Err(e),
+        Err(e @ (HostFailure::Passthrough(_) | HostFailure::Interrupt { .. })) => Err(e),
     }
 }
 

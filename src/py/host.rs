@@ -34,6 +34,9 @@ fn parse(what: &str, s: &str) -> Result<Value, EngineError> {
 /// KeyboardInterrupt, control flow such as GraphInterrupt) go through unchanged.
 fn classify(e: PyErr) -> HostFailure {
     Python::attach(|py| {
+        if let Some(payload) = interrupt_payload(py, &e) {
+            return HostFailure::Interrupt { payload };
+        }
         if e.is_instance_of::<PyException>(py) {
             let error_type = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
             let message = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
@@ -42,6 +45,18 @@ fn classify(e: PyErr) -> HostFailure {
             HostFailure::Passthrough(Box::new(e))
         }
     })
+}
+
+/// The `Interrupt` of a `GraphInterrupt`, as JSON; None for any other error.
+fn interrupt_payload(py: Python<'_>, e: &PyErr) -> Option<Value> {
+    static CLS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let cls = CLS.import(py, "tenxgraph.utils.interrupt", "GraphInterrupt").ok()?;
+    let value = e.value(py);
+    if !value.is_instance(cls).ok()? {
+        return None;
+    }
+    let text: String = value.getattr("interrupt").ok()?.call_method0("model_dump_json").ok()?.extract().ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 #[async_trait]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from tenxgraph.core.state.reducers import (
@@ -25,35 +24,15 @@ from tenxgraph.utils.constants import (
 from tenxgraph.utils.thread_info import ThreadInfo
 from tenxgraph.utils.tool_decorator import get_tool_metadata, has_tool_decorator, tool
 
-# interrupt, Interrupt, GraphInterrupt and pending_interrupt are re-exported from
-# tenxgraph.utils.interrupt. That module is resolved lazily below, on first access, so
-# this package imports cleanly before it exists and no cycle runs through the interrupt
-# machinery when only constants are needed.
-_INTERRUPT_NAMES = frozenset({"interrupt", "Interrupt", "GraphInterrupt", "pending_interrupt"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _INTERRUPT_NAMES:
-        try:
-            module = importlib.import_module("tenxgraph.utils.interrupt")
-        except ModuleNotFoundError as exc:
-            if exc.name != "tenxgraph.utils.interrupt":
-                raise
-            raise AttributeError(
-                f"module {__name__!r} has no attribute {name!r} "
-                "(tenxgraph.utils.interrupt is not available)"
-            ) from exc
-        value = getattr(module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _INTERRUPT_NAMES)
-
+# Imported eagerly and bound after the submodule loads: the package attribute `interrupt` must be
+# the function (10xGraph's API), not the module `tenxgraph.utils.interrupt` of the same name.
+from tenxgraph.utils.interrupt import GraphInterrupt, Interrupt, interrupt, pending_interrupt  # noqa: E402
 
 __all__ = [
+    "GraphInterrupt",
+    "Interrupt",
+    "interrupt",
+    "pending_interrupt",
     "DEFAULT_ANONYMOUS_USER_ID",
     "DEFAULT_NODE_TIMEOUT_SECONDS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",

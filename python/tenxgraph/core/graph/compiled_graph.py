@@ -169,7 +169,7 @@ class CompiledGraph(Generic[StateT]):
             tool_timeout,
             bool(cfg.get("durable_checkpoint_every_step", True)),
             bool(run.input_messages),
-            bool(run.state_update),
+            bool(run.state_update) or run.has_resume,  # a resume answer is committed before the node
             run.start_node,
         )
         outcome = json.loads(raw)
