@@ -143,7 +143,6 @@ def test_redis_ping_set_get(tenx_redis: RedisServer) -> None:  # noqa: F811
 # --------------------------------------------------------------------------- stop / cleanup
 
 
-@pytest.mark.skipif(bool(os.environ.get(PG_DSN_ENV)), reason="external PostgreSQL in use")
 def test_postgres_stop_really_stops() -> None:
     with start_postgres(use_env=False) as pg:
         assert _psql(pg.host, pg.port, "tenx", "select 1") == "1"
@@ -154,7 +153,6 @@ def test_postgres_stop_really_stops() -> None:
     pg.stop()  # idempotent
 
 
-@pytest.mark.skipif(bool(os.environ.get(REDIS_URL_ENV)), reason="external Redis in use")
 def test_redis_stop_really_stops() -> None:
     r = start_redis(use_env=False)
     assert _redis(r.port, "PING") == b"+PONG\r\n"
@@ -178,9 +176,6 @@ _CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get(PG_DSN_ENV) or os.environ.get(REDIS_URL_ENV)), reason="external servers in use"
-)
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 def test_servers_do_not_outlive_their_process(how: str) -> None:
     child = subprocess.Popen(
