@@ -52,7 +52,11 @@ class Submission:
         self._task: asyncio.Task[Any] | None = None
         self._cancelled = False
         self._done = done
-        loop.call_soon_threadsafe(self._start, context, coro)
+        try:
+            loop.call_soon_threadsafe(self._start, context, coro)
+        except RuntimeError:  # the loop is closed: the caller is gone, nothing will run this
+            coro.close()
+            raise
 
     def _start(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> None:
         if self._cancelled:

@@ -117,4 +117,5 @@ class NativeGraph:
         has_messages: bool,
         has_state_update: bool,
         start_node: str | None = None,
+        streaming: bool = False,
     ) -> Awaitable[str]: ...

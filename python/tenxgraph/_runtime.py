@@ -51,6 +51,7 @@ class Run:
         self.resume_value = input_data.get("resume") if self.has_resume else None
         self.produced: list[Message] = []
         self._tool_steps: dict[str, ToolStep] = {}
+        self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
 
     # -- called by the Rust loop -----------------------------------------------------------
 
@@ -92,6 +93,8 @@ class Run:
         self._apply_exec(state, exec_json)
         node = self.graph._nodes[name]
         config = dict(self.config, _node_name=name)
+        if self.emitter is not None:
+            self._stream_update("invoking_node", name, now=True)
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
@@ -100,9 +103,29 @@ class Run:
             result = await node.call(state, config)
         finally:
             deactivate(token)
+        produced_before = len(self.produced)
         goto = self._absorb(result, state, pre_len, pre_last)
         _clear_answers(self.state)  # the node finished: its answers are spent
+        if self.emitter is not None:
+            for m in self.produced[produced_before:]:
+                self.emitter.message(m, "node_invoked", name, now=False)
+            self._stream_update("node_invoked", name, now=False)
         return goto
+
+    def committed(self, version: int) -> None:
+        """The step is durable: release the chunks held back for it."""
+        if self.emitter is not None:
+            self.emitter.flush()
+
+    def _stream_update(self, status: str, node: str, *, now: bool) -> None:
+        from tenxgraph.core.state.stream_chunks import StreamEvent
+
+        em = self.emitter
+        if em.wants(StreamEvent.UPDATES):
+            chunk = em.make(StreamEvent.UPDATES, data={"status": status, "node": node}, status=status, node=node)
+            em.emit(chunk) if now else em.hold(chunk)
+        if status == "node_invoked" and em.wants(StreamEvent.STATE) and self.state is not None:
+            em.hold(em.make(StreamEvent.STATE, state=self.state.model_copy(deep=True), status=status, node=node))
 
     def eval_condition(self, index: int) -> str | bool:
         result = self.graph._conditions[index](self.state)
@@ -131,6 +154,8 @@ class Run:
         self._apply_exec(state, exec_json)
         step = ToolStep.begin(name, self.graph._nodes[name].func, state)
         self._tool_steps[name] = step
+        if self.emitter is not None:
+            self._stream_update("invoking_node", name, now=True)
         origin = str(step.origin_id) if step.origin_id not in (None, "") else None
         return origin, [(c.call_id, c.name) for c in step.calls]
 
@@ -139,7 +164,20 @@ class Run:
 
     async def run_tool(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
-        return await self._tool_steps[name].run(index, config, idempotency_key)
+        step = self._tool_steps[name]
+        out = await step.run(index, config, idempotency_key)
+        if self.emitter is not None:
+            step.pending_stream[index] = out[0]
+        return out
+
+    def tool_settled(self, name: str, index: int) -> None:
+        """The call's result is in the ledger (or needs no record): stream it now."""
+        step = self._tool_steps.get(name)
+        if self.emitter is None or step is None or index not in step.pending_stream:
+            return
+        value = json.loads(step.pending_stream.pop(index))["value"]
+        self.emitter.message(Message.model_validate(value), "tool_result", name, now=True)
+        step.streamed.add(index)
 
     def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | None:
         step = self._tool_steps.pop(name)
@@ -149,6 +187,11 @@ class Run:
         state.context = add_messages(state.context, messages)
         self.produced.extend(messages)
         _clear_answers(state)
+        if self.emitter is not None:
+            for index, m in enumerate(messages):
+                if index not in step.streamed:  # replayed from the ledger, timed out or failed
+                    self.emitter.message(m, "tool_result", name, now=False)
+            self._stream_update("node_invoked", name, now=False)
         return None
 
     # -- results ---------------------------------------------------------------------------

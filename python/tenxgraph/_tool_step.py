@@ -42,6 +42,8 @@ class ToolStep:
     branches: dict[int, AgentState] = field(default_factory=dict)
     replays: dict[int, Message] = field(default_factory=dict)
     replayed_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
+    streamed: set[int] = field(default_factory=set)
+    pending_stream: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:

@@ -62,6 +62,10 @@ pub trait NodeHost: Send + Sync {
     /// The step to persist since `cursor`, with `exec` written into the state first.
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError>;
 
+    /// Called after each durable commit: a streaming host releases what it held back until the
+    /// step was safe (a client never sees a step that a crash could undo).
+    fn committed(&self, _version: i64) {}
+
     // -- tool nodes (only hosts whose graphs have tool nodes implement these) --
 
     /// The tool calls of the last assistant message (NodeError NODE_002/NODE_003 when there are
@@ -77,6 +81,9 @@ pub trait NodeHost: Send + Sync {
     async fn run_tool(&self, node: &str, _index: usize, _idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
     }
+    /// Call `index` returned and its result is recorded (or needs no record): a streaming host
+    /// shows it now, never before the ledger has it.
+    fn tool_settled(&self, _node: &str, _index: usize) {}
     /// Merges the calls' results (and branch state) into the live state, in call order.
     fn finish_tools(&self, node: &str, _outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))

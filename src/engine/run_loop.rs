@@ -164,6 +164,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         super::metrics::inc(&super::metrics().steps_committed);
         self.cursor = snap.cursor;
         self.rewrite = false;
+        self.host.committed(self.version);
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
     }

@@ -163,6 +163,7 @@ async fn run_one<H: NodeHost + ?Sized>(
                     not_recorded(cfg, &call.name, k, &e);
                 }
             }
+            host.tool_settled(node, index);
             Ok(ToolOutcome::Ran(run.envelope))
         }
         Err(HostFailure::Raised { message, .. }) => {

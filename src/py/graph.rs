@@ -49,7 +49,7 @@ impl NativeGraph {
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -67,6 +67,7 @@ impl NativeGraph {
         has_messages: bool,
         has_state_update: bool,
         start_node: Option<String>,
+        streaming: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -76,7 +77,7 @@ impl NativeGraph {
         cfg.durable_every_step = durable;
         let spec = self.spec.clone();
         let store = self.store.clone();
-        let host = PyHost { run, locals: Locals { event_loop, context } };
+        let host = PyHost { run, locals: Locals { event_loop, context }, streaming };
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
             engine::run(&spec, &*store, &host, &cfg, input).await

@@ -16,6 +16,8 @@ use serde_json::Value;
 pub struct PyHost {
     pub run: Py<PyAny>,
     pub locals: Locals,
+    /// Only a streaming run wants to hear about commits.
+    pub streaming: bool,
 }
 
 fn host_err(e: PyErr) -> EngineError {
@@ -113,6 +115,26 @@ impl NodeHost for PyHost {
             replace_messages: replace,
             cursor: MsgCursor { len, last_id },
         })
+    }
+
+    fn committed(&self, version: i64) {
+        if self.streaming {
+            Python::attach(|py| {
+                if let Err(e) = self.run.bind(py).call_method1("committed", (version,)) {
+                    tracing::warn!("stream flush after commit failed: {e}");
+                }
+            });
+        }
+    }
+
+    fn tool_settled(&self, node: &str, index: usize) {
+        if self.streaming {
+            Python::attach(|py| {
+                if let Err(e) = self.run.bind(py).call_method1("tool_settled", (node, index)) {
+                    tracing::warn!("streaming a tool result failed: {e}");
+                }
+            });
+        }
     }
 
     fn begin_tools(&self, node: &str, exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {

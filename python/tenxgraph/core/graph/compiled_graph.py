@@ -7,14 +7,20 @@ import concurrent.futures
 import contextvars
 import json
 import logging
+import queue
+import threading
+import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._runtime import Run
+from tenxgraph._stream import Emitter
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
+from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
     DEFAULT_NODE_TIMEOUT_SECONDS,
@@ -66,6 +72,28 @@ def run_sync(coro: Any) -> Any:
     ctx = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenxgraph-sync") as pool:
         return pool.submit(ctx.run, asyncio.run, coro).result()
+
+
+def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: float) -> list[StreamChunk]:
+    """The chunks that close a stream: a pause, a stop, and (FULL) the summary."""
+    exec_meta = outcome["exec"]
+    chunks = []
+    if outcome.get("stopped"):
+        chunks.append(emitter.make(StreamEvent.UPDATES, data={"status": "stopped",
+                                   "reason": "Graph execution stopped by request"}, status="stopped"))
+    elif exec_meta["status"] in ("interrupted_before", "interrupted_after"):
+        data: dict[str, Any] = {"status": "interrupted", "reason": exec_meta.get("interrupt_reason"),
+                                "node": exec_meta.get("interrupted_node")}
+        if exec_meta.get("interrupt_data") and "interrupt" in exec_meta["interrupt_data"]:
+            data["interrupt"] = exec_meta["interrupt_data"]["interrupt"]
+        chunks.append(emitter.make(StreamEvent.UPDATES, data=data, status="interrupted"))
+    response = run.response("low")
+    chunks.append(emitter.make(StreamEvent.UPDATES, data={
+        "status": "graph_invoked", "reason": "Graph execution finished",
+        "time_taken": time.perf_counter() - started,
+        "is_interrupted": exec_meta["status"] in ("interrupted_before", "interrupted_after"),
+        "total_messages": len(response["messages"]), **response["token_usage"]}, status="graph_invoked"))
+    return [c for c in chunks if emitter.wants(c.event)]
 
 
 def _is_tool_node(func: Any) -> bool:
@@ -150,11 +178,16 @@ class CompiledGraph(Generic[StateT]):
         After every node the state and the node's new messages are committed in one
         transaction; a crashed run resumes with ``ainvoke({}, config)`` at the node in flight.
         """
-        if self._closed:
-            raise RuntimeError("this graph was closed with aclose()")
         granularity = ResponseGranularity(response_granularity).value
         cfg = self._prepare_config(config)
         run = Run(self, cfg, input_data)
+        await self._execute(run, cfg)
+        return run.response(granularity)
+
+    async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False) -> dict[str, Any]:
+        """One pass of the Rust loop for ``run``; returns the outcome (exec, version, stopped)."""
+        if self._closed:
+            raise RuntimeError("this graph was closed with aclose()")
         node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
         tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
         raw = await self._native.run(
@@ -171,10 +204,110 @@ class CompiledGraph(Generic[StateT]):
             bool(run.input_messages),
             bool(run.state_update) or run.has_resume,  # a resume answer is committed before the node
             run.start_node,
+            streaming,
         )
-        outcome = json.loads(raw)
+        outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
-        return run.response(granularity)
+        return outcome
+
+    async def astream(
+        self,
+        input_data: dict[str, Any],
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+    ) -> AsyncIterator[StreamChunk]:
+        """Streams a run with the same guarantees as ``ainvoke`` (the same Rust loop, ledger,
+        per-step commits, timeouts and stop). A node's messages are yielded once its step is
+        committed; tool results as each tool returns. Leaving the iterator early (break, or the
+        consuming task cancelled) cancels the run's in-flight Python work; committed steps stay.
+        """
+        granularity = ResponseGranularity(response_granularity).value
+        cfg = self._prepare_config(config)
+        cfg["is_stream"] = True
+        run = Run(self, cfg, input_data)
+        emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
+        run.emitter = emitter
+        for m in run.input_messages:
+            emitter.emit(emitter.make(StreamEvent.MESSAGE, message=m, status="invoking_graph"))
+        started = time.perf_counter()
+        task = asyncio.ensure_future(self._execute(run, cfg, streaming=True))
+        task.add_done_callback(lambda _t: emitter.close())
+        try:
+            while (chunk := await emitter.queue.get()) is not None:
+                yield chunk
+            try:
+                outcome = task.result()
+            except Exception as exc:
+                emitter.flush()
+                while not emitter.queue.empty():
+                    if (late := emitter.queue.get_nowait()) is not None:
+                        yield late
+                yield emitter.make(StreamEvent.ERROR, data={"status": "invoked_graph", "error": str(exc),
+                                                            "error_code": getattr(exc, "error_code", None)},
+                                   status="invoked_graph")
+                raise
+            emitter.flush()
+            while not emitter.queue.empty():
+                if (late := emitter.queue.get_nowait()) is not None:
+                    yield late
+            for chunk in _final_chunks(emitter, run, outcome, started):
+                yield chunk
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def stream(
+        self,
+        input_data: dict[str, Any],
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+    ) -> Iterator[StreamChunk]:
+        """Sync ``astream``: the run goes on a private event loop in a worker thread."""
+        out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=256)
+        stop = threading.Event()
+
+        async def pump() -> None:
+            agen = self.astream(input_data, config, response_granularity)
+            try:
+                async for chunk in agen:
+                    while not stop.is_set():
+                        try:
+                            out.put(("chunk", chunk), timeout=0.1)
+                            break
+                        except queue.Full:
+                            await asyncio.sleep(0)
+                    if stop.is_set():
+                        break
+            finally:
+                await agen.aclose()
+
+        def worker() -> None:
+            try:
+                asyncio.run(pump())
+                out.put(("done", None))
+            except BaseException as exc:  # handed to the consumer thread
+                out.put(("error", exc))
+
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(worker,), name="tenxgraph-stream")
+        thread.start()
+        try:
+            while True:
+                kind, value = out.get()
+                if kind == "chunk":
+                    yield value
+                elif kind == "error":
+                    raise value
+                else:
+                    return
+        finally:
+            stop.set()
+            while thread.is_alive():
+                try:
+                    out.get_nowait()
+                except queue.Empty:
+                    pass
+                thread.join(timeout=0.05)
 
     def invoke(
         self,

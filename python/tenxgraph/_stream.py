@@ -1,0 +1,72 @@
+"""Streaming a run: chunks produced while the Rust loop drives the graph.
+
+Messages a node produced are held back until the step that produced them is committed (the host
+hears about each commit), so a client never sees a step a crash could undo; tool results are
+streamed the moment each tool returns (their ledger record follows within the same node). The
+callers are the event loop thread and tokio threads, so chunks reach the consumer's queue through
+``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message_block import ErrorBlock
+from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+
+__all__ = ["Emitter"]
+
+_ALLOWED = {
+    "low": {StreamEvent.MESSAGE, StreamEvent.ERROR},
+    "partial": {StreamEvent.MESSAGE, StreamEvent.ERROR, StreamEvent.STATE},
+    "full": {StreamEvent.MESSAGE, StreamEvent.ERROR, StreamEvent.STATE, StreamEvent.UPDATES},
+}
+
+
+class Emitter:
+    def __init__(self, loop: asyncio.AbstractEventLoop, granularity: str, config: dict[str, Any]) -> None:
+        self.loop = loop
+        self.allowed = _ALLOWED[granularity]
+        self.thread_id = config.get("thread_id")
+        self.run_id = config.get("run_id")
+        self.queue: asyncio.Queue[StreamChunk | None] = asyncio.Queue()
+        self._held: list[StreamChunk] = []
+        self._lock = threading.Lock()
+
+    def wants(self, event: StreamEvent) -> bool:
+        return event in self.allowed
+
+    def make(self, event: StreamEvent, *, message: Message | None = None, state: Any = None,
+             data: dict[str, Any] | None = None, **meta: Any) -> StreamChunk:
+        return StreamChunk(event=event, message=message, state=state, data=data, metadata=meta,
+                           thread_id=self.thread_id, run_id=self.run_id)
+
+    def emit(self, chunk: StreamChunk) -> None:
+        if chunk.event in self.allowed:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+
+    def hold(self, chunk: StreamChunk) -> None:
+        if chunk.event in self.allowed:
+            with self._lock:
+                self._held.append(chunk)
+
+    def flush(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        for chunk in held:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+
+    def message(self, msg: Message, status: str, node: str | None, *, now: bool) -> None:
+        failed = any(isinstance(b, ErrorBlock) for b in msg.content)
+        if failed and status == "tool_result":
+            chunk = self.make(StreamEvent.ERROR, message=msg, data={"status": "tool_failed"}, status="tool_failed",
+                              node=node)
+        else:
+            chunk = self.make(StreamEvent.MESSAGE, message=msg, status=status, node=node)
+        (self.emit if now else self.hold)(chunk)

@@ -1,0 +1,196 @@
+"""astream/stream run through the same Rust loop as ainvoke: ledger, commits, deadlines, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from tenxgraph import AgentState, Message
+from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+from tenxgraph.utils import interrupt, pending_interrupt
+from tests_py.tool_graphs import call, tool_graph, tool_texts
+
+
+def user(text: str) -> Message:
+    return Message.text_message(text)
+
+
+async def collect(agen: Any) -> list[StreamChunk]:
+    return [c async for c in agen]
+
+
+def texts(chunks: list[StreamChunk]) -> list[str]:
+    return [c.message.text() for c in chunks if c.message is not None]
+
+
+@pytest.mark.asyncio
+async def test_stream_granularity_and_order(checkpointer, make_thread) -> None:
+    async def a(x: int) -> str:
+        return f"a{x}"
+
+    app = tool_graph(AgentState, [a], [[call("c1", "a", {"x": 1})]], checkpointer=checkpointer)
+    low = await collect(app.astream({"messages": [user("go")]}, {"thread_id": make_thread()}))
+    assert {c.event for c in low} <= {StreamEvent.MESSAGE, StreamEvent.ERROR}
+    assert texts(low) == ["go", "calling tools (turn 1)", "a1", "done"]
+    assert low[0].metadata["status"] == "invoking_graph"
+    assert all(c.thread_id and c.run_id for c in low)
+
+    partial = await collect(app.astream({"messages": [user("go")]}, {"thread_id": make_thread()}, "partial"))
+    events = {c.event for c in partial}
+    assert StreamEvent.STATE in events and StreamEvent.UPDATES not in events
+    assert all(isinstance(c.state, AgentState) for c in partial if c.event == StreamEvent.STATE)
+
+    full = await collect(app.astream({"messages": [user("go")]}, {"thread_id": make_thread()}, "full"))
+    statuses = [c.data["status"] for c in full if c.event == StreamEvent.UPDATES]
+    assert statuses[0] == "invoking_node" and statuses[-1] == "graph_invoked"
+    assert "node_invoked" in statuses
+    final = full[-1].data
+    assert final["is_interrupted"] is False and final["total_messages"] == 4
+    # The same thread, read back: the stream committed what it showed.
+    r = await app.ainvoke({"messages": [user("again")]}, {"thread_id": full[0].thread_id})
+    assert tool_texts(r["messages"]) == {"c1": "a1"}
+
+
+@pytest.mark.asyncio
+async def test_stream_shows_a_node_only_after_its_commit(checkpointer, make_thread) -> None:
+    app = tool_graph(AgentState, [], [[]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    async for chunk in app.astream({"messages": [user("hi")]}, cfg):
+        if chunk.message is not None and chunk.message.role == "assistant":
+            stored = await checkpointer.aget_state(dict(cfg))
+            assert any(m.message_id == chunk.message.message_id for m in stored.context)
+
+
+@pytest.mark.asyncio
+async def test_leaving_the_stream_cancels_work_and_keeps_committed_steps(checkpointer, make_thread) -> None:
+    seen: list[str] = []
+    runs = {"fast": 0, "slow": 0}  # a stream shows a tool result only once the ledger has it
+
+    async def fast() -> str:
+        runs["fast"] += 1
+        return "fast"
+
+    async def slow() -> str:
+        runs["slow"] += 1
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "slow"
+
+    app = tool_graph(AgentState, [fast, slow], [[call("c1", "fast"), call("c2", "slow")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    async for chunk in app.astream({"messages": [user("go")]}, cfg):
+        if chunk.message is not None and chunk.message.text() == "fast":
+            break  # the client stops reading while "slow" runs
+    await asyncio.sleep(0.1)
+    assert seen == ["cancelled"], "in-flight Python work is cancelled"
+    # ainvoke resumes what the stream left: the finished tool comes from the ledger.
+    async def slow() -> str:  # noqa: F811 - a healthy "slow" for the resume
+        return "slow now"
+
+    app2 = tool_graph(AgentState, [fast, slow], [[call("c1", "fast"), call("c2", "slow")]], checkpointer=checkpointer)
+    r = await app2.ainvoke({}, cfg)
+    assert runs["fast"] == 1
+    assert tool_texts(r["messages"]) == {"c1": "fast", "c2": "slow now"}
+
+
+@pytest.mark.asyncio
+async def test_stream_enforces_tool_timeout_and_stop(checkpointer, make_thread) -> None:
+    async def stuck() -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    app = tool_graph(AgentState, [stuck], [[call("c1", "stuck")]], checkpointer=checkpointer)
+    chunks = await collect(app.astream({"messages": [user("x")]}, {"thread_id": make_thread(), "tool_timeout": 0.2}))
+    failed = [c for c in chunks if c.event == StreamEvent.ERROR]
+    assert failed and "NODE_TIMEOUT_002" in failed[0].message.text()
+
+    started = asyncio.Event()
+
+    async def forever() -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    app = tool_graph(AgentState, [forever], [[call("c1", "forever")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    consumer = asyncio.create_task(collect(app.astream({"messages": [user("x")]}, cfg, "full")))
+    await asyncio.wait_for(started.wait(), 10)
+    t0 = time.perf_counter()
+    await app.astop(cfg)
+    chunks = await asyncio.wait_for(consumer, 5)
+    assert time.perf_counter() - t0 < 1.0
+    assert any(c.data and c.data.get("status") == "stopped" for c in chunks)
+
+
+@pytest.mark.asyncio
+async def test_stream_interrupt_and_resume_by_either_path(checkpointer, make_thread) -> None:
+    async def ask(state: AgentState) -> str:
+        return f"answer: {interrupt('approve?')}"
+
+    from tenxgraph import END, START, StateGraph
+
+    g = StateGraph()
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    chunks = await collect(app.astream({"messages": [user("x")]}, cfg, "full"))
+    paused = [c for c in chunks if c.data and c.data.get("status") == "interrupted"]
+    assert paused and paused[0].data["interrupt"]["value"] == "approve?"
+    assert chunks[-1].data["is_interrupted"] is True
+    r = await app.ainvoke({"resume": "yes"}, cfg)
+    assert r["messages"][-1].text() == "answer: yes"
+
+    cfg2 = {"thread_id": make_thread()}
+    await app.ainvoke({"messages": [user("x")]}, cfg2)
+    assert pending_interrupt(await checkpointer.aget_state(dict(cfg2))) is not None
+    chunks = await collect(app.astream({"resume": "streamed"}, cfg2))
+    assert texts(chunks)[-1] == "answer: streamed"
+
+
+@pytest.mark.asyncio
+async def test_stream_error_chunk_then_the_exception(checkpointer, make_thread) -> None:
+    from tenxgraph import END, START, StateGraph
+    from tenxgraph.core.exceptions import NodeError
+
+    def broken(state: AgentState) -> str:
+        raise ValueError("kaput")
+
+    g = StateGraph()
+    g.add_node("broken", broken)
+    g.add_edge(START, "broken")
+    g.add_edge("broken", END)
+    app = g.compile(checkpointer=checkpointer)
+    got: list[StreamChunk] = []
+    with pytest.raises(NodeError) as e:
+        async for c in app.astream({"messages": [user("x")]}, {"thread_id": make_thread()}):
+            got.append(c)
+    assert e.value.error_code == "NODE_001"
+    assert got[-1].event == StreamEvent.ERROR and "kaput" in got[-1].data["error"]
+
+
+def test_sync_stream_and_early_exit(make_thread) -> None:
+    runs = {"slow": 0}
+
+    async def a() -> str:
+        return "a"
+
+    def slow() -> str:
+        runs["slow"] += 1
+        time.sleep(0.3)
+        return "slow"
+
+    app = tool_graph(AgentState, [a, slow], [[call("c1", "a")]])
+    got = [c.message.text() for c in app.stream({"messages": [user("go")]}, {"thread_id": make_thread()})]
+    assert got == ["go", "calling tools (turn 1)", "a", "done"]
+    stream = app.stream({"messages": [user("go")]}, {"thread_id": make_thread()})
+    first = next(stream)
+    assert first.message.text() == "go"
+    stream.close()  # leaving early ends the worker thread and the run
