@@ -109,11 +109,16 @@ def build(db_path: str):
     return graph.compile(checkpointer=SqliteCheckpointer(db_path))
 
 
-async def run_turn(db: str, resume: bool) -> dict:
+async def run_turn(db: str, resume: bool, stream: bool = False) -> dict:
     app = build(db)
     config = {"thread_id": THREAD, "user_id": "customer-118"}
     data = {} if resume else {"messages": [Message.text_message(
         "Please charge my saved card for order 4821 and email me the receipt.")]}
+    if stream:  # the same guarantees: messages arrive as steps commit and tools are recorded
+        async for chunk in app.astream(data, config):
+            if chunk.message is not None:
+                print(f"{chunk.message.role:>9}: {chunk.message.text()}  [streamed]", flush=True)
+        return {}
     result = await app.ainvoke(data, config, response_granularity="full")
     for m in result["messages"]:
         calls = f"  -> {[c['function']['name'] for c in m.tools_calls]}" if m.tools_calls else ""
@@ -160,12 +165,13 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="run one turn")
     parser.add_argument("--resume", action="store_true", help="resume the thread after a crash")
     parser.add_argument("--hang-in", choices=["send_receipt"], help="hang inside this tool (to be killed)")
+    parser.add_argument("--stream", action="store_true", help="use astream instead of ainvoke")
     args = parser.parse_args()
     if args.hang_in:
         os.environ["SUPPORT_HANG_IN"] = args.hang_in
     if args.run or args.resume:
         db = args.db or os.path.join(tempfile.gettempdir(), "support-agent.db")
-        asyncio.run(run_turn(db, resume=args.resume))
+        asyncio.run(run_turn(db, resume=args.resume, stream=args.stream))
     else:
         demo(args.db or os.path.join(tempfile.mkdtemp(prefix="tenxgraph-demo-"), "agent.db"))
 

@@ -194,3 +194,82 @@ def test_sync_stream_and_early_exit(make_thread) -> None:
     first = next(stream)
     assert first.message.text() == "go"
     stream.close()  # leaving early ends the worker thread and the run
+
+
+def _support_turn_app(checkpointer: Any):
+    async def lookup_order(order_id: str) -> str:
+        await asyncio.sleep(0.01)
+        return "order found"
+
+    async def charge_card(order_id: str, amount_cents: int) -> str:
+        await asyncio.sleep(0.05)
+        return "charged"
+
+    async def send_receipt(order_id: str) -> str:
+        await asyncio.sleep(0.1)
+        return "sent"
+
+    turn = [call("call_1", "lookup_order", {"order_id": "4821"}),
+            call("call_2", "charge_card", {"order_id": "4821", "amount_cents": 12900}),
+            call("call_3", "send_receipt", {"order_id": "4821"})]
+    return tool_graph(AgentState, [lookup_order, charge_card, send_receipt], [turn], checkpointer=checkpointer)
+
+
+SUPPORT_TURN_FULL = [
+    ("message", "invoking_graph", None, "charge and email"),
+    ("updates", "invoking_node", "model", None),
+    ("message", "node_invoked", "model", "calling tools (turn 1)"),
+    ("updates", "node_invoked", "model", None),
+    ("state", "node_invoked", "model", None),
+    ("updates", "invoking_node", "tools", None),
+    ("message", "tool_result", "tools", "order found"),
+    ("message", "tool_result", "tools", "charged"),
+    ("message", "tool_result", "tools", "sent"),
+    ("updates", "node_invoked", "tools", None),
+    ("state", "node_invoked", "tools", None),
+    ("updates", "invoking_node", "model", None),
+    ("message", "node_invoked", "model", "done"),
+    ("updates", "node_invoked", "model", None),
+    ("state", "node_invoked", "model", None),
+    ("updates", "graph_invoked", None, None),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("granularity", ["low", "partial", "full"])
+async def test_support_turn_chunk_sequence_is_pinned(checkpointer, make_thread, granularity: str) -> None:
+    app = _support_turn_app(checkpointer)
+    chunks = await collect(app.astream({"messages": [user("charge and email")]}, {"thread_id": make_thread()},
+                                       granularity))
+    got = [(c.event.value, c.metadata.get("status"), c.metadata.get("node"), c.message.text() if c.message else None)
+           for c in chunks]
+    keep = {"low": {"message", "error"}, "partial": {"message", "error", "state"}, "full": None}[granularity]
+    expected = [e for e in SUPPORT_TURN_FULL if keep is None or e[0] in keep]
+    assert got == expected
+
+
+@pytest.mark.asyncio
+async def test_stream_node_timeout(checkpointer, make_thread) -> None:
+    from tenxgraph import END, START, StateGraph
+    from tenxgraph.core.exceptions import NodeTimeoutError
+
+    seen: list[str] = []
+
+    async def slow(state: AgentState) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "never"
+
+    g = StateGraph()
+    g.add_node("slow", slow)
+    g.add_edge(START, "slow")
+    g.add_edge("slow", END)
+    app = g.compile(checkpointer=checkpointer)
+    with pytest.raises(NodeTimeoutError) as e:
+        await collect(app.astream({"messages": [user("x")]}, {"thread_id": make_thread(), "node_timeout": 0.2}))
+    assert e.value.error_code == "NODE_TIMEOUT_001"
+    await asyncio.sleep(0.05)
+    assert seen == ["cancelled"]

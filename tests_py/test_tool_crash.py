@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "support_agent.py"
 
 
@@ -29,11 +31,13 @@ def _ledger_keys(db: Path) -> list[str]:
         return []
 
 
-def test_sigkill_between_parallel_tools_replays_only_the_unfinished_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("first", "then"), [("invoke", "invoke"), ("stream", "invoke"), ("stream", "stream")])
+def test_sigkill_between_parallel_tools_replays_only_the_unfinished_one(tmp_path: Path, first: str, then: str) -> None:
     db, effects = tmp_path / "agent.db", tmp_path / "effects.jsonl"
     env = dict(os.environ, SUPPORT_EFFECTS=str(effects))
     child = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--run", "--db", str(db), "--hang-in", "send_receipt"],
+        [sys.executable, str(EXAMPLE), "--run", "--db", str(db), "--hang-in", "send_receipt"]
+        + (["--stream"] if first == "stream" else []),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
@@ -55,7 +59,8 @@ def test_sigkill_between_parallel_tools_replays_only_the_unfinished_one(tmp_path
     assert not any(k.endswith(":call_3") for k in _ledger_keys(db)), "send_receipt never returned"
 
     resumed = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--resume", "--db", str(db)], env=env, capture_output=True, timeout=60,
+        [sys.executable, str(EXAMPLE), "--resume", "--db", str(db)] + (["--stream"] if then == "stream" else []),
+        env=env, capture_output=True, timeout=60,
     )
     assert resumed.returncode == 0, resumed.stderr.decode()
     done = [e["tool"] for e in _effects(effects) if e["phase"] == "done"]

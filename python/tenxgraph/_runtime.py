@@ -17,7 +17,7 @@ from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestSta
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import add_messages
 from tenxgraph._tool_step import ToolStep
-from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, pending_interrupt
+from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
@@ -227,6 +227,11 @@ class Run:
         if self.has_resume and pending is None:
             raise ValueError("Nothing to resume: the thread is not paused at an interrupt().")
         if pending is not None:
+            check_answer(self.resume_value, pending.response_schema)
+            try:
+                json.dumps(self.resume_value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"the resume value must be JSON-serialisable: {exc}") from exc
             answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})
             answers[pending.key] = self.resume_value
 

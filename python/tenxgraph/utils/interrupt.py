@@ -82,17 +82,57 @@ def interrupt(
     key = f"{prefix}:{index}"
     if key in scope.answers:
         return scope.answers[key]
-    raise GraphInterrupt(
-        Interrupt(
-            key=key,
-            node=scope.node,
-            value=value,
-            message=message,
-            reason=reason,
-            response_schema=response_schema,
-            tool_call_id=scope.tool_call_id,
-        )
+    question = Interrupt(
+        key=key,
+        node=scope.node,
+        value=value,
+        message=message,
+        reason=reason,
+        response_schema=response_schema,
+        tool_call_id=scope.tool_call_id,
     )
+    try:  # the question is stored with the thread: it must survive a restart as JSON
+        question.model_dump_json()
+    except Exception as exc:
+        raise TypeError(f"interrupt() value must be JSON-serialisable: {exc}") from exc
+    raise GraphInterrupt(question)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def check_answer(value: Any, schema: dict[str, Any] | None, path: str = "resume") -> None:
+    """A small JSON-schema check (type, required, properties, items, enum) of a resume value
+    against the interrupt's ``response_schema``; raises ValueError naming the first mismatch."""
+    if not schema:
+        return
+    expected = schema.get("type")
+    if isinstance(expected, str) and expected in _JSON_TYPES:
+        ok = isinstance(value, _JSON_TYPES[expected])
+        if expected in ("integer", "number") and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise ValueError(f"{path} must be of type {expected!r} (response_schema), got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{path} must be one of {schema['enum']!r} (response_schema), got {value!r}")
+    if isinstance(value, dict):
+        for name in schema.get("required", []):
+            if name not in value:
+                raise ValueError(f"{path} is missing required field {name!r} (response_schema)")
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in value and isinstance(sub, dict):
+                check_answer(value[name], sub, f"{path}.{name}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            check_answer(item, schema["items"], f"{path}[{i}]")
 
 
 def pending_interrupt(state: Any) -> Interrupt | None:
