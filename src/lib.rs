@@ -2,5 +2,6 @@
 //! checkpointers) are free of Python types; `py` binds them to the `tenxgraph._core` module.
 
 pub mod engine;
+pub mod failpoints;
 pub mod store;
 mod py;

@@ -41,7 +41,7 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false }
+    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, in_tx: None }
 }
 
 #[tokio::test]
@@ -129,7 +129,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .map(|m| m["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
-        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true };
+        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, in_tx: None };
         s.put_step(&t, w).await.unwrap();
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.messages.len(), 1, "{name}");

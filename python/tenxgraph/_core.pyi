@@ -118,4 +118,5 @@ class NativeGraph:
         has_state_update: bool,
         start_node: str | None = None,
         streaming: bool = False,
+        failpoints: str | None = None,
     ) -> Awaitable[str]: ...

@@ -1,3 +1,4 @@
+use crate::failpoints::{Armed, Failpoints};
 use crate::store::ThreadRef;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ pub struct RunConfig {
     /// How often a running node checks the store for a stop request from another process.
     /// Stops from this process arrive at once through `StopSignals`.
     pub stop_poll: Duration,
+    /// Crash-test failpoints in force (the environment's plus the run's); usually none.
+    pub failpoints: Armed,
 }
 
 impl RunConfig {
@@ -27,6 +30,7 @@ impl RunConfig {
             tool_timeout: Some(Duration::from_secs(300)),
             durable_every_step: true,
             stop_poll: Duration::from_millis(500),
+            failpoints: Armed::new(Failpoints::from_env(), None),
         }
     }
 }

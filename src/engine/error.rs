@@ -22,6 +22,9 @@ pub enum EngineError {
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
+    /// A failpoint armed with `raise` fired (crash-replay tests).
+    #[error(transparent)]
+    Failpoint(#[from] crate::failpoints::Fired),
     /// An error raised by host code that must reach the caller unchanged.
     #[error(transparent)]
     Host(BoxError),

@@ -65,6 +65,10 @@ pub trait NodeHost: Send + Sync {
     /// Called after each durable commit: a streaming host releases what it held back until the
     /// step was safe (a client never sees a step that a crash could undo).
     fn committed(&self, _version: i64) {}
+    /// Whether this run is streamed (the `mid_stream` failpoint fires only then).
+    fn streaming(&self) -> bool {
+        false
+    }
 
     // -- tool nodes (only hosts whose graphs have tool nodes implement these) --
 

@@ -5,7 +5,8 @@ use super::{
     EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput, RunConfig,
     STOP_NAMESPACE, StopSignals, graph::END, next_node, stop_key,
 };
-use crate::store::{Checkpointer, StepWrite};
+use crate::failpoints::Armed;
+use crate::store::{Checkpointer, StepWrite, TxHook};
 use serde_json::json;
 use super::stop::StopSignal;
 use std::sync::Arc;
@@ -46,6 +47,21 @@ struct Run<'a, H: NodeHost + ?Sized> {
     last_stop_poll: std::sync::Mutex<Option<Instant>>,
     /// The next commit replaces the thread's message rows (see `Checkpoint::rewrite_messages`).
     rewrite: bool,
+    /// The node whose step the next commit writes (`__input__` before the first node).
+    step_node: String,
+}
+
+/// The `in_step_tx` failpoint, run by the store inside the step's transaction.
+struct InTx<'a> {
+    armed: &'a Armed,
+    node: &'a str,
+}
+
+#[async_trait::async_trait]
+impl TxHook for InTx<'_> {
+    async fn in_transaction(&self) -> Result<(), String> {
+        self.armed.hit("in_step_tx", self.node).await.map_err(|f| f.to_string())
+    }
 }
 
 /// Runs the graph on `cfg.thread` until it ends, pauses, stops or fails.
@@ -118,7 +134,7 @@ pub async fn run<H: NodeHost + ?Sized>(
         cursor = MsgCursor::default();
     }
 
-    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default(), rewrite };
+    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default(), rewrite, step_node: "__input__".into() };
     if stored.is_none()
         || rewrite
         || input.has_messages
@@ -146,11 +162,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             return Ok(());
         }
         let snap = self.host.snapshot(&self.exec, &self.cursor)?;
+        let hook = InTx { armed: &self.cfg.failpoints, node: &self.step_node };
         let w = StepWrite {
             expected_version: self.version,
             state: &snap.state,
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages || self.rewrite,
+            in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
         };
         self.version = match self.store.put_step(&self.cfg.thread, w).await {
             Ok(v) => v,
@@ -165,6 +183,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         self.cursor = snap.cursor;
         self.rewrite = false;
         self.host.committed(self.version);
+        if !self.cfg.failpoints.is_off() {
+            self.cfg.failpoints.hit("after_step", &self.step_node).await?;
+            if self.host.streaming() {
+                self.cfg.failpoints.hit("mid_stream", &self.step_node).await?;
+            }
+        }
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
     }
@@ -258,6 +282,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     return self.fail(err).await;
                 }
             };
+            self.step_node = node.clone();
             let next = match out.goto {
                 Some(g) => g,
                 None => match next_node(&node, &self.graph.edges, |i| self.host.eval_condition(i)) {

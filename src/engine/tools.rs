@@ -139,6 +139,8 @@ async fn run_one<H: NodeHost + ?Sized>(
     }
     inc(&m.tool_calls);
     let idem = key.as_deref().map(|k| idempotency_key(&cfg.thread.thread_id, k));
+    let crash = |f: crate::failpoints::Fired| HostFailure::Passthrough(Box::new(f));
+    cfg.failpoints.hit("before_tool", &call.name).await.map_err(crash)?;
     let started = Instant::now();
     let fut = host.run_tool(node, index, idem);
     let result = match cfg.tool_timeout {
@@ -158,11 +160,13 @@ async fn run_one<H: NodeHost + ?Sized>(
             if run.is_error {
                 inc(&m.tool_errors);
             }
+            cfg.failpoints.hit("after_tool", &call.name).await.map_err(crash)?;
             if let (true, Some(k)) = (run.record, key.as_deref()) {
                 if let Err(e) = recorder.record(store, cfg, k, &run.envelope).await {
                     not_recorded(cfg, &call.name, k, &e);
                 }
             }
+            cfg.failpoints.hit("after_record", &call.name).await.map_err(crash)?;
             host.tool_settled(node, index);
             Ok(ToolOutcome::Ran(run.envelope))
         }

@@ -43,9 +43,13 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
         EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, "RECURSION_001", &context),
         EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),
         EngineError::InvalidInput(m) => PyValueError::new_err(m),
+        EngineError::Failpoint(_) => raise(py, "FailpointError", message, "FAILPOINT_001", &context),
         EngineError::Host(b) => match b.downcast::<PyErr>() {
             Ok(pyerr) => *pyerr,
-            Err(other) => PyRuntimeError::new_err(other.to_string()),
+            Err(other) => match other.downcast::<crate::failpoints::Fired>() {
+                Ok(f) => raise(py, "FailpointError", f.to_string(), "FAILPOINT_001", &context),
+                Err(other) => PyRuntimeError::new_err(other.to_string()),
+            },
         },
         EngineError::Store(s) => {
             let (class, code) = match &s {
@@ -56,6 +60,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
                 StoreError::Backend { .. } => ("StorageError", "STORAGE_001"),
                 StoreError::Transient { .. } => ("TransientStorageError", "STORAGE_TRANSIENT_001"),
                 StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),
+                StoreError::Failpoint(_) => ("FailpointError", "FAILPOINT_001"),
             };
             raise(py, class, message, code, &context)
         }

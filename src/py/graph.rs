@@ -49,7 +49,7 @@ impl NativeGraph {
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -68,6 +68,7 @@ impl NativeGraph {
         has_state_update: bool,
         start_node: Option<String>,
         streaming: bool,
+        failpoints: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -75,6 +76,10 @@ impl NativeGraph {
         cfg.node_timeout = node_timeout.map(Duration::from_secs_f64);
         cfg.tool_timeout = tool_timeout.map(Duration::from_secs_f64);
         cfg.durable_every_step = durable;
+        if let Some(spec) = failpoints.filter(|s| !s.trim().is_empty()) {
+            let run_points = crate::failpoints::Failpoints::parse(&spec).map_err(pyo3::exceptions::PyValueError::new_err)?;
+            cfg.failpoints = crate::failpoints::Armed::new(crate::failpoints::Failpoints::from_env(), Some(std::sync::Arc::new(run_points)));
+        }
         let spec = self.spec.clone();
         let store = self.store.clone();
         let host = PyHost { run, locals: Locals { event_loop, context }, streaming };

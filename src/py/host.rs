@@ -117,6 +117,10 @@ impl NodeHost for PyHost {
         })
     }
 
+    fn streaming(&self) -> bool {
+        self.streaming
+    }
+
     fn committed(&self, version: i64) {
         if self.streaming {
             Python::attach(|py| {

@@ -20,6 +20,9 @@ pub enum StoreError {
     /// The database could not be reached (after retries): TransientStorageError.
     #[error("{op} failed: the database is unreachable: {message}")]
     Transient { op: &'static str, message: String },
+    /// A failpoint armed with `raise` fired inside the transaction (nothing was committed).
+    #[error("{0}")]
+    Failpoint(String),
     #[error("migration failed: {0}")]
     Schema(String),
 }

@@ -105,6 +105,11 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        // No transaction to be inside of: the hook runs before anything changes, which is what a
+        // crash inside a transaction leaves behind.
+        if let Some(h) = w.in_tx {
+            h.in_transaction().await.map_err(StoreError::Failpoint)?;
+        }
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;

@@ -14,7 +14,7 @@ pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
-pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow};
+pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook};
 
 use async_trait::async_trait;
 use serde_json::Value;

@@ -204,6 +204,9 @@ impl Checkpointer for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(be("touch thread"))?;
+        if let Some(h) = w.in_tx {
+            h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
+        }
         tx.commit().await.map_err(be("commit step"))?;
         Ok(new_version)
     }

@@ -32,15 +32,23 @@ pub struct Checkpoint {
     pub rewrite_messages: bool,
 }
 
+/// Called inside a step's transaction after its writes and before COMMIT (failpoints).
+#[async_trait::async_trait]
+pub trait TxHook: Send + Sync {
+    async fn in_transaction(&self) -> Result<(), String>;
+}
+
 /// One durable step. Its size depends on the step, never on the thread's history, except when
 /// `replace_messages` is set (a node rewrote earlier messages): then `new_messages` is the whole
 /// context and replaces the stored list.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct StepWrite<'a> {
     pub expected_version: i64,
     pub state: &'a Value,
     pub new_messages: &'a [StoredMessage],
     pub replace_messages: bool,
+    /// Only set while a failpoint is armed for this step.
+    pub in_tx: Option<&'a dyn TxHook>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -17,6 +17,7 @@ from tenxgraph.core.exceptions import (
     SerializationError,
     StaleStateError,
     StorageError,
+    FailpointError,
     ThreadBusyError,
     TransientStorageError,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "StreamChunk",
     "StreamEvent",
     "TextBlock",
+    "FailpointError",
     "ThreadBusyError",
     "TokenUsages",
     "ToolCallBlock",

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 logger = logging.getLogger("tenxgraph.exceptions")
 
 __all__ = [
+    "FailpointError",
     "GraphError",
     "GraphRecursionError",
     "GraphStopRequested",
@@ -122,6 +123,20 @@ class NodeTimeoutError(NodeError):
         self,
         message: str,
         error_code: str = "NODE_TIMEOUT_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class FailpointError(GraphError):
+    """A failpoint armed with ``raise`` fired (crash-replay tests; see tenxgraph.testing)."""
+
+    default_code = "FAILPOINT_000"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "FAILPOINT_000",
         context: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, error_code, context)

@@ -296,7 +296,7 @@ impl Checkpointer for PgStore {
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         let mut state = w.state.clone();
         strip_nul(&mut state);
-        let r: Result<i64, sqlx::Error> = sqlx::query_scalar(AssertSqlSafe(self.sql.put_step.clone()))
+        let step = sqlx::query_scalar(AssertSqlSafe(self.sql.put_step.clone()))
             .bind(&t.thread_id)
             .bind(&t.user_id)
             .bind(w.expected_version)
@@ -304,9 +304,20 @@ impl Checkpointer for PgStore {
             .bind(message_rows(w.new_messages))
             .bind(w.replace_messages)
             .bind(self.opts.state_history_limit)
-            .bind(self.opts.enforce_user_isolation)
-            .fetch_one(&self.pool)
-            .await;
+            .bind(self.opts.enforce_user_isolation);
+        let r: Result<i64, sqlx::Error> = match w.in_tx {
+            None => step.fetch_one(&self.pool).await,
+            // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
+            Some(h) => {
+                let mut tx = self.pool.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
+                let v = step.fetch_one(&mut *tx).await;
+                if v.is_ok() {
+                    h.in_transaction().await.map_err(StoreError::Failpoint)?;
+                    tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
+                }
+                v
+            }
+        };
         match r {
             Ok(v) => Ok(v),
             Err(e) => {

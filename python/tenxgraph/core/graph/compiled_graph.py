@@ -96,6 +96,13 @@ def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: 
     return [c for c in chunks if emitter.wants(c.event)]
 
 
+def _failpoints(cfg: dict[str, Any]) -> str | None:
+    spec = cfg.get("failpoints")
+    if spec is not None and not isinstance(spec, str):
+        raise ValueError("config['failpoints'] must be a string like 'after_tool:charge_card=kill'")
+    return spec
+
+
 def _is_tool_node(func: Any) -> bool:
     from tenxgraph.core.graph.tool_node import ToolNode
 
@@ -205,6 +212,7 @@ class CompiledGraph(Generic[StateT]):
             bool(run.state_update) or run.has_resume,  # a resume answer is committed before the node
             run.start_node,
             streaming,
+            _failpoints(cfg),
         )
         outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])

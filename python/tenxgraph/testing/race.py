@@ -1,0 +1,161 @@
+"""Several processes invoking one thread at (nearly) the same moment.
+
+    results = race("myapp.agent:build", "t-1", db=db, inputs="charge order 4821", workers=2)
+    assert sum(r.completed for r in results) >= 1
+
+Each worker is a child process that imports ``target`` (``"package.module:factory"``, a
+function ``factory(checkpointer) -> CompiledGraph``), opens its own checkpointer on ``db``,
+then waits at a file barrier until every worker is ready, and runs ``ainvoke`` once. The result
+says, per worker, whether the run completed or which exception it raised (class name and
+``error_code``, e.g. ``StaleStateError`` / ``STORAGE_CONFLICT_001``): the caller asserts its
+contract, typically with an :class:`~tenxgraph.testing.effects.EffectCounter`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenxgraph.testing.crash import (
+    _DRIVER,
+    ChildException,
+    _base_spec,
+    _child_failed,
+    _describe_rc,
+    _exception_of,
+    _read_result,
+    _text,
+    _Workdir,
+    _write_spec,
+    child_env,
+    normalize_input,
+)
+
+__all__ = ["WorkerResult", "race"]
+
+
+@dataclass
+class WorkerResult:
+    """One worker's outcome: ``"completed"`` or ``"error"`` (then ``exception`` says which).
+
+    ``started`` / ``finished`` are wall-clock times (``time.time()``) at the barrier's release and
+    at the end of the run; ``pid`` matches the ``pid`` of the effects this worker recorded.
+    """
+
+    index: int
+    outcome: str
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+    exception: ChildException | None = None
+    messages: list[str] = field(default_factory=list)
+    status: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.outcome == "completed"
+
+    @property
+    def error_type(self) -> str | None:
+        return self.exception.type if self.exception else None
+
+    @property
+    def error_code(self) -> str | None:
+        return self.exception.error_code if self.exception else None
+
+    def __str__(self) -> str:
+        return f"worker {self.index} (pid {self.pid}): " + ("completed" if self.completed else str(self.exception))
+
+
+def _inputs_per_worker(inputs: Any, workers: int) -> list[dict[str, Any]]:
+    if isinstance(inputs, (str, Mapping)) or inputs is None or not isinstance(inputs, Sequence):
+        one = normalize_input(inputs)
+        return [one] * workers  # the same message (same id) for every worker: a retried request
+    items = list(inputs)
+    if len(items) != workers:
+        raise ValueError(f"inputs has {len(items)} items for {workers} workers: give one per worker, or a single "
+                         "input (str or dict) for all")
+    return [normalize_input(i) for i in items]
+
+
+def race(
+    target: str,
+    thread_id: str,
+    *,
+    db: str | os.PathLike[str],
+    inputs: Any,
+    workers: int = 2,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    schema: str | None = None,
+    checkpointer_kwargs: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> list[WorkerResult]:
+    """Starts ``workers`` child processes that each run ``ainvoke(input, {"thread_id": ...})`` on
+    the same thread, released together by a file barrier once all have built their graph and
+    opened the database. Returns one :class:`WorkerResult` per worker, in worker order.
+
+    ``inputs``: a single input (None, a str, a dict) given to every worker as the *same*
+    message (same id), or a list of exactly ``workers`` inputs (distinct messages).
+    Raises AssertionError (with stderr) when a worker cannot set up, dies, or exceeds ``timeout``.
+    """
+    if workers < 2:
+        raise ValueError("a race needs at least 2 workers")
+    per_worker = _inputs_per_worker(inputs, workers)
+    what = f"race({target!r}, {thread_id!r}) worker"
+    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
+    with _Workdir(workdir) as wd:
+        barrier_dir = wd / f"barrier-{os.getpid()}-{time.monotonic_ns()}"
+        barrier_dir.mkdir()
+        child_environ = child_env(env=env)
+        try:
+            for i, data in enumerate(per_worker):
+                spec = _base_spec("race", target, thread_id, db, data, config, False, schema, checkpointer_kwargs)
+                spec["barrier"] = {"dir": str(barrier_dir), "index": i, "workers": workers,
+                                   "timeout": max(1.0, timeout / 2)}
+                spec_path, result_path = _write_spec(wd, f"race{i}", spec)
+                proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(spec_path)], env=child_environ,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd())
+                procs.append((proc, result_path))
+            deadline = time.monotonic() + timeout
+            outputs: list[tuple[int, str, str]] = []
+            for i, (proc, _) in enumerate(procs):
+                try:
+                    out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, err = proc.communicate()
+                    raise _child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", _text(out),
+                                        _text(err)) from None
+                outputs.append((proc.returncode, _text(out), _text(err)))
+        finally:
+            for proc, _ in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+        results = []
+        for i, ((proc, result_path), (rc, out, err)) in enumerate(zip(procs, outputs, strict=True)):
+            report = _read_result(result_path)
+            if report is None:
+                raise _child_failed(f"{what} {i}", f"{_describe_rc(rc)} without reporting a result", out, err)
+            if report.get("outcome") == "setup_error":
+                exc = report["exception"]
+                raise _child_failed(f"{what} {i}", f"could not set up: {exc['type']}: {exc['message']}", out, err,
+                                    report)
+            results.append(WorkerResult(
+                index=i, outcome=report["outcome"], pid=int(report.get("pid", proc.pid)), returncode=rc, stdout=out,
+                stderr=err, exception=_exception_of(report) if report["outcome"] == "error" else None,
+                messages=list(report.get("messages", [])), status=report.get("status"),
+                started=report.get("started"), finished=report.get("finished"),
+            ))
+    return results
