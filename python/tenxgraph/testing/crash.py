@@ -36,7 +36,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -546,6 +546,24 @@ def _write_json_atomic(path: str, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def _setup_lock(barrier: dict[str, Any] | None) -> Iterator[None]:
+    """Race workers open the database one at a time (the race is about the run, not about
+    creating the schema: SQLite's first migration is not safe to run from several processes at
+    once), then meet at the barrier."""
+    if not barrier:
+        yield
+        return
+    import fcntl
+
+    with open(Path(barrier["dir"]) / "setup.lock", "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def _wait_barrier(barrier: dict[str, Any]) -> float:
     """Touches our ready file, waits for every worker's, returns the wall time we went."""
     directory, index, workers = Path(barrier["dir"]), int(barrier["index"]), int(barrier["workers"])
@@ -553,6 +571,8 @@ def _wait_barrier(barrier: dict[str, Any]) -> float:
     deadline = time.monotonic() + float(barrier.get("timeout", 30))
     while True:
         if all((directory / f"ready.{i}").exists() for i in range(workers)):
+            if barrier.get("delay"):
+                time.sleep(float(barrier["delay"]))
             return time.time()
         if time.monotonic() > deadline:
             raise TimeoutError(f"worker {index}: the other workers never reached the start barrier")
@@ -598,9 +618,10 @@ def _child_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     report: dict[str, Any] = {"pid": os.getpid()}
     try:
-        factory = _import_target(spec["target"])
-        checkpointer = _open_checkpointer(spec["db"])
-        app = factory(checkpointer)
+        with _setup_lock(spec.get("barrier")):
+            factory = _import_target(spec["target"])
+            checkpointer = _open_checkpointer(spec["db"])
+            app = factory(checkpointer)
         if not hasattr(app, "ainvoke"):
             raise TypeError(f"{spec['target']}(checkpointer) returned {type(app).__name__}, not a compiled graph")
     except Exception as exc:

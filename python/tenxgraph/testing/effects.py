@@ -135,6 +135,21 @@ class EffectCounter:
         """``{name: count}`` for every recorded name, in order of first appearance."""
         return dict(Counter(obj["name"] for obj in self._lines()))
 
+    def distinct(self, name: str, by: str) -> list[Any]:
+        """The distinct values of ``data[by]`` among the ``name`` effects, in order of first
+        appearance (effects without ``by`` count as the value None). With ``by="key"`` for an
+        idempotency key: what an external system that deduplicates by that key performed."""
+        out: list[Any] = []
+        seen: set[str] = set()
+        for obj in self._lines():
+            if obj["name"] == name:
+                value = (obj.get("data") or {}).get(by)
+                marker = json.dumps(value, sort_keys=True, default=str)
+                if marker not in seen:
+                    seen.add(marker)
+                    out.append(value)
+        return out
+
     def names(self) -> list[str]:
         """The distinct recorded names, in order of first appearance."""
         return list(self.counts())
@@ -148,16 +163,29 @@ class EffectCounter:
                 lines.append(f"    {e.name} pid={e.pid} {json.dumps(e.data, default=str)}")
         return "\n".join(lines) or "    (none)"
 
-    def assert_exactly_once(self, *names: str) -> None:
-        """Each of ``names`` was recorded exactly once (no names: every recorded name)."""
+    def assert_exactly_once(self, *names: str, by: str | None = None) -> None:
+        """Each of ``names`` was recorded exactly once (no names: every recorded name).
+
+        ``by="key"``: exactly one distinct ``data["key"]`` per name instead (repeats with the
+        same key allowed), i.e. exactly once as seen by a system that deduplicates by that key.
+        """
         counts = self.counts()
         wanted = list(names) or list(counts)
         if not wanted:
             raise AssertionError(f"no effect recorded at all in {self.path}")
-        wrong = {n: counts.get(n, 0) for n in wanted if counts.get(n, 0) != 1}
+        if by is None:
+            wrong = {n: counts.get(n, 0) for n in wanted if counts.get(n, 0) != 1}
+            what = "exactly once each"
+        else:
+            wrong = {}
+            for n in wanted:
+                k = len(self.distinct(n, by)) if counts.get(n, 0) else 0
+                if k != 1:
+                    wrong[n] = k
+            what = f"exactly one distinct {by!r} each (distinct counts shown)"
         if wrong:
             raise AssertionError(
-                f"expected exactly once each: {wanted}; got {wrong} (all counts: {counts}); records:\n"
+                f"expected {what}: {wanted}; got {wrong} (all counts: {counts}); records:\n"
                 + self._explain(list(wrong))
             )
 

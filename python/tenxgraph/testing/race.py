@@ -35,6 +35,7 @@ from tenxgraph.testing.crash import (
     _write_spec,
     child_env,
     normalize_input,
+    parse_failpoints,
 )
 
 __all__ = ["WorkerResult", "race"]
@@ -99,6 +100,8 @@ def race(
     schema: str | None = None,
     checkpointer_kwargs: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    failpoints: str | None = None,
+    stagger: float = 0.0,
     workdir: str | os.PathLike[str] | None = None,
 ) -> list[WorkerResult]:
     """Starts ``workers`` child processes that each run ``ainvoke(input, {"thread_id": ...})`` on
@@ -107,22 +110,31 @@ def race(
 
     ``inputs``: a single input (None, a str, a dict) given to every worker as the *same*
     message (same id), or a list of exactly ``workers`` inputs (distinct messages).
+    ``failpoints``: armed in every worker (``TENXGRAPH_FAILPOINTS``), e.g. a ``delay(MS)`` that
+    holds the first run at a point while a staggered second one arrives.
+    ``stagger``: worker ``i`` starts ``i * stagger`` seconds after the barrier (0: all at once),
+    to probe a later arrival (e.g. one that loads the thread after another's first commit).
+    Workers build their graphs and open the database one at a time, before the barrier.
     Raises AssertionError (with stderr) when a worker cannot set up, dies, or exceeds ``timeout``.
     """
     if workers < 2:
         raise ValueError("a race needs at least 2 workers")
+    if stagger < 0:
+        raise ValueError(f"stagger must be >= 0, got {stagger}")
+    if failpoints is not None:
+        parse_failpoints(failpoints)
     per_worker = _inputs_per_worker(inputs, workers)
     what = f"race({target!r}, {thread_id!r}) worker"
     procs: list[tuple[subprocess.Popen[bytes], Any]] = []
     with _Workdir(workdir) as wd:
         barrier_dir = wd / f"barrier-{os.getpid()}-{time.monotonic_ns()}"
         barrier_dir.mkdir()
-        child_environ = child_env(env=env)
+        child_environ = child_env(failpoints=failpoints, env=env)
         try:
             for i, data in enumerate(per_worker):
                 spec = _base_spec("race", target, thread_id, db, data, config, False, schema, checkpointer_kwargs)
                 spec["barrier"] = {"dir": str(barrier_dir), "index": i, "workers": workers,
-                                   "timeout": max(1.0, timeout / 2)}
+                                   "timeout": max(1.0, timeout / 2), "delay": i * stagger}
                 spec_path, result_path = _write_spec(wd, f"race{i}", spec)
                 proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(spec_path)], env=child_environ,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd())
