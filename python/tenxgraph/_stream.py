@@ -59,6 +59,12 @@ class Emitter:
         for chunk in held:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
 
+    def take_held(self) -> list[StreamChunk]:
+        """What is still held back, for the consumer on the loop thread once the run ended."""
+        with self._lock:
+            held, self._held = self._held, []
+        return held
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
 

@@ -241,23 +241,19 @@ class CompiledGraph(Generic[StateT]):
         task = asyncio.ensure_future(self._execute(run, cfg, streaming=True))
         task.add_done_callback(lambda _t: emitter.close())
         try:
+            # The end-of-run sentinel is queued after every chunk scheduled before it.
             while (chunk := await emitter.queue.get()) is not None:
                 yield chunk
             try:
                 outcome = task.result()
             except Exception as exc:
-                emitter.flush()
-                while not emitter.queue.empty():
-                    if (late := emitter.queue.get_nowait()) is not None:
-                        yield late
+                emitter.take_held()  # a step that did not commit is never shown
                 yield emitter.make(StreamEvent.ERROR, data={"status": "invoked_graph", "error": str(exc),
                                                             "error_code": getattr(exc, "error_code", None)},
                                    status="invoked_graph")
                 raise
-            emitter.flush()
-            while not emitter.queue.empty():
-                if (late := emitter.queue.get_nowait()) is not None:
-                    yield late
+            for chunk in emitter.take_held():  # nothing normally: the final commit flushed it all
+                yield chunk
             for chunk in _final_chunks(emitter, run, outcome, started):
                 yield chunk
         finally:
