@@ -34,6 +34,7 @@ metrics! {
     stale_conflicts => "tenxgraph.storage.stale_conflicts",
     steps_committed => "tenxgraph.storage.steps_committed",
     redis_fallbacks => "tenxgraph.storage.redis_fallbacks",
+    nul_replaced => "tenxgraph.storage.nul_replaced",
 }
 
 fn scale(name: &str) -> f64 {

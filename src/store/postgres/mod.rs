@@ -159,13 +159,28 @@ fn message_rows(msgs: &[StoredMessage]) -> Value {
     )
 }
 
-/// PostgreSQL rejects U+0000 in text and jsonb; model output can contain it.
+/// PostgreSQL rejects U+0000 in text and jsonb, and model output can contain it: it is stored as
+/// U+FFFD. That changes the data, so it is never silent: a warning and a counter.
 fn strip_nul(v: &mut Value) {
-    match v {
-        Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
-        Value::Array(a) => a.iter_mut().for_each(strip_nul),
-        Value::Object(o) => o.values_mut().for_each(strip_nul),
-        _ => {}
+    fn walk(v: &mut Value) -> usize {
+        match v {
+            Value::String(s) if s.contains('\0') => {
+                let n = s.matches('\0').count();
+                *s = s.replace('\0', "\u{FFFD}");
+                n
+            }
+            Value::Array(a) => a.iter_mut().map(walk).sum(),
+            Value::Object(o) => o.values_mut().map(walk).sum(),
+            _ => 0,
+        }
+    }
+    let replaced = walk(v);
+    if replaced > 0 {
+        crate::engine::metrics::inc(&crate::engine::metrics().nul_replaced);
+        tracing::warn!(
+            event = "nul_replaced",
+            "{replaced} NUL character(s) stored as U+FFFD: PostgreSQL cannot store U+0000 in text or jsonb"
+        );
     }
 }
 
