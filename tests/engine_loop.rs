@@ -328,7 +328,7 @@ async fn interrupt_before_and_after_pause_and_resume_once() {
 }
 
 #[tokio::test]
-async fn two_runs_on_one_thread_the_slower_commit_is_stale() {
+async fn new_input_while_a_run_is_unfinished_is_rejected_and_writes_nothing() {
     for store in stores().await {
         let g = linear(&["a"]);
         run(&g, &*store, &TestHost::new(&[("a", Behave::Say)], &["x"]), &cfg("two"), NEW).await.unwrap();
@@ -339,14 +339,14 @@ async fn two_runs_on_one_thread_the_slower_commit_is_stale() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             run(&g, &*store, &fast, &c, NEW).await
         });
-        r_fast.unwrap();
-        let err = r_slow.unwrap_err();
-        assert!(matches!(err, EngineError::Store(tenxgraph::store::StoreError::Stale { .. })), "{err:?}");
+        r_slow.unwrap();
+        let err = r_fast.unwrap_err();
+        assert!(matches!(err, EngineError::Busy { ref node, .. } if node == "a"), "{err:?}");
+        assert!(fast.calls().is_empty(), "no node of the rejected run ran");
         let cp = store.load(&ThreadRef::new("two", "u")).await.unwrap().unwrap();
         let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
-        assert!(ids.contains(&"in-fast"));
-        assert_eq!(ids.iter().filter(|i| **i == "in-slow").count(), 1, "the slow run's input was committed before its node");
-        assert_eq!(cp.state["execution_meta"]["status"], "completed", "the slow run wrote nothing after losing");
+        assert!(ids.contains(&"in-slow") && !ids.contains(&"in-fast"), "{ids:?}");
+        assert_eq!(cp.state["execution_meta"]["status"], "completed");
     }
 }
 

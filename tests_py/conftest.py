@@ -41,3 +41,8 @@ def make_thread() -> Callable[[str], str]:
         return f"{prefix}-{run}-{next(counter)}"
 
     return make
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--torture-rounds", type=int, default=None,
+                     help="rounds of tests_py/test_torture.py (default 12, or TENXGRAPH_TORTURE_ROUNDS)")

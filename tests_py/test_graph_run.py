@@ -802,19 +802,20 @@ async def test_concurrent_runs_on_one_thread_lose_no_update(checkpointer, make_t
     errors = [r for r in results if isinstance(r, BaseException)]
     wins = [r for r in results if not isinstance(r, BaseException)]
     assert len(errors) == 1 and len(wins) == 1
-    assert isinstance(errors[0], StaleStateError)
-    assert errors[0].error_code == "STORAGE_CONFLICT_001"
+    # The loser either read the thread before the winner's first commit (its own commit is then
+    # stale) or after it (the thread then has an unfinished run: busy). Either way it wrote nothing.
+    from tenxgraph.core.exceptions import ThreadBusyError
+
+    assert isinstance(errors[0], (StaleStateError, ThreadBusyError)), errors[0]
+    assert errors[0].error_code in ("STORAGE_CONFLICT_001", "STORAGE_BUSY_001")
     winner = texts(wins[0]["messages"])
     assert winner[1:] == ["slow2"] and winner[0] in ("x", "y")
     stored = await checkpointer.aget_state({"thread_id": tid})
     assert stored.count == 2  # the loser's node ran on a stale state and its write was refused
     assert stored.execution_meta.status == "completed"
     ctx = texts(stored.context)
-    # The loser's output is not in the thread. Its input message may be: a run commits its input
-    # before its first node, and a run that started after that commit built on it.
-    assert ctx[:2] == ["first", "slow1"] and ctx[-1] == "slow2"
-    assert winner[0] in ctx[2:-1] and set(ctx[2:-1]) <= {"x", "y"}
-    assert ctx.count("slow2") == 1 and "slow3" not in ctx
+    # Neither the loser's input nor its output is in the thread.
+    assert ctx == ["first", "slow1", winner[0], "slow2"]
     listed = await checkpointer.alist_messages({"thread_id": tid})
     assert texts(listed) == ctx
     assert len({m.message_id for m in listed}) == len(listed)

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import tenxgraph.core.exceptions as exc_module
+from tenxgraph.core.exceptions import FailpointError
 from tenxgraph.testing import (
     EFFECTS_ENV,
     FAILPOINTS_ENV,
     CrashKit,
     EffectCounter,
     parse_failpoints,
-    race,
     resume,
     run_until_crash,
 )
@@ -34,11 +33,6 @@ from tests_py.kit_agents.support import DONE
 TARGET = "tests_py.kit_agents.support:build"
 TOOLS = ("lookup_order", "charge_card", "send_receipt")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "testing-kit.md"
-
-needs_failpoints = pytest.mark.skipif(
-    not hasattr(exc_module, "FailpointError"),
-    reason="the Rust core has no failpoints yet (tenxgraph.core.exceptions.FailpointError is missing)",
-)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -202,13 +196,109 @@ def test_run_until_crash_fails_when_no_failpoint_fires(crash_kit: CrashKit) -> N
     assert done.completed and not done.crashed and done.status == "completed" and done.messages[-1] == DONE
 
 
+# --------------------------------------------------------------------------- crash and resume
+
+
+# docs/testing-kit.md shows this test verbatim (test_docs_show_the_example_verbatim checks it).
+def test_card_charged_once_after_a_crash(crash_kit):
+    # SIGKILL right after charge_card returned, before its result reached the tool ledger.
+    crashed = crash_kit.run_until_crash(
+        "tests_py.kit_agents.support:build", "order-4821",
+        failpoints="after_tool:charge_card=kill",
+        input="Please charge my card for order 4821 and email me the receipt.",
+    )
+    assert crashed.killed
+
+    resumed = crash_kit.resume("tests_py.kit_agents.support:build", "order-4821")
+    assert resumed.status == "completed"
+    assert resumed.last == "Done: charged and emailed."
+
+    effects = crash_kit.effects
+    # Its result was never recorded, so the call ran again on resume, with the same idempotency
+    # key: a payment API that deduplicates by that key charged the card exactly once.
+    assert effects.count("charge_card") == 2
+    effects.assert_exactly_once("charge_card", by="key")
+
+
+def test_docs_show_the_example_verbatim() -> None:
+    docs = DOCS.read_text()
+    source = inspect.getsource(test_card_charged_once_after_a_crash)
+    assert source in docs, "docs/testing-kit.md must contain test_card_charged_once_after_a_crash verbatim"
+    factory = (Path(__file__).resolve().parent / "kit_agents" / "support.py").read_text()
+    assert f"```python\n{factory}```" in docs, "docs/testing-kit.md must contain kit_agents/support.py verbatim"
+
+
+@pytest.mark.parametrize(
+    ("failpoints", "charges", "stream"),
+    [
+        ("before_tool:charge_card=kill", 1, False),   # never ran before the crash
+        ("after_tool:charge_card=kill", 2, False),    # ran, not recorded: runs again (same key)
+        ("after_record:charge_card=kill", 1, False),  # recorded: replayed from the ledger
+        ("in_step_tx:tools=kill", 1, False),          # the tools step rolled back; all three recorded
+        ("after_step:tools=kill", 1, False),          # the tools step committed
+        ("after_step:model=kill", 1, False),          # the tools had not started
+        ("after_step@2=kill", 1, False),              # 2nd commit of the run (after __input__): the model's
+        ("mid_stream:tools=kill", 1, True),           # a streamed run, right after showing the tool results
+    ],
+)
+def test_crash_then_resume_charges_once_per_key(crash_kit: CrashKit, db: str, failpoints: str, charges: int,
+                                                stream: bool) -> None:
+    effects = crash_kit.effects
+    assert effects is not None
+    crashed = crash_kit.run_until_crash(TARGET, "order-4821", failpoints=failpoints, db=db, stream=stream,
+                                        input="charge order 4821")
+    assert crashed.killed and crashed.returncode == -9 and crashed.exception is None, crashed
+    before = effects.count("charge_card")
+    resumed = crash_kit.resume(TARGET, "order-4821", db=db, stream=stream)
+    assert resumed.status == "completed" and resumed.last == DONE, resumed
+    assert effects.count("charge_card") == charges, (before, effects.counts())
+    effects.assert_exactly_once("charge_card", by="key")
+    for tool in ("lookup_order", "send_receipt"):  # parallel siblings: once, twice if killed unrecorded
+        assert 1 <= effects.count(tool) <= 2, effects.counts()
+    if failpoints.startswith(("after_step:model", "after_step@2", "before_tool")):
+        assert before == 0  # the crash came before the charge
+    # Each call's result reached the model exactly once.
+    final = crash_kit.resume(TARGET, "order-4821", db=db, input="thanks")
+    assert final.status == "completed"
+
+
+def test_raise_failpoint_fails_the_run_and_resume_completes_it(crash_kit: CrashKit, db: str) -> None:
+    effects = crash_kit.effects
+    assert effects is not None
+    failed = crash_kit.run_until_crash(TARGET, "order-4821", failpoints="after_record:charge_card=raise", db=db)
+    assert not failed.killed and failed.crashed and failed.returncode == 1
+    assert failed.exception is not None and failed.exception.is_failpoint
+    assert failed.exception.type == FailpointError.__name__ and failed.exception.error_code == "FAILPOINT_001"
+    assert "FailpointError" in failed.stderr and failed.status == "error"
+    assert effects.count("charge_card") == 1
+    resumed = crash_kit.resume(TARGET, "order-4821", db=db)
+    assert resumed.status == "completed" and resumed.last == DONE
+    effects.assert_exactly_once("charge_card")  # recorded before the raise: replayed, not run again
+
+
+def test_delay_failpoint_completes_without_expecting_a_crash(crash_kit: CrashKit) -> None:
+    slow = crash_kit.run_until_crash(TARGET, "t-slow", failpoints="after_step:model=delay(600)")
+    fast = crash_kit.run_until_crash(TARGET, "t-fast", failpoints="after_step:model=delay(0)")
+    assert slow.completed and fast.completed and slow.messages[-1] == DONE and slow.status == "completed"
+
+    def model_to_summary(result) -> float:  # the delay sits between the two model messages
+        stamps = [m["timestamp"] for m in result.message_dicts if m["role"] == "assistant"]
+        return stamps[-1] - stamps[0]
+
+    assert model_to_summary(slow) >= 0.6 > model_to_summary(fast)
+
+
 # --------------------------------------------------------------------------- race
+
+# Holds each worker's first commit open for 300 ms, so both have loaded the thread before either
+# commits: the outcome no longer depends on the scheduler.
+BOTH_LOADED = "in_step_tx:__input__=delay(300)"
 
 
 def _assert_race_contract(results, effects: EffectCounter) -> None:
-    """The contract of two runs racing on one thread: every run either completes or raises
-    StaleStateError (STORAGE_CONFLICT_001) having changed nothing; at least one completes; and
-    no tool call runs twice: one charge (one idempotency key) per completed run."""
+    """Runs racing on one thread: each either completes or raises StaleStateError
+    (STORAGE_CONFLICT_001) having changed nothing; at least one completes; no tool call runs
+    twice: each tool once per completed run, each charge with its own idempotency key."""
     outcomes = [r.outcome if r.completed else f"{r.error_type}/{r.error_code}" for r in results]
     assert all(o in ("completed", "StaleStateError/STORAGE_CONFLICT_001") for o in outcomes), outcomes
     winners = [r for r in results if r.completed]
@@ -224,12 +314,12 @@ def _assert_race_contract(results, effects: EffectCounter) -> None:
 def test_race_two_workers_on_one_thread(crash_kit: CrashKit, db: str, inputs: str) -> None:
     assert crash_kit.effects is not None
     given = "charge order 4821" if inputs == "same" else ["charge order 4821", "charge it now"]
-    results = crash_kit.race(TARGET, "order-4821", db=db, inputs=given, workers=2)
+    results = crash_kit.race(TARGET, "order-4821", db=db, inputs=given, workers=2, failpoints=BOTH_LOADED)
     assert [r.index for r in results] == [0, 1] and len({r.pid for r in results}) == 2
     starts = [r.started for r in results]
-    assert all(s is not None for s in starts) and max(starts) - min(starts) < 0.5  # released together
+    assert all(s is not None for s in starts) and max(starts) - min(starts) < 0.25  # released together
     _assert_race_contract(results, crash_kit.effects)
-    # Observed on every run on both backends: the runs overlap, so exactly one wins.
+    # Both loaded version 0: exactly one commit can win, the other run raises StaleStateError.
     assert sorted(r.outcome for r in results) == ["completed", "error"], [str(r) for r in results]
 
 
@@ -241,8 +331,37 @@ def test_race_runs_far_apart_both_complete_in_order(crash_kit: CrashKit) -> None
     assert results[0].finished is not None and results[1].started is not None
     assert results[0].finished <= results[1].started
     _assert_race_contract(results, crash_kit.effects)
-    history = crash_kit.resume(TARGET, "order-4821", input="thanks")
-    assert history.status == "completed"
 
 
-# --------------------------------------------------------------------------- failpoints (the lead's core)
+@pytest.mark.xfail(strict=True, reason=(
+    "core bug: a run that loads a thread while another process's run is between the model step and "
+    "the tools step appends its user message and runs the tools node on it (NodeError NODE_002); "
+    "the first run then gets StaleStateError and the thread stays broken (every resume: NODE_002)"))
+def test_race_message_arriving_mid_run(crash_kit: CrashKit, db: str) -> None:
+    assert crash_kit.effects is not None
+    # Worker 0 pauses 1.5 s after its model step committed; worker 1 arrives 0.5 s after it started.
+    results = crash_kit.race(TARGET, "order-4821", db=db, inputs=["charge order 4821", "where is my receipt?"],
+                             failpoints="after_step:model=delay(1500)", stagger=0.5)
+    _assert_race_contract(results, crash_kit.effects)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "core limitation: the ledger records results, not calls in flight, so a second run of the thread "
+    "(here a retried request: the same message) executes a call the first run is still executing; "
+    "both use the same idempotency key"))
+def test_race_retry_while_a_tool_is_in_flight(crash_kit: CrashKit, db: str) -> None:
+    assert crash_kit.effects is not None
+    # Worker 0 holds charge_card 1 s before running it; the same request arrives 0.3 s later.
+    results = crash_kit.race(TARGET, "order-4821", db=db, inputs="charge order 4821",
+                             failpoints="before_tool:charge_card=delay(1000)", stagger=0.3)
+    crash_kit.effects.assert_exactly_once("charge_card", by="key")  # holds today
+    _assert_race_contract(results, crash_kit.effects)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "core bug: after a crash between the model step and the tools step, a new user message is "
+    "appended and the tools node runs on it (NodeError NODE_002); the thread can no longer be resumed"))
+def test_new_message_after_a_crash_between_model_and_tools(crash_kit: CrashKit, db: str) -> None:
+    assert crash_kit.run_until_crash(TARGET, "order-4821", failpoints="after_step:model=kill", db=db).killed
+    resumed = crash_kit.resume(TARGET, "order-4821", db=db, input="hello? are you still there?")
+    assert resumed.status == "completed"

@@ -44,6 +44,9 @@ class ToolStep:
     replayed_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
     streamed: set[int] = field(default_factory=set)
     pending_stream: dict[int, str] = field(default_factory=dict)
+    # ToolResult updates of calls that share the live state: applied when the node succeeds, so a
+    # failing node never leaves a half-applied tool node behind.
+    deferred_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -111,7 +114,10 @@ class ToolStep:
         env: dict[str, Any] = {"__kind__": "message", "value": msg.model_dump(mode="json")}
         record = bool(outcome.recordable)
         if outcome.state_update:
-            _apply_update(state, outcome.state_update)
+            if state is self.live:
+                self.deferred_updates[index] = outcome.state_update
+            else:
+                _apply_update(state, outcome.state_update)
             try:
                 env["state"] = _JSON.dump_python(outcome.state_update, mode="json")
             except Exception as exc:
@@ -143,6 +149,8 @@ class ToolStep:
                 merge_tool_state(self.live, self.branches[index], self.baseline)
         for index in sorted(self.replayed_updates):
             _apply_update(self.live, self.replayed_updates[index])
+        for index in sorted(self.deferred_updates):
+            _apply_update(self.live, self.deferred_updates[index])
         return messages
 
 

@@ -19,6 +19,10 @@ pub enum EngineError {
     NodeTimeout { node: String, timeout: f64 },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// New input for a thread whose last run has not finished (crashed mid-run, or running in
+    /// another process): ThreadBusyError. Nothing was written.
+    #[error("thread '{thread_id}' has an unfinished run at node '{node}'; resume it with ainvoke({{}}, config) (or wait for it) before sending new input")]
+    Busy { thread_id: String, node: String },
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
@@ -43,6 +47,7 @@ impl EngineError {
                 json!({"max_steps": limit, "current_step": step, "current_node": node})
             }
             EngineError::NodeTimeout { node, timeout } => json!({"node_name": node, "timeout": timeout}),
+            EngineError::Busy { thread_id, node } => json!({"thread_id": thread_id, "current_node": node}),
             EngineError::Store(StoreError::Stale { thread_id, expected, current }) => {
                 json!({"thread_id": thread_id, "expected_version": expected, "current_version": current})
             }

@@ -90,6 +90,14 @@ pub async fn run<H: NodeHost + ?Sized>(
         None => (0, ExecMeta::fresh(&entry, &t.thread_id)),
     };
     let previous = exec.status;
+    // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
+    // messages appended in the middle of it would land between an assistant's tool calls and
+    // their results and break the thread. Finish it first with `{}`.
+    if previous == ExecStatus::Running && stored.is_some() && (input.has_messages || input.start_node.is_some())
+        && exec.current_node != super::START
+    {
+        return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone() });
+    }
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
     let mut skip_before = None;
     match previous {

@@ -43,6 +43,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
         EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, "RECURSION_001", &context),
         EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),
         EngineError::InvalidInput(m) => PyValueError::new_err(m),
+        EngineError::Busy { .. } => raise(py, "ThreadBusyError", message, "STORAGE_BUSY_001", &context),
         EngineError::Failpoint(_) => raise(py, "FailpointError", message, "FAILPOINT_001", &context),
         EngineError::Host(b) => match b.downcast::<PyErr>() {
             Ok(pyerr) => *pyerr,

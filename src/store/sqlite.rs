@@ -132,7 +132,20 @@ fn thread_row(r: &sqlx::sqlite::SqliteRow) -> StoreResult<ThreadRow> {
 #[async_trait]
 impl Checkpointer for SqliteStore {
     async fn setup(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await.map_err(|e| StoreError::Schema(e.to_string()))
+        // Several processes opening a new file at once race on the migration table (BUSY, or a
+        // duplicate version row); the migrations are idempotent, so the loser retries.
+        let mut attempt = 0;
+        loop {
+            match MIGRATOR.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 8 => {
+                    attempt += 1;
+                    tracing::debug!("sqlite migration attempt {attempt} failed, retrying: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+                Err(e) => return Err(StoreError::Schema(e.to_string())),
+            }
+        }
     }
 
     async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {

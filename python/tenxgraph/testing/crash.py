@@ -138,7 +138,7 @@ class CrashResult:
 
     ``killed``: it died of SIGKILL (returncode -9, the ``kill`` action). ``exception``: the run
     raised (a ``raise`` failpoint gives ``FailpointError``). ``completed``: the run returned
-    (then ``messages`` and ``status`` are set). ``status`` is the thread's stored status after
+    (then ``messages``, ``message_dicts`` and ``status`` are set). ``status`` is the thread's stored status after
     a raise too, when it could be read.
     """
 
@@ -151,6 +151,7 @@ class CrashResult:
     completed: bool = False
     messages: list[str] = field(default_factory=list)
     status: str | None = None
+    message_dicts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def crashed(self) -> bool:
@@ -414,6 +415,7 @@ def run_until_crash(
     if outcome == "completed":
         res.completed = True
         res.messages = list(result.get("messages", []))
+        res.message_dicts = list(result.get("message_dicts", []))
         if expect_crash:
             raise _child_failed(
                 what, f"the run completed (status {res.status!r}) but no kill/raise failpoint fired: check the "
@@ -564,6 +566,10 @@ def _setup_lock(barrier: dict[str, Any] | None) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+class _BarrierTimeout(Exception):
+    pass
+
+
 def _wait_barrier(barrier: dict[str, Any]) -> float:
     """Touches our ready file, waits for every worker's, returns the wall time we went."""
     directory, index, workers = Path(barrier["dir"]), int(barrier["index"]), int(barrier["workers"])
@@ -575,7 +581,7 @@ def _wait_barrier(barrier: dict[str, Any]) -> float:
                 time.sleep(float(barrier["delay"]))
             return time.time()
         if time.monotonic() > deadline:
-            raise TimeoutError(f"worker {index}: the other workers never reached the start barrier")
+            raise _BarrierTimeout(f"worker {index}: the other workers never reached the start barrier")
         time.sleep(0.0005)
 
 
@@ -586,6 +592,8 @@ async def _child_run(spec: dict[str, Any], app: Any, checkpointer: Any, report: 
     input_data = dict(spec["input"])
     if isinstance(input_data.get("messages"), list):
         input_data["messages"] = [Message.model_validate(m) for m in input_data["messages"]]
+    if spec.get("barrier"):  # as late as possible: the workers' runs start within a poll interval
+        report["started"] = _wait_barrier(spec["barrier"])
     try:
         if spec.get("stream"):
             produced = []
@@ -604,6 +612,7 @@ async def _child_run(spec: dict[str, Any], app: Any, checkpointer: Any, report: 
         report["exception"] = _exc_json(exc)
         report["traceback"] = traceback.format_exc()
         print(report["traceback"], file=sys.stderr, flush=True)
+    report["finished"] = time.time()
     with contextlib.suppress(Exception):
         state = await checkpointer.aget_state({"thread_id": config["thread_id"],
                                                **({"user_id": config["user_id"]} if "user_id" in config else {})})
@@ -629,15 +638,12 @@ def _child_main(spec_path: str) -> int:
         print(report["traceback"], file=sys.stderr, flush=True)
         _write_json_atomic(spec["result"], report)
         return 3
-    if spec.get("barrier"):
-        try:
-            report["started"] = _wait_barrier(spec["barrier"])
-        except TimeoutError as exc:
-            report.update(outcome="setup_error", exception=_exc_json(exc), traceback=traceback.format_exc())
-            _write_json_atomic(spec["result"], report)
-            return 3
-    asyncio.run(_child_run(spec, app, checkpointer, report))
-    report["finished"] = time.time()
+    try:
+        asyncio.run(_child_run(spec, app, checkpointer, report))
+    except _BarrierTimeout as exc:
+        report.update(outcome="setup_error", exception=_exc_json(exc), traceback=traceback.format_exc())
+        _write_json_atomic(spec["result"], report)
+        return 3
     _write_json_atomic(spec["result"], report)
     return 0 if report["outcome"] == "completed" else 1
 

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tenxgraph.testing.crash import (
@@ -30,7 +31,6 @@ from tenxgraph.testing.crash import (
     _describe_rc,
     _exception_of,
     _read_result,
-    _text,
     _Workdir,
     _write_spec,
     child_env,
@@ -75,6 +75,16 @@ class WorkerResult:
 
     def __str__(self) -> str:
         return f"worker {self.index} (pid {self.pid}): " + ("completed" if self.completed else str(self.exception))
+
+
+def _logs(log: Path) -> tuple[str, str]:
+    def read(p: Path) -> str:
+        try:
+            return p.read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    return read(log.with_suffix(".out")), read(log.with_suffix(".err"))
 
 
 def _inputs_per_worker(inputs: Any, workers: int) -> list[dict[str, Any]]:
@@ -125,7 +135,7 @@ def race(
         parse_failpoints(failpoints)
     per_worker = _inputs_per_worker(inputs, workers)
     what = f"race({target!r}, {thread_id!r}) worker"
-    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
+    procs: list[tuple[subprocess.Popen[bytes], Path, Path]] = []
     with _Workdir(workdir) as wd:
         barrier_dir = wd / f"barrier-{os.getpid()}-{time.monotonic_ns()}"
         barrier_dir.mkdir()
@@ -136,27 +146,29 @@ def race(
                 spec["barrier"] = {"dir": str(barrier_dir), "index": i, "workers": workers,
                                    "timeout": max(1.0, timeout / 2), "delay": i * stagger}
                 spec_path, result_path = _write_spec(wd, f"race{i}", spec)
-                proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(spec_path)], env=child_environ,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd())
-                procs.append((proc, result_path))
+                # Output to files, not pipes: a worker blocked on a full pipe could stall the others.
+                log = spec_path.with_suffix(".log")
+                with open(log.with_suffix(".out"), "wb") as out_f, open(log.with_suffix(".err"), "wb") as err_f:
+                    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(spec_path)], env=child_environ,
+                                            stdout=out_f, stderr=err_f, cwd=os.getcwd())
+                procs.append((proc, result_path, log))
             deadline = time.monotonic() + timeout
-            outputs: list[tuple[int, str, str]] = []
-            for i, (proc, _) in enumerate(procs):
+            for i, (proc, _, log) in enumerate(procs):
                 try:
-                    out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                    out, err = proc.communicate()
-                    raise _child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", _text(out),
-                                        _text(err)) from None
-                outputs.append((proc.returncode, _text(out), _text(err)))
+                    proc.wait()
+                    raise _child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", *_logs(log)) from None
         finally:
-            for proc, _ in procs:
+            for proc, _, _ in procs:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
         results = []
-        for i, ((proc, result_path), (rc, out, err)) in enumerate(zip(procs, outputs, strict=True)):
+        for i, (proc, result_path, log) in enumerate(procs):
+            rc = proc.returncode
+            out, err = _logs(log)
             report = _read_result(result_path)
             if report is None:
                 raise _child_failed(f"{what} {i}", f"{_describe_rc(rc)} without reporting a result", out, err)
