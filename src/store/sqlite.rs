@@ -16,6 +16,63 @@ use std::time::Duration;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 const STATE_HISTORY: i64 = 20;
 
+/// A `BEGIN IMMEDIATE` transaction on a pooled connection, ended by hand. sqlx's own Transaction
+/// keeps counting a transaction whose COMMIT failed (e.g. disk full), and that connection then
+/// refuses every later BEGIN, so a thread could never be resumed after the disk was freed. Here a
+/// transaction that did not commit is rolled back before its connection is reused, and a
+/// connection that cannot even roll back is closed.
+struct WriteTx {
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+}
+
+impl WriteTx {
+    async fn begin(pool: &SqlitePool, op: &'static str) -> StoreResult<Self> {
+        let mut conn = pool.acquire().await.map_err(be(op))?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(be(op))?;
+        Ok(WriteTx { conn: Some(conn) })
+    }
+
+    fn conn(&mut self) -> &mut SqliteConnection {
+        self.conn.as_mut().expect("present until commit or drop")
+    }
+
+    async fn commit(mut self, op: &'static str) -> StoreResult<()> {
+        let mut conn = self.conn.take().expect("present until commit or drop");
+        match sqlx::query("COMMIT").execute(&mut *conn).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                finish_failed(conn).await;
+                Err(be(op)(e))
+            }
+        }
+    }
+}
+
+/// Rolls back an unfinished transaction; closes the connection when even that fails.
+async fn finish_failed(mut conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
+    if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+        // No transaction left (SQLite already rolled it back) is fine; anything else: close.
+        if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        // An error return or a cancelled future: roll back before the connection is reused. The
+        // connection stays out of the pool until then, so nobody sees the open transaction.
+        if let Some(mut conn) = self.conn.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(finish_failed(conn));
+                }
+                Err(_) => conn.close_on_drop(),
+            }
+        }
+    }
+}
+
 pub struct SqliteStore {
     pool: SqlitePool,
     enforce_user_isolation: bool,
@@ -176,11 +233,11 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("begin step"))?;
-        self.own_thread(&mut tx, t).await?;
+        let mut tx = WriteTx::begin(&self.pool, "begin step").await?;
+        self.own_thread(tx.conn(), t).await?;
         let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM states WHERE thread_id = ?")
             .bind(&t.thread_id)
-            .fetch_one(&mut *tx)
+            .fetch_one(tx.conn())
             .await
             .map_err(be("read version"))?;
         if current != w.expected_version {
@@ -194,33 +251,33 @@ impl Checkpointer for SqliteStore {
             .bind(new_version)
             .bind(to_text(w.state))
             .bind(now)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(be("write state"))?;
         sqlx::query("DELETE FROM states WHERE thread_id = ? AND version <= ?")
             .bind(&t.thread_id)
             .bind(new_version - STATE_HISTORY)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(be("prune states"))?;
         if w.replace_messages {
             sqlx::query("DELETE FROM messages WHERE thread_id = ?")
                 .bind(&t.thread_id)
-                .execute(&mut *tx)
+                .execute(tx.conn())
                 .await
                 .map_err(be("replace messages"))?;
         }
-        Self::upsert_messages(&mut tx, t, w.new_messages).await?;
+        Self::upsert_messages(tx.conn(), t, w.new_messages).await?;
         sqlx::query("UPDATE threads SET updated_at = ? WHERE thread_id = ?")
             .bind(now)
             .bind(&t.thread_id)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(be("touch thread"))?;
         if let Some(h) = w.in_tx {
             h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
         }
-        tx.commit().await.map_err(be("commit step"))?;
+        tx.commit("commit step").await?;
         Ok(new_version)
     }
 
@@ -229,18 +286,18 @@ impl Checkpointer for SqliteStore {
         if !self.readable(t).await? {
             return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
         }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("clear state"))?;
+        let mut tx = WriteTx::begin(&self.pool, "clear state").await?;
         for q in ["DELETE FROM states WHERE thread_id = ?", "DELETE FROM messages WHERE thread_id = ?"] {
-            sqlx::query(q).bind(&t.thread_id).execute(&mut *tx).await.map_err(be("clear state"))?;
+            sqlx::query(q).bind(&t.thread_id).execute(tx.conn()).await.map_err(be("clear state"))?;
         }
-        tx.commit().await.map_err(be("clear state"))
+        tx.commit("clear state").await
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("write messages"))?;
-        self.own_thread(&mut tx, t).await?;
-        Self::upsert_messages(&mut tx, t, msgs).await?;
-        tx.commit().await.map_err(be("write messages"))
+        let mut tx = WriteTx::begin(&self.pool, "write messages").await?;
+        self.own_thread(tx.conn(), t).await?;
+        Self::upsert_messages(tx.conn(), t, msgs).await?;
+        tx.commit("write messages").await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
@@ -297,8 +354,8 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("write thread"))?;
-        let inserted = self.own_thread(&mut tx, t).await?;
+        let mut tx = WriteTx::begin(&self.pool, "write thread").await?;
+        let inserted = self.own_thread(tx.conn(), t).await?;
         sqlx::query(
             "UPDATE threads SET thread_name = COALESCE(?, thread_name), meta = ?, updated_at = ? WHERE thread_id = ?",
         )
@@ -306,10 +363,10 @@ impl Checkpointer for SqliteStore {
         .bind(to_text(meta))
         .bind(now_secs())
         .bind(&t.thread_id)
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await
         .map_err(be("write thread"))?;
-        tx.commit().await.map_err(be("write thread"))?;
+        tx.commit("write thread").await?;
         Ok(inserted)
     }
 
@@ -452,8 +509,8 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(be("ledger write"))?;
-        self.own_thread(&mut tx, t).await?;
+        let mut tx = WriteTx::begin(&self.pool, "ledger write").await?;
+        self.own_thread(tx.conn(), t).await?;
         let now = now_secs();
         let mut inserted = 0;
         for (key, result) in entries {
@@ -465,12 +522,12 @@ impl Checkpointer for SqliteStore {
             .bind(key)
             .bind(to_text(result))
             .bind(now)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(be("ledger write"))?;
             inserted += r.rows_affected() as usize;
         }
-        tx.commit().await.map_err(be("ledger write"))?;
+        tx.commit("ledger write").await?;
         Ok(inserted)
     }
 
