@@ -24,6 +24,7 @@ atexit.register(_core.shutdown)
 _LAZY = {
     "StateGraph": "tenxgraph.core.graph",
     "CompiledGraph": "tenxgraph.core.graph",
+    "ToolNode": "tenxgraph.core.graph.tool_node",
     "AgentState": "tenxgraph.core.state",
     "Message": "tenxgraph.core.state",
     "START": "tenxgraph.utils.constants",
