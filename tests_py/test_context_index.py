@@ -1,0 +1,51 @@
+"""The run's context index: appending a step's messages dedupes by id like add_messages, in place,
+and notices a context that a node rewrote."""
+
+from __future__ import annotations
+
+from tenxgraph import AgentState, Message
+from tenxgraph._runtime import _ContextIndex
+from tenxgraph.core.state.reducers import RemoveMessage, add_messages
+
+
+def msg(i: str, delta: bool = False) -> Message:
+    m = Message.text_message(i, role="assistant", message_id=i)
+    m.delta = delta
+    return m
+
+
+def ids(state: AgentState) -> list[str]:
+    return [str(m.message_id) for m in state.context]
+
+
+def test_matches_add_messages_and_stays_in_place() -> None:
+    state = AgentState(context=[msg("a"), msg("b")])
+    index = _ContextIndex()
+    ctx = state.context
+    index.append(state, [msg("c"), msg("a"), msg("d", delta=True), msg("c")])
+    assert ids(state) == ["a", "b", "c"] == [str(m.message_id) for m in add_messages([msg("a"), msg("b")], [msg("c")])]
+    assert state.context is ctx
+    state.context.append(msg("e"))  # a node appended in place between steps
+    index.append(state, [msg("e"), msg("f")])
+    assert ids(state) == ["a", "b", "c", "e", "f"]
+
+
+def test_a_rewritten_context_is_reindexed() -> None:
+    state = AgentState(context=[msg("a"), msg("b")])
+    index = _ContextIndex()
+    index.append(state, [msg("c")])
+    state.context = [msg("x")]  # a node replaced the history
+    index.append(state, [msg("a"), msg("x")])
+    assert ids(state) == ["x", "a"]
+    state.context[0] = msg("y")  # same list, same length, different last id: rewritten
+    index.append(state, [msg("y"), msg("x")])
+    assert ids(state) == ["y", "a", "x"]
+
+
+def test_tombstones_use_the_full_reducer() -> None:
+    state = AgentState(context=[msg("a"), msg("b")])
+    index = _ContextIndex()
+    index.append(state, [RemoveMessage(message_id="a"), msg("c")])
+    assert ids(state) == ["b", "c"]
+    index.append(state, [msg("d")])
+    assert ids(state) == ["b", "c", "d"]
