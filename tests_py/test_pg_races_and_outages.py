@@ -28,6 +28,7 @@ from tenxgraph.core.exceptions import StorageError, TransientStorageError
 from tenxgraph.core.state import ToolResultBlock
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.services import (
+    redis_command,
     PostgresServer,
     _as_pg_user,
     _pg_env,
@@ -84,28 +85,9 @@ def _rows(pg: PostgresServer, sql: str, dbname: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if line]
 
 
-def _resp(*args: str) -> bytes:
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        b = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
 def _redis(port: int, *args: str) -> bytes:
     """One RESP command over a raw socket; the raw reply (simple, error, integer or bulk)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(_resp(*args))
-        buf = b""
-        while True:
-            if b"\r\n" in buf:
-                head, _, rest = buf.partition(b"\r\n")
-                if not head.startswith(b"$") or int(head[1:]) < 0 or len(rest) >= int(head[1:]) + 2:
-                    return buf
-            chunk = s.recv(4096)
-            if not chunk:
-                return buf
-            buf += chunk
+    return redis_command(port, *args)
 
 
 def _port_open(port: int) -> bool:

@@ -22,6 +22,7 @@ from tenxgraph.testing import (
     start_postgres,
     start_redis,
 )
+from tenxgraph.testing.services import redis_command
 from tenxgraph.testing.pytest_plugin import pg_dsn, tenx_postgres, tenx_redis  # noqa: F401
 
 
@@ -43,28 +44,9 @@ def _psql_dsn(dsn: str, sql: str) -> str:
     return _psql(parts.hostname, parts.port, parts.path.lstrip("/"), sql)
 
 
-def _resp(*args: str) -> bytes:
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        b = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
 def _redis(port: int, *args: str) -> bytes:
     """One RESP command over a raw socket; the raw reply (simple, error, integer or bulk)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(_resp(*args))
-        buf = b""
-        while True:
-            if b"\r\n" in buf:
-                head, _, rest = buf.partition(b"\r\n")
-                if not head.startswith(b"$") or int(head[1:]) < 0 or len(rest) >= int(head[1:]) + 2:
-                    return buf
-            chunk = s.recv(4096)
-            if not chunk:
-                return buf
-            buf += chunk
+    return redis_command(port, *args)
 
 
 def _port_closed(port: int, timeout: float = 10.0) -> bool:

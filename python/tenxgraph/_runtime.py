@@ -23,7 +23,7 @@ from tenxgraph.utils.command import Command
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
 
-__all__ = ["Run", "STATE_META_KEY", "encode_state_meta"]
+__all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
 
 STATE_META_KEY = "__state_meta__"
 _LEGACY_CLASS_PATH_KEY = "__class_path__"
@@ -32,6 +32,14 @@ _PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
 
 def encode_state_meta(state: AgentState) -> dict[str, Any]:
     return {"format": 1, "class": type(state).__name__}
+
+
+def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
+    """The stored form of a state: its JSON dump plus the class header. Steps store the context
+    as message rows, so they leave it out."""
+    data = state.model_dump(mode="json", exclude=None if with_context else {"context"})
+    data[STATE_META_KEY] = encode_state_meta(state)
+    return data
 
 
 class _ContextIndex:
@@ -158,8 +166,7 @@ class Run:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
-        data = state.model_dump(mode="json", exclude={"context"})
-        data[STATE_META_KEY] = encode_state_meta(state)
+        data = encode_state(state, with_context=False)
         ctx = state.context
         n = len(ctx)
         grown = cursor_len <= n and (cursor_len == 0 or str(ctx[cursor_len - 1].message_id) == cursor_last_id)

@@ -662,6 +662,15 @@ def _redis_call(port: int, payload: bytes, timeout: float = 1.0) -> bytes:
         return buf
 
 
+def redis_command(port: int, *args: str, timeout: float = 5.0) -> bytes:
+    """One Redis command over a raw socket (no client library needed); the raw RESP reply."""
+    payload = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        payload.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return _redis_call(port, b"".join(payload), timeout=timeout)
+
+
 def _redis_pid(port: int) -> int | None:
     reply = _redis_call(port, b"INFO server\r\n")
     m = re.search(rb"process_id:(\d+)", reply)

@@ -12,7 +12,7 @@ import logging
 from typing import Any, Generic, TypeVar
 
 from tenxgraph import _core
-from tenxgraph._runtime import STATE_META_KEY, encode_state_meta
+from tenxgraph._runtime import STATE_META_KEY, encode_state
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.utils.thread_info import ThreadInfo
@@ -76,9 +76,7 @@ class BaseCheckpointer(Generic[StateT]):
         self._state_type = cls
 
     def _encode_state(self, state: AgentState) -> dict[str, Any]:
-        data = state.model_dump(mode="json")
-        data[STATE_META_KEY] = encode_state_meta(state)
-        return data
+        return encode_state(state, with_context=True)
 
     def _decode_state(self, row: dict[str, Any]) -> AgentState:
         data = dict(row)
@@ -124,8 +122,7 @@ class BaseCheckpointer(Generic[StateT]):
         if expected is None:
             row = await self._native.load(thread_id, user_id)
             expected = row[0] if row is not None else 0
-        data = state.model_dump(mode="json", exclude={"context"})
-        data[STATE_META_KEY] = encode_state_meta(state)
+        data = encode_state(state, with_context=False)
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
         rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
