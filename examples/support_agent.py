@@ -129,7 +129,7 @@ async def run_turn(db: str, resume: bool, stream: bool = False) -> dict:
 def ledger_has(db: str, suffix: str) -> bool:
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as c:
-            rows = c.execute("SELECT tool_call_id FROM tool_executions").fetchall()
+            rows = c.execute("SELECT tool_call_id FROM tool_executions WHERE json_extract(result, '$.__kind__') IS NOT 'started'").fetchall()
     except sqlite3.Error:
         return False
     return any(r[0].endswith(suffix) for r in rows)

@@ -41,7 +41,7 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, in_tx: None }
+    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, in_tx: None }
 }
 
 #[tokio::test]
@@ -129,7 +129,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .map(|m| m["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
-        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, in_tx: None };
+        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, in_tx: None };
         s.put_step(&t, w).await.unwrap();
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.messages.len(), 1, "{name}");
@@ -237,7 +237,7 @@ async fn ledger_batches_keep_first_results_and_count_inserts() {
             ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b1"})),
             ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b2"})),
         ];
-        assert_eq!(s.ledger_put_many(&t, &batch).await.unwrap(), 1, "{name}");
+        assert_eq!(s.ledger_put_many(&t, &batch, None).await.unwrap(), 1, "{name}");
         let got = s.ledger_get(&t, &["m:a".into(), "m:b".into()]).await.unwrap();
         assert_eq!((got["m:a"]["value"].as_str(), got["m:b"]["value"].as_str()), (Some("old"), Some("b1")), "{name}");
     }

@@ -201,7 +201,7 @@ def calls_of(keys: list[str]) -> list[str]:
 def pg_ledger(tenx_postgres, pg_dsn: str, schema: str, thread: str) -> list[str]:
     dbname = urlsplit(pg_dsn).path.lstrip("/")
     out = tenx_postgres.psql(
-        f"SELECT tool_call_id FROM {schema}.tool_executions WHERE thread_id = '{thread}' ORDER BY 1", dbname=dbname
+        f"SELECT tool_call_id FROM {schema}.tool_executions WHERE thread_id = '{thread}' AND result->>'__kind__' IS DISTINCT FROM 'started' ORDER BY 1", dbname=dbname
     )
     return [line.strip() for line in out.splitlines() if line.strip()]
 
@@ -327,7 +327,7 @@ def sqlite_ledger(db: Path, thread: str) -> list[str]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
         return [r[0] for r in con.execute(
-            "SELECT tool_call_id FROM tool_executions WHERE thread_id = ? ORDER BY 1", (thread,))]
+            "SELECT tool_call_id FROM tool_executions WHERE thread_id = ? AND json_extract(result, '$.__kind__') IS NOT 'started' ORDER BY 1", (thread,))]
     finally:
         con.close()
 

@@ -466,7 +466,7 @@ async def test_postgres_restarted_mid_run(
         cp = PgCheckpointer(dsn, schema="outage", pool_config={"timeout": 3})
         app = tool_graph(cp, effects_path, gate)
         cfg = {"thread_id": "t-outage", "user_id": USER}
-        ledger_sql = "SELECT tool_call_id FROM outage.tool_executions WHERE thread_id = 't-outage' ORDER BY 1"
+        ledger_sql = "SELECT tool_call_id FROM outage.tool_executions WHERE thread_id = 't-outage' AND result->>'__kind__' IS DISTINCT FROM 'started' ORDER BY 1"
 
         def ledger() -> list[str]:
             return [r[0] for r in _rows(pg, ledger_sql, dbname)]

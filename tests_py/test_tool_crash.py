@@ -26,7 +26,7 @@ def _effects(path: Path) -> list[dict]:
 def _ledger_keys(db: Path) -> list[str]:
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as c:
-            return [r[0] for r in c.execute("SELECT tool_call_id FROM tool_executions")]
+            return [r[0] for r in c.execute("SELECT tool_call_id FROM tool_executions WHERE 1=1 AND json_extract(result, '$.__kind__') IS NOT 'started'")]
     except sqlite3.Error:
         return []
 

@@ -112,7 +112,7 @@ class SqliteBackend:
             return list(c.execute(sql, args))
 
     def ledger(self, thread: str) -> list[str]:
-        return [r[0] for r in self._q("SELECT tool_call_id FROM tool_executions WHERE thread_id = ?", thread)]
+        return [r[0] for r in self._q("SELECT tool_call_id FROM tool_executions WHERE thread_id = ? AND json_extract(result, '$.__kind__') IS NOT 'started'", thread)]
 
     def versions(self, thread: str) -> list[int]:
         return [r[0] for r in self._q("SELECT version FROM states WHERE thread_id = ? ORDER BY version", thread)]
@@ -138,7 +138,7 @@ class PgBackend:
     def ledger(self, thread: str) -> list[str]:
         if not self._q(f"SELECT 1 FROM pg_tables WHERE schemaname = '{self.schema}' AND tablename = 'tool_executions'"):
             return []
-        return self._q(f"SELECT tool_call_id FROM {self.schema}.tool_executions WHERE thread_id = '{thread}'")
+        return self._q(f"SELECT tool_call_id FROM {self.schema}.tool_executions WHERE thread_id = '{thread}' AND result->>'__kind__' IS DISTINCT FROM 'started'")
 
     def versions(self, thread: str) -> list[int]:
         if not self._q(f"SELECT 1 FROM pg_tables WHERE schemaname = '{self.schema}' AND tablename = 'states'"):

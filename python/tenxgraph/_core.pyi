@@ -119,4 +119,7 @@ class NativeGraph:
         start_node: str | None = None,
         streaming: bool = False,
         failpoints: str | None = None,
+        on_busy: str = "reject",
+        busy_timeout: float = 30.0,
+        lease_ttl: float = 5.0,
     ) -> Awaitable[str]: ...

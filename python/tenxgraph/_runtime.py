@@ -176,7 +176,7 @@ class Run:
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 
-    def begin_tools(self, name: str, exec_json: str) -> tuple[str | None, list[tuple[str | None, str]]]:
+    def begin_tools(self, name: str, exec_json: str) -> tuple[str | None, list[tuple[str | None, str, str]]]:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
@@ -185,7 +185,8 @@ class Run:
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
         origin = str(step.origin_id) if step.origin_id not in (None, "") else None
-        return origin, [(c.call_id, c.name) for c in step.calls]
+        tools = step.tool_node
+        return origin, [(c.call_id, c.name, tools.side_effects(c.name)) for c in step.calls]
 
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
         return self._tool_steps[name].accept_replay(index, envelope_json)
@@ -196,6 +197,13 @@ class Run:
         out = await step.run(index, config, idempotency_key)
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
+        return out
+
+    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:
+        """An at-most-once call found started but never completed (see ToolStep.unknown)."""
+        out = self._tool_steps[name].unknown(index, idempotency_key)
+        if self.emitter is not None and out[0] == "answer":
+            self._tool_steps[name].pending_stream[index] = out[1]
         return out
 
     def tool_settled(self, name: str, index: int) -> None:

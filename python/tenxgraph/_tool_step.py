@@ -16,7 +16,7 @@ from tenxgraph.core.graph.tool_merge import merge_tool_state
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
-from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, pending_interrupt
+from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, interrupt, pending_interrupt
 
 __all__ = ["ToolStep"]
 
@@ -128,6 +128,39 @@ class ToolStep:
                     call.call_id, call.name, exc, extra={"event": "tool_result_not_recorded"},
                 )
         return json.dumps(env), record, _is_error(msg)
+
+    def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:
+        """An at-most-once call that an earlier attempt started and never recorded: it may or may
+        not have taken effect, so it is not run again. Returns ``("retry", ...)`` or
+        ``("answer", envelope, record, is_error)``.
+
+        With ``on_unknown="interrupt"`` a human decides: resume with ``"retry"`` (or
+        ``{"action": "retry"}``) to run it again, or with the call's result (any JSON, or
+        ``{"result": ...}``), which is recorded as if the tool had returned it."""
+        call = self.calls[index]
+        if self.tool_node.on_unknown(call.name) == "interrupt":
+            answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
+            # Its own interrupt key, apart from interrupt() calls inside the tool itself.
+            token = activate(self.node_name, answers, tool_call_id=f"{call.call_id or '#' + str(index)}:outcome")
+            try:
+                answer = interrupt(
+                    {"tool": call.name, "arguments": call.arguments, "tool_call_id": call.call_id,
+                     "idempotency_key": idempotency_key},
+                    message=(f"Tool '{call.name}' started earlier but its result was never recorded: did it take "
+                             "effect? Resume with 'retry' to run it again, or with its result."),
+                    reason="tool_outcome_unknown",
+                )
+            finally:
+                deactivate(token)
+            if answer == "retry" or (isinstance(answer, dict) and answer.get("action") == "retry"):
+                return "retry", "", False, False
+            output = answer["result"] if isinstance(answer, dict) and "result" in answer else answer
+            return "answer", _envelope(_result_message(call, output, False)), True, False
+        text = (f"The outcome of tool '{call.name}' (call {call.call_id}) is unknown: it started earlier but "
+                "its result was never recorded, and it must run at most once, so it was not run again. "
+                f"Check whether it took effect (idempotency key {idempotency_key}) before trying again. "
+                "[TOOL_OUTCOME_UNKNOWN]")
+        return "answer", _envelope(_result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
 
     def finish(self, items: list[tuple[str, str]]) -> list[Message]:
         messages: list[Message] = []

@@ -1,4 +1,5 @@
 use crate::failpoints::{Armed, Failpoints};
+use super::LeasePolicy;
 use crate::store::ThreadRef;
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ pub struct RunConfig {
     /// How often a running node checks the store for a stop request from another process.
     /// Stops from this process arrive at once through `StopSignals`.
     pub stop_poll: Duration,
+    /// The thread lease: ttl, and what to do when another execution holds the thread.
+    pub lease: LeasePolicy,
     /// Crash-test failpoints in force (the environment's plus the run's); usually none.
     pub failpoints: Armed,
 }
@@ -30,6 +33,7 @@ impl RunConfig {
             tool_timeout: Some(Duration::from_secs(300)),
             durable_every_step: true,
             stop_poll: Duration::from_millis(500),
+            lease: LeasePolicy::default(),
             failpoints: Armed::new(Failpoints::from_env(), None),
         }
     }

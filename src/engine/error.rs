@@ -23,6 +23,10 @@ pub enum EngineError {
     /// another process): ThreadBusyError. Nothing was written.
     #[error("thread '{thread_id}' has an unfinished run at node '{node}'; resume it with ainvoke({{}}, config) (or wait for it) before sending new input")]
     Busy { thread_id: String, node: String },
+    /// Another execution holds the thread's lease and the run's `on_busy` policy gave up
+    /// (`reject`, or `wait`/`interrupt` past `busy_timeout`): ThreadBusyError. Nothing ran.
+    #[error("thread '{thread_id}' is busy: another execution (run {}, lease token {}) holds it{}", holder.holder, holder.token, if *waited > 0.0 { format!("; waited {waited:.1}s") } else { String::new() })]
+    LeaseBusy { thread_id: String, holder: crate::store::LeaseInfo, waited: f64 },
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
@@ -48,6 +52,17 @@ impl EngineError {
             }
             EngineError::NodeTimeout { node, timeout } => json!({"node_name": node, "timeout": timeout}),
             EngineError::Busy { thread_id, node } => json!({"thread_id": thread_id, "current_node": node}),
+            EngineError::LeaseBusy { thread_id, holder, waited } => json!({
+                "thread_id": thread_id,
+                "holder_run_id": holder.holder,
+                "holder_pid": holder.pid,
+                "lease_token": holder.token,
+                "lease_expires_in": holder.expires_in,
+                "waited": waited,
+            }),
+            EngineError::Store(StoreError::Fenced { thread_id, token, current }) => {
+                json!({"thread_id": thread_id, "lease_token": token, "current_token": current})
+            }
             EngineError::Store(StoreError::Stale { thread_id, expected, current }) => {
                 json!({"thread_id": thread_id, "expected_version": expected, "current_version": current})
             }

@@ -1,4 +1,4 @@
-use super::tools::{ToolBatch, ToolOutcome, ToolRun};
+use super::tools::{ToolBatch, ToolOutcome, ToolRun, UnknownAnswer};
 use super::{BoxError, EngineError, ExecMeta};
 use crate::store::StoredMessage;
 use async_trait::async_trait;
@@ -84,6 +84,22 @@ pub trait NodeHost: Send + Sync {
     /// Runs call `index`. Dropping the future must cancel the tool.
     async fn run_tool(&self, node: &str, _index: usize, _idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
+    }
+    /// Settles at-most-once call `index`, found started by an earlier attempt but never completed:
+    /// the host's answer for the model, a human's via `interrupt()` (`HostFailure::Interrupt`), or
+    /// `Retry`. The default tells the model the outcome is unknown.
+    fn unknown_outcome(&self, _node: &str, _index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
+        let text = format!(
+            "The outcome of this call is unknown: it started earlier but its result was never recorded, and it \
+             must run at most once, so it was not run again. Check whether it took effect (idempotency key {}) \
+             before trying again. [TOOL_OUTCOME_UNKNOWN]",
+            idempotency_key.as_deref().unwrap_or("none")
+        );
+        Ok(UnknownAnswer::Answer(ToolRun {
+            envelope: serde_json::json!({"__kind__": "raw", "value": text}),
+            record: false,
+            is_error: true,
+        }))
     }
     /// Call `index` returned and its result is recorded (or needs no record): a streaming host
     /// shows it now, never before the ledger has it.

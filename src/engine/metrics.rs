@@ -35,6 +35,14 @@ metrics! {
     steps_committed => "tenxgraph.storage.steps_committed",
     redis_fallbacks => "tenxgraph.storage.redis_fallbacks",
     nul_replaced => "tenxgraph.storage.nul_replaced",
+    leases_acquired => "tenxgraph.lease.acquired",
+    leases_taken_over => "tenxgraph.lease.taken_over",
+    leases_lost => "tenxgraph.lease.lost",
+    busy_rejections => "tenxgraph.lease.busy_rejections",
+    preempt_requests => "tenxgraph.lease.preempt_requests",
+    fenced_writes => "tenxgraph.lease.fenced_writes",
+    tool_intents => "tenxgraph.tool.intents_recorded",
+    tool_outcome_unknown => "tenxgraph.tool.outcome_unknown",
 }
 
 fn scale(name: &str) -> f64 {

@@ -5,8 +5,9 @@ use super::{
     EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput, RunConfig,
     STOP_NAMESPACE, StopSignals, graph::END, next_node, stop_key,
 };
+use super::lease::{self, Lease};
 use crate::failpoints::Armed;
-use crate::store::{Checkpointer, StepWrite, TxHook};
+use crate::store::{Checkpointer, StepWrite, StoreError, TxHook};
 use serde_json::json;
 use super::stop::StopSignal;
 use std::sync::Arc;
@@ -32,6 +33,16 @@ enum Guard {
     Failed(HostFailure),
     Timeout(f64),
     Stopped,
+    LeaseLost,
+}
+
+/// A stop request as found in the store: `stop()` ends the running node at once; a preemption
+/// (`on_busy="interrupt"` from another run) waits for the next safe point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    None,
+    Hard,
+    Soft,
 }
 
 struct Run<'a, H: NodeHost + ?Sized> {
@@ -49,6 +60,9 @@ struct Run<'a, H: NodeHost + ?Sized> {
     rewrite: bool,
     /// The node whose step the next commit writes (`__input__` before the first node).
     step_node: String,
+    lease: &'a Lease,
+    /// A preemption was requested: stop before the next node that is not a tool node.
+    preempt: std::sync::atomic::AtomicBool,
 }
 
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
@@ -75,6 +89,23 @@ pub async fn run<H: NodeHost + ?Sized>(
     host: &H,
     cfg: &RunConfig,
     input: RunInput<'_>,
+) -> Result<RunOutcome, EngineError> {
+    // The lease comes first: what is loaded next is what the previous holder left.
+    let lease = lease::acquire(store, cfg).await?;
+    let result = run_leased(graph, store, host, cfg, input, &lease).await;
+    if !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. }))) {
+        lease.release(store).await;
+    }
+    result
+}
+
+async fn run_leased<H: NodeHost + ?Sized>(
+    graph: &GraphSpec,
+    store: &dyn Checkpointer,
+    host: &H,
+    cfg: &RunConfig,
+    input: RunInput<'_>,
+    lease: &Lease,
 ) -> Result<RunOutcome, EngineError> {
     let t = &cfg.thread;
     let entry = graph
@@ -142,7 +173,21 @@ pub async fn run<H: NodeHost + ?Sized>(
         cursor = MsgCursor::default();
     }
 
-    let mut run = Run { graph, store, host, cfg, exec, version, cursor, stop_key: key.clone(), last_stop_poll: Default::default(), rewrite, step_node: "__input__".into() };
+    let mut run = Run {
+        graph,
+        store,
+        host,
+        cfg,
+        exec,
+        version,
+        cursor,
+        stop_key: key.clone(),
+        last_stop_poll: Default::default(),
+        rewrite,
+        step_node: "__input__".into(),
+        lease,
+        preempt: Default::default(),
+    };
     if stored.is_none()
         || rewrite
         || input.has_messages
@@ -176,13 +221,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             state: &snap.state,
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages || self.rewrite,
+            fence: Some(self.lease.token),
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
         };
         self.version = match self.store.put_step(&self.cfg.thread, w).await {
             Ok(v) => v,
             Err(e) => {
-                if matches!(e, crate::store::StoreError::Stale { .. }) {
-                    super::metrics::inc(&super::metrics().stale_conflicts);
+                match e {
+                    StoreError::Stale { .. } => super::metrics::inc(&super::metrics().stale_conflicts),
+                    StoreError::Fenced { .. } => super::metrics::inc(&super::metrics().fenced_writes),
+                    _ => {}
                 }
                 return Err(e.into());
             }
@@ -216,37 +264,60 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// Asks the store when this process signalled a stop, or when the poll interval passed (a
     /// request from another process); otherwise answers without a round trip.
-    async fn stop_requested(&self, signal: &StopSignal) -> bool {
+    async fn stop_requested(&self, signal: &StopSignal) -> StopKind {
         {
             let mut last = self.last_stop_poll.lock().unwrap_or_else(|p| p.into_inner());
             let due = last.is_none_or(|t| t.elapsed() >= self.cfg.stop_poll);
             if !signal.take_raised() && !due {
-                return false;
+                return StopKind::None;
             }
             *last = Some(Instant::now());
         }
         match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
-            Ok(v) => v.is_some_and(|v| !v.is_null() && v != json!(false)),
+            Ok(Some(v)) if v.get("preempt").is_some() => {
+                self.preempt.store(true, std::sync::atomic::Ordering::Release);
+                StopKind::Soft
+            }
+            Ok(Some(v)) if !v.is_null() && v != json!(false) => StopKind::Hard,
+            Ok(_) => StopKind::None,
             Err(e) => {
                 tracing::warn!(thread_id = %self.cfg.thread.thread_id, "stop check failed: {e}");
-                false
+                StopKind::None
             }
         }
     }
 
-    async fn stop(&mut self) -> Result<RunOutcome, EngineError> {
+    /// Renews the lease when due; a lost lease ends the run without another write.
+    async fn keep_lease(&self) -> Result<(), EngineError> {
+        if self.lease.renew(self.store, self.cfg).await {
+            Ok(())
+        } else {
+            Err(self.lease_lost())
+        }
+    }
+
+    fn lease_lost(&self) -> EngineError {
+        EngineError::Store(StoreError::Fenced {
+            thread_id: self.cfg.thread.thread_id.clone(),
+            token: self.lease.token,
+            current: None,
+        })
+    }
+
+    async fn stop(&mut self, kind: StopKind) -> Result<RunOutcome, EngineError> {
         if let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await {
             tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not consume the stop request: {e}");
         }
         let node = self.exec.current_node.clone();
+        let (reason, source) = if kind == StopKind::Soft { ("preempted", "preempt") } else { ("stop_requested", "stop") };
         self.exec.set_interrupt(
             &node,
-            "stop_requested".into(),
+            reason.into(),
             ExecStatus::InterruptedAfter,
-            Some(json!({"source": "stop", "run_id": self.cfg.run_id})),
+            Some(json!({"source": source, "run_id": self.cfg.run_id})),
         );
         self.exec.stop_current_execution = "stopped".into();
-        tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, "run stopped by request");
+        tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, reason, "run stopped by request");
         self.commit(true).await?;
         Ok(self.outcome(true))
     }
@@ -258,10 +329,17 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 self.commit(true).await?;
                 return Ok(self.outcome(false));
             }
-            if self.stop_requested(signal).await {
-                return self.stop().await;
-            }
+            self.keep_lease().await?;
             let node = self.exec.current_node.clone();
+            let tool_node = self.graph.tool_nodes.iter().any(|n| *n == node);
+            match self.stop_requested(signal).await {
+                StopKind::Hard => return self.stop(StopKind::Hard).await,
+                // A safe point: not between an assistant's tool calls and their results.
+                _ if !tool_node && self.preempt.load(std::sync::atomic::Ordering::Acquire) => {
+                    return self.stop(StopKind::Soft).await;
+                }
+                _ => {}
+            }
             let skip = skip_before.take().is_some_and(|n| n == node);
             if !skip && self.graph.interrupt_before.contains(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_before: {node}"), ExecStatus::InterruptedBefore, None);
@@ -270,9 +348,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             let out = match self.guarded_node(&node, signal).await {
                 Ok(o) => o,
-                Err(Guard::Stopped) => return self.stop().await,
+                Err(Guard::Stopped) => return self.stop(StopKind::Hard).await,
+                Err(Guard::LeaseLost) => return Err(self.lease_lost()),
                 Err(Guard::Timeout(t)) => return self.fail(EngineError::NodeTimeout { node, timeout: t }).await,
-                Err(Guard::Failed(HostFailure::Passthrough(e))) => return self.fail(EngineError::Host(e)).await,
+                Err(Guard::Failed(HostFailure::Passthrough(e))) => match e.downcast::<StoreError>() {
+                    // The tool handler's fenced intent write: this run no longer owns the thread.
+                    Ok(store_err) => return Err(EngineError::Store(*store_err)),
+                    Err(e) => return self.fail(EngineError::Host(e)).await,
+                },
                 Err(Guard::Failed(HostFailure::Interrupt { payload })) => {
                     // current_node stays: the node runs again when the thread is resumed.
                     let data = json!({"interrupt": payload});
@@ -333,7 +416,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         super::metrics::inc(&m.node_executions);
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
             if self.graph.tool_nodes.iter().any(|n| n == node) {
-                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec))
+                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease.token)))
             } else {
                 self.host.run_node(node, &self.exec)
             };
@@ -352,13 +435,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     super::metrics::inc(&m.node_timeouts);
                     return Err(Guard::Timeout(secs));
                 }
-                _ = wake => if self.stop_requested(signal).await {
+                _ = wake => if self.stop_requested(signal).await == StopKind::Hard {
                     super::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },
-                _ = sleep(self.cfg.stop_poll) => if self.stop_requested(signal).await {
+                _ = sleep(self.cfg.stop_poll) => if self.stop_requested(signal).await == StopKind::Hard {
                     super::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
+                },
+                _ = sleep_until(self.lease.renewal_due()) => if !self.lease.renew(self.store, self.cfg).await {
+                    return Err(Guard::LeaseLost);
                 },
             }
         }

@@ -4,18 +4,53 @@
 use super::ledger::{idempotency_key, is_valid_envelope, ledger_key};
 use super::metrics::{add_duration, inc, metrics};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
-use crate::store::Checkpointer;
-use serde_json::Value;
+use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+/// What running a tool twice would do, declared per tool (`@tool(side_effects=...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SideEffects {
+    /// Safe to repeat: a call whose outcome is unknown is run again (at-least-once).
+    #[default]
+    Idempotent,
+    /// Must not repeat: a call whose outcome is unknown is not run again; the host answers it
+    /// (an "outcome unknown" tool error, or a human via `interrupt()`). A ledger that cannot be
+    /// read or written fails closed: the tool does not run.
+    AtMostOnce,
+    /// No side effects: no ledger at all, free to re-run.
+    Pure,
+}
+
+impl SideEffects {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "idempotent" => Some(SideEffects::Idempotent),
+            "at_most_once" => Some(SideEffects::AtMostOnce),
+            "pure" => Some(SideEffects::Pure),
+            _ => None,
+        }
+    }
+}
 
 /// One call of the issuing assistant message.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
     pub call_id: Option<String>,
     pub name: String,
+    pub effects: SideEffects,
+}
+
+/// How the host settles an at-most-once call found started but never completed.
+#[derive(Debug, Clone)]
+pub enum UnknownAnswer {
+    /// Run it again (a human decided it did not take effect).
+    Retry,
+    /// This is the call's answer (recorded when `record` is set, replacing the intent).
+    Answer(ToolRun),
 }
 
 /// The calls of the last assistant message, and that message's id.
@@ -52,22 +87,34 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     cfg: &RunConfig,
     node: &str,
     exec: &ExecMeta,
+    fence: Option<i64>,
 ) -> Result<NodeOutput, HostFailure> {
     let batch = host.begin_tools(node, exec)?;
+    // Pure tools never touch the ledger.
     let keys: Vec<Option<String>> = batch
         .calls
         .iter()
-        .map(|c| ledger_key(batch.origin_message_id.as_deref(), c.call_id.as_deref()))
+        .map(|c| match c.effects {
+            SideEffects::Pure => None,
+            _ => ledger_key(batch.origin_message_id.as_deref(), c.call_id.as_deref()),
+        })
         .collect();
-    let recorded = lookup(store, cfg, &keys).await;
+    let (recorded, read_ok) = lookup(store, cfg, &keys).await;
+    let mut plans = Vec::with_capacity(keys.len());
+    for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
+        let row = key.as_ref().and_then(|k| recorded.get(k));
+        let plan = match row {
+            Some(env) if is_intent(env) => Plan::Unknown,
+            Some(env) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+            _ if call.effects == SideEffects::AtMostOnce && !read_ok => Plan::Refuse(LEDGER_UNREADABLE),
+            _ => Plan::Run,
+        };
+        plans.push(plan);
+    }
+    write_intents(store, cfg, fence, &batch, &keys, &mut plans).await?;
     let recorder = Recorder::default();
-    let calls = batch.calls.iter().zip(&keys).enumerate().map(|(i, (call, key))| {
-        let hit = key
-            .as_ref()
-            .and_then(|k| recorded.get(k))
-            .filter(|env| is_valid_envelope(env) && host.accept_replay(node, i, env))
-            .cloned();
-        run_one(host, store, cfg, &recorder, node, i, call, key.clone(), hit)
+    let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
+        run_one(host, store, cfg, &recorder, fence, node, i, call, key.clone(), plan)
     });
     let settled = futures::future::join_all(calls).await;
     let mut outcomes = Vec::with_capacity(settled.len());
@@ -89,24 +136,86 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     host.finish_tools(node, outcomes)
 }
 
+const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
+so running it without knowing whether an earlier attempt took effect could repeat a side effect; try again later \
+[TOOL_LEDGER_UNAVAILABLE]";
+const INTENT_UNWRITABLE: &str = "it was not run: its start could not be recorded, and this tool must run at most \
+once; try again later [TOOL_LEDGER_UNAVAILABLE]";
+
+/// What the handler does with one call.
+#[derive(Debug, Clone)]
+enum Plan {
+    Replay(Value),
+    Run,
+    /// Found started but never completed: an earlier attempt may or may not have taken effect.
+    Unknown,
+    /// Fail closed without running (at-most-once tools when the ledger is unavailable).
+    Refuse(&'static str),
+}
+
+/// Intent records, one transaction for the node, before any tool starts. Fenced: a run that lost
+/// its lease fails here, before a single tool of this node has fired.
+async fn write_intents(
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+    fence: Option<i64>,
+    batch: &ToolBatch,
+    keys: &[Option<String>],
+    plans: &mut [Plan],
+) -> Result<(), HostFailure> {
+    let mut entries = Vec::new();
+    for ((call, key), plan) in batch.calls.iter().zip(keys).zip(plans.iter()) {
+        if let (Some(k), Plan::Run | Plan::Unknown) = (key, plan) {
+            entries.push((k.clone(), json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id})));
+        }
+    }
+    if entries.is_empty() {
+        return Ok(());
+    }
+    match store.ledger_put_many(&cfg.thread, &entries, fence).await {
+        Ok(_) => {
+            inc(&metrics().tool_intents);
+            Ok(())
+        }
+        Err(e @ StoreError::Fenced { .. }) => {
+            inc(&metrics().fenced_writes);
+            Err(HostFailure::Passthrough(Box::new(e)))
+        }
+        Err(e) => {
+            tracing::warn!(
+                thread_id = %cfg.thread.thread_id,
+                event = "intent_not_recorded",
+                "could not record that {} tool call(s) started; idempotent tools run anyway, at-most-once tools do not: {e}",
+                entries.len()
+            );
+            for (call, plan) in batch.calls.iter().zip(plans.iter_mut()) {
+                if call.effects == SideEffects::AtMostOnce && matches!(plan, Plan::Run) {
+                    *plan = Plan::Refuse(INTENT_UNWRITABLE);
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// One query for the whole node. A read failure is a miss for every call: the tools run
 /// (at-least-once) instead of the run failing.
-async fn lookup(store: &dyn Checkpointer, cfg: &RunConfig, keys: &[Option<String>]) -> HashMap<String, Value> {
+async fn lookup(store: &dyn Checkpointer, cfg: &RunConfig, keys: &[Option<String>]) -> (HashMap<String, Value>, bool) {
     let wanted: Vec<String> = keys.iter().flatten().cloned().collect();
     if wanted.is_empty() {
-        return HashMap::new();
+        return (HashMap::new(), true);
     }
     match store.ledger_get(&cfg.thread, &wanted).await {
-        Ok(m) => m,
+        Ok(m) => (m, true),
         Err(e) => {
             inc(&metrics().ledger_read_failures);
             tracing::warn!(
                 thread_id = %cfg.thread.thread_id,
                 event = "ledger_read_failed",
-                "ledger lookup failed, treating {} call(s) as not recorded; they will run: {e}",
+                "ledger lookup failed, treating {} call(s) as not recorded; idempotent tools will run, at-most-once tools will not: {e}",
                 wanted.len()
             );
-            HashMap::new()
+            (HashMap::new(), false)
         }
     }
 }
@@ -117,28 +226,65 @@ async fn run_one<H: NodeHost + ?Sized>(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
     recorder: &Recorder,
+    fence: Option<i64>,
     node: &str,
     index: usize,
     call: &ToolCall,
     key: Option<String>,
-    hit: Option<Value>,
+    plan: Plan,
 ) -> Result<ToolOutcome, HostFailure> {
     let m = metrics();
-    if let Some(env) = hit {
-        inc(&m.tool_replayed);
-        tracing::info!(
-            thread_id = %cfg.thread.thread_id,
-            tool = %call.name,
-            ledger_key = key.as_deref().unwrap_or(""),
-            "tool call replayed from the ledger, not run again"
-        );
-        return Ok(ToolOutcome::Replayed(env));
-    }
-    if key.is_some() {
-        inc(&m.ledger_misses);
+    let idem = key.as_deref().map(|k| idempotency_key(&cfg.thread.thread_id, k));
+    match plan {
+        Plan::Replay(env) => {
+            inc(&m.tool_replayed);
+            tracing::info!(
+                thread_id = %cfg.thread.thread_id,
+                tool = %call.name,
+                ledger_key = key.as_deref().unwrap_or(""),
+                "tool call replayed from the ledger, not run again"
+            );
+            return Ok(ToolOutcome::Replayed(env));
+        }
+        Plan::Refuse(why) => {
+            inc(&m.tool_errors);
+            return Ok(ToolOutcome::Failed { message: why.to_owned() });
+        }
+        Plan::Unknown => {
+            inc(&m.tool_outcome_unknown);
+            tracing::warn!(
+                thread_id = %cfg.thread.thread_id,
+                run_id = %cfg.run_id,
+                tool = %call.name,
+                ledger_key = key.as_deref().unwrap_or(""),
+                event = "tool_outcome_unknown",
+                "tool call {} ({}) started earlier but its result was never recorded; {}",
+                key.as_deref().unwrap_or(""),
+                call.name,
+                if call.effects == SideEffects::AtMostOnce { "it is at-most-once: not run again" } else { "it is idempotent: running it again" }
+            );
+            if call.effects == SideEffects::AtMostOnce {
+                match host.unknown_outcome(node, index, idem.clone())? {
+                    UnknownAnswer::Retry => {}
+                    UnknownAnswer::Answer(run) => {
+                        if let (true, Some(k)) = (run.record, key.as_deref()) {
+                            if let Err(e) = recorder.record(store, cfg, fence, k, &run.envelope).await {
+                                not_recorded(cfg, &call.name, k, &e);
+                            }
+                        }
+                        host.tool_settled(node, index);
+                        return Ok(ToolOutcome::Ran(run.envelope));
+                    }
+                }
+            }
+        }
+        Plan::Run => {
+            if key.is_some() {
+                inc(&m.ledger_misses);
+            }
+        }
     }
     inc(&m.tool_calls);
-    let idem = key.as_deref().map(|k| idempotency_key(&cfg.thread.thread_id, k));
     let crash = |f: crate::failpoints::Fired| HostFailure::Passthrough(Box::new(f));
     cfg.failpoints.hit("before_tool", &call.name).await.map_err(crash)?;
     let started = Instant::now();
@@ -162,7 +308,7 @@ async fn run_one<H: NodeHost + ?Sized>(
             }
             cfg.failpoints.hit("after_tool", &call.name).await.map_err(crash)?;
             if let (true, Some(k)) = (run.record, key.as_deref()) {
-                if let Err(e) = recorder.record(store, cfg, k, &run.envelope).await {
+                if let Err(e) = recorder.record(store, cfg, fence, k, &run.envelope).await {
                     not_recorded(cfg, &call.name, k, &e);
                 }
             }
@@ -193,7 +339,14 @@ struct RecorderQueue {
 }
 
 impl Recorder {
-    async fn record(&self, store: &dyn Checkpointer, cfg: &RunConfig, key: &str, envelope: &Value) -> Result<(), String> {
+    async fn record(
+        &self,
+        store: &dyn Checkpointer,
+        cfg: &RunConfig,
+        fence: Option<i64>,
+        key: &str,
+        envelope: &Value,
+    ) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
         let lead = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,7 +364,7 @@ impl Recorder {
                     std::mem::take(&mut q.pending)
                 };
                 let entries: Vec<(String, Value)> = batch.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
-                let result = store.ledger_put_many(&cfg.thread, &entries).await.map(|_| ()).map_err(|e| e.to_string());
+                let result = store.ledger_put_many(&cfg.thread, &entries, fence).await.map(|_| ()).map_err(|e| e.to_string());
                 for (_, _, done) in batch {
                     let _ = done.send(result.clone());
                 }

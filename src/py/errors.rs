@@ -44,6 +44,10 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
         EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),
         EngineError::InvalidInput(m) => PyValueError::new_err(m),
         EngineError::Busy { .. } => raise(py, "ThreadBusyError", message, "STORAGE_BUSY_001", &context),
+        EngineError::LeaseBusy { waited, .. } => {
+            let code = if waited > 0.0 { "STORAGE_BUSY_003" } else { "STORAGE_BUSY_002" };
+            raise(py, "ThreadBusyError", message, code, &context)
+        }
         EngineError::Failpoint(_) => raise(py, "FailpointError", message, "FAILPOINT_001", &context),
         EngineError::Host(b) => match b.downcast::<PyErr>() {
             Ok(pyerr) => *pyerr,
@@ -62,6 +66,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
                 StoreError::Transient { .. } => ("TransientStorageError", "STORAGE_TRANSIENT_001"),
                 StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),
                 StoreError::Failpoint(_) => ("FailpointError", "FAILPOINT_001"),
+                StoreError::Fenced { .. } => ("LeaseLostError", "STORAGE_FENCED_001"),
             };
             raise(py, class, message, code, &context)
         }

@@ -11,6 +11,14 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
+fn positive_secs(key: &str, v: f64) -> PyResult<Duration> {
+    if v.is_finite() && v > 0.0 && v <= 86400.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(pyo3::exceptions::PyValueError::new_err(format!("{key} must be a number of seconds in (0, 86400], got {v}")))
+    }
+}
+
 #[pyclass(module = "tenxgraph._core", frozen)]
 pub struct NativeGraph {
     spec: Arc<GraphSpec>,
@@ -49,7 +57,7 @@ impl NativeGraph {
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy="reject".to_owned(), busy_timeout=30.0, lease_ttl=5.0))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -69,6 +77,9 @@ impl NativeGraph {
         start_node: Option<String>,
         streaming: bool,
         failpoints: Option<String>,
+        on_busy: String,
+        busy_timeout: f64,
+        lease_ttl: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -76,6 +87,12 @@ impl NativeGraph {
         cfg.node_timeout = node_timeout.map(Duration::from_secs_f64);
         cfg.tool_timeout = tool_timeout.map(Duration::from_secs_f64);
         cfg.durable_every_step = durable;
+        cfg.lease = engine::LeasePolicy {
+            ttl: positive_secs("lease_ttl", lease_ttl)?,
+            on_busy: engine::OnBusy::parse(&on_busy)
+                .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("on_busy must be 'reject', 'wait' or 'interrupt', got {on_busy:?}")))?,
+            busy_timeout: positive_secs("busy_timeout", busy_timeout)?,
+        };
         if let Some(spec) = failpoints.filter(|s| !s.trim().is_empty()) {
             let run_points = crate::failpoints::Failpoints::parse(&spec).map_err(pyo3::exceptions::PyValueError::new_err)?;
             cfg.failpoints = crate::failpoints::Armed::new(crate::failpoints::Failpoints::from_env(), Some(std::sync::Arc::new(run_points)));

@@ -3,8 +3,8 @@
 
 use super::bridge::{Locals, PyTask};
 use crate::engine::{
-    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, ToolBatch,
-    ToolCall, ToolOutcome, ToolRun,
+    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot,
+    ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
 use crate::store::StoredMessage;
 use async_trait::async_trait;
@@ -145,14 +145,34 @@ impl NodeHost for PyHost {
         let exec = exec_text(exec);
         Python::attach(|py| {
             let r = self.run.bind(py).call_method1("begin_tools", (node, exec))?;
-            let (origin, calls): (Option<String>, Vec<(Option<String>, String)>) = r.extract()?;
+            let (origin, calls): (Option<String>, Vec<(Option<String>, String, String)>) = r.extract()?;
             Ok(ToolBatch {
                 origin_message_id: origin,
-                calls: calls.into_iter().map(|(call_id, name)| ToolCall { call_id, name }).collect(),
+                calls: calls
+                    .into_iter()
+                    // The decorator validates the class; anything else is treated as the default.
+                    .map(|(call_id, name, fx)| ToolCall { call_id, name, effects: SideEffects::parse(&fx).unwrap_or_default() })
+                    .collect(),
             })
         })
         // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
         .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
+    }
+
+    fn unknown_outcome(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
+        let (kind, envelope, record, is_error) = Python::attach(|py| {
+            self.run
+                .bind(py)
+                .call_method1("unknown_outcome", (node, index, idempotency_key))?
+                .extract::<(String, String, bool, bool)>()
+        })
+        .map_err(classify)?;
+        if kind == "retry" {
+            return Ok(UnknownAnswer::Retry);
+        }
+        let envelope = serde_json::from_str(&envelope)
+            .map_err(|e| HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) })?;
+        Ok(UnknownAnswer::Answer(ToolRun { envelope, record, is_error }))
     }
 
     fn accept_replay(&self, node: &str, index: usize, envelope: &Value) -> bool {

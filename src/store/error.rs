@@ -14,6 +14,10 @@ pub enum StoreError {
     MessageInOtherThread { message_id: String },
     #[error("{0}")]
     InvalidInput(String),
+    /// The run's lease on the thread was taken over by another execution: this write, and every
+    /// later one of this run, is refused (STORAGE_FENCED_001).
+    #[error("thread '{thread_id}' lease token {token} was superseded (current token {current:?}); this run no longer owns the thread and wrote nothing")]
+    Fenced { thread_id: String, token: i64, current: Option<i64> },
     /// The backend failed (STORAGE_001); the text says which operation.
     #[error("{op} failed: {source}")]
     Backend { op: &'static str, #[source] source: Box<dyn std::error::Error + Send + Sync> },

@@ -3,8 +3,9 @@
 //! made snapshots backend-dependent).
 
 use super::{
-    Checkpoint, Checkpointer, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
-    message_matches, now_secs,
+    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, may_take, message_matches,
+    now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -18,13 +19,38 @@ struct ThreadData {
     row: Option<ThreadRow>,
     states: Vec<(i64, Value)>,
     messages: Vec<StoredMessage>,
-    ledger: HashMap<String, Value>,
+    /// key -> (row, recorded at)
+    ledger: HashMap<String, (Value, f64)>,
+}
+
+/// A lease with its absolute expiry (`LeaseInfo::expires_in` is relative to the reader's now).
+struct LeaseRow {
+    info: LeaseInfo,
+    expires_at: f64,
+}
+
+impl LeaseRow {
+    fn view(&self) -> LeaseInfo {
+        LeaseInfo { expires_in: self.expires_at - now_secs(), ..self.info.clone() }
+    }
 }
 
 #[derive(Default)]
 struct Inner {
     threads: HashMap<String, ThreadData>,
     cache: HashMap<(String, String), (Value, Option<f64>)>,
+    leases: HashMap<String, LeaseRow>,
+}
+
+impl Inner {
+    fn fence(&self, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
+        let current = self.leases.get(thread_id).map(|l| l.info.token);
+        if fence_ok(current, fence) {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { thread_id: thread_id.to_owned(), token: fence.unwrap_or_default(), current })
+        }
+    }
 }
 
 pub struct MemoryStore {
@@ -111,6 +137,7 @@ impl Checkpointer for MemoryStore {
             h.in_transaction().await.map_err(StoreError::Failpoint)?;
         }
         let mut inner = self.lock();
+        inner.fence(&t.thread_id, w.fence)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
         let current = d.states.last().map(|(v, _)| *v).unwrap_or(0);
@@ -295,28 +322,118 @@ impl Checkpointer for MemoryStore {
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         let inner = self.lock();
         let Some(d) = inner.threads.get(&t.thread_id) else { return Ok(HashMap::new()) };
-        Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|v| (k.clone(), v.clone()))).collect())
+        Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), v.clone()))).collect())
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
         let mut inner = self.lock();
+        inner.fence(&t.thread_id, fence)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
         ensure_row(d, t);
-        let mut inserted = 0;
+        let now = now_secs();
+        let mut written = 0;
         for (key, result) in entries {
-            if !d.ledger.contains_key(key) {
-                d.ledger.insert(key.clone(), result.clone());
-                inserted += 1;
+            let replaces_intent = d.ledger.get(key).is_some_and(|(v, _)| is_intent(v) && !is_intent(result));
+            if replaces_intent || !d.ledger.contains_key(key) {
+                d.ledger.insert(key.clone(), (result.clone(), now));
+                written += 1;
             }
         }
-        Ok(inserted)
+        Ok(written)
+    }
+
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        let mut inner = self.lock();
+        let cur = inner.leases.get(thread_id).map(LeaseRow::view);
+        if !may_take(cur.as_ref(), req) {
+            return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
+        }
+        let token = cur.map(|c| c.token).unwrap_or(0) + 1;
+        let info = LeaseInfo {
+            token,
+            holder: req.holder.clone(),
+            host: req.host.clone(),
+            pid: req.pid,
+            pid_start: req.pid_start,
+            expires_in: req.ttl.as_secs_f64(),
+            released: false,
+        };
+        inner.leases.insert(thread_id.to_owned(), LeaseRow { info, expires_at: now_secs() + req.ttl.as_secs_f64() });
+        Ok(LeaseAttempt::Acquired { token })
+    }
+
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        match inner.leases.get_mut(thread_id) {
+            Some(l) if l.info.token == token && !l.info.released => {
+                l.expires_at = now_secs() + ttl.as_secs_f64();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if let Some(l) = inner.leases.get_mut(thread_id).filter(|l| l.info.token == token) {
+            l.info.released = true;
+            l.expires_at = now_secs();
+        }
+        Ok(())
+    }
+
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        Ok(self.lock().leases.get(thread_id).map(LeaseRow::view))
+    }
+
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        let now = now_secs();
+        let mut inner = self.lock();
+        let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
+        let held: std::collections::HashSet<String> =
+            inner.leases.iter().filter(|(_, l)| l.view().is_live()).map(|(k, _)| k.clone()).collect();
+        let mut doomed = Vec::new();
+        for (id, d) in inner.threads.iter_mut() {
+            if let Some(keep) = rules.keep_versions {
+                let excess = d.states.len().saturating_sub(keep.max(1) as usize);
+                report.state_versions += excess as u64;
+                if !rules.dry_run {
+                    d.states.drain(..excess);
+                }
+            }
+            let finished = d.states.last().is_some_and(|(_, s)| is_completed_state(s)) && !held.contains(id);
+            if !finished {
+                continue;
+            }
+            let updated = d.row.as_ref().map(|r| r.updated_at).unwrap_or(now);
+            if rules.finished_older_than.is_some_and(|age| now - updated > age) {
+                report.threads += 1;
+                report.ledger_rows += d.ledger.len() as u64;
+                doomed.push(id.clone());
+                continue;
+            }
+            if let Some(ttl) = rules.ledger_ttl {
+                let expired = d.ledger.values().filter(|(_, at)| now - at > ttl).count();
+                report.ledger_rows += expired as u64;
+                if !rules.dry_run {
+                    d.ledger.retain(|_, (_, at)| now - *at <= ttl);
+                }
+            }
+        }
+        if !rules.dry_run {
+            for id in doomed {
+                inner.threads.remove(&id);
+            }
+        }
+        Ok(report)
     }
 
     async fn release(&self) -> StoreResult<()> {
         let mut inner = self.lock();
         inner.threads.clear();
         inner.cache.clear();
+        inner.leases.clear();
         Ok(())
     }
 }

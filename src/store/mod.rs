@@ -5,12 +5,17 @@
 //! ledger keeps the first recorded result, and ledger rows go with their thread.
 
 mod error;
+mod lease;
 mod memory;
 pub mod postgres;
 mod sqlite;
 mod types;
 
 pub use error::{StoreError, StoreResult};
+pub use lease::{
+    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent,
+    may_take,
+};
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
@@ -82,16 +87,33 @@ pub trait Checkpointer: Send + Sync + 'static {
         self.cache_clear(STATE_CACHE_NS, &generic_state_cache::key(t)).await
     }
 
-    /// Recorded tool results for the given ledger keys, in one round trip.
+    /// Recorded ledger rows for the given keys, in one round trip: results, and intent records
+    /// (`is_intent`) of calls that started but never recorded a result.
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>>;
-    /// Records tool results in one transaction; for each key the first result ever recorded wins.
-    /// Returns how many were inserted.
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize>;
+    /// Records ledger rows in one transaction. For each key the first result ever recorded wins;
+    /// an intent record is written only where no row exists, and a result replaces an intent.
+    /// With `fence`, nothing is written (`StoreError::Fenced`) unless the thread's lease still
+    /// carries that token. Returns how many rows were written.
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize>;
 
     /// Records one tool result; true when this call inserted it (false: a result was already there).
     async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
-        Ok(self.ledger_put_many(t, &[(key.to_owned(), result.clone())]).await? > 0)
+        Ok(self.ledger_put_many(t, &[(key.to_owned(), result.clone())], None).await? > 0)
     }
+
+    /// Takes the thread's lease when it is free, expired, released or `req.steal` names its
+    /// current token; the new holder gets the next fencing token. Otherwise reports the holder.
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt>;
+    /// Extends the lease; false when a newer holder has taken it (the lease is lost for good).
+    /// An expired lease nobody took over is revived.
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool>;
+    /// Frees the lease at once if `token` still holds it.
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()>;
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>>;
+
+    /// Retention (see `PruneRules`): never touches a thread that is not completed or whose lease
+    /// is held, and always keeps each thread's latest state.
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport>;
 
     async fn release(&self) -> StoreResult<()>;
 }

@@ -2,8 +2,8 @@
 //! two processes on one file serialise instead of failing with BUSY_SNAPSHOT.
 
 use super::{
-    Checkpoint, Checkpointer, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
-    now_secs,
+    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, may_take, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -15,6 +15,44 @@ use std::time::Duration;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 const STATE_HISTORY: i64 = 20;
+
+/// Threads `prune` may clear around: latest state completed, lease not held (`?1` = now).
+const FINISHED: &str = "SELECT s.thread_id FROM states s \
+     WHERE s.version = (SELECT MAX(version) FROM states WHERE thread_id = s.thread_id) \
+       AND json_extract(s.state_data, '$.execution_meta.status') = 'completed' \
+       AND s.thread_id NOT IN (SELECT thread_id FROM leases WHERE released = 0 AND expires_at > ?1)";
+
+/// Refuses the write when the thread's lease has moved on from `fence` (inside the write's
+/// transaction: BEGIN IMMEDIATE already excludes a concurrent takeover).
+async fn check_fence(c: &mut SqliteConnection, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
+    if fence.is_none() {
+        return Ok(());
+    }
+    let current: Option<i64> = sqlx::query_scalar("SELECT token FROM leases WHERE thread_id = ?")
+        .bind(thread_id)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(be("read lease"))?;
+    if fence_ok(current, fence) {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced { thread_id: thread_id.to_owned(), token: fence.unwrap_or_default(), current })
+    }
+}
+
+fn lease_info(r: &sqlx::sqlite::SqliteRow, now: f64) -> LeaseInfo {
+    LeaseInfo {
+        token: r.get("token"),
+        holder: r.get("holder"),
+        host: r.get("host"),
+        pid: r.get("pid"),
+        pid_start: r.get("pid_start"),
+        expires_in: r.get::<f64, _>("expires_at") - now,
+        released: r.get::<i64, _>("released") != 0,
+    }
+}
+
+const LEASE_COLUMNS: &str = "SELECT token, holder, host, pid, pid_start, expires_at, released FROM leases WHERE thread_id = ?";
 
 /// A `BEGIN IMMEDIATE` transaction on a pooled connection, ended by hand. sqlx's own Transaction
 /// keeps counting a transaction whose COMMIT failed (e.g. disk full), and that connection then
@@ -234,6 +272,7 @@ impl Checkpointer for SqliteStore {
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         let mut tx = WriteTx::begin(&self.pool, "begin step").await?;
+        check_fence(tx.conn(), &t.thread_id, w.fence).await?;
         self.own_thread(tx.conn(), t).await?;
         let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM states WHERE thread_id = ?")
             .bind(&t.thread_id)
@@ -508,15 +547,18 @@ impl Checkpointer for SqliteStore {
         Ok(out)
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
         let mut tx = WriteTx::begin(&self.pool, "ledger write").await?;
+        check_fence(tx.conn(), &t.thread_id, fence).await?;
         self.own_thread(tx.conn(), t).await?;
         let now = now_secs();
         let mut inserted = 0;
         for (key, result) in entries {
             let r = sqlx::query(
                 "INSERT INTO tool_executions (thread_id, tool_call_id, result, created_at) VALUES (?, ?, ?, ?) \
-                 ON CONFLICT (thread_id, tool_call_id) DO NOTHING",
+                 ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET result = excluded.result, created_at = excluded.created_at \
+                 WHERE json_extract(tool_executions.result, '$.__kind__') = 'started' \
+                   AND json_extract(excluded.result, '$.__kind__') IS NOT 'started'",
             )
             .bind(&t.thread_id)
             .bind(key)
@@ -529,6 +571,128 @@ impl Checkpointer for SqliteStore {
         }
         tx.commit("ledger write").await?;
         Ok(inserted)
+    }
+
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        let mut tx = WriteTx::begin(&self.pool, "acquire lease").await?;
+        let now = now_secs();
+        let cur = sqlx::query(LEASE_COLUMNS)
+            .bind(thread_id)
+            .fetch_optional(tx.conn())
+            .await
+            .map_err(be("read lease"))?
+            .map(|r| lease_info(&r, now));
+        if !may_take(cur.as_ref(), req) {
+            return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
+        }
+        let token = cur.map(|c| c.token).unwrap_or(0) + 1;
+        sqlx::query(
+            "INSERT INTO leases (thread_id, token, holder, host, pid, pid_start, expires_at, released, acquired_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (thread_id) DO UPDATE SET token = excluded.token, \
+             holder = excluded.holder, host = excluded.host, pid = excluded.pid, pid_start = excluded.pid_start, \
+             expires_at = excluded.expires_at, released = 0, acquired_at = excluded.acquired_at",
+        )
+        .bind(thread_id)
+        .bind(token)
+        .bind(&req.holder)
+        .bind(&req.host)
+        .bind(req.pid)
+        .bind(req.pid_start)
+        .bind(now + req.ttl.as_secs_f64())
+        .bind(now)
+        .execute(tx.conn())
+        .await
+        .map_err(be("acquire lease"))?;
+        tx.commit("acquire lease").await?;
+        Ok(LeaseAttempt::Acquired { token })
+    }
+
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        let r = sqlx::query("UPDATE leases SET expires_at = ? WHERE thread_id = ? AND token = ? AND released = 0")
+            .bind(now_secs() + ttl.as_secs_f64())
+            .bind(thread_id)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(be("renew lease"))?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE leases SET released = 1, expires_at = ? WHERE thread_id = ? AND token = ?")
+            .bind(now_secs())
+            .bind(thread_id)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(be("release lease"))?;
+        Ok(())
+    }
+
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        let now = now_secs();
+        Ok(sqlx::query(LEASE_COLUMNS)
+            .bind(thread_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(be("read lease"))?
+            .map(|r| lease_info(&r, now)))
+    }
+
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        let now = now_secs();
+        let mut tx = WriteTx::begin(&self.pool, "prune").await?;
+        let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
+        // Each rule is counted with the WHERE clause it deletes with, so a dry run reports exactly
+        // what the real run would remove.
+        let mut plan: Vec<(String, f64)> = Vec::new();
+        if let Some(keep) = rules.keep_versions {
+            plan.push((
+                "FROM states WHERE version <= (SELECT MAX(version) FROM states s2 WHERE s2.thread_id = states.thread_id) - ?2".into(),
+                keep.max(1) as f64,
+            ));
+        }
+        if let Some(age) = rules.finished_older_than {
+            plan.push((format!("FROM threads WHERE updated_at < ?2 AND thread_id IN ({FINISHED})"), now - age));
+        }
+        if let Some(ttl) = rules.ledger_ttl {
+            plan.push((format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED})"), now - ttl));
+        }
+        for (from, arg) in plan {
+            let counted: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {from}")))
+                .bind(now)
+                .bind(arg)
+                .fetch_one(tx.conn())
+                .await
+                .map_err(be("prune"))?;
+            if from.starts_with("FROM threads") {
+                // The ledger rows that go with the threads (cascade) are reported too.
+                let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"
+                )))
+                .bind(now)
+                .bind(arg)
+                .fetch_one(tx.conn())
+                .await
+                .map_err(be("prune"))?;
+                report.threads += counted as u64;
+                report.ledger_rows += rows as u64;
+            } else if from.starts_with("FROM states") {
+                report.state_versions += counted as u64;
+            } else {
+                report.ledger_rows += counted as u64;
+            }
+            if !rules.dry_run {
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {from}")))
+                    .bind(now)
+                    .bind(arg)
+                    .execute(tx.conn())
+                    .await
+                    .map_err(be("prune"))?;
+            }
+        }
+        tx.commit("prune").await?;
+        Ok(report)
     }
 
     async fn release(&self) -> StoreResult<()> {

@@ -47,6 +47,9 @@ pub struct StepWrite<'a> {
     pub state: &'a Value,
     pub new_messages: &'a [StoredMessage],
     pub replace_messages: bool,
+    /// The run's lease token: the write is refused (`StoreError::Fenced`) once a newer holder
+    /// exists. None for writes from outside a run.
+    pub fence: Option<i64>,
     /// Only set while a failpoint is armed for this step.
     pub in_tx: Option<&'a dyn TxHook>,
 }

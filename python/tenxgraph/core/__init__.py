@@ -19,6 +19,7 @@ from tenxgraph.core.exceptions import (
     StorageError,
     FailpointError,
     ThreadBusyError,
+    LeaseLostError,
     TransientStorageError,
 )
 from tenxgraph.core.state import (
@@ -104,6 +105,7 @@ __all__ = [
     "TextBlock",
     "FailpointError",
     "ThreadBusyError",
+    "LeaseLostError",
     "TokenUsages",
     "ToolCallBlock",
     "ToolResult",

@@ -27,6 +27,7 @@ __all__ = [
     "StaleStateError",
     "StorageError",
     "ThreadBusyError",
+    "LeaseLostError",
     "TransientStorageError",
 ]
 
@@ -216,6 +217,23 @@ class ThreadBusyError(StorageError):
         self,
         message: str,
         error_code: str = "STORAGE_BUSY_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class LeaseLostError(StorageError):
+    """This run's lease on the thread was taken over by another execution (it was paused or cut
+    off past its lease): the write was refused and the run stopped; nothing more of it reaches
+    the database. STORAGE_FENCED_001."""
+
+    default_code = "STORAGE_FENCED_000"
+    log_level = logging.WARNING
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_FENCED_000",
         context: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, error_code, context)

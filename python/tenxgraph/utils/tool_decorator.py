@@ -10,14 +10,18 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
-__all__ = ["SIDE_EFFECTS", "SideEffects", "get_tool_metadata", "has_tool_decorator", "tool"]
+__all__ = ["ON_UNKNOWN", "SIDE_EFFECTS", "OnUnknown", "SideEffects", "get_tool_metadata", "has_tool_decorator", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 SideEffects = Literal["idempotent", "at_most_once", "pure"]
-# How a replayed node may treat the tool: "pure" and "idempotent" tools may safely run
-# again; "at_most_once" tools must never run twice for the same call.
+# What running the tool twice would do. "idempotent" (default): a call whose outcome is unknown
+# (it started, the process died before its result was recorded) runs again. "at_most_once": it
+# does not; the model is told the outcome is unknown, or a human decides (on_unknown="interrupt").
+# "pure": no ledger at all.
 SIDE_EFFECTS: frozenset[str] = frozenset({"idempotent", "at_most_once", "pure"})
+OnUnknown = Literal["error", "interrupt"]
+ON_UNKNOWN: frozenset[str] = frozenset({"error", "interrupt"})
 
 
 @overload
@@ -37,6 +41,7 @@ def tool(
     metadata: dict[str, Any] | None = None,
     parameters: dict[str, Any] | None = None,
     side_effects: SideEffects = "idempotent",
+    on_unknown: OnUnknown = "error",
 ) -> Callable[[F], F]: ...
 
 
@@ -52,6 +57,7 @@ def tool(
     metadata: dict[str, Any] | None = None,
     parameters: dict[str, Any] | None = None,
     side_effects: SideEffects = "idempotent",
+    on_unknown: OnUnknown = "error",
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool. Usable bare (``@tool``) or with options (``@tool(name=...)``).
 
@@ -61,6 +67,13 @@ def tool(
     if side_effects not in SIDE_EFFECTS:
         raise ValueError(
             f"side_effects must be one of {sorted(SIDE_EFFECTS)}, got {side_effects!r}"
+        )
+    if on_unknown not in ON_UNKNOWN:
+        raise ValueError(f"on_unknown must be one of {sorted(ON_UNKNOWN)}, got {on_unknown!r}")
+    if on_unknown != "error" and side_effects != "at_most_once":
+        raise ValueError(
+            f"on_unknown={on_unknown!r} only applies to side_effects='at_most_once' tools "
+            f"(got side_effects={side_effects!r}): other tools are re-run or never recorded"
         )
     # A bare string would otherwise become a set of its characters.
     tag_set = {tags} if isinstance(tags, str) else set(tags or ())
@@ -77,6 +90,7 @@ def tool(
             "_py_tool_metadata": dict(metadata) if metadata else {},
             "_py_tool_parameters": parameters,
             "_py_tool_side_effects": side_effects,
+            "_py_tool_on_unknown": on_unknown,
         }
         for attr, value in attrs.items():
             setattr(func, attr, value)
@@ -103,4 +117,5 @@ def get_tool_metadata(func: Callable[..., Any]) -> dict[str, Any]:
         "metadata": dict(getattr(func, "_py_tool_metadata", None) or {}),
         "parameters": getattr(func, "_py_tool_parameters", None),
         "side_effects": getattr(func, "_py_tool_side_effects", "idempotent"),
+        "on_unknown": getattr(func, "_py_tool_on_unknown", "error"),
     }

@@ -10,7 +10,10 @@ mod schema;
 pub use cache::RedisCache;
 pub use schema::{CURRENT_VERSION, migrate, validate_schema};
 
-use super::{Checkpoint, Checkpointer, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow};
+use super::{
+    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -58,6 +61,11 @@ struct Sql {
     messages: String,
     ledger_get: String,
     ledger_put: String,
+    lease_acquire: String,
+    lease_renew: String,
+    lease_release: String,
+    lease_get: String,
+    finished: String,
     s: String,
 }
 
@@ -69,7 +77,7 @@ impl Sql {
              'usages', NULLIF(usages, '{{}}'::jsonb), 'metadata', COALESCE(meta, '{{}}'::jsonb)))"
         );
         Sql {
-            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8)"),
+            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
             latest_state: format!(
                 "SELECT version, state_data FROM {s}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC LIMIT 1"
@@ -78,9 +86,25 @@ impl Sql {
             ledger_get: format!(
                 "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2)"
             ),
-            ledger_put: format!(
-                "INSERT INTO {s}.tool_executions (thread_id, tool_call_id, result) \
-                 SELECT $1, k, r FROM UNNEST($2::text[], $3::jsonb[]) AS u(k, r) ON CONFLICT DO NOTHING"
+            ledger_put: format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
+            lease_acquire: format!("SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7)"),
+            lease_renew: format!(
+                "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
+                 WHERE thread_id = $1 AND token = $2 AND NOT released"
+            ),
+            lease_release: format!(
+                "UPDATE {s}.tenx_leases SET released = TRUE, expires_at = clock_timestamp() WHERE thread_id = $1 AND token = $2"
+            ),
+            lease_get: format!(
+                "SELECT TRUE AS acquired, token, holder, host, pid, pid_start, \
+                 EXTRACT(EPOCH FROM expires_at - clock_timestamp())::FLOAT8 AS expires_in, released \
+                 FROM {s}.tenx_leases WHERE thread_id = $1 AND token > 0"
+            ),
+            finished: format!(
+                "SELECT st.thread_id FROM {s}.states st \
+                 WHERE st.version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = st.thread_id) \
+                   AND st.state_data->'execution_meta'->>'status' = 'completed' \
+                   AND st.thread_id NOT IN (SELECT thread_id FROM {s}.tenx_leases WHERE NOT released AND expires_at > clock_timestamp())"
             ),
             s: s.to_owned(),
         }
@@ -103,6 +127,15 @@ fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -> StoreErro
             }
             Some("TX002") => return StoreError::Forbidden { thread_id: tid() },
             Some("TX003") => return StoreError::MessageInOtherThread { message_id: String::new() },
+            Some("TX004") => {
+                let detail = db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .and_then(|p| p.detail().map(str::to_owned))
+                    .unwrap_or_default();
+                let mut parts = detail.split(',').map(|x| x.trim().parse::<i64>().ok());
+                let token = parts.next().flatten().unwrap_or(-1);
+                return StoreError::Fenced { thread_id: tid(), token, current: parts.next().flatten() };
+            }
             _ => {}
         }
     }
@@ -112,6 +145,18 @@ fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -> StoreErro
         return StoreError::Transient { op, message: redact(&e.to_string()) };
     }
     StoreError::Backend { op, source: redact(&e.to_string()).into() }
+}
+
+fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
+    LeaseInfo {
+        token: r.get("token"),
+        holder: r.get("holder"),
+        host: r.get("host"),
+        pid: r.get("pid"),
+        pid_start: r.get("pid_start"),
+        expires_in: r.get("expires_in"),
+        released: r.get("released"),
+    }
 }
 
 /// Never let a DSN password reach a message or a log line.
@@ -319,7 +364,8 @@ impl Checkpointer for PgStore {
             .bind(message_rows(w.new_messages))
             .bind(w.replace_messages)
             .bind(self.opts.state_history_limit)
-            .bind(self.opts.enforce_user_isolation);
+            .bind(self.opts.enforce_user_isolation)
+            .bind(w.fence);
         let r: Result<i64, sqlx::Error> = match w.in_tx {
             None => step.fetch_one(&self.pool).await,
             // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
@@ -606,9 +652,7 @@ impl Checkpointer for PgStore {
         Ok(rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect())
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
-        let mut tx = self.pool.begin().await.map_err(|e| map_err("ledger write", e, Some(t)))?;
-        self.lock_thread(&mut tx, t, "ledger write").await?;
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
         // First result wins, also within one batch: keep the first occurrence of each key.
         let mut seen = std::collections::HashSet::new();
         let (keys, results): (Vec<String>, Vec<Value>) = entries
@@ -620,15 +664,125 @@ impl Checkpointer for PgStore {
                 (k.clone(), v)
             })
             .unzip();
-        let r = sqlx::query(AssertSqlSafe(self.sql.ledger_put.clone()))
+        let written: i32 = sqlx::query_scalar(AssertSqlSafe(self.sql.ledger_put.clone()))
             .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
             .bind(&keys)
             .bind(&results)
-            .execute(&mut *tx)
+            .bind(fence)
+            .fetch_one(&self.pool)
             .await
             .map_err(|e| map_err("ledger write", e, Some(t)))?;
-        tx.commit().await.map_err(|e| map_err("ledger write", e, Some(t)))?;
-        Ok(r.rows_affected() as usize)
+        Ok(written.max(0) as usize)
+    }
+
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.lease_acquire.clone()))
+            .bind(thread_id)
+            .bind(&req.holder)
+            .bind(&req.host)
+            .bind(req.pid)
+            .bind(req.pid_start)
+            .bind(req.ttl.as_secs_f64())
+            .bind(req.steal)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_err("acquire lease", e, None))?;
+        let info = lease_info(&row);
+        Ok(if row.get::<bool, _>("acquired") { LeaseAttempt::Acquired { token: info.token } } else { LeaseAttempt::Held(info) })
+    }
+
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        let r = sqlx::query(AssertSqlSafe(self.sql.lease_renew.clone()))
+            .bind(thread_id)
+            .bind(token)
+            .bind(ttl.as_secs_f64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_err("renew lease", e, None))?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(self.sql.lease_release.clone()))
+            .bind(thread_id)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_err("release lease", e, None))?;
+        Ok(())
+    }
+
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.lease_get.clone()))
+            .bind(thread_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_err("read lease", e, None))?;
+        Ok(row.as_ref().map(lease_info))
+    }
+
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        let s = &self.sql.s;
+        let finished = &self.sql.finished;
+        let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("prune", e, None))?;
+        // Each rule is counted with the WHERE clause it deletes with, so a dry run reports exactly
+        // what the real run would remove.
+        let mut plan: Vec<(&str, String, f64)> = Vec::new();
+        if let Some(keep) = rules.keep_versions {
+            plan.push((
+                "states",
+                format!("FROM {s}.states WHERE version <= (SELECT MAX(version) FROM {s}.states s2 WHERE s2.thread_id = {s}.states.thread_id) - CAST($1 AS BIGINT)"),
+                keep.max(1) as f64,
+            ));
+        }
+        if let Some(age) = rules.finished_older_than {
+            plan.push((
+                "threads",
+                format!("FROM {s}.threads WHERE updated_at < clock_timestamp() - make_interval(secs => $1) AND thread_id IN ({finished})"),
+                age,
+            ));
+        }
+        if let Some(ttl) = rules.ledger_ttl {
+            plan.push((
+                "ledger",
+                format!("FROM {s}.tool_executions WHERE created_at < clock_timestamp() - make_interval(secs => $1) AND thread_id IN ({finished})"),
+                ttl,
+            ));
+        }
+        for (what, from, arg) in plan {
+            let counted: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) {from}")))
+                .bind(arg)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| map_err("prune", e, None))?;
+            match what {
+                "states" => report.state_versions += counted as u64,
+                "threads" => {
+                    report.threads += counted as u64;
+                    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                        "SELECT COUNT(*) FROM {s}.tool_executions WHERE thread_id IN (SELECT thread_id {from})"
+                    )))
+                    .bind(arg)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| map_err("prune", e, None))?;
+                    report.ledger_rows += rows as u64;
+                }
+                _ => report.ledger_rows += counted as u64,
+            }
+            if !rules.dry_run {
+                sqlx::query(AssertSqlSafe(format!("DELETE {from}")))
+                    .bind(arg)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| map_err("prune", e, None))?;
+            }
+        }
+        tx.commit().await.map_err(|e| map_err("prune", e, None))?;
+        Ok(report)
     }
 
     async fn release(&self) -> StoreResult<()> {

@@ -62,6 +62,26 @@ def resolve_timeout(config: dict[str, Any], key: str, default: float) -> float |
     return None if value <= 0 else value
 
 
+ON_BUSY = ("reject", "wait", "interrupt")
+DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
+DEFAULT_LEASE_TTL_SECONDS = 5.0
+
+
+def _check_lease_config(cfg: dict[str, Any]) -> None:
+    """The single-writer settings. Unlike the timeouts (whose lenient rule is 10xGraph's), these
+    are ours and a wrong value is refused: silently running with another policy than the one asked
+    for could let two workers act on one thread."""
+    on_busy = cfg.get("on_busy", "reject")
+    if on_busy not in ON_BUSY:
+        raise ValueError(f"on_busy must be one of {', '.join(repr(o) for o in ON_BUSY)}, got {on_busy!r}")
+    for key, low in (("busy_timeout", 0.0), ("lease_ttl", 0.1)):
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= 86400):
+            raise ValueError(f"{key} must be a number of seconds in ({low:g}, 86400], got {value!r}")
+
+
 def run_sync(coro: Any) -> Any:
     """Runs a coroutine from sync code; inside a running loop (Jupyter, an async app) it runs on a
     private loop in a worker thread instead of failing, with the caller's contextvars."""
@@ -172,6 +192,7 @@ class CompiledGraph(Generic[StateT]):
         limit = cfg.get("recursion_limit", 25)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"recursion_limit must be a positive int, got {limit!r}")
+        _check_lease_config(cfg)
         return cfg
 
     async def ainvoke(
@@ -213,6 +234,9 @@ class CompiledGraph(Generic[StateT]):
             run.start_node,
             streaming,
             _failpoints(cfg),
+            cfg.get("on_busy", "reject"),
+            float(cfg.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_SECONDS)),
+            float(cfg.get("lease_ttl", DEFAULT_LEASE_TTL_SECONDS)),
         )
         outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])

@@ -214,6 +214,11 @@ class ToolNode:
         """``"idempotent"``, ``"at_most_once"`` or ``"pure"``; unknown tools count as idempotent."""
         return getattr(self._funcs.get(name), "_py_tool_side_effects", None) or "idempotent"
 
+    def on_unknown(self, name: str) -> str:
+        """What an at-most-once tool's unknown outcome becomes: ``"error"`` (a tool error message
+        for the model) or ``"interrupt"`` (the run pauses for a human)."""
+        return getattr(self._funcs.get(name), "_py_tool_on_unknown", None) or "error"
+
     def get_local_tool(self, tags: set[str] | None = None) -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         for name, fn in self._funcs.items():

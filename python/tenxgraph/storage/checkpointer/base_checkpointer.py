@@ -185,7 +185,20 @@ class BaseCheckpointer(Generic[StateT]):
     # -- tool ledger -----------------------------------------------------------------------
 
     async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
-        """The recorded result under a ledger key, or None. A read failure counts as no record."""
+        """The recorded result under a ledger key, or None. A read failure counts as no record, and
+        so does an intent record (the call started, its result was never recorded)."""
+        row = await self._ledger_row(config, tool_call_id)
+        return None if row is None or _is_intent(row) else row
+
+    async def aget_tool_status(self, config: dict[str, Any], tool_call_id: str) -> str | None:
+        """``"completed"`` (a result is recorded), ``"started"`` (an intent record only: the call
+        began and its outcome is unknown) or None (no row, or the ledger could not be read)."""
+        row = await self._ledger_row(config, tool_call_id)
+        if row is None:
+            return None
+        return "started" if _is_intent(row) else "completed"
+
+    async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
         thread_id, user_id = _ids(config)
         try:
             found = await self._native.ledger_get(thread_id, user_id, [tool_call_id])
@@ -304,3 +317,5 @@ def _thread_info(row: tuple[str, str, str | None, str, float, float]) -> ThreadI
     )
 
 
+def _is_intent(row: Any) -> bool:
+    return isinstance(row, dict) and row.get("__kind__") == "started"

@@ -1,0 +1,249 @@
+//! One writer per thread, the engine's half: taking the thread's lease under the run's `on_busy`
+//! policy, telling a dead holder from a live one, renewing while the run goes on, and noticing
+//! when the lease was lost. The store keeps the rows and checks the fencing token on every write.
+
+use super::{EngineError, RunConfig, STOP_NAMESPACE, StopSignals, stop_key};
+use super::metrics::{inc, metrics};
+use crate::store::{Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+use tokio::time::{Instant, sleep};
+
+/// What a run does when another execution holds the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBusy {
+    /// ThreadBusyError before any node or tool runs.
+    Reject,
+    /// Wait until the lease is free, at most `busy_timeout`.
+    Wait,
+    /// Ask the holder to stop at its next safe point, then wait as `Wait` does.
+    Interrupt,
+}
+
+impl OnBusy {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "reject" => Some(OnBusy::Reject),
+            "wait" => Some(OnBusy::Wait),
+            "interrupt" => Some(OnBusy::Interrupt),
+            _ => None,
+        }
+    }
+}
+
+/// The lease settings of a run.
+#[derive(Debug, Clone)]
+pub struct LeasePolicy {
+    /// How long a lease lasts after its last renewal; a crashed holder on another machine is
+    /// taken over this long after it stopped renewing. Renewed every `ttl / 3`.
+    pub ttl: Duration,
+    pub on_busy: OnBusy,
+    pub busy_timeout: Duration,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        LeasePolicy { ttl: Duration::from_secs(5), on_busy: OnBusy::Reject, busy_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// This process, as a lease row records it.
+struct Me {
+    host: String,
+    pid: i64,
+    pid_start: i64,
+}
+
+fn me() -> &'static Me {
+    static ME: OnceLock<Me> = OnceLock::new();
+    ME.get_or_init(|| {
+        let pid = std::process::id() as i64;
+        Me { host: host_identity(), pid, pid_start: proc_start(pid).unwrap_or(0) }
+    })
+}
+
+/// Hostname, boot and PID namespace: two holders with the same identity see the same PIDs, so a
+/// PID check is meaningful between them (containers on one host differ in their namespace).
+fn host_identity() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it on success.
+    let host = if unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0 {
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        String::from_utf8_lossy(&name[..end]).into_owned()
+    } else {
+        "unknown".into()
+    };
+    let pidns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{host}|{}|{pidns}", read("/proc/sys/kernel/random/boot_id"))
+}
+
+/// Field 22 of /proc/PID/stat (start time in clock ticks), or None when the process is gone or a
+/// zombie (killed, not yet reaped: it will never write again).
+fn proc_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Leases this process holds right now, by (thread, token).
+fn held() -> &'static Mutex<HashSet<(String, i64)>> {
+    static HELD: OnceLock<Mutex<HashSet<(String, i64)>>> = OnceLock::new();
+    HELD.get_or_init(Default::default)
+}
+
+/// A holder that can be proven dead: same machine and PID namespace, and its process is gone (or
+/// is this process, which no longer runs anything under that token). A holder elsewhere is alive
+/// until its lease expires.
+fn holder_is_dead(thread_id: &str, info: &LeaseInfo) -> bool {
+    let me = me();
+    if info.host != me.host || !std::path::Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    if info.pid == me.pid && info.pid_start == me.pid_start {
+        let set = held().lock().unwrap_or_else(|p| p.into_inner());
+        return !set.contains(&(thread_id.to_owned(), info.token));
+    }
+    proc_start(info.pid) != Some(info.pid_start)
+}
+
+/// The lease a run holds.
+pub struct Lease {
+    pub thread_id: String,
+    pub token: i64,
+    ttl: Duration,
+    next_renewal: Mutex<Instant>,
+}
+
+impl Lease {
+    /// When the run should renew next.
+    pub fn renewal_due(&self) -> Instant {
+        *self.next_renewal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn schedule(&self, after: Duration) {
+        *self.next_renewal.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + after;
+    }
+
+    /// Renews if due. `false`: a newer holder took the thread; the run must stop writing.
+    pub async fn renew(&self, store: &dyn Checkpointer, cfg: &RunConfig) -> bool {
+        if Instant::now() < self.renewal_due() {
+            return true;
+        }
+        self.schedule(self.ttl / 3);
+        // Crash tests: `raise` skips this renewal, as a network partition would.
+        if cfg.failpoints.hit("lease_renew", &self.thread_id).await.is_err() {
+            return true;
+        }
+        match store.lease_renew(&self.thread_id, self.token, self.ttl).await {
+            Ok(true) => true,
+            Ok(false) => {
+                inc(&metrics().leases_lost);
+                tracing::error!(
+                    thread_id = %self.thread_id,
+                    run_id = %cfg.run_id,
+                    event = "lease_lost",
+                    "run lost its lease on the thread (token {} superseded); it stops and writes nothing more",
+                    self.token
+                );
+                false
+            }
+            Err(e) => {
+                // Not a verdict: fencing still refuses our writes if someone took over meanwhile.
+                tracing::warn!(thread_id = %self.thread_id, "lease renewal failed, will retry: {e}");
+                self.schedule(Duration::from_millis(200).min(self.ttl / 3));
+                true
+            }
+        }
+    }
+
+    /// Frees the thread for the next run at once.
+    pub async fn release(&self, store: &dyn Checkpointer) {
+        if let Err(e) = store.lease_release(&self.thread_id, self.token).await {
+            tracing::warn!(thread_id = %self.thread_id, "could not release the lease (it expires by itself): {e}");
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        held().lock().unwrap_or_else(|p| p.into_inner()).remove(&(self.thread_id.clone(), self.token));
+    }
+}
+
+/// Takes the thread's lease for this run, following `cfg.lease.on_busy` when it is held.
+pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease, EngineError> {
+    let policy = &cfg.lease;
+    let thread_id = cfg.thread.thread_id.clone();
+    let me = me();
+    let mut req = LeaseRequest {
+        holder: cfg.run_id.clone(),
+        host: me.host.clone(),
+        pid: me.pid,
+        pid_start: me.pid_start,
+        ttl: policy.ttl,
+        steal: None,
+    };
+    let started = Instant::now();
+    let deadline = started + policy.busy_timeout;
+    let mut pause = Duration::from_millis(10);
+    let mut asked = false;
+    loop {
+        let info = match store.lease_acquire(&thread_id, &req).await? {
+            LeaseAttempt::Acquired { token } => {
+                held().lock().unwrap_or_else(|p| p.into_inner()).insert((thread_id.clone(), token));
+                inc(&metrics().leases_acquired);
+                if req.steal.is_some() {
+                    inc(&metrics().leases_taken_over);
+                    tracing::info!(thread_id = %thread_id, token, "took over the lease of a holder whose process is gone");
+                }
+                let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
+                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal });
+            }
+            LeaseAttempt::Held(info) => info,
+        };
+        if holder_is_dead(&thread_id, &info) && req.steal != Some(info.token) {
+            req.steal = Some(info.token);
+            continue;
+        }
+        req.steal = None;
+        let busy = |waited: f64| EngineError::LeaseBusy { thread_id: thread_id.clone(), holder: info.clone(), waited };
+        match policy.on_busy {
+            OnBusy::Reject => {
+                inc(&metrics().busy_rejections);
+                return Err(busy(0.0));
+            }
+            OnBusy::Wait | OnBusy::Interrupt => {
+                if policy.on_busy == OnBusy::Interrupt && !asked {
+                    asked = true;
+                    request_preempt(store, cfg).await;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    inc(&metrics().busy_rejections);
+                    return Err(busy(started.elapsed().as_secs_f64().max(0.001)));
+                }
+                sleep(pause.min(deadline - now)).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Asks the running execution (in any process) to stop at its next safe point: a soft stop
+/// request in the store, plus the in-process signal for a run of this process.
+async fn request_preempt(store: &dyn Checkpointer, cfg: &RunConfig) {
+    let key = stop_key(&cfg.thread.thread_id, &cfg.thread.user_id);
+    let value = json!({"preempt": cfg.run_id});
+    if let Err(e) = store.cache_put(STOP_NAMESPACE, &key, &value, Some(3600.0)).await {
+        tracing::warn!(thread_id = %cfg.thread.thread_id, "could not ask the running execution to stop: {e}");
+    }
+    StopSignals::global().signal(&key);
+    inc(&metrics().preempt_requests);
+}

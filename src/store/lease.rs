@@ -1,0 +1,103 @@
+//! Thread leases and fencing: the storage half. One row per thread holds the current holder, its
+//! expiry and a fencing token that rises with every new holder. Every durable write of a run (a
+//! step, a ledger record, an intent record) names the token it holds and is refused once the row
+//! carries a newer one, so a worker that was paused past its lease cannot write anything.
+//!
+//! The backends store and compare; deciding whether a holder is dead (its process is gone on this
+//! machine) is the engine's job (`engine::lease`), which then asks to `steal` a specific token.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// Who asks for a lease. `host` identifies the machine and PID namespace, so a holder on this
+/// machine can be checked for liveness by `pid` and `pid_start` (its start time in clock ticks).
+#[derive(Debug, Clone)]
+pub struct LeaseRequest {
+    pub holder: String,
+    pub host: String,
+    pub pid: i64,
+    pub pid_start: i64,
+    pub ttl: Duration,
+    /// Take the lease even though it has not expired, if its token is still this one (the engine
+    /// found its holder dead).
+    pub steal: Option<i64>,
+}
+
+/// The lease row as seen now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeaseInfo {
+    pub token: i64,
+    pub holder: String,
+    pub host: String,
+    pub pid: i64,
+    pub pid_start: i64,
+    /// Seconds until expiry (negative once expired).
+    pub expires_in: f64,
+    pub released: bool,
+}
+
+impl LeaseInfo {
+    /// Held by somebody: neither released nor expired.
+    pub fn is_live(&self) -> bool {
+        !self.released && self.expires_in > 0.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseAttempt {
+    Acquired { token: i64 },
+    Held(LeaseInfo),
+}
+
+/// Whether `req` may take over the lease currently described by `cur`.
+pub fn may_take(cur: Option<&LeaseInfo>, req: &LeaseRequest) -> bool {
+    match cur {
+        None => true,
+        Some(c) => !c.is_live() || req.steal == Some(c.token),
+    }
+}
+
+/// The fencing rule, for backends that compare in Rust: a write carrying `fence` is allowed only
+/// while the thread's lease row still has that token. No fence: a write from outside a run.
+pub fn fence_ok(current_token: Option<i64>, fence: Option<i64>) -> bool {
+    match fence {
+        None => true,
+        Some(f) => current_token == Some(f),
+    }
+}
+
+/// What `prune` may remove. Nothing a pending interrupt, an unfinished run or a held lease needs is
+/// ever removed: only threads whose latest state is `completed` lose ledger rows or the thread.
+#[derive(Debug, Clone, Default)]
+pub struct PruneRules {
+    /// Keep at most this many state versions per thread (at least 1: the latest always stays).
+    pub keep_versions: Option<i64>,
+    /// Delete completed threads (with their messages and ledger) not updated for this many seconds.
+    pub finished_older_than: Option<f64>,
+    /// Delete ledger rows of completed threads recorded more than this many seconds ago.
+    pub ledger_ttl: Option<f64>,
+    /// Count what would go, change nothing.
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PruneReport {
+    pub state_versions: u64,
+    pub threads: u64,
+    pub ledger_rows: u64,
+    pub dry_run: bool,
+}
+
+/// The `__kind__` of a ledger row written before its tool runs (an intent record). A row of this
+/// kind is not a result: completing the call replaces it, and a replay that finds it knows the call
+/// started but cannot know whether it took effect.
+pub const INTENT_KIND: &str = "started";
+
+pub fn is_intent(v: &serde_json::Value) -> bool {
+    v.get("__kind__").and_then(serde_json::Value::as_str) == Some(INTENT_KIND)
+}
+
+/// Whether a stored state says its run completed: the only state `prune` may clear around.
+pub fn is_completed_state(state: &serde_json::Value) -> bool {
+    state.pointer("/execution_meta/status").and_then(serde_json::Value::as_str) == Some("completed")
+}
