@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tenxgraph::engine::{
+    OnBusy,
     BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
     NodeOutput, RouteValue, RunConfig, RunInput, STOP_NAMESPACE, START, Snapshot, StopSignals, run, stop_key,
 };
@@ -341,12 +342,45 @@ async fn new_input_while_a_run_is_unfinished_is_rejected_and_writes_nothing() {
         });
         r_slow.unwrap();
         let err = r_fast.unwrap_err();
-        assert!(matches!(err, EngineError::Busy { ref node, .. } if node == "a"), "{err:?}");
+        assert!(matches!(err, EngineError::LeaseBusy { waited, .. } if waited == 0.0), "{err:?}");
         assert!(fast.calls().is_empty(), "no node of the rejected run ran");
         let cp = store.load(&ThreadRef::new("two", "u")).await.unwrap().unwrap();
         let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
         assert!(ids.contains(&"in-slow") && !ids.contains(&"in-fast"), "{ids:?}");
         assert_eq!(cp.state["execution_meta"]["status"], "completed");
+    }
+}
+
+#[tokio::test]
+async fn on_busy_wait_runs_the_second_turn_after_the_first_and_times_out_when_asked() {
+    for store in stores().await {
+        let g = linear(&["a"]);
+        let slow = TestHost::new(&[("a", Behave::Sleep(300))], &["slow"]);
+        let fast = TestHost::new(&[("a", Behave::Say)], &["fast"]);
+        let mut c = cfg("wait");
+        c.lease.on_busy = OnBusy::Wait;
+        let (r_slow, r_fast) = tokio::join!(run(&g, &*store, &slow, &c, NEW), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            run(&g, &*store, &fast, &c, NEW).await
+        });
+        let (v_slow, v_fast) = (r_slow.unwrap().version, r_fast.unwrap().version);
+        assert!(v_fast > v_slow, "the waiting turn commits after the holder: {v_slow} {v_fast}");
+        let cp = store.load(&ThreadRef::new("wait", "u")).await.unwrap().unwrap();
+        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let (i_slow, i_fast) = (ids.iter().position(|i| *i == "in-slow"), ids.iter().position(|i| *i == "in-fast"));
+        assert!(i_slow.unwrap() < i_fast.unwrap(), "{ids:?}");
+        // A bounded wait gives up with the holder named and nothing run.
+        let slow = TestHost::new(&[("a", Behave::Sleep(600))], &["slow2"]);
+        let late = TestHost::new(&[("a", Behave::Say)], &["late"]);
+        c.lease.busy_timeout = Duration::from_millis(150);
+        let (r_slow, r_late) = tokio::join!(run(&g, &*store, &slow, &c, NEW), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            run(&g, &*store, &late, &c, NEW).await
+        });
+        r_slow.unwrap();
+        let err = r_late.unwrap_err();
+        assert!(matches!(err, EngineError::LeaseBusy { waited, .. } if waited >= 0.1), "{err:?}");
+        assert!(late.calls().is_empty());
     }
 }
 

@@ -3,7 +3,8 @@
 use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
-    Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef,
+    Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PgOptions, PgStore, PruneRules, SqliteStore, StepWrite, StoreError,
+    StoredMessage, ThreadRef, is_intent,
 };
 
 /// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
@@ -240,5 +241,152 @@ async fn ledger_batches_keep_first_results_and_count_inserts() {
         assert_eq!(s.ledger_put_many(&t, &batch, None).await.unwrap(), 1, "{name}");
         let got = s.ledger_get(&t, &["m:a".into(), "m:b".into()]).await.unwrap();
         assert_eq!((got["m:a"]["value"].as_str(), got["m:b"]["value"].as_str()), (Some("old"), Some("b1")), "{name}");
+    }
+}
+
+fn lease_req(holder: &str, ttl_ms: u64, steal: Option<i64>) -> LeaseRequest {
+    LeaseRequest {
+        holder: holder.into(),
+        host: "test-host".into(),
+        pid: 1,
+        pid_start: 1,
+        ttl: std::time::Duration::from_millis(ttl_ms),
+        steal,
+    }
+}
+
+fn acquired(a: LeaseAttempt) -> i64 {
+    match a {
+        LeaseAttempt::Acquired { token } => token,
+        LeaseAttempt::Held(i) => panic!("expected to acquire, held by {i:?}"),
+    }
+}
+
+#[tokio::test]
+async fn leases_admit_one_holder_and_tokens_rise_with_every_new_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let tid = format!("lease-{name}");
+        assert!(s.lease_get(&tid).await.unwrap().is_none(), "{name}");
+        let t1 = acquired(s.lease_acquire(&tid, &lease_req("run-a", 60_000, None)).await.unwrap());
+        // Held: a second run is told who holds it.
+        match s.lease_acquire(&tid, &lease_req("run-b", 60_000, None)).await.unwrap() {
+            LeaseAttempt::Held(i) => {
+                assert_eq!((i.token, i.holder.as_str(), i.released), (t1, "run-a", false), "{name}");
+                assert!(i.expires_in > 50.0 && i.expires_in <= 60.0, "{name}: {}", i.expires_in);
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert!(s.lease_renew(&tid, t1, std::time::Duration::from_secs(60)).await.unwrap(), "{name}");
+        // Steal only works against the token it names.
+        assert!(matches!(s.lease_acquire(&tid, &lease_req("run-b", 60_000, Some(t1 + 7))).await.unwrap(), LeaseAttempt::Held(_)), "{name}");
+        let t2 = acquired(s.lease_acquire(&tid, &lease_req("run-b", 60_000, Some(t1))).await.unwrap());
+        assert!(t2 > t1, "{name}");
+        // The old holder has lost it for good: renewing fails, releasing is a no-op.
+        assert!(!s.lease_renew(&tid, t1, std::time::Duration::from_secs(60)).await.unwrap(), "{name}");
+        s.lease_release(&tid, t1).await.unwrap();
+        assert_eq!(s.lease_get(&tid).await.unwrap().unwrap().token, t2, "{name}");
+        // Released: free at once.
+        s.lease_release(&tid, t2).await.unwrap();
+        assert!(s.lease_get(&tid).await.unwrap().unwrap().released, "{name}");
+        let t3 = acquired(s.lease_acquire(&tid, &lease_req("run-c", 200, None)).await.unwrap());
+        assert!(t3 > t2, "{name}");
+        // Expired: free without a release.
+        tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+        let t4 = acquired(s.lease_acquire(&tid, &lease_req("run-d", 60_000, None)).await.unwrap());
+        assert!(t4 > t3, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn fenced_writes_are_refused_once_a_newer_holder_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let tid = format!("fence-{name}");
+        let t = ThreadRef::new(&tid, "u");
+        let st = json!({"execution_meta": {"status": "running"}});
+        let old = acquired(s.lease_acquire(&tid, &lease_req("old", 60_000, None)).await.unwrap());
+        let ma = [msg("a", "1")];
+        let w = StepWrite { fence: Some(old), ..step(0, &st, &ma) };
+        assert_eq!(s.put_step(&t, w).await.unwrap(), 1, "{name}");
+        let new = acquired(s.lease_acquire(&tid, &lease_req("new", 60_000, Some(old))).await.unwrap());
+        // The old holder: a step and a ledger record, both refused, nothing written.
+        let mb = [msg("b", "2")];
+        let w = StepWrite { fence: Some(old), ..step(1, &st, &mb) };
+        match s.put_step(&t, w).await {
+            Err(StoreError::Fenced { token, current, .. }) => {
+                assert_eq!(token, old, "{name}");
+                assert!(current.is_none() || current == Some(new), "{name}: {current:?}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        let rec = [("m:x".to_owned(), json!({"__kind__": "raw", "value": 1}))];
+        assert!(matches!(s.ledger_put_many(&t, &rec, Some(old)).await, Err(StoreError::Fenced { .. })), "{name}");
+        assert!(s.ledger_get(&t, &["m:x".into()]).await.unwrap().is_empty(), "{name}");
+        assert_eq!(s.load(&t).await.unwrap().unwrap().version, 1, "{name}");
+        assert_eq!(s.list_messages(&t, None, None, None).await.unwrap().len(), 1, "{name}");
+        // The new holder writes; writes without a fence (outside a run) are not fenced.
+        let mc = [msg("c", "3")];
+        let w = StepWrite { fence: Some(new), ..step(1, &st, &mc) };
+        assert_eq!(s.put_step(&t, w).await.unwrap(), 2, "{name}");
+        assert_eq!(s.ledger_put_many(&t, &rec, Some(new)).await.unwrap(), 1, "{name}");
+        assert_eq!(s.put_step(&t, step(2, &st, &[])).await.unwrap(), 3, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_intent_record_is_replaced_by_its_result_but_never_replaces_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("intent-{name}"), "u");
+        let intent = json!({"__kind__": "started", "tool": "charge"});
+        let done = json!({"__kind__": "raw", "value": "charged"});
+        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent.clone())], None).await.unwrap(), 1, "{name}");
+        assert!(is_intent(&s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"]), "{name}");
+        // A second intent (a re-run after a crash) changes nothing.
+        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent.clone())], None).await.unwrap(), 0, "{name}");
+        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), done.clone())], None).await.unwrap(), 1, "{name}");
+        assert_eq!(s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"], done, "{name}");
+        // Completed: neither an intent nor another result replaces it.
+        let other = json!({"__kind__": "raw", "value": "again"});
+        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent), ("m:c".into(), other)], None).await.unwrap(), 0, "{name}");
+        assert_eq!(s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"], done, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn prune_keeps_what_unfinished_threads_need() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let done = ThreadRef::new(format!("done-{name}"), "u");
+        let paused = ThreadRef::new(format!("paused-{name}"), "u");
+        let held = ThreadRef::new(format!("held-{name}"), "u");
+        let completed = json!({"execution_meta": {"status": "completed"}});
+        let interrupted = json!({"execution_meta": {"status": "interrupted_before"}});
+        for t in [&done, &paused, &held] {
+            for v in 0..4 {
+                let st = if v == 3 && t != &paused { &completed } else { &interrupted };
+                s.put_step(t, step(v, st, &[])).await.unwrap();
+            }
+            s.ledger_put(t, "m:1", &json!({"__kind__": "raw", "value": 1})).await.unwrap();
+        }
+        let token = acquired(s.lease_acquire(&held.thread_id, &lease_req("busy", 60_000, None)).await.unwrap());
+        let dry = s.prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: true, ..Default::default() }).await.unwrap();
+        let real = s.prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: false, ..Default::default() }).await.unwrap();
+        assert_eq!((dry.state_versions, dry.ledger_rows), (real.state_versions, real.ledger_rows), "{name}");
+        // Older versions go everywhere (the latest stays); only the finished, free thread loses its ledger.
+        assert!(real.state_versions >= 6, "{name}: {real:?}");
+        assert_eq!(real.ledger_rows, 1, "{name}: {real:?}");
+        assert!(s.ledger_get(&done, &["m:1".into()]).await.unwrap().is_empty(), "{name}");
+        for t in [&paused, &held] {
+            assert_eq!(s.ledger_get(t, &["m:1".into()]).await.unwrap().len(), 1, "{name}");
+            assert_eq!(s.load(t).await.unwrap().unwrap().version, 4, "{name}");
+        }
+        // Finished threads older than 0 s go; the paused and the held one stay.
+        let gone = s.prune(&PruneRules { finished_older_than: Some(0.0), ..Default::default() }).await.unwrap();
+        assert_eq!(gone.threads, 1, "{name}: {gone:?}");
+        assert!(s.load(&done).await.unwrap().is_none(), "{name}");
+        assert!(s.load(&paused).await.unwrap().is_some() && s.load(&held).await.unwrap().is_some(), "{name}");
+        s.lease_release(&held.thread_id, token).await.unwrap();
     }
 }

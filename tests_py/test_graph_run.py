@@ -788,7 +788,10 @@ async def test_fresh_sqlite_checkpointer_sees_the_thread(tmp_path: Path, make_th
 
 @pytest.mark.asyncio
 async def test_concurrent_runs_on_one_thread_lose_no_update(checkpointer, make_thread) -> None:
+    calls: list[int] = []
+
     async def slow(state: CounterState):
+        calls.append(state.count)
         await asyncio.sleep(0.2)
         state.count += 1
         return f"slow{state.count}"
@@ -802,16 +805,16 @@ async def test_concurrent_runs_on_one_thread_lose_no_update(checkpointer, make_t
     errors = [r for r in results if isinstance(r, BaseException)]
     wins = [r for r in results if not isinstance(r, BaseException)]
     assert len(errors) == 1 and len(wins) == 1
-    # The loser either read the thread before the winner's first commit (its own commit is then
-    # stale) or after it (the thread then has an unfinished run: busy). Either way it wrote nothing.
+    # The winner holds the thread's lease; the loser is refused before it reads or runs anything.
     from tenxgraph.core.exceptions import ThreadBusyError
 
-    assert isinstance(errors[0], (StaleStateError, ThreadBusyError)), errors[0]
-    assert errors[0].error_code in ("STORAGE_CONFLICT_001", "STORAGE_BUSY_001")
+    assert isinstance(errors[0], ThreadBusyError), errors[0]
+    assert errors[0].error_code == "STORAGE_BUSY_002"
+    assert calls == [0, 1]  # the loser's node never ran
     winner = texts(wins[0]["messages"])
     assert winner[1:] == ["slow2"] and winner[0] in ("x", "y")
     stored = await checkpointer.aget_state({"thread_id": tid})
-    assert stored.count == 2  # the loser's node ran on a stale state and its write was refused
+    assert stored.count == 2
     assert stored.execution_meta.status == "completed"
     ctx = texts(stored.context)
     # Neither the loser's input nor its output is in the thread.

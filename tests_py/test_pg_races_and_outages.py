@@ -101,91 +101,9 @@ def _port_open(port: int) -> bool:
 # --------------------------------------------------------------------------- 1. the race
 
 
-ROUNDS = 100
-
-
-def test_two_processes_race_on_one_thread_one_commit_per_round(
-    tenx_postgres: PostgresServer, pg_dsn: str, tmp_path: Path
-) -> None:
-    """Two long-lived worker processes, 100 rounds: in each round both load the same version and
-    run node 'step' (they meet at a file barrier inside it, so both have loaded before either
-    commits); exactly one commit wins, the other raises StaleStateError and changes nothing."""
-    schema, thread, db = "race", "t-race", _dbname(pg_dsn)
-    barrier, effects_path = tmp_path / "barrier", tmp_path / "effects.log"
-    barrier.mkdir()
-
-    # Seed: version 1, status running, pointing at START, one user message. ainvoke({}) on it
-    # commits nothing before the first node, so every commit of the workers is a node's commit.
-    cp = PgCheckpointer(pg_dsn, schema=schema, state_history_limit=0)
-    cp.bind_state_type(RaceState)
-    seed_cfg: dict[str, Any] = {"thread_id": thread, "user_id": USER}
-    cp.put_state(seed_cfg, RaceState(context=[Message.text_message("go", message_id="seed")]))
-    assert _rows(tenx_postgres, f"SELECT version FROM {schema}.states WHERE thread_id = '{thread}'", db) == [["1"]]
-
-    started = time.monotonic()
-    workers = {
-        w: subprocess.Popen(
-            [sys.executable, str(AGENT), "race", pg_dsn, schema, thread, w, str(barrier), str(ROUNDS)],
-            env=_child_env(effects_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for w in ("a", "b")
-    }
-    outputs: dict[str, dict[str, Any]] = {}
-    try:
-        for w, p in workers.items():
-            out, err = p.communicate(timeout=90)
-            assert p.returncode == 0, f"worker {w} failed:\n{err[-4000:]}"
-            outputs[w] = json.loads(out.strip().splitlines()[-1])
-    finally:
-        for p in workers.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    elapsed = time.monotonic() - started
-    assert elapsed < 60, f"the race took {elapsed:.1f}s"
-
-    # Both workers really ran the node of every round (the race happened every time).
-    ran = effects(effects_path)
-    for r in range(ROUNDS):
-        assert ran.count(f"step {r} a") == 1 and ran.count(f"step {r} b") == 1, (r, ran[-6:])
-
-    # Every round has exactly one loser, with a proper StaleStateError.
-    stale = [(w, e) for w, o in outputs.items() for e in o["events"] if e["event"] == "stale"]
-    loser_of: dict[int, str] = {}
-    for w, e in stale:
-        assert e["code"] == "STORAGE_CONFLICT_001", e
-        ctx = e["context"]
-        r = e["round"]
-        assert r not in loser_of, f"two StaleStateErrors in round {r}: {loser_of[r]} and {w}"
-        loser_of[r] = w
-        # Round r starts from version r + 1 (the seed is version 1) and its winner wrote r + 2.
-        assert ctx["expected_version"] == r + 1 and ctx["current_version"] == r + 2, e
-        assert ctx["thread_id"] == thread
-    assert sorted(loser_of) == list(range(ROUNDS)), f"rounds without a loser: {set(range(ROUNDS)) - set(loser_of)}"
-    completed = [w for w, o in outputs.items() for e in o["events"] if e["event"] == "completed"]
-    assert len(completed) == 1, outputs
-    assert any(e["event"] == "finished-by-other" for w, o in outputs.items() if w != completed[0] for e in o["events"])
-
-    # The database: versions 1..ROUNDS+1 with no gap and no duplicate, one row each.
-    versions = [int(v[0]) for v in _rows(
-        tenx_postgres, f"SELECT version FROM {schema}.states WHERE thread_id = '{thread}' ORDER BY version, state_id", db
-    )]
-    assert versions == list(range(1, ROUNDS + 2)), versions
-
-    # Messages: the seed, then exactly the winner's message of each round, in round order.
-    winner_of = {r: ("b" if loser_of[r] == "a" else "a") for r in range(ROUNDS)}
-    ids = [row[0] for row in _rows(
-        tenx_postgres, f"SELECT message_id FROM {schema}.messages WHERE thread_id = '{thread}' ORDER BY seq", db
-    )]
-    assert ids == ["seed"] + [f"m-{r:03d}-{winner_of[r]}" for r in range(ROUNDS)], ids
-    assert _rows(tenx_postgres, f"SELECT count(*) FROM {schema}.messages", db) == [[str(ROUNDS + 1)]]
-
-    # And the stored state agrees: completed at the last version, with every message.
-    cfg: dict[str, Any] = {"thread_id": thread, "user_id": USER}
-    final = cp.get_state(cfg)
-    assert final is not None and str(final.execution_meta.status) == "completed"
-    assert cfg["_checkpoint_version"] == ROUNDS + 1
-    assert [str(m.message_id) for m in final.context] == ids
+# The two-process round race that lived here (both workers inside one node, one StaleStateError per
+# round) cannot happen any more: a thread's lease admits one run at a time. Its successor is
+# tests_py/test_leases.py (100 rounds, reject and wait, tools counted outside the processes).
 
 
 # --------------------------------------------------------------------------- 2. kill inside the transaction

@@ -662,6 +662,7 @@ def test_undecorated_function_metadata_defaults() -> None:
         "metadata": {},
         "parameters": None,
         "side_effects": "idempotent",
+        "on_unknown": "error",
     }
 
 

@@ -178,7 +178,7 @@ async def test_ledger_read_failure_runs_the_tool_and_says_so(tmp_path: Path, cap
     assert counts["n"] == 1
     assert tool_texts(r["messages"]) == {"c1": "ran"}
     text = caplog.text
-    assert "ledger lookup failed" in text and "they will run" in text
+    assert "ledger lookup failed" in text and "idempotent tools will run" in text
     assert "COMPLETED but could not be recorded" in text  # the write fails too: no table
 
 

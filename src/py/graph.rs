@@ -57,7 +57,7 @@ impl NativeGraph {
     }
 
     /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy="reject".to_owned(), busy_timeout=30.0, lease_ttl=5.0))]
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy=None, busy_timeout=30.0, lease_ttl=5.0))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -77,7 +77,7 @@ impl NativeGraph {
         start_node: Option<String>,
         streaming: bool,
         failpoints: Option<String>,
-        on_busy: String,
+        on_busy: Option<String>,
         busy_timeout: f64,
         lease_ttl: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -89,7 +89,7 @@ impl NativeGraph {
         cfg.durable_every_step = durable;
         cfg.lease = engine::LeasePolicy {
             ttl: positive_secs("lease_ttl", lease_ttl)?,
-            on_busy: engine::OnBusy::parse(&on_busy)
+            on_busy: engine::OnBusy::parse(on_busy.as_deref().unwrap_or("reject"))
                 .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("on_busy must be 'reject', 'wait' or 'interrupt', got {on_busy:?}")))?,
             busy_timeout: positive_secs("busy_timeout", busy_timeout)?,
         };

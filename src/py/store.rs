@@ -366,6 +366,33 @@ impl NativeStore {
         awaitable(py, async move { s.ledger_put(&t(thread_id, user_id), &key, &v).await })
     }
 
+    /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one.
+    fn lease_get<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let info = s.lease_get(&thread_id).await?;
+            Ok(info.map(|i| serde_json::to_string(&i).unwrap_or_default()))
+        })
+    }
+
+    /// Retention (`PruneRules`); resolves to the `PruneReport` as JSON.
+    #[pyo3(signature = (keep_versions=None, finished_older_than=None, ledger_ttl=None, dry_run=false))]
+    fn prune<'py>(
+        &self,
+        py: Python<'py>,
+        keep_versions: Option<i64>,
+        finished_older_than: Option<f64>,
+        ledger_ttl: Option<f64>,
+        dry_run: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        let rules = crate::store::PruneRules { keep_versions, finished_older_than, ledger_ttl, dry_run };
+        awaitable(py, async move {
+            let report = s.prune(&rules).await?;
+            Ok(serde_json::to_string(&report).unwrap_or_default())
+        })
+    }
+
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move { s.release().await.map(|_| true) })

@@ -282,6 +282,43 @@ class BaseCheckpointer(Generic[StateT]):
     async def aget_thread_owner(self, thread_id: str | int) -> str | None:
         return await self._native.thread_owner(str(thread_id))
 
+    async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
+        ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
+        run ever held the thread."""
+        raw = await self._native.lease_get(str(_ids(config)[0]))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def aprune(
+        self,
+        *,
+        keep_versions: int | None = None,
+        finished_older_than: float | None = None,
+        ledger_ttl: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Retention. ``keep_versions``: at most that many state versions per thread (the latest
+        always stays). ``finished_older_than``: delete completed threads (messages, ledger) not
+        updated for that many seconds. ``ledger_ttl``: delete ledger rows of completed threads
+        recorded more than that many seconds ago. Only threads whose latest state is completed and
+        whose lease is free lose rows or go: a pending interrupt, an unfinished (resumable) run or
+        a running one keeps everything it needs. Returns what was (or, with ``dry_run``, would
+        be) removed: ``{"state_versions", "threads", "ledger_rows", "dry_run"}``."""
+        if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(keep_versions, int)
+                                          or keep_versions < 1):
+            raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
+        for name, value in (("finished_older_than", finished_older_than), ("ledger_ttl", ledger_ttl)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        raw = await self._native.prune(
+            keep_versions,
+            None if finished_older_than is None else float(finished_older_than),
+            None if ledger_ttl is None else float(ledger_ttl),
+            bool(dry_run),
+        )
+        return dict(json.loads(raw))
+
     async def arelease(self) -> bool:
         return bool(await self._native.release())
 
