@@ -5,14 +5,19 @@
 //! Syntax: `point[:target][@n]=action`, several separated by `;`.
 //! Points: `before_tool`, `after_tool` (returned, ledger row not yet committed), `after_record`
 //! (ledger row committed, step not yet committed), `after_step`, `in_step_tx` (inside the step's
-//! transaction, before COMMIT), `mid_stream`. Target: a tool name for the tool points, a node name
-//! for the others. `@n`: the n-th matching hit (default 1). Actions: `kill`, `raise`, `delay(MS)`.
+//! transaction, before COMMIT), `mid_stream`, `lease_renew` (before each lease renewal; `raise`
+//! skips that renewal, as a network partition would, so the lease can expire under a live run).
+//! Target: a tool name for the tool points, the thread id for `lease_renew`, a node name for the
+//! others. `@n`: the n-th matching hit (default 1). Actions: `kill`, `raise`, `delay(MS)`.
+//! The intent window of an at-most-once tool is `after_tool` (it ran; only its intent record is
+//! in the ledger); `before_tool` fires after the intent record, before the tool is called.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-pub const POINTS: &[&str] = &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream"];
+pub const POINTS: &[&str] =
+    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew"];
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {

@@ -38,7 +38,7 @@ from tenxgraph.testing.services import (
     start_redis,
 )
 
-from tests_py.crash_agents.pg_agent import USER, RaceState, effects, tool_graph
+from tests_py.crash_agents.pg_agent import USER, effects, tool_graph
 
 AGENT = Path(__file__).parent / "crash_agents" / "pg_agent.py"
 REPO = Path(__file__).resolve().parent.parent

@@ -119,6 +119,8 @@ pub struct Lease {
     pub token: i64,
     ttl: Duration,
     next_renewal: Mutex<Instant>,
+    /// The `lease_renew` failpoint fired: renewals stop for the rest of the run (a partition).
+    cut_off: std::sync::atomic::AtomicBool,
 }
 
 impl Lease {
@@ -137,8 +139,11 @@ impl Lease {
             return true;
         }
         self.schedule(self.ttl / 3);
-        // Crash tests: `raise` skips this renewal, as a network partition would.
-        if cfg.failpoints.hit("lease_renew", &self.thread_id).await.is_err() {
+        // Crash tests: `raise` cuts the run off from the store's lease row from then on, as a
+        // network partition would; the lease then expires under the live run.
+        use std::sync::atomic::Ordering;
+        if self.cut_off.load(Ordering::Acquire) || cfg.failpoints.hit("lease_renew", &self.thread_id).await.is_err() {
+            self.cut_off.store(true, Ordering::Release);
             return true;
         }
         match store.lease_renew(&self.thread_id, self.token, self.ttl).await {
@@ -204,7 +209,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     tracing::info!(thread_id = %thread_id, token, "took over the lease of a holder whose process is gone");
                 }
                 let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
-                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal });
+                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default() });
             }
             LeaseAttempt::Held(info) => info,
         };

@@ -656,7 +656,12 @@ impl Checkpointer for SqliteStore {
             plan.push((format!("FROM threads WHERE updated_at < ?2 AND thread_id IN ({FINISHED})"), now - age));
         }
         if let Some(ttl) = rules.ledger_ttl {
-            plan.push((format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED})"), now - ttl));
+            // Rows of threads the rule above deletes are counted there, not twice.
+            let spared = match rules.finished_older_than {
+                Some(age) => format!(" AND thread_id NOT IN (SELECT thread_id FROM threads WHERE updated_at < {})", now - age),
+                None => String::new(),
+            };
+            plan.push((format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED}){spared}"), now - ttl));
         }
         for (from, arg) in plan {
             let counted: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {from}")))

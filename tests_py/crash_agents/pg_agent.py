@@ -3,11 +3,6 @@
 Run as a child process, or imported. Side effects go to the file named by TENX_EFFECTS (one line
 each, fsynced), so a parent can count what really ran across SIGKILLs and restarts.
 
-    pg_agent.py race DSN SCHEMA THREAD WORKER BARRIER_DIR ROUNDS
-        One of two long-lived workers racing on THREAD. Each round both workers load the same
-        version, meet at a file barrier inside node 'step', and commit; exactly one commit must
-        win. The loser's ainvoke raises StaleStateError and it re-enters with ainvoke({}).
-        Prints one JSON line: {"worker", "events": [...]}.
     pg_agent.py answer-start DSN SCHEMA THREAD     user message, then node 'answer', whose message
                                                     has the fixed id "fixed-id"
     pg_agent.py answer-resume DSN SCHEMA THREAD    ainvoke({}) on the same graph
@@ -25,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import StaleStateError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
 
@@ -49,66 +43,6 @@ def effect(line: str, path: str | os.PathLike[str] | None = None) -> None:
 def effects(path: str | os.PathLike[str]) -> list[str]:
     p = Path(path)
     return p.read_text().splitlines() if p.exists() else []
-
-
-# --------------------------------------------------------------------------- the race
-
-
-def race_round(state: AgentState) -> int:
-    """Round r is the node run that adds the (r+1)-th message after the seed user message."""
-    return len(state.context) - 1
-
-
-def race_graph(dsn: str, schema: str, worker: str, other: str, barrier: Path, rounds: int, progress: dict[str, Any]):
-    async def step(state: RaceState) -> Message:
-        r = race_round(state)
-        progress["round"] = r
-        (barrier / f"{r}.{worker}").touch()
-        deadline = time.monotonic() + 30
-        # Both workers have loaded the state this node runs on: neither commits before both arrive.
-        while not (barrier / f"{r}.{other}").exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"worker {worker}: barrier of round {r} timed out")
-            await asyncio.sleep(0.0005)
-        effect(f"step {r} {worker}")
-        return Message.text_message(f"round {r} by {worker}", role="assistant", message_id=f"m-{r:03d}-{worker}")
-
-    def route(state: RaceState) -> str:
-        return END if race_round(state) >= rounds else "step"
-
-    g = StateGraph(RaceState)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", route, {"step": "step", END: END})
-    cp = PgCheckpointer(dsn, schema=schema, state_history_limit=0)
-    return g.compile(checkpointer=cp), cp
-
-
-async def race_worker(dsn: str, schema: str, thread: str, worker: str, barrier: Path, rounds: int) -> dict[str, Any]:
-    other = "b" if worker == "a" else "a"
-    progress: dict[str, Any] = {"round": None}
-    app, cp = race_graph(dsn, schema, worker, other, barrier, rounds, progress)
-    cfg = {"thread_id": thread, "user_id": USER, "recursion_limit": rounds + 10}
-    events: list[dict[str, Any]] = []
-    started = time.monotonic()
-    while time.monotonic() - started < 120:
-        try:
-            await app.ainvoke({}, dict(cfg))
-            events.append({"event": "completed", "round": progress["round"]})
-            break
-        except StaleStateError as e:
-            events.append({
-                "event": "stale", "round": progress["round"], "code": e.error_code, "context": dict(e.context),
-            })
-        # Lost the round: the other worker committed. Stop once it has finished the thread.
-        state = await cp.aget_state(dict(cfg))
-        if state is not None and str(state.execution_meta.status) == "completed":
-            events.append({"event": "finished-by-other"})
-            break
-    return {"worker": worker, "events": events}
-
-
-# --------------------------------------------------------------------------- a fixed message id
 
 
 def answer_graph(dsn: str, schema: str):
@@ -177,11 +111,6 @@ def tool_graph(checkpointer: Any, effects_path: Path, gate: Path):
 
 async def main(argv: list[str]) -> None:
     mode = argv[0]
-    if mode == "race":
-        dsn, schema, thread, worker, barrier, rounds = argv[1:7]
-        out = await race_worker(dsn, schema, thread, worker, Path(barrier), int(rounds))
-        print(json.dumps(out), flush=True)
-        return
     if mode in ("answer-start", "answer-resume"):
         dsn, schema, thread = argv[1:4]
         app = answer_graph(dsn, schema)

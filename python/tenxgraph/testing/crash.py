@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 FAILPOINTS_ENV = "TENXGRAPH_FAILPOINTS"
-FAILPOINT_POINTS = ("before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream")
+FAILPOINT_POINTS = ("before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream",
+                    "lease_renew")
 DEFAULT_TEXT = "hello"
 
 _ENTRY_RE = re.compile(

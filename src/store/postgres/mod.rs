@@ -748,7 +748,15 @@ impl Checkpointer for PgStore {
         if let Some(ttl) = rules.ledger_ttl {
             plan.push((
                 "ledger",
-                format!("FROM {s}.tool_executions WHERE created_at < clock_timestamp() - make_interval(secs => $1) AND thread_id IN ({finished})"),
+                // Rows of threads the rule above deletes are counted there, not twice.
+                format!(
+                    "FROM {s}.tool_executions WHERE created_at < clock_timestamp() - make_interval(secs => $1) \
+                     AND thread_id IN ({finished}){}",
+                    rules.finished_older_than.map_or(String::new(), |age| format!(
+                        " AND thread_id NOT IN (SELECT thread_id FROM {s}.threads \
+                         WHERE updated_at < clock_timestamp() - make_interval(secs => {age}::float8))"
+                    ))
+                ),
                 ttl,
             ));
         }

@@ -309,8 +309,8 @@ class BaseCheckpointer(Generic[StateT]):
             raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
         for name, value in (("finished_older_than", finished_older_than), ("ledger_ttl", ledger_ttl)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value >= 0):
-                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+                                      or not 0 <= value < float("inf")):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         raw = await self._native.prune(
             keep_versions,
             None if finished_older_than is None else float(finished_older_than),

@@ -1,0 +1,399 @@
+"""One writer per thread (leases with fencing tokens), busy-thread policies, intent records and
+side-effect classes, and retention that respects the ledger. Real processes, real SQLite and
+PostgreSQL; side effects counted outside the processes (``EffectCounter``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
+from tenxgraph.core.exceptions import LeaseLostError, ThreadBusyError
+from tenxgraph.testing import CrashKit, EffectCounter
+from tenxgraph.testing.crash import child_env
+from tenxgraph.utils.interrupt import interrupt, pending_interrupt
+from tenxgraph.utils.tool_decorator import tool
+from tests_py.crash_agents.lease_agent import DONE, open_db
+from tests_py.tool_graphs import call, tool_graph, tool_texts
+
+AGENT = Path(__file__).resolve().parent / "crash_agents" / "lease_agent.py"
+TOOLS = ("lookup_order", "charge_card", "send_receipt")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, sqlite_db: str) -> str:
+    return sqlite_db if request.param == "sqlite" else request.getfixturevalue("pg_dsn")
+
+
+def _spawn(args: list[str], effects: EffectCounter, **env: str) -> subprocess.Popen[str]:
+    full_env = child_env(env={"TENXGRAPH_EFFECTS": str(effects.path), **env})
+    return subprocess.Popen([sys.executable, str(AGENT), *args], env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+def _result(p: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err[-4000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _by_round(effects: EffectCounter) -> dict[int, list[tuple[str, int, Any]]]:
+    rounds: dict[int, list[tuple[str, int, Any]]] = {}
+    for e in effects.all():
+        rounds.setdefault(int(e.data["order_id"]), []).append((e.name, e.pid, e.data.get("key")))
+    return rounds
+
+
+# --------------------------------------------------------------------------- two processes, 100 rounds
+
+ROUNDS = 100
+
+
+@pytest.mark.parametrize("on_busy", ["reject", "wait"])
+def test_two_processes_start_the_same_thread_at_once(db: str, effects: EffectCounter, tmp_path: Path,
+                                                     on_busy: str) -> None:
+    """Each round both workers send a turn to a fresh thread at the same moment (file barrier).
+    reject: exactly one runs, the other gets ThreadBusyError before any of its tools fire. wait:
+    both turns complete, one after the other, every tool once per turn."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    workers = {w: _spawn(["rounds", db, w, str(barrier), str(ROUNDS), on_busy], effects, LEASE_TURN_SLEEP="0.03")
+               for w in ("a", "b")}
+    out = {w: _result(p) for w, p in workers.items()}
+    pid_of = {w: o["pid"] for w, o in out.items()}
+    per_round = _by_round(effects)
+    for r in range(ROUNDS):
+        outcomes = {w: out[w]["rounds"][r]["outcome"] for w in out}
+        ran = per_round.get(r, [])
+        if on_busy == "reject":
+            assert sorted(outcomes.values()) == ["ThreadBusyError/STORAGE_BUSY_002", "completed"], (r, outcomes)
+            winner = next(w for w, o in outcomes.items() if o == "completed")
+            # Counted outside the processes: every tool once, all by the winner.
+            assert sorted(name for name, _, _ in ran) == sorted(TOOLS), (r, ran)
+            assert {pid for _, pid, _ in ran} == {pid_of[winner]}, (r, ran)
+        else:
+            assert set(outcomes.values()) == {"completed"}, (r, outcomes)
+            assert sorted(name for name, _, _ in ran) == sorted(TOOLS * 2), (r, ran)
+            keys = [k for name, _, k in ran if name == "charge_card"]
+            assert len(set(keys)) == 2, (r, ran)  # two turns, two distinct charges
+    if on_busy == "wait":
+        # One after the other: each thread holds two whole turns, never interleaved.
+        cp = open_db(db)
+        for r in range(0, ROUNDS, 7):
+            state = cp.get_state({"thread_id": f"round-{r}"})
+            roles = [m.role for m in state.context]
+            assert roles == ["user", "assistant", "tool", "tool", "tool", "assistant"] * 2, (r, roles)
+
+
+# --------------------------------------------------------------------------- a frozen worker
+
+
+def test_a_frozen_worker_is_fenced_after_another_takes_over(db: str, effects: EffectCounter, tmp_path: Path) -> None:
+    """Worker A holds the thread with a 1 s lease and is frozen (SIGSTOP) inside its model node;
+    B waits for the lease, takes over and completes the run; A is resumed (SIGCONT): every write
+    it then attempts is refused, nothing of it reaches the database, no tool runs twice."""
+    marker = tmp_path / "a-in-model"
+    a = _spawn(["run", db, "t-frozen", json.dumps({"lease_ttl": 1}), "charge order 7"], effects,
+               LEASE_MODEL_SLEEP="2", LEASE_MODEL_MARKER=str(marker))
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert a.poll() is None and time.monotonic() < deadline, a.communicate()[1] if a.poll() is not None else "timeout"
+        time.sleep(0.01)
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        b = _spawn(["run", db, "t-frozen", json.dumps({"on_busy": "wait", "busy_timeout": 20, "lease_ttl": 1})], effects)
+        b_out = _result(b)
+        assert b_out["outcome"] == "completed" and b_out["messages"][-1] == DONE, b_out
+        cp = open_db(db)
+        before = cp.get_state({"thread_id": "t-frozen"})
+        version_before = before.execution_meta.model_dump()
+        n_messages = len(cp.list_messages({"thread_id": "t-frozen"}))
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    a_out = _result(a)
+    assert a_out["outcome"] == "LeaseLostError/STORAGE_FENCED_001", a_out
+    after = cp.get_state({"thread_id": "t-frozen"})
+    assert after.execution_meta.model_dump() == version_before
+    assert len(cp.list_messages({"thread_id": "t-frozen"})) == n_messages
+    counts = effects.counts()
+    assert counts == {t: 1 for t in TOOLS}, counts
+    assert {e.pid for e in effects.all()} == {b.pid}
+
+
+# --------------------------------------------------------------------------- the intent window
+
+
+WINDOW = "after_tool:charge_card=kill"  # charge_card returned; its result never reached the ledger
+
+
+def test_idempotent_tool_in_the_window_is_run_again(crash_kit: CrashKit, db: str) -> None:
+    target = "tests_py.crash_agents.lease_agent:build_idempotent"
+    assert crash_kit.run_until_crash(target, "t-win", failpoints=WINDOW, db=db, input="charge order 9").killed
+    resumed = crash_kit.resume(target, "t-win", db=db)
+    assert resumed.status == "completed" and resumed.last == DONE
+    assert crash_kit.effects.count("charge_card") == 2  # at-least-once: the same idempotency key twice
+    assert len(crash_kit.effects.distinct("charge_card", "key")) == 1
+
+
+def test_at_most_once_tool_in_the_window_is_not_run_again(crash_kit: CrashKit, db: str) -> None:
+    target = "tests_py.crash_agents.lease_agent:build_at_most_once"
+    assert crash_kit.run_until_crash(target, "t-win", failpoints=WINDOW, db=db, input="charge order 9").killed
+    resumed = crash_kit.resume(target, "t-win", db=db)
+    assert resumed.status == "completed"
+    assert crash_kit.effects.count("charge_card") == 1
+    charge = next(m for m in resumed.message_dicts if m.get("role") == "tool"
+                  and (m.get("metadata") or {}).get("function_name") == "charge_card")
+    text = json.dumps(charge)
+    assert "TOOL_OUTCOME_UNKNOWN" in text and "outcome" in text and "is unknown" in text, text
+    # Its idempotent siblings ran in parallel: once, or twice when the kill came before their record.
+    assert 1 <= crash_kit.effects.count("lookup_order") <= 2 and 1 <= crash_kit.effects.count("send_receipt") <= 2
+
+
+@pytest.mark.parametrize(("answer", "charges"), [({"result": "charged: checked by a human"}, 1), ("retry", 2)])
+def test_at_most_once_with_on_unknown_interrupt_pauses_for_a_human(crash_kit: CrashKit, db: str, answer: Any,
+                                                                   charges: int) -> None:
+    target = "tests_py.crash_agents.lease_agent:build_interrupt"
+    assert crash_kit.run_until_crash(target, "t-win", failpoints=WINDOW, db=db, input="charge order 9").killed
+    paused = crash_kit.resume(target, "t-win", db=db)
+    assert paused.status == "interrupted_before", paused
+    assert crash_kit.effects.count("charge_card") == 1
+    cp = open_db(db)
+    question = pending_interrupt(cp.get_state({"thread_id": "t-win"}))
+    assert question is not None and question.reason == "tool_outcome_unknown"
+    assert question.value["tool"] == "charge_card" and question.value["idempotency_key"].startswith("tenx-")
+    done = crash_kit.resume(target, "t-win", db=db, input={"resume": answer})
+    assert done.status == "completed" and done.last == DONE
+    assert crash_kit.effects.count("charge_card") == charges
+    if charges == 1:
+        assert "charged: checked by a human" in json.dumps(done.message_dicts)
+
+
+# --------------------------------------------------------------------------- in-process policies
+
+
+class Counter(AgentState):
+    count: int = 0
+
+
+def _looping_app(checkpointer: Any, steps: int, pause: float) -> Any:
+    async def work(state: Counter) -> Counter:
+        await asyncio.sleep(pause)
+        state.count += 1
+        return state
+
+    g = StateGraph(Counter)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_conditional_edges("work", lambda s: END if s.count >= steps else "work", {"work": "work", END: END})
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.asyncio
+async def test_on_busy_interrupt_stops_the_holder_at_its_next_step(checkpointer: Any, make_thread: Any) -> None:
+    app = _looping_app(checkpointer, steps=40, pause=0.05)
+    tid = make_thread()
+    first = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("start")]},
+                                            {"thread_id": tid, "recursion_limit": 100}, response_granularity="full"))
+    await asyncio.sleep(0.3)
+    second = await app.ainvoke({"messages": [Message.text_message("new input")]},
+                               {"thread_id": tid, "on_busy": "interrupt", "busy_timeout": 10, "recursion_limit": 100},
+                               response_granularity="full")
+    got = await first
+    assert got["state"].execution_meta.status == "interrupted_after"
+    assert got["state"].execution_meta.interrupt_reason == "preempted"
+    stopped_at = got["state"].count
+    assert 0 < stopped_at < 40
+    assert second["state"].execution_meta.status == "completed" and second["state"].count == 40
+    stored = await checkpointer.aget_state({"thread_id": tid})
+    assert [m.text() for m in stored.context] == ["start", "new input"]
+
+
+@pytest.mark.asyncio
+async def test_preemption_waits_until_the_tool_calls_are_answered(checkpointer: Any, make_thread: Any) -> None:
+    """The safe point is never between an assistant's tool calls and their results."""
+    ran: list[str] = []
+
+    async def lookup(q: str) -> str:
+        ran.append(q)
+        return f"found {q}"
+
+    slow_app = tool_graph(AgentState, [lookup], [[call("c1", "lookup", {"q": "a"})]], checkpointer=checkpointer)
+    tid = make_thread()
+    first = asyncio.create_task(slow_app.ainvoke({"messages": [Message.text_message("one")]},
+                                                 {"thread_id": tid, "failpoints": "after_step:model=delay(400)"},
+                                                 response_granularity="full"))
+    await asyncio.sleep(0.15)  # the model's tool calls are committed; the tools have not run
+    second = await slow_app.ainvoke({"messages": [Message.text_message("two")]},
+                                    {"thread_id": tid, "on_busy": "interrupt"}, response_granularity="full")
+    got = await first
+    assert got["state"].execution_meta.interrupt_reason == "preempted"
+    assert ran == ["a", "a"]  # the first turn's call, then the second turn's
+    roles = [m.role for m in second["state"].context]
+    assert roles[:4] == ["user", "assistant", "tool", "user"], roles
+
+
+@pytest.mark.asyncio
+async def test_lease_loss_failpoint_fences_the_holder(checkpointer: Any, make_thread: Any) -> None:
+    """`lease_renew=raise` skips renewals (a partition): the lease expires, a waiting resume takes
+    over and finishes; the old holder's commit is refused with LeaseLostError."""
+    before = metrics.snapshot()
+    app = _looping_app(checkpointer, steps=2, pause=0.6)
+    tid = make_thread()
+    holder = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
+                                             {"thread_id": tid, "lease_ttl": 0.3, "failpoints": "lease_renew=raise"}))
+    await asyncio.sleep(0.1)
+    with pytest.raises(ThreadBusyError) as busy:
+        await app.ainvoke({}, {"thread_id": tid})
+    assert busy.value.error_code == "STORAGE_BUSY_002" and busy.value.context["lease_token"] >= 1
+    taken = await app.ainvoke({}, {"thread_id": tid, "on_busy": "wait", "busy_timeout": 10},
+                              response_granularity="full")
+    assert taken["state"].execution_meta.status == "completed" and taken["state"].count == 2
+    with pytest.raises(LeaseLostError) as lost:
+        await holder
+    assert lost.value.error_code == "STORAGE_FENCED_001"
+    stored = await checkpointer.aget_state({"thread_id": tid})
+    assert stored.count == 2 and stored.execution_meta.status == "completed"
+    after = metrics.snapshot()
+    assert after["tenxgraph.lease.fenced_writes"] > before["tenxgraph.lease.fenced_writes"]
+    assert after["tenxgraph.lease.busy_rejections"] > before["tenxgraph.lease.busy_rejections"]
+    lease = await checkpointer.aget_lease({"thread_id": tid})
+    assert lease is not None and lease["released"] and lease["token"] >= 2
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_run_frees_the_thread_at_once(checkpointer: Any, make_thread: Any) -> None:
+    app = _looping_app(checkpointer, steps=3, pause=0.2)
+    tid = make_thread()
+    task = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
+                                           {"thread_id": tid, "lease_ttl": 60}))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    started = time.monotonic()
+    done = await app.ainvoke({}, {"thread_id": tid}, response_granularity="full")
+    assert done["state"].count == 3
+    assert time.monotonic() - started < 5  # not the 60 s lease: this process knows it holds nothing
+
+
+# --------------------------------------------------------------------------- side-effect classes
+
+
+@pytest.mark.asyncio
+async def test_at_most_once_fails_closed_when_the_ledger_cannot_be_read(tmp_path: Path, make_thread: Any) -> None:
+    import sqlite3
+
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    counts: dict[str, int] = {}
+
+    @tool(side_effects="at_most_once")
+    async def pay() -> str:
+        counts["pay"] = counts.get("pay", 0) + 1
+        return "paid"
+
+    async def look() -> str:
+        counts["look"] = counts.get("look", 0) + 1
+        return "looked"
+
+    db = tmp_path / "broken.db"
+    cp = SqliteCheckpointer(db)
+    app = tool_graph(AgentState, [pay, look], [[call("c1", "pay"), call("c2", "look")]], checkpointer=cp)
+    cp.setup()
+    with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE tool_executions")
+    r = await app.ainvoke({"messages": [Message.text_message("x")]}, {"thread_id": make_thread()})
+    texts = tool_texts(r["messages"])
+    assert "pay" not in counts and counts["look"] == 1
+    assert "TOOL_LEDGER_UNAVAILABLE" in str(texts["c1"]) and texts["c2"] == "looked"
+
+
+@pytest.mark.asyncio
+async def test_pure_tools_never_touch_the_ledger(checkpointer: Any, make_thread: Any) -> None:
+    @tool(side_effects="pure")
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    app = tool_graph(AgentState, [add], [[call("c1", "add", {"a": 1, "b": 2})]], checkpointer=checkpointer)
+    tid = make_thread()
+    r = await app.ainvoke({"messages": [Message.text_message("x")]}, {"thread_id": tid})
+    assert tool_texts(r["messages"]) == {"c1": "3"}
+    ask = next(m for m in r["messages"] if m.tools_calls)
+    assert await checkpointer.aget_tool_status({"thread_id": tid}, f"{ask.message_id}:c1") is None
+
+
+# --------------------------------------------------------------------------- retention
+
+
+@pytest.mark.asyncio
+async def test_pruning_under_a_pending_interrupt_keeps_the_run_resumable(checkpointer: Any, make_thread: Any) -> None:
+    counts: dict[str, int] = {}
+
+    async def charge() -> str:
+        counts["charge"] = counts.get("charge", 0) + 1
+        return "charged"
+
+    async def confirm() -> str:
+        answer = interrupt({"question": "send it?"})
+        return f"confirmed: {answer}"
+
+    app = tool_graph(AgentState, [charge, confirm], [[call("c1", "charge"), call("c2", "confirm")]],
+                     checkpointer=checkpointer)
+    paused_id, done_id = make_thread(), make_thread()
+    done = await app.ainvoke({"messages": [Message.text_message("old")]}, {"thread_id": done_id},
+                            response_granularity="full")
+    assert done["state"].execution_meta.status == "interrupted_before"
+    await app.ainvoke({"resume": "yes"}, {"thread_id": done_id})  # finished: prunable
+    await app.ainvoke({"messages": [Message.text_message("pay")]}, {"thread_id": paused_id})
+    assert counts["charge"] == 2
+    dry = await checkpointer.aprune(keep_versions=1, finished_older_than=0, ledger_ttl=0, dry_run=True)
+    report = await checkpointer.aprune(keep_versions=1, finished_older_than=0, ledger_ttl=0)
+    assert dry == {**report, "dry_run": True}
+    assert report["threads"] == 1 and report["ledger_rows"] >= 2 and report["state_versions"] >= 1
+    assert await checkpointer.aget_state({"thread_id": done_id}) is None
+    paused = await checkpointer.aget_state({"thread_id": paused_id})
+    assert pending_interrupt(paused) is not None
+    r = await app.ainvoke({"resume": "yes"}, {"thread_id": paused_id})
+    assert tool_texts(r["messages"]) == {"c1": "charged", "c2": "confirmed: yes"}
+    assert counts["charge"] == 2  # the sibling that finished before the pause was not run again
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("bad", [{"on_busy": "sometimes"}, {"on_busy": None}, {"lease_ttl": 0}, {"lease_ttl": "5"},
+                                 {"busy_timeout": True}, {"busy_timeout": -1}, {"lease_ttl": float("nan")}])
+async def test_bad_lease_settings_are_refused_before_anything_is_written(checkpointer: Any, make_thread: Any,
+                                                                          bad: dict[str, Any]) -> None:
+    app = _looping_app(checkpointer, steps=1, pause=0)
+    tid = make_thread()
+    with pytest.raises(ValueError, match="on_busy|lease_ttl|busy_timeout"):
+        await app.ainvoke({"messages": [Message.text_message("x")]}, {"thread_id": tid, **bad})
+    assert await checkpointer.aget_state({"thread_id": tid}) is None
+    assert await checkpointer.aget_lease({"thread_id": tid}) is None
+
+
+def test_bad_side_effect_declarations_are_refused() -> None:
+    with pytest.raises(ValueError, match="on_unknown"):
+        tool(on_unknown="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="only applies"):
+        tool(side_effects="idempotent", on_unknown="interrupt")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("bad", [{"keep_versions": 0}, {"keep_versions": 1.5}, {"ledger_ttl": -1},
+                                 {"finished_older_than": "old"}, {"finished_older_than": float("nan")},
+                                 {"ledger_ttl": float("inf")}])
+async def test_bad_prune_rules_are_refused(checkpointer: Any, bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        await checkpointer.aprune(**bad)
