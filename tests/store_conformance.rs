@@ -42,7 +42,7 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, in_tx: None }
+    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None }
 }
 
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .map(|m| m["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
-        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, in_tx: None };
+        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, release_lease: false, in_tx: None };
         s.put_step(&t, w).await.unwrap();
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.messages.len(), 1, "{name}");
@@ -331,6 +331,11 @@ async fn fenced_writes_are_refused_once_a_newer_holder_exists() {
         assert_eq!(s.put_step(&t, w).await.unwrap(), 2, "{name}");
         assert_eq!(s.ledger_put_many(&t, &rec, Some(new)).await.unwrap(), 1, "{name}");
         assert_eq!(s.put_step(&t, step(2, &st, &[])).await.unwrap(), 3, "{name}");
+        // A run's last commit frees the lease in the same transaction.
+        let w = StepWrite { fence: Some(new), release_lease: true, ..step(3, &st, &[]) };
+        assert_eq!(s.put_step(&t, w).await.unwrap(), 4, "{name}");
+        let lease = s.lease_get(&tid).await.unwrap().unwrap();
+        assert!(lease.released && lease.token == new, "{name}: {lease:?}");
     }
 }
 

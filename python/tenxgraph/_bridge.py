@@ -8,6 +8,7 @@ so the user's code sees ``CancelledError`` instead of running on unobserved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -32,10 +33,22 @@ async def await_native(waiter: Any) -> Any:
         await ready
     except asyncio.CancelledError:
         waiter.cancel()
+        # The Rust future is dropped on a tokio thread; wait (briefly) until it is, so that when
+        # the cancelled caller resumes the run has really ended: its lease is free, its Python
+        # tasks are cancelled. The task writes its byte when it is dropped, too.
+        # (`ready` itself was cancelled with us: watch the socket with a new future.)
+        gone = loop.create_future()
+        loop.remove_reader(fd)
+        loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(gone, _CANCEL_GRACE_SECONDS)
         raise
     finally:
         loop.remove_reader(fd)
     return waiter.take()
+
+
+_CANCEL_GRACE_SECONDS = 2.0
 
 
 class Submission:

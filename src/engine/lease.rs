@@ -121,6 +121,8 @@ pub struct Lease {
     next_renewal: Mutex<Instant>,
     /// The `lease_renew` failpoint fired: renewals stop for the rest of the run (a partition).
     cut_off: std::sync::atomic::AtomicBool,
+    /// The run's last commit freed the lease in its own transaction.
+    released: std::sync::atomic::AtomicBool,
 }
 
 impl Lease {
@@ -168,6 +170,14 @@ impl Lease {
         }
     }
 
+    pub fn mark_released(&self) {
+        self.released.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn released(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Frees the thread for the next run at once.
     pub async fn release(&self, store: &dyn Checkpointer) {
         if let Err(e) = store.lease_release(&self.thread_id, self.token).await {
@@ -209,7 +219,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     tracing::info!(thread_id = %thread_id, token, "took over the lease of a holder whose process is gone");
                 }
                 let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
-                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default() });
+                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default(), released: Default::default() });
             }
             LeaseAttempt::Held(info) => info,
         };

@@ -61,6 +61,8 @@ struct Run<'a, H: NodeHost + ?Sized> {
     /// The node whose step the next commit writes (`__input__` before the first node).
     step_node: String,
     lease: &'a Lease,
+    /// The next commit is the run's last (see `commit_final`).
+    finishing: bool,
     /// A preemption was requested: stop before the next node that is not a tool node.
     preempt: std::sync::atomic::AtomicBool,
 }
@@ -93,7 +95,8 @@ pub async fn run<H: NodeHost + ?Sized>(
     // The lease comes first: what is loaded next is what the previous holder left.
     let lease = lease::acquire(store, cfg).await?;
     let result = run_leased(graph, store, host, cfg, input, &lease).await;
-    if !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. }))) {
+    // The last commit released it in its own transaction unless the run ended without one.
+    if !lease.released() && !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. }))) {
         lease.release(store).await;
     }
     result
@@ -186,6 +189,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         rewrite,
         step_node: "__input__".into(),
         lease,
+        finishing: false,
         preempt: Default::default(),
     };
     if stored.is_none()
@@ -208,6 +212,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         RunOutcome { exec: self.exec.clone(), version: self.version, stopped }
     }
 
+    /// The run's last commit: it also frees the thread's lease, in the same transaction.
+    async fn commit_final(&mut self) -> Result<(), EngineError> {
+        self.finishing = true;
+        self.commit(true).await
+    }
+
     /// Commits the live state. A non-durable step leaves the cursor alone, so the next durable
     /// commit carries every message since the last one.
     async fn commit(&mut self, durable: bool) -> Result<(), EngineError> {
@@ -222,6 +232,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages || self.rewrite,
             fence: Some(self.lease.token),
+            release_lease: self.finishing,
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
         };
         self.version = match self.store.put_step(&self.cfg.thread, w).await {
@@ -236,6 +247,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
         };
         super::metrics::inc(&super::metrics().steps_committed);
+        if self.finishing {
+            self.lease.mark_released();
+        }
         self.cursor = snap.cursor;
         self.rewrite = false;
         self.host.committed(self.version);
@@ -256,7 +270,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         self.exec.status = ExecStatus::Error;
         self.exec.error = Some(err.to_string());
-        if let Err(e) = self.commit(true).await {
+        if let Err(e) = self.commit_final().await {
             tracing::error!(thread_id = %self.cfg.thread.thread_id, "could not record the failed state: {e}");
         }
         Err(err)
@@ -318,7 +332,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         );
         self.exec.stop_current_execution = "stopped".into();
         tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, reason, "run stopped by request");
-        self.commit(true).await?;
+        self.commit_final().await?;
         Ok(self.outcome(true))
     }
 
@@ -326,7 +340,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         loop {
             if self.exec.current_node == END {
                 self.exec.status = ExecStatus::Completed;
-                self.commit(true).await?;
+                self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
             self.keep_lease().await?;
@@ -343,7 +357,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             let skip = skip_before.take().is_some_and(|n| n == node);
             if !skip && self.graph.interrupt_before.contains(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_before: {node}"), ExecStatus::InterruptedBefore, None);
-                self.commit(true).await?;
+                self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
             let out = match self.guarded_node(&node, signal).await {
@@ -360,7 +374,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     // current_node stays: the node runs again when the thread is resumed.
                     let data = json!({"interrupt": payload});
                     self.exec.set_interrupt(&node, "interrupt".into(), ExecStatus::InterruptedBefore, Some(data));
-                    self.commit(true).await?;
+                    self.commit_final().await?;
                     return Ok(self.outcome(false));
                 }
                 Err(Guard::Failed(HostFailure::Raised { error_type, message, cause })) => {
@@ -394,7 +408,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.exec.current_node = next.clone();
             if self.graph.interrupt_after.contains(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_after: {node}"), ExecStatus::InterruptedAfter, None);
-                self.commit(true).await?;
+                self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
             if next != END && self.exec.step >= self.cfg.recursion_limit {

@@ -31,16 +31,26 @@ where
     T: Send + 'static,
     C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    let (reader, mut writer) = UnixStream::pair().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+    let (reader, writer) = UnixStream::pair().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
     reader.set_nonblocking(true).map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
     let result: std::sync::Arc<Mutex<Option<Convert>>> = Default::default();
     let slot = result.clone();
     let handle = pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+        // Writes its byte when dropped: after the result is stored, or when the task is aborted
+        // (a cancelled await waits for that, so the run has really ended when it returns).
+        let _wake = Wake(writer);
         let out = fut.await;
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(move |py| convert(py, out)));
-        let _ = writer.write_all(&[1]); // the reader may be gone (cancelled): nothing to wake
     });
     Py::new(py, Waiter { reader, result, task: handle.abort_handle() })
+}
+
+struct Wake(UnixStream);
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        let _ = self.0.write_all(&[1]); // the reader may be gone: nothing to wake
+    }
 }
 
 fn await_helper(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {

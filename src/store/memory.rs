@@ -164,6 +164,12 @@ impl Checkpointer for MemoryStore {
         if let Some(r) = d.row.as_mut() {
             r.updated_at = now_secs();
         }
+        if let (true, Some(token)) = (w.release_lease, w.fence) {
+            if let Some(l) = inner.leases.get_mut(&t.thread_id).filter(|l| l.info.token == token) {
+                l.info.released = true;
+                l.expires_at = now_secs();
+            }
+        }
         Ok(new_version)
     }
 

@@ -40,6 +40,17 @@ async fn check_fence(c: &mut SqliteConnection, thread_id: &str, fence: Option<i6
     }
 }
 
+async fn release_in(c: &mut SqliteConnection, thread_id: &str, token: i64) -> StoreResult<()> {
+    sqlx::query("UPDATE leases SET released = 1, expires_at = ? WHERE thread_id = ? AND token = ?")
+        .bind(now_secs())
+        .bind(thread_id)
+        .bind(token)
+        .execute(c)
+        .await
+        .map_err(be("release lease"))?;
+    Ok(())
+}
+
 fn lease_info(r: &sqlx::sqlite::SqliteRow, now: f64) -> LeaseInfo {
     LeaseInfo {
         token: r.get("token"),
@@ -313,6 +324,9 @@ impl Checkpointer for SqliteStore {
             .execute(tx.conn())
             .await
             .map_err(be("touch thread"))?;
+        if let (true, Some(token)) = (w.release_lease, w.fence) {
+            release_in(tx.conn(), &t.thread_id, token).await?;
+        }
         if let Some(h) = w.in_tx {
             h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
         }
@@ -619,14 +633,8 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE leases SET released = 1, expires_at = ? WHERE thread_id = ? AND token = ?")
-            .bind(now_secs())
-            .bind(thread_id)
-            .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(be("release lease"))?;
-        Ok(())
+        let mut c = self.pool.acquire().await.map_err(be("release lease"))?;
+        release_in(&mut c, thread_id, token).await
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {

@@ -50,6 +50,9 @@ pub struct StepWrite<'a> {
     /// The run's lease token: the write is refused (`StoreError::Fenced`) once a newer holder
     /// exists. None for writes from outside a run.
     pub fence: Option<i64>,
+    /// The run's last commit: free the lease (the one named by `fence`) in the same transaction,
+    /// so a finished turn costs no extra round trip to hand the thread on.
+    pub release_lease: bool,
     /// Only set while a failpoint is armed for this step.
     pub in_tx: Option<&'a dyn TxHook>,
 }

@@ -77,7 +77,7 @@ impl Sql {
              'usages', NULLIF(usages, '{{}}'::jsonb), 'metadata', COALESCE(meta, '{{}}'::jsonb)))"
         );
         Sql {
-            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
             lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
             latest_state: format!(
                 "SELECT version, state_data FROM {s}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC LIMIT 1"
@@ -365,7 +365,8 @@ impl Checkpointer for PgStore {
             .bind(w.replace_messages)
             .bind(self.opts.state_history_limit)
             .bind(self.opts.enforce_user_isolation)
-            .bind(w.fence);
+            .bind(w.fence)
+            .bind(w.release_lease);
         let r: Result<i64, sqlx::Error> = match w.in_tx {
             None => step.fetch_one(&self.pool).await,
             // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.

@@ -206,13 +206,20 @@ BEGIN
   END IF;
 END $fn$;
 
+-- The fenced step; p_release frees the lease in the same transaction (the run's last commit).
 CREATE OR REPLACE FUNCTION {s}.tenx_put_step(
   p_thread TEXT, p_user TEXT, p_expected BIGINT, p_state JSONB, p_messages JSONB,
-  p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN, p_fence BIGINT
+  p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN, p_fence BIGINT, p_release BOOLEAN
 ) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+DECLARE v_new BIGINT;
 BEGIN
   PERFORM {s}.tenx_check_fence(p_thread, p_fence);
-  RETURN {s}.tenx_put_step(p_thread, p_user, p_expected, p_state, p_messages, p_replace, p_history, p_isolate);
+  v_new := {s}.tenx_put_step(p_thread, p_user, p_expected, p_state, p_messages, p_replace, p_history, p_isolate);
+  IF p_release AND p_fence IS NOT NULL THEN
+    UPDATE {s}.tenx_leases SET released = TRUE, expires_at = clock_timestamp()
+    WHERE thread_id = p_thread AND token = p_fence;
+  END IF;
+  RETURN v_new;
 END $fn$;
 
 -- Ledger rows in one round trip: the first result wins; an intent record ('started') goes only
