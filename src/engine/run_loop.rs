@@ -185,7 +185,9 @@ async fn run_leased<H: NodeHost + ?Sized>(
         version,
         cursor,
         stop_key: key.clone(),
-        last_stop_poll: Default::default(),
+        // The key was cleared just above: nothing from another process can be pending yet, so the
+        // first poll waits one interval like the others (a stop from this process is signalled).
+        last_stop_poll: std::sync::Mutex::new(Some(Instant::now())),
         rewrite,
         step_node: "__input__".into(),
         lease,

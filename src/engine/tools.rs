@@ -354,6 +354,9 @@ impl Recorder {
             !std::mem::replace(&mut q.writing, true)
         };
         if lead {
+            // Let the sibling calls that finished together with this one queue up first (they
+            // are polled by the same task): tools returning at once share one transaction.
+            tokio::task::yield_now().await;
             loop {
                 let batch = {
                     let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());

@@ -57,7 +57,7 @@ pub struct PgStore {
 struct Sql {
     put_step: String,
     lock_thread: String,
-    latest_state: String,
+    load: String,
     messages: String,
     ledger_get: String,
     ledger_put: String,
@@ -79,8 +79,17 @@ impl Sql {
         Sql {
             put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
             lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
-            latest_state: format!(
-                "SELECT version, state_data FROM {s}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC LIMIT 1"
+            // One round trip: the owner check, the latest state and the thread's messages as one
+            // array (NULL for a row written by 10xGraph, whose context is inside the state).
+            load: format!(
+                "SELECT st.version, st.state_data, \
+                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' THEN NULL ELSE \
+                     (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
+                       (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
+                   END AS msgs \
+                 FROM {s}.states st WHERE st.thread_id = $1 \
+                   AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
+                 ORDER BY st.version DESC, st.state_id DESC LIMIT 1"
             ),
             messages: format!("SELECT {message_json} AS m FROM {s}.messages WHERE thread_id = $1 ORDER BY seq, created_at"),
             ledger_get: format!(
@@ -326,29 +335,22 @@ impl Checkpointer for PgStore {
     }
 
     async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
-        if !self.readable(t).await? {
-            return Ok(None);
-        }
-        let mut c = self.pool.acquire().await.map_err(|e| map_err("load", e, Some(t)))?;
-        let row = sqlx::query(AssertSqlSafe(self.sql.latest_state.clone()))
+        let row = sqlx::query(AssertSqlSafe(self.sql.load.clone()))
             .bind(&t.thread_id)
-            .fetch_optional(&mut *c)
+            .bind(self.opts.enforce_user_isolation)
+            .bind(&t.user_id)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(|e| map_err("load state", e, Some(t)))?;
+            .map_err(|e| map_err("load", e, Some(t)))?;
+        // A non-owner reads nothing (writes are what raise).
         let Some(row) = row else { return Ok(None) };
         let mut state: Value = row.get("state_data");
         // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
         let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
-        let (messages, rewrite_messages) = match legacy_context {
-            Some(Value::Array(ctx)) => (ctx, true),
-            _ => (
-                sqlx::query_scalar::<_, Value>(AssertSqlSafe(self.sql.messages.clone()))
-                    .bind(&t.thread_id)
-                    .fetch_all(&mut *c)
-                    .await
-                    .map_err(|e| map_err("load messages", e, Some(t)))?,
-                false,
-            ),
+        let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Value>, _>("msgs")) {
+            (Some(Value::Array(ctx)), _) => (ctx, true),
+            (_, Some(Value::Array(msgs))) => (msgs, false),
+            _ => (Vec::new(), false),
         };
         Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages }))
     }
