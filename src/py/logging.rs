@@ -156,3 +156,16 @@ pub fn run_span(thread_id: &str, run_id: &str) -> tracing::Span {
 pub fn enter_node(node: &str) {
     tracing::Span::current().record("node", node);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::python_key;
+
+    #[test]
+    fn fields_that_would_overwrite_record_attributes_are_renamed() {
+        assert_eq!(python_key("thread_id"), "thread_id");
+        assert_eq!(python_key("message"), "field_message");
+        assert_eq!(python_key("name"), "field_name");
+        assert_eq!(python_key("thread"), "field_thread");
+    }
+}
