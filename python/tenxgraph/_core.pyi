@@ -4,11 +4,14 @@ from collections.abc import Awaitable, Generator
 from typing import Any, final
 
 
-__all__ = ["Completion", "NativeGraph", "NativeStore", "Waiter", "metrics_snapshot", "shutdown", "__version__"]
+__all__ = [
+    "Completion", "NativeGraph", "NativeStore", "Waiter", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+]
 
 __version__: str
 
 def metrics_snapshot() -> dict[str, float]: ...
+def reset_log_cache() -> None: ...
 def shutdown() -> None: ...
 
 @final

@@ -94,9 +94,12 @@ def _when(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _meta(state: dict[str, Any]) -> dict[str, Any]:
-    meta = state.get("execution_meta")
-    return meta if isinstance(meta, dict) else {}
+    return _dict(state.get("execution_meta"))
 
 
 def _version_row(version: int, created_at: float | None, state: dict[str, Any]) -> VersionRow:
@@ -192,12 +195,11 @@ async def thread_detail(cp: BaseCheckpointer, thread_id: str) -> ThreadDetail:
     versions = await _versions(cp, thread_id, owner)
     latest, state = versions[0] if versions else (None, {})
     meta = _meta(state)
-    internal = meta.get("internal_data") if isinstance(meta.get("internal_data"), dict) else {}
-    data = meta.get("interrupt_data") if isinstance(meta.get("interrupt_data"), dict) else {}
-    pending = data.get("interrupt") if meta.get("interrupt_reason") == "interrupt" else None
+    internal = _dict(meta.get("internal_data"))
+    pending = _dict(meta.get("interrupt_data")).get("interrupt") if meta.get("interrupt_reason") == "interrupt" else None
     return ThreadDetail(
         **_summary(row, latest),
-        created_at=_when(row[4]),
+        created_at=datetime.fromtimestamp(row[4], tz=timezone.utc),
         error=internal.get("error") if meta.get("status") == "error" else None,
         pending_interrupt=pending if isinstance(pending, dict) else None,
         interrupt_reason=meta.get("interrupt_reason"),
@@ -221,8 +223,7 @@ def _call_names(message: dict[str, Any]) -> list[tuple[str | None, str | None]]:
     out = []
     for c in message.get("tools_calls") or []:
         if isinstance(c, dict):
-            fn = c.get("function") if isinstance(c.get("function"), dict) else {}
-            out.append((c.get("id"), fn.get("name") or c.get("name")))
+            out.append((c.get("id"), _dict(c.get("function")).get("name") or c.get("name")))
     return out
 
 

@@ -48,7 +48,7 @@ class TenxgraphCollector:
             yield SummaryMetricFamily(
                 prometheus_name(name),
                 metrics.describe(name),
-                count_value=snap[f"{name}_count"],
+                count_value=int(snap[f"{name}_count"]),
                 sum_value=snap[f"{name}_sum"],
             )
         for name, value in sorted(snap.items()):
