@@ -254,7 +254,8 @@ def test_stop_ends_a_running_run(store: Store) -> None:
 
     def run() -> None:
         t0 = time.monotonic()
-        outcome["result"] = app.invoke({"messages": [user("go")]}, {"thread_id": "busy-1", "user_id": "carol"}, "full")
+        outcome["result"] = app.invoke({"messages": [user("go")]},
+                                       {"thread_id": "busy-1", "user_id": "carol", "run_id": "run-busy"}, "full")
         outcome["secs"] = time.monotonic() - t0
 
     worker = threading.Thread(target=run)
@@ -263,6 +264,11 @@ def test_stop_ends_a_running_run(store: Store) -> None:
         assert started.wait(30)
         shown = store.run("threads", "show", "busy-1", "--json").json()
         assert (shown["status"], shown["current_node"]) == ("running", "wait")
+        if hasattr(store.cp, "aget_lease"):  # a runtime with leases: the running run holds one
+            assert shown["lease"]["holder"] == "run-busy" and shown["lease"]["expires_in"] > 0
+            assert "lease         run-busy (token " in store.run("threads", "show", "busy-1").out
+        else:
+            assert shown["lease"] is None
         r = store.run("stop", "busy-1")
         assert r.rc == 0 and "stop requested for thread 'busy-1'" in r.out, r.err
         worker.join(30)

@@ -61,7 +61,8 @@ async def threads_list(cp: BaseCheckpointer, args: Any, io: Io) -> int:
 def _lease_line(lease: views.LeaseView | None) -> str:
     if lease is None:
         return "none"
-    return f"{lease.holder} (token {lease.token}, expires in {lease.expires_in:.1f}s)"
+    where = f", {lease.host} pid {lease.pid}" if lease.host else ""
+    return f"{lease.holder} (token {lease.token}{where}, expires in {lease.expires_in:.1f}s)"
 
 
 async def threads_show(cp: BaseCheckpointer, args: Any, io: Io) -> int:

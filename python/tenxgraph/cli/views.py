@@ -60,9 +60,11 @@ class VersionRow(BaseModel):
 
 
 class LeaseView(BaseModel):
-    holder: str
-    token: int
-    expires_in: float
+    holder: str  # the run id
+    token: int  # the fencing token
+    expires_in: float  # seconds
+    host: str | None = None
+    pid: int | None = None
 
 
 class ThreadDetail(ThreadSummary):
@@ -181,10 +183,17 @@ async def iter_threads(
             return
 
 
-async def lease_holder(cp: BaseCheckpointer, thread_id: str) -> LeaseView | None:
-    """Who holds the thread's lease right now. The runtime has no leases yet: always None (the
-    lease work fills this in from the store's lease row)."""
-    return None
+async def lease_holder(cp: BaseCheckpointer, thread_id: str, owner: str) -> LeaseView | None:
+    """Who holds the thread's lease right now: None when nobody does (never held, released or
+    expired), and with a checkpointer that has no leases (``aget_lease``)."""
+    get = getattr(cp, "aget_lease", None)
+    if get is None:
+        return None
+    info = await get({"thread_id": thread_id, "user_id": owner})
+    if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
+        return None
+    return LeaseView(holder=str(info.get("holder")), token=int(info.get("token", 0)),
+                     expires_in=float(info["expires_in"]), host=info.get("host"), pid=info.get("pid"))
 
 
 async def thread_detail(cp: BaseCheckpointer, thread_id: str) -> ThreadDetail:
@@ -203,7 +212,7 @@ async def thread_detail(cp: BaseCheckpointer, thread_id: str) -> ThreadDetail:
         error=internal.get("error") if meta.get("status") == "error" else None,
         pending_interrupt=pending if isinstance(pending, dict) else None,
         interrupt_reason=meta.get("interrupt_reason"),
-        lease=await lease_holder(cp, thread_id),
+        lease=await lease_holder(cp, thread_id, owner),
         versions=[v for v, _ in versions],
     )
 
