@@ -200,7 +200,7 @@ async def test_ledger_write_failure_logs_and_the_run_goes_on(tmp_path: Path, cap
     assert r["messages"][-1].text() == "done"
     errors = [rec for rec in caplog.records if "COMPLETED but could not be recorded" in rec.getMessage()]
     assert errors and errors[0].levelno == logging.ERROR
-    assert "disk full" in errors[0].getMessage()
+    assert "disk full" in errors[0].error  # details are LogRecord fields; the message is constant
     assert metrics.snapshot()["tenxgraph.tool.record_failures"] == before + 1
     assert "ledger lookup failed" not in caplog.text
 

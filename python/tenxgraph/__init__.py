@@ -29,6 +29,7 @@ _LAZY = {
     "Message": "tenxgraph.core.state",
     "START": "tenxgraph.utils.constants",
     "END": "tenxgraph.utils.constants",
+    "load_config": "tenxgraph.config",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -17,6 +17,7 @@ from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestSta
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph._tool_step import ToolStep
+from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
 from tenxgraph.utils.command import Command
 
@@ -82,6 +83,11 @@ class Run:
         self._index = _ContextIndex()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
 
+    def _log_fields(self, **more: str) -> dict[str, str]:
+        """The run's log fields, for lines made where the run's context is not current (the Rust
+        loop calls ``prepare`` and ``accept_replay`` from its own threads)."""
+        return {"thread_id": str(self.config["thread_id"]), "run_id": str(self.config["run_id"]), **more}
+
     # -- called by the Rust loop -----------------------------------------------------------
 
     def prepare(self, state_json: str | None, messages_json: list[str] | None, exec_json: str) -> tuple[int, str | None]:
@@ -96,7 +102,8 @@ class Run:
             state = self.graph._state_type.model_validate(data)
             if stored_class and stored_class != type(state).__name__:
                 self.graph._log.warning(
-                    "thread state was written by %s, loading it as %s", stored_class, type(state).__name__
+                    "thread state was written by %s, loading it as %s", stored_class, type(state).__name__,
+                    extra=self._log_fields(),
                 )
         self._check_resume(state)
         stored_len = len(state.context)
@@ -110,7 +117,8 @@ class Run:
                 setattr(state, key, value)
             else:
                 self.graph._log.warning(
-                    "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__
+                    "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,
+                    extra=self._log_fields(),
                 )
         self._apply_exec(state, exec_json)
         self.state = state
@@ -129,7 +137,8 @@ class Run:
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(name, answers)
         try:
-            result = await node.call(state, config)
+            with log_fields(node=name):
+                result = await node.call(state, config)
         finally:
             deactivate(token)
         produced_before = len(self.produced)
@@ -189,12 +198,15 @@ class Run:
         return origin, [(c.call_id, c.name, tools.side_effects(c.name)) for c in step.calls]
 
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
-        return self._tool_steps[name].accept_replay(index, envelope_json)
+        # Called from a Rust thread, outside the run's context: its log fields are set here.
+        with log_fields(**self._log_fields(node=name)):
+            return self._tool_steps[name].accept_replay(index, envelope_json)
 
     async def run_tool(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
         step = self._tool_steps[name]
-        out = await step.run(index, config, idempotency_key)
+        with log_fields(node=name, tool=step.calls[index].name):
+            out = await step.run(index, config, idempotency_key)
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out

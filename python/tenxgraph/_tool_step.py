@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ from pydantic import TypeAdapter
 
 from tenxgraph.core.exceptions import NodeError
 from tenxgraph.core.graph.tool_merge import merge_tool_state
+from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
@@ -20,7 +20,7 @@ from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, 
 
 __all__ = ["ToolStep"]
 
-_log = logging.getLogger("tenxgraph.tools")
+_log = run_logger("tenxgraph.tools")
 _JSON = TypeAdapter(Any)
 
 
@@ -85,7 +85,8 @@ class ToolStep:
                     return False
                 self.replayed_updates[index] = update
         except Exception as exc:  # a malformed record is no record: the tool runs again
-            _log.warning("ledger record for call %s is malformed (%s); the tool will run", self.calls[index].call_id, exc)
+            _log.warning("ledger record for call %s is malformed (%s); the tool will run", self.calls[index].call_id, exc,
+                         extra={"tool": self.calls[index].name, "event": "ledger_record_malformed"})
             return False
         return True
 
@@ -122,11 +123,9 @@ class ToolStep:
                 env["state"] = _JSON.dump_python(outcome.state_update, mode="json")
             except Exception as exc:
                 record = False
-                _log.error(
-                    "tool call %s (%s) COMPLETED but could not be recorded: its state update is not "
-                    "JSON-serialisable (%s); a replay of this node may run it again",
-                    call.call_id, call.name, exc, extra={"event": "tool_result_not_recorded"},
-                )
+                _log.error(NOT_RECORDED_MESSAGE, extra={
+                    "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": f"{self.origin_id}:{call.call_id}",
+                    "error": f"its state update is not JSON-serialisable: {exc}"})
         return json.dumps(env), record, _is_error(msg)
 
     def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:

@@ -5,30 +5,54 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 macro_rules! metrics {
-    ($($field:ident => $name:literal),* $(,)?) => {
+    (
+        durations { $($dfield:ident => $dname:literal),* $(,)? }
+        $($field:ident => $name:literal),* $(,)?
+    ) => {
         #[derive(Default)]
-        pub struct Metrics { $(pub $field: AtomicU64,)* }
+        pub struct Metrics {
+            $(pub $dfield: DurationStat,)*
+            $(pub $field: AtomicU64,)*
+        }
         impl Metrics {
-            /// `(metric name, value)`; durations are `*_seconds_sum` / `*_count` pairs.
+            /// `(metric name, value)`: every counter, each duration as a `<name>_sum` (seconds) /
+            /// `<name>_count` pair, and the derived `tenxgraph.ledger.hits`.
             pub fn snapshot(&self) -> Vec<(&'static str, f64)> {
-                vec![$(($name, self.$field.load(Relaxed) as f64 / scale($name)),)*]
+                let mut out = vec![$(($name, self.$field.load(Relaxed) as f64),)*];
+                $(
+                    out.push((concat!($dname, "_sum"), self.$dfield.sum_us.load(Relaxed) as f64 / 1e6));
+                    out.push((concat!($dname, "_count"), self.$dfield.count.load(Relaxed) as f64));
+                )*
+                // Every call answered from the ledger is one ledger hit; counted once, as replays.
+                out.push(("tenxgraph.ledger.hits", self.tool_replayed.load(Relaxed) as f64));
+                out
             }
         }
     };
 }
 
+/// A duration metric: total microseconds and how many observations made it, so an exporter can
+/// publish a summary (sum and count) and a reader can compute the mean.
+#[derive(Default)]
+pub struct DurationStat {
+    pub sum_us: AtomicU64,
+    pub count: AtomicU64,
+}
+
 metrics! {
+    durations {
+        node_duration_us => "tenxgraph.node.duration_seconds",
+        tool_duration_us => "tenxgraph.tool.duration_seconds",
+    }
     node_executions => "tenxgraph.node.executions",
     node_errors => "tenxgraph.node.errors",
     node_timeouts => "tenxgraph.node.timeouts",
     node_stopped => "tenxgraph.node.stopped",
-    node_duration_us => "tenxgraph.node.duration_seconds_sum",
     tool_calls => "tenxgraph.tool.calls",
     tool_errors => "tenxgraph.tool.errors",
     tool_timeouts => "tenxgraph.tool.timeouts",
     tool_replayed => "tenxgraph.tool.replayed",
     tool_record_failures => "tenxgraph.tool.record_failures",
-    tool_duration_us => "tenxgraph.tool.duration_seconds_sum",
     ledger_read_failures => "tenxgraph.ledger.read_failures",
     ledger_misses => "tenxgraph.ledger.misses",
     stale_conflicts => "tenxgraph.storage.stale_conflicts",
@@ -45,10 +69,6 @@ metrics! {
     tool_outcome_unknown => "tenxgraph.tool.outcome_unknown",
 }
 
-fn scale(name: &str) -> f64 {
-    if name.ends_with("seconds_sum") { 1e6 } else { 1.0 }
-}
-
 pub fn metrics() -> &'static Metrics {
     static M: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
     M.get_or_init(Metrics::default)
@@ -58,6 +78,7 @@ pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
 
-pub fn add_duration(c: &AtomicU64, d: Duration) {
-    c.fetch_add(d.as_micros() as u64, Relaxed);
+pub fn add_duration(c: &DurationStat, d: Duration) {
+    c.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    c.count.fetch_add(1, Relaxed);
 }

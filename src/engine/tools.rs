@@ -381,12 +381,14 @@ impl Recorder {
 /// needs the result.
 fn not_recorded(cfg: &RunConfig, tool: &str, key: &str, error: &str) {
     inc(&metrics().tool_record_failures);
+    // The message is a constant so alerts and log grouping can match it; the details are fields.
     tracing::error!(
         thread_id = %cfg.thread.thread_id,
         run_id = %cfg.run_id,
         tool = %tool,
         ledger_key = %key,
+        error = %error,
         event = "tool_result_not_recorded",
-        "tool call {key} ({tool}) COMPLETED but could not be recorded; a replay of this node may run it again: {error}"
+        "tool call COMPLETED but could not be recorded; a replay of this node may run it again"
     );
 }

@@ -100,10 +100,12 @@ impl NativeGraph {
         let spec = self.spec.clone();
         let store = self.store.clone();
         let host = PyHost { run, locals: Locals { event_loop, context }, streaming };
+        let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
             engine::run(&spec, &*store, &host, &cfg, input).await
         };
+        let fut = tracing::Instrument::instrument(fut, span);
         let waiter = super::waiter::spawn(py, fut, |py, r| match r {
             Ok(o) => {
                 let text = json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string();

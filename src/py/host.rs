@@ -76,6 +76,7 @@ impl NodeHost for PyHost {
     }
 
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {
+        super::logging::enter_node(node);
         let exec = exec_text(exec);
         let task = Python::attach(|py| {
             let coro = self.run.bind(py).call_method1("run_node", (node, exec))?;
@@ -142,6 +143,7 @@ impl NodeHost for PyHost {
     }
 
     fn begin_tools(&self, node: &str, exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {
+        super::logging::enter_node(node);
         let exec = exec_text(exec);
         Python::attach(|py| {
             let r = self.run.bind(py).call_method1("begin_tools", (node, exec))?;

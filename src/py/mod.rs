@@ -4,6 +4,7 @@ mod bridge;
 mod errors;
 mod graph;
 mod host;
+mod logging;
 mod store;
 mod waiter;
 
@@ -36,10 +37,25 @@ pub mod _core {
         super::store::close_all(py);
     }
 
+    /// Forgets the cached Python loggers and their levels, so Rust records follow a logging
+    /// configuration changed after the first Rust record of a logger.
+    #[pyfunction]
+    fn reset_log_cache() {
+        if let Some(handle) = LOG_RESET.get() {
+            handle.reset();
+        }
+    }
+
+    static LOG_RESET: std::sync::OnceLock<pyo3_log::ResetHandle> = std::sync::OnceLock::new();
+
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        // Rust `tracing`/`log` records become Python `logging` records under "tenxgraph.*".
-        let _ = pyo3_log::try_init();
+        // Rust `tracing`/`log` records become Python `logging` records under "tenxgraph.*", with
+        // their structured fields as LogRecord attributes (see logging.rs).
+        if let Ok(handle) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels)?.install() {
+            let _ = LOG_RESET.set(handle);
+        }
+        super::logging::install();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

@@ -397,4 +397,31 @@ impl NativeStore {
         let s = self.inner.clone();
         awaitable(py, async move { s.release().await.map(|_| true) })
     }
+
+    /// Every ledger row of the thread, oldest first: `[(key, result_json | None, created_at | None)]`.
+    fn ledger_list<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let rows = s.ledger_list(&t(thread_id, user_id)).await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.key, r.result.map(|v| v.to_string()), r.created_at))
+                .collect::<Vec<_>>())
+        })
+    }
+
+    /// Stored state versions, newest first: `[(version, created_at | None, state_json)]`.
+    fn state_versions<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let rows = s.state_versions(&t(thread_id, user_id)).await?;
+            Ok(rows.into_iter().map(|r| (r.version, r.created_at, r.state.to_string())).collect::<Vec<_>>())
+        })
+    }
+
+    /// The applied schema version (None for the in-memory store).
+    fn schema_version<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.schema_version().await })
+    }
 }

@@ -442,4 +442,27 @@ impl Checkpointer for MemoryStore {
         inner.leases.clear();
         Ok(())
     }
+
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
+        let inner = self.lock();
+        let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
+        // No insertion times here; key order keeps the listing stable.
+        let mut rows: Vec<super::LedgerEntry> = d
+            .ledger
+            .iter()
+            .map(|(k, v)| super::LedgerEntry { key: k.clone(), result: Some(v.clone()), created_at: None })
+            .collect();
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(rows)
+    }
+
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<super::StateVersion>> {
+        let inner = self.lock();
+        let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
+        Ok(d.states
+            .iter()
+            .rev()
+            .map(|(v, s)| super::StateVersion { version: *v, created_at: None, state: s.clone() })
+            .collect())
+    }
 }

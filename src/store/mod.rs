@@ -10,6 +10,7 @@ mod memory;
 pub mod postgres;
 mod sqlite;
 mod types;
+mod inspect;
 
 pub use error::{StoreError, StoreResult};
 pub use lease::{
@@ -20,6 +21,7 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook};
+pub use inspect::{LedgerEntry, StateVersion};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -116,6 +118,19 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport>;
 
     async fn release(&self) -> StoreResult<()>;
+
+    /// Every ledger row of the thread, oldest first (the CLI's `ledger` command). A non-owner
+    /// under user isolation reads nothing.
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<LedgerEntry>>;
+
+    /// The thread's stored state versions, newest first (at most the backend's history limit).
+    /// A non-owner under user isolation reads nothing.
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<StateVersion>>;
+
+    /// The applied schema version, for `tenxgraph migrate`; None for a store without one.
+    async fn schema_version(&self) -> StoreResult<Option<i64>> {
+        Ok(None)
+    }
 }
 
 const STATE_CACHE_NS: &str = "state_cache";

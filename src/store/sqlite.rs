@@ -712,4 +712,53 @@ impl Checkpointer for SqliteStore {
         self.pool.close().await;
         Ok(())
     }
+
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
+        if !self.readable(t).await? {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query(
+            "SELECT tool_call_id, result, created_at FROM tool_executions WHERE thread_id = ? ORDER BY created_at, rowid",
+        )
+        .bind(&t.thread_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(be("ledger list"))?;
+        Ok(rows
+            .iter()
+            .map(|r| super::LedgerEntry {
+                key: r.get("tool_call_id"),
+                // Shown as malformed rather than failing the whole listing.
+                result: serde_json::from_str(&r.get::<String, _>("result")).ok(),
+                created_at: Some(r.get("created_at")),
+            })
+            .collect())
+    }
+
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<super::StateVersion>> {
+        if !self.readable(t).await? {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query("SELECT version, state_data, created_at FROM states WHERE thread_id = ? ORDER BY version DESC")
+            .bind(&t.thread_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(be("state versions"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(super::StateVersion {
+                    version: r.get("version"),
+                    created_at: Some(r.get("created_at")),
+                    state: parse("state versions", &r.get::<String, _>("state_data"))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn schema_version(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(be("read schema version"))
+    }
 }

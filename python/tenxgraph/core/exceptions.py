@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-logger = logging.getLogger("tenxgraph.exceptions")
+from tenxgraph.logs import run_logger
+
+logger = run_logger("tenxgraph.exceptions")
 
 __all__ = [
     "FailpointError",

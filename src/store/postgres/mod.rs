@@ -800,6 +800,62 @@ impl Checkpointer for PgStore {
         self.pool.close().await;
         Ok(())
     }
+
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
+        if !self.readable(t).await? {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query(self.q(format!(
+            "SELECT tool_call_id, result, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
+             FROM {}.tool_executions WHERE thread_id = $1 ORDER BY created_at, tool_call_id",
+            self.sql.s
+        )))
+        .bind(&t.thread_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_err("ledger list", e, Some(t)))?;
+        Ok(rows
+            .iter()
+            .map(|r| super::LedgerEntry {
+                key: r.get("tool_call_id"),
+                result: Some(r.get("result")),
+                created_at: r.get("created_at"),
+            })
+            .collect())
+    }
+
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<super::StateVersion>> {
+        if !self.readable(t).await? {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query(self.q(format!(
+            "SELECT version, state_data, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
+             FROM {}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC",
+            self.sql.s
+        )))
+        .bind(&t.thread_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_err("state versions", e, Some(t)))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let mut state: Value = r.get("state_data");
+                // A row 10xGraph wrote carries the whole context; a version listing wants the rest.
+                if let Some(o) = state.as_object_mut() {
+                    o.remove("context");
+                }
+                super::StateVersion { version: r.get("version"), created_at: r.get("created_at"), state }
+            })
+            .collect())
+    }
+
+    async fn schema_version(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(self.q(format!("SELECT MAX(version)::int8 FROM {}.schema_version", self.sql.s)))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_err("read schema version", e, None))
+    }
 }
 
 impl PgStore {

@@ -6,7 +6,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import json
-import logging
 import queue
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tenxgraph import _core
 from tenxgraph._runtime import Run
 from tenxgraph._stream import Emitter
+from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["CompiledGraph", "resolve_timeout", "run_sync"]
 
 StateT = TypeVar("StateT", bound=AgentState)
-_log = logging.getLogger("tenxgraph.graph")
+_log = run_logger("tenxgraph.graph")
 _MISSING = object()
 
 
@@ -184,6 +184,7 @@ class CompiledGraph(Generic[StateT]):
             _log.warning(
                 "no thread_id in config: generated %s; this run can be neither resumed nor stopped",
                 cfg["thread_id"],
+                extra={"thread_id": cfg["thread_id"]},
             )
         cfg.setdefault("user_id", DEFAULT_ANONYMOUS_USER_ID)
         cfg.setdefault("run_id", str(uuid.uuid4()))
@@ -216,6 +217,12 @@ class CompiledGraph(Generic[StateT]):
         """One pass of the Rust loop for ``run``; returns the outcome (exec, version, stopped)."""
         if self._closed:
             raise RuntimeError("this graph was closed with aclose()")
+        # Every tenxgraph log line of this run, here and in the node and tool tasks started from
+        # this context, carries the run's fields.
+        with log_fields(thread_id=cfg["thread_id"], run_id=cfg["run_id"]):
+            return await self._execute_in_context(run, cfg, streaming)
+
+    async def _execute_in_context(self, run: Run, cfg: dict[str, Any], streaming: bool) -> dict[str, Any]:
         node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
         tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
         raw = await self._native.run(

@@ -7,14 +7,15 @@ the baseline is merged, through the field's ``Annotated`` reducer when it has on
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from pydantic import BaseModel
 
+from tenxgraph.logs import run_logger
+
 __all__ = ["merge_tool_state", "field_reducer"]
 
-_log = logging.getLogger("tenxgraph.tools")
+_log = run_logger("tenxgraph.tools")
 _NEVER_MERGED = frozenset({"context", "context_summary", "execution_meta"})
 _MISSING = object()
 

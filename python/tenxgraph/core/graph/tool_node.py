@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import inspect
 import json
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from tenxgraph.core.state.message_block import (
     ToolResultBlock,
 )
 from tenxgraph.core.state.tool_result import ToolResult
+from tenxgraph.logs import run_logger
 
 __all__ = [
     "HAS_FASTMCP",
@@ -51,7 +51,7 @@ __all__ = [
 HAS_MCP = False
 HAS_FASTMCP = False
 
-_log = logging.getLogger("tenxgraph.graph.tool_node")
+_log = run_logger("tenxgraph.graph.tool_node")
 
 # Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
 # services this runtime does not provide, so they must carry a default.
@@ -336,7 +336,7 @@ class ToolNode:
             result = await self._call(fn, call_args, call_kwargs)
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc)
+            _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
             error = Message.tool_message(
                 [
                     ToolResultBlock(

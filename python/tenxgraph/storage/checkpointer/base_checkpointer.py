@@ -8,13 +8,13 @@ messages deduplicated by id, and JSON copies instead of live object references.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._runtime import STATE_META_KEY, encode_state
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
+from tenxgraph.logs import run_logger
 from tenxgraph.utils.thread_info import ThreadInfo
 
 __all__ = [
@@ -30,7 +30,7 @@ STOP_REQUEST_NAMESPACE = "stop_request"
 STOP_REQUEST_TTL_SECONDS = 3600
 STATE_FORMAT_VERSION = 1
 _VERSION_KEY = "_checkpoint_version"
-_log = logging.getLogger("tenxgraph.checkpointer")
+_log = run_logger("tenxgraph.checkpointer")
 
 
 def _ids(config: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,163 @@
+"""The commands. Each returns an exit code and writes its result to ``out`` (a table, or JSON with
+``--json``); progress and notes go to ``err``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any, TextIO
+
+from tenxgraph.cli import views
+from tenxgraph.cli.connect import EXIT_NOT_FOUND, CliError
+from tenxgraph.cli.render import cell, emit_json, table
+from tenxgraph.storage.checkpointer import BaseCheckpointer
+
+__all__ = ["COMMANDS", "parse_since"]
+
+STATUSES = ("running", "completed", "error", "interrupted_before", "interrupted_after")
+
+
+class Io:
+    def __init__(self, out: TextIO, err: TextIO, as_json: bool, progress: bool) -> None:
+        self.out, self.err, self.as_json, self.progress = out, err, as_json, progress
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``30m``, ``2h``, ``7d`` (ago), or an ISO date/time (UTC unless it names a zone)."""
+    now = now or datetime.now(timezone.utc)
+    units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+    t = text.strip()
+    if t[-1:] in units and t[:-1].replace(".", "", 1).isdigit():
+        return now - timedelta(**{units[t[-1]]: float(t[:-1])})
+    try:
+        when = datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected an age like 30m, 2h, 7d or a date like 2026-11-30T12:00") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+async def threads_list(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    def progress(scanned: int, matched: int) -> None:
+        if io.progress:
+            io.note(f"... scanned {scanned} threads, {matched} match")
+
+    rows = [t async for t in views.iter_threads(
+        cp, user=args.user, status=args.status, since=args.since, limit=args.limit, progress=progress)]
+    if io.as_json:
+        emit_json(rows, io.out)
+    else:
+        cols = [("thread_id", "THREAD"), ("user_id", "USER"), ("status", "STATUS"), ("current_node", "NODE"),
+                ("step", "STEP"), ("version", "VERSION"), ("updated_at", "UPDATED")]
+        io.out.write(table([r.model_dump() for r in rows], cols, {"thread_id": 40}) + "\n")
+        if not rows:
+            io.note("no threads match")
+    return 0
+
+
+def _lease_line(lease: views.LeaseView | None) -> str:
+    if lease is None:
+        return "none"
+    where = f", {lease.host} pid {lease.pid}" if lease.host else ""
+    return f"{lease.holder} (token {lease.token}{where}, expires in {lease.expires_in:.1f}s)"
+
+
+async def threads_show(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    d = await views.thread_detail(cp, args.thread)
+    if io.as_json:
+        emit_json(d, io.out)
+        return 0
+    fields = [
+        ("thread", d.thread_id), ("user", d.user_id), ("name", d.name), ("status", d.status or "no state"),
+        ("current node", d.current_node), ("step", d.step), ("version", d.version),
+        ("created", d.created_at), ("updated", d.updated_at), ("lease", _lease_line(d.lease)),
+    ]
+    if d.error:
+        fields.append(("error", d.error))
+    if d.interrupt_reason:
+        fields.append(("interrupt", d.interrupt_reason))
+    if d.pending_interrupt:
+        fields.append(("pending interrupt", json.dumps(d.pending_interrupt, ensure_ascii=False)))
+    width = max(len(k) for k, _ in fields)
+    for k, v in fields:
+        io.out.write(f"{k.ljust(width)}  {v if isinstance(v, str) else cell(v)}\n")
+    io.out.write("\nversions (newest first):\n")
+    cols = [("version", "VERSION"), ("created_at", "CREATED"), ("status", "STATUS"), ("current_node", "NODE"),
+            ("step", "STEP")]
+    io.out.write(table([v.model_dump() for v in d.versions], cols) + "\n")
+    return 0
+
+
+async def threads_messages(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    rows = await views.message_rows(cp, args.thread, args.limit)
+    if io.as_json:
+        emit_json([r.data for r in rows], io.out)
+        return 0
+    cols = [("message_id", "MESSAGE"), ("role", "ROLE"), ("text", "TEXT"), ("tool_calls", "TOOL CALLS")]
+    io.out.write(table([r.model_dump() for r in rows], cols, {"message_id": 36, "text": 60, "tool_calls": 40}) + "\n")
+    return 0
+
+
+async def ledger(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    if args.call is not None:
+        try:
+            key, result = await views.ledger_result(cp, args.thread, args.call)
+        except KeyError as exc:
+            raise CliError(str(exc.args[0]), EXIT_NOT_FOUND) from None
+        if io.as_json:
+            emit_json({"key": key, "result": result}, io.out)
+        else:
+            io.out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    rows = await views.ledger_rows(cp, args.thread)
+    if io.as_json:
+        emit_json(rows, io.out)
+        return 0
+    cols = [("key", "KEY"), ("tool", "TOOL"), ("status", "STATUS"), ("recorded_at", "RECORDED"),
+            ("result_bytes", "RESULT BYTES")]
+    io.out.write(table([r.model_dump() for r in rows], cols) + "\n")
+    if not rows:
+        io.note(f"no ledger rows for thread {args.thread!r}")
+    return 0
+
+
+async def migrate(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    if io.progress:
+        io.note("applying schema migrations ...")
+    await cp.asetup()
+    version = await cp._native.schema_version()
+    if io.as_json:
+        emit_json({"schema_version": version, "store": args.target_label}, io.out)
+    else:
+        io.out.write(f"schema version {version} ({args.target_label}): up to date\n")
+    return 0
+
+
+async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    detail = await views.thread_detail(cp, args.thread)
+    user = args.user or detail.user_id
+    running = detail.status == "running"
+    if running:
+        await cp.arequest_stop({"thread_id": args.thread, "user_id": user})
+    result = {"thread_id": args.thread, "user_id": user, "status": detail.status, "stop_requested": running}
+    if io.as_json:
+        emit_json(result, io.out)
+    elif running:
+        io.out.write(f"stop requested for thread {args.thread!r} (running at node {detail.current_node!r}); "
+                     "its run stops within about a second\n")
+    else:
+        io.out.write(f"thread {args.thread!r} is not running (status: {detail.status or 'no state'}); nothing to stop\n")
+    return 0
+
+
+COMMANDS = {
+    ("threads", "list"): threads_list,
+    ("threads", "show"): threads_show,
+    ("threads", "messages"): threads_messages,
+    ("ledger", None): ledger,
+    ("migrate", None): migrate,
+    ("stop", None): stop,
+}

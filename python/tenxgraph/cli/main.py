@@ -1,0 +1,179 @@
+"""Argument parsing, dispatch and exit codes of the ``tenxgraph`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from tenxgraph.cli import views
+from tenxgraph.cli.commands import COMMANDS, STATUSES, Io, parse_since
+from tenxgraph.cli.connect import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_STORE,
+    EXIT_USAGE,
+    CliError,
+    open_store,
+    redact,
+    target_from_args,
+)
+
+__all__ = ["build_parser", "main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _since(text: str) -> Any:
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command. SUPPRESS: an option given only before the
+    command is not reset by the command's parser."""
+    p = argparse.ArgumentParser(add_help=False)
+    s = argparse.SUPPRESS
+    store = p.add_argument_group("store (one of)")
+    store.add_argument("--sqlite", metavar="PATH", default=s, help="a SqliteCheckpointer database file")
+    store.add_argument("--dsn", metavar="URL", default=s,
+                       help="a PostgreSQL URL (default: $TENXGRAPH_DSN); its password is never printed")
+    store.add_argument("--config", metavar="FILE", default=s,
+                       help="a 10xgraph.json whose checkpointer to use (default: ./10xgraph.json if present)")
+    pg = p.add_argument_group("postgres")
+    pg.add_argument("--schema", default=s, help="schema of the tables (default: public)")
+    pg.add_argument("--redis-url", metavar="URL", default=s, help="the Redis the application uses, if any")
+    pg.add_argument("--connect-timeout", metavar="SECONDS", type=_positive_float, default=s,
+                    help="per connection attempt (default: 5)")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", dest="as_json", action="store_true", default=s, help="JSON on stdout, for scripts")
+    out.add_argument("--progress", dest="progress", action="store_true", default=s,
+                     help="progress lines on stderr (default: when stderr is a terminal)")
+    out.add_argument("--no-progress", dest="progress", action="store_false", default=s)
+    out.add_argument("-v", "--verbose", action="store_true", default=s,
+                     help="show the runtime's own log lines (INFO and above) on stderr")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    # Its own copy of the options: set_defaults() below changes the defaults of the parser's
+    # actions, and the commands' copies must keep SUPPRESS.
+    parser = argparse.ArgumentParser(
+        prog="tenxgraph", parents=[_common()],
+        description="Inspect and operate the threads of a tenxgraph checkpointer.",
+        epilog="Exit codes: 0 ok, 1 failed, 2 usage, 3 thread or call not found, "
+               "4 store unreachable or invalid, 5 bad 10xgraph.json.",
+    )
+    parser.set_defaults(sqlite=None, dsn=None, config=None, schema="public", redis_url=None, connect_timeout=5.0,
+                        as_json=False, progress=None, verbose=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    threads = sub.add_parser("threads", help="list threads, show one, or print its messages")
+    tsub = threads.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tl = tsub.add_parser("list", parents=[common], help="threads, most recently updated first")
+    tl.add_argument("--user", help="only threads of this user")
+    tl.add_argument("--status", choices=STATUSES, help="only threads whose latest state has this status")
+    tl.add_argument("--since", type=_since, metavar="WHEN", help="updated since: an age (30m, 2h, 7d) or an ISO date")
+    tl.add_argument("--limit", type=_positive_int, default=50, help="at most this many (default: 50)")
+    ts = tsub.add_parser("show", parents=[common],
+                         help="status, current node, step, version history, pending interrupt, lease")
+    ts.add_argument("thread")
+    tm = tsub.add_parser("messages", parents=[common], help="the thread's messages, oldest first")
+    tm.add_argument("thread")
+    tm.add_argument("--limit", type=_positive_int, help="only the last N")
+
+    lg = sub.add_parser("ledger", parents=[common], help="the thread's recorded tool calls, or one call's result")
+    lg.add_argument("thread")
+    lg.add_argument("--call", metavar="KEY", help="print this call's recorded result (ledger key or tool_call_id)")
+
+    sub.add_parser("migrate", parents=[common], help="apply schema migrations and print the schema version")
+
+    st = sub.add_parser("stop", parents=[common], help="ask the thread's running run to stop")
+    st.add_argument("thread")
+    st.add_argument("--user", help="the run's user_id (default: the thread's owner)")
+    return parser
+
+
+async def _run(args: argparse.Namespace, io: Io) -> int:
+    target = target_from_args(args, creating=args.command == "migrate")
+    args.target_label = target.label
+    cp = open_store(target)
+    try:
+        return await COMMANDS[(args.command, getattr(args, "action", None))](cp, args, io)
+    finally:
+        try:
+            await asyncio.wait_for(cp.arelease(), timeout=5)
+        except Exception:  # noqa: BLE001 - closing must not hide the command's own outcome
+            pass
+
+
+class _Redacting(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def _setup_logging(verbose: bool, err: TextIO) -> None:
+    """The command reports failures itself; the runtime's log lines (retries, the exception log
+    of a constructed error) are shown only with --verbose. A process whose logging is already
+    configured (main() called from an application or a test) is left as it is."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(_Redacting("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose else logging.CRITICAL)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    progress = args.progress if args.progress is not None else err.isatty()
+    io = Io(out, err, args.as_json, progress)
+    _setup_logging(args.verbose, err)
+
+    def fail(message: str, code: int) -> int:
+        err.write(f"tenxgraph: error: {redact(message)}\n")
+        return code
+
+    from tenxgraph.core.exceptions import StorageError, TransientStorageError
+
+    try:
+        return asyncio.run(_run(args, io))
+    except CliError as exc:
+        return fail(str(exc), exc.exit_code)
+    except views.ThreadNotFound as exc:
+        return fail(str(exc), EXIT_NOT_FOUND)
+    except TransientStorageError as exc:
+        return fail(f"the store is unreachable: {exc}", EXIT_STORE)
+    except StorageError as exc:
+        return fail(str(exc), EXIT_FAILED)
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
