@@ -264,11 +264,9 @@ def test_stop_ends_a_running_run(store: Store) -> None:
         assert started.wait(30)
         shown = store.run("threads", "show", "busy-1", "--json").json()
         assert (shown["status"], shown["current_node"]) == ("running", "wait")
-        if hasattr(store.cp, "aget_lease"):  # a runtime with leases: the running run holds one
-            assert shown["lease"]["holder"] == "run-busy" and shown["lease"]["expires_in"] > 0
-            assert "lease         run-busy (token " in store.run("threads", "show", "busy-1").out
-        else:
-            assert shown["lease"] is None
+        # The running run holds the thread's lease.
+        assert shown["lease"]["holder"] == "run-busy" and shown["lease"]["expires_in"] > 0
+        assert "lease         run-busy (token " in store.run("threads", "show", "busy-1").out
         r = store.run("stop", "busy-1")
         assert r.rc == 0 and "stop requested for thread 'busy-1'" in r.out, r.err
         worker.join(30)
@@ -369,3 +367,32 @@ def test_console_script_and_module_are_the_same_command(filled: Store) -> None:
     b = cli("threads", "list", "--json", *filled.args, cwd=filled.cwd, script=True)
     assert a.rc == b.rc == 0 and a.json() == b.json()
     assert "Exit codes" in cli("--help", cwd=filled.cwd, script=True).out
+
+
+def test_prune_keeps_paused_threads_and_reports_what_it_removed(store: Store) -> None:
+    async def ask(state: AgentState) -> str:
+        return f"answer: {interrupt('approve?')}"
+
+    app = one_node(ask, store.cp, "ask")
+    app.invoke({"messages": [user("finished")]}, {"thread_id": "done-1", "user_id": "dave"})
+    app.invoke({"resume": "yes"}, {"thread_id": "done-1", "user_id": "dave"})
+    app.invoke({"messages": [user("waiting")]}, {"thread_id": "paused-1", "user_id": "dave"})
+    rules = ("--older-than", "0s", "--ledger-ttl", "0", "--keep-versions", "1")
+    dry = store.run("prune", *rules, "--dry-run", "--json")
+    assert dry.rc == 0, dry.err
+    real = store.run("prune", *rules, "--json")
+    assert real.rc == 0, real.err
+    assert dry.json() == {**real.json(), "dry_run": True}
+    assert real.json()["threads"] == 1 and real.json()["state_versions"] >= 1
+    assert store.run("threads", "show", "done-1").rc == 3
+    paused = store.run("threads", "show", "paused-1", "--json").json()
+    assert paused["status"] == "interrupted_before" and paused["pending_interrupt"] is not None
+    text = store.run("prune", "--keep-versions", "1")
+    assert text.rc == 0 and text.out.startswith("removed: ") and "ledger rows" in text.out
+    assert app.invoke({"resume": "ok"}, {"thread_id": "paused-1", "user_id": "dave"})["messages"]
+
+
+@pytest.mark.parametrize("args", [(), ("--older-than", "soon"), ("--ledger-ttl", "-5m"), ("--keep-versions", "0")])
+def test_prune_refuses_bad_rules(store: Store, args: tuple[str, ...]) -> None:
+    r = store.run("prune", *args)
+    assert r.rc == 2 and r.err.strip(), (r.rc, r.out, r.err)

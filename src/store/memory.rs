@@ -446,13 +446,13 @@ impl Checkpointer for MemoryStore {
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
-        // No insertion times here; key order keeps the listing stable.
+        // In recording order (then key, for rows recorded in the same instant).
         let mut rows: Vec<super::LedgerEntry> = d
             .ledger
             .iter()
-            .map(|(k, v)| super::LedgerEntry { key: k.clone(), result: Some(v.clone()), created_at: None })
+            .map(|(k, (v, at))| super::LedgerEntry { key: k.clone(), result: Some(v.clone()), created_at: Some(*at) })
             .collect();
-        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        rows.sort_by(|a, b| a.created_at.unwrap_or(0.0).total_cmp(&b.created_at.unwrap_or(0.0)).then_with(|| a.key.cmp(&b.key)));
         Ok(rows)
     }
 

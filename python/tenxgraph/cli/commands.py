@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TextIO
 
 from tenxgraph.cli import views
-from tenxgraph.cli.connect import EXIT_NOT_FOUND, CliError
+from tenxgraph.cli.connect import EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from tenxgraph.cli.render import cell, emit_json, table
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
@@ -153,6 +153,22 @@ async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
     return 0
 
 
+async def prune(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    if args.keep_versions is None and args.older_than is None and args.ledger_ttl is None:
+        raise CliError("prune needs at least one rule: --keep-versions, --older-than or --ledger-ttl", EXIT_USAGE)
+    if io.progress:
+        io.note("pruning (threads that are not completed, or whose lease is held, are never touched) ...")
+    report = await cp.aprune(keep_versions=args.keep_versions, finished_older_than=args.older_than,
+                             ledger_ttl=args.ledger_ttl, dry_run=args.dry_run)
+    if io.as_json:
+        emit_json(report, io.out)
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        io.out.write(f"{verb}: {report['state_versions']} state versions, {report['threads']} completed threads, "
+                     f"{report['ledger_rows']} ledger rows\n")
+    return 0
+
+
 COMMANDS = {
     ("threads", "list"): threads_list,
     ("threads", "show"): threads_show,
@@ -160,4 +176,5 @@ COMMANDS = {
     ("ledger", None): ledger,
     ("migrate", None): migrate,
     ("stop", None): stop,
+    ("prune", None): prune,
 }

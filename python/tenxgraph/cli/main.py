@@ -45,6 +45,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _age(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``7d`` -> seconds (>= 0)."""
+    raw = text.strip().lower()
+    unit = _UNITS.get(raw[-1:], None)
+    number = raw[:-1] if unit is not None else raw
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an age such as 90s, 30m, 2h or 7d, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected an age >= 0, got {text!r}")
+    return value
+
+
 def _since(text: str) -> Any:
     try:
         return parse_since(text)
@@ -111,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--call", metavar="KEY", help="print this call's recorded result (ledger key or tool_call_id)")
 
     sub.add_parser("migrate", parents=[common], help="apply schema migrations and print the schema version")
+
+    pr = sub.add_parser("prune", parents=[common],
+                        help="retention: old state versions, completed threads, old ledger rows of completed threads")
+    pr.add_argument("--keep-versions", type=_positive_int, metavar="N", help="keep at most N state versions per thread")
+    pr.add_argument("--older-than", type=_age, metavar="AGE",
+                    help="delete completed threads not updated for AGE (90s, 30m, 2h, 7d), with messages and ledger")
+    pr.add_argument("--ledger-ttl", type=_age, metavar="AGE",
+                    help="delete ledger rows of completed threads recorded more than AGE ago")
+    pr.add_argument("--dry-run", action="store_true", help="count what would go, delete nothing")
 
     st = sub.add_parser("stop", parents=[common], help="ask the thread's running run to stop")
     st.add_argument("thread")
