@@ -174,6 +174,18 @@ def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str]
         return f"{b / a:.2f}x" if a and b else "—"
 
     row(f"step cost at {int(hi):,} / {int(lo):,} msgs", ratio)
+
+    def cpu(res: Any) -> str:
+        c = get(res, "cpu")
+        if not c:
+            return "—"
+        server = c.get("server_ms")
+        return fmt(c["client_ms"]) + (f" / {fmt(server)}" if server is not None and server > 0.005 else "")
+
+    row(f"CPU ms per turn, 1 thread (K={k}): runtime process / Postgres server",
+        lambda key: cpu(get(lat(key), "k_short")))
+    row(f"CPU ms per turn, {t64} threads: runtime process / Postgres server",
+        lambda key: cpu(results.get(f"{key}/throughput/{t64}")))
     row("tool-call overhead: median µs/call",
         lambda key: fmt(get(lat(key), "tool_overhead", "median_us"), 0))
     row(f"peak RSS MB: 1 thread / {t16} / {t64} threads",
@@ -245,7 +257,8 @@ def targets_markdown(targets: list[dict[str, Any]]) -> str:
     lines = ["| target | measured | ratio | met |", "|---|---|---|---|"]
     for t in targets:
         met = "—" if t["met"] is None else ("yes" if t["met"] else "**no**")
-        lines.append(f"| {t['target']} | {t['detail']} | {fmt(t['value'])}x | {met} |")
+        ratio = "—" if t["value"] is None else f"{fmt(t['value'])}x"
+        lines.append(f"| {t['target']} | {t['detail']} | {ratio} | {met} |")
     return "\n".join(lines)
 
 
@@ -270,6 +283,9 @@ def main() -> int:
 
         server = start_postgres()
         dsn = server.dsn
+    load = cc.machine_load()
+    if load.get("loadavg_1m", 0) > 1.0:
+        print(f"warning: the machine is busy ({load}): timings will be noisy", file=sys.stderr)
     t0 = time.perf_counter()
     try:
         pg = dict(zip(["server_version", "fsync", "synchronous_commit", "shared_buffers", "wal_sync_method"],
@@ -297,6 +313,7 @@ def main() -> int:
         "floor_commits_per_turn": runner.floor_commits,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "postgres": pg,
+        "machine_load_at_start": load,
         "elapsed_s": total,
         "table": {"header": header, "rows": rows},
         "targets": targets,

@@ -57,6 +57,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     rss_imported = cc.rss_now_mb()
     result: dict[str, Any] = {"system": args.system, "backend": args.backend, "scenario": args.scenario,
                               "versions": versions(args.system), "pool": args.pool}
+    cpu = cc.Cpu(args.dsn)
+    load_before = cc.machine_load()
     t0 = time.perf_counter()
     if args.scenario == "count":
         result["per_turn"] = await cc.count_per_turn(lambda: make_driver(args), args.dsn, args.turns)
@@ -65,17 +67,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         try:
             if args.scenario == "latency":
                 result.update(await cc.latency(
-                    driver, k_short=args.k, short_threads=args.short_threads, k_long=args.k_long,
+                    driver, cpu, k_short=args.k, short_threads=args.short_threads, k_long=args.k_long,
                     history=[int(h) for h in args.history.split(",")], history_repeats=args.repeats,
                     overhead_repeats=args.repeats,
                 ))  # fmt: skip
             elif args.scenario == "throughput":
-                result.update(await cc.throughput(driver, threads=args.threads, k=args.k))
+                result.update(await cc.throughput(driver, cpu, threads=args.threads, k=args.k))
             else:
                 raise ValueError(args.scenario)
         finally:
             await driver.close()
     result["elapsed_s"] = time.perf_counter() - t0
+    result["machine_load"] = {"before": load_before, "after": cc.machine_load()}
     result["rss_mb"] = {"start": rss_start, "after_import": rss_imported, "peak": cc.peak_rss_mb()}
     if args.system == "tenx":
         from compare_tenx import runtime_counters

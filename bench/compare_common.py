@@ -113,6 +113,67 @@ def rss_now_mb() -> float:
     return float("nan")
 
 
+def machine_load() -> dict[str, float]:
+    """Load average and CPU pressure (the machine is shared: a busy neighbour shows here)."""
+    out: dict[str, float] = {}
+    try:
+        out["loadavg_1m"] = os.getloadavg()[0]
+        with open("/proc/pressure/cpu") as f:
+            out["cpu_pressure_some_avg10"] = float(f.readline().split()[1].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+# --------------------------------------------------------------------------- CPU accounting
+
+
+class Cpu:
+    """CPU seconds used by this process (all threads, the runtime's Rust workers included) and by
+    the PostgreSQL server (every process under its postmaster: backends, WAL writer, ...)."""
+
+    _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __init__(self, dsn: str | None) -> None:
+        self.postmaster: int | None = None
+        if dsn:
+            try:
+                data_dir = psql(dsn, "SELECT current_setting('data_directory')")
+                with open(os.path.join(data_dir, "postmaster.pid")) as f:
+                    self.postmaster = int(f.readline())
+            except (OSError, RuntimeError, ValueError):
+                self.postmaster = None  # not our machine, or not readable: client side only
+
+    @staticmethod
+    def own() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def server(self) -> float | None:
+        if self.postmaster is None:
+            return None
+        total = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(pid) == self.postmaster or int(fields[1]) == self.postmaster:
+                total += int(fields[11]) + int(fields[12])  # utime + stime
+        return total / self._TICK
+
+    def mark(self) -> tuple[float, float | None]:
+        return self.own(), self.server()
+
+    def per_turn_ms(self, start: tuple[float, float | None], turns: int) -> dict[str, float | None]:
+        own, server = self.mark()
+        return {"client_ms": (own - start[0]) / turns * 1e3,
+                "server_ms": None if server is None or start[1] is None else (server - start[1]) / turns * 1e3}
+
+
 # --------------------------------------------------------------------------- scenarios
 
 
@@ -129,7 +190,7 @@ async def verify(driver: Driver, thread_id: str, expected: int) -> None:
         raise AssertionError(f"thread {thread_id}: {got} messages stored, expected {expected}")
 
 
-async def latency(driver: Driver, *, k_short: int, short_threads: int, k_long: int, history: list[int],
+async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int, k_long: int, history: list[int],
                   history_repeats: int, overhead_repeats: int) -> dict[str, Any]:
     """1 thread at a time: turns at K=k_short and K=k_long, a turn at each history size, and the
     per-tool-call overhead."""
@@ -139,9 +200,12 @@ async def latency(driver: Driver, *, k_short: int, short_threads: int, k_long: i
     await verify(driver, warm, 3 * per)
 
     short: list[float] = []
-    for _ in range(short_threads):
-        tid = new_thread()
+    mark = cpu.mark()
+    tids = [new_thread() for _ in range(short_threads)]
+    for tid in tids:
         await run_thread(driver, tid, k_short, short)
+    cpu_short = cpu.per_turn_ms(mark, len(short))
+    for tid in tids:
         await verify(driver, tid, k_short * per)
 
     long: list[float] = []
@@ -165,7 +229,7 @@ async def latency(driver: Driver, *, k_short: int, short_threads: int, k_long: i
         hist[str(h)] = summary(samples)
 
     return {
-        "k_short": {"k": k_short, "threads": short_threads, **summary(short)},
+        "k_short": {"k": k_short, "threads": short_threads, **summary(short), "cpu": cpu_short},
         "k_long": {"k": k_long, **k_long_summary},
         "history": hist,
         "tool_overhead": await tool_overhead(driver, overhead_repeats),
@@ -191,20 +255,22 @@ async def tool_overhead(driver: Driver, repeats: int, few: int = 1, many: int = 
     return {"median_us": statistics.median(us), "min_us": us[0], "repeats": repeats}
 
 
-async def throughput(driver: Driver, *, threads: int, k: int) -> dict[str, Any]:
+async def throughput(driver: Driver, cpu: Cpu, *, threads: int, k: int) -> dict[str, Any]:
     """``threads`` threads at once, each running ``k`` turns in a row."""
     per = driver.messages_per_turn
     # Warm-up: open the pool's connections, fill caches.
     await asyncio.gather(*(driver.turn(new_thread("warm")) for _ in range(threads)))
     tids = [new_thread() for _ in range(threads)]
     lat: list[float] = []
+    mark = cpu.mark()
     t0 = time.perf_counter()
     await asyncio.gather(*(run_thread(driver, t, k, lat) for t in tids))
     wall = time.perf_counter() - t0
+    cpu_used = cpu.per_turn_ms(mark, threads * k)
     for t in tids:
         await verify(driver, t, k * per)
     return {"threads": threads, "k": k, "turns": threads * k, "wall_s": wall, "turns_per_s": threads * k / wall,
-            "latency": summary(lat)}
+            "latency": summary(lat), "cpu": cpu_used}
 
 
 # --------------------------------------------------------------------------- PostgreSQL counters

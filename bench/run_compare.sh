@@ -52,7 +52,7 @@ else
     "$BENCH_PY" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
     wheels="$ROOT/dist/bench"
     rm -rf "$wheels"
-    "$ROOT/.venv-bench/bin/maturin" build --release -o "$wheels" 2>&1 | grep -vE '^\s*(Compiling|Downloaded|Downloading)' || true
+    "$ROOT/.venv-bench/bin/maturin" build --release -i "$BENCH_PY" -o "$wheels" 2>&1 | grep -vE '^\s*(Compiling|Downloaded|Downloading)' || true
     whl=$(ls "$wheels"/10xgraph-*.whl 2>/dev/null | head -n 1)
     [ -n "$whl" ] || { echo "maturin build did not produce a wheel" >&2; exit 1; }
     "$BENCH_PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$whl"
