@@ -38,9 +38,9 @@ SYSTEMS = [  # (key, system, backend, column title)
 ]
 
 FULL = {"k": 10, "short_threads": 5, "k_long": 200, "history": "10,100,1000", "repeats": 7, "threads": [16, 64],
-        "count_turns": 20}
+        "tput_repeats": 3, "count_turns": 20}
 SMOKE = {"k": 2, "short_threads": 1, "k_long": 4, "history": "10,100,1000", "repeats": 1, "threads": [2, 4],
-         "count_turns": 2}
+         "tput_repeats": 1, "count_turns": 2}
 
 
 def with_db(dsn: str, name: str) -> str:
@@ -66,7 +66,8 @@ class Runner:
                backend, "--scenario", scenario, "--out", out, "--pool", str(self.args.pool),
                "--k", str(self.cfg["k"]), "--short-threads", str(self.cfg["short_threads"]),
                "--k-long", str(self.cfg["k_long"]), "--history", self.cfg["history"],
-               "--repeats", str(self.cfg["repeats"]), "--turns", str(self.cfg["count_turns"])]
+               "--repeats", str(self.cfg["repeats"]), "--turns", str(self.cfg["count_turns"]),
+               "--tput-repeats", str(self.cfg["tput_repeats"])]
         for k, v in extra.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         db = None

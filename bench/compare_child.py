@@ -72,7 +72,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     overhead_repeats=args.repeats,
                 ))  # fmt: skip
             elif args.scenario == "throughput":
-                result.update(await cc.throughput(driver, cpu, threads=args.threads, k=args.k))
+                result.update(await cc.throughput(driver, cpu, threads=args.threads, k=args.k, repeats=args.tput_repeats))
             else:
                 raise ValueError(args.scenario)
         finally:
@@ -101,6 +101,7 @@ if __name__ == "__main__":
     p.add_argument("--history", default="10,100,1000")
     p.add_argument("--repeats", type=int, default=7, help="history and tool-overhead repeats")
     p.add_argument("--threads", type=int, default=16, help="throughput: concurrent threads")
+    p.add_argument("--tput-repeats", type=int, default=3, help="throughput: rounds (the median is reported)")
     p.add_argument("--turns", type=int, default=20, help="count: turns counted")
     p.add_argument("--floor-commits", type=int, default=6)
     a = p.parse_args()
