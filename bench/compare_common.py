@@ -276,3 +276,65 @@ async def throughput(driver: Driver, cpu: Cpu, *, threads: int, k: int, repeats:
     best = sorted(rounds, key=lambda r: r["turns_per_s"])[len(rounds) // 2]
     return {"threads": threads, "k": k, "turns": threads * k, "repeats": repeats, **best,
             "rounds_turns_per_s": [r["turns_per_s"] for r in rounds]}
+
+
+# --------------------------------------------------------------------------- PostgreSQL counters
+
+
+def _psql_binary() -> str:
+    initdb = shutil.which("initdb")
+    candidates = []
+    if initdb:
+        candidates.append(os.path.join(os.path.dirname(os.path.realpath(initdb)), "psql"))
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"), reverse=True)
+    candidates.append(shutil.which("psql") or "psql")
+    return next(c for c in candidates if c == "psql" or os.path.exists(c))
+
+
+def psql(dsn: str, sql: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    res = subprocess.run([_psql_binary(), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if res.returncode != 0:
+        raise RuntimeError(f"psql failed running {sql!r}: {res.stderr.strip()}")
+    return res.stdout.strip()
+
+
+_COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "wal_records", "wal_sync", "wal_bytes")
+
+
+def pg_counters(dsn: str) -> dict[str, float]:
+    """This database's transaction and row counters and the server's WAL counters (PostgreSQL 14+).
+    A backend publishes its counters when it exits (or after 10 s idle): close the pool first."""
+    row = psql(dsn, "SELECT d.xact_commit, d.tup_inserted, d.tup_updated, d.tup_deleted, "
+                    "w.wal_records, w.wal_sync, w.wal_bytes "
+                    "FROM pg_stat_database d, pg_stat_wal w WHERE d.datname = current_database()")
+    return dict(zip(_COUNTERS, (float(x) for x in row.split("|")), strict=True))
+
+
+async def count_per_turn(make: Callable[[], Driver], dsn: str, turns: int) -> dict[str, float]:
+    """Per-turn database work: (a run of ``turns`` turns) - (open and close alone), each bracketed
+    by closing the pool so every backend has published its counters. ``wal_sync`` is the number of
+    WAL flushes, i.e. durable commits (one client, so no group commit)."""
+
+    async def session(n: int) -> dict[str, float]:
+        before = pg_counters(dsn)
+        d = make()
+        await d.open()
+        tid = new_thread("count")
+        for _ in range(n):
+            await d.turn(tid)
+        await d.close()
+        await asyncio.sleep(0.3)
+        after = pg_counters(dsn)
+        return {k: after[k] - before[k] for k in _COUNTERS}
+
+    warm = make()
+    await warm.open()
+    await warm.turn(new_thread("warm"))
+    await warm.close()
+    await asyncio.sleep(0.3)
+    empty = await session(0)
+    full = await session(turns)
+    return {k: (full[k] - empty[k]) / turns for k in _COUNTERS}
+
