@@ -248,6 +248,16 @@ def evaluate_targets(results: dict[str, Any], cfg: dict[str, Any]) -> list[dict[
     return out
 
 
+def busiest_moment(results: dict[str, Any]) -> dict[str, float]:
+    """The highest load average and CPU / IO pressure any child saw before or after its run."""
+    worst: dict[str, float] = {}
+    for r in results.values():
+        for when in ("before", "after"):
+            for k, v in (get(r, "machine_load", when) or {}).items():
+                worst[k] = max(worst.get(k, 0.0), v)
+    return worst
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -306,7 +316,9 @@ def main() -> int:
     print(table_md)
     print()
     print(targets_md)
-    print(f"\nfloor commits per turn: {runner.floor_commits}; pool size {args.pool}; children took {total:.0f}s")
+    busiest = busiest_moment(runner.results)
+    print(f"\nfloor commits per turn: {runner.floor_commits}; pool size {args.pool}; children took {total:.0f}s; "
+          f"machine load, worst seen by a child: {busiest}")
     report = {
         "mode": "smoke" if args.smoke else "full",
         "config": cfg,
@@ -315,6 +327,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "postgres": pg,
         "machine_load_at_start": load,
+        "machine_load_worst": busiest,
         "elapsed_s": total,
         "table": {"header": header, "rows": rows},
         "targets": targets,

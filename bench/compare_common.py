@@ -114,12 +114,14 @@ def rss_now_mb() -> float:
 
 
 def machine_load() -> dict[str, float]:
-    """Load average and CPU pressure (the machine is shared: a busy neighbour shows here)."""
+    """Load average and CPU / IO pressure (a shared machine: a busy neighbour shows here; IO
+    pressure is what slows fsync, and so every durable commit)."""
     out: dict[str, float] = {}
     try:
         out["loadavg_1m"] = os.getloadavg()[0]
-        with open("/proc/pressure/cpu") as f:
-            out["cpu_pressure_some_avg10"] = float(f.readline().split()[1].split("=")[1])
+        for kind in ("cpu", "io"):
+            with open(f"/proc/pressure/{kind}") as f:
+                out[f"{kind}_pressure_some_avg10"] = float(f.readline().split()[1].split("=")[1])
     except (OSError, IndexError, ValueError):
         pass
     return out
