@@ -273,6 +273,41 @@ def targets_markdown(targets: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+README_BEGIN = "<!-- compare:begin (bench/compare.py --update-readme writes this block) -->"
+README_END = "<!-- compare:end -->"
+
+
+def update_readme(table_md: str, targets_md: str, report: dict[str, Any]) -> None:
+    path = os.path.join(os.path.dirname(HERE), "README.md")
+    with open(path) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        print("README.md has no compare markers: not updated", file=sys.stderr)
+        return
+    versions = {**get(report, "results", "langgraph/postgres/latency", "versions") or {},
+                **get(report, "results", "tenx/postgres/latency", "versions") or {}}
+    shown = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("10xgraph", "langgraph",
+                      "langgraph-checkpoint-postgres", "psycopg", "python"))
+    load = report.get("machine_load_worst") or {}
+    block = "\n".join([
+        README_BEGIN,
+        f"Run of {time.strftime('%Y-%m-%d')}, {report['machine']['cpus']} CPUs, PostgreSQL "
+        f"{report['postgres']['server_version']}, {shown}; pool {report['pool']} connections for every "
+        f"runtime; {report['elapsed_s']:.0f} s. Worst load seen by a process: load average "
+        f"{load.get('loadavg_1m', float('nan')):.1f}, CPU pressure {load.get('cpu_pressure_some_avg10', float('nan')):.0f}%, "
+        f"IO pressure {load.get('io_pressure_some_avg10', float('nan')):.0f}%.",
+        "",
+        table_md,
+        "",
+        targets_md,
+        README_END,
+    ])
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    with open(path, "w") as f:
+        f.write(text[:start] + block + text[end:])
+    print(f"updated {path}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="K=2, 2 and 4 threads, 1 repeat: checks it works")
@@ -283,6 +318,8 @@ def main() -> int:
     p.add_argument("--out", default=None, help="JSON output (default bench/results/compare[_smoke].json)")
     p.add_argument("--only", default=None, help="comma-separated substrings of runtime keys (debugging)")
     p.add_argument("--child-timeout", type=float, default=900)
+    p.add_argument("--update-readme", action="store_true",
+                   help="replace the table between the compare markers in README.md with this run's")
     args = p.parse_args()
     cfg = SMOKE if args.smoke else FULL
     out = args.out or os.path.join(HERE, "results", "compare_smoke.json" if args.smoke else "compare.json")
@@ -340,6 +377,8 @@ def main() -> int:
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(table_md + "\n\n" + targets_md + "\n")
     print(f"wrote {out}")
+    if args.update_readme:
+        update_readme(table_md, targets_md, report)
     if runner.errors:
         print(f"FAILED: {', '.join(runner.errors)}", file=sys.stderr)
         return 1
