@@ -284,8 +284,8 @@ def update_readme(table_md: str, targets_md: str, report: dict[str, Any]) -> Non
     if README_BEGIN not in text or README_END not in text:
         print("README.md has no compare markers: not updated", file=sys.stderr)
         return
-    versions = {**get(report, "results", "langgraph/postgres/latency", "versions") or {},
-                **get(report, "results", "tenx/postgres/latency", "versions") or {}}
+    versions = {**(get(report, "results", "langgraph/postgres/latency", "versions") or {}),
+                **(get(report, "results", "tenx/postgres/latency", "versions") or {})}
     shown = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("10xgraph", "langgraph",
                       "langgraph-checkpoint-postgres", "psycopg", "python"))
     load = report.get("machine_load_worst") or {}
