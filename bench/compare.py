@@ -291,7 +291,8 @@ def update_readme(table_md: str, targets_md: str, report: dict[str, Any]) -> Non
     load = report.get("machine_load_worst") or {}
     block = "\n".join([
         README_BEGIN,
-        f"Run of {time.strftime('%Y-%m-%d')}, {report['machine']['cpus']} CPUs, PostgreSQL "
+        f"`{os.environ.get('BENCH_COMMAND') or 'python bench/compare.py ' + ' '.join(sys.argv[1:])}`: "
+        f"run of {time.strftime('%Y-%m-%d')}, {report['machine']['cpus']} CPUs, PostgreSQL "
         f"{report['postgres']['server_version']}, {shown}; pool {report['pool']} connections for every "
         f"runtime; {report['elapsed_s']:.0f} s. Worst load seen by a process: load average "
         f"{load.get('loadavg_1m', float('nan')):.1f}, CPU pressure {load.get('cpu_pressure_some_avg10', float('nan')):.0f}%, "

@@ -77,5 +77,5 @@ if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ]; then
 fi
 
 step "benchmark"
-"$TENX_PY" bench/compare.py --tenx-python "$TENX_PY" --langgraph-python "$BENCH_PY" ${args[@]+"${args[@]}"}
+BENCH_COMMAND="bash bench/run_compare.sh $*" "$TENX_PY" bench/compare.py --tenx-python "$TENX_PY" --langgraph-python "$BENCH_PY" ${args[@]+"${args[@]}"}
 step "done"
