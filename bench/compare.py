@@ -1,0 +1,390 @@
+"""tenxgraph next to LangGraph 1.2 and a plain-client floor, one turn of the support agent at a
+time: latency (1 thread, K=10 and K=200), throughput (16 and 64 threads), cost of a turn at 10,
+100 and 1,000 messages of history, per-tool-call overhead, peak RSS, database work per turn.
+
+    bash bench/run_compare.sh            # everything: venv, wheel, Postgres, this script
+    python bench/compare.py [--smoke] [--dsn DSN] [--tenx-python PY] [--langgraph-python PY]
+
+Each (runtime, backend, scenario) runs in its own process (bench/compare_child.py), so peak RSS
+is per process; each PostgreSQL process gets a fresh database on the same server. PostgreSQL:
+--dsn, TENXGRAPH_TEST_PG_DSN, or a throwaway server started here (tenxgraph.testing). Prints one
+table and writes it as JSON (bench/results/compare.json) and Markdown (compare.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.parse
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import compare_common as cc  # noqa: E402
+
+SYSTEMS = [  # (key, system, backend, column title)
+    ("tenx/memory", "tenx", "memory", "tenxgraph InMemory"),
+    ("tenx/sqlite", "tenx", "sqlite", "tenxgraph SQLite"),
+    ("tenx/postgres", "tenx", "postgres", "tenxgraph Postgres"),
+    ("langgraph/memory", "langgraph", "memory", "LangGraph InMemorySaver"),
+    ("langgraph/postgres", "langgraph", "postgres", "LangGraph AsyncPostgresSaver"),
+    ("floor/postgres", "floor", "postgres", "floor (psycopg, Postgres)"),
+]
+
+FULL = {"k": 10, "short_threads": 5, "k_long": 200, "history": "10,100,1000", "repeats": 7, "threads": [16, 64],
+        "tput_repeats": 3, "count_turns": 20}
+SMOKE = {"k": 2, "short_threads": 1, "k_long": 4, "history": "10,100,1000", "repeats": 1, "threads": [2, 4],
+         "tput_repeats": 1, "count_turns": 2}
+
+
+def with_db(dsn: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, dsn: str, cfg: dict[str, Any]) -> None:
+        self.args, self.dsn, self.cfg = args, dsn, cfg
+        self.results: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.tmp = os.path.join(HERE, "results", ".tmp")
+        os.makedirs(self.tmp, exist_ok=True)
+
+    def python_for(self, system: str) -> str:
+        return self.args.tenx_python if system == "tenx" else self.args.langgraph_python
+
+    def run(self, key: str, system: str, backend: str, scenario: str, **extra: Any) -> dict[str, Any] | None:
+        label = f"{key}/{scenario}" + (f"/{extra['threads']}" if "threads" in extra else "")
+        out = os.path.join(self.tmp, label.replace("/", "_") + ".json")
+        cmd = [self.python_for(system), os.path.join(HERE, "compare_child.py"), "--system", system, "--backend",
+               backend, "--scenario", scenario, "--out", out, "--pool", str(self.args.pool),
+               "--k", str(self.cfg["k"]), "--short-threads", str(self.cfg["short_threads"]),
+               "--k-long", str(self.cfg["k_long"]), "--history", self.cfg["history"],
+               "--repeats", str(self.cfg["repeats"]), "--turns", str(self.cfg["count_turns"]),
+               "--tput-repeats", str(self.cfg["tput_repeats"])]
+        for k, v in extra.items():
+            cmd += [f"--{k.replace('_', '-')}", str(v)]
+        db = None
+        if backend == "postgres":
+            db = "cmp_" + label.replace("/", "_").replace("-", "_")
+            cc.psql(self.dsn, f'DROP DATABASE IF EXISTS "{db}"')
+            cc.psql(self.dsn, f'CREATE DATABASE "{db}"')
+            cmd += ["--dsn", with_db(self.dsn, db)]
+        print(f"-- {label} ...", end=" ", flush=True)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.child_timeout)
+            rc, stderr = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, stderr = -1, f"timed out after {self.args.child_timeout}s\n{e.stderr or ''}"
+        finally:
+            if db is not None:
+                try:
+                    cc.psql(self.dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+                except RuntimeError as e:
+                    print(f"(could not drop {db}: {e})", end=" ")
+        took = time.perf_counter() - t0
+        if rc != 0 or not os.path.exists(out):
+            tail = "\n".join(str(stderr).strip().splitlines()[-25:])
+            self.errors[label] = f"exit {rc}: {tail}"
+            print(f"FAILED ({took:.1f}s)\n{tail}", flush=True)
+            return None
+        with open(out) as f:
+            res = json.load(f)
+        os.unlink(out)
+        self.results[label] = res
+        print(f"{took:.1f}s", flush=True)
+        return res
+
+    def run_all(self) -> None:
+        threads = self.cfg["threads"]
+        # Database work per turn first: the floor makes as many commits per turn as tenxgraph.
+        counted = self.run("tenx/postgres", "tenx", "postgres", "count")
+        floor_commits = 6
+        if counted is not None:
+            floor_commits = max(5, round(counted["per_turn"]["wal_sync"]))
+        self.floor_commits = floor_commits
+        self.run("langgraph/postgres", "langgraph", "postgres", "count")
+        self.run("floor/postgres", "floor", "postgres", "count", floor_commits=floor_commits)
+        for key, system, backend, _ in SYSTEMS:
+            if self.args.only and not any(o in key for o in self.args.only.split(",")):
+                continue
+            extra = {"floor_commits": floor_commits} if system == "floor" else {}
+            self.run(key, system, backend, "latency", **extra)
+            for n in threads:
+                self.run(key, system, backend, "throughput", threads=n, **extra)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def get(d: Any, *path: Any) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    k, k_long = cfg["k"], cfg["k_long"]
+    t16, t64 = cfg["threads"]
+    hist = [int(h) for h in cfg["history"].split(",")]
+    cols = [title for *_, title in SYSTEMS]
+    rows: list[list[str]] = []
+
+    def lat(key: str) -> dict[str, Any] | None:
+        return results.get(f"{key}/latency")
+
+    def row(name: str, f: Any) -> None:
+        rows.append([name] + [f(key) for key, *_ in SYSTEMS])
+
+    row(f"turn, 1 thread, K={k}: median ms (mean)",
+        lambda key: f"{fmt(get(lat(key), 'k_short', 'median_ms'))} ({fmt(get(lat(key), 'k_short', 'mean_ms'))})"
+        if lat(key) else "—")
+    row(f"turn, 1 thread, K={k_long}: median ms (mean)",
+        lambda key: f"{fmt(get(lat(key), 'k_long', 'median_ms'))} ({fmt(get(lat(key), 'k_long', 'mean_ms'))})"
+        if lat(key) else "—")
+    row(f"K={k_long}: mean of the first / last 10 turns, ms",
+        lambda key: f"{fmt(get(lat(key), 'k_long', 'first10_mean_ms'))} / {fmt(get(lat(key), 'k_long', 'last10_mean_ms'))}"
+        if lat(key) else "—")
+    for n in (t16, t64):
+        row(f"turns/s, {n} threads (K={k})",
+            lambda key, n=n: fmt(get(results.get(f"{key}/throughput/{n}"), "turns_per_s"), 0))
+    for h in hist:
+        row(f"turn at {h:,} msgs of history: median ms",
+            lambda key, h=h: fmt(get(lat(key), "history", str(h), "median_ms")))
+    lo, hi = str(hist[0]), str(hist[-1])
+
+    def ratio(key: str) -> str:
+        a, b = get(lat(key), "history", lo, "median_ms"), get(lat(key), "history", hi, "median_ms")
+        return f"{b / a:.2f}x" if a and b else "—"
+
+    row(f"step cost at {int(hi):,} / {int(lo):,} msgs", ratio)
+
+    def cpu(res: Any) -> str:
+        c = get(res, "cpu")
+        if not c:
+            return "—"
+        server = c.get("server_ms")
+        return fmt(c["client_ms"]) + (f" / {fmt(server)}" if server is not None and server > 0.005 else "")
+
+    row(f"CPU ms per turn, 1 thread (K={k}): runtime process / Postgres server",
+        lambda key: cpu(get(lat(key), "k_short")))
+    row(f"CPU ms per turn, {t64} threads: runtime process / Postgres server",
+        lambda key: cpu(results.get(f"{key}/throughput/{t64}")))
+    row("tool-call overhead: median µs/call",
+        lambda key: fmt(get(lat(key), "tool_overhead", "median_us"), 0))
+    row(f"peak RSS MB: 1 thread / {t16} / {t64} threads",
+        lambda key: " / ".join(fmt(get(results.get(s), "rss_mb", "peak"), 0)
+                               for s in (f"{key}/latency", f"{key}/throughput/{t16}", f"{key}/throughput/{t64}")))
+
+    def per_turn(key: str, field: str, scale: float = 1.0, digits: int = 1) -> str:
+        v = get(results.get(f"{key}/count"), "per_turn", field)
+        return fmt(v / scale, digits) if v is not None else "—"
+
+    row("Postgres per turn: durable commits (WAL flushes)", lambda key: per_turn(key, "wal_sync"))
+    row("Postgres per turn: transactions", lambda key: per_turn(key, "xact_commit"))
+    row("Postgres per turn: rows inserted / WAL KB",
+        lambda key: f"{per_turn(key, 'tup_inserted')} / {per_turn(key, 'wal_bytes', 1024)}"
+        if results.get(f"{key}/count") else "—")
+    return ["figure", *cols], rows
+
+
+def evaluate_targets(results: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    t64 = cfg["threads"][-1]
+    hist = [int(h) for h in cfg["history"].split(",")]
+
+    def med(key: str, part: str) -> float | None:
+        return get(results.get(f"{key}/latency"), part, "median_ms")
+
+    out: list[dict[str, Any]] = []
+
+    def target(name: str, value: float | None, goal: float, higher_is_better: bool, detail: str) -> None:
+        met = None if value is None else (value >= goal if higher_is_better else value <= goal)
+        out.append({"target": name, "value": value, "goal": goal, "met": met, "detail": detail})
+
+    def speedup(a: str, b: str, part: str) -> tuple[float | None, str]:
+        x, y = med(a, part), med(b, part)
+        if x is None or y is None:
+            return None, "missing"
+        return x / y, f"{fmt(x)} ms / {fmt(y)} ms"
+
+    v, d = speedup("langgraph/postgres", "tenx/postgres", "k_short")
+    target(f"Postgres, 1 thread, K={cfg['k']}: >= 4x faster than LangGraph", v, 4, True, d)
+    v, d = speedup("tenx/postgres", "floor/postgres", "k_short")
+    target(f"Postgres, 1 thread, K={cfg['k']}: within 2x of the floor", v, 2, False, d)
+    v, d = speedup("langgraph/postgres", "tenx/postgres", "k_long")
+    target(f"Postgres, 1 thread, K={cfg['k_long']}: >= 20x faster than LangGraph", v, 20, True, d)
+    a = get(results.get(f"tenx/postgres/throughput/{t64}"), "turns_per_s")
+    b = get(results.get(f"langgraph/postgres/throughput/{t64}"), "turns_per_s")
+    target(f"Postgres, {t64} threads: >= 10x LangGraph's turns/s", a / b if a and b else None, 10, True,
+           f"{fmt(a, 0)} / {fmt(b, 0)} turns/s" if a and b else "missing")
+    v, d = speedup("langgraph/memory", "tenx/memory", "k_short")
+    target(f"InMemory, 1 thread, K={cfg['k']}: >= 10x faster than InMemorySaver", v, 10, True, d)
+    for key, _, backend, title in SYSTEMS[:3]:
+        h = get(results.get(f"{key}/latency"), "history") or {}
+        lo, hi = get(h, str(hist[0]), "median_ms"), get(h, str(hist[-1]), "median_ms")
+        target(f"History ({title}): step at {hist[-1]:,} msgs <= 1.3x step at {hist[0]:,}",
+               hi / lo if lo and hi else None, 1.3, False, f"{fmt(hi)} ms / {fmt(lo)} ms" if lo and hi else "missing")
+    a = get(results.get(f"tenx/postgres/throughput/{t64}"), "rss_mb", "peak")
+    b = get(results.get(f"langgraph/postgres/throughput/{t64}"), "rss_mb", "peak")
+    target(f"Peak RSS, {t64} threads (Postgres): tenxgraph below LangGraph", a / b if a and b else None, 1.0, False,
+           f"{fmt(a, 0)} MB / {fmt(b, 0)} MB" if a and b else "missing")
+    return out
+
+
+def busiest_moment(results: dict[str, Any]) -> dict[str, float]:
+    """The highest load average and CPU / IO pressure any child saw before or after its run."""
+    worst: dict[str, float] = {}
+    for r in results.values():
+        for when in ("before", "after"):
+            for k, v in (get(r, "machine_load", when) or {}).items():
+                worst[k] = max(worst.get(k, 0.0), v)
+    return worst
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def targets_markdown(targets: list[dict[str, Any]]) -> str:
+    lines = ["| target | measured | ratio | met |", "|---|---|---|---|"]
+    for t in targets:
+        met = "—" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        ratio = "—" if t["value"] is None else f"{fmt(t['value'])}x"
+        lines.append(f"| {t['target']} | {t['detail']} | {ratio} | {met} |")
+    return "\n".join(lines)
+
+
+README_BEGIN = "<!-- compare:begin (bench/compare.py --update-readme writes this block) -->"
+README_END = "<!-- compare:end -->"
+
+
+def update_readme(table_md: str, targets_md: str, report: dict[str, Any]) -> None:
+    path = os.path.join(os.path.dirname(HERE), "README.md")
+    with open(path) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        print("README.md has no compare markers: not updated", file=sys.stderr)
+        return
+    versions = {**(get(report, "results", "langgraph/postgres/latency", "versions") or {}),
+                **(get(report, "results", "tenx/postgres/latency", "versions") or {})}
+    shown = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("10xgraph", "langgraph",
+                      "langgraph-checkpoint-postgres", "psycopg", "python"))
+    load = report.get("machine_load_worst") or {}
+    block = "\n".join([
+        README_BEGIN,
+        f"`{os.environ.get('BENCH_COMMAND') or 'python bench/compare.py ' + ' '.join(sys.argv[1:])}`: "
+        f"run of {time.strftime('%Y-%m-%d')}, {report['machine']['cpus']} CPUs, PostgreSQL "
+        f"{report['postgres']['server_version']}, {shown}; pool {report['pool']} connections for every "
+        f"runtime; {report['elapsed_s']:.0f} s. Worst load seen by a process: load average "
+        f"{load.get('loadavg_1m', float('nan')):.1f}, CPU pressure {load.get('cpu_pressure_some_avg10', float('nan')):.0f}%, "
+        f"IO pressure {load.get('io_pressure_some_avg10', float('nan')):.0f}%.",
+        "",
+        table_md,
+        "",
+        targets_md,
+        README_END,
+    ])
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    with open(path, "w") as f:
+        f.write(text[:start] + block + text[end:])
+    print(f"updated {path}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="K=2, 2 and 4 threads, 1 repeat: checks it works")
+    p.add_argument("--dsn", default=os.environ.get("TENXGRAPH_TEST_PG_DSN"))
+    p.add_argument("--tenx-python", default=sys.executable)
+    p.add_argument("--langgraph-python", default=sys.executable, help="also runs the floor (needs psycopg)")
+    p.add_argument("--pool", type=int, default=10, help="connection pool size of every runtime (tenxgraph's default)")
+    p.add_argument("--out", default=None, help="JSON output (default bench/results/compare[_smoke].json)")
+    p.add_argument("--only", default=None, help="comma-separated substrings of runtime keys (debugging)")
+    p.add_argument("--child-timeout", type=float, default=900)
+    p.add_argument("--update-readme", action="store_true",
+                   help="replace the table between the compare markers in README.md with this run's")
+    args = p.parse_args()
+    cfg = SMOKE if args.smoke else FULL
+    out = args.out or os.path.join(HERE, "results", "compare_smoke.json" if args.smoke else "compare.json")
+
+    server = None
+    dsn = args.dsn
+    if not dsn:
+        from tenxgraph.testing.services import start_postgres
+
+        server = start_postgres()
+        dsn = server.dsn
+    load = cc.machine_load()
+    if load.get("loadavg_1m", 0) > 1.0:
+        print(f"warning: the machine is busy ({load}): timings will be noisy", file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        pg = dict(zip(["server_version", "fsync", "synchronous_commit", "shared_buffers", "wal_sync_method"],
+                      cc.psql(dsn, "SELECT current_setting('server_version'), current_setting('fsync'), "
+                                   "current_setting('synchronous_commit'), current_setting('shared_buffers'), "
+                                   "current_setting('wal_sync_method')").split("|"), strict=True))
+        runner = Runner(args, dsn, cfg)
+        runner.run_all()
+    finally:
+        if server is not None:
+            server.stop()
+    total = time.perf_counter() - t0
+    header, rows = build_table(runner.results, cfg)
+    targets = evaluate_targets(runner.results, cfg)
+    table_md, targets_md = markdown(header, rows), targets_markdown(targets)
+    print()
+    print(table_md)
+    print()
+    print(targets_md)
+    busiest = busiest_moment(runner.results)
+    print(f"\nfloor commits per turn: {runner.floor_commits}; pool size {args.pool}; children took {total:.0f}s; "
+          f"machine load, worst seen by a child: {busiest}")
+    report = {
+        "mode": "smoke" if args.smoke else "full",
+        "config": cfg,
+        "pool": args.pool,
+        "floor_commits_per_turn": runner.floor_commits,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "postgres": pg,
+        "machine_load_at_start": load,
+        "machine_load_worst": busiest,
+        "elapsed_s": total,
+        "table": {"header": header, "rows": rows},
+        "targets": targets,
+        "results": runner.results,
+        "errors": runner.errors,
+    }
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(table_md + "\n\n" + targets_md + "\n")
+    print(f"wrote {out}")
+    if args.update_readme:
+        update_readme(table_md, targets_md, report)
+    if runner.errors:
+        print(f"FAILED: {', '.join(runner.errors)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
