@@ -61,14 +61,49 @@ fn interrupt_payload(py: Python<'_>, e: &PyErr) -> Option<Value> {
     serde_json::from_str(&text).ok()
 }
 
+/// The stored state with its messages as `context`, as one JSON document for one
+/// `model_validate_json` call (parsing per message in Python was most of a long thread's load),
+/// and the state class it was written by. Our bookkeeping keys are left out: a user's state model
+/// may forbid extra fields.
+fn state_document(state: &Value, messages: &[Value]) -> (String, Option<String>) {
+    let mut state = state.clone();
+    let mut class = None;
+    if let Some(obj) = state.as_object_mut() {
+        class = obj.remove(STATE_META_KEY).and_then(|m| m.get("class").and_then(Value::as_str).map(str::to_owned));
+        obj.remove(LEGACY_CLASS_PATH_KEY);
+        obj.remove("context");
+    }
+    let mut text = state.to_string();
+    if text.ends_with('}') {
+        text.pop();
+        text.push_str(if text.len() > 1 { ",\"context\":[" } else { "\"context\":[" });
+        for (i, m) in messages.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&m.to_string());
+        }
+        text.push_str("]}");
+    }
+    (text, class)
+}
+
+const STATE_META_KEY: &str = "__state_meta__";
+const LEGACY_CLASS_PATH_KEY: &str = "__class_path__";
+
 #[async_trait]
 impl NodeHost for PyHost {
     async fn prepare(&self, stored: Option<(&Value, &[Value])>, exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
-        let state = stored.map(|(s, _)| s.to_string());
-        let messages: Option<Vec<String>> = stored.map(|(_, m)| m.iter().map(Value::to_string).collect());
+        let (state, stored_class) = match stored {
+            Some((state, messages)) => {
+                let (text, class) = state_document(state, messages);
+                (Some(text), class)
+            }
+            None => (None, None),
+        };
         let exec = exec_text(exec);
         Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("prepare", (state, messages, exec))?;
+            let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec))?;
             let (len, last_id): (usize, Option<String>) = r.extract()?;
             Ok(MsgCursor { len, last_id })
         })
