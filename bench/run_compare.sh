@@ -63,17 +63,8 @@ fi
 
 if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ]; then
   step "throwaway PostgreSQL (python -m tenxgraph.testing serve)"
-  envfile="$(mktemp -u)"
-  "$TENX_PY" -m tenxgraph.testing serve "$envfile" >/dev/null &
-  serve_pid=$!
-  trap 'kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; rm -f "$envfile"' EXIT
-  for _ in $(seq 1 600); do
-    [ -s "$envfile" ] && break
-    kill -0 "$serve_pid" 2>/dev/null || { echo "test services failed to start" >&2; exit 1; }
-    sleep 0.2
-  done
-  [ -s "$envfile" ] || { echo "test services did not start in time" >&2; exit 1; }
-  set -a; . "$envfile"; set +a
+  . "$ROOT/scripts/start_services.sh"
+  start_test_services "$TENX_PY"
 fi
 
 step "benchmark"

@@ -9,17 +9,8 @@ python -c "import tenxgraph._core"  # fail here, not later, if the build did not
 
 if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ] || [ -z "${TENXGRAPH_TEST_REDIS_URL:-}" ]; then
   echo "== start throwaway PostgreSQL and Redis =="
-  envfile="$(mktemp -u)"
-  python -m tenxgraph.testing serve "$envfile" &
-  serve_pid=$!
-  trap 'kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; rm -f "$envfile"' EXIT
-  for _ in $(seq 1 600); do
-    [ -s "$envfile" ] && break
-    kill -0 "$serve_pid" 2>/dev/null || { echo "test services failed to start" >&2; exit 1; }
-    sleep 0.2
-  done
-  [ -s "$envfile" ] || { echo "test services did not start in time" >&2; exit 1; }
-  set -a; . "$envfile"; set +a
+  . "$ROOT/scripts/start_services.sh"
+  start_test_services python
 fi
 
 echo "== cargo test (engine and store, no Python; Postgres from TENXGRAPH_TEST_PG_DSN) =="
