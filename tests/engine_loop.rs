@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tenxgraph::engine::{
     OnBusy,
     BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
-    NodeOutput, RouteValue, RunConfig, RunInput, STOP_NAMESPACE, START, Snapshot, StopSignals, run, stop_key,
+    NodeOutput, RouteValue, RunConfig, RunInput, STOP_NAMESPACE, START, Snapshot, StopSignals, Stored, run, stop_key,
 };
 use tenxgraph::store::{Checkpointer, MemoryStore, SqliteStore, StoredMessage, ThreadRef};
 
@@ -73,10 +73,10 @@ impl std::error::Error for Boom {}
 
 #[async_trait]
 impl NodeHost for TestHost {
-    async fn prepare(&self, stored: Option<(&Value, &[Value])>, _exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
+    async fn prepare(&self, stored: Stored<'_>, _exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
         let mut live = self.live.lock().unwrap();
         let mut cursor = MsgCursor::default();
-        if let Some((state, msgs)) = stored {
+        if let Stored::Loaded { state, messages: msgs } = stored {
             live.counter = state["counter"].as_i64().unwrap_or(0);
             live.messages = msgs
                 .iter()

@@ -4,7 +4,7 @@ use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
     Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PgOptions, PgStore, PruneRules, SqliteStore, StepWrite, StoreError,
-    StoredMessage, ThreadRef, is_intent,
+    StoredMessage, ThreadRef, is_intent, KnownHead, set_write_mark, write_mark,
 };
 
 /// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
@@ -393,5 +393,37 @@ async fn prune_keeps_what_unfinished_threads_need() {
         assert!(s.load(&done).await.unwrap().is_none(), "{name}");
         assert!(s.load(&paused).await.unwrap().is_some() && s.load(&held).await.unwrap().is_some(), "{name}");
         s.lease_release(&held.thread_id, token).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn load_with_skips_the_messages_only_while_the_known_commit_is_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new("known", "u");
+        let mut st1 = json!({"n": 1});
+        set_write_mark(&mut st1, "mark-a");
+        s.put_step(&t, step(0, &st1, &[msg("m1", "a"), msg("m2", "b")])).await.unwrap();
+        let known = KnownHead { version: 1, mark: "mark-a" };
+        let hit = s.load_with(&t, Some(known)).await.unwrap().unwrap();
+        assert!(hit.messages_known && hit.messages.is_empty(), "{name}");
+        assert_eq!((hit.version, write_mark(&hit.state)), (1, Some("mark-a")), "{name}");
+        // Another mark at the same version, or another version: the messages are read.
+        for other in [KnownHead { version: 1, mark: "mark-b" }, KnownHead { version: 2, mark: "mark-a" }] {
+            let miss = s.load_with(&t, Some(other)).await.unwrap().unwrap();
+            assert!(!miss.messages_known && miss.messages.len() == 2, "{name}: {other:?}");
+        }
+        // A later writer (here one without a mark, like aput_state) moves the thread on.
+        s.put_step(&t, step(1, &json!({"n": 2}), &[msg("m3", "c")])).await.unwrap();
+        let moved = s.load_with(&t, Some(known)).await.unwrap().unwrap();
+        assert!(!moved.messages_known && moved.messages.len() == 3, "{name}");
+        // Deleted and written again up to the same version: the mark tells the rows apart.
+        s.clear_state(&t).await.unwrap();
+        let mut again = json!({"n": 9});
+        set_write_mark(&mut again, "mark-c");
+        s.put_step(&t, step(0, &again, &[msg("m9", "z")])).await.unwrap();
+        let fresh = s.load_with(&t, Some(known)).await.unwrap().unwrap();
+        assert!(!fresh.messages_known && fresh.messages.len() == 1 && fresh.version == 1, "{name}");
+        assert!(s.load_with(&ThreadRef::new("nothing-here", "u"), Some(known)).await.unwrap().is_none(), "{name}");
     }
 }

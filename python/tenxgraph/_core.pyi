@@ -136,4 +136,6 @@ class NativeGraph:
         on_busy: str | None = None,
         busy_timeout: float = 30.0,
         lease_ttl: float = 5.0,
+        known_version: int | None = None,
+        known_mark: str | None = None,
     ) -> Awaitable[str]: ...

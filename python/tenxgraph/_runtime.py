@@ -82,6 +82,9 @@ class Run:
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = _ContextIndex()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
+        # (version, write mark, state) kept from this thread's previous run in this process
+        # (tenxgraph._live_states); used when the store confirms the thread is still there.
+        self.known: tuple[int, str, AgentState] | None = None
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -90,12 +93,17 @@ class Run:
 
     # -- called by the Rust loop -----------------------------------------------------------
 
-    def prepare(self, state_json: str | None, stored_class: str | None, exec_json: str) -> tuple[int, str | None]:
+    def prepare(self, state_json: str | None, stored_class: str | None, exec_json: str,
+                known: bool = False) -> tuple[int, str | None]:
         """Builds the live state and merges the input. Returns the cursor of stored messages.
 
         ``state_json``: the stored state with its messages as ``context``, one JSON document
-        (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it named)."""
-        if state_json is None:
+        (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it named).
+        ``known``: the thread's latest row is still the commit ``self.known`` was kept from."""
+        if known:
+            assert self.known is not None, "the store confirmed a state this run does not hold"
+            state = self.known[2]
+        elif state_json is None:
             state = self.graph._prototype.model_copy(deep=True)
         else:
             # One validation from JSON text, with the cyclic GC paused: a long thread's load makes
@@ -113,6 +121,7 @@ class Run:
                     "thread state was written by %s, loading it as %s", stored_class, type(state).__name__,
                     extra=self._log_fields(),
                 )
+        self.known = None  # used, or outdated: either way not needed again
         self._check_resume(state)
         stored_len = len(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
@@ -260,6 +269,8 @@ class Run:
         if last_user is not None:
             messages.append(last_user)
         messages.extend(m for m in self.produced if m is not last_user)
+        if granularity == "low":  # copies: the live state may be kept for the thread's next run
+            messages = [m.model_copy(deep=True) for m in messages]
         usage = _token_usage(messages)
         if granularity == "full":
             return {"state": state, "messages": messages, "token_usage": usage}

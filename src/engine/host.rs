@@ -1,6 +1,6 @@
 use super::tools::{ToolBatch, ToolOutcome, ToolRun, UnknownAnswer};
 use super::{BoxError, EngineError, ExecMeta};
-use crate::store::StoredMessage;
+use crate::store::{KnownHead, StoredMessage};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -37,6 +37,17 @@ pub struct MsgCursor {
     pub last_id: Option<String>,
 }
 
+/// What a run starts from.
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    /// A new thread: the graph's prototype state.
+    Fresh,
+    /// The thread's latest state row and every message of it.
+    Loaded { state: &'a Value, messages: &'a [Value] },
+    /// The thread is still at the host's `known_head`: the host's own live state is current.
+    Known,
+}
+
 /// One step to persist.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -52,9 +63,14 @@ pub struct Snapshot {
 /// The engine's window onto user code and the live state of one run.
 #[async_trait]
 pub trait NodeHost: Send + Sync {
-    /// Builds the live state from the stored checkpoint (or the graph's prototype when `None`) and
-    /// merges the run's input into it. Returns the cursor of what is already stored.
-    async fn prepare(&self, stored: Option<(&Value, &[Value])>, exec: &ExecMeta) -> Result<MsgCursor, EngineError>;
+    /// The commit whose live state this host still holds from the thread's previous run in this
+    /// process, if any: when the thread is still there, `prepare` gets `Stored::Known`.
+    fn known_head(&self) -> Option<KnownHead<'_>> {
+        None
+    }
+    /// Builds the live state and merges the run's input into it. Returns the cursor of what is
+    /// already stored.
+    async fn prepare(&self, stored: Stored<'_>, exec: &ExecMeta) -> Result<MsgCursor, EngineError>;
     /// Runs a node on the live state. Dropping the future must cancel the node's work.
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure>;
     /// Calls condition `index` on the live state.

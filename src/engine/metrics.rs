@@ -67,6 +67,8 @@ metrics! {
     fenced_writes => "tenxgraph.lease.fenced_writes",
     tool_intents => "tenxgraph.tool.intents_recorded",
     tool_outcome_unknown => "tenxgraph.tool.outcome_unknown",
+    history_loads => "tenxgraph.storage.history_loads",
+    live_state_reuses => "tenxgraph.storage.live_state_reuses",
 }
 
 pub fn metrics() -> &'static Metrics {

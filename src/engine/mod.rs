@@ -18,7 +18,7 @@ pub use config::{RunConfig, resolve_timeout};
 pub use error::{BoxError, EngineError};
 pub use exec::{ExecMeta, ExecStatus};
 pub use graph::{END, EdgeSpec, GraphSpec, START};
-pub use host::{HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot};
+pub use host::{HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, Stored};
 pub use routing::next_node;
 pub use run_loop::{RunInput, RunOutcome, run};
 pub use ledger::{idempotency_key, is_valid_envelope, ledger_key};

@@ -3,7 +3,7 @@
 
 use super::{
     EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput, RunConfig,
-    STOP_NAMESPACE, StopSignals, graph::END, next_node, stop_key,
+    STOP_NAMESPACE, StopSignals, Stored, graph::END, next_node, stop_key,
 };
 use super::lease::{self, Lease};
 use crate::failpoints::Armed;
@@ -27,6 +27,18 @@ pub struct RunOutcome {
     pub exec: ExecMeta,
     pub version: i64,
     pub stopped: bool,
+    /// The write mark of the run's last commit (None when it committed nothing): a host that
+    /// keeps the live state names it as its `known_head` at the thread's next run.
+    pub mark: Option<String>,
+}
+
+/// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
+fn next_write_mark() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 enum Guard {
@@ -65,6 +77,8 @@ struct Run<'a, H: NodeHost + ?Sized> {
     finishing: bool,
     /// A preemption was requested: stop before the next node that is not a tool node.
     preempt: std::sync::atomic::AtomicBool,
+    /// The write mark of this run's last commit.
+    mark: Option<String>,
 }
 
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
@@ -115,7 +129,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         .entry
         .clone()
         .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
-    let stored = store.load(t).await?;
+    let stored = store.load_with(t, host.known_head()).await?;
     if stored.is_none() && !input.has_messages {
         return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
     }
@@ -168,7 +182,17 @@ async fn run_leased<H: NodeHost + ?Sized>(
     if let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await {
         tracing::warn!(thread_id = %t.thread_id, "could not clear an old stop request: {e}");
     }
-    let stored_parts = stored.as_ref().map(|c| (&c.state, c.messages.as_slice()));
+    let stored_parts = match &stored {
+        None => Stored::Fresh,
+        Some(c) if c.messages_known => {
+            super::metrics::inc(&super::metrics().live_state_reuses);
+            Stored::Known
+        }
+        Some(c) => {
+            super::metrics::inc(&super::metrics().history_loads);
+            Stored::Loaded { state: &c.state, messages: &c.messages }
+        }
+    };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
     // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
     let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
@@ -193,6 +217,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         lease,
         finishing: false,
         preempt: Default::default(),
+        mark: None,
     };
     if stored.is_none()
         || rewrite
@@ -211,7 +236,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     fn outcome(&self, stopped: bool) -> RunOutcome {
-        RunOutcome { exec: self.exec.clone(), version: self.version, stopped }
+        RunOutcome { exec: self.exec.clone(), version: self.version, stopped, mark: self.mark.clone() }
     }
 
     /// The run's last commit: it also frees the thread's lease, in the same transaction.
@@ -226,7 +251,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if !durable {
             return Ok(());
         }
-        let snap = self.host.snapshot(&self.exec, &self.cursor)?;
+        let mut snap = self.host.snapshot(&self.exec, &self.cursor)?;
+        let mark = next_write_mark();
+        crate::store::set_write_mark(&mut snap.state, &mark);
         let hook = InTx { armed: &self.cfg.failpoints, node: &self.step_node };
         let w = StepWrite {
             expected_version: self.version,
@@ -253,6 +280,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.lease.mark_released();
         }
         self.cursor = snap.cursor;
+        self.mark = Some(mark);
         self.rewrite = false;
         self.host.committed(self.version);
         if !self.cfg.failpoints.is_off() {

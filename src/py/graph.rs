@@ -56,8 +56,8 @@ impl NativeGraph {
         Ok(NativeGraph { spec: Arc::new(spec), store: store.inner.clone() })
     }
 
-    /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy=None, busy_timeout=30.0, lease_ttl=5.0))]
+    /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped, mark}`.
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy=None, busy_timeout=30.0, lease_ttl=5.0, known_version=None, known_mark=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -80,6 +80,8 @@ impl NativeGraph {
         on_busy: Option<String>,
         busy_timeout: f64,
         lease_ttl: f64,
+        known_version: Option<i64>,
+        known_mark: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -99,7 +101,8 @@ impl NativeGraph {
         }
         let spec = self.spec.clone();
         let store = self.store.clone();
-        let host = PyHost { run, locals: Locals { event_loop, context }, streaming };
+        let known = known_version.zip(known_mark);
+        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known };
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
@@ -108,7 +111,7 @@ impl NativeGraph {
         let fut = tracing::Instrument::instrument(fut, span);
         let waiter = super::waiter::spawn(py, fut, |py, r| match r {
             Ok(o) => {
-                let text = json!({"exec": o.exec, "version": o.version, "stopped": o.stopped}).to_string();
+                let text = json!({"exec": o.exec, "version": o.version, "stopped": o.stopped, "mark": o.mark}).to_string();
                 Ok(text.into_pyobject(py)?.into_any().unbind())
             }
             Err(e) => Err(engine_err(py, e)),

@@ -3,10 +3,10 @@
 
 use super::bridge::{Locals, PyTask};
 use crate::engine::{
-    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot,
+    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
     ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
-use crate::store::StoredMessage;
+use crate::store::{KnownHead, StoredMessage};
 use async_trait::async_trait;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -18,6 +18,9 @@ pub struct PyHost {
     pub locals: Locals,
     /// Only a streaming run wants to hear about commits.
     pub streaming: bool,
+    /// The commit (version, write mark) whose live state the Python side kept from the thread's
+    /// previous run in this process.
+    pub known: Option<(i64, String)>,
 }
 
 fn host_err(e: PyErr) -> EngineError {
@@ -93,17 +96,22 @@ const LEGACY_CLASS_PATH_KEY: &str = "__class_path__";
 
 #[async_trait]
 impl NodeHost for PyHost {
-    async fn prepare(&self, stored: Option<(&Value, &[Value])>, exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
+    fn known_head(&self) -> Option<KnownHead<'_>> {
+        self.known.as_ref().map(|(version, mark)| KnownHead { version: *version, mark })
+    }
+
+    async fn prepare(&self, stored: Stored<'_>, exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
         let (state, stored_class) = match stored {
-            Some((state, messages)) => {
+            Stored::Loaded { state, messages } => {
                 let (text, class) = state_document(state, messages);
                 (Some(text), class)
             }
-            None => (None, None),
+            Stored::Fresh | Stored::Known => (None, None),
         };
+        let known = matches!(stored, Stored::Known);
         let exec = exec_text(exec);
         Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec))?;
+            let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec, known))?;
             let (len, last_id): (usize, Option<String>) = r.extract()?;
             Ok(MsgCursor { len, last_id })
         })

@@ -3,7 +3,7 @@
 //! made snapshots backend-dependent).
 
 use super::{
-    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, may_take, message_matches,
     now_secs,
 };
@@ -118,15 +118,19 @@ impl Checkpointer for MemoryStore {
         Ok(())
     }
 
-    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         let inner = self.lock();
         // A non-owner reads nothing (writes are what raise).
         let Some(d) = self.readable(&inner, t) else { return Ok(None) };
-        Ok(d.states.last().map(|(v, s)| Checkpoint {
-            version: *v,
-            state: s.clone(),
-            messages: d.messages.iter().map(|m| m.data.clone()).collect(),
-            rewrite_messages: false,
+        Ok(d.states.last().map(|(v, s)| {
+            let messages_known = known.is_some_and(|k| k.matches(*v, s));
+            Checkpoint {
+                version: *v,
+                state: s.clone(),
+                messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.data.clone()).collect() },
+                rewrite_messages: false,
+                messages_known,
+            }
         }))
     }
 

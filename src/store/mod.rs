@@ -20,7 +20,9 @@ pub use lease::{
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
-pub use types::{Checkpoint, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook};
+pub use types::{
+    set_write_mark, write_mark, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+};
 pub use inspect::{LedgerEntry, StateVersion};
 
 use async_trait::async_trait;
@@ -36,7 +38,14 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn setup(&self) -> StoreResult<()>;
 
     /// The latest state row and every message of the thread, in order. One read per run start.
-    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>>;
+    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+        self.load_with(t, None).await
+    }
+
+    /// `load`, except that when the latest row is `known` the messages are not read
+    /// (`messages_known`): a run whose process kept the live state of the thread's last run pays
+    /// for the state row only, not for the thread's history.
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>>;
 
     /// Commits one step atomically. Fails with `StoreError::Stale` and writes nothing when the
     /// thread's version is no longer `w.expected_version`. Returns the new version.

@@ -2,7 +2,7 @@
 //! two processes on one file serialise instead of failing with BUSY_SNAPSHOT.
 
 use super::{
-    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, may_take, now_secs,
 };
 use async_trait::async_trait;
@@ -254,7 +254,7 @@ impl Checkpointer for SqliteStore {
         }
     }
 
-    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         // A non-owner reads nothing (writes are what raise).
         if !self.readable(t).await? {
             return Ok(None);
@@ -267,6 +267,11 @@ impl Checkpointer for SqliteStore {
             .map_err(be("load state"))?;
         let Some(row) = row else { return Ok(None) };
         let state_text: String = row.get("state_data");
+        let version: i64 = row.get("version");
+        let state = parse("load state", &state_text)?;
+        if known.is_some_and(|k| k.matches(version, &state)) {
+            return Ok(Some(Checkpoint { version, state, messages: Vec::new(), rewrite_messages: false, messages_known: true }));
+        }
         let msgs: Vec<String> =
             sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
                 .bind(&t.thread_id)
@@ -274,10 +279,11 @@ impl Checkpointer for SqliteStore {
                 .await
                 .map_err(be("load messages"))?;
         Ok(Some(Checkpoint {
-            version: row.get("version"),
-            state: parse("load state", &state_text)?,
+            version,
+            state,
             messages: msgs.iter().map(|m| parse("load messages", m)).collect::<StoreResult<_>>()?,
             rewrite_messages: false,
+            messages_known: false,
         }))
     }
 

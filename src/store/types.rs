@@ -30,6 +30,43 @@ pub struct Checkpoint {
     /// The messages came from a state row written by 10xGraph (whole context inside the state):
     /// the next step must rewrite the thread's message rows from the live context.
     pub rewrite_messages: bool,
+    /// The latest row is the one the caller named in `load_with` (`KnownHead`): `messages` is
+    /// left empty because the caller still holds them.
+    pub messages_known: bool,
+}
+
+/// Where in a state row the engine marks each commit (`state.__state_meta__.write`): a value
+/// unique to that commit, so a process that still holds the live state of its own last run can
+/// tell the row is unchanged without reading the thread's messages. The version alone is not
+/// enough: a thread deleted and written again reaches the same versions.
+pub const WRITE_MARK_PATH: [&str; 2] = ["__state_meta__", "write"];
+
+/// The write mark of a state row, if the engine committed it.
+pub fn write_mark(state: &Value) -> Option<&str> {
+    state.get(WRITE_MARK_PATH[0])?.get(WRITE_MARK_PATH[1])?.as_str()
+}
+
+/// Sets the write mark of a state row about to be committed.
+pub fn set_write_mark(state: &mut Value, mark: &str) {
+    let Some(obj) = state.as_object_mut() else { return };
+    let meta = obj.entry(WRITE_MARK_PATH[0]).or_insert_with(|| Value::Object(Default::default()));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(WRITE_MARK_PATH[1].to_owned(), Value::String(mark.to_owned()));
+    }
+}
+
+/// The commit a caller still holds the live state of: `load_with` skips the messages when the
+/// thread's latest row is still this one.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownHead<'a> {
+    pub version: i64,
+    pub mark: &'a str,
+}
+
+impl KnownHead<'_> {
+    pub fn matches(&self, version: i64, state: &Value) -> bool {
+        self.version == version && write_mark(state) == Some(self.mark)
+    }
 }
 
 /// Called inside a step's transaction after its writes and before COMMIT (failpoints).

@@ -11,7 +11,7 @@ pub use cache::RedisCache;
 pub use schema::{CURRENT_VERSION, migrate, validate_schema};
 
 use super::{
-    Checkpoint, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
@@ -81,9 +81,13 @@ impl Sql {
             lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
             // One round trip: the owner check, the latest state and the thread's messages as one
             // array (NULL for a row written by 10xGraph, whose context is inside the state).
+            // With $4/$5 naming the row the caller still holds (KnownHead), the messages are
+            // not read and `known` is true.
             load: format!(
                 "SELECT st.version, st.state_data, \
-                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' THEN NULL ELSE \
+                   COALESCE(st.version = $4 AND st.state_data->'__state_meta__'->>'write' = $5, false) AS known, \
+                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' THEN NULL \
+                     WHEN st.version = $4 AND st.state_data->'__state_meta__'->>'write' = $5 THEN NULL ELSE \
                      (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
                        (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
                    END AS msgs \
@@ -334,17 +338,20 @@ impl Checkpointer for PgStore {
         migrate(&self.pool, &self.opts.schema).await
     }
 
-    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         let row = sqlx::query(AssertSqlSafe(self.sql.load.clone()))
             .bind(&t.thread_id)
             .bind(self.opts.enforce_user_isolation)
             .bind(&t.user_id)
+            .bind(known.map(|k| k.version))
+            .bind(known.map(|k| k.mark))
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| map_err("load", e, Some(t)))?;
         // A non-owner reads nothing (writes are what raise).
         let Some(row) = row else { return Ok(None) };
         let mut state: Value = row.get("state_data");
+        let messages_known: bool = row.get("known");
         // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
         let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
         let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Value>, _>("msgs")) {
@@ -352,7 +359,7 @@ impl Checkpointer for PgStore {
             (_, Some(Value::Array(msgs))) => (msgs, false),
             _ => (Vec::new(), false),
         };
-        Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages }))
+        Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known }))
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
+from tenxgraph._live_states import LiveStates
 from tenxgraph._runtime import Run
 from tenxgraph._stream import Emitter
 from tenxgraph.logs import log_fields, run_logger
@@ -140,8 +141,10 @@ class CompiledGraph(Generic[StateT]):
         interrupt_before: list[str],
         interrupt_after: list[str],
         shutdown_timeout: float,
+        live_states: int = 0,
     ) -> None:
         self._builder = builder
+        self._live = LiveStates(live_states)
         self._checkpointer = checkpointer
         self._store = store
         self._prototype: StateT = builder._state
@@ -210,8 +213,14 @@ class CompiledGraph(Generic[StateT]):
         granularity = ResponseGranularity(response_granularity).value
         cfg = self._prepare_config(config)
         run = Run(self, cfg, input_data)
-        await self._execute(run, cfg)
-        return run.response(granularity)
+        key = (str(cfg["thread_id"]), str(cfg["user_id"]))
+        run.known = self._live.take(key)
+        outcome = await self._execute(run, cfg)
+        # "low" hands out copies of its messages only, so nobody else can change the live state.
+        response = run.response(granularity)
+        if granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None:
+            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state)
+        return response
 
     async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False) -> dict[str, Any]:
         """One pass of the Rust loop for ``run``; returns the outcome (exec, version, stopped)."""
@@ -244,6 +253,8 @@ class CompiledGraph(Generic[StateT]):
             cfg.get("on_busy", "reject"),
             float(cfg.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_SECONDS)),
             float(cfg.get("lease_ttl", DEFAULT_LEASE_TTL_SECONDS)),
+            run.known[0] if run.known else None,
+            run.known[1] if run.known else None,
         )
         outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
@@ -264,6 +275,8 @@ class CompiledGraph(Generic[StateT]):
         cfg = self._prepare_config(config)
         cfg["is_stream"] = True
         run = Run(self, cfg, input_data)
+        # A streamed run hands its messages out as they are: its state is not kept afterwards.
+        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
         run.emitter = emitter
         for m in run.input_messages:
@@ -372,6 +385,7 @@ class CompiledGraph(Generic[StateT]):
         if self._closed:
             return {"status": "already_closed"}
         self._closed = True
+        self._live.clear()
         try:
             await asyncio.wait_for(self._checkpointer.arelease(), timeout=max(self.shutdown_timeout / 3, 0.1))
         except Exception as exc:  # closing must not raise past the caller's cleanup

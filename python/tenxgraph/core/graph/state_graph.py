@@ -122,8 +122,16 @@ class StateGraph(Generic[StateT]):
         interrupt_after: list[str] | None = None,
         callback_manager: Any = None,
         shutdown_timeout: float = 30.0,
+        *,
+        live_states: int | None = None,
     ) -> Any:
+        """``live_states`` (tenxgraph): how many threads' live states to keep between runs in this
+        process, so a thread's next turn here skips loading its history (``tenxgraph._live_states``).
+        Default ``TENXGRAPH_LIVE_STATES`` or 256; 0 keeps none."""
+        from tenxgraph._live_states import resolve_limit
         from tenxgraph.core.graph.compiled_graph import CompiledGraph
+
+        live_limit = resolve_limit(live_states)
         from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer
 
         if self.entry_point is None:
@@ -142,6 +150,7 @@ class StateGraph(Generic[StateT]):
             interrupt_before=list(interrupt_before or []),
             interrupt_after=list(interrupt_after or []),
             shutdown_timeout=shutdown_timeout,
+            live_states=live_limit,
         )
         self.compiled = True
         return graph

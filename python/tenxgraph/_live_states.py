@@ -1,0 +1,85 @@
+"""Live states kept between runs, so a thread's next turn in this process skips its history.
+
+Loading a thread means reading every message and validating it back into pydantic objects: a
+turn then costs O(history). A run that ended cleanly already holds the exact state it committed
+last, so the graph keeps it here keyed by thread, with the version and the write mark of that
+commit. The next run names that commit to the store (``known_version``/``known_mark``); the store
+reads only the state row and, if it is still that commit, skips the messages and the run reuses
+the object. Any other write to the thread (another process, ``aput_state``, a delete and
+re-create) changes the latest row, the store reads everything as before, and the kept state is
+dropped: correctness never depends on this cache, only the cost of a load does.
+
+Only states nobody else holds a reference to are kept: runs answered with the default ``"low"``
+response granularity, whose returned messages are copies. A run takes its thread's entry out
+before it starts, so two runs can never share one live state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenxgraph.core.state.agent_state import AgentState
+
+__all__ = ["LiveStates", "Held", "DEFAULT_LIVE_STATES", "resolve_limit"]
+
+DEFAULT_LIVE_STATES = 256
+# Besides the thread count, a bound on the messages held in all: a few huge threads must not
+# pin gigabytes. About 1-2 KB of Python objects per message.
+MAX_HELD_MESSAGES = 200_000
+
+Held = tuple[int, str, "AgentState"]
+
+
+def resolve_limit(value: Any) -> int:
+    """``compile(live_states=...)``, else ``TENXGRAPH_LIVE_STATES``, else 256. 0 turns it off."""
+    source = "live_states"
+    if value is None:
+        raw = os.environ.get("TENXGRAPH_LIVE_STATES")
+        if raw is None or raw.strip() == "":
+            return DEFAULT_LIVE_STATES
+        source = "TENXGRAPH_LIVE_STATES"
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"TENXGRAPH_LIVE_STATES must be a whole number >= 0, got {raw!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{source} must be a whole number >= 0 (0 keeps no live state), got {value!r}")
+    return value
+
+
+class LiveStates:
+    """A small LRU of (version, write mark, state) per (thread_id, user_id)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._entries: OrderedDict[tuple[str, str], Held] = OrderedDict()
+        self._messages = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def take(self, key: tuple[str, str]) -> Held | None:
+        held = self._entries.pop(key, None)
+        if held is not None:
+            self._messages -= len(held[2].context)
+        return held
+
+    def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState) -> None:
+        if self.limit == 0:
+            return
+        self.take(key)
+        size = len(state.context)
+        if size > MAX_HELD_MESSAGES:
+            return
+        self._entries[key] = (version, mark, state)
+        self._messages += size
+        while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
+            _, (_, _, old) = self._entries.popitem(last=False)
+            self._messages -= len(old.context)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._messages = 0

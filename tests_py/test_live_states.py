@@ -1,0 +1,232 @@
+"""Live states kept between runs (tenxgraph._live_states): a thread's next turn in this process
+reuses the state its last run committed, and only while the store confirms that commit is still
+the thread's latest. Every backend; the counters come from the Rust loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
+from tenxgraph.utils import interrupt
+
+from .conftest import make_checkpointer
+
+
+
+
+class Notes(AgentState):
+    turns: int = 0
+    tags: list[str] = []
+
+
+def user(text: str) -> Message:
+    return Message.text_message(text, role="user")
+
+
+async def reply(state: Notes, config: dict[str, Any]) -> Notes:
+    state.turns += 1
+    state.context.append(Message.text_message(f"reply {state.turns} to {state.context[-1].text()}", role="assistant"))
+    return state
+
+
+def build(cp: Any, **compile_kw: Any) -> Any:
+    g = StateGraph(Notes())
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    return g.compile(checkpointer=cp, **compile_kw)
+
+
+def counters() -> tuple[float, float]:
+    snap = metrics.snapshot()
+    return snap["tenxgraph.storage.history_loads"], snap["tenxgraph.storage.live_state_reuses"]
+
+
+def delta(before: tuple[float, float]) -> tuple[float, float]:
+    now = counters()
+    return now[0] - before[0], now[1] - before[1]
+
+
+async def texts(cp: Any, thread: str) -> list[str]:
+    state = await cp.aget_state({"thread_id": thread})
+    return [m.text() for m in state.context]
+
+
+@pytest.mark.asyncio
+async def test_a_second_turn_reuses_the_live_state_and_stores_the_same(checkpointer: Any, make_thread: Any) -> None:
+    app, t = build(checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    before = counters()
+    for word in ("two", "three"):
+        out = await app.ainvoke({"messages": [user(word)]}, {"thread_id": t})
+        assert out["messages"][-1].text() == f"reply {['two', 'three'].index(word) + 2} to {word}"
+    assert delta(before) == (0, 2)
+    assert await texts(checkpointer, t) == ["one", "reply 1 to one", "two", "reply 2 to two", "three", "reply 3 to three"]
+    stored = await checkpointer.aget_state({"thread_id": t})
+    assert stored.turns == 3
+
+
+@pytest.mark.asyncio
+async def test_a_write_from_elsewhere_is_seen_and_the_kept_state_dropped(
+    checkpointer: Any, make_thread: Any, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    app, t = build(checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    # Another writer moves the thread on: aput_state through the checkpointer, not the graph.
+    state = await checkpointer.aget_state({"thread_id": t})
+    state.tags = ["edited elsewhere"]
+    state.context.append(Message.text_message("a note from an operator", role="assistant"))
+    await checkpointer.aput_state({"thread_id": t}, state)
+    before = counters()
+    await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert delta(before) == (1, 0)
+    stored = await checkpointer.aget_state({"thread_id": t})
+    assert stored.tags == ["edited elsewhere"] and stored.turns == 2
+    assert await texts(checkpointer, t) == ["one", "reply 1 to one", "a note from an operator", "two", "reply 2 to two"]
+
+
+@pytest.mark.asyncio
+async def test_a_thread_deleted_and_written_again_to_the_same_version_is_loaded(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    app, other, t = build(checkpointer), build(checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("first life")]}, {"thread_id": t})
+    await checkpointer.aclear_state({"thread_id": t})
+    # A second graph (its own live states) writes the thread again, reaching the same version.
+    await other.ainvoke({"messages": [user("second life")]}, {"thread_id": t})
+    before = counters()
+    await app.ainvoke({"messages": [user("again")]}, {"thread_id": t})
+    assert delta(before) == (1, 0)
+    assert await texts(checkpointer, t) == ["second life", "reply 1 to second life", "again", "reply 2 to again"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_two_processes_worth_of_graphs_on_one_database_never_see_a_stale_state(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Any, make_thread: Any
+) -> None:
+    # Two checkpointer objects on one database stand for two workers; turns alternate between them.
+    cp_a = make_checkpointer(backend, request, tmp_path)
+    cp_b = (make_checkpointer(backend, request, tmp_path) if backend == "sqlite"
+            else type(cp_a)(request.getfixturevalue("tenx_postgres").dsn, schema=cp_a.schema,
+                            enforce_user_isolation=False))
+    a, b, t = build(cp_a), build(cp_b), make_thread()
+    before = counters()
+    for i in range(5):  # a, b, a, b, a: each finds the other's commit
+        await (a if i % 2 == 0 else b).ainvoke({"messages": [user(f"m{i}")]}, {"thread_id": t})
+    assert delta(before) == (4, 0)
+    # And twice in a row on one worker: the second of those reuses its own state.
+    before = counters()
+    await b.ainvoke({"messages": [user("m5")]}, {"thread_id": t})
+    await b.ainvoke({"messages": [user("m6")]}, {"thread_id": t})
+    assert delta(before) == (1, 1)
+    stored = await cp_a.aget_state({"thread_id": t})
+    assert stored.turns == 7
+    assert [m.text() for m in stored.context] == [x for i in range(7) for x in (f"m{i}", f"reply {i + 1} to m{i}")]
+    await cp_b.arelease()
+
+
+@pytest.mark.asyncio
+async def test_what_a_caller_gets_back_cannot_change_the_kept_state(checkpointer: Any, make_thread: Any) -> None:
+    app, t = build(checkpointer), make_thread()
+    out = await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    out["messages"][-1].content.clear()  # the caller scribbles on the returned reply
+    await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert await texts(checkpointer, t) == ["one", "reply 1 to one", "two", "reply 2 to two"]
+    # "full" hands out the live state itself: it is not kept, the next run loads from the store.
+    full = await app.ainvoke({"messages": [user("three")]}, {"thread_id": t}, response_granularity="full")
+    full["state"].context.clear()
+    full["state"].turns = 99
+    before = counters()
+    await app.ainvoke({"messages": [user("four")]}, {"thread_id": t})
+    assert delta(before) == (1, 0)
+    stored = await checkpointer.aget_state({"thread_id": t})
+    assert stored.turns == 4 and len(stored.context) == 8
+
+
+@pytest.mark.asyncio
+async def test_a_failed_run_is_not_kept(checkpointer: Any, make_thread: Any) -> None:
+    calls = {"n": 0}
+
+    async def flaky(state: Notes, config: dict[str, Any]) -> Notes:
+        calls["n"] += 1
+        state.tags.append(f"touched {calls['n']}")  # changed in place, then the node fails
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return await reply(state, config)
+
+    g = StateGraph(Notes())
+    g.add_node("reply", flaky)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    app, t = g.compile(checkpointer=checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    with pytest.raises(Exception, match="boom"):
+        await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert len(app._live) == 0
+    before = counters()
+    await app.ainvoke({}, {"thread_id": t})  # the failed node runs again, from the store
+    assert delta(before) == (1, 0)
+    stored = await checkpointer.aget_state({"thread_id": t})
+    assert stored.context[-1].text() == "reply 2 to two"
+
+
+@pytest.mark.asyncio
+async def test_an_interrupt_and_its_resume_use_the_kept_state(checkpointer: Any, make_thread: Any) -> None:
+    async def ask(state: Notes, config: dict[str, Any]) -> Notes:
+        answer = interrupt("approve?")
+        state.tags.append(f"answer={answer}")
+        return await reply(state, config)
+
+    g = StateGraph(Notes())
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app, t = g.compile(checkpointer=checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("pay?")]}, {"thread_id": t})
+    before = counters()
+    await app.ainvoke({"resume": "yes"}, {"thread_id": t})
+    assert delta(before) == (0, 1)
+    stored = await checkpointer.aget_state({"thread_id": t})
+    assert stored.tags == ["answer=yes"] and stored.context[-1].text() == "reply 1 to pay?"
+
+
+@pytest.mark.asyncio
+async def test_the_limit_evicts_the_least_recent_thread_and_zero_keeps_none(make_thread: Any) -> None:
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    cp = InMemoryCheckpointer()
+    app = build(cp, live_states=2)
+    threads = [make_thread() for _ in range(3)]
+    for t in threads:
+        await app.ainvoke({"messages": [user("hi")]}, {"thread_id": t})
+    assert len(app._live) == 2
+    before = counters()
+    for t in reversed(threads):
+        await app.ainvoke({"messages": [user("again")]}, {"thread_id": t})
+    assert delta(before) == (1, 2)  # the first thread had been evicted
+    off, t = build(cp, live_states=0), make_thread()
+    await off.ainvoke({"messages": [user("hi")]}, {"thread_id": t})
+    before = counters()
+    await off.ainvoke({"messages": [user("again")]}, {"thread_id": t})
+    assert delta(before) == (1, 0) and len(off._live) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "10", True])
+def test_bad_live_states_settings_are_refused(bad: Any) -> None:
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    with pytest.raises(ValueError, match="live_states must be a whole number >= 0"):
+        build(InMemoryCheckpointer(), live_states=bad)
+
+
+def test_a_bad_environment_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    monkeypatch.setenv("TENXGRAPH_LIVE_STATES", "lots")
+    with pytest.raises(ValueError, match="TENXGRAPH_LIVE_STATES must be a whole number >= 0, got 'lots'"):
+        build(InMemoryCheckpointer())
+    monkeypatch.setenv("TENXGRAPH_LIVE_STATES", "3")
+    assert build(InMemoryCheckpointer())._live.limit == 3
