@@ -10,6 +10,7 @@ use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqliteConnection};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -72,13 +73,19 @@ const LEASE_COLUMNS: &str = "SELECT token, holder, host, pid, pid_start, expires
 /// connection that cannot even roll back is closed.
 struct WriteTx {
     conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+    // Held until commit or drop. SQLite admits one writer at a time anyway; queueing this
+    // process's writers here, first come first served, leaves SQLite's busy handler (sleep and
+    // retry, no order) to arbitrate between processes only. Without it, 64 concurrent runs on
+    // 4 connections starved one writer past the 10 s busy timeout ("database is locked").
+    _gate: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl WriteTx {
-    async fn begin(pool: &SqlitePool, op: &'static str) -> StoreResult<Self> {
+    async fn begin(pool: &SqlitePool, gate: &Arc<tokio::sync::Mutex<()>>, op: &'static str) -> StoreResult<Self> {
+        let gate = gate.clone().lock_owned().await;
         let mut conn = pool.acquire().await.map_err(be(op))?;
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(be(op))?;
-        Ok(WriteTx { conn: Some(conn) })
+        Ok(WriteTx { conn: Some(conn), _gate: gate })
     }
 
     fn conn(&mut self) -> &mut SqliteConnection {
@@ -125,6 +132,8 @@ impl Drop for WriteTx {
 pub struct SqliteStore {
     pool: SqlitePool,
     enforce_user_isolation: bool,
+    /// Orders this process's write transactions (see `WriteTx`).
+    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -165,7 +174,7 @@ impl SqliteStore {
             pool_opts = pool_opts.idle_timeout(None).max_lifetime(None).min_connections(1);
         }
         let pool = pool_opts.connect_with(opts).await.map_err(be("connect"))?;
-        Ok(Self { pool, enforce_user_isolation })
+        Ok(Self { pool, enforce_user_isolation, write_gate: Default::default() })
     }
 
     /// Ensures the thread row exists and that `t.user_id` may write it.
@@ -288,7 +297,7 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
-        let mut tx = WriteTx::begin(&self.pool, "begin step").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "begin step").await?;
         check_fence(tx.conn(), &t.thread_id, w.fence).await?;
         self.own_thread(tx.conn(), t).await?;
         let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM states WHERE thread_id = ?")
@@ -345,7 +354,7 @@ impl Checkpointer for SqliteStore {
         if !self.readable(t).await? {
             return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
         }
-        let mut tx = WriteTx::begin(&self.pool, "clear state").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "clear state").await?;
         for q in ["DELETE FROM states WHERE thread_id = ?", "DELETE FROM messages WHERE thread_id = ?"] {
             sqlx::query(q).bind(&t.thread_id).execute(tx.conn()).await.map_err(be("clear state"))?;
         }
@@ -353,7 +362,7 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-        let mut tx = WriteTx::begin(&self.pool, "write messages").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "write messages").await?;
         self.own_thread(tx.conn(), t).await?;
         Self::upsert_messages(tx.conn(), t, msgs).await?;
         tx.commit("write messages").await
@@ -413,7 +422,7 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
-        let mut tx = WriteTx::begin(&self.pool, "write thread").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "write thread").await?;
         let inserted = self.own_thread(tx.conn(), t).await?;
         sqlx::query(
             "UPDATE threads SET thread_name = COALESCE(?, thread_name), meta = ?, updated_at = ? WHERE thread_id = ?",
@@ -568,7 +577,7 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
-        let mut tx = WriteTx::begin(&self.pool, "ledger write").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "ledger write").await?;
         check_fence(tx.conn(), &t.thread_id, fence).await?;
         self.own_thread(tx.conn(), t).await?;
         let now = now_secs();
@@ -594,7 +603,7 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-        let mut tx = WriteTx::begin(&self.pool, "acquire lease").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "acquire lease").await?;
         let now = now_secs();
         let cur = sqlx::query(LEASE_COLUMNS)
             .bind(thread_id)
@@ -655,7 +664,7 @@ impl Checkpointer for SqliteStore {
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
         let now = now_secs();
-        let mut tx = WriteTx::begin(&self.pool, "prune").await?;
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "prune").await?;
         let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
         // Each rule is counted with the WHERE clause it deletes with, so a dry run reports exactly
         // what the real run would remove.
