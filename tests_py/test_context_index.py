@@ -49,3 +49,24 @@ def test_tombstones_use_the_full_reducer() -> None:
     assert ids(state) == ["b", "c"]
     index.append(state, [msg("d")])
     assert ids(state) == ["b", "c", "d"]
+
+
+def test_a_message_removed_and_added_again_is_appended_again() -> None:
+    state = AgentState(context=[msg("a"), msg("b"), msg("c")])
+    index = _ContextIndex()
+    index.append(state, [msg("d")])  # the index now holds a, b, c, d
+    del state.context[1]  # a node drops b in place...
+    index.append(state, [msg("b")])  # ...and adds an edited b: no longer present, so it goes in
+    assert ids(state) == ["a", "c", "d", "b"]
+    state.context[0] = msg("z")  # same length, an element replaced in the middle of the list
+    index.append(state, [msg("a"), msg("z")])
+    assert ids(state) == ["z", "c", "d", "b", "a"]
+
+
+def test_an_unchanged_context_is_not_rescanned() -> None:
+    state = AgentState(context=[msg(str(i)) for i in range(50)])
+    index = _ContextIndex()
+    index.append(state, [msg("new-1")])
+    built = index._ids
+    index.append(state, [msg("new-2"), msg("3")])  # "3" is already there
+    assert index._ids is built and ids(state)[-2:] == ["new-1", "new-2"] and len(state.context) == 52

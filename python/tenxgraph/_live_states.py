@@ -30,7 +30,8 @@ DEFAULT_LIVE_STATES = 256
 # pin gigabytes. About 1-2 KB of Python objects per message.
 MAX_HELD_MESSAGES = 200_000
 
-Held = tuple[int, str, "AgentState"]
+# (version, write mark, state, the run's context index for that state)
+Held = tuple[int, str, "AgentState", Any]
 
 
 def resolve_limit(value: Any) -> int:
@@ -51,7 +52,7 @@ def resolve_limit(value: Any) -> int:
 
 
 class LiveStates:
-    """A small LRU of (version, write mark, state) per (thread_id, user_id)."""
+    """A small LRU of ``Held`` per (thread_id, user_id)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -67,17 +68,17 @@ class LiveStates:
             self._messages -= len(held[2].context)
         return held
 
-    def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState) -> None:
+    def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState, index: Any) -> None:
         if self.limit == 0:
             return
         self.take(key)
         size = len(state.context)
         if size > MAX_HELD_MESSAGES:
             return
-        self._entries[key] = (version, mark, state)
+        self._entries[key] = (version, mark, state, index)
         self._messages += size
         while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
-            _, (_, _, old) = self._entries.popitem(last=False)
+            _, (_, _, old, _) = self._entries.popitem(last=False)
             self._messages -= len(old.context)
 
     def clear(self) -> None:

@@ -5,6 +5,7 @@ mod errors;
 mod graph;
 mod host;
 mod logging;
+mod runtime;
 mod store;
 mod waiter;
 
@@ -56,6 +57,7 @@ pub mod _core {
             let _ = LOG_RESET.set(handle);
         }
         super::logging::install();
+        super::runtime::configure();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

@@ -84,16 +84,19 @@ impl Sql {
             // With $4/$5 naming the row the caller still holds (KnownHead), the messages are
             // not read and `known` is true.
             load: format!(
-                "SELECT st.version, st.state_data, \
-                   COALESCE(st.version = $4 AND st.state_data->'__state_meta__'->>'write' = $5, false) AS known, \
-                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' THEN NULL \
-                     WHEN st.version = $4 AND st.state_data->'__state_meta__'->>'write' = $5 THEN NULL ELSE \
+                // The latest row is picked first (LIMIT 1 in a subquery): with the CASE on the
+                // outer level it runs for that row only. At the level of the ORDER BY it ran for
+                // every kept state row, and any older row made it read all the messages.
+                "SELECT st.version, st.state_data, st.known, \
+                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' OR st.known THEN NULL ELSE \
                      (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
                        (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
                    END AS msgs \
-                 FROM {s}.states st WHERE st.thread_id = $1 \
-                   AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
-                 ORDER BY st.version DESC, st.state_id DESC LIMIT 1"
+                 FROM (SELECT version, state_data, \
+                         COALESCE(version = $4 AND state_data->'__state_meta__'->>'write' = $5, false) AS known \
+                       FROM {s}.states WHERE thread_id = $1 \
+                         AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
+                       ORDER BY version DESC, state_id DESC LIMIT 1) st"
             ),
             messages: format!("SELECT {message_json} AS m FROM {s}.messages WHERE thread_id = $1 ORDER BY seq, created_at"),
             ledger_get: format!(

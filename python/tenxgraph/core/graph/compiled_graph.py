@@ -219,7 +219,7 @@ class CompiledGraph(Generic[StateT]):
         # "low" hands out copies of its messages only, so nobody else can change the live state.
         response = run.response(granularity)
         if granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None:
-            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state)
+            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index)
         return response
 
     async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False) -> dict[str, Any]:
