@@ -129,14 +129,17 @@ impl Drop for LiveRun {
 /// A holder that can be proven dead: same machine and PID namespace, and its process is gone (or
 /// is this process, which no longer runs anything under that token). A holder elsewhere is alive
 /// until its lease expires.
-fn holder_is_dead(thread_id: &str, info: &LeaseInfo) -> bool {
+fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo) -> bool {
     let me = me();
     if info.host != me.host || !std::path::Path::new("/proc/self/stat").exists() {
         return false;
     }
     if info.pid == me.pid && info.pid_start == me.pid_start {
+        // The asking run is in `live_runs` itself: a holder with its run id (a caller reusing run
+        // ids, or a retry of a run that died) is alive only if another entry exists.
         let live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
-        return !live.contains_key(&(thread_id.to_owned(), info.holder.clone()));
+        let entries = live.get(&(thread_id.to_owned(), info.holder.clone())).copied().unwrap_or(0);
+        return entries <= usize::from(info.holder == asking_run);
     }
     proc_start(info.pid) != Some(info.pid_start)
 }
@@ -254,7 +257,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             }
             LeaseAttempt::Held(info) => info,
         };
-        if holder_is_dead(&thread_id, &info) && req.steal != Some(info.token) {
+        if holder_is_dead(&thread_id, &cfg.run_id, &info) && req.steal != Some(info.token) {
             req.steal = Some(info.token);
             continue;
         }
