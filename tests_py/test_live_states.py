@@ -230,3 +230,22 @@ def test_a_bad_environment_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -
         build(InMemoryCheckpointer())
     monkeypatch.setenv("TENXGRAPH_LIVE_STATES", "3")
     assert build(InMemoryCheckpointer())._live.limit == 3
+
+
+def test_sync_invokes_from_several_threads_share_one_bounded_cache(make_thread: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    cp = InMemoryCheckpointer()
+    app = build(cp, live_states=2)  # smaller than the number of threads: evictions race with takes
+    threads = [make_thread() for _ in range(6)]
+
+    def converse(t: str) -> list[str]:
+        return [app.invoke({"messages": [user(f"{t} {i}")]}, {"thread_id": t})["messages"][-1].text() for i in range(4)]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(converse, threads))
+    for t, got in zip(threads, answers):
+        assert got == [f"reply {i + 1} to {t} {i}" for i in range(4)]
+    assert len(app._live) <= 2

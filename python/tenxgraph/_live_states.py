@@ -17,6 +17,7 @@ before it starts, so two runs can never share one live state.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -58,11 +59,17 @@ class LiveStates:
         self.limit = limit
         self._entries: OrderedDict[tuple[str, str], Held] = OrderedDict()
         self._messages = 0
+        # A graph may be run from several threads (the sync wrappers run their own loops).
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def take(self, key: tuple[str, str]) -> Held | None:
+        with self._lock:
+            return self._take(key)
+
+    def _take(self, key: tuple[str, str]) -> Held | None:
         held = self._entries.pop(key, None)
         if held is not None:
             self._messages -= len(held[2].context)
@@ -71,16 +78,18 @@ class LiveStates:
     def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState, index: Any) -> None:
         if self.limit == 0:
             return
-        self.take(key)
         size = len(state.context)
-        if size > MAX_HELD_MESSAGES:
-            return
-        self._entries[key] = (version, mark, state, index)
-        self._messages += size
-        while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
-            _, (_, _, old, _) = self._entries.popitem(last=False)
-            self._messages -= len(old.context)
+        with self._lock:
+            self._take(key)
+            if size > MAX_HELD_MESSAGES:
+                return
+            self._entries[key] = (version, mark, state, index)
+            self._messages += size
+            while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
+                _, (_, _, old, _) = self._entries.popitem(last=False)
+                self._messages -= len(old.context)
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._messages = 0
+        with self._lock:
+            self._entries.clear()
+            self._messages = 0
