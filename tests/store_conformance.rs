@@ -427,3 +427,29 @@ async fn load_with_skips_the_messages_only_while_the_known_commit_is_the_latest(
         assert!(s.load_with(&ThreadRef::new("nothing-here", "u"), Some(known)).await.unwrap().is_none(), "{name}");
     }
 }
+
+#[tokio::test]
+async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothing_was() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("begin-{name}"), "u");
+        let intent = |tool: &str| json!({"__kind__": "started", "tool": tool});
+        let done = json!({"__kind__": "raw", "value": "charged"});
+        s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None).await.unwrap();
+        let wanted = [("m:done".into(), intent("a")), ("m:crashed".into(), intent("b")), ("m:new".into(), intent("c"))];
+        let found = s.ledger_begin(&t, &wanted, None).await.unwrap();
+        // The rows from before the call, not the intent it wrote for m:new.
+        assert_eq!(found.len(), 2, "{name}: {found:?}");
+        assert_eq!(found["m:done"], done, "{name}");
+        assert_eq!(found["m:crashed"], intent("old"), "{name}");
+        let now = s.ledger_get(&t, &["m:done".into(), "m:crashed".into(), "m:new".into()]).await.unwrap();
+        assert_eq!((now["m:done"].clone(), now["m:crashed"].clone(), now["m:new"].clone()), (done.clone(), intent("old"), intent("c")), "{name}");
+        // Fenced by a token that is not the lease's: refused, nothing written.
+        let token = acquired(s.lease_acquire(&t.thread_id, &lease_req("run-1", 5000, None)).await.unwrap());
+        let err = s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token + 1)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
+        assert!(s.ledger_get(&t, &["m:late".into()]).await.unwrap().is_empty(), "{name}");
+        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token)).await.unwrap().len(), 0, "{name}");
+        assert_eq!(s.ledger_get(&t, &["m:late".into()]).await.unwrap()["m:late"], intent("d"), "{name}");
+    }
+}

@@ -99,19 +99,22 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
             _ => ledger_key(batch.origin_message_id.as_deref(), c.call_id.as_deref()),
         })
         .collect();
-    let (recorded, read_ok) = lookup(store, cfg, &keys).await;
+    // One call reads what earlier attempts recorded and writes an intent record for every call
+    // without a row (before any tool of this node starts; fenced, so a run that lost its lease
+    // fails here). A failure is a miss for every call: idempotent tools run (at-least-once)
+    // without an intent, at-most-once tools are refused.
+    let (recorded, ledger_ok) = begin_ledger(store, cfg, fence, &batch, &keys).await?;
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
         let plan = match row {
             Some(env) if is_intent(env) => Plan::Unknown,
             Some(env) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
-            _ if call.effects == SideEffects::AtMostOnce && !read_ok => Plan::Refuse(LEDGER_UNREADABLE),
+            _ if call.effects == SideEffects::AtMostOnce && !ledger_ok => Plan::Refuse(LEDGER_UNAVAILABLE),
             _ => Plan::Run,
         };
         plans.push(plan);
     }
-    write_intents(store, cfg, fence, &batch, &keys, &mut plans).await?;
     let recorder = Recorder::default();
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
         run_one(host, store, cfg, &recorder, fence, node, i, call, key.clone(), plan)
@@ -136,11 +139,9 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     host.finish_tools(node, outcomes)
 }
 
-const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
-so running it without knowing whether an earlier attempt took effect could repeat a side effect; try again later \
-[TOOL_LEDGER_UNAVAILABLE]";
-const INTENT_UNWRITABLE: &str = "it was not run: its start could not be recorded, and this tool must run at most \
-once; try again later [TOOL_LEDGER_UNAVAILABLE]";
+const LEDGER_UNAVAILABLE: &str = "it was not run: its ledger could not be read or its start could not be recorded, \
+and this tool must run at most once, so running it without knowing whether an earlier attempt took effect could \
+repeat a side effect; try again later [TOOL_LEDGER_UNAVAILABLE]";
 
 /// What the handler does with one call.
 #[derive(Debug, Clone)]
@@ -153,69 +154,47 @@ enum Plan {
     Refuse(&'static str),
 }
 
-/// Intent records, one transaction for the node, before any tool starts. Fenced: a run that lost
-/// its lease fails here, before a single tool of this node has fired.
-async fn write_intents(
+/// The node's ledger rows, and its intent records written (`Checkpointer::ledger_begin`).
+/// Returns the rows found and whether the ledger answered.
+async fn begin_ledger(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
     fence: Option<i64>,
     batch: &ToolBatch,
     keys: &[Option<String>],
-    plans: &mut [Plan],
-) -> Result<(), HostFailure> {
-    let mut entries = Vec::new();
-    for ((call, key), plan) in batch.calls.iter().zip(keys).zip(plans.iter()) {
-        if let (Some(k), Plan::Run | Plan::Unknown) = (key, plan) {
-            entries.push((k.clone(), json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id})));
-        }
+) -> Result<(HashMap<String, Value>, bool), HostFailure> {
+    let intents: Vec<(String, Value)> = batch
+        .calls
+        .iter()
+        .zip(keys)
+        .filter_map(|(call, key)| {
+            key.as_ref().map(|k| (k.clone(), json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id})))
+        })
+        .collect();
+    if intents.is_empty() {
+        return Ok((HashMap::new(), true));
     }
-    if entries.is_empty() {
-        return Ok(());
-    }
-    match store.ledger_put_many(&cfg.thread, &entries, fence).await {
-        Ok(_) => {
-            inc(&metrics().tool_intents);
-            Ok(())
+    match store.ledger_begin(&cfg.thread, &intents, fence).await {
+        Ok(found) => {
+            if found.len() < intents.len() {
+                inc(&metrics().tool_intents);
+            }
+            Ok((found, true))
         }
         Err(e @ StoreError::Fenced { .. }) => {
             inc(&metrics().fenced_writes);
             Err(HostFailure::Passthrough(Box::new(e)))
         }
         Err(e) => {
-            tracing::warn!(
-                thread_id = %cfg.thread.thread_id,
-                event = "intent_not_recorded",
-                "could not record that {} tool call(s) started; idempotent tools run anyway, at-most-once tools do not: {e}",
-                entries.len()
-            );
-            for (call, plan) in batch.calls.iter().zip(plans.iter_mut()) {
-                if call.effects == SideEffects::AtMostOnce && matches!(plan, Plan::Run) {
-                    *plan = Plan::Refuse(INTENT_UNWRITABLE);
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
-/// One query for the whole node. A read failure is a miss for every call: the tools run
-/// (at-least-once) instead of the run failing.
-async fn lookup(store: &dyn Checkpointer, cfg: &RunConfig, keys: &[Option<String>]) -> (HashMap<String, Value>, bool) {
-    let wanted: Vec<String> = keys.iter().flatten().cloned().collect();
-    if wanted.is_empty() {
-        return (HashMap::new(), true);
-    }
-    match store.ledger_get(&cfg.thread, &wanted).await {
-        Ok(m) => (m, true),
-        Err(e) => {
             inc(&metrics().ledger_read_failures);
             tracing::warn!(
                 thread_id = %cfg.thread.thread_id,
                 event = "ledger_read_failed",
-                "ledger lookup failed, treating {} call(s) as not recorded; idempotent tools will run, at-most-once tools will not: {e}",
-                wanted.len()
+                "ledger unavailable at the start of a tool node, treating {} call(s) as not recorded and their starts as \
+                 unrecorded; idempotent tools will run, at-most-once tools will not: {e}",
+                intents.len()
             );
-            (HashMap::new(), false)
+            Ok((HashMap::new(), false))
         }
     }
 }

@@ -107,6 +107,20 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// carries that token. Returns how many rows were written.
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize>;
 
+    /// The start of a tool node: the rows already recorded for `intents`' keys, as `ledger_get`
+    /// returns them, and, for every key without a row, its intent record written (fenced, like
+    /// `ledger_put_many`). Returns the rows found, not the intents it wrote. One round trip where
+    /// the store can; the default is a read and a write.
+    async fn ledger_begin(&self, t: &ThreadRef, intents: &[(String, Value)], fence: Option<i64>) -> StoreResult<HashMap<String, Value>> {
+        let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).collect();
+        let found = self.ledger_get(t, &keys).await?;
+        let missing: Vec<(String, Value)> = intents.iter().filter(|(k, _)| !found.contains_key(k)).cloned().collect();
+        if !missing.is_empty() {
+            self.ledger_put_many(t, &missing, fence).await?;
+        }
+        Ok(found)
+    }
+
     /// Records one tool result; true when this call inserted it (false: a result was already there).
     async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
         Ok(self.ledger_put_many(t, &[(key.to_owned(), result.clone())], None).await? > 0)

@@ -61,6 +61,7 @@ struct Sql {
     messages: String,
     ledger_get: String,
     ledger_put: String,
+    ledger_begin: String,
     lease_acquire: String,
     lease_renew: String,
     lease_release: String,
@@ -103,6 +104,7 @@ impl Sql {
                 "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2)"
             ),
             ledger_put: format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
+            ledger_begin: format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
             lease_acquire: format!("SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7)"),
             lease_renew: format!(
                 "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
@@ -688,6 +690,24 @@ impl Checkpointer for PgStore {
             .await
             .map_err(|e| map_err("ledger write", e, Some(t)))?;
         Ok(written.max(0) as usize)
+    }
+
+    async fn ledger_begin(&self, t: &ThreadRef, intents: &[(String, Value)], fence: Option<i64>) -> StoreResult<HashMap<String, Value>> {
+        if intents.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let (keys, values): (Vec<String>, Vec<Value>) = intents.iter().cloned().unzip();
+        let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_begin.clone()))
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(self.opts.enforce_user_isolation)
+            .bind(&keys)
+            .bind(&values)
+            .bind(fence)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_err("ledger write", e, Some(t)))?;
+        Ok(rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect())
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {

@@ -355,6 +355,42 @@ BEGIN
   GET DIAGNOSTICS v_written = ROW_COUNT;
   RETURN v_written;
 END $fn$;
+
+-- The start of a tool node in one round trip: the rows already recorded for p_keys (read before
+-- the insert: a data-modifying CTE does not see its own rows) and an intent record for each key
+-- without a row.
+CREATE OR REPLACE FUNCTION {s}.tenx_ledger_begin(
+  p_thread TEXT, p_user TEXT, p_isolate BOOLEAN, p_keys TEXT[], p_intents JSONB[], p_fence BIGINT
+) RETURNS TABLE (tool_call_id TEXT, result JSONB) LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE v_token BIGINT; v_owner TEXT;
+BEGIN
+  IF p_fence IS NOT NULL THEN
+    SELECT l.token INTO v_token FROM {s}.tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
+    IF v_token IS DISTINCT FROM p_fence THEN
+      RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
+    END IF;
+  END IF;
+  SELECT th.user_id INTO v_owner FROM {s}.threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO {s}.threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM {s}.threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  END IF;
+  IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
+    RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
+  END IF;
+  RETURN QUERY
+    WITH found AS (
+      SELECT x.tool_call_id::TEXT AS k, x.result AS r FROM {s}.tool_executions x
+      WHERE x.thread_id = p_thread AND x.tool_call_id = ANY(p_keys)
+    ), written AS (
+      INSERT INTO {s}.tool_executions AS l (thread_id, tool_call_id, result)
+      SELECT p_thread, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
+      ON CONFLICT (thread_id, tool_call_id) DO NOTHING
+      RETURNING 1
+    )
+    SELECT f.k, f.r FROM found f;
+END $fn$;
 "#
     )
 }
