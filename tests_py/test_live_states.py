@@ -31,9 +31,10 @@ async def reply(state: Notes, config: dict[str, Any]) -> Notes:
     return state
 
 
-def build(cp: Any, **compile_kw: Any) -> Any:
+def build(cp: Any, node: Any = reply, **compile_kw: Any) -> Any:
+    """START -> node -> END."""
     g = StateGraph(Notes())
-    g.add_node("reply", reply)
+    g.add_node("reply", node)
     g.add_edge(START, "reply")
     g.add_edge("reply", END)
     return g.compile(checkpointer=cp, **compile_kw)
@@ -157,11 +158,7 @@ async def test_a_failed_run_is_not_kept(checkpointer: Any, make_thread: Any) -> 
             raise RuntimeError("boom")
         return await reply(state, config)
 
-    g = StateGraph(Notes())
-    g.add_node("reply", flaky)
-    g.add_edge(START, "reply")
-    g.add_edge("reply", END)
-    app, t = g.compile(checkpointer=checkpointer), make_thread()
+    app, t = build(checkpointer, flaky), make_thread()
     await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
     with pytest.raises(Exception, match="boom"):
         await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
@@ -180,11 +177,7 @@ async def test_an_interrupt_and_its_resume_use_the_kept_state(checkpointer: Any,
         state.tags.append(f"answer={answer}")
         return await reply(state, config)
 
-    g = StateGraph(Notes())
-    g.add_node("ask", ask)
-    g.add_edge(START, "ask")
-    g.add_edge("ask", END)
-    app, t = g.compile(checkpointer=checkpointer), make_thread()
+    app, t = build(checkpointer, ask), make_thread()
     await app.ainvoke({"messages": [user("pay?")]}, {"thread_id": t})
     before = counters()
     await app.ainvoke({"resume": "yes"}, {"thread_id": t})
