@@ -453,3 +453,29 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         assert_eq!(s.ledger_get(&t, &["m:late".into()]).await.unwrap()["m:late"], intent("d"), "{name}");
     }
 }
+
+#[tokio::test]
+async fn messages_written_or_deleted_outside_a_step_end_the_known_head() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        for (i, change) in ["put", "delete", "delete-missing"].into_iter().enumerate() {
+            let t = ThreadRef::new(format!("unmark-{i}"), "u");
+            let mut st = json!({"n": 1});
+            set_write_mark(&mut st, "mark-x");
+            let id = |m: &str| format!("{m}-{i}");
+            s.put_step(&t, step(0, &st, &[msg(&id("m1"), "a"), msg(&id("m2"), "b")])).await.unwrap();
+            let known = KnownHead { version: 1, mark: "mark-x" };
+            assert!(s.load_with(&t, Some(known)).await.unwrap().unwrap().messages_known, "{name}");
+            match change {
+                "put" => s.put_messages(&t, &[msg(&id("m3"), "added by an operator")]).await.unwrap(),
+                "delete" => assert!(s.delete_message(&t, &id("m1")).await.unwrap(), "{name}"),
+                _ => assert!(!s.delete_message(&t, "nope").await.unwrap(), "{name}"),
+            }
+            let after = s.load_with(&t, Some(known)).await.unwrap().unwrap();
+            // Deleting nothing changes nothing; any real change makes the holder load again.
+            assert_eq!(after.messages_known, change == "delete-missing", "{name} {change}");
+            let expected = match change { "put" => 3, "delete" => 1, _ => 0 };
+            assert_eq!(after.messages.len(), expected, "{name} {change}");
+        }
+    }
+}

@@ -242,3 +242,21 @@ def test_sync_invokes_from_several_threads_share_one_bounded_cache(make_thread: 
     for t, got in zip(threads, answers):
         assert got == [f"reply {i + 1} to {t} {i}" for i in range(4)]
     assert len(app._live) <= 2
+
+
+@pytest.mark.asyncio
+async def test_messages_changed_outside_a_run_are_seen_by_the_next_turn(checkpointer: Any, make_thread: Any) -> None:
+    app, t = build(checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    await checkpointer.aput_messages({"thread_id": t}, [Message.text_message("added by an operator", role="assistant")])
+    before = counters()
+    await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert delta(before) == (1, 0)
+    assert await texts(checkpointer, t) == ["one", "reply 1 to one", "added by an operator", "two", "reply 2 to two"]
+    first = (await checkpointer.aget_state({"thread_id": t})).context[0]
+    assert await checkpointer.adelete_message({"thread_id": t}, first.message_id)
+    before = counters()
+    out = await app.ainvoke({"messages": [user("three")]}, {"thread_id": t})
+    assert delta(before) == (1, 0) and out["messages"][-1].text() == "reply 3 to three"
+    assert await texts(checkpointer, t) == ["reply 1 to one", "added by an operator", "two", "reply 2 to two",
+                                            "three", "reply 3 to three"]

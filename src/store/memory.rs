@@ -97,6 +97,14 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
     }
 }
 
+/// Messages changed outside a step: the latest state row no longer describes them (see
+/// `clear_write_mark`).
+fn unmark_latest(d: &mut ThreadData) {
+    if let Some((_, s)) = d.states.last_mut() {
+        super::clear_write_mark(s);
+    }
+}
+
 fn upsert(list: &mut Vec<StoredMessage>, m: &StoredMessage) {
     match list.iter_mut().find(|x| x.id == m.id) {
         Some(x) => x.data = m.data.clone(),
@@ -195,6 +203,9 @@ impl Checkpointer for MemoryStore {
         for m in msgs {
             upsert(&mut d.messages, m);
         }
+        if !msgs.is_empty() {
+            unmark_latest(d);
+        }
         Ok(())
     }
 
@@ -228,7 +239,11 @@ impl Checkpointer for MemoryStore {
         self.check_owner(d, t)?;
         let before = d.messages.len();
         d.messages.retain(|m| m.id != message_id);
-        Ok(d.messages.len() != before)
+        let deleted = d.messages.len() != before;
+        if deleted {
+            unmark_latest(d);
+        }
+        Ok(deleted)
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {

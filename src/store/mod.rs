@@ -21,7 +21,7 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    set_write_mark, write_mark, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+    clear_write_mark, set_write_mark, write_mark, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
 };
 pub use inspect::{LedgerEntry, StateVersion};
 

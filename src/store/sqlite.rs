@@ -104,6 +104,21 @@ impl WriteTx {
     }
 }
 
+/// Messages changed outside a step: the latest state row no longer describes them (see
+/// `clear_write_mark`).
+async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE states SET state_data = json_remove(state_data, '$.__state_meta__.write') \
+         WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
+    )
+    .bind(&t.thread_id)
+    .bind(&t.thread_id)
+    .execute(&mut *c)
+    .await
+    .map_err(be("write messages"))?;
+    Ok(())
+}
+
 /// Rolls back an unfinished transaction; closes the connection when even that fails.
 async fn finish_failed(mut conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
     if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
@@ -365,6 +380,9 @@ impl Checkpointer for SqliteStore {
         let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "write messages").await?;
         self.own_thread(tx.conn(), t).await?;
         Self::upsert_messages(tx.conn(), t, msgs).await?;
+        if !msgs.is_empty() {
+            unmark_latest(tx.conn(), t).await?;
+        }
         tx.commit("write messages").await
     }
 
@@ -412,13 +430,19 @@ impl Checkpointer for SqliteStore {
         if !self.readable(t).await? {
             return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
         }
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "delete message").await?;
         let r = sqlx::query("DELETE FROM messages WHERE thread_id = ? AND message_id = ?")
             .bind(&t.thread_id)
             .bind(message_id)
-            .execute(&self.pool)
+            .execute(tx.conn())
             .await
             .map_err(be("delete message"))?;
-        Ok(r.rows_affected() > 0)
+        let deleted = r.rows_affected() > 0;
+        if deleted {
+            unmark_latest(tx.conn(), t).await?;
+        }
+        tx.commit("delete message").await?;
+        Ok(deleted)
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {

@@ -55,6 +55,14 @@ pub fn set_write_mark(state: &mut Value, mark: &str) {
     }
 }
 
+/// Removes the write mark of a state row: its messages were changed outside a step, so a process
+/// holding the live state of that commit must load the thread again.
+pub fn clear_write_mark(state: &mut Value) {
+    if let Some(meta) = state.get_mut(WRITE_MARK_PATH[0]).and_then(Value::as_object_mut) {
+        meta.remove(WRITE_MARK_PATH[1]);
+    }
+}
+
 /// The commit a caller still holds the live state of: `load_with` skips the messages when the
 /// thread's latest row is still this one.
 #[derive(Debug, Clone, Copy)]

@@ -319,6 +319,22 @@ impl PgStore {
         Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
     }
 
+    /// Messages changed outside a step: the latest state row no longer describes them (see
+    /// `clear_write_mark`).
+    async fn unmark_latest(&self, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> StoreResult<()> {
+        let s = &self.sql.s;
+        sqlx::query(self.q(format!(
+            "UPDATE {s}.states SET state_data = state_data #- '{{__state_meta__,write}}' \
+             WHERE thread_id = $1 AND state_data->'__state_meta__' ? 'write' \
+               AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
+        )))
+        .bind(&t.thread_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("write messages", e, Some(t)))?;
+        Ok(())
+    }
+
     /// Ensures and locks the thread row inside `tx`, checking the owner.
     async fn lock_thread(&self, tx: &mut sqlx::PgConnection, t: &ThreadRef, op: &'static str) -> StoreResult<()> {
         sqlx::query(AssertSqlSafe(self.sql.lock_thread.clone()))
@@ -430,6 +446,9 @@ impl Checkpointer for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| map_err("write messages", e, Some(t)))?;
+        if !msgs.is_empty() {
+            self.unmark_latest(&mut tx, t).await?;
+        }
         tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
     }
 
@@ -474,13 +493,19 @@ impl Checkpointer for PgStore {
         if !self.readable(t).await? {
             return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
         }
+        let mut tx = self.pool.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
         let r = sqlx::query(self.q(format!("DELETE FROM {}.messages WHERE thread_id = $1 AND message_id = $2", self.sql.s)))
             .bind(&t.thread_id)
             .bind(message_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| map_err("delete message", e, Some(t)))?;
-        Ok(r.rows_affected() > 0)
+        let deleted = r.rows_affected() > 0;
+        if deleted {
+            self.unmark_latest(&mut tx, t).await?;
+        }
+        tx.commit().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+        Ok(deleted)
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
