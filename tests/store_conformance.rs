@@ -4,7 +4,7 @@ use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
     Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PgOptions, PgStore, PruneRules, SqliteStore, StepWrite, StoreError,
-    StoredMessage, ThreadRef, is_intent, KnownHead, set_write_mark, write_mark,
+    StoredMessage, ThreadRef, is_intent, KnownHead, set_write_mark, write_mark, MESSAGES_CHANGED,
 };
 
 /// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
@@ -42,7 +42,7 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None }
+    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None, previous_mark: None }
 }
 
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .map(|m| m["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
-        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, release_lease: false, in_tx: None };
+        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, release_lease: false, in_tx: None, previous_mark: None };
         s.put_step(&t, w).await.unwrap();
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.messages.len(), 1, "{name}");
@@ -437,7 +437,8 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         let done = json!({"__kind__": "raw", "value": "charged"});
         s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None).await.unwrap();
         let wanted = [("m:done".into(), intent("a")), ("m:crashed".into(), intent("b")), ("m:new".into(), intent("c"))];
-        let found = s.ledger_begin(&t, &wanted, None).await.unwrap();
+        let (found, written) = s.ledger_begin(&t, &wanted, None).await.unwrap();
+        assert!(written.is_ok(), "{name}");
         // The rows from before the call, not the intent it wrote for m:new.
         assert_eq!(found.len(), 2, "{name}: {found:?}");
         assert_eq!(found["m:done"], done, "{name}");
@@ -449,7 +450,7 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         let err = s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token + 1)).await.unwrap_err();
         assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
         assert!(s.ledger_get(&t, &["m:late".into()]).await.unwrap().is_empty(), "{name}");
-        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token)).await.unwrap().len(), 0, "{name}");
+        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token)).await.unwrap().0.len(), 0, "{name}");
         assert_eq!(s.ledger_get(&t, &["m:late".into()]).await.unwrap()["m:late"], intent("d"), "{name}");
     }
 }
@@ -477,5 +478,39 @@ async fn messages_written_or_deleted_outside_a_step_end_the_known_head() {
             let expected = match change { "put" => 3, "delete" => 1, _ => 0 };
             assert_eq!(after.messages.len(), expected, "{name} {change}");
         }
+    }
+}
+
+#[tokio::test]
+async fn a_commit_keeps_its_mark_only_while_the_latest_row_carries_the_mark_the_run_saw() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("chain-{name}"), "u");
+        let marked = |m: &str| {
+            let mut v = json!({"n": m});
+            set_write_mark(&mut v, m);
+            v
+        };
+        let latest_mark = |cp: Option<tenxgraph::store::Checkpoint>| cp.and_then(|c| write_mark(&c.state).map(str::to_owned));
+        let a = marked("a");
+        s.put_step(&t, StepWrite { previous_mark: None, ..step(0, &a, &[msg(&format!("c1-{name}"), "x")]) }).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("a"), "{name}");
+        let b = marked("b");
+        s.put_step(&t, StepWrite { previous_mark: Some("a"), ..step(1, &b, &[]) }).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("b"), "{name}");
+        // Messages change under the run: its next commit, naming "b", is stored unmarked...
+        s.put_messages(&t, &[msg(&format!("c2-{name}"), "operator")]).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some(MESSAGES_CHANGED), "{name}");
+        let c = marked("c");
+        s.put_step(&t, StepWrite { previous_mark: Some("b"), ..step(2, &c, &[]) }).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()), None, "{name}");
+        // ...and so is every later one of that run (it saw "c", the row has none).
+        let d = marked("d");
+        s.put_step(&t, StepWrite { previous_mark: Some("c"), ..step(3, &d, &[]) }).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()), None, "{name}");
+        // A new run that loaded the unmarked row names None: its commits are marked again.
+        let e = marked("e");
+        s.put_step(&t, StepWrite { previous_mark: None, ..step(4, &e, &[]) }).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("e"), "{name}");
     }
 }

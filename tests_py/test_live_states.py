@@ -4,6 +4,7 @@ the thread's latest. Every backend; the counters come from the Rust loop."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -260,3 +261,65 @@ async def test_messages_changed_outside_a_run_are_seen_by_the_next_turn(checkpoi
     assert delta(before) == (1, 0) and out["messages"][-1].text() == "reply 3 to three"
     assert await texts(checkpointer, t) == ["reply 1 to one", "added by an operator", "two", "reply 2 to two",
                                             "three", "reply 3 to three"]
+
+
+@pytest.mark.asyncio
+async def test_messages_changed_while_a_run_is_in_flight_are_seen_by_the_next_turn(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow(state: Notes, config: dict[str, Any]) -> Notes:
+        if state.context[-1].text() == "two":
+            gate.set()
+            await asyncio.sleep(0.3)  # an operator edits the thread meanwhile
+        return await reply(state, config)
+
+    app, t = build(checkpointer, slow), make_thread()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    run = asyncio.create_task(app.ainvoke({"messages": [user("two")]}, {"thread_id": t}))
+    await gate.wait()
+    first = (await checkpointer.aget_state({"thread_id": t})).context[0]
+    assert await checkpointer.adelete_message({"thread_id": t}, first.message_id)
+    await run
+    before = counters()
+    out = await app.ainvoke({"messages": [user("three")]}, {"thread_id": t})
+    assert delta(before) == (1, 0)  # the kept state predates the delete: not reused
+    assert out["messages"][-1].text() == "reply 3 to three"
+    assert await texts(checkpointer, t) == ["reply 1 to one", "two", "reply 2 to two", "three", "reply 3 to three"]
+
+
+@pytest.mark.asyncio
+async def test_an_earlier_message_replaced_by_a_node_is_stored(checkpointer: Any, make_thread: Any) -> None:
+    async def redact(state: Notes, config: dict[str, Any]) -> Notes:
+        if len(state.context) > 2:  # replace the first message, keep the length and the last id
+            state.context[0] = Message.text_message("[redacted]", role="user")
+        return await reply(state, config)
+
+    app, t = build(checkpointer, redact), make_thread()
+    await app.ainvoke({"messages": [user("card 4111")]}, {"thread_id": t})
+    await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert await texts(checkpointer, t) == ["[redacted]", "reply 1 to card 4111", "two", "reply 2 to two"]
+    fresh = build(checkpointer, live_states=0)  # a cold load sees the same as the kept state
+    await fresh.ainvoke({"messages": [user("three")]}, {"thread_id": t})
+    assert (await texts(checkpointer, t))[0] == "[redacted]"
+
+
+@pytest.mark.asyncio
+async def test_the_caller_s_input_objects_are_not_part_of_the_kept_state(checkpointer: Any, make_thread: Any) -> None:
+    seen: list[tuple[str, list[str]]] = []
+
+    async def look(state: Notes, config: dict[str, Any]) -> Notes:
+        seen.append((state.context[0].text(), list(state.tags)))
+        return await reply(state, config)
+
+    app, t = build(checkpointer, look), make_thread()
+    mine = user("one")
+    tags = ["from the caller"]
+    await app.ainvoke({"messages": [mine], "state": {"tags": tags}}, {"thread_id": t})
+    mine.content.clear()  # the caller reuses its objects afterwards
+    tags.append("changed later")
+    before = counters()
+    await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
+    assert delta(before) == (0, 1)
+    assert seen == [("one", ["from the caller"]), ("one", ["from the caller"])]

@@ -178,7 +178,7 @@ async def test_ledger_read_failure_runs_the_tool_and_says_so(tmp_path: Path, cap
     assert counts["n"] == 1
     assert tool_texts(r["messages"]) == {"c1": "ran"}
     text = caplog.text
-    assert "ledger unavailable at the start of a tool node" in text and "idempotent tools will run" in text
+    assert "ledger lookup failed" in text and "idempotent tools will run" in text
     assert "COMPLETED but could not be recorded" in text  # the write fails too: no table
 
 
@@ -202,7 +202,7 @@ async def test_ledger_write_failure_logs_and_the_run_goes_on(tmp_path: Path, cap
     assert errors and errors[0].levelno == logging.ERROR
     assert "disk full" in errors[0].error  # details are LogRecord fields; the message is constant
     assert metrics.snapshot()["tenxgraph.tool.record_failures"] == before + 1
-    assert "ledger unavailable at the start of a tool node" not in caplog.text
+    assert "ledger lookup failed" not in caplog.text
 
 
 @pytest.mark.asyncio

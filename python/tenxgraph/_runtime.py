@@ -9,6 +9,7 @@ with the thread's history.
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,8 @@ class Run:
         self.produced: list[Message] = []
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = _ContextIndex()
+        # The context's message objects as of the last commit (see snapshot).
+        self._committed: list[Message] = []
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
@@ -143,6 +146,7 @@ class Run:
         self.known = None  # used, or outdated: either way not needed again
         self._check_resume(state)
         stored_len = len(state.context)
+        self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
             self._index.append(state, self.input_messages)
@@ -150,7 +154,7 @@ class Run:
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
             if key in fields:
-                setattr(state, key, value)
+                setattr(state, key, copy.deepcopy(value))  # not shared with the caller
             else:
                 self.graph._log.warning(
                     "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,
@@ -214,8 +218,14 @@ class Run:
         data = encode_state(state, with_context=False)
         ctx = state.context
         n = len(ctx)
-        grown = cursor_len <= n and (cursor_len == 0 or str(ctx[cursor_len - 1].message_id) == cursor_last_id)
+        # Only new messages are written while the stored ones are still the same objects in the
+        # same order (an identity-first list compare, ~1 ns per message). A node that replaced or
+        # removed an earlier message gets the whole context written; before, such an edit that
+        # kept the length and the last id was never stored.
+        grown = (cursor_len <= n and (cursor_len == 0 or str(ctx[cursor_len - 1].message_id) == cursor_last_id)
+                 and ctx[:cursor_len] == self._committed[:cursor_len])
         fresh = ctx[cursor_len:] if grown else ctx
+        self._committed = list(ctx)
         messages = [(str(m.message_id), m.model_dump_json()) for m in fresh]
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
@@ -289,8 +299,7 @@ class Run:
             messages.append(last_user)
         messages.extend(m for m in self.produced if m is not last_user)
         if granularity == "low":  # copies: the live state may be kept for the thread's next run
-            # A dump and a validation: half the time of model_copy(deep=True) (copy.deepcopy).
-            messages = [type(m).model_validate(m.model_dump(round_trip=True)) for m in messages]
+            messages = [_copy_message(m) for m in messages]
         usage = _token_usage(messages)
         if granularity == "full":
             return {"state": state, "messages": messages, "token_usage": usage}
@@ -405,12 +414,19 @@ def _input_messages(input_data: Any) -> list[Message]:
     out = []
     for m in raw:
         if isinstance(m, Message):
-            out.append(m)
+            # A copy: the state (which may be kept for the thread's next turn) must not share
+            # objects with the caller.
+            out.append(_copy_message(m))
         elif isinstance(m, dict):
             out.append(Message.model_validate(m))
         else:
             raise ValueError(f"input_data['messages'] items must be Message objects, got {type(m).__name__}")
     return out
+
+
+def _copy_message(m: Message) -> Message:
+    """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``."""
+    return type(m).model_validate(m.model_dump(round_trip=True))
 
 
 def _state_update(input_data: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,9 @@ struct Run<'a, H: NodeHost + ?Sized> {
     preempt: std::sync::atomic::AtomicBool,
     /// The write mark of this run's last commit.
     mark: Option<String>,
+    /// The write mark the thread's latest row carried when this run last saw it (at load, then
+    /// its own commits): the store keeps a commit's mark only while that is still so.
+    seen_mark: Option<String>,
 }
 
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
@@ -218,6 +221,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         finishing: false,
         preempt: Default::default(),
         mark: None,
+        seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
     };
     if stored.is_none()
         || rewrite
@@ -263,6 +267,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             fence: Some(self.lease.token),
             release_lease: self.finishing,
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
+            previous_mark: self.seen_mark.as_deref(),
         };
         self.version = match self.store.put_step(&self.cfg.thread, w).await {
             Ok(v) => v,
@@ -280,6 +285,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.lease.mark_released();
         }
         self.cursor = snap.cursor;
+        self.seen_mark = Some(mark.clone());
         self.mark = Some(mark);
         self.rewrite = false;
         self.host.committed(self.version);

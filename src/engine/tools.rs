@@ -101,16 +101,17 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         .collect();
     // One call reads what earlier attempts recorded and writes an intent record for every call
     // without a row (before any tool of this node starts; fenced, so a run that lost its lease
-    // fails here). A failure is a miss for every call: idempotent tools run (at-least-once)
-    // without an intent, at-most-once tools are refused.
-    let (recorded, ledger_ok) = begin_ledger(store, cfg, fence, &batch, &keys).await?;
+    // fails here). A read failure is a miss for every call; without intents, idempotent tools
+    // still run (at-least-once) and at-most-once tools are refused.
+    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys).await?;
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
         let plan = match row {
             Some(env) if is_intent(env) => Plan::Unknown,
             Some(env) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
-            _ if call.effects == SideEffects::AtMostOnce && !ledger_ok => Plan::Refuse(LEDGER_UNAVAILABLE),
+            _ if call.effects == SideEffects::AtMostOnce && !read_ok => Plan::Refuse(LEDGER_UNREADABLE),
+            _ if call.effects == SideEffects::AtMostOnce && !intents_ok => Plan::Refuse(INTENT_UNWRITABLE),
             _ => Plan::Run,
         };
         plans.push(plan);
@@ -139,9 +140,11 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     host.finish_tools(node, outcomes)
 }
 
-const LEDGER_UNAVAILABLE: &str = "it was not run: its ledger could not be read or its start could not be recorded, \
-and this tool must run at most once, so running it without knowing whether an earlier attempt took effect could \
-repeat a side effect; try again later [TOOL_LEDGER_UNAVAILABLE]";
+const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
+so running it without knowing whether an earlier attempt took effect could repeat a side effect; try again later \
+[TOOL_LEDGER_UNAVAILABLE]";
+const INTENT_UNWRITABLE: &str = "it was not run: its start could not be recorded, and this tool must run at most \
+once; try again later [TOOL_LEDGER_UNAVAILABLE]";
 
 /// What the handler does with one call.
 #[derive(Debug, Clone)]
@@ -155,14 +158,14 @@ enum Plan {
 }
 
 /// The node's ledger rows, and its intent records written (`Checkpointer::ledger_begin`).
-/// Returns the rows found and whether the ledger answered.
+/// Returns the rows found, whether the ledger could be read, and whether the intents are in.
 async fn begin_ledger(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
     fence: Option<i64>,
     batch: &ToolBatch,
     keys: &[Option<String>],
-) -> Result<(HashMap<String, Value>, bool), HostFailure> {
+) -> Result<(HashMap<String, Value>, bool, bool), HostFailure> {
     let intents: Vec<(String, Value)> = batch
         .calls
         .iter()
@@ -172,29 +175,38 @@ async fn begin_ledger(
         })
         .collect();
     if intents.is_empty() {
-        return Ok((HashMap::new(), true));
+        return Ok((HashMap::new(), true, true));
     }
+    let fenced = |e: StoreError| {
+        inc(&metrics().fenced_writes);
+        HostFailure::Passthrough(Box::new(e))
+    };
     match store.ledger_begin(&cfg.thread, &intents, fence).await {
-        Ok(found) => {
+        Ok((found, Ok(()))) => {
             if found.len() < intents.len() {
                 inc(&metrics().tool_intents);
             }
-            Ok((found, true))
+            Ok((found, true, true))
         }
-        Err(e @ StoreError::Fenced { .. }) => {
-            inc(&metrics().fenced_writes);
-            Err(HostFailure::Passthrough(Box::new(e)))
+        Ok((found, Err(e))) => {
+            tracing::warn!(
+                thread_id = %cfg.thread.thread_id,
+                event = "intent_not_recorded",
+                "could not record that {} tool call(s) started; idempotent tools run anyway, at-most-once tools do not: {e}",
+                intents.len() - found.len()
+            );
+            Ok((found, true, false))
         }
+        Err(e @ StoreError::Fenced { .. }) => Err(fenced(e)),
         Err(e) => {
             inc(&metrics().ledger_read_failures);
             tracing::warn!(
                 thread_id = %cfg.thread.thread_id,
                 event = "ledger_read_failed",
-                "ledger unavailable at the start of a tool node, treating {} call(s) as not recorded and their starts as \
-                 unrecorded; idempotent tools will run, at-most-once tools will not: {e}",
+                "ledger lookup failed, treating {} call(s) as not recorded; idempotent tools will run, at-most-once tools will not: {e}",
                 intents.len()
             );
-            Ok((HashMap::new(), false))
+            Ok((HashMap::new(), false, false))
         }
     }
 }

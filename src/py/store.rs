@@ -189,7 +189,7 @@ impl NativeStore {
         let state = json_in(&state_json)?;
         let msgs = messages_in(messages)?;
         awaitable(py, async move {
-            let w = StepWrite { expected_version, state: &state, new_messages: &msgs, replace_messages, fence: None, release_lease: false, in_tx: None };
+            let w = StepWrite { expected_version, state: &state, new_messages: &msgs, replace_messages, fence: None, release_lease: false, in_tx: None, previous_mark: None };
             s.put_step(&t(thread_id, user_id), w).await
         })
     }

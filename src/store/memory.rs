@@ -101,7 +101,7 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
 /// `clear_write_mark`).
 fn unmark_latest(d: &mut ThreadData) {
     if let Some((_, s)) = d.states.last_mut() {
-        super::clear_write_mark(s);
+        super::mark_messages_changed(s);
     }
 }
 
@@ -162,7 +162,8 @@ impl Checkpointer for MemoryStore {
         }
         ensure_row(d, t);
         let new_version = current + 1;
-        d.states.push((new_version, w.state.clone()));
+        let state = super::chained_state(&w, d.states.last().and_then(|(_, s)| super::write_mark(s))).into_owned();
+        d.states.push((new_version, state));
         if d.states.len() > STATE_HISTORY {
             let drop = d.states.len() - STATE_HISTORY;
             d.states.drain(..drop);

@@ -21,7 +21,7 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    clear_write_mark, set_write_mark, write_mark, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+    chained_state, mark_messages_changed, set_write_mark, write_mark, MESSAGES_CHANGED, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
 };
 pub use inspect::{LedgerEntry, StateVersion};
 
@@ -109,16 +109,29 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// The start of a tool node: the rows already recorded for `intents`' keys, as `ledger_get`
     /// returns them, and, for every key without a row, its intent record written (fenced, like
-    /// `ledger_put_many`). Returns the rows found, not the intents it wrote. One round trip where
-    /// the store can; the default is a read and a write.
-    async fn ledger_begin(&self, t: &ThreadRef, intents: &[(String, Value)], fence: Option<i64>) -> StoreResult<HashMap<String, Value>> {
+    /// `ledger_put_many`). Returns the rows found (not the intents it wrote) and whether the
+    /// intents were written. An error means nothing could be read (or `Fenced`). One round trip
+    /// where the store can; the default is a read, then a write whose failure (other than
+    /// `Fenced`) keeps what the read found.
+    async fn ledger_begin(
+        &self,
+        t: &ThreadRef,
+        intents: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
         let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).collect();
         let found = self.ledger_get(t, &keys).await?;
         let missing: Vec<(String, Value)> = intents.iter().filter(|(k, _)| !found.contains_key(k)).cloned().collect();
-        if !missing.is_empty() {
-            self.ledger_put_many(t, &missing, fence).await?;
-        }
-        Ok(found)
+        let written = if missing.is_empty() {
+            Ok(())
+        } else {
+            match self.ledger_put_many(t, &missing, fence).await {
+                Ok(_) => Ok(()),
+                Err(e @ StoreError::Fenced { .. }) => return Err(e),
+                Err(e) => Err(e),
+            }
+        };
+        Ok((found, written))
     }
 
     /// Records one tool result; true when this call inserted it (false: a result was already there).

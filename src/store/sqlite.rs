@@ -71,6 +71,10 @@ const LEASE_COLUMNS: &str = "SELECT token, holder, host, pid, pid_start, expires
 /// refuses every later BEGIN, so a thread could never be resumed after the disk was freed. Here a
 /// transaction that did not commit is rolled back before its connection is reused, and a
 /// connection that cannot even roll back is closed.
+/// How long a write waits for the database (SQLite's busy handler) and, before that, for this
+/// process's other writers.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 struct WriteTx {
     conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
     // Held until commit or drop. SQLite admits one writer at a time anyway; queueing this
@@ -82,7 +86,13 @@ struct WriteTx {
 
 impl WriteTx {
     async fn begin(pool: &SqlitePool, gate: &Arc<tokio::sync::Mutex<()>>, op: &'static str) -> StoreResult<Self> {
-        let gate = gate.clone().lock_owned().await;
+        // Bounded like SQLite's own busy wait, so a writer queued behind many others (each of
+        // which may wait out another process's lock) gives up instead of hanging.
+        let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned()).await.map_err(|_| {
+            StoreError::backend(op, std::io::Error::new(std::io::ErrorKind::TimedOut, format!(
+                "database is locked: waited {} s behind this process's other writers", BUSY_TIMEOUT.as_secs()
+            )))
+        })?;
         let mut conn = pool.acquire().await.map_err(be(op))?;
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(be(op))?;
         Ok(WriteTx { conn: Some(conn), _gate: gate })
@@ -108,9 +118,10 @@ impl WriteTx {
 /// `clear_write_mark`).
 async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<()> {
     sqlx::query(
-        "UPDATE states SET state_data = json_remove(state_data, '$.__state_meta__.write') \
+        "UPDATE states SET state_data = json_set(state_data, '$.__state_meta__.write', ?) \
          WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
     )
+    .bind(super::MESSAGES_CHANGED)
     .bind(&t.thread_id)
     .bind(&t.thread_id)
     .execute(&mut *c)
@@ -175,7 +186,7 @@ impl SqliteStore {
             .map_err(be("open"))?
             .create_if_missing(true)
             .journal_mode(if memory { SqliteJournalMode::Memory } else { SqliteJournalMode::Wal })
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .synchronous(if durable_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal });
         if !memory {
@@ -315,11 +326,15 @@ impl Checkpointer for SqliteStore {
         let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "begin step").await?;
         check_fence(tx.conn(), &t.thread_id, w.fence).await?;
         self.own_thread(tx.conn(), t).await?;
-        let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM states WHERE thread_id = ?")
-            .bind(&t.thread_id)
-            .fetch_one(tx.conn())
-            .await
-            .map_err(be("read version"))?;
+        let latest: Option<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT version, json_extract(state_data, '$.__state_meta__.write') FROM states WHERE thread_id = ? \
+             ORDER BY version DESC LIMIT 1",
+        )
+        .bind(&t.thread_id)
+        .fetch_optional(tx.conn())
+        .await
+        .map_err(be("read version"))?;
+        let current = latest.as_ref().map_or(0, |(v, _)| *v);
         if current != w.expected_version {
             // Dropping `tx` rolls back: nothing of this step is written.
             return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
@@ -329,7 +344,7 @@ impl Checkpointer for SqliteStore {
         sqlx::query("INSERT INTO states (thread_id, version, state_data, created_at) VALUES (?, ?, ?, ?)")
             .bind(&t.thread_id)
             .bind(new_version)
-            .bind(to_text(w.state))
+            .bind(to_text(&super::chained_state(&w, latest.as_ref().and_then(|(_, m)| m.as_deref()))))
             .bind(now)
             .execute(tx.conn())
             .await

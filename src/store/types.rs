@@ -55,11 +55,27 @@ pub fn set_write_mark(state: &mut Value, mark: &str) {
     }
 }
 
-/// Removes the write mark of a state row: its messages were changed outside a step, so a process
-/// holding the live state of that commit must load the thread again.
-pub fn clear_write_mark(state: &mut Value) {
-    if let Some(meta) = state.get_mut(WRITE_MARK_PATH[0]).and_then(Value::as_object_mut) {
-        meta.remove(WRITE_MARK_PATH[1]);
+/// What a message write outside a step leaves as the latest row's mark: never a commit's mark, so
+/// a process holding the live state of that commit loads the thread again, and a run in flight
+/// (whose next commit names the mark it last saw, `StepWrite::previous_mark`) commits unmarked.
+pub const MESSAGES_CHANGED: &str = "messages-changed";
+
+/// Marks a state row as no longer describing its thread's messages (see `MESSAGES_CHANGED`).
+pub fn mark_messages_changed(state: &mut Value) {
+    set_write_mark(state, MESSAGES_CHANGED);
+}
+
+/// The state to store for a step: its mark is dropped when the thread's latest row no longer
+/// carries the mark the run last saw (messages changed under the run, or another writer).
+pub fn chained_state<'a>(w: &StepWrite<'a>, latest_mark: Option<&str>) -> std::borrow::Cow<'a, Value> {
+    if write_mark(w.state).is_some() && latest_mark != w.previous_mark {
+        let mut s = w.state.clone();
+        if let Some(meta) = s.get_mut(WRITE_MARK_PATH[0]).and_then(Value::as_object_mut) {
+            meta.remove(WRITE_MARK_PATH[1]);
+        }
+        std::borrow::Cow::Owned(s)
+    } else {
+        std::borrow::Cow::Borrowed(w.state)
     }
 }
 
@@ -100,6 +116,9 @@ pub struct StepWrite<'a> {
     pub release_lease: bool,
     /// Only set while a failpoint is armed for this step.
     pub in_tx: Option<&'a dyn TxHook>,
+    /// The write mark of the latest row as the run last saw it (loaded, or its own last commit).
+    /// When the row no longer carries it, `state` is stored without its mark (`chained_state`).
+    pub previous_mark: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

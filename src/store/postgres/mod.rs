@@ -78,7 +78,7 @@ impl Sql {
              'usages', NULLIF(usages, '{{}}'::jsonb), 'metadata', COALESCE(meta, '{{}}'::jsonb)))"
         );
         Sql {
-            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
+            put_step: format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"),
             lock_thread: format!("SELECT {s}.tenx_lock_thread($1, $2, $3)"),
             // One round trip: the owner check, the latest state and the thread's messages as one
             // array (NULL for a row written by 10xGraph, whose context is inside the state).
@@ -324,11 +324,12 @@ impl PgStore {
     async fn unmark_latest(&self, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> StoreResult<()> {
         let s = &self.sql.s;
         sqlx::query(self.q(format!(
-            "UPDATE {s}.states SET state_data = state_data #- '{{__state_meta__,write}}' \
-             WHERE thread_id = $1 AND state_data->'__state_meta__' ? 'write' \
-               AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
+            "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{__state_meta__}}', \
+               COALESCE(state_data->'__state_meta__', '{{}}'::jsonb) || jsonb_build_object('write', $2::text)) \
+             WHERE thread_id = $1 AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
         )))
         .bind(&t.thread_id)
+        .bind(super::MESSAGES_CHANGED)
         .execute(&mut *tx)
         .await
         .map_err(|e| map_err("write messages", e, Some(t)))?;
@@ -396,7 +397,8 @@ impl Checkpointer for PgStore {
             .bind(self.opts.state_history_limit)
             .bind(self.opts.enforce_user_isolation)
             .bind(w.fence)
-            .bind(w.release_lease);
+            .bind(w.release_lease)
+            .bind(w.previous_mark);
         let r: Result<i64, sqlx::Error> = match w.in_tx {
             None => step.fetch_one(&self.pool).await,
             // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
@@ -717,9 +719,14 @@ impl Checkpointer for PgStore {
         Ok(written.max(0) as usize)
     }
 
-    async fn ledger_begin(&self, t: &ThreadRef, intents: &[(String, Value)], fence: Option<i64>) -> StoreResult<HashMap<String, Value>> {
+    async fn ledger_begin(
+        &self,
+        t: &ThreadRef,
+        intents: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
         if intents.is_empty() {
-            return Ok(HashMap::new());
+            return Ok((HashMap::new(), Ok(())));
         }
         let (keys, values): (Vec<String>, Vec<Value>) = intents.iter().cloned().unzip();
         let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_begin.clone()))
@@ -732,7 +739,8 @@ impl Checkpointer for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_err("ledger write", e, Some(t)))?;
-        Ok(rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect())
+        // One transaction: the intents were written if and only if the read succeeded.
+        Ok((rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect(), Ok(())))
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {

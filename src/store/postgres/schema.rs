@@ -301,17 +301,24 @@ fn v6(s: &str) -> String {
         r#"
 CREATE OR REPLACE FUNCTION {s}.tenx_put_step(
   p_thread TEXT, p_user TEXT, p_expected BIGINT, p_state JSONB, p_messages JSONB,
-  p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN, p_fence BIGINT, p_release BOOLEAN
+  p_replace BOOLEAN, p_history INT, p_isolate BOOLEAN, p_fence BIGINT, p_release BOOLEAN, p_prev_mark TEXT
 ) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
-DECLARE v_token BIGINT; v_owner TEXT; v_current BIGINT; v_new BIGINT;
+DECLARE v_token BIGINT; v_owner TEXT; v_current BIGINT; v_new BIGINT; v_prev_mark TEXT;
   v_count INT := jsonb_array_length(p_messages); v_written INT;
 BEGIN
 {fence}  UPDATE {s}.threads SET updated_at = NOW() WHERE thread_id = p_thread RETURNING user_id INTO v_owner;
-{owner_check}  SELECT COALESCE(MAX(version), 0) INTO v_current FROM {s}.states WHERE thread_id = p_thread;
+{owner_check}  SELECT st.version, st.state_data->'__state_meta__'->>'write' INTO v_current, v_prev_mark
+  FROM {s}.states st WHERE st.thread_id = p_thread ORDER BY st.version DESC, st.state_id DESC LIMIT 1;
+  v_current := COALESCE(v_current, 0);
   IF v_current <> p_expected THEN
     RAISE EXCEPTION 'stale state' USING ERRCODE = 'TX001', DETAIL = p_expected || ',' || v_current;
   END IF;
   v_new := v_current + 1;
+  -- The run's mark is kept only while the latest row still carries the mark the run last saw
+  -- (store::chained_state): messages changed under the run make this commit unmarked.
+  IF (p_state->'__state_meta__') ? 'write' AND v_prev_mark IS DISTINCT FROM p_prev_mark THEN
+    p_state := p_state #- '{{__state_meta__,write}}';
+  END IF;
   INSERT INTO {s}.states (thread_id, version, state_data) VALUES (p_thread, v_new, p_state);
   IF p_history > 0 THEN
     DELETE FROM {s}.states WHERE thread_id = p_thread AND version <= v_new - p_history;
