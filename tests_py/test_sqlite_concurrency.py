@@ -40,3 +40,40 @@ async def test_96_concurrent_threads_on_one_file_all_complete_every_turn(tmp_pat
         state = await cp.aget_state({"thread_id": f"c{i}"})
         assert [m.text() for m in state.context][-1] == "seen 5" and len(state.context) == 6
     await cp.arelease()
+
+
+_OPENER = """
+import asyncio, sys, time
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+async def answer(state, config):
+    return Message.text_message("ok", role="assistant")
+
+start_at, path, i = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+time.sleep(max(0.0, start_at - time.time()))  # every process opens the new file at once
+g = StateGraph(AgentState())
+g.add_node("answer", answer)
+g.add_edge(START, "answer")
+g.add_edge("answer", END)
+app = g.compile(checkpointer=SqliteCheckpointer(path))
+out = asyncio.run(app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": f"p{i}"}))
+print(out["messages"][-1].text())
+"""
+
+
+def test_processes_opening_a_new_file_at_once_all_get_in(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from tenxgraph.testing.crash import child_env
+
+    path = tmp_path / "fresh.db"
+    start_at = time.time() + 2.0  # after every interpreter has imported tenxgraph
+    procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(start_at), str(path), str(i)], env=child_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
+    results = [p.communicate(timeout=120) for p in procs]
+    failed = [(p.returncode, err[-600:]) for p, (_, err) in zip(procs, results) if p.returncode != 0]
+    assert not failed, failed
+    assert [out.strip() for out, _ in results] == ["ok"] * 8

@@ -130,6 +130,11 @@ async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<(
     Ok(())
 }
 
+/// SQLITE_BUSY ("database is locked").
+fn is_locked(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("5"))
+}
+
 /// Rolls back an unfinished transaction; closes the connection when even that fails.
 async fn finish_failed(mut conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
     if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
@@ -199,7 +204,18 @@ impl SqliteStore {
         if memory {
             pool_opts = pool_opts.idle_timeout(None).max_lifetime(None).min_connections(1);
         }
-        let pool = pool_opts.connect_with(opts).await.map_err(be("connect"))?;
+        // Two processes opening a new file at once can find it locked while the other switches it
+        // to WAL: that happens before the busy timeout applies, so wait here instead.
+        let started = std::time::Instant::now();
+        let pool = loop {
+            match pool_opts.clone().connect_with(opts.clone()).await {
+                Ok(pool) => break pool,
+                Err(e) if is_locked(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(e) => return Err(be("connect")(e)),
+            }
+        };
         Ok(Self { pool, enforce_user_isolation, write_gate: Default::default() })
     }
 
