@@ -224,15 +224,7 @@ async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int,
     hist: dict[str, Any] = {}
     hist_warm: dict[str, Any] = {}
     for h in history:
-        cold, warm = [], []
-        for _ in range(history_repeats):
-            tid = new_thread("h")
-            await driver.preload(tid, h)
-            for samples in (cold, warm):
-                t0 = time.perf_counter()
-                await driver.turn(tid)
-                samples.append(time.perf_counter() - t0)
-            await verify(driver, tid, h + 2 * per)
+        cold, warm = await history_turns(driver, h, history_repeats)
         hist[str(h)] = summary(cold)
         hist_warm[str(h)] = summary(warm)
 
@@ -243,6 +235,21 @@ async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int,
         "history_warm": hist_warm,
         "tool_overhead": await tool_overhead(driver, overhead_repeats),
     }
+
+
+async def history_turns(driver: Driver, h: int, repeats: int) -> tuple[list[float], list[float]]:
+    """``repeats`` threads preloaded to ``h`` messages, two timed turns each: the first turn in
+    this process and the next one. Returns (first, next) in seconds; checks every thread after."""
+    cold, warm = [], []
+    for _ in range(repeats):
+        tid = new_thread("h")
+        await driver.preload(tid, h)
+        for samples in (cold, warm):
+            t0 = time.perf_counter()
+            await driver.turn(tid)
+            samples.append(time.perf_counter() - t0)
+        await verify(driver, tid, h + 2 * driver.messages_per_turn)
+    return cold, warm
 
 
 async def tool_overhead(driver: Driver, repeats: int, few: int = 1, many: int = 21) -> dict[str, Any] | None:

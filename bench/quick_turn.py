@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compare_common import new_thread  # noqa: E402
+from compare_common import history_turns, new_thread  # noqa: E402
 from compare_tenx import TenxDriver  # noqa: E402
 
 
@@ -35,14 +35,7 @@ async def main(args: argparse.Namespace) -> None:
             k10.append(time.perf_counter() - t0)
     out = {"k10_median_ms": statistics.median(k10) * 1e3}
     for h in (10, 1000):
-        cold, warm = [], []
-        for _ in range(args.repeats):
-            tid = new_thread("h")
-            await d.preload(tid, h)
-            for samples in (cold, warm):
-                t0 = time.perf_counter()
-                await d.turn(tid)
-                samples.append(time.perf_counter() - t0)
+        cold, warm = await history_turns(d, h, args.repeats)
         out[f"h{h}_first_ms"] = statistics.median(cold) * 1e3
         out[f"h{h}_next_ms"] = statistics.median(warm) * 1e3
     await d.close()

@@ -177,10 +177,6 @@ async fn begin_ledger(
     if intents.is_empty() {
         return Ok((HashMap::new(), true, true));
     }
-    let fenced = |e: StoreError| {
-        inc(&metrics().fenced_writes);
-        HostFailure::Passthrough(Box::new(e))
-    };
     match store.ledger_begin(&cfg.thread, &intents, fence).await {
         Ok((found, Ok(()))) => {
             if found.len() < intents.len() {
@@ -197,7 +193,10 @@ async fn begin_ledger(
             );
             Ok((found, true, false))
         }
-        Err(e @ StoreError::Fenced { .. }) => Err(fenced(e)),
+        Err(e @ StoreError::Fenced { .. }) => {
+            inc(&metrics().fenced_writes);
+            Err(HostFailure::Passthrough(Box::new(e)))
+        }
         Err(e) => {
             inc(&metrics().ledger_read_failures);
             tracing::warn!(

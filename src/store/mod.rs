@@ -122,16 +122,13 @@ pub trait Checkpointer: Send + Sync + 'static {
         let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).collect();
         let found = self.ledger_get(t, &keys).await?;
         let missing: Vec<(String, Value)> = intents.iter().filter(|(k, _)| !found.contains_key(k)).cloned().collect();
-        let written = if missing.is_empty() {
-            Ok(())
-        } else {
-            match self.ledger_put_many(t, &missing, fence).await {
-                Ok(_) => Ok(()),
-                Err(e @ StoreError::Fenced { .. }) => return Err(e),
-                Err(e) => Err(e),
-            }
-        };
-        Ok((found, written))
+        if missing.is_empty() {
+            return Ok((found, Ok(())));
+        }
+        match self.ledger_put_many(t, &missing, fence).await {
+            Err(e @ StoreError::Fenced { .. }) => Err(e),
+            written => Ok((found, written.map(|_| ()))),
+        }
     }
 
     /// Records one tool result; true when this call inserted it (false: a result was already there).

@@ -5,6 +5,8 @@
 //! `tenx_cache` table does.
 
 mod cache;
+mod ledger;
+mod lease;
 mod schema;
 
 pub use cache::RedisCache;
@@ -163,18 +165,6 @@ fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -> StoreErro
         return StoreError::Transient { op, message: redact(&e.to_string()) };
     }
     StoreError::Backend { op, source: redact(&e.to_string()).into() }
-}
-
-fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
-    LeaseInfo {
-        token: r.get("token"),
-        holder: r.get("holder"),
-        host: r.get("host"),
-        pid: r.get("pid"),
-        pid_start: r.get("pid_start"),
-        expires_in: r.get("expires_in"),
-        released: r.get("released"),
-    }
 }
 
 /// Never let a DSN password reach a message or a log line.
@@ -682,41 +672,11 @@ impl Checkpointer for PgStore {
     }
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
-        if keys.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_get.clone()))
-            .bind(&t.thread_id)
-            .bind(keys)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| map_err("ledger read", e, Some(t)))?;
-        Ok(rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect())
+        self.ledger_read(t, keys).await
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
-        // First result wins, also within one batch: keep the first occurrence of each key.
-        let mut seen = std::collections::HashSet::new();
-        let (keys, results): (Vec<String>, Vec<Value>) = entries
-            .iter()
-            .filter(|(k, _)| seen.insert(k.clone()))
-            .map(|(k, v)| {
-                let mut v = v.clone();
-                strip_nul(&mut v);
-                (k.clone(), v)
-            })
-            .unzip();
-        let written: i32 = sqlx::query_scalar(AssertSqlSafe(self.sql.ledger_put.clone()))
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(self.opts.enforce_user_isolation)
-            .bind(&keys)
-            .bind(&results)
-            .bind(fence)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| map_err("ledger write", e, Some(t)))?;
-        Ok(written.max(0) as usize)
+        self.ledger_write(t, entries, fence).await
     }
 
     async fn ledger_begin(
@@ -725,68 +685,23 @@ impl Checkpointer for PgStore {
         intents: &[(String, Value)],
         fence: Option<i64>,
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
-        if intents.is_empty() {
-            return Ok((HashMap::new(), Ok(())));
-        }
-        let (keys, values): (Vec<String>, Vec<Value>) = intents.iter().cloned().unzip();
-        let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_begin.clone()))
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(self.opts.enforce_user_isolation)
-            .bind(&keys)
-            .bind(&values)
-            .bind(fence)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| map_err("ledger write", e, Some(t)))?;
-        // One transaction: the intents were written if and only if the read succeeded.
-        Ok((rows.into_iter().map(|r| (r.get::<String, _>("tool_call_id"), r.get::<Value, _>("result"))).collect(), Ok(())))
+        self.ledger_start(t, intents, fence).await
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.lease_acquire.clone()))
-            .bind(thread_id)
-            .bind(&req.holder)
-            .bind(&req.host)
-            .bind(req.pid)
-            .bind(req.pid_start)
-            .bind(req.ttl.as_secs_f64())
-            .bind(req.steal)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| map_err("acquire lease", e, None))?;
-        let info = lease_info(&row);
-        Ok(if row.get::<bool, _>("acquired") { LeaseAttempt::Acquired { token: info.token } } else { LeaseAttempt::Held(info) })
+        self.lease_take(thread_id, req).await
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
-        let r = sqlx::query(AssertSqlSafe(self.sql.lease_renew.clone()))
-            .bind(thread_id)
-            .bind(token)
-            .bind(ttl.as_secs_f64())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| map_err("renew lease", e, None))?;
-        Ok(r.rows_affected() > 0)
+        self.lease_extend(thread_id, token, ttl).await
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
-        sqlx::query(AssertSqlSafe(self.sql.lease_release.clone()))
-            .bind(thread_id)
-            .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| map_err("release lease", e, None))?;
-        Ok(())
+        self.lease_free(thread_id, token).await
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.lease_get.clone()))
-            .bind(thread_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| map_err("read lease", e, None))?;
-        Ok(row.as_ref().map(lease_info))
+        self.lease_read(thread_id).await
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
@@ -865,26 +780,7 @@ impl Checkpointer for PgStore {
     }
 
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
-        if !self.readable(t).await? {
-            return Ok(vec![]);
-        }
-        let rows = sqlx::query(self.q(format!(
-            "SELECT tool_call_id, result, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
-             FROM {}.tool_executions WHERE thread_id = $1 ORDER BY created_at, tool_call_id",
-            self.sql.s
-        )))
-        .bind(&t.thread_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| map_err("ledger list", e, Some(t)))?;
-        Ok(rows
-            .iter()
-            .map(|r| super::LedgerEntry {
-                key: r.get("tool_call_id"),
-                result: Some(r.get("result")),
-                created_at: r.get("created_at"),
-            })
-            .collect())
+        self.ledger_rows_of(t).await
     }
 
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<super::StateVersion>> {
