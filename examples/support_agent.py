@@ -126,13 +126,14 @@ async def run_turn(db: str, resume: bool, stream: bool = False) -> dict:
     return result
 
 
-def ledger_has(db: str, suffix: str) -> bool:
+def ledger_has(db: str, call_id: str) -> bool:
+    """Whether a result is recorded for the call (ledger keys are ``["<message id>", "<call id>"]``)."""
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as c:
             rows = c.execute("SELECT tool_call_id FROM tool_executions WHERE json_extract(result, '$.__kind__') IS NOT 'started'").fetchall()
     except sqlite3.Error:
         return False
-    return any(r[0].endswith(suffix) for r in rows)
+    return any(json.loads(r[0])[1] == call_id for r in rows)
 
 
 def demo(db: str) -> None:
@@ -142,7 +143,7 @@ def demo(db: str) -> None:
     env = dict(os.environ, SUPPORT_HANG_IN="send_receipt", SUPPORT_EFFECTS=str(EFFECTS))
     child = subprocess.Popen([sys.executable, __file__, "--run", "--db", db], env=env)
     deadline = time.monotonic() + 60
-    while not (any(e["phase"] == "hanging" for e in effects()) and ledger_has(db, ":call_2")):
+    while not (any(e["phase"] == "hanging" for e in effects()) and ledger_has(db, "call_2")):
         if time.monotonic() > deadline or child.poll() is not None:
             child.kill()
             raise SystemExit("the child did not reach send_receipt")

@@ -437,7 +437,7 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         let done = json!({"__kind__": "raw", "value": "charged"});
         s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None).await.unwrap();
         let wanted = [("m:done".into(), intent("a")), ("m:crashed".into(), intent("b")), ("m:new".into(), intent("c"))];
-        let (found, written) = s.ledger_begin(&t, &wanted, None).await.unwrap();
+        let (found, written) = s.ledger_begin(&t, &wanted, &[], None).await.unwrap();
         assert!(written.is_ok(), "{name}");
         // The rows from before the call, not the intent it wrote for m:new.
         assert_eq!(found.len(), 2, "{name}: {found:?}");
@@ -447,11 +447,56 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         assert_eq!((now["m:done"].clone(), now["m:crashed"].clone(), now["m:new"].clone()), (done.clone(), intent("old"), intent("c")), "{name}");
         // Fenced by a token that is not the lease's: refused, nothing written.
         let token = acquired(s.lease_acquire(&t.thread_id, &lease_req("run-1", 5000, None)).await.unwrap());
-        let err = s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token + 1)).await.unwrap_err();
+        let err = s.ledger_begin(&t, &[("m:late".into(), intent("d"))], &[], Some(token + 1)).await.unwrap_err();
         assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
         assert!(s.ledger_get(&t, &["m:late".into()]).await.unwrap().is_empty(), "{name}");
-        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], Some(token)).await.unwrap().0.len(), 0, "{name}");
+        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], &[], Some(token)).await.unwrap().0.len(), 0, "{name}");
         assert_eq!(s.ledger_get(&t, &["m:late".into()]).await.unwrap()["m:late"], intent("d"), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn ledger_begin_reads_the_old_format_keys_along_and_never_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("legacy-{name}"), "u");
+        let done = json!({"__kind__": "raw", "value": "charged by 10xGraph"});
+        s.ledger_put_many(&t, &[("m1:call_1".into(), done.clone())], None).await.unwrap();
+        let intents = [(r#"["m1","call_1"]"#.to_owned(), json!({"__kind__": "started", "tool": "a"}))];
+        let old = ["m1:call_1".to_owned(), "m1:call_2".to_owned()];
+        let (found, written) = s.ledger_begin(&t, &intents, &old, None).await.unwrap();
+        assert!(written.is_ok(), "{name}");
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        assert_eq!(found["m1:call_1"], done, "{name}");
+        assert!(s.ledger_get(&t, &["m1:call_2".into()]).await.unwrap().is_empty(), "{name}: a read key was written");
+    }
+}
+
+#[tokio::test]
+async fn ledger_mark_replaces_intents_with_intents_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("mark-{name}"), "u");
+        let started = json!({"__kind__": "started", "tool": "charge", "run_id": "r1"});
+        let paused = json!({"__kind__": "started", "tool": "charge", "run_id": "r1", "paused": true});
+        let done = json!({"__kind__": "raw", "value": "ok"});
+        s.ledger_put_many(&t, &[("a".into(), started.clone()), ("b".into(), done.clone())], None).await.unwrap();
+        let marks = [("a".into(), paused.clone()), ("b".into(), paused.clone()), ("none".into(), paused.clone())];
+        assert_eq!(s.ledger_mark(&t, &marks, None).await.unwrap(), 1, "{name}");
+        let now = s.ledger_get(&t, &["a".into(), "b".into(), "none".into()]).await.unwrap();
+        assert_eq!(now.len(), 2, "{name}: a mark created a row: {now:?}");
+        assert_eq!((now["a"].clone(), now["b"].clone()), (paused.clone(), done.clone()), "{name}");
+        // A result over a paused row wins, as over any intent; a mark never replaces a result.
+        assert_eq!(s.ledger_mark(&t, &[("a".into(), done.clone())], None).await.unwrap(), 0, "{name}");
+        s.ledger_put_many(&t, &[("a".into(), done.clone())], None).await.unwrap();
+        assert_eq!(s.ledger_get(&t, &["a".into()]).await.unwrap()["a"], done, "{name}");
+        // Fenced like every ledger write.
+        s.ledger_put_many(&t, &[("c".into(), started.clone())], None).await.unwrap();
+        let token = acquired(s.lease_acquire(&t.thread_id, &lease_req("run-1", 5000, None)).await.unwrap());
+        let err = s.ledger_mark(&t, &[("c".into(), paused.clone())], Some(token + 1)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
+        assert_eq!(s.ledger_get(&t, &["c".into()]).await.unwrap()["c"], started, "{name}");
+        assert_eq!(s.ledger_mark(&t, &[("c".into(), paused.clone())], Some(token)).await.unwrap(), 1, "{name}");
     }
 }
 

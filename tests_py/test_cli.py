@@ -213,7 +213,7 @@ def test_ledger_call_prints_the_recorded_result(filled: Store) -> None:
     assert by_id.rc == 0, by_id.err
     result = json.loads(by_id.out)
     assert result["__kind__"] == "message" and result["value"]["content"][0]["output"] == "charged 7"
-    key = next(r["key"] for r in filled.run("ledger", "done-1", "--json").json() if r["key"].endswith(":c1"))
+    key = next(r["key"] for r in filled.run("ledger", "done-1", "--json").json() if json.loads(r["key"])[1] == "c1")
     full = filled.run("ledger", "done-1", "--call", key, "--json").json()
     assert full["key"] == key and full["result"]["value"]["content"][0]["output"] == "charged 5"
     missing = filled.run("ledger", "done-1", "--call", "c404")

@@ -123,7 +123,7 @@ def test_kill_failpoints_in_a_child_process(tmp_path: Path, spec: str, charges: 
     import sqlite3
 
     with sqlite3.connect(db) as c:
-        recorded = {k.split(":")[-1] for (k,) in c.execute("SELECT tool_call_id FROM tool_executions WHERE 1=1 AND json_extract(result, '$.__kind__') IS NOT 'started'")}
+        recorded = {json.loads(k)[1] for (k,) in c.execute("SELECT tool_call_id FROM tool_executions WHERE 1=1 AND json_extract(result, '$.__kind__') IS NOT 'started'")}
     env.pop("TENXGRAPH_FAILPOINTS")
     resumed = subprocess.run([sys.executable, str(EXAMPLE), "--resume", "--db", str(db)], env=env,
                              capture_output=True, timeout=60)

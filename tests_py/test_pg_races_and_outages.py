@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+# The ledger keys of the two calls (["<assistant message id>", "<call id>"]).
+FAST_KEY, SLOW_KEY = (json.dumps(["assistant-calls", c], separators=(",", ":")) for c in ("call_fast", "call_slow"))
+
 from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.exceptions import StorageError, TransientStorageError
 from tenxgraph.core.state import ToolResultBlock
@@ -392,7 +395,7 @@ async def test_postgres_restarted_mid_run(
         run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("do it", message_id="u1")]}, dict(cfg)))
         await _await_until("slow_tool to start", lambda: (gate / "entered").exists() or run.done())
         assert not run.done(), run.exception()
-        await _await_until("fast_tool's ledger row", lambda: ledger() == ["assistant-calls:call_fast"])
+        await _await_until("fast_tool's ledger row", lambda: ledger() == [FAST_KEY])
 
         if outage == "restart":
             await asyncio.to_thread(_pg_ctl, pg, "-m", "fast", "restart")
@@ -416,21 +419,21 @@ async def test_postgres_restarted_mid_run(
             ]
 
         recorded_before_resume = ledger()
-        assert "assistant-calls:call_fast" in recorded_before_resume
+        assert FAST_KEY in recorded_before_resume
         resumed = await app.ainvoke({}, dict(cfg), "full")
         assert str(resumed["state"].execution_meta.status) == "completed"
 
         ran = effects(effects_path)
         for key in recorded_before_resume:
-            tool = key.rsplit("_", 1)[1]
+            tool = json.loads(key)[1].rsplit("_", 1)[1]
             assert ran.count(f"done:{tool}") == 1, (key, ran)
         assert ran.count("done:fast") == 1, ran
         # slow_tool: once if its result was recorded, else once more in the resume (at-least-once).
-        slow_recorded = "assistant-calls:call_slow" in recorded_before_resume
+        slow_recorded = SLOW_KEY in recorded_before_resume
         assert ran.count("done:slow") == (1 if slow_recorded else 2), ran
         if outage == "down-when-tool-returns":
             assert not slow_recorded
-        assert ledger() == ["assistant-calls:call_fast", "assistant-calls:call_slow"]
+        assert ledger() == [FAST_KEY, SLOW_KEY]
 
         # The model saw exactly one result per call, and finished.
         msgs = await cp.alist_messages(dict(cfg))

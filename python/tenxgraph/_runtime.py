@@ -161,6 +161,11 @@ class Run:
                     extra=self._log_fields(),
                 )
         self._apply_exec(state, exec_json)
+        if state.execution_meta.status == ExecutionStatus.COMPLETED:
+            # Only a finished thread asked to finish is prepared completed: nothing runs, and the
+            # response is the stored last turn.
+            start = max((i for i, m in enumerate(state.context) if m.role == "user"), default=-1) + 1
+            self.produced = list(state.context[start:])
         self.state = state
         return stored_len, last_id
 
@@ -231,7 +236,7 @@ class Run:
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 
-    def begin_tools(self, name: str, exec_json: str) -> tuple[str | None, list[tuple[str | None, str, str]]]:
+    def begin_tools(self, name: str, exec_json: str) -> str:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
@@ -239,20 +244,24 @@ class Run:
         self._tool_steps[name] = step
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
-        origin = str(step.origin_id) if step.origin_id not in (None, "") else None
+        origin = step.origin_id
+        if not isinstance(origin, (str, int)) or isinstance(origin, bool):
+            origin = None if origin is None else str(origin)
         tools = step.tool_node
-        return origin, [(c.call_id, c.name, tools.side_effects(c.name)) for c in step.calls]
+        # JSON keeps the ids' types for the ledger keys: [origin, [[call id, name, side effects]...]]
+        return json.dumps([None if origin == "" else origin, [[c.raw_id, c.name, tools.side_effects(c.name)] for c in step.calls]])
 
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
         # Called from a Rust thread, outside the run's context: its log fields are set here.
         with log_fields(**self._log_fields(node=name)):
             return self._tool_steps[name].accept_replay(index, envelope_json)
 
-    async def run_tool(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool]:
+    async def run_tool(self, name: str, index: int, idempotency_key: str | None,
+                       ledger_key: str | None = None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
         step = self._tool_steps[name]
         with log_fields(node=name, tool=step.calls[index].name):
-            out = await step.run(index, config, idempotency_key)
+            out = await step.run(index, config, idempotency_key, ledger_key)
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out

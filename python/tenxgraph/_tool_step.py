@@ -29,6 +29,10 @@ class _Call:
     call_id: str | None
     name: str
     arguments: Any
+    # The id as the model gave it (a str or an int): the ledger keeps 123 and "123" apart.
+    raw_id: str | int | None = None
+    # The interrupt scope of the call: its id, made unique within the message by its position.
+    scope_id: str = ""
 
 
 @dataclass
@@ -59,6 +63,10 @@ class ToolStep:
                 f"ToolNode '{node_name}': the last message has no tool calls", "NODE_002", {"node_name": node_name}
             )
         calls = [_parse_call(c) for c in raw_calls]
+        ids = [c.call_id for c in calls]
+        for index, c in enumerate(calls):
+            repeated = c.call_id is not None and ids.count(c.call_id) > 1
+            c.scope_id = f"{c.call_id}#{index}" if repeated or c.call_id is None else c.call_id
         # One call works on the live state; several get their own copies, merged afterwards. Only
         # tools that take `state` can change it, so only their calls need a copy at all.
         writers = sum(1 for c in calls if tool_node.takes_state(c.name))
@@ -90,7 +98,8 @@ class ToolStep:
             return False
         return True
 
-    async def run(self, index: int, config: dict[str, Any], idempotency_key: str | None) -> tuple[str, bool, bool]:
+    async def run(self, index: int, config: dict[str, Any], idempotency_key: str | None,
+                  ledger_key: str | None = None) -> tuple[str, bool, bool]:
         call = self.calls[index]
         args = call.arguments
         if isinstance(args, str) or args is None:
@@ -104,7 +113,7 @@ class ToolStep:
             return _envelope(msg), False, True
         state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
-        token = activate(self.node_name, answers, tool_call_id=call.call_id or f"#{index}")
+        token = activate(self.node_name, answers, tool_call_id=call.scope_id)
         try:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
@@ -124,7 +133,7 @@ class ToolStep:
             except Exception as exc:
                 record = False
                 _log.error(NOT_RECORDED_MESSAGE, extra={
-                    "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": f"{self.origin_id}:{call.call_id}",
+                    "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": ledger_key or "",
                     "error": f"its state update is not JSON-serialisable: {exc}"})
         return json.dumps(env), record, _is_error(msg)
 
@@ -140,7 +149,7 @@ class ToolStep:
         if self.tool_node.on_unknown(call.name) == "interrupt":
             answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
             # Its own interrupt key, apart from interrupt() calls inside the tool itself.
-            token = activate(self.node_name, answers, tool_call_id=f"{call.call_id or '#' + str(index)}:outcome")
+            token = activate(self.node_name, answers, tool_call_id=f"{call.scope_id}:outcome")
             try:
                 answer = interrupt(
                     {"tool": call.name, "arguments": call.arguments, "tool_call_id": call.call_id,
@@ -204,8 +213,10 @@ def _parse_call(raw: Any) -> _Call:
         return _Call(None, "", "{}")
     fn = raw.get("function") if isinstance(raw.get("function"), dict) else {}
     call_id = raw.get("id")
-    return _Call(str(call_id) if call_id else None, str(fn.get("name") or raw.get("name") or ""),
-                 fn.get("arguments", raw.get("arguments", "{}")))
+    raw_id = call_id if isinstance(call_id, (str, int)) and not isinstance(call_id, bool) else (
+        None if call_id is None else str(call_id))
+    return _Call(str(call_id) if call_id not in (None, "") else None, str(fn.get("name") or raw.get("name") or ""),
+                 fn.get("arguments", raw.get("arguments", "{}")), raw_id=None if raw_id == "" else raw_id)
 
 
 def _apply_update(state: AgentState, update: dict[str, Any]) -> None:

@@ -97,8 +97,15 @@ pub trait NodeHost: Send + Sync {
     fn accept_replay(&self, _node: &str, _index: usize, _envelope: &Value) -> bool {
         true
     }
-    /// Runs call `index`. Dropping the future must cancel the tool.
-    async fn run_tool(&self, node: &str, _index: usize, _idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
+    /// Runs call `index`, recorded under `ledger_key` (None: no ledger). Dropping the future must
+    /// cancel the tool.
+    async fn run_tool(
+        &self,
+        node: &str,
+        _index: usize,
+        _ledger_key: Option<String>,
+        _idempotency_key: Option<String>,
+    ) -> Result<ToolRun, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
     }
     /// Settles at-most-once call `index`, found started by an earlier attempt but never completed:

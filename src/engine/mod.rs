@@ -7,7 +7,7 @@ mod exec;
 mod graph;
 mod host;
 mod lease;
-mod ledger;
+pub mod ledger;
 pub mod metrics;
 mod run_loop;
 mod routing;

@@ -8,7 +8,7 @@ use super::{
 use super::lease::{self, Lease};
 use crate::failpoints::Armed;
 use crate::store::{Checkpointer, StepWrite, StoreError, TxHook};
-use serde_json::json;
+use serde_json::{Value, json};
 use super::stop::StopSignal;
 use std::sync::Arc;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -82,6 +82,11 @@ struct Run<'a, H: NodeHost + ?Sized> {
     /// The write mark the thread's latest row carried when this run last saw it (at load, then
     /// its own commits): the store keeps a commit's mark only while that is still so.
     seen_mark: Option<String>,
+    /// The state (without context) of the run's last commit, or as loaded: what the error state
+    /// is written from when the live state cannot be serialised.
+    last_state: Option<Value>,
+    /// The live state could not be serialised: the run ends in the error status.
+    unserialisable: bool,
 }
 
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
@@ -141,6 +146,19 @@ async fn run_leased<H: NodeHost + ?Sized>(
         None => (0, ExecMeta::fresh(&entry, &t.thread_id)),
     };
     let previous = exec.status;
+    // "Finish this thread if it is not finished" on a finished thread: nothing to run. The host
+    // gets the stored state as it is (status completed) and the run commits nothing, so a retried
+    // `ainvoke({})` never calls a model or a tool again.
+    let finished = stored.is_some()
+        && previous == ExecStatus::Completed
+        && !input.has_messages
+        && !input.has_state_update
+        && input.start_node.is_none();
+    if let (true, Some(cp)) = (finished, &stored) {
+        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+        host.prepare(parts, &exec).await?;
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None });
+    }
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and
     // their results and break the thread. Finish it first with `{}`.
@@ -222,6 +240,8 @@ async fn run_leased<H: NodeHost + ?Sized>(
         preempt: Default::default(),
         mark: None,
         seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
+        last_state: stored.as_ref().map(|c| without_context(&c.state)),
+        unserialisable: false,
     };
     if stored.is_none()
         || rewrite
@@ -230,12 +250,29 @@ async fn run_leased<H: NodeHost + ?Sized>(
         || input.start_node.is_some()
         || previous != ExecStatus::Running
     {
-        run.commit(true).await?;
+        if let Err(e) = run.commit(true).await {
+            return if run.unserialisable { run.fail(e).await } else { Err(e) };
+        }
     }
     let signal = StopSignals::global().subscribe(&key);
-    let result = run.drive(skip_before, &signal).await;
+    let result = match run.drive(skip_before, &signal).await {
+        // A state the store cannot hold ends the run like a node that raised: the thread is left
+        // in the error status (not `running`, which would wedge it), with the error named.
+        Err(e) if run.unserialisable => run.fail(e).await,
+        r => r,
+    };
     StopSignals::global().release(&key, &signal);
     result
+}
+
+/// A stored state without its messages: the part a commit writes.
+fn without_context(state: &Value) -> Value {
+    match state.as_object() {
+        Some(o) if o.contains_key("context") => {
+            Value::Object(o.iter().filter(|(k, _)| k.as_str() != "context").map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
+        _ => state.clone(),
+    }
 }
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
@@ -255,7 +292,17 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if !durable {
             return Ok(());
         }
-        let mut snap = self.host.snapshot(&self.exec, &self.cursor)?;
+        let mut snap = match self.host.snapshot(&self.exec, &self.cursor) {
+            Ok(snap) => snap,
+            Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {
+                Some(snap) => snap,
+                None => return Err(e),
+            },
+            Err(e) => {
+                self.unserialisable = true;
+                return Err(e);
+            }
+        };
         let mark = next_write_mark();
         crate::store::set_write_mark(&mut snap.state, &mark);
         let hook = InTx { armed: &self.cfg.failpoints, node: &self.step_node };
@@ -285,6 +332,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.lease.mark_released();
         }
         self.cursor = snap.cursor;
+        self.last_state = Some(snap.state);
         self.seen_mark = Some(mark.clone());
         self.mark = Some(mark);
         self.rewrite = false;
@@ -297,6 +345,27 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
+    }
+
+    /// The error state when the live state cannot be serialised: the last state the store holds
+    /// from this run (or as loaded), with the loop's fields saying the node in flight failed. The
+    /// node's work is lost, as when it raises; None for a thread with nothing stored yet.
+    fn error_snapshot(&self) -> Option<super::Snapshot> {
+        let mut state = self.last_state.clone()?;
+        let mut exec = self.exec.clone();
+        if self.step_node != "__input__" {
+            exec.current_node = self.step_node.clone();
+        }
+        let meta = state.as_object_mut()?.entry("execution_meta").or_insert_with(|| json!({}));
+        let Some(meta) = meta.as_object_mut() else { return None };
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&exec) {
+            meta.extend(fields);
+        }
+        let internal = meta.entry("internal_data").or_insert_with(|| json!({}));
+        if let Some(internal) = internal.as_object_mut() {
+            internal.insert("error".into(), json!(exec.error));
+        }
+        Some(super::Snapshot { state, new_messages: vec![], replace_messages: false, cursor: self.cursor.clone() })
     }
 
     /// Marks the thread as failed, commits that, and returns `err`.

@@ -1,10 +1,10 @@
 //! The replay-safe tool handler: one node's tool calls, looked up in the ledger in one query, the
 //! misses run concurrently under `tool_timeout`, each result recorded the moment it returns.
 
-use super::ledger::{idempotency_key, is_valid_envelope, ledger_key};
+use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
 use super::metrics::{add_duration, inc, metrics};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
-use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent};
+use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent, is_paused};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,7 +39,8 @@ impl SideEffects {
 /// One call of the issuing assistant message.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
-    pub call_id: Option<String>,
+    /// As the model gave it: a JSON string or number (None or "" when it gave none).
+    pub call_id: Option<Value>,
     pub name: String,
     pub effects: SideEffects,
 }
@@ -56,8 +57,29 @@ pub enum UnknownAnswer {
 /// The calls of the last assistant message, and that message's id.
 #[derive(Debug, Clone)]
 pub struct ToolBatch {
-    pub origin_message_id: Option<String>,
+    /// The assistant message's id: a JSON string or number.
+    pub origin_message_id: Option<Value>,
     pub calls: Vec<ToolCall>,
+}
+
+impl ToolBatch {
+    /// How each call is identified in the ledger: a call id repeated within the message counts
+    /// its occurrences, so two calls never share a key.
+    fn call_keys(&self) -> Vec<CallKey<'_>> {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        self.calls
+            .iter()
+            .enumerate()
+            .map(|(position, c)| {
+                let occurrence = c.call_id.as_ref().map_or(0, |id| {
+                    let n = seen.entry(id.to_string()).or_insert(0);
+                    *n += 1;
+                    *n - 1
+                });
+                CallKey { message_id: self.origin_message_id.as_ref(), call_id: c.call_id.as_ref(), position, occurrence }
+            })
+            .collect()
+    }
 }
 
 /// A tool that ran to an answer (an error message the model can read counts as an answer).
@@ -90,32 +112,39 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     fence: Option<i64>,
 ) -> Result<NodeOutput, HostFailure> {
     let batch = host.begin_tools(node, exec)?;
+    let call_keys = batch.call_keys();
     // Pure tools never touch the ledger.
     let keys: Vec<Option<String>> = batch
         .calls
         .iter()
-        .map(|c| match c.effects {
-            SideEffects::Pure => None,
-            _ => ledger_key(batch.origin_message_id.as_deref(), c.call_id.as_deref()),
-        })
+        .zip(&call_keys)
+        .map(|(c, k)| if c.effects == SideEffects::Pure { None } else { ledger_key(k) })
         .collect();
+    // 10xGraph's "<message id>:<call id>" rows, read along (a thread it left mid-node).
+    let legacy: Vec<Option<String>> =
+        keys.iter().zip(&call_keys).map(|(key, k)| key.as_ref().and_then(|_| legacy_key(k))).collect();
     // One call reads what earlier attempts recorded and writes an intent record for every call
     // without a row (before any tool of this node starts; fenced, so a run that lost its lease
     // fails here). A read failure is a miss for every call; without intents, idempotent tools
     // still run (at-least-once) and at-most-once tools are refused.
-    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys).await?;
+    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys, &legacy).await?;
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
-        let plan = match row {
-            Some(env) if is_intent(env) => Plan::Unknown,
-            Some(env) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+        let old = legacy[i].as_ref().and_then(|k| recorded.get(k)).filter(|r| legacy_row_matches(&call_keys[i], r));
+        let plan = match (row, old) {
+            (Some(env), _) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+            (_, Some(env)) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+            (Some(env), _) if is_paused(env) => Plan::Resume,
+            (Some(env), _) if is_intent(env) => Plan::Unknown,
+            _ if call.effects == SideEffects::AtMostOnce && key.is_none() => Plan::Refuse(UNKEYED),
             _ if call.effects == SideEffects::AtMostOnce && !read_ok => Plan::Refuse(LEDGER_UNREADABLE),
             _ if call.effects == SideEffects::AtMostOnce && !intents_ok => Plan::Refuse(INTENT_UNWRITABLE),
             _ => Plan::Run,
         };
         plans.push(plan);
     }
+    restart_paused(store, cfg, fence, &batch, &keys, &mut plans).await?;
     let recorder = Recorder::default();
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
         run_one(host, store, cfg, &recorder, fence, node, i, call, key.clone(), plan)
@@ -143,6 +172,8 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
 const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
 so running it without knowing whether an earlier attempt took effect could repeat a side effect; try again later \
 [TOOL_LEDGER_UNAVAILABLE]";
+const UNKEYED: &str = "it was not run: the assistant message that asked for it has no id, so a replay could not \
+tell whether this call already ran, and this tool must run at most once [TOOL_CALL_UNKEYED]";
 const INTENT_UNWRITABLE: &str = "it was not run: its start could not be recorded, and this tool must run at most \
 once; try again later [TOOL_LEDGER_UNAVAILABLE]";
 
@@ -153,8 +184,59 @@ enum Plan {
     Run,
     /// Found started but never completed: an earlier attempt may or may not have taken effect.
     Unknown,
+    /// Found paused at `interrupt()` by the run that the thread's resume continues: run it
+    /// again, once its row says started again (`restart_paused`).
+    Resume,
     /// Fail closed without running (at-most-once tools when the ledger is unavailable).
     Refuse(&'static str),
+}
+
+/// The intent record of a call about to run (`paused`: of a call paused at `interrupt()`).
+fn intent(call: &ToolCall, cfg: &RunConfig, paused: bool) -> Value {
+    let mut v = json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id});
+    if paused {
+        v["paused"] = Value::Bool(true);
+    }
+    v
+}
+
+/// Paused calls run again on resume, but only once their row says started again: a crash while
+/// the resumed call runs must leave a row that reads as a crash, not as another pause. Without
+/// that write an at-most-once call is refused; an idempotent one runs.
+async fn restart_paused(
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+    fence: Option<i64>,
+    batch: &ToolBatch,
+    keys: &[Option<String>],
+    plans: &mut [Plan],
+) -> Result<(), HostFailure> {
+    let marks: Vec<(String, Value)> = plans
+        .iter()
+        .zip(keys)
+        .zip(&batch.calls)
+        .filter(|((p, _), _)| matches!(p, Plan::Resume))
+        .filter_map(|((_, k), call)| Some((k.clone()?, intent(call, cfg, false))))
+        .collect();
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let written = match store.ledger_mark(&cfg.thread, &marks, fence).await {
+        Ok(_) => true,
+        Err(e @ StoreError::Fenced { .. }) => return Err(HostFailure::Passthrough(Box::new(e))),
+        Err(e) => {
+            tracing::warn!(thread_id = %cfg.thread.thread_id, event = "intent_not_recorded",
+                "could not record that {} paused tool call(s) resumed; idempotent tools run anyway, at-most-once tools do not: {e}",
+                marks.len());
+            false
+        }
+    };
+    for (plan, call) in plans.iter_mut().zip(&batch.calls) {
+        if matches!(plan, Plan::Resume) {
+            *plan = if written || call.effects != SideEffects::AtMostOnce { Plan::Run } else { Plan::Refuse(INTENT_UNWRITABLE) };
+        }
+    }
+    Ok(())
 }
 
 /// The node's ledger rows, and its intent records written (`Checkpointer::ledger_begin`).
@@ -165,19 +247,19 @@ async fn begin_ledger(
     fence: Option<i64>,
     batch: &ToolBatch,
     keys: &[Option<String>],
+    legacy: &[Option<String>],
 ) -> Result<(HashMap<String, Value>, bool, bool), HostFailure> {
     let intents: Vec<(String, Value)> = batch
         .calls
         .iter()
         .zip(keys)
-        .filter_map(|(call, key)| {
-            key.as_ref().map(|k| (k.clone(), json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id})))
-        })
+        .filter_map(|(call, key)| key.as_ref().map(|k| (k.clone(), intent(call, cfg, false))))
         .collect();
     if intents.is_empty() {
         return Ok((HashMap::new(), true, true));
     }
-    match store.ledger_begin(&cfg.thread, &intents, fence).await {
+    let also_read: Vec<String> = legacy.iter().flatten().cloned().collect();
+    match store.ledger_begin(&cfg.thread, &intents, &also_read, fence).await {
         Ok((found, Ok(()))) => {
             if found.len() < intents.len() {
                 inc(&metrics().tool_intents);
@@ -273,12 +355,13 @@ async fn run_one<H: NodeHost + ?Sized>(
                 inc(&m.ledger_misses);
             }
         }
+        Plan::Resume => unreachable!("restart_paused settles every paused call"),
     }
     inc(&m.tool_calls);
     let crash = |f: crate::failpoints::Fired| HostFailure::Passthrough(Box::new(f));
     cfg.failpoints.hit("before_tool", &call.name).await.map_err(crash)?;
     let started = Instant::now();
-    let fut = host.run_tool(node, index, idem);
+    let fut = host.run_tool(node, index, key.clone(), idem);
     let result = match cfg.tool_timeout {
         Some(limit) => match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
@@ -310,7 +393,21 @@ async fn run_one<H: NodeHost + ?Sized>(
             inc(&m.tool_errors);
             Ok(ToolOutcome::Failed { message })
         }
-        Err(e @ (HostFailure::Passthrough(_) | HostFailure::Interrupt { .. })) => Err(e),
+        Err(e @ HostFailure::Interrupt { .. }) => {
+            // A pause, not a crash: the row says so, and the resume runs the call again without
+            // asking whether an earlier attempt took effect.
+            if let Some(k) = key {
+                let mark = [(k.clone(), intent(call, cfg, true))];
+                match store.ledger_mark(&cfg.thread, &mark, fence).await {
+                    Err(err @ StoreError::Fenced { .. }) => return Err(HostFailure::Passthrough(Box::new(err))),
+                    Err(err) => tracing::warn!(thread_id = %cfg.thread.thread_id, tool = %call.name, ledger_key = %k,
+                        "could not record that the call paused; its resume will treat it as an unknown outcome: {err}"),
+                    Ok(_) => {}
+                }
+            }
+            Err(e)
+        }
+        Err(e @ HostFailure::Passthrough(_)) => Err(e),
     }
 }
 

@@ -188,20 +188,20 @@ impl NodeHost for PyHost {
     fn begin_tools(&self, node: &str, exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {
         super::logging::enter_node(node);
         let exec = exec_text(exec);
-        Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("begin_tools", (node, exec))?;
-            let (origin, calls): (Option<String>, Vec<(Option<String>, String, String)>) = r.extract()?;
-            Ok(ToolBatch {
-                origin_message_id: origin,
-                calls: calls
-                    .into_iter()
-                    // The decorator validates the class; anything else is treated as the default.
-                    .map(|(call_id, name, fx)| ToolCall { call_id, name, effects: SideEffects::parse(&fx).unwrap_or_default() })
-                    .collect(),
-            })
+        let text = Python::attach(|py| self.run.bind(py).call_method1("begin_tools", (node, exec))?.extract::<String>())
+            // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
+            .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))?;
+        // JSON, so the ids keep their types (the ledger keeps 123 and "123" apart).
+        let (origin, calls): (Option<Value>, Vec<(Option<Value>, String, String)>) = serde_json::from_str(&text)
+            .map_err(|e| HostFailure::Passthrough(format!("begin_tools returned a malformed batch: {e}").into()))?;
+        Ok(ToolBatch {
+            origin_message_id: origin,
+            calls: calls
+                .into_iter()
+                // The decorator validates the class; anything else is treated as the default.
+                .map(|(call_id, name, fx)| ToolCall { call_id, name, effects: SideEffects::parse(&fx).unwrap_or_default() })
+                .collect(),
         })
-        // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
-        .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
     }
 
     fn unknown_outcome(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
@@ -231,9 +231,15 @@ impl NodeHost for PyHost {
         })
     }
 
-    async fn run_tool(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<ToolRun, HostFailure> {
+    async fn run_tool(
+        &self,
+        node: &str,
+        index: usize,
+        ledger_key: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Result<ToolRun, HostFailure> {
         let task = Python::attach(|py| {
-            let coro = self.run.bind(py).call_method1("run_tool", (node, index, idempotency_key))?;
+            let coro = self.run.bind(py).call_method1("run_tool", (node, index, idempotency_key, ledger_key))?;
             PyTask::start(py, &self.locals, coro)
         })
         .map_err(classify)?;

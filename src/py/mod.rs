@@ -30,6 +30,14 @@ pub mod _core {
         crate::engine::metrics().snapshot().into_iter().collect()
     }
 
+    /// The stored ledger keys a user's key may name, most literal first (see
+    /// `engine::ledger::lookup_keys`): 10xGraph's `"<message id>:<call id>"` form finds rows
+    /// recorded under today's keys.
+    #[pyfunction]
+    fn ledger_lookup_keys(key: &str) -> Vec<String> {
+        crate::engine::ledger::lookup_keys(key)
+    }
+
     /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so
     /// Rust logs stop reaching Python from here on.
     #[pyfunction]

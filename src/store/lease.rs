@@ -97,6 +97,12 @@ pub fn is_intent(v: &serde_json::Value) -> bool {
     v.get("__kind__").and_then(serde_json::Value::as_str) == Some(INTENT_KIND)
 }
 
+/// An intent record of a call that reached `interrupt()` and paused cleanly with its run: a pause,
+/// not a crash. The resumed run marks it started again before running the call.
+pub fn is_paused(v: &serde_json::Value) -> bool {
+    is_intent(v) && v.get("paused").and_then(serde_json::Value::as_bool) == Some(true)
+}
+
 /// Whether a stored state says its run completed: the only state `prune` may clear around.
 pub fn is_completed_state(state: &serde_json::Value) -> bool {
     state.pointer("/execution_meta/status").and_then(serde_json::Value::as_str) == Some("completed")

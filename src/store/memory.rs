@@ -369,6 +369,22 @@ impl Checkpointer for MemoryStore {
         Ok(written)
     }
 
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        let mut inner = self.lock();
+        inner.fence(&t.thread_id, fence)?;
+        let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(0) };
+        self.check_owner(d, t)?;
+        let now = now_secs();
+        let mut written = 0;
+        for (key, mark) in marks {
+            if let Some(row) = d.ledger.get_mut(key).filter(|(v, _)| is_intent(v) && is_intent(mark)) {
+                *row = (mark.clone(), now);
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         let mut inner = self.lock();
         let cur = inner.leases.get(thread_id).map(LeaseRow::view);

@@ -14,7 +14,7 @@ mod inspect;
 
 pub use error::{StoreError, StoreResult};
 pub use lease::{
-    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent,
+    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent, is_paused,
     may_take,
 };
 pub use memory::MemoryStore;
@@ -107,9 +107,16 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// carries that token. Returns how many rows were written.
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize>;
 
-    /// The start of a tool node: the rows already recorded for `intents`' keys, as `ledger_get`
-    /// returns them, and, for every key without a row, its intent record written (fenced, like
-    /// `ledger_put_many`). Returns the rows found (not the intents it wrote) and whether the
+    /// Replaces intent records, and only intent records, with other intent records (a call marked
+    /// paused at `interrupt()`, or started again when its thread is resumed); a key whose row is a
+    /// result, or that has no row, is left alone. Fenced like `ledger_put_many`. Returns how many
+    /// rows were replaced.
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize>;
+
+    /// The start of a tool node: the rows already recorded for `intents`' keys and for the keys
+    /// of `also_read` (read, never written: 10xGraph's old-format keys), as `ledger_get` returns
+    /// them, and, for every key of `intents` without a row, its intent record written (fenced,
+    /// like `ledger_put_many`). Returns the rows found (not the intents it wrote) and whether the
     /// intents were written. An error means nothing could be read (or `Fenced`). One round trip
     /// where the store can; the default is a read, then a write whose failure (other than
     /// `Fenced`) keeps what the read found.
@@ -117,9 +124,10 @@ pub trait Checkpointer: Send + Sync + 'static {
         &self,
         t: &ThreadRef,
         intents: &[(String, Value)],
+        also_read: &[String],
         fence: Option<i64>,
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
-        let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).collect();
+        let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).chain(also_read.iter().cloned()).collect();
         let found = self.ledger_get(t, &keys).await?;
         let missing: Vec<(String, Value)> = intents.iter().filter(|(k, _)| !found.contains_key(k)).cloned().collect();
         if missing.is_empty() {

@@ -3,7 +3,7 @@
 
 use super::{
     Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
-    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, may_take, now_secs,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -655,6 +655,30 @@ impl Checkpointer for SqliteStore {
         }
         tx.commit("ledger write").await?;
         Ok(inserted)
+    }
+
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "ledger write").await?;
+        check_fence(tx.conn(), &t.thread_id, fence).await?;
+        self.own_thread(tx.conn(), t).await?;
+        let now = now_secs();
+        let mut written = 0;
+        for (key, mark) in marks.iter().filter(|(_, m)| is_intent(m)) {
+            let r = sqlx::query(
+                "UPDATE tool_executions SET result = ?, created_at = ? WHERE thread_id = ? AND tool_call_id = ? \
+                 AND json_extract(result, '$.__kind__') = 'started'",
+            )
+            .bind(to_text(mark))
+            .bind(now)
+            .bind(&t.thread_id)
+            .bind(key)
+            .execute(tx.conn())
+            .await
+            .map_err(be("ledger write"))?;
+            written += r.rows_affected() as usize;
+        }
+        tx.commit("ledger write").await?;
+        Ok(written)
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {

@@ -41,8 +41,20 @@ impl PgStore {
     }
 
     pub(super) async fn ledger_write(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.ledger_rows_put(&self.sql.ledger_put, t, entries, fence).await
+    }
+
+    pub(super) async fn ledger_remark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        self.ledger_rows_put(&self.sql.ledger_mark, t, marks, fence).await
+    }
+
+    /// `tenx_ledger_put` or `tenx_ledger_mark`: same arguments, rows written back.
+    async fn ledger_rows_put(&self, sql: &str, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
         let (keys, results) = columns(entries);
-        let written: i32 = sqlx::query_scalar(AssertSqlSafe(self.sql.ledger_put.clone()))
+        let written: i32 = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
             .bind(&t.thread_id)
             .bind(&t.user_id)
             .bind(self.opts.enforce_user_isolation)
@@ -59,12 +71,14 @@ impl PgStore {
         &self,
         t: &ThreadRef,
         intents: &[(String, Value)],
+        also_read: &[String],
         fence: Option<i64>,
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
         if intents.is_empty() {
             return Ok((HashMap::new(), Ok(())));
         }
         let (keys, values) = columns(intents);
+        let read: Vec<String> = also_read.iter().map(|k| k.replace('\0', "\u{FFFD}")).collect();
         let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_begin.clone()))
             .bind(&t.thread_id)
             .bind(&t.user_id)
@@ -72,6 +86,7 @@ impl PgStore {
             .bind(&keys)
             .bind(&values)
             .bind(fence)
+            .bind(&read)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_err("ledger write", e, Some(t)))?;

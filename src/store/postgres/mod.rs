@@ -64,6 +64,7 @@ struct Sql {
     ledger_get: String,
     ledger_put: String,
     ledger_begin: String,
+    ledger_mark: String,
     lease_acquire: String,
     lease_renew: String,
     lease_release: String,
@@ -106,7 +107,8 @@ impl Sql {
                 "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2)"
             ),
             ledger_put: format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
-            ledger_begin: format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
+            ledger_begin: format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6, $7::text[])"),
+            ledger_mark: format!("SELECT {s}.tenx_ledger_mark($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
             lease_acquire: format!("SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7)"),
             lease_renew: format!(
                 "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
@@ -679,13 +681,18 @@ impl Checkpointer for PgStore {
         self.ledger_write(t, entries, fence).await
     }
 
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.ledger_remark(t, marks, fence).await
+    }
+
     async fn ledger_begin(
         &self,
         t: &ThreadRef,
         intents: &[(String, Value)],
+        also_read: &[String],
         fence: Option<i64>,
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
-        self.ledger_start(t, intents, fence).await
+        self.ledger_start(t, intents, also_read, fence).await
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {

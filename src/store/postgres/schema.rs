@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 
 /// 10xGraph's lock key (ASCII "AGNTFLW!"), so we also serialise against its own migrator.
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
-pub const CURRENT_VERSION: i32 = 6;
+pub const CURRENT_VERSION: i32 = 7;
 
 /// `[a-zA-Z_][a-zA-Z0-9_]*`, at most 63 bytes: the only text ever spliced into SQL.
 pub fn validate_schema(schema: &str) -> StoreResult<()> {
@@ -264,18 +264,11 @@ END $fn$;
     )
 }
 
-/// Ours: the fenced step and ledger writes as one plpgsql body each. Same statements and the same
-/// errors as v4/v5, less overhead: each nested PERFORM of a helper function cost 25-40 us on the
-/// server (bench/profile_pg.py --nested), four of them per step; and the thread row is locked,
-/// owner-checked and stamped by one UPDATE ... RETURNING instead of an INSERT ... ON CONFLICT, a
-/// SELECT ... FOR UPDATE and a later UPDATE (a new thread still takes the insert path). The UPDATE
-/// takes a lock that conflicts with every other writer of the row, as FOR UPDATE did, and lets
-/// foreign-key checks (FOR KEY SHARE) through.
-fn v6(s: &str) -> String {
-    // The fence check and the thread lock are spliced into each function rather than called:
-    // a nested call is what cost the time. Table aliases keep them unambiguous inside
-    // tenx_ledger_begin, whose RETURNS TABLE columns share names with tool_executions.
-    let fence = format!(
+/// The fence check, spliced into each fenced function rather than called: a nested call is what
+/// cost the time. Table aliases keep it unambiguous inside functions whose RETURNS TABLE columns
+/// share names with the tables.
+fn fence_sql(s: &str) -> String {
+    format!(
         "  IF p_fence IS NOT NULL THEN
     SELECT l.token INTO v_token FROM {s}.tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
     IF v_token IS DISTINCT FROM p_fence THEN
@@ -283,9 +276,12 @@ fn v6(s: &str) -> String {
     END IF;
   END IF;
 "
-    );
-    // After a statement that locked the thread row and read its owner into v_owner, or found none.
-    let owner_check = format!(
+    )
+}
+
+/// After a statement that locked the thread row and read its owner into v_owner, or found none.
+fn owner_check_sql(s: &str) -> String {
+    format!(
         "  IF NOT FOUND THEN
     INSERT INTO {s}.threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
     SELECT th.user_id INTO v_owner FROM {s}.threads th WHERE th.thread_id = p_thread FOR UPDATE;
@@ -294,9 +290,26 @@ fn v6(s: &str) -> String {
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
   END IF;
 "
-    );
-    let lock_for_ledger =
-        format!("  SELECT th.user_id INTO v_owner FROM {s}.threads th WHERE th.thread_id = p_thread FOR UPDATE;\n{owner_check}");
+    )
+}
+
+/// The thread row locked and its owner checked, for the ledger functions.
+fn lock_for_ledger_sql(s: &str) -> String {
+    format!(
+        "  SELECT th.user_id INTO v_owner FROM {s}.threads th WHERE th.thread_id = p_thread FOR UPDATE;\n{}",
+        owner_check_sql(s)
+    )
+}
+
+/// Ours: the fenced step and ledger writes as one plpgsql body each. Same statements and the same
+/// errors as v4/v5, less overhead: each nested PERFORM of a helper function cost 25-40 us on the
+/// server (bench/profile_pg.py --nested), four of them per step; and the thread row is locked,
+/// owner-checked and stamped by one UPDATE ... RETURNING instead of an INSERT ... ON CONFLICT, a
+/// SELECT ... FOR UPDATE and a later UPDATE (a new thread still takes the insert path). The UPDATE
+/// takes a lock that conflicts with every other writer of the row, as FOR UPDATE did, and lets
+/// foreign-key checks (FOR KEY SHARE) through.
+fn v6(s: &str) -> String {
+    let (fence, owner_check, lock_for_ledger) = (fence_sql(s), owner_check_sql(s), lock_for_ledger_sql(s));
     format!(
         r#"
 CREATE OR REPLACE FUNCTION {s}.tenx_put_step(
@@ -386,6 +399,49 @@ END $fn$;
     )
 }
 
+/// Ours: paused calls and 10xGraph's old-format ledger keys. `tenx_ledger_mark` replaces intent
+/// records with intent records only (a call marked paused at `interrupt()`, or started again on
+/// resume); `tenx_ledger_begin` gains `p_read`, keys read along with the node's own but never
+/// written (the `"<message id>:<call id>"` rows a 10xGraph 0.10 database holds).
+fn v7(s: &str) -> String {
+    let (fence, lock_for_ledger) = (fence_sql(s), lock_for_ledger_sql(s));
+    format!(
+        r#"
+CREATE OR REPLACE FUNCTION {s}.tenx_ledger_mark(
+  p_thread TEXT, p_user TEXT, p_isolate BOOLEAN, p_keys TEXT[], p_marks JSONB[], p_fence BIGINT
+) RETURNS INT LANGUAGE plpgsql AS $fn$
+DECLARE v_token BIGINT; v_owner TEXT; v_written INT;
+BEGIN
+{fence}{lock_for_ledger}  UPDATE {s}.tool_executions x SET result = u.r, created_at = NOW()
+  FROM UNNEST(p_keys, p_marks) AS u(k, r)
+  WHERE x.thread_id = p_thread AND x.tool_call_id = u.k
+    AND x.result->>'__kind__' = 'started' AND u.r->>'__kind__' = 'started';
+  GET DIAGNOSTICS v_written = ROW_COUNT;
+  RETURN v_written;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION {s}.tenx_ledger_begin(
+  p_thread TEXT, p_user TEXT, p_isolate BOOLEAN, p_keys TEXT[], p_intents JSONB[], p_fence BIGINT, p_read TEXT[]
+) RETURNS TABLE (tool_call_id TEXT, result JSONB) LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE v_token BIGINT; v_owner TEXT;
+BEGIN
+{fence}{lock_for_ledger}  RETURN QUERY
+    WITH found AS (
+      SELECT x.tool_call_id::TEXT AS k, x.result AS r FROM {s}.tool_executions x
+      WHERE x.thread_id = p_thread AND (x.tool_call_id = ANY(p_keys) OR x.tool_call_id = ANY(p_read))
+    ), written AS (
+      INSERT INTO {s}.tool_executions AS l (thread_id, tool_call_id, result)
+      SELECT p_thread, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
+      ON CONFLICT (thread_id, tool_call_id) DO NOTHING
+      RETURNING 1
+    )
+    SELECT f.k, f.r FROM found f;
+END $fn$;
+"#
+    )
+}
+
 /// Applies every missing version. Idempotent; concurrent callers wait on the advisory lock.
 pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
     validate_schema(schema)?;
@@ -401,7 +457,7 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
         .fetch_one(&mut *tx)
         .await
         .map_err(err)?;
-    let steps: [(i32, fn(&str) -> String); 6] = [(1, v1), (2, v2), (3, v3), (4, v4), (5, v5), (6, v6)];
+    let steps: [(i32, fn(&str) -> String); 7] = [(1, v1), (2, v2), (3, v3), (4, v4), (5, v5), (6, v6), (7, v7)];
     for (version, sql) in steps {
         if version <= current {
             continue;

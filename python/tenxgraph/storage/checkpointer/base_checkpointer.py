@@ -192,20 +192,26 @@ class BaseCheckpointer(Generic[StateT]):
 
     async def aget_tool_status(self, config: dict[str, Any], tool_call_id: str) -> str | None:
         """``"completed"`` (a result is recorded), ``"started"`` (an intent record only: the call
-        began and its outcome is unknown) or None (no row, or the ledger could not be read)."""
+        began and its outcome is unknown), ``"paused"`` (the call is waiting at ``interrupt()``
+        with its thread: it runs again on resume) or None (no row, or the ledger could not be
+        read). ``tool_call_id`` is a ledger key as stored (``["<message id>", "<call id>"]``, JSON) or in
+        10xGraph's form ``"<message id>:<call id>"``."""
         row = await self._ledger_row(config, tool_call_id)
         if row is None:
             return None
-        return "started" if _is_intent(row) else "completed"
+        if not _is_intent(row):
+            return "completed"
+        return "paused" if row.get("paused") is True else "started"
 
     async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
         thread_id, user_id = _ids(config)
+        keys = _core.ledger_lookup_keys(tool_call_id)
         try:
-            found = await self._native.ledger_get(thread_id, user_id, [tool_call_id])
+            found = await self._native.ledger_get(thread_id, user_id, keys)
         except Exception as exc:
             _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
             return None
-        raw = found.get(tool_call_id)
+        raw = next((found[k] for k in keys if k in found), None)
         return None if raw is None else json.loads(raw)
 
     async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
