@@ -192,7 +192,7 @@ def test_unknown_thread_is_exit_3(filled: Store, command: list[str]) -> None:
 
 def test_ledger_lists_calls_with_tool_status_time_and_size(filled: Store) -> None:
     rows = filled.run("ledger", "done-1", "--json").json()
-    assert [(r["key"].rsplit(":", 1)[1], r["tool"], r["status"]) for r in rows] == [
+    assert [(json.loads(r["key"])[1], r["tool"], r["status"]) for r in rows] == [
         ("c1", "charge", "completed"), ("c2", "charge", "completed")]
     assert all(r["result_bytes"] > 50 and r["recorded_at"].endswith("Z") for r in rows)
     table = filled.run("ledger", "done-1")

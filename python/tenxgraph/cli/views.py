@@ -254,16 +254,31 @@ async def message_rows(cp: BaseCheckpointer, thread_id: str, limit: int | None =
     ]
 
 
-async def _tool_names(cp: BaseCheckpointer, thread_id: str, owner: str) -> dict[str, str]:
-    """Ledger key -> tool name, from the assistant messages that issued the calls
-    (a key is ``"<assistant message_id>:<tool_call_id>"``)."""
-    names: dict[str, str] = {}
+async def _tool_names(cp: BaseCheckpointer, thread_id: str, owner: str) -> dict[tuple[str, str], str]:
+    """(assistant message_id, tool_call_id) -> tool name, from the assistant messages that issued
+    the calls (ids as text; see `_key_ids`)."""
+    names: dict[tuple[str, str], str] = {}
     for text in await cp._native.list_messages(thread_id, owner, None, None, None):
         m = json.loads(text)
         for call_id, name in _call_names(m):
             if call_id and name:
-                names[f"{m.get('message_id')}:{call_id}"] = name
+                names[(str(m.get("message_id")), str(call_id))] = name
     return names
+
+
+def _key_ids(key: str) -> tuple[str, str] | None:
+    """(message id, call id) as text, from a ledger key: today's ``["<mid>", <cid>, ...]`` or
+    10xGraph's ``"<mid>:<cid>"`` (split at the first ``:``, a guess for ids that hold one)."""
+    if key.startswith("["):
+        try:
+            parts = json.loads(key)
+        except ValueError:
+            return None
+        if isinstance(parts, list) and len(parts) >= 2 and parts[1] is not None:
+            return str(parts[0]), str(parts[1])
+        return None
+    mid, sep, cid = key.partition(":")
+    return (mid, cid) if sep else None
 
 
 def _status(result: Any) -> str:
@@ -271,7 +286,7 @@ def _status(result: Any) -> str:
         return "malformed"
     kind = result.get("__kind__")
     if kind == STARTED_KIND:
-        return "started"
+        return "paused" if result.get("paused") is True else "started"
     return "completed" if kind in ("message", "raw") else "malformed"
 
 
@@ -295,7 +310,7 @@ async def ledger_rows(cp: BaseCheckpointer, thread_id: str) -> list[LedgerRow]:
         result = json.loads(result_json) if result_json is not None else None
         rows.append(LedgerRow(
             key=key,
-            tool=names.get(key) or _tool_from_result(result),
+            tool=names.get(_key_ids(key) or ("", "")) or _tool_from_result(result),
             status=_status(result),
             recorded_at=_when(created_at),
             result_bytes=len(result_json.encode()) if result_json is not None else None,
@@ -305,11 +320,11 @@ async def ledger_rows(cp: BaseCheckpointer, thread_id: str) -> list[LedgerRow]:
 
 async def ledger_result(cp: BaseCheckpointer, thread_id: str, call: str) -> tuple[str, Any]:
     """The recorded row of one call, by its full ledger key or by its tool_call_id alone (when
-    exactly one key ends with it). Raises KeyError with the keys that exist."""
+    exactly one key names it). Raises KeyError with the keys that exist."""
     owner = await thread_owner(cp, thread_id)
     rows = await cp._native.ledger_list(thread_id, owner)
     exact = [r for r in rows if r[0] == call]
-    matches = exact or [r for r in rows if r[0].endswith(f":{call}")]
+    matches = exact or [r for r in rows if (_key_ids(r[0]) or ("", None))[1] == call]
     if len(matches) != 1:
         known = ", ".join(r[0] for r in rows) or "none"
         why = "is ambiguous" if matches else "has no ledger row"
