@@ -7,6 +7,7 @@ tools per "charge order N" turn, effects counted in $TENXGRAPH_EFFECTS), compile
         then recovers; prints one JSON line {"pid", "report"}.
 
 ``RECOVERY_MODEL_SLEEP`` (s) slows every model call, so two workers' resumes overlap.
+``build`` / ``build_broken`` are also factories for the crash kit and ``tenxgraph recover``.
 """
 
 from __future__ import annotations
@@ -70,3 +71,19 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def build_broken(checkpointer: Any) -> Any:
+    """The same topology whose tool node always fails: a resume of a thread that died before
+    its tools ran raises NodeError (``tenxgraph recover`` exits 1)."""
+
+    async def tools(state: AgentState) -> Message:
+        raise RuntimeError("the payment provider is down")
+
+    graph = StateGraph(AgentState)
+    graph.add_node("model", slow_model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=checkpointer)
