@@ -140,18 +140,26 @@ async def recover(
             if len(page) < size:
                 break
             after = page[-1][0]
+    except Exception:
+        # The listing failed (the store is down): the resumes already handed out finish first.
+        await _drain(queue, workers)
+        raise
     except BaseException:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         raise
-    for _ in workers:
-        await queue.put(None)
-    await asyncio.gather(*workers)
+    await _drain(queue, workers)
     _log.info("recovery pass: %d resumed, %d skipped, %d failed",
               len(report.resumed), len(report.skipped), len(report.failed),
               extra={"event": "recovery_pass"})
     return report
+
+
+async def _drain(queue: asyncio.Queue[Any], workers: list[asyncio.Task[None]]) -> None:
+    for _ in workers:
+        await queue.put(None)
+    await asyncio.gather(*workers)
 
 
 async def _recover_one(graph: CompiledGraph[Any], base: dict[str, Any], item: tuple[str, str, str | None],
