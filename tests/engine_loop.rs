@@ -139,8 +139,8 @@ fn cfg(thread: &str) -> RunConfig {
     RunConfig::new(ThreadRef::new(thread, "u"))
 }
 
-const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, start_node: None };
-const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false, start_node: None };
+const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, start_node: None, resume_only: false };
+const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
 
 async fn stores() -> Vec<Arc<dyn Checkpointer>> {
     let sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();

@@ -559,3 +559,59 @@ async fn a_commit_keeps_its_mark_only_while_the_latest_row_carries_the_mark_the_
         assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("e"), "{name}");
     }
 }
+
+#[tokio::test]
+async fn running_threads_lists_latest_running_states_of_every_user_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = backends(&dir).await;
+    // User isolation scopes what a user reads, not what recovery sees: every owner is listed.
+    let iso_path = dir.path().join("iso.db");
+    let iso = SqliteStore::open(iso_path.to_str().unwrap(), true, false).await.unwrap();
+    iso.setup().await.unwrap();
+    stores.push(("memory-isolated", Arc::new(MemoryStore::new(true))));
+    stores.push(("sqlite-isolated", Arc::new(iso)));
+    if let Some(p) = pg(true, false).await {
+        stores.push(("postgres-isolated", Arc::new(p)));
+    }
+    let status = |s: &str| json!({"execution_meta": {"status": s, "current_node": "tools", "step": 1}});
+    for (name, s) in stores {
+        // (thread, owner, the statuses of its steps in order)
+        let threads: [(&str, &str, &[&str]); 5] = [
+            ("r-a", "u1", &["running"]),
+            ("r-b", "u2", &["running", "completed"]),
+            ("r-c", "u3", &["completed", "running"]),
+            ("r-d", "u1", &["running", "interrupted_before"]),
+            ("r-e", "u2", &["running", "error"]),
+        ];
+        for (id, user, statuses) in threads {
+            let t = ThreadRef::new(id, user);
+            for (i, st) in statuses.iter().enumerate() {
+                s.put_step(&t, step(i as i64, &status(st), &[])).await.unwrap();
+            }
+        }
+        // Many versions (past the state history limit) with the latest running: still listed once.
+        let long = ThreadRef::new("r-f", "u4");
+        for v in 0..25 {
+            let st = if v == 24 { "running" } else { "completed" };
+            s.put_step(&long, step(v, &status(st), &[])).await.unwrap();
+        }
+        // A thread row without any state: no run ever started there.
+        s.put_thread(&ThreadRef::new("r-g", "u1"), None, &json!({})).await.unwrap();
+
+        let all = s.running_threads(None, 100).await.unwrap();
+        let got: Vec<(&str, &str)> = all.iter().map(|t| (t.thread_id.as_str(), t.user_id.as_str())).collect();
+        assert_eq!(got, [("r-a", "u1"), ("r-c", "u3"), ("r-f", "u4")], "{name}");
+
+        let first = s.running_threads(None, 1).await.unwrap();
+        assert_eq!(first, [ThreadRef::new("r-a", "u1")], "{name}");
+        let rest = s.running_threads(Some("r-a"), 100).await.unwrap();
+        assert_eq!(rest, [ThreadRef::new("r-c", "u3"), ThreadRef::new("r-f", "u4")], "{name}");
+        assert!(s.running_threads(Some("r-f"), 100).await.unwrap().is_empty(), "{name}");
+        assert!(s.running_threads(None, 0).await.unwrap().is_empty(), "{name}");
+
+        // Finishing a run takes the thread off the list; a deleted thread is gone from it.
+        s.put_step(&ThreadRef::new("r-a", "u1"), step(1, &status("completed"), &[])).await.unwrap();
+        s.clean_thread(&ThreadRef::new("r-c", "u3")).await.unwrap();
+        assert_eq!(s.running_threads(None, 100).await.unwrap(), [ThreadRef::new("r-f", "u4")], "{name}");
+    }
+}

@@ -129,7 +129,7 @@ impl Drop for LiveRun {
 /// A holder that can be proven dead: same machine and PID namespace, and its process is gone (or
 /// is this process, which no longer runs anything under that token). A holder elsewhere is alive
 /// until its lease expires.
-fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo) -> bool {
+pub(super) fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo) -> bool {
     let me = me();
     if info.host != me.host || !std::path::Path::new("/proc/self/stat").exists() {
         return false;

@@ -20,6 +20,10 @@ pub struct RunInput<'a> {
     pub has_state_update: bool,
     /// `input["state"]["current_node"]`: where to start instead of the saved node.
     pub start_node: Option<&'a str>,
+    /// Recovery: continue the thread only if, under the lease, its latest state is still a run
+    /// under way (another worker may have finished it since it was listed). Otherwise nothing
+    /// runs, nothing is written and the outcome says `nothing_to_resume`.
+    pub resume_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -30,6 +34,8 @@ pub struct RunOutcome {
     /// The write mark of the run's last commit (None when it committed nothing): a host that
     /// keeps the live state names it as its `known_head` at the thread's next run.
     pub mark: Option<String>,
+    /// `resume_only` found no run to continue; `exec` is the thread's stored state as it is.
+    pub nothing_to_resume: bool,
 }
 
 /// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
@@ -138,7 +144,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         .clone()
         .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
     let stored = store.load_with(t, host.known_head()).await?;
-    if stored.is_none() && !input.has_messages {
+    if stored.is_none() && !input.has_messages && !input.resume_only {
         return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
     }
     let (version, mut exec) = match &stored {
@@ -146,6 +152,11 @@ async fn run_leased<H: NodeHost + ?Sized>(
         None => (0, ExecMeta::fresh(&entry, &t.thread_id)),
     };
     let previous = exec.status;
+    // A state that still points at START was written outside a run (aput_state): no run of the
+    // engine died there, so recovery leaves it alone.
+    if input.resume_only && (stored.is_none() || previous != ExecStatus::Running || exec.current_node == super::START) {
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true });
+    }
     // "Finish this thread if it is not finished" on a finished thread: nothing to run. The host
     // gets the stored state as it is (status completed) and the run commits nothing, so a retried
     // `ainvoke({})` never calls a model or a tool again.
@@ -157,7 +168,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
     if let (true, Some(cp)) = (finished, &stored) {
         let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
         host.prepare(parts, &exec).await?;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None });
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false });
     }
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and
@@ -277,7 +288,7 @@ fn without_context(state: &Value) -> Value {
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     fn outcome(&self, stopped: bool) -> RunOutcome {
-        RunOutcome { exec: self.exec.clone(), version: self.version, stopped, mark: self.mark.clone() }
+        RunOutcome { exec: self.exec.clone(), version: self.version, stopped, mark: self.mark.clone(), nothing_to_resume: false }
     }
 
     /// The run's last commit: it also frees the thread's lease, in the same transaction.

@@ -56,8 +56,9 @@ impl NativeGraph {
         Ok(NativeGraph { spec: Arc::new(spec), store: store.inner.clone() })
     }
 
-    /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped, mark}`.
-    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy=None, busy_timeout=30.0, lease_ttl=5.0, known_version=None, known_mark=None))]
+    /// Runs the loop for one call. Resolves to a JSON text `{exec, version, stopped, mark,
+    /// nothing_to_resume}`; `resume_only` is recovery's resume (`RunInput::resume_only`).
+    #[pyo3(signature = (run, event_loop, context, thread_id, user_id, run_id, recursion_limit, node_timeout, tool_timeout, durable, has_messages, has_state_update, start_node=None, streaming=false, failpoints=None, on_busy=None, busy_timeout=30.0, lease_ttl=5.0, known_version=None, known_mark=None, resume_only=false))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -82,6 +83,7 @@ impl NativeGraph {
         lease_ttl: f64,
         known_version: Option<i64>,
         known_mark: Option<String>,
+        resume_only: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut cfg = RunConfig::new(ThreadRef::new(thread_id, user_id));
         cfg.run_id = run_id;
@@ -105,13 +107,17 @@ impl NativeGraph {
         let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known };
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
-            let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref() };
+            let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref(), resume_only };
             engine::run(&spec, &*store, &host, &cfg, input).await
         };
         let fut = tracing::Instrument::instrument(fut, span);
         let waiter = super::waiter::spawn(py, fut, |py, r| match r {
             Ok(o) => {
-                let text = json!({"exec": o.exec, "version": o.version, "stopped": o.stopped, "mark": o.mark}).to_string();
+                let text = json!({
+                    "exec": o.exec, "version": o.version, "stopped": o.stopped, "mark": o.mark,
+                    "nothing_to_resume": o.nothing_to_resume,
+                })
+                .to_string();
                 Ok(text.into_pyobject(py)?.into_any().unbind())
             }
             Err(e) => Err(engine_err(py, e)),

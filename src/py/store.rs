@@ -366,6 +366,24 @@ impl NativeStore {
         awaitable(py, async move { s.ledger_put(&t(thread_id, user_id), &key, &v).await })
     }
 
+    /// One page of recovery's candidates (`engine::recovery_candidates`): threads whose latest
+    /// state is running, by thread id after `after`, as `[(thread_id, owner, live_holder_json |
+    /// None)]`; None means no live run holds the thread (its run died).
+    #[pyo3(signature = (after=None, limit=100))]
+    fn recovery_candidates<'py>(&self, py: Python<'py>, after: Option<String>, limit: i64) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move {
+            let page = crate::engine::recovery_candidates(&*s, after.as_deref(), limit).await?;
+            Ok(page
+                .into_iter()
+                .map(|c| {
+                    let holder = c.holder.map(|h| serde_json::to_string(&h).unwrap_or_default());
+                    (c.thread.thread_id, c.thread.user_id, holder)
+                })
+                .collect::<Vec<_>>())
+        })
+    }
+
     /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one.
     fn lease_get<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();

@@ -107,3 +107,9 @@ pub fn is_paused(v: &serde_json::Value) -> bool {
 pub fn is_completed_state(state: &serde_json::Value) -> bool {
     state.pointer("/execution_meta/status").and_then(serde_json::Value::as_str) == Some("completed")
 }
+
+/// Whether a stored state says a run is under way: what `running_threads` lists (recovery's
+/// candidates; whether the run is alive is the lease's question).
+pub fn is_running_state(state: &serde_json::Value) -> bool {
+    state.pointer("/execution_meta/status").and_then(serde_json::Value::as_str) == Some("running")
+}

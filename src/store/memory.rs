@@ -4,7 +4,7 @@
 
 use super::{
     Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
-    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, may_take, message_matches,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, is_running_state, may_take, message_matches,
     now_secs,
 };
 use async_trait::async_trait;
@@ -304,6 +304,19 @@ impl Checkpointer for MemoryStore {
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
         let inner = self.lock();
         Ok(inner.threads.get(thread_id).and_then(|d| d.row.as_ref().map(|r| r.user_id.clone())))
+    }
+
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        let inner = self.lock();
+        let mut out: Vec<ThreadRef> = inner
+            .threads
+            .iter()
+            .filter(|(id, d)| after.is_none_or(|a| id.as_str() > a) && d.states.last().is_some_and(|(_, s)| is_running_state(s)))
+            .filter_map(|(id, d)| d.row.as_ref().map(|r| ThreadRef::new(id.clone(), r.user_id.clone())))
+            .collect();
+        out.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
+        out.truncate(limit.max(0) as usize);
+        Ok(out)
     }
 
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {

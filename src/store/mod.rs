@@ -15,6 +15,7 @@ mod inspect;
 pub use error::{StoreError, StoreResult};
 pub use lease::{
     INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent, is_paused,
+    is_running_state,
     may_take,
 };
 pub use memory::MemoryStore;
@@ -79,6 +80,12 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// Deletes the thread with its states, messages and ledger rows.
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()>;
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>>;
+
+    /// Threads whose latest state says a run is under way (`execution_meta.status` is
+    /// `running`), of every user: each `ThreadRef` names the thread's owner. Ordered by thread id,
+    /// those after `after` only, at most `limit`, so recovery pages through a large store without
+    /// skipping threads whose state changes meanwhile. Reads one state row per thread, no messages.
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>>;
 
     /// Generic key/value cache with optional expiry (seconds). Used for stop requests.
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()>;

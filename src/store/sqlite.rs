@@ -552,6 +552,22 @@ impl Checkpointer for SqliteStore {
             .map_err(be("read thread owner"))
     }
 
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        let rows = sqlx::query(
+            "SELECT t.thread_id, t.user_id FROM threads t JOIN states s ON s.thread_id = t.thread_id \
+             WHERE s.version = (SELECT MAX(version) FROM states WHERE thread_id = t.thread_id) \
+               AND json_extract(s.state_data, '$.execution_meta.status') = 'running' \
+               AND (?1 IS NULL OR t.thread_id > ?1) \
+             ORDER BY t.thread_id LIMIT ?2",
+        )
+        .bind(after)
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(be("list running threads"))?;
+        Ok(rows.iter().map(|r| ThreadRef::new(r.get::<String, _>("thread_id"), r.get::<String, _>("user_id"))).collect())
+    }
+
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
         let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
         sqlx::query(

@@ -141,10 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stop", parents=[common], help="ask the thread's running run to stop")
     st.add_argument("thread")
     st.add_argument("--user", help="the run's user_id (default: the thread's owner)")
+
+    rc = sub.add_parser("recover", parents=[common],
+                        help="resume every thread whose run died (running, no live lease holder); needs the graph")
+    rc.add_argument("--graph", metavar="MODULE:ATTR",
+                    help="a compiled graph, or a factory() / factory(checkpointer) (default: the graph of 10xgraph.json)")
+    rc.add_argument("--concurrency", type=_positive_int, default=4, help="resumes at once (default: 4)")
+    rc.add_argument("--limit", type=_positive_int, help="look at no more than N running threads")
     return parser
 
 
 async def _run(args: argparse.Namespace, io: Io) -> int:
+    if args.command == "recover":  # the store comes with the graph
+        from tenxgraph.cli.recover import recover_command
+
+        return await recover_command(args, io)
     target = target_from_args(args, creating=args.command == "migrate")
     args.target_label = target.label
     cp = open_store(target)

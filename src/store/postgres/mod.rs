@@ -572,6 +572,25 @@ impl Checkpointer for PgStore {
             .map_err(|e| map_err("read thread owner", e, None))
     }
 
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        // One index lookup (thread_id, version DESC) per thread for its latest row.
+        let rows = sqlx::query(self.q(format!(
+            "SELECT t.thread_id, t.user_id FROM {s}.threads t \
+             CROSS JOIN LATERAL (SELECT state_data FROM {s}.states st WHERE st.thread_id = t.thread_id \
+                                 ORDER BY version DESC, state_id DESC LIMIT 1) st \
+             WHERE st.state_data->'execution_meta'->>'status' = 'running' \
+               AND ($1::text IS NULL OR t.thread_id > $1) \
+             ORDER BY t.thread_id LIMIT $2",
+            s = self.sql.s
+        )))
+        .bind(after)
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_err("list running threads", e, None))?;
+        Ok(rows.iter().map(|r| ThreadRef::new(r.get::<String, _>("thread_id"), r.get::<String, _>("user_id"))).collect())
+    }
+
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
         if let Some(r) = self.redis() {
             if r.put(ns, key, value, ttl).await {

@@ -117,6 +117,20 @@ def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: 
     return [c for c in chunks if emitter.wants(c.event)]
 
 
+def _recovery_options(value: Any) -> dict[str, Any] | None:
+    """``compile(recover_on_start=...)``: False (off), True (defaults) or ``arecover``'s options."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return {}
+    if isinstance(value, dict):
+        unknown = set(value) - {"concurrency", "limit", "config"}
+        if unknown:
+            raise ValueError(f"recover_on_start options are concurrency, limit and config; got {sorted(unknown)}")
+        return dict(value)
+    raise TypeError(f"recover_on_start must be a bool or a dict of arecover() options, got {type(value).__name__}")
+
+
 def _failpoints(cfg: dict[str, Any]) -> str | None:
     spec = cfg.get("failpoints")
     if spec is not None and not isinstance(spec, str):
@@ -142,6 +156,7 @@ class CompiledGraph(Generic[StateT]):
         interrupt_after: list[str],
         shutdown_timeout: float,
         live_states: int = 0,
+        recover_on_start: bool | dict[str, Any] = False,
     ) -> None:
         self._builder = builder
         self._live = LiveStates(live_states)
@@ -156,6 +171,8 @@ class CompiledGraph(Generic[StateT]):
         self.interrupt_after = interrupt_after
         self.shutdown_timeout = shutdown_timeout
         self._closed = False
+        self._recover_on_start = _recovery_options(recover_on_start)
+        self.recovery: asyncio.Task[Any] | None = None
         edges = []
         cond_index: dict[int, int] = {}
         for e in builder.edges:
@@ -222,16 +239,18 @@ class CompiledGraph(Generic[StateT]):
             self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index)
         return response
 
-    async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False) -> dict[str, Any]:
+    async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False,
+                       resume_only: bool = False) -> dict[str, Any]:
         """One pass of the Rust loop for ``run``; returns the outcome (exec, version, stopped)."""
         if self._closed:
             raise RuntimeError("this graph was closed with aclose()")
         # Every tenxgraph log line of this run, here and in the node and tool tasks started from
         # this context, carries the run's fields.
         with log_fields(thread_id=cfg["thread_id"], run_id=cfg["run_id"]):
-            return await self._execute_in_context(run, cfg, streaming)
+            return await self._execute_in_context(run, cfg, streaming, resume_only)
 
-    async def _execute_in_context(self, run: Run, cfg: dict[str, Any], streaming: bool) -> dict[str, Any]:
+    async def _execute_in_context(self, run: Run, cfg: dict[str, Any], streaming: bool,
+                                  resume_only: bool = False) -> dict[str, Any]:
         node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
         tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
         raw = await self._native.run(
@@ -255,6 +274,7 @@ class CompiledGraph(Generic[StateT]):
             float(cfg.get("lease_ttl", DEFAULT_LEASE_TTL_SECONDS)),
             run.known[0] if run.known else None,
             run.known[1] if run.known else None,
+            resume_only,
         )
         outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
@@ -357,6 +377,50 @@ class CompiledGraph(Generic[StateT]):
                     pass
                 thread.join(timeout=0.05)
 
+    async def _aresume(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Recovery's ``ainvoke({}, config)``: under the lease, continues the thread only if it is
+        still running; the outcome says ``nothing_to_resume`` otherwise (nothing ran or changed)."""
+        cfg = self._prepare_config(config)
+        run = Run(self, cfg, {})
+        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
+        return await self._execute(run, cfg, resume_only=True)
+
+    async def arecover(
+        self,
+        *,
+        concurrency: int = 4,
+        limit: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
+        """Resumes every thread of this graph's checkpointer whose run died (latest state
+        ``running``, no live lease holder), as its owner, ``concurrency`` at a time; returns a
+        :class:`tenxgraph.recovery.RecoveryReport` (resumed, skipped, failed). Safe to run from
+        several workers at once: each thread is resumed by one of them. Paused, completed and
+        failed threads are never touched. ``config``: run settings for every resume
+        (``node_timeout``, ``recursion_limit``, ...). See :mod:`tenxgraph.recovery`."""
+        from tenxgraph.recovery import recover
+
+        return await recover(self, concurrency=concurrency, limit=limit, config=config)
+
+    def recover(
+        self,
+        *,
+        concurrency: int = 4,
+        limit: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
+        """Sync ``arecover``."""
+        return run_sync(self.arecover(concurrency=concurrency, limit=limit, config=config))
+
+    def start_recovery(self, **options: Any) -> asyncio.Task[Any]:
+        """Starts a recovery pass (``arecover(**options)``) in the background of the running
+        event loop, for a worker to call when it starts; the task (also ``self.recovery``)
+        resolves to the report. ``aclose()`` waits for it up to ``shutdown_timeout``, then
+        cancels it (a cancelled resume leaves its thread for the next pass)."""
+        task = asyncio.get_running_loop().create_task(self.arecover(**options), name="tenxgraph-recovery")
+        self.recovery = task
+        return task
+
     def invoke(
         self,
         input_data: dict[str, Any],
@@ -384,6 +448,7 @@ class CompiledGraph(Generic[StateT]):
     async def aclose(self) -> dict[str, Any]:
         if self._closed:
             return {"status": "already_closed"}
+        await self._finish_recovery()
         self._closed = True
         self._live.clear()
         try:
@@ -393,7 +458,24 @@ class CompiledGraph(Generic[StateT]):
             return {"status": "closed", "checkpointer": f"error: {exc}"}
         return {"status": "closed", "checkpointer": "released"}
 
+    async def _finish_recovery(self) -> None:
+        task = self.recovery
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout=max(self.shutdown_timeout * 2 / 3, 0.1))
+        except asyncio.TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            _log.warning("recovery was still running at aclose(); cancelled (its threads wait for the next pass)")
+        except Exception as exc:  # the pass's own error (the store could not list threads)
+            _log.warning("recovery failed: %s", exc)
+
     async def __aenter__(self) -> CompiledGraph[StateT]:
+        """With ``compile(recover_on_start=...)``, starts a recovery pass in the background
+        (``self.recovery``)."""
+        if self._recover_on_start is not None and self.recovery is None:
+            self.start_recovery(**self._recover_on_start)
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -124,10 +124,15 @@ class StateGraph(Generic[StateT]):
         shutdown_timeout: float = 30.0,
         *,
         live_states: int | None = None,
+        recover_on_start: bool | dict[str, Any] = False,
     ) -> Any:
         """``live_states`` (tenxgraph): how many threads' live states to keep between runs in this
         process, so a thread's next turn here skips loading its history (``tenxgraph._live_states``).
-        Default ``TENXGRAPH_LIVE_STATES`` or 256; 0 keeps none."""
+        Default ``TENXGRAPH_LIVE_STATES`` or 256; 0 keeps none.
+
+        ``recover_on_start`` (tenxgraph): ``async with app:`` starts a recovery pass in the
+        background (``app.recovery``, see ``CompiledGraph.arecover``); True for the defaults, or a
+        dict of ``arecover`` options (``concurrency``, ``limit``, ``config``)."""
         from tenxgraph._live_states import resolve_limit
         from tenxgraph.core.graph.compiled_graph import CompiledGraph
 
@@ -151,6 +156,7 @@ class StateGraph(Generic[StateT]):
             interrupt_after=list(interrupt_after or []),
             shutdown_timeout=shutdown_timeout,
             live_states=live_limit,
+            recover_on_start=recover_on_start,
         )
         self.compiled = True
         return graph
