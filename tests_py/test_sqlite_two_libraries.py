@@ -195,3 +195,51 @@ def test_two_processes_write_the_file_while_each_also_reads_it_with_stdlib(tmp_p
     assert integrity(path) == "ok"
     counts = stdlib_read(path)
     assert counts["messages"] == 2 * 2 * (turns + 1), counts
+
+
+def fds_under(d: Path) -> list[str]:
+    out = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue  # the listing's own descriptor, gone already
+        if str(target).startswith(str(d)):
+            out.append(str(target))
+    return out
+
+
+@pytest.mark.asyncio
+async def test_a_stdlib_read_transaction_survives_the_runtime_closing_and_reopening_the_file(tmp_path: Path) -> None:
+    """Closing any descriptor drops every POSIX lock the process holds on the file, the stdlib
+    copy's included. The runtime closing all its connections (release; a pool's idle timeout) must
+    not take the stdlib reader's WAL read mark with it: the reopened runtime would reset the
+    -shm and restart the WAL over frames the reader's snapshot still uses."""
+    path = tmp_path / "shared.db"
+    app, cp = build(path)
+    for turn in range(20):
+        await app.ainvoke({"messages": [Message.text_message(f"before {turn} " * 50)]}, {"thread_id": "t"})
+    held = sqlite3.connect(path, timeout=10, isolation_level=None)
+    held.execute("BEGIN")
+    assert held.execute("SELECT count(*) FROM threads").fetchone()[0] == 1  # the snapshot starts
+    await cp.arelease()  # every connection of the runtime closes
+    app, cp = build(path)
+    for turn in range(100):
+        out = await app.ainvoke({"messages": [Message.text_message(f"after {turn} " * 200)]}, {"thread_id": f"u{turn % 5}"})
+        assert out["messages"][-1].text() == f"seen {2 * (turn // 5) + 1}", turn
+    # Still the snapshot taken at BEGIN: the 40 messages of thread t, nothing written since.
+    assert held.execute("SELECT count(*), count(DISTINCT thread_id) FROM messages").fetchone() == (40, 1)
+    held.execute("COMMIT")
+    held.execute("CREATE TABLE scratch (n INTEGER NOT NULL)")
+    held.execute("INSERT INTO scratch (n) VALUES (7)")
+    assert held.execute("SELECT count(*) FROM messages").fetchone()[0] == 240
+    held.close()
+    state = await cp.aget_state({"thread_id": "u4"})
+    assert len(state.context) == 40
+    await cp.arelease()
+    # Descriptors kept open while the stdlib locks lived are closed by now.
+    assert fds_under(tmp_path) == []
+    c = sqlite3.connect(path, timeout=10)
+    assert c.execute("SELECT n FROM scratch").fetchall() == [(7,)]
+    c.close()
+    assert integrity(path) == "ok"

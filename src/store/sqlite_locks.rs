@@ -26,10 +26,14 @@
 //! would have dropped the locks. SQLite only closes a database descriptor once no connection of
 //! the process holds a lock on the inode (its deferred-close list), so nothing is dropped early.
 //!
-//! Not covered: the stdlib copy's own POSIX locks are still dropped when OUR copy closes a
-//! descriptor of the file (POSIX semantics, nothing we can hook in the other library). Our pool
-//! closes connections rarely (idle timeout, lifetime, errors), so a stdlib write transaction
-//! racing such a close is the remaining window; docs/production.md says so.
+//! The other way round: the stdlib copy's POSIX locks are dropped when OUR copy closes a
+//! descriptor of the file (a pool connection closing). Its reader then lost its WAL read mark:
+//! our next checkpoint and WAL restart overwrote frames it still read ("database disk image is
+//! malformed"). So a close of an inode on which /proc/locks shows POSIX locks of this process
+//! (ours are all OFD locks) is deferred: the descriptor is parked and closed at a later close
+//! once those locks are gone. Remaining window: a stdlib lock taken between that check and the
+//! close (microseconds); a stdlib connection held open forever keeps the parked descriptors
+//! (one per connection we close) open as long.
 //!
 //! Only on Linux x86_64/aarch64: `fcntl` is variadic in C and stable Rust cannot define a variadic
 //! function, so the shim takes the third argument as a plain machine word; on these ABIs a
@@ -47,7 +51,7 @@ pub fn install() {
 #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod imp {
     use libsqlite3_sys as ffi;
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
     use std::ffi::{c_char, c_int};
     use std::sync::{Mutex, Once, OnceLock};
 
@@ -71,6 +75,8 @@ mod imp {
         pid: u32,
         by_inode: HashMap<(u64, u64), Owner>,
         by_fd: HashMap<c_int, (u64, u64)>,
+        /// Descriptors SQLite closed that we keep open for now, with their inode number.
+        parked: Vec<(c_int, u64)>,
     }
 
     static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -99,12 +105,7 @@ mod imp {
 
     /// The description to lock `fd`'s inode through, registering `fd` as one of its users.
     fn owner_for(fd: c_int) -> Result<c_int, c_int> {
-        // SAFETY: fstat fills a zeroed stat for a descriptor SQLite owns.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(errno());
-        }
-        let key = (st.st_dev, st.st_ino);
+        let key = inode_of(fd)?;
         let mut guard = table();
         let t = guard.as_mut().expect("table() fills it");
         if let Some(old) = t.by_fd.get(&fd).copied().filter(|k| *k != key) {
@@ -184,21 +185,84 @@ mod imp {
     }
 
     /// SQLite's `close`: after its last locking descriptor of an inode, release our dup (and with
-    /// it the inode's locks, as POSIX would have).
+    /// it the inode's locks, as POSIX would have). A descriptor of an inode on which another
+    /// library of this process holds POSIX locks is parked instead of closed: closing it would
+    /// drop those locks (see the module comment), and closed later, once they are gone.
     unsafe extern "C" fn close_shim(fd: c_int) -> c_int {
-        let dup = {
+        let mut close_now: Vec<c_int> = Vec::new();
+        let mut park = false;
+        {
             let mut guard = table();
             let t = guard.as_mut().expect("table() fills it");
+            let registered = t.by_fd.get(&fd).copied();
+            let key = registered.or_else(|| inode_of(fd).ok());
             // Deregistered before the number is freed, so a reuse cannot be mistaken for it.
-            t.by_fd.get(&fd).copied().and_then(|key| forget(t, fd, key))
-        };
-        let rc = unsafe { real_close()(fd) };
-        if let Some(d) = dup {
-            let saved = errno();
-            unsafe { real_close()(d) };
-            set_errno(saved);
+            let dup = registered.and_then(|k| forget(t, fd, k));
+            let ours = key.is_some_and(|k| dup.is_some() || t.by_inode.contains_key(&k));
+            if ours || !t.parked.is_empty() {
+                let foreign = foreign_posix_locked_inodes();
+                t.parked.retain(|&(p, ino)| foreign.contains(&ino) || { close_now.push(p); false });
+                match key {
+                    Some((_, ino)) if ours && foreign.contains(&ino) => {
+                        park = true;
+                        t.parked.push((fd, ino));
+                        if let Some(d) = dup {
+                            // Our locks go now, as they would have; only the description waits.
+                            unlock_all(d);
+                            t.parked.push((d, ino));
+                        }
+                    }
+                    _ => close_now.extend(dup),
+                }
+            } else {
+                close_now.extend(dup);
+            }
         }
+        let rc = if park { 0 } else { unsafe { real_close()(fd) } };
+        let saved = errno();
+        for d in close_now {
+            unsafe { real_close()(d) };
+        }
+        set_errno(saved);
         rc
+    }
+
+    fn inode_of(fd: c_int) -> Result<(u64, u64), c_int> {
+        // SAFETY: fstat fills a zeroed stat; a bad descriptor only returns an error.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(errno());
+        }
+        Ok((st.st_dev, st.st_ino))
+    }
+
+    fn unlock_all(dup: c_int) {
+        // SAFETY: a zeroed flock (l_pid 0) covering the whole file, on our own descriptor.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_UNLCK as _;
+        lock.l_whence = libc::SEEK_SET as _;
+        unsafe { real_fcntl()(dup, libc::F_OFD_SETLK, &mut lock as *mut libc::flock) };
+    }
+
+    /// Inode numbers on which this process holds classic POSIX locks, from /proc/locks. Ours are
+    /// OFD locks ("OFDLCK"), so these belong to another library here (Python's sqlite3). The
+    /// device is not compared: /proc/locks names the underlying filesystem's device, which is not
+    /// fstat's on overlayfs; a false match only delays a close. Unreadable: none (close as POSIX
+    /// would, the behaviour without this check).
+    fn foreign_posix_locked_inodes() -> HashSet<u64> {
+        let pid = std::process::id().to_string();
+        let Ok(text) = std::fs::read_to_string("/proc/locks") else { return HashSet::new() };
+        text.lines()
+            .filter_map(|line| {
+                // "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->"
+                // after the number and holds nothing.
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.get(1) != Some(&"POSIX") || f.get(4) != Some(&pid.as_str()) {
+                    return None;
+                }
+                f.get(5)?.rsplit(':').next()?.parse().ok()
+            })
+            .collect()
     }
 
     /// Whether the kernel knows OFD locks (Linux >= 3.15): probe on a scratch file.
