@@ -53,6 +53,7 @@ mod imp {
     use libsqlite3_sys as ffi;
     use std::collections::{HashMap, HashSet};
     use std::ffi::{c_char, c_int};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Mutex, Once, OnceLock};
 
     type RealFcntl = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
@@ -70,9 +71,6 @@ mod imp {
 
     #[derive(Default)]
     struct Table {
-        /// The process that filled the table: a forked child shares our dups' descriptions
-        /// (and so their locks) with the parent, so it must start afresh.
-        pid: u32,
         by_inode: HashMap<(u64, u64), Owner>,
         by_fd: HashMap<c_int, (u64, u64)>,
         /// Descriptors SQLite closed that we keep open for now, with their inode number.
@@ -81,15 +79,22 @@ mod imp {
 
     static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
+    /// Set in a forked child: it shares our dups' descriptions (and so their locks) with the
+    /// parent, so its table must start afresh.
+    static FORKED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn after_fork_in_child() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+
     fn table() -> std::sync::MutexGuard<'static, Option<Table>> {
         // A panic cannot happen while the table is half-updated (no allocation failure is
         // recoverable anyway), so a poisoned lock still guards consistent data.
         let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        let pid = std::process::id();
-        if t.as_ref().is_none_or(|t| t.pid != pid) {
+        if FORKED.swap(false, Ordering::Relaxed) || t.is_none() {
             // Inherited dups are the parent's descriptions: never lock through them, never
             // close them here either (their fd numbers stay taken, which is harmless).
-            *t = Some(Table { pid, ..Table::default() });
+            *t = Some(Table::default());
         }
         t
     }
@@ -105,16 +110,18 @@ mod imp {
 
     /// The description to lock `fd`'s inode through, registering `fd` as one of its users.
     fn owner_for(fd: c_int) -> Result<c_int, c_int> {
+        {
+            let mut guard = table();
+            let t = guard.as_mut().expect("table() fills it");
+            // Every close of a registered descriptor goes through close_shim, so a registered
+            // number still names the inode it was registered for.
+            if let Some(o) = t.by_fd.get(&fd).and_then(|key| t.by_inode.get(key)) {
+                return Ok(o.dup);
+            }
+        }
         let key = inode_of(fd)?;
         let mut guard = table();
         let t = guard.as_mut().expect("table() fills it");
-        if let Some(old) = t.by_fd.get(&fd).copied().filter(|k| *k != key) {
-            // The number was closed behind our back and reused: forget the old registration.
-            if let Some(d) = forget(t, fd, old) {
-                // SAFETY: our own dup, no longer referenced by the table.
-                unsafe { real_close()(d) };
-            }
-        }
         if let Some(o) = t.by_inode.get_mut(&key) {
             if !o.fds.contains(&fd) {
                 o.fds.push(fd);
@@ -291,6 +298,8 @@ mod imp {
     pub(super) fn install_once() {
         static ONCE: Once = Once::new();
         ONCE.call_once(|| {
+            // SAFETY: registers a handler that only stores an atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
             if !ofd_supported() {
                 tracing::warn!(
                     "this kernel has no open-file-description locks; SQLite keeps POSIX locks, so do not open \
