@@ -9,6 +9,7 @@ mod lease;
 mod memory;
 pub mod postgres;
 mod sqlite;
+mod sqlite_locks;
 mod types;
 mod inspect;
 

@@ -185,6 +185,8 @@ impl SqliteStore {
     /// `durable_sync`: fsync every commit (`synchronous=FULL`); otherwise `NORMAL`, which survives a
     /// process crash but may lose the last commits on power loss.
     pub async fn open(path: &str, enforce_user_isolation: bool, durable_sync: bool) -> StoreResult<Self> {
+        // Before any connection of ours exists: see sqlite_locks.rs.
+        super::sqlite_locks::install();
         let memory = path == ":memory:";
         let url = if memory { "sqlite::memory:".to_owned() } else { format!("sqlite://{path}") };
         let opts = SqliteConnectOptions::from_str(&url)
