@@ -73,6 +73,8 @@ async def test_a_state_the_store_cannot_serialise_ends_the_thread_in_error_and_t
 
 @pytest.mark.asyncio
 async def test_an_unserialisable_first_input_persists_nothing(checkpointer, make_thread) -> None:
+    """A guard, not a regression test (this already held): the error-state fallback must not
+    invent a thread from nothing."""
     app = scoring_graph(checkpointer, {})
     cfg = {"thread_id": make_thread()}
     with pytest.raises(Exception):

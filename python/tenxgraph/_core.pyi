@@ -5,7 +5,7 @@ from typing import Any, final
 
 
 __all__ = [
-    "Completion", "NativeGraph", "NativeStore", "Waiter", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "Waiter", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
 ]
 
 __version__: str
