@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 
 from tenxgraph.core.exceptions import NodeError
 from tenxgraph.core.graph.tool_merge import merge_tool_state
+from tenxgraph.core.graph.tool_node import holds_as_json
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
@@ -120,7 +121,10 @@ class ToolStep:
             else:
                 _apply_update(state, outcome.state_update)
             try:
-                env["state"] = _JSON.dump_python(outcome.state_update, mode="json")
+                update = _JSON.dump_python(outcome.state_update, mode="json")
+                if not holds_as_json(update):
+                    raise ValueError("too deep, NaN/inf, or an int past 64 bits")
+                env["state"] = update
             except Exception as exc:
                 record = False
                 _log.error(NOT_RECORDED_MESSAGE, extra={

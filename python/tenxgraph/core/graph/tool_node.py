@@ -14,7 +14,8 @@ import asyncio
 import copy
 import dataclasses
 import inspect
-import json
+import math
+import reprlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,11 @@ _log = run_logger("tenxgraph.graph.tool_node")
 # services this runtime does not provide, so they must carry a default.
 _SUPPLIED = frozenset({"tool_call_id", "state", "config", "emit", "idempotency_key"})
 _EMPTY = inspect.Parameter.empty
+
+# How deep a tool result may nest and still be kept as JSON. The core's JSON parser stops at 128
+# levels, and a result sits a few levels down in what is stored (ledger envelope, message, state
+# document, cache entry); deeper results are kept as their str().
+MAX_RESULT_DEPTH = 100
 
 
 @dataclass
@@ -119,26 +125,103 @@ def _json_safe(value: Any) -> Any:
     return to_jsonable_python(value, fallback=str)
 
 
+_PLAIN, _CONVERT, _TEXT = 0, 1, 2
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what the core's JSON numbers hold exactly
+
+
+def _json_verdict(value: Any) -> int:
+    """Whether ``value`` can be stored as JSON and read back equal: ``_PLAIN`` (it is JSON data
+    already), ``_CONVERT`` (it holds objects that pydantic turns into JSON, e.g. datetimes) or
+    ``_TEXT`` (nesting past MAX_RESULT_DEPTH, NaN/inf, a non-str key, which JSON would rename or
+    fold into another key, or an int past 64 bits, which would come back as a float). A cycle
+    counts as too deep. Iterative: a deep value must not exhaust the Python stack here."""
+    verdict = _PLAIN
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return _TEXT
+        elif kind is float:
+            if not math.isfinite(item):
+                return _TEXT
+        elif kind is dict or kind is list or kind is tuple:
+            if depth >= MAX_RESULT_DEPTH:
+                return _TEXT
+            if kind is dict:
+                if any(type(k) is not str for k in item):
+                    return _TEXT
+                children = item.values()
+            else:
+                children = item
+            stack.extend((child, depth + 1) for child in children)
+        else:
+            verdict = _CONVERT
+    return verdict
+
+
+# str() of a value too deep for the interpreter's recursion limit fails; a shortened repr does
+# not (reprlib stops at maxlevel).
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 20
+_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxset = 100
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 2000
+
+
+def holds_as_json(value: Any) -> bool:
+    """Whether ``value`` (plain JSON data) is stored and read back exactly: see _json_verdict."""
+    return _json_verdict(value) == _PLAIN
+
+
+def _as_text(result: Any) -> str:
+    """The documented form of a result JSON cannot hold: its str()."""
+    try:
+        return str(result)
+    except Exception:  # noqa: BLE001 - e.g. RecursionError: still an answer, not a failure
+        try:
+            return _SHORT_REPR.repr(result)
+        except Exception:  # noqa: BLE001
+            return f"<{type(result).__name__} result that has no text form>"
+
+
+def _as_json(result: Any) -> Any:
+    """``result`` as JSON data the store keeps exactly, or None when it cannot be."""
+    if isinstance(result, BaseModel):
+        output: Any = result.model_dump(mode="json")
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        output = _json_safe(dataclasses.asdict(result))
+    else:
+        verdict = _json_verdict(result)
+        if verdict == _TEXT:
+            return None
+        output = _json_safe(result)  # a copy: the tool may keep changing its own object
+        if verdict == _PLAIN:
+            return output
+    return output if _json_verdict(output) == _PLAIN else None
+
+
 def _normalise_output(result: Any) -> Any:
-    """A tool's return value as a ToolResultBlock output that is always JSON-serialisable."""
+    """A tool's return value as a ToolResultBlock output that is always JSON the store keeps
+    exactly: JSON data as such, anything else as its str(). Never raises: the tool already ran,
+    and its answer must reach the model as the success it was."""
     if isinstance(result, str):
         return result
     if result is None:
         return ""
-    try:
-        if isinstance(result, BaseModel):
-            output: Any = result.model_dump(mode="json")
-        elif dataclasses.is_dataclass(result) and not isinstance(result, type):
-            output = _json_safe(dataclasses.asdict(result))
-        elif isinstance(result, dict | list | tuple):
-            output = _json_safe(result)
-        else:
-            return str(result)
-        # allow_nan=False: NaN is not JSON, and a JSONB column would reject it.
-        json.dumps(output, allow_nan=False)
-        return output
-    except Exception:  # noqa: BLE001 - cycles, odd keys, NaN: the text form always works
-        return str(result)
+    if isinstance(result, BaseModel | dict | list | tuple) or (
+        dataclasses.is_dataclass(result) and not isinstance(result, type)
+    ):
+        try:
+            output = _as_json(result)
+        except Exception:  # noqa: BLE001 - what pydantic cannot dump: the text form
+            output = None
+        if output is not None:
+            return output
+        _log.info("tool result kept as its str(): JSON cannot hold it as it is", extra={"event": "tool_result_as_text"})
+    return _as_text(result)
 
 
 def _remote_schema_name(schema: Any) -> str | None:
@@ -418,7 +501,12 @@ class ToolNode:
             )
             return ToolOutcome(Message.tool_message([block], meta=meta), result.state), True
         if isinstance(result, Message):
-            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}})
+            # Its result blocks follow the rule for plain results: the stored JSON must hold them.
+            content = [
+                b.model_copy(update={"output": _normalise_output(b.output)}) if isinstance(b, ToolResultBlock) else b
+                for b in result.content
+            ]
+            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
             return ToolOutcome(merged), False
         block = ToolResultBlock(
             call_id=tool_call_id, output=_normalise_output(result), status="completed"
