@@ -236,6 +236,7 @@ class Run:
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
         step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
@@ -248,11 +249,12 @@ class Run:
         with log_fields(**self._log_fields(node=name)):
             return self._tool_steps[name].accept_replay(index, envelope_json)
 
-    async def run_tool(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool]:
+    async def run_tool(self, name: str, index: int, idempotency_key: str | None,
+                       ledger_key: str | None = None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
         step = self._tool_steps[name]
         with log_fields(node=name, tool=step.calls[index].name):
-            out = await step.run(index, config, idempotency_key)
+            out = await step.run(index, config, idempotency_key, ledger_key)
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out

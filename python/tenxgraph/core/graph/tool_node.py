@@ -10,13 +10,12 @@ Differences from 10xGraph 0.10, on purpose:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import inspect
 import math
 import reprlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +37,7 @@ from tenxgraph.core.state.message_block import (
     ToolResultBlock,
 )
 from tenxgraph.core.state.tool_result import ToolResult
+from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
 
 __all__ = [
@@ -224,6 +224,17 @@ def _normalise_output(result: Any) -> Any:
     return _as_text(result)
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+@dataclass
+class _Awaitable:
+    """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
+
+    value: Any
+
+
 def _remote_schema_name(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return None
@@ -350,11 +361,25 @@ class ToolNode:
         config: dict[str, Any],
         state: Any,
         idempotency_key: str | None = None,
+        flight_key: Hashable | None = None,
+        late_record: Callable[[ToolOutcome], None] | None = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
-        Exceptions (cancellation, GraphInterrupt) propagate."""
-        outcome, _ = await self._execute(name, args, tool_call_id, config, state, idempotency_key)
+        Exceptions (cancellation, GraphInterrupt) propagate.
+
+        A sync tool runs in a thread of its own, which no deadline can stop. With a
+        ``flight_key`` (see tenxgraph._sync_calls) a call already running under that key is
+        waited for instead of started again, and a result that arrives after every attempt
+        stopped waiting goes to ``late_record`` (on the worker thread)."""
+        outcome, _ = await self._execute(
+            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record
+        )
         return outcome
+
+    def is_sync(self, name: str) -> bool:
+        """Whether the tool is a plain function (run in a thread, which cannot be cancelled)."""
+        fn = self._funcs.get(name)
+        return fn is not None and not _is_async(fn)
 
     async def invoke(
         self,
@@ -384,6 +409,8 @@ class ToolNode:
         config: dict[str, Any],
         state: Any,
         idempotency_key: str | None,
+        flight_key: Hashable | None = None,
+        late_record: Callable[[ToolOutcome], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -416,23 +443,70 @@ class ToolNode:
                 "idempotency_key": idempotency_key,
             }
             call_args, call_kwargs = self._bind(name, args or {}, injected)
-            result = await self._call(fn, call_args, call_kwargs)
+            if not _is_async(fn):
+                return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record)
+            result = await fn(*call_args, **call_kwargs)
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
-            error = Message.tool_message(
-                [
-                    ToolResultBlock(
-                        call_id=tool_call_id,
-                        output=f"Internal execution error: {exc}",
-                        status="failed",
-                        is_error=True,
-                    ),
-                    ErrorBlock(message=str(exc), code=type(exc).__name__),
-                ],
-                meta=meta,
-            )
-            return ToolOutcome(error), False
+            return self._failure(name, tool_call_id, meta, exc), False
+
+    @staticmethod
+    def _failure(name: str, tool_call_id: str, meta: dict[str, Any], exc: Exception) -> ToolOutcome:
+        _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
+        error = Message.tool_message(
+            [
+                ToolResultBlock(
+                    call_id=tool_call_id,
+                    output=f"Internal execution error: {exc}",
+                    status="failed",
+                    is_error=True,
+                ),
+                ErrorBlock(message=str(exc), code=type(exc).__name__),
+            ],
+            meta=meta,
+        )
+        return ToolOutcome(error)
+
+    async def _run_sync(
+        self,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        name: str,
+        tool_call_id: str,
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> tuple[ToolOutcome, bool]:
+        def work() -> Any:
+            # The whole outcome is made on the worker thread: a result nobody waits for any more
+            # must still be recordable without the event loop.
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    return _Awaitable(result)
+                return self._map_result(result, tool_call_id, meta)
+            except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+                return self._failure(name, tool_call_id, meta, exc), False
+
+        def late(out: Any) -> None:
+            if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
+                _log.warning("sync tool '%s' returned an awaitable after its run stopped waiting; "
+                             "it is dropped, nothing is recorded", name, extra={"tool": name})
+                close = getattr(out.value, "close", None)
+                if callable(close):
+                    close()
+                return
+            if late_record is not None:
+                late_record(out[0])
+
+        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+        if isinstance(out, _Awaitable):
+            try:
+                return self._map_result(await out.value, tool_call_id, meta)
+            except Exception as exc:  # noqa: BLE001
+                return self._failure(name, tool_call_id, meta, exc), False
+        return out  # type: ignore[no-any-return]
 
     def _bind(
         self, name: str, args: dict[str, Any], injected: dict[str, Any]
@@ -475,18 +549,6 @@ class ToolNode:
         if extra:
             _log.warning("tool '%s': ignoring unexpected arguments %s", name, sorted(extra))
         return positional, keywords
-
-    @staticmethod
-    async def _call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)
-        ):
-            return await fn(*args, **kwargs)
-        # A worker thread keeps a blocking tool off the loop; to_thread copies contextvars.
-        result = await asyncio.to_thread(fn, *args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
 
     @staticmethod
     def _map_result(
