@@ -136,30 +136,34 @@ def _json_verdict(value: Any) -> int:
     fold into another key, or an int past 64 bits, which would come back as a float). A cycle
     counts as too deep. Iterative: a deep value must not exhaust the Python stack here."""
     verdict = _PLAIN
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    # Containers to look into, with their depth; scalars are checked where they are found, so
+    # the common case (a flat dict of strings and numbers) never touches the stack.
+    stack: list[tuple[Any, int]] = [((value,), -1)]
     while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                return _TEXT
-        elif kind is float:
-            if not math.isfinite(item):
-                return _TEXT
-        elif kind is dict or kind is list or kind is tuple:
-            if depth >= MAX_RESULT_DEPTH:
-                return _TEXT
-            if kind is dict:
-                if any(type(k) is not str for k in item):
+        container, depth = stack.pop()
+        if depth >= MAX_RESULT_DEPTH:
+            return _TEXT
+        if type(container) is dict:
+            for key in container:
+                if type(key) is not str:
                     return _TEXT
-                children = item.values()
-            else:
-                children = item
-            stack.extend((child, depth + 1) for child in children)
+            children: Any = container.values()
         else:
-            verdict = _CONVERT
+            children = container
+        for child in children:
+            kind = type(child)
+            if kind is str or kind is bool or child is None:
+                continue
+            if kind is int:
+                if not _INT_MIN <= child <= _INT_MAX:
+                    return _TEXT
+            elif kind is float:
+                if not math.isfinite(child):
+                    return _TEXT
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append((child, depth + 1))
+            else:
+                verdict = _CONVERT
     return verdict
 
 
