@@ -83,16 +83,14 @@ async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callab
 
 def _join_or_start(key: Hashable | None, late_record: Callable[[Any], None] | None) -> tuple[_Flight, bool]:
     if key is None:
-        flight = _Flight(None)
-        flight.waiters = 1
-        return flight, False
+        alone = _Flight(None)
+        alone.waiters = 1
+        return alone, False
     with _lock:
-        flight = _flights.get(key)
-        joined = flight is not None
-        if flight is None:
-            flight = _flights[key] = _Flight(late_record)
+        running = _flights.get(key)
+        flight = running if running is not None else _flights.setdefault(key, _Flight(late_record))
         flight.waiters += 1
-        return flight, joined
+        return flight, running is not None
 
 
 def _work(key: Hashable | None, flight: _Flight, ctx: contextvars.Context, work: Callable[[], Any]) -> None:
