@@ -241,6 +241,7 @@ class Run:
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
         step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)

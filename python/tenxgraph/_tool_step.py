@@ -10,8 +10,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from tenxgraph import _sync_calls
 from tenxgraph.core.exceptions import NodeError
 from tenxgraph.core.graph.tool_merge import merge_tool_state
+from tenxgraph.core.graph.tool_node import holds_as_json
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
@@ -51,6 +53,9 @@ class ToolStep:
     # ToolResult updates of calls that share the live state: applied when the node succeeds, so a
     # failing node never leaves a half-applied tool node behind.
     deferred_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Where a sync tool's late result is recorded: (native store, thread_id, user_id); None
+    # leaves late results unrecorded (see tenxgraph._sync_calls).
+    ledger: tuple[Any, str, str] | None = None
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -98,6 +103,39 @@ class ToolStep:
             return False
         return True
 
+    def _flight_key(self, idempotency_key: str | None) -> tuple[int, str] | None:
+        """A sync call's key in the process-wide registry: the idempotency key names the thread
+        and the ledger key; the store tells two databases with the same thread ids apart."""
+        if self.ledger is None or not idempotency_key:
+            return None
+        return (id(self.ledger[0]), idempotency_key)
+
+    def _late_recorder(self, index: int, ledger_key: str) -> Any:
+        assert self.ledger is not None
+        native, thread_id, user_id = self.ledger
+        call = self.calls[index]
+        fields = {"tool": call.name, "ledger_key": ledger_key, "thread_id": thread_id}
+
+        def record(outcome: Any) -> None:
+            envelope, recordable = self._envelope_of(index, outcome, ledger_key)
+            if not recordable:
+                return
+            try:
+                inserted = native.ledger_put_blocking(thread_id, user_id, ledger_key, envelope)
+            except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
+                _log.error(NOT_RECORDED_MESSAGE, extra={**fields, "event": NOT_RECORDED_EVENT,
+                                                        "error": f"late result of a sync tool: {exc}"})
+                return
+            if inserted:
+                _log.warning("sync tool call finished after its run stopped waiting for it (deadline or stop()); "
+                             "its result is recorded in the ledger, and a resume answers from it",
+                             extra={**fields, "event": "sync_tool_late_result_recorded"})
+            else:
+                _log.info("sync tool call finished late; a result was recorded for it first, which stands",
+                          extra={**fields, "event": "sync_tool_late_result_dropped"})
+
+        return record
+
     async def run(self, index: int, config: dict[str, Any], idempotency_key: str | None,
                   ledger_key: str | None = None) -> tuple[str, bool, bool]:
         call = self.calls[index]
@@ -114,28 +152,41 @@ class ToolStep:
         state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)
+        flight_key = self._flight_key(idempotency_key) if ledger_key else None
+        late = self._late_recorder(index, ledger_key) if flight_key is not None and ledger_key else None
         try:
             outcome = await self.tool_node.execute(
-                call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key
+                call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,
+                flight_key=flight_key, late_record=late,
             )
         finally:
             deactivate(token)
-        msg = outcome.message
-        env: dict[str, Any] = {"__kind__": "message", "value": msg.model_dump(mode="json")}
-        record = bool(outcome.recordable)
         if outcome.state_update:
             if state is self.live:
                 self.deferred_updates[index] = outcome.state_update
             else:
                 _apply_update(state, outcome.state_update)
+        envelope, record = self._envelope_of(index, outcome, ledger_key)
+        return envelope, record, _is_error(outcome.message)
+
+    def _envelope_of(self, index: int, outcome: Any, ledger_key: str | None = None) -> tuple[str, bool]:
+        """The ledger envelope of an outcome, and whether it may be recorded. Touches no state:
+        a sync tool's late result is turned into its record on the worker thread."""
+        call = self.calls[index]
+        env: dict[str, Any] = {"__kind__": "message", "value": outcome.message.model_dump(mode="json")}
+        record = bool(outcome.recordable)
+        if outcome.state_update:
             try:
-                env["state"] = _JSON.dump_python(outcome.state_update, mode="json")
+                update = _JSON.dump_python(outcome.state_update, mode="json")
+                if not holds_as_json(update):
+                    raise ValueError("too deep, NaN/inf, or an int past 64 bits")
+                env["state"] = update
             except Exception as exc:
                 record = False
                 _log.error(NOT_RECORDED_MESSAGE, extra={
                     "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": ledger_key or "",
                     "error": f"its state update is not JSON-serialisable: {exc}"})
-        return json.dumps(env), record, _is_error(msg)
+        return json.dumps(env), record
 
     def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:
         """An at-most-once call that an earlier attempt started and never recorded: it may or may
@@ -146,6 +197,11 @@ class ToolStep:
         ``{"action": "retry"}``) to run it again, or with the call's result (any JSON, or
         ``{"result": ...}``), which is recorded as if the tool had returned it."""
         call = self.calls[index]
+        flight_key = self._flight_key(idempotency_key)
+        if flight_key is not None and _sync_calls.in_flight(flight_key):
+            # Not unknown at all: the earlier attempt's thread is still running in this process.
+            # "retry" makes the handler run the call, which waits for that thread.
+            return "retry", "", False, False
         if self.tool_node.on_unknown(call.name) == "interrupt":
             answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
             # Its own interrupt key, apart from interrupt() calls inside the tool itself.
@@ -180,8 +236,14 @@ class ToolStep:
                 env = json.loads(payload)
                 messages.append(Message.model_validate(env["value"]))
             elif kind == "timeout":
-                text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s and was cancelled "
-                        "[NODE_TIMEOUT_002]")
+                if self.tool_node.is_sync(call.name):
+                    # A thread cannot be cancelled: do not tell the model it was.
+                    text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s; it runs in a thread, "
+                            "which cannot be cancelled, so it may still finish (its result is then recorded, "
+                            "not shown here) [NODE_TIMEOUT_002]")
+                else:
+                    text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s and was cancelled "
+                            "[NODE_TIMEOUT_002]")
                 messages.append(_result_message(call, text, True, code="NODE_TIMEOUT_002"))
             else:
                 messages.append(_result_message(call, f"Tool '{call.name}' failed: {payload}", True))

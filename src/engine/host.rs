@@ -97,13 +97,14 @@ pub trait NodeHost: Send + Sync {
     fn accept_replay(&self, _node: &str, _index: usize, _envelope: &Value) -> bool {
         true
     }
-    /// Runs call `index`, recorded under `ledger_key` (None: no ledger). Dropping the future must
-    /// cancel the tool.
+    /// Runs call `index`, recorded under `ledger_key` (None: no ledger for this call). Dropping
+    /// the future must cancel the tool; a host that cannot (a sync Python tool in its thread) may
+    /// record the late result under `ledger_key` itself, first result winning as always.
     async fn run_tool(
         &self,
         node: &str,
         _index: usize,
-        _ledger_key: Option<String>,
+        _ledger_key: Option<&str>,
         _idempotency_key: Option<String>,
     ) -> Result<ToolRun, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))

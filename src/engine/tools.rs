@@ -361,7 +361,7 @@ async fn run_one<H: NodeHost + ?Sized>(
     let crash = |f: crate::failpoints::Fired| HostFailure::Passthrough(Box::new(f));
     cfg.failpoints.hit("before_tool", &call.name).await.map_err(crash)?;
     let started = Instant::now();
-    let fut = host.run_tool(node, index, key.clone(), idem);
+    let fut = host.run_tool(node, index, key.as_deref(), idem);
     let result = match cfg.tool_timeout {
         Some(limit) => match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,

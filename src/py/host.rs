@@ -235,7 +235,7 @@ impl NodeHost for PyHost {
         &self,
         node: &str,
         index: usize,
-        ledger_key: Option<String>,
+        ledger_key: Option<&str>,
         idempotency_key: Option<String>,
     ) -> Result<ToolRun, HostFailure> {
         let task = Python::attach(|py| {
@@ -246,8 +246,17 @@ impl NodeHost for PyHost {
         let out = task.await.map_err(classify)?;
         let (envelope, record, is_error) =
             Python::attach(|py| out.bind(py).extract::<(String, bool, bool)>()).map_err(classify)?;
-        let envelope = serde_json::from_str(&envelope)
-            .map_err(|e| HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) })?;
+        let envelope = serde_json::from_str(&envelope).map_err(|e| {
+            // The Python side keeps results within what this parser takes; reaching here is a bug,
+            // and the tool did run: say so loudly.
+            tracing::error!(
+                node = %node,
+                ledger_key = ledger_key.unwrap_or(""),
+                event = "tool_result_unreadable",
+                "tool call COMPLETED but its result could not be read back ({e}); it is reported as failed and not recorded"
+            );
+            HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) }
+        })?;
         Ok(ToolRun { envelope, record, is_error })
     }
 

@@ -384,6 +384,35 @@ impl NativeStore {
         })
     }
 
+    /// `ledger_put` for a worker thread with no event loop: a sync tool's result that arrived
+    /// after its run gave up on it (deadline, stop). Blocks the calling thread (detached) for at
+    /// most `timeout` seconds; never call it on an event loop's thread. Unfenced on purpose: the
+    /// side effect happened whoever holds the thread now, and the first result recorded wins.
+    /// True when this call inserted the result.
+    #[pyo3(signature = (thread_id, user_id, key, result_json, timeout=30.0))]
+    fn ledger_put_blocking(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        user_id: String,
+        key: String,
+        result_json: String,
+        timeout: f64,
+    ) -> PyResult<bool> {
+        let s = self.inner.clone();
+        let v = json_in(&result_json)?;
+        let limit = std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
+        let r = py.detach(|| {
+            pyo3_async_runtimes::tokio::get_runtime()
+                .block_on(async { tokio::time::timeout(limit, s.ledger_put(&t(thread_id, user_id), &key, &v)).await })
+        });
+        match r {
+            Ok(Ok(inserted)) => Ok(inserted),
+            Ok(Err(e)) => Err(store_err(py, e)),
+            Err(_) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!("ledger write did not finish within {limit:?}"))),
+        }
+    }
+
     /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one.
     fn lease_get<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();

@@ -10,12 +10,12 @@ Differences from 10xGraph 0.10, on purpose:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import inspect
-import json
-from collections.abc import Callable, Iterable
+import math
+import reprlib
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from tenxgraph.core.state.message_block import (
     ToolResultBlock,
 )
 from tenxgraph.core.state.tool_result import ToolResult
+from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
 
 __all__ = [
@@ -57,6 +58,11 @@ _log = run_logger("tenxgraph.graph.tool_node")
 # services this runtime does not provide, so they must carry a default.
 _SUPPLIED = frozenset({"tool_call_id", "state", "config", "emit", "idempotency_key"})
 _EMPTY = inspect.Parameter.empty
+
+# How deep a tool result may nest and still be kept as JSON. The core's JSON parser stops at 128
+# levels, and a result sits a few levels down in what is stored (ledger envelope, message, state
+# document, cache entry); deeper results are kept as their str().
+MAX_RESULT_DEPTH = 100
 
 
 @dataclass
@@ -119,26 +125,118 @@ def _json_safe(value: Any) -> Any:
     return to_jsonable_python(value, fallback=str)
 
 
+_PLAIN, _CONVERT, _TEXT = 0, 1, 2
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what the core's JSON numbers hold exactly
+
+
+def _json_verdict(value: Any) -> int:
+    """Whether ``value`` can be stored as JSON and read back equal: ``_PLAIN`` (it is JSON data
+    already), ``_CONVERT`` (it holds objects that pydantic turns into JSON, e.g. datetimes) or
+    ``_TEXT`` (nesting past MAX_RESULT_DEPTH, NaN/inf, a non-str key, which JSON would rename or
+    fold into another key, or an int past 64 bits, which would come back as a float). A cycle
+    counts as too deep. Iterative: a deep value must not exhaust the Python stack here."""
+    verdict = _PLAIN
+    # Containers to look into, with their depth; scalars are checked where they are found, so
+    # the common case (a flat dict of strings and numbers) never touches the stack.
+    stack: list[tuple[Any, int]] = [((value,), -1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth >= MAX_RESULT_DEPTH:
+            return _TEXT
+        if type(container) is dict:
+            for key in container:
+                if type(key) is not str:
+                    return _TEXT
+            children: Any = container.values()
+        else:
+            children = container
+        for child in children:
+            kind = type(child)
+            if kind is str or kind is bool or child is None:
+                continue
+            if kind is int:
+                if not _INT_MIN <= child <= _INT_MAX:
+                    return _TEXT
+            elif kind is float:
+                if not math.isfinite(child):
+                    return _TEXT
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append((child, depth + 1))
+            else:
+                verdict = _CONVERT
+    return verdict
+
+
+# str() of a value too deep for the interpreter's recursion limit fails; a shortened repr does
+# not (reprlib stops at maxlevel).
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 20
+_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxset = 100
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 2000
+
+
+def holds_as_json(value: Any) -> bool:
+    """Whether ``value`` (plain JSON data) is stored and read back exactly: see _json_verdict."""
+    return _json_verdict(value) == _PLAIN
+
+
+def _as_text(result: Any) -> str:
+    """The documented form of a result JSON cannot hold: its str()."""
+    try:
+        return str(result)
+    except Exception:  # noqa: BLE001 - e.g. RecursionError: still an answer, not a failure
+        try:
+            return _SHORT_REPR.repr(result)
+        except Exception:  # noqa: BLE001
+            return f"<{type(result).__name__} result that has no text form>"
+
+
+def _as_json(result: Any) -> Any:
+    """``result`` as JSON data the store keeps exactly, or None when it cannot be."""
+    if isinstance(result, BaseModel):
+        output: Any = result.model_dump(mode="json")
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        output = _json_safe(dataclasses.asdict(result))
+    else:
+        verdict = _json_verdict(result)
+        if verdict == _TEXT:
+            return None
+        output = _json_safe(result)  # a copy: the tool may keep changing its own object
+        if verdict == _PLAIN:
+            return output
+    return output if _json_verdict(output) == _PLAIN else None
+
+
 def _normalise_output(result: Any) -> Any:
-    """A tool's return value as a ToolResultBlock output that is always JSON-serialisable."""
+    """A tool's return value as a ToolResultBlock output that is always JSON the store keeps
+    exactly: JSON data as such, anything else as its str(). Never raises: the tool already ran,
+    and its answer must reach the model as the success it was."""
     if isinstance(result, str):
         return result
     if result is None:
         return ""
-    try:
-        if isinstance(result, BaseModel):
-            output: Any = result.model_dump(mode="json")
-        elif dataclasses.is_dataclass(result) and not isinstance(result, type):
-            output = _json_safe(dataclasses.asdict(result))
-        elif isinstance(result, dict | list | tuple):
-            output = _json_safe(result)
-        else:
-            return str(result)
-        # allow_nan=False: NaN is not JSON, and a JSONB column would reject it.
-        json.dumps(output, allow_nan=False)
-        return output
-    except Exception:  # noqa: BLE001 - cycles, odd keys, NaN: the text form always works
-        return str(result)
+    if isinstance(result, BaseModel | dict | list | tuple) or (
+        dataclasses.is_dataclass(result) and not isinstance(result, type)
+    ):
+        try:
+            output = _as_json(result)
+        except Exception:  # noqa: BLE001 - what pydantic cannot dump: the text form
+            output = None
+        if output is not None:
+            return output
+        _log.info("tool result kept as its str(): JSON cannot hold it as it is", extra={"event": "tool_result_as_text"})
+    return _as_text(result)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+@dataclass
+class _Awaitable:
+    """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
+
+    value: Any
 
 
 def _remote_schema_name(schema: Any) -> str | None:
@@ -267,11 +365,25 @@ class ToolNode:
         config: dict[str, Any],
         state: Any,
         idempotency_key: str | None = None,
+        flight_key: Hashable | None = None,
+        late_record: Callable[[ToolOutcome], None] | None = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
-        Exceptions (cancellation, GraphInterrupt) propagate."""
-        outcome, _ = await self._execute(name, args, tool_call_id, config, state, idempotency_key)
+        Exceptions (cancellation, GraphInterrupt) propagate.
+
+        A sync tool runs in a thread of its own, which no deadline can stop. With a
+        ``flight_key`` (see tenxgraph._sync_calls) a call already running under that key is
+        waited for instead of started again, and a result that arrives after every attempt
+        stopped waiting goes to ``late_record`` (on the worker thread)."""
+        outcome, _ = await self._execute(
+            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record
+        )
         return outcome
+
+    def is_sync(self, name: str) -> bool:
+        """Whether the tool is a plain function (run in a thread, which cannot be cancelled)."""
+        fn = self._funcs.get(name)
+        return fn is not None and not _is_async(fn)
 
     async def invoke(
         self,
@@ -301,6 +413,8 @@ class ToolNode:
         config: dict[str, Any],
         state: Any,
         idempotency_key: str | None,
+        flight_key: Hashable | None = None,
+        late_record: Callable[[ToolOutcome], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -333,23 +447,70 @@ class ToolNode:
                 "idempotency_key": idempotency_key,
             }
             call_args, call_kwargs = self._bind(name, args or {}, injected)
-            result = await self._call(fn, call_args, call_kwargs)
+            if not _is_async(fn):
+                return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record)
+            result = await fn(*call_args, **call_kwargs)
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
-            error = Message.tool_message(
-                [
-                    ToolResultBlock(
-                        call_id=tool_call_id,
-                        output=f"Internal execution error: {exc}",
-                        status="failed",
-                        is_error=True,
-                    ),
-                    ErrorBlock(message=str(exc), code=type(exc).__name__),
-                ],
-                meta=meta,
-            )
-            return ToolOutcome(error), False
+            return self._failure(name, tool_call_id, meta, exc), False
+
+    @staticmethod
+    def _failure(name: str, tool_call_id: str, meta: dict[str, Any], exc: Exception) -> ToolOutcome:
+        _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
+        error = Message.tool_message(
+            [
+                ToolResultBlock(
+                    call_id=tool_call_id,
+                    output=f"Internal execution error: {exc}",
+                    status="failed",
+                    is_error=True,
+                ),
+                ErrorBlock(message=str(exc), code=type(exc).__name__),
+            ],
+            meta=meta,
+        )
+        return ToolOutcome(error)
+
+    async def _run_sync(
+        self,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        name: str,
+        tool_call_id: str,
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> tuple[ToolOutcome, bool]:
+        def work() -> Any:
+            # The whole outcome is made on the worker thread: a result nobody waits for any more
+            # must still be recordable without the event loop.
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    return _Awaitable(result)
+                return self._map_result(result, tool_call_id, meta)
+            except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+                return self._failure(name, tool_call_id, meta, exc), False
+
+        def late(out: Any) -> None:
+            if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
+                _log.warning("sync tool '%s' returned an awaitable after its run stopped waiting; "
+                             "it is dropped, nothing is recorded", name, extra={"tool": name})
+                close = getattr(out.value, "close", None)
+                if callable(close):
+                    close()
+                return
+            if late_record is not None:
+                late_record(out[0])
+
+        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+        if isinstance(out, _Awaitable):
+            try:
+                return self._map_result(await out.value, tool_call_id, meta)
+            except Exception as exc:  # noqa: BLE001
+                return self._failure(name, tool_call_id, meta, exc), False
+        return out  # type: ignore[no-any-return]
 
     def _bind(
         self, name: str, args: dict[str, Any], injected: dict[str, Any]
@@ -394,18 +555,6 @@ class ToolNode:
         return positional, keywords
 
     @staticmethod
-    async def _call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)
-        ):
-            return await fn(*args, **kwargs)
-        # A worker thread keeps a blocking tool off the loop; to_thread copies contextvars.
-        result = await asyncio.to_thread(fn, *args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    @staticmethod
     def _map_result(
         result: Any, tool_call_id: str, meta: dict[str, Any]
     ) -> tuple[ToolOutcome, bool]:
@@ -418,7 +567,12 @@ class ToolNode:
             )
             return ToolOutcome(Message.tool_message([block], meta=meta), result.state), True
         if isinstance(result, Message):
-            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}})
+            # Its result blocks follow the rule for plain results: the stored JSON must hold them.
+            content = [
+                b.model_copy(update={"output": _normalise_output(b.output)}) if isinstance(b, ToolResultBlock) else b
+                for b in result.content
+            ]
+            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
             return ToolOutcome(merged), False
         block = ToolResultBlock(
             call_id=tool_call_id, output=_normalise_output(result), status="completed"

@@ -1,0 +1,151 @@
+"""Sync (``def``) tool calls in flight, process-wide.
+
+Python cannot stop a thread. A sync tool cut off by ``tool_timeout``, ``node_timeout`` or
+``stop()`` runs on in its thread, and its side effect still happens. So the runtime does not
+pretend: each ledgered sync call is registered here under ``(store, idempotency key)`` (the key is
+derived from the thread and the ledger key) until its result is settled:
+
+- a new attempt of the same call in this process (a resume, a replayed node) waits for the thread
+  already running instead of starting a second one, bounded by its own deadline;
+- a result that arrives when no attempt is waiting any more is recorded in the ledger by the
+  worker thread itself (``late_record``); the ledger keeps the first result recorded and lets a
+  result replace an intent, so a late record never overwrites an answer already given.
+
+Each call gets a thread of its own, not the event loop's default executor: ``asyncio.run`` (under
+``invoke``) waits for that executor on exit, so a run cut off at its deadline would still hang
+until the tool finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from tenxgraph.logs import run_logger
+
+__all__ = ["in_flight", "run"]
+
+_log = run_logger("tenxgraph.tools")
+_lock = threading.Lock()
+_flights: dict[Hashable, _Flight] = {}
+
+
+class _Flight:
+    """One sync call's thread and its result."""
+
+    def __init__(self, late_record: Callable[[Any], None] | None) -> None:
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        # Running from the start: cancelling an attempt's wrapper must never cancel the result.
+        self.future.set_running_or_notify_cancel()
+        self.late_record = late_record
+        self.waiters = 0
+        # Someone answers for the result: an attempt returned it (its run records it), or a late
+        # record was started.
+        self.settled = False
+
+
+def in_flight(key: Hashable) -> bool:
+    """Whether a sync call under ``key`` is running (or its result is not settled yet)."""
+    with _lock:
+        return key in _flights
+
+
+async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callable[[Any], None] | None,
+              name: str = "tool") -> Any:
+    """``work()`` in a thread of its own, in a copy of the caller's contextvars; its return value.
+
+    With a ``key``: an attempt while a call under the same key is unsettled waits for that call
+    instead (``work`` is not run), and a result no attempt is waiting for goes to
+    ``late_record(result)``, called on the worker thread (it may block). ``work`` should turn
+    ordinary exceptions into results; anything it raises reaches the waiting attempts only."""
+    flight, joined = _join_or_start(key, late_record)
+    if joined:
+        _log.info("sync tool call still running from an earlier attempt: waiting for it, not starting it again",
+                  extra={"tool": name, "event": "sync_tool_joined"})
+    else:
+        ctx = contextvars.copy_context()
+        threading.Thread(target=_work, args=(key, flight, ctx, work), name=f"tenxgraph-tool-{name}").start()
+    try:
+        result = await asyncio.wrap_future(flight.future)
+    except asyncio.CancelledError:
+        _give_up(key, flight)
+        raise
+    except BaseException:
+        _forget(key, flight, answered=True)
+        raise
+    _forget(key, flight, answered=True)
+    return result
+
+
+def _join_or_start(key: Hashable | None, late_record: Callable[[Any], None] | None) -> tuple[_Flight, bool]:
+    if key is None:
+        alone = _Flight(None)
+        alone.waiters = 1
+        return alone, False
+    with _lock:
+        running = _flights.get(key)
+        flight = running if running is not None else _flights.setdefault(key, _Flight(late_record))
+        flight.waiters += 1
+        return flight, running is not None
+
+
+def _work(key: Hashable | None, flight: _Flight, ctx: contextvars.Context, work: Callable[[], Any]) -> None:
+    try:
+        result = ctx.run(work)
+    except BaseException as exc:  # noqa: BLE001 - handed to the attempt waiting, if any
+        with _lock:
+            flight.future.set_exception(exc)
+            orphaned = flight.waiters == 0
+        if orphaned:
+            _log.warning("sync tool call cut off earlier ended with %r; nothing to record", exc,
+                         extra={"event": "sync_tool_late_error"})
+            _forget(key, flight, answered=False)
+        return
+    with _lock:
+        flight.future.set_result(result)
+        record = flight.waiters == 0 and not flight.settled and key is not None
+        if record:
+            flight.settled = True
+    if record:
+        _record_late(key, flight, result)
+
+
+def _give_up(key: Hashable | None, flight: _Flight) -> None:
+    """An attempt stopped waiting (its deadline, stop(), its run gone). When it was the last one
+    and the result is already in, nobody else will record it: start the late record now."""
+    with _lock:
+        flight.waiters -= 1
+        last = flight.waiters == 0
+        failed = flight.future.done() and flight.future.exception() is not None
+        record = last and flight.future.done() and not failed and not flight.settled and key is not None
+        if record:
+            flight.settled = True
+        if last and failed and key is not None and _flights.get(key) is flight:
+            del _flights[key]  # an error is no result: nothing to record or to wait for
+    if record:
+        result = flight.future.result()
+        threading.Thread(target=_record_late, args=(key, flight, result), name="tenxgraph-late-record").start()
+
+
+def _record_late(key: Hashable | None, flight: _Flight, result: Any) -> None:
+    try:
+        if flight.late_record is not None:
+            flight.late_record(result)
+    except Exception as exc:  # noqa: BLE001 - logged by late_record's owner; never kill the thread loudly
+        _log.error("recording a late sync tool result failed: %s", exc, extra={"event": "sync_tool_late_record_failed"})
+    finally:
+        # Only now: until the record is in, a new attempt must find this call here, not run it.
+        _forget(key, flight, answered=False)
+
+
+def _forget(key: Hashable | None, flight: _Flight, *, answered: bool) -> None:
+    with _lock:
+        if answered:
+            flight.waiters -= 1
+            flight.settled = True
+        if key is not None and _flights.get(key) is flight and (flight.waiters == 0 or not answered):
+            del _flights[key]
