@@ -198,6 +198,39 @@ async fn user_isolation_rejects_other_users_when_enabled() {
 }
 
 #[tokio::test]
+async fn another_user_reads_no_ledger_row_and_cannot_take_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(dir.path().join("iso.db").to_str().unwrap(), true, false).await.unwrap();
+    sqlite.setup().await.unwrap();
+    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> = vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
+    if let Some(p) = pg(true, false).await {
+        stores.push(("postgres", Arc::new(p)));
+    }
+    for (name, s) in stores {
+        let owner = ThreadRef::new("iso-lease", "alice");
+        let intruder = ThreadRef::new("iso-lease", "mallory");
+        let as_user = |holder: &str, user: &str| LeaseRequest { user_id: Some(user.into()), ..lease_req(holder, 60_000, None) };
+        let token = acquired(s.lease_acquire(&owner.thread_id, &as_user("alice-run", "alice")).await.unwrap());
+        s.put_step(&owner, step(0, &json!({}), &[])).await.unwrap();
+        s.ledger_put(&owner, "m:c1", &json!({"v": "secret"})).await.unwrap();
+        s.lease_release(&owner.thread_id, token).await.unwrap();
+        let before = s.lease_get(&owner.thread_id).await.unwrap();
+        assert!(s.ledger_get(&intruder, &["m:c1".to_owned()]).await.unwrap().is_empty(), "{name}");
+        assert_eq!(s.ledger_get(&owner, &["m:c1".to_owned()]).await.unwrap().len(), 1, "{name}");
+        let refused = s.lease_acquire(&intruder.thread_id, &as_user("mallory-run", "mallory")).await;
+        assert!(matches!(refused, Err(StoreError::Forbidden { .. })), "{name}: {refused:?}");
+        let after = s.lease_get(&owner.thread_id).await.unwrap();
+        let fixed = |l: Option<tenxgraph::store::LeaseInfo>| l.map(|l| (l.token, l.holder, l.released));
+        assert_eq!(fixed(after), fixed(before), "{name}: the refused take moved the lease row");
+        assert!(!s.is_owner(&intruder).await.unwrap() && s.is_owner(&owner).await.unwrap(), "{name}");
+        // A thread nobody owns yet: anyone may take its lease (the first write decides the owner).
+        let fresh = acquired(s.lease_acquire("iso-new", &as_user("mallory-run", "mallory")).await.unwrap());
+        assert_eq!(fresh, 1, "{name}");
+        assert!(!s.is_owner(&ThreadRef::new("iso-new", "mallory")).await.unwrap(), "{name}");
+    }
+}
+
+#[tokio::test]
 async fn state_history_is_pruned_but_the_latest_stays() {
     let dir = tempfile::tempdir().unwrap();
     for (name, s) in backends(&dir).await {
@@ -252,6 +285,7 @@ fn lease_req(holder: &str, ttl_ms: u64, steal: Option<i64>) -> LeaseRequest {
         pid_start: 1,
         ttl: std::time::Duration::from_millis(ttl_ms),
         steal,
+        user_id: None,
     }
 }
 

@@ -343,7 +343,8 @@ async def test_foreign_thread_write_forbidden_read_invisible(isolated, make_thre
     assert await isolated.alist_messages({"thread_id": tid, "user_id": "bob"}) == []
     # alice's thread is unchanged
     assert await snapshot(isolated, tid, "alice") == before
-    assert await isolated.aget_thread_owner(tid) == "alice"
+    assert await isolated.aget_thread_owner(tid, {"user_id": "alice"}) == "alice"
+    assert await isolated.aget_thread_owner(tid, {"user_id": "bob"}) is None
 
 
 # -- SQL metacharacters and Unicode in ids ---------------------------------------------------

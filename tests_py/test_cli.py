@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -396,3 +397,94 @@ def test_prune_keeps_paused_threads_and_reports_what_it_removed(store: Store) ->
 def test_prune_refuses_bad_rules(store: Store, args: tuple[str, ...]) -> None:
     r = store.run("prune", *args)
     assert r.rc == 2 and r.err.strip(), (r.rc, r.out, r.err)
+
+
+# -- no password in any output, whatever the DSN looks like ------------------------------------
+
+# Each secret has distinctive pieces on both sides of its special character: a redaction that
+# stops at the first `@` or at the space prints the second piece.
+AT_SECRET = "Sup3rAt@Secr3tAt"
+SPACE_SECRET = "Sup3rSp Secr3tSp"
+BAD_DSNS = {
+    # (DSN, exit code): 2 for a value the CLI refuses before opening, 4 for an unreachable store.
+    "one-slash": ("postgres:/app:Sl4shSecr3t@127.0.0.1:1/x", 2),
+    "one-slash-at-sign": (f"postgresql:/app:{AT_SECRET}@127.0.0.1:1/x", 2),
+    "at-sign": (f"postgresql://app:{AT_SECRET}@127.0.0.1:1/x", 4),
+    "space": (f"postgresql://app:{SPACE_SECRET}@127.0.0.1:1/x", 4),
+    "key-value": ("host=127.0.0.1 port=1 user=app password=KvSecr3tPw", 2),
+    "key-value-quoted": (f"host=127.0.0.1 port=1 user=app password='{SPACE_SECRET}'", 2),
+    "query-string": ("postgresql://app@127.0.0.1:1/x?sslmode=disable&password=QsSecr3tPw", 4),
+}
+
+
+def secret_pieces(dsn: str) -> list[str]:
+    """The password of ``dsn`` and each piece of it around ``@`` and spaces."""
+    if "password=" in dsn:
+        secret = dsn.split("password=", 1)[1].strip("'")
+    else:
+        secret = dsn.split(":/", 1)[1].lstrip("/").rsplit("@", 1)[0].split(":", 1)[1]
+    return [secret, *(p for p in re.split(r"[@ ]", secret) if p)]
+
+
+def assert_no_secret(dsn: str, *results: Result) -> None:
+    for res in results:
+        text = res.out + res.err
+        for piece in secret_pieces(dsn):
+            assert piece not in text, f"{piece!r} printed:\n{text}"
+
+
+@pytest.mark.parametrize("name", list(BAD_DSNS))
+def test_a_bad_dsn_password_is_printed_on_no_path(name: str, tmp_path: Path) -> None:
+    dsn, rc = BAD_DSNS[name]
+    runs = {
+        "error": cli("threads", "list", "--dsn", dsn, cwd=tmp_path),
+        "verbose": cli("threads", "show", "t-1", "--dsn", dsn, "-v", cwd=tmp_path),
+        "json": cli("ledger", "t-1", "--dsn", dsn, "--json", "--progress", cwd=tmp_path),
+        "migrate": cli("migrate", "--dsn", dsn, "-v", "--json", cwd=tmp_path),
+        "env": cli("threads", "list", "-v", cwd=tmp_path, env={"TENXGRAPH_DSN": dsn}),
+    }
+    for mode, res in runs.items():
+        assert res.rc == rc, (mode, res)
+        assert "Traceback" not in res.err and "tenxgraph: error:" in res.err, (mode, res)
+    assert_no_secret(dsn, *runs.values())
+    # The message still says what is wrong.
+    if rc == 2:
+        assert "postgresql:// URL" in runs["error"].err
+    else:
+        assert "unreachable" in runs["error"].err
+
+
+def test_usage_errors_that_echo_arguments_hide_the_password(tmp_path: Path) -> None:
+    dsn = f"postgresql://app:{SPACE_SECRET}@db.example/x"
+    stray = cli("threads", "list", dsn, cwd=tmp_path)  # the DSN without --dsn
+    assert stray.rc == 2 and "unrecognized arguments" in stray.err
+    as_command = cli(dsn, "threads", "list", cwd=tmp_path)
+    assert as_command.rc == 2 and "invalid choice" in as_command.err
+    bad_value = cli("threads", "list", "--sqlite", "x.db", "--connect-timeout", f"password={AT_SECRET}", cwd=tmp_path)
+    assert bad_value.rc == 2 and "--connect-timeout" in bad_value.err
+    assert_no_secret(dsn, stray, as_command)
+    assert_no_secret(f"password={AT_SECRET}", bad_value)
+
+
+def test_a_password_with_at_sign_or_space_is_not_printed_on_success(pg_dsn: str, tmp_path: Path) -> None:
+    user_part = pg_dsn.split("://", 1)[1].split("@", 1)[0].split(":", 1)[0]
+    for secret in (AT_SECRET, SPACE_SECRET):
+        dsn = pg_dsn.replace(f"://{user_part}@", f"://{user_part}:{secret}@", 1)
+        migrated = cli("migrate", "--dsn", dsn, "-v", "--json", cwd=tmp_path)
+        assert migrated.rc == 0, migrated.err
+        assert migrated.json()["store"].startswith(f"postgresql://{user_part}:***@")
+        listed = cli("threads", "list", "-v", cwd=tmp_path, env={"TENXGRAPH_DSN": dsn})
+        missing = cli("threads", "show", "no-such-thread", "--dsn", dsn, "-v", cwd=tmp_path)
+        assert listed.rc == 0 and missing.rc == 3, (listed, missing)
+        assert_no_secret(dsn, migrated, listed, missing)
+
+
+def test_a_password_in_a_10xgraph_json_project_is_not_printed(tmp_path: Path) -> None:
+    dsn = f"postgres:/app:{AT_SECRET}@127.0.0.1:1/x"
+    (tmp_path / "graph").mkdir()
+    (tmp_path / "graph" / "__init__.py").write_text("")
+    (tmp_path / "graph" / "deps.py").write_text(f"raise RuntimeError('cannot reach {dsn}')\n")
+    (tmp_path / "10xgraph.json").write_text(json.dumps({"checkpointer": "graph.deps:checkpointer"}))
+    r = cli("threads", "list", "-v", cwd=tmp_path)
+    assert r.rc == 5 and "graph.deps" in r.err, r
+    assert_no_secret(dsn, r)

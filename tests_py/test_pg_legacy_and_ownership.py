@@ -439,7 +439,7 @@ async def test_legacy_database_is_migrated_and_readable(legacy: Legacy) -> None:
     assert thread is not None
     assert (thread.thread_id, thread.user_id, thread.thread_name) == (THREAD, OWNER, "Billing chat")
     assert thread.metadata == {"source": "10xgraph"}
-    assert await cp.aget_thread_owner(THREAD) == OWNER
+    assert await cp.aget_thread_owner(THREAD, cfg()) == OWNER
 
     if legacy.schema_version >= 3:
         assert await cp.aget_tool_result(cfg(), legacy.ledger_key) == legacy.envelope
@@ -714,7 +714,7 @@ async def assert_owner_view_unchanged(lg: Legacy, cp: PgCheckpointer) -> None:
     assert cached_cfg["_checkpoint_version"] == 2
     assert ids(await cp.alist_messages(cfg())) == ids(lg.messages)
     assert await cp.aget_tool_result(cfg(), lg.ledger_key) == lg.envelope
-    assert await cp.aget_thread_owner(THREAD) == OWNER
+    assert await cp.aget_thread_owner(THREAD, cfg()) == OWNER
 
 
 @pytest.mark.asyncio

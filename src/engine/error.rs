@@ -25,8 +25,9 @@ pub enum EngineError {
     Busy { thread_id: String, node: String },
     /// Another execution holds the thread's lease and the run's `on_busy` policy gave up
     /// (`reject`, or `wait`/`interrupt` past `busy_timeout`): ThreadBusyError. Nothing ran.
-    #[error("thread '{thread_id}' is busy: another execution (run {}, lease token {}) holds it{}", holder.holder, holder.token, if *waited > 0.0 { format!("; waited {waited:.1}s") } else { String::new() })]
-    LeaseBusy { thread_id: String, holder: crate::store::LeaseInfo, waited: f64 },
+    /// `holder` is None when the caller may not see it (user isolation, not the owner).
+    #[error("thread '{thread_id}' is busy: another execution {}holds it{}", holder.as_ref().map_or(String::new(), |h| format!("(run {}, lease token {}) ", h.holder, h.token)), if *waited > 0.0 { format!("; waited {waited:.1}s") } else { String::new() })]
+    LeaseBusy { thread_id: String, holder: Option<crate::store::LeaseInfo>, waited: f64 },
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
@@ -52,7 +53,7 @@ impl EngineError {
             }
             EngineError::NodeTimeout { node, timeout } => json!({"node_name": node, "timeout": timeout}),
             EngineError::Busy { thread_id, node } => json!({"thread_id": thread_id, "current_node": node}),
-            EngineError::LeaseBusy { thread_id, holder, waited } => json!({
+            EngineError::LeaseBusy { thread_id, holder: Some(holder), waited } => json!({
                 "thread_id": thread_id,
                 "holder_run_id": holder.holder,
                 "holder_pid": holder.pid,
@@ -60,6 +61,7 @@ impl EngineError {
                 "lease_expires_in": holder.expires_in,
                 "waited": waited,
             }),
+            EngineError::LeaseBusy { thread_id, holder: None, waited } => json!({"thread_id": thread_id, "waited": waited}),
             EngineError::Store(StoreError::Fenced { thread_id, token, current }) => {
                 json!({"thread_id": thread_id, "lease_token": token, "current_token": current})
             }

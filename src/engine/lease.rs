@@ -232,6 +232,9 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
         pid_start: me.pid_start,
         ttl: policy.ttl,
         steal: None,
+        // The owner check happens in the take itself, so another user's run never moves the
+        // owner's lease row (fencing token, holder).
+        user_id: Some(cfg.thread.user_id.clone()),
     };
     let started = Instant::now();
     let deadline = started + policy.busy_timeout;
@@ -262,11 +265,10 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             continue;
         }
         req.steal = None;
-        let busy = |waited: f64| EngineError::LeaseBusy { thread_id: thread_id.clone(), holder: info.clone(), waited };
         match policy.on_busy {
             OnBusy::Reject => {
                 inc(&metrics().busy_rejections);
-                return Err(busy(0.0));
+                return Err(busy(store, cfg, info, 0.0).await);
             }
             OnBusy::Wait | OnBusy::Interrupt => {
                 if policy.on_busy == OnBusy::Interrupt && !asked {
@@ -276,13 +278,28 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                 let now = Instant::now();
                 if now >= deadline {
                     inc(&metrics().busy_rejections);
-                    return Err(busy(started.elapsed().as_secs_f64().max(0.001)));
+                    return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
                 }
                 sleep(pause.min(deadline - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
         }
     }
+}
+
+/// The busy error, naming the holder (run id, pid, token) only to the thread's owner: under user
+/// isolation a run the caller cannot be shown to own (the thread has no owner yet, or the owner
+/// check cannot be read) is described as "another execution", nothing more.
+async fn busy(store: &dyn Checkpointer, cfg: &RunConfig, info: LeaseInfo, waited: f64) -> EngineError {
+    let shown = match store.is_owner(&cfg.thread).await {
+        Ok(true) => Some(info),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(thread_id = %cfg.thread.thread_id, "could not read the thread's owner; the busy error names no holder: {e}");
+            None
+        }
+    };
+    EngineError::LeaseBusy { thread_id: cfg.thread.thread_id.clone(), holder: shown, waited }
 }
 
 /// Asks the running execution (in any process) to stop at its next safe point: a soft stop

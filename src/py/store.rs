@@ -292,9 +292,25 @@ impl NativeStore {
         awaitable(py, async move { s.clean_thread(&t(thread_id, user_id)).await.map(|_| true) })
     }
 
-    fn thread_owner<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
+    /// The thread's owner. With `user_id`, as that user may see it: under user isolation the
+    /// owner's name only to the owner (None to anybody else, as for a thread that does not
+    /// exist). Without, for operators (the CLI).
+    #[pyo3(signature = (thread_id, user_id=None))]
+    fn thread_owner<'py>(&self, py: Python<'py>, thread_id: String, user_id: Option<String>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.thread_owner(&thread_id).await })
+        awaitable(py, async move {
+            let owner = s.thread_owner(&thread_id).await?;
+            Ok(match user_id {
+                Some(u) if s.isolates_users() && owner.as_deref() != Some(u.as_str()) => None,
+                _ => owner,
+            })
+        })
+    }
+
+    /// Whether the store keeps threads private to their owner.
+    #[getter]
+    fn isolates_users(&self) -> bool {
+        self.inner.isolates_users()
     }
 
     #[pyo3(signature = (namespace, key, value_json, ttl_seconds=None))]
@@ -413,10 +429,17 @@ impl NativeStore {
         }
     }
 
-    /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one.
-    fn lease_get<'py>(&self, py: Python<'py>, thread_id: String) -> PyResult<Bound<'py, PyAny>> {
+    /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one. With `user_id`,
+    /// None also when that user may not see it (`Checkpointer::is_owner`); without, for operators.
+    #[pyo3(signature = (thread_id, user_id=None))]
+    fn lease_get<'py>(&self, py: Python<'py>, thread_id: String, user_id: Option<String>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
+            if let Some(u) = user_id {
+                if !s.is_owner(&t(thread_id.clone(), u)).await? {
+                    return Ok(None);
+                }
+            }
             let info = s.lease_get(&thread_id).await?;
             Ok(info.map(|i| serde_json::to_string(&i).unwrap_or_default()))
         })

@@ -21,6 +21,11 @@ pub struct LeaseRequest {
     /// Take the lease even though it has not expired, if its token is still this one (the engine
     /// found its holder dead).
     pub steal: Option<i64>,
+    /// The run's user. Under user isolation a thread another user owns is refused
+    /// (`StoreError::Forbidden`) in the same transaction as the take, and its lease row is left
+    /// as it was: a non-owner's run must not move the owner's fencing token or holder. None:
+    /// no owner check (a caller outside a run, or tests of the lease itself).
+    pub user_id: Option<String>,
 }
 
 /// The lease row as seen now.

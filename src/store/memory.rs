@@ -122,6 +122,10 @@ fn page<T: Clone>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Op
 
 #[async_trait]
 impl Checkpointer for MemoryStore {
+    fn isolates_users(&self) -> bool {
+        self.enforce_user_isolation
+    }
+
     async fn setup(&self) -> StoreResult<()> {
         Ok(())
     }
@@ -360,7 +364,7 @@ impl Checkpointer for MemoryStore {
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         let inner = self.lock();
-        let Some(d) = inner.threads.get(&t.thread_id) else { return Ok(HashMap::new()) };
+        let Some(d) = self.readable(&inner, t) else { return Ok(HashMap::new()) };
         Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), v.clone()))).collect())
     }
 
@@ -400,6 +404,9 @@ impl Checkpointer for MemoryStore {
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         let mut inner = self.lock();
+        if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
+            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()))?;
+        }
         let cur = inner.leases.get(thread_id).map(LeaseRow::view);
         if !may_take(cur.as_ref(), req) {
             return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));

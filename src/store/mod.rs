@@ -80,6 +80,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     ) -> StoreResult<Vec<ThreadRow>>;
     /// Deletes the thread with its states, messages and ledger rows.
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()>;
+    /// The thread's owner, for anyone: callers that answer a user check `is_owner` first.
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>>;
 
     /// Threads whose latest state says a run is under way (`execution_meta.status` is
@@ -87,6 +88,22 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// those after `after` only, at most `limit`, so recovery pages through a large store without
     /// skipping threads whose state changes meanwhile. Reads one state row per thread, no messages.
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>>;
+
+    /// Whether threads are private to the user who created them (`enforce_user_isolation`).
+    fn isolates_users(&self) -> bool {
+        false
+    }
+
+    /// Whether `t.user_id` may see what the store keeps about the thread outside its rows (its
+    /// lease, its owner's name): isolation is off, or the thread's owner is that user. A thread
+    /// nobody owns yet (a run holds its lease and has not written) counts as another user's, so a
+    /// run in flight is never described to somebody else.
+    async fn is_owner(&self, t: &ThreadRef) -> StoreResult<bool> {
+        if !self.isolates_users() {
+            return Ok(true);
+        }
+        Ok(self.thread_owner(&t.thread_id).await?.as_deref() == Some(t.user_id.as_str()))
+    }
 
     /// Generic key/value cache with optional expiry (seconds). Used for stop requests.
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()>;
@@ -107,7 +124,8 @@ pub trait Checkpointer: Send + Sync + 'static {
     }
 
     /// Recorded ledger rows for the given keys, in one round trip: results, and intent records
-    /// (`is_intent`) of calls that started but never recorded a result.
+    /// (`is_intent`) of calls that started but never recorded a result. A non-owner under user
+    /// isolation reads nothing.
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>>;
     /// Records ledger rows in one transaction. For each key the first result ever recorded wins;
     /// an intent record is written only where no row exists, and a result replaces an intent.
@@ -154,6 +172,8 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Takes the thread's lease when it is free, expired, released or `req.steal` names its
     /// current token; the new holder gets the next fencing token. Otherwise reports the holder.
+    /// Under user isolation, `req.user_id` naming somebody other than the thread's owner is
+    /// `StoreError::Forbidden` and changes nothing.
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt>;
     /// Extends the lease; false when a newer holder has taken it (the lease is lost for good).
     /// An expired lease nobody took over is revived.

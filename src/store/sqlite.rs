@@ -290,6 +290,10 @@ fn thread_row(r: &sqlx::sqlite::SqliteRow) -> StoreResult<ThreadRow> {
 
 #[async_trait]
 impl Checkpointer for SqliteStore {
+    fn isolates_users(&self) -> bool {
+        self.enforce_user_isolation
+    }
+
     async fn setup(&self) -> StoreResult<()> {
         // Several processes opening a new file at once race on the migration table (BUSY, or a
         // duplicate version row); the migrations are idempotent, so the loser retries.
@@ -628,13 +632,17 @@ impl Checkpointer for SqliteStore {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
-        // One query for the whole node: the keys go in as a JSON array.
+        // One query for the whole node: the keys go in as a JSON array. A non-owner under user
+        // isolation reads nothing, checked in the same query.
         let rows = sqlx::query(
-            "SELECT tool_call_id, result FROM tool_executions WHERE thread_id = ? \
-             AND tool_call_id IN (SELECT value FROM json_each(?))",
+            "SELECT tool_call_id, result FROM tool_executions WHERE thread_id = ?1 \
+             AND tool_call_id IN (SELECT value FROM json_each(?2)) \
+             AND (?3 = 0 OR NOT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?1 AND user_id <> ?4))",
         )
         .bind(&t.thread_id)
         .bind(to_text(&Value::from(keys.to_vec())))
+        .bind(self.enforce_user_isolation)
+        .bind(&t.user_id)
         .fetch_all(&self.pool)
         .await
         .map_err(be("ledger read"))?;
@@ -701,6 +709,17 @@ impl Checkpointer for SqliteStore {
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         let mut tx = WriteTx::begin(&self.pool, &self.write_gate, "acquire lease").await?;
+        if let Some(user) = req.user_id.as_deref().filter(|_| self.enforce_user_isolation) {
+            // Inside BEGIN IMMEDIATE: no writer can create or hand over the thread in between.
+            let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
+                .bind(thread_id)
+                .fetch_optional(tx.conn())
+                .await
+                .map_err(be("read thread"))?;
+            if owner.is_some_and(|o| o != user) {
+                return Err(StoreError::Forbidden { thread_id: thread_id.to_owned() });
+            }
+        }
         let now = now_secs();
         let cur = sqlx::query(LEASE_COLUMNS)
             .bind(thread_id)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tenxgraph.cli.redact import redact
 from tenxgraph.config import CONFIG_FILE, load_config
 from tenxgraph.storage.checkpointer import BaseCheckpointer, PgCheckpointer, SqliteCheckpointer
 
@@ -31,14 +32,15 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s'\"]*):[^@\s'\"]*@")
-_KV_PASSWORD = re.compile(r"(?i)(password\s*=\s*)('[^']*'|\S+)")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/*")
 
 
-def redact(text: str) -> str:
-    """Removes passwords from URLs (``user:***@``) and ``password=...`` pairs in any text."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:***@", text)
-    return _KV_PASSWORD.sub(r"\1***", text)
+def _not_a_url(dsn: str) -> str:
+    """The usage error for a --dsn that is not a postgresql:// URL. It names the scheme it saw
+    and nothing after it: in a value that is not a URL, no rule can tell where a password is."""
+    seen = _SCHEME.match(dsn)
+    got = f"a value starting {seen.group(0)!r}" if seen else "a value that is not a URL (key=value DSNs are not accepted)"
+    return f"--dsn must be a postgresql:// URL (postgresql://USER@HOST:PORT/DB, the password after USER:), got {got}"
 
 
 class Target:
@@ -67,7 +69,7 @@ def target_from_args(args: Any, *, creating: bool = False) -> Target:
         return Target("sqlite", f"sqlite:{path}", lambda: SqliteCheckpointer(path))
     if dsn:
         if not dsn.startswith(("postgres://", "postgresql://")):
-            raise CliError(f"--dsn must be a postgresql:// URL, got {redact(dsn)!r}", EXIT_USAGE)
+            raise CliError(_not_a_url(dsn), EXIT_USAGE)
         return Target("postgres", redact(dsn), lambda: PgCheckpointer(
             dsn, redis_url=args.redis_url, schema=args.schema, enforce_user_isolation=False,
             pool_config={"max_size": 2, "timeout": args.connect_timeout},

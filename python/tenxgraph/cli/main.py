@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -21,6 +23,7 @@ from tenxgraph.cli.connect import (
     redact,
     target_from_args,
 )
+from tenxgraph.cli.redact import RedactingStream
 
 __all__ = ["build_parser", "main"]
 
@@ -187,8 +190,19 @@ def _setup_logging(verbose: bool, err: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    # Everything the command writes passes `redact`, whatever path wrote it: results, errors,
+    # argparse's usage messages (which echo arguments), warnings and log lines.
+    out_r = RedactingStream(out or sys.stdout)
+    err_r = RedactingStream(err or sys.stderr)
+    try:
+        with contextlib.redirect_stdout(out_r), contextlib.redirect_stderr(err_r):  # type: ignore[type-var]
+            return _main(argv, out_r, err_r)  # type: ignore[arg-type]
+    finally:
+        out_r.flush()
+        err_r.flush()
+
+
+def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     args = build_parser().parse_args(argv)
     progress = args.progress if args.progress is not None else err.isatty()
     io = Io(out, err, args.as_json, progress)
@@ -214,3 +228,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         return fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 - an uncaught exception's traceback would skip redaction
+        if args.verbose:
+            traceback.print_exc(file=err)
+        return fail(f"unexpected {type(exc).__name__}: {exc}", EXIT_FAILED)

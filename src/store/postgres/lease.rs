@@ -1,7 +1,7 @@
 //! Thread leases on PostgreSQL (`tenx_leases`, `tenx_lease_acquire`): take, renew, free, read.
 
 use super::{PgStore, map_err};
-use crate::store::{LeaseAttempt, LeaseInfo, LeaseRequest, StoreResult};
+use crate::store::{LeaseAttempt, LeaseInfo, LeaseRequest, StoreError, StoreResult};
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
 
 impl PgStore {
     pub(super) async fn lease_take(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        let user = req.user_id.as_deref().filter(|_| self.opts.enforce_user_isolation);
         let row = sqlx::query(AssertSqlSafe(self.sql.lease_acquire.clone()))
             .bind(thread_id)
             .bind(&req.holder)
@@ -27,9 +28,12 @@ impl PgStore {
             .bind(req.pid_start)
             .bind(req.ttl.as_secs_f64())
             .bind(req.steal)
-            .fetch_one(&self.pool)
+            .bind(user)
+            .fetch_optional(&self.pool)
             .await
             .map_err(|e| map_err("acquire lease", e, None))?;
+        // No row: the owner check refused the take (the function returns one row whenever it runs).
+        let Some(row) = row else { return Err(StoreError::Forbidden { thread_id: thread_id.to_owned() }) };
         let info = lease_info(&row);
         Ok(if row.get::<bool, _>("acquired") { LeaseAttempt::Acquired { token: info.token } } else { LeaseAttempt::Held(info) })
     }

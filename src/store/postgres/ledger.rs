@@ -34,6 +34,7 @@ impl PgStore {
         let rows = sqlx::query(AssertSqlSafe(self.sql.ledger_get.clone()))
             .bind(&t.thread_id)
             .bind(keys)
+            .bind(self.opts.enforce_user_isolation.then_some(&t.user_id))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_err("ledger read", e, Some(t)))?;

@@ -103,13 +103,24 @@ impl Sql {
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"
             ),
             messages: format!("SELECT {message_json} AS m FROM {s}.messages WHERE thread_id = $1 ORDER BY seq, created_at"),
+            // $3: the caller's user when isolation is on (NULL otherwise); a non-owner reads nothing.
             ledger_get: format!(
-                "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2)"
+                "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2) \
+                 AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3))"
             ),
             ledger_put: format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
             ledger_begin: format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6, $7::text[])"),
             ledger_mark: format!("SELECT {s}.tenx_ledger_mark($1, $2, $3, $4::text[], $5::jsonb[], $6)"),
-            lease_acquire: format!("SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7)"),
+            // $8: the run's user when isolation is on (NULL otherwise). The owner check is a scalar
+            // subquery, so it becomes a one-time filter evaluated before the function scan: for
+            // another user's thread the function never runs (no row back, and the lease row is
+            // untouched). One round trip, like the take itself. A thread created by its owner
+            // between this statement's snapshot and the take is caught by the run's first write.
+            lease_acquire: format!(
+                "SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7) \
+                 WHERE (SELECT $8::text IS NULL OR NOT EXISTS \
+                   (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $8))"
+            ),
             lease_renew: format!(
                 "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
                  WHERE thread_id = $1 AND token = $2 AND NOT released"
@@ -348,6 +359,10 @@ impl PgStore {
 
 #[async_trait]
 impl Checkpointer for PgStore {
+    fn isolates_users(&self) -> bool {
+        self.opts.enforce_user_isolation
+    }
+
     async fn setup(&self) -> StoreResult<()> {
         migrate(&self.pool, &self.opts.schema).await
     }

@@ -39,7 +39,14 @@ def _ids(config: dict[str, Any]) -> tuple[str, str]:
     thread_id = config.get("thread_id")
     if thread_id is None or thread_id == "":
         raise ValueError("config must contain a thread_id")
-    return str(thread_id), str(config.get("user_id") or "anonymous")
+    return str(thread_id), _user(config)
+
+
+def _user(config: dict[str, Any] | None) -> str:
+    """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
+    if config is not None and not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    return str((config or {}).get("user_id") or "anonymous")
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
@@ -274,8 +281,10 @@ class BaseCheckpointer(Generic[StateT]):
         offset: int | None = None,
         limit: int | None = None,
     ) -> list[ThreadInfo]:
-        user_id = config.get("user_id") if isinstance(config, dict) else None
-        scope = str(user_id) if (user_id is not None and self.enforce_user_isolation) else None
+        """The caller's threads under user isolation (a config without a ``user_id`` is the
+        anonymous user, as for every other method, so it never lists other users' threads);
+        every thread without isolation."""
+        scope = _user(config) if self._native.isolates_users else None
         rows = await self._native.list_threads(scope, search, offset, limit)
         return [_thread_info(r) for r in rows]
 
@@ -285,14 +294,18 @@ class BaseCheckpointer(Generic[StateT]):
         await self._native.state_cache_clear(thread_id, user_id)
         return True
 
-    async def aget_thread_owner(self, thread_id: str | int) -> str | None:
-        return await self._native.thread_owner(str(thread_id))
+    async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> str | None:
+        """The user who owns the thread. Under user isolation only the owner is told (the caller
+        is ``config["user_id"]``, the anonymous user without one): anybody else gets None, as
+        for a thread that does not exist."""
+        return await self._native.thread_owner(str(thread_id), _user(config))
 
     async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
         ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
-        run ever held the thread."""
-        raw = await self._native.lease_get(str(_ids(config)[0]))
+        run ever held the thread, and under user isolation when the caller does not own the
+        thread (a thread nobody owns yet included: a run holds it and has not written)."""
+        raw = await self._native.lease_get(*_ids(config))
         return None if raw is None else dict(json.loads(raw))
 
     async def aprune(
