@@ -152,6 +152,7 @@ async fn candidates_name_a_live_holder_and_pass_over_dead_or_expired_ones() {
             pid_start: 1,
             ttl: Duration::from_millis(ttl_ms),
             steal: None,
+            user_id: None,
         };
         store.lease_acquire("expired", &req("gone", "another-host", 1)).await.unwrap();
         // A holder on a machine whose processes cannot be checked is alive until its lease expires.

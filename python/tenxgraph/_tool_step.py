@@ -71,7 +71,7 @@ class ToolStep:
         ids = [c.call_id for c in calls]
         for index, c in enumerate(calls):
             repeated = c.call_id is not None and ids.count(c.call_id) > 1
-            c.scope_id = f"{c.call_id}#{index}" if repeated or c.call_id is None else c.call_id
+            c.scope_id = f"#{index}" if c.call_id is None else f"{c.call_id}#{index}" if repeated else c.call_id
         # One call works on the live state; several get their own copies, merged afterwards. Only
         # tools that take `state` can change it, so only their calls need a copy at all.
         writers = sum(1 for c in calls if tool_node.takes_state(c.name))

@@ -187,7 +187,13 @@ pub fn redact(text: &str) -> String {
     while let Some(i) = rest.find("://") {
         out.push_str(&rest[..i + 3]);
         rest = &rest[i + 3..];
-        let end = rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len());
+        // The credentials run to the last '@' of the line, not to the first space: a password
+        // may hold spaces or '@' (unencoded, as users paste them), and the host never has '@'.
+        let line_end = rest.find('\n').unwrap_or(rest.len());
+        let end = match rest[..line_end].rfind('@') {
+            Some(at) => at + rest[at..line_end].find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(line_end - at),
+            None => rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len()),
+        };
         let token = &rest[..end];
         match token.rfind('@') {
             Some(at) => {
@@ -905,5 +911,7 @@ mod tests {
         assert_eq!(redact("redis://:pw@h:6379/0"), "redis://:***@h:6379/0");
         assert_eq!(redact("no url here"), "no url here");
         assert_eq!(redact("postgresql://app@db/x"), "postgresql://app@db/x");
+        assert_eq!(redact("postgresql://app:pa ss@db/x failed"), "postgresql://app:***@db/x failed");
+        assert_eq!(redact("postgresql://app:p@ss w@db/x: bad"), "postgresql://app:***@db/x: bad");
     }
 }
