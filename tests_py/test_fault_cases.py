@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import shutil
 import socket
@@ -195,7 +196,7 @@ def proxy(pg_dsn: str) -> Iterator[tuple[CuttingProxy, str]]:
 
 def calls_of(keys: list[str]) -> list[str]:
     """Ledger keys are "<assistant message id>:<call id>"."""
-    return sorted(k.rsplit(":", 1)[1] for k in keys)
+    return sorted(str(json.loads(k)[1]) for k in keys)  # keys are ["<message id>", "<call id>"]
 
 
 def pg_ledger(tenx_postgres, pg_dsn: str, schema: str, thread: str) -> list[str]:
@@ -259,7 +260,7 @@ async def test_pg_connections_cut_by_proxy_mid_run(
 
     counts = effects.counts()
     for key in ledger_before:
-        tool = key.rsplit("_", 1)[1]
+        tool = json.loads(key)[1].rsplit("_", 1)[1]
         assert counts.get(tool) == 1, (key, counts, first_error)
     assert 1 <= counts.get("fast", 0) <= 2 and 1 <= counts.get("slow", 0) <= 2, counts
     assert calls_of(pg_ledger(tenx_postgres, pg_dsn, schema, thread)) == ["call_fast", "call_slow"]

@@ -211,10 +211,10 @@ def _effects(path: Path, graph: str) -> Counter:
 
 
 def _ledger_calls(keys: list[str], graph: str, problems: list[str]) -> set[str]:
-    """Ledger keys are '<assistant message id>:<call id>': each known call id under one key only."""
+    """Ledger keys are '["<assistant message id>", "<call id>"]': each known call id under one key only."""
     by_call: dict[str, list[str]] = {}
     for k in keys:
-        by_call.setdefault(k.rsplit(":", 1)[-1], []).append(k)
+        by_call.setdefault(str(json.loads(k)[1]), []).append(k)
     for cid, ks in by_call.items():
         if cid not in agent.GRAPHS[graph]["calls"]:
             problems.append(f"unknown ledger key {ks}")
