@@ -333,7 +333,7 @@ async fn run_one<H: NodeHost + ?Sized>(
                 "tool call {} ({}) started earlier but its result was never recorded; {}",
                 key.as_deref().unwrap_or(""),
                 call.name,
-                if call.effects == SideEffects::AtMostOnce { "it is at-most-once: not run again" } else { "it is idempotent: running it again" }
+                if call.effects == SideEffects::AtMostOnce { "it is at-most-once: not run again" } else { "it is idempotent: running it again (a sync call still running in this process is joined, not started twice)" }
             );
             if call.effects == SideEffects::AtMostOnce {
                 match host.unknown_outcome(node, index, idem.clone())? {
