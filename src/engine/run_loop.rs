@@ -88,9 +88,11 @@ struct Run<'a, H: NodeHost + ?Sized> {
     /// The write mark the thread's latest row carried when this run last saw it (at load, then
     /// its own commits): the store keeps a commit's mark only while that is still so.
     seen_mark: Option<String>,
-    /// The state (without context) of the run's last commit, or as loaded: what the error state
-    /// is written from when the live state cannot be serialised.
+    /// The state of the run's last commit (moved in, no copy): what the error state is written
+    /// from when the live state cannot be serialised; before the first commit, `loaded_state`.
     last_state: Option<Value>,
+    /// The stored state the run started from (borrowed: copied only on that failure path).
+    loaded_state: Option<&'a Value>,
     /// The live state could not be serialised: the run ends in the error status.
     unserialisable: bool,
 }
@@ -251,7 +253,8 @@ async fn run_leased<H: NodeHost + ?Sized>(
         preempt: Default::default(),
         mark: None,
         seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
-        last_state: stored.as_ref().map(|c| without_context(&c.state)),
+        last_state: None,
+        loaded_state: stored.as_ref().map(|c| &c.state),
         unserialisable: false,
     };
     if stored.is_none()
@@ -362,7 +365,10 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// from this run (or as loaded), with the loop's fields saying the node in flight failed. The
     /// node's work is lost, as when it raises; None for a thread with nothing stored yet.
     fn error_snapshot(&self) -> Option<super::Snapshot> {
-        let mut state = self.last_state.clone()?;
+        let mut state = match (&self.last_state, self.loaded_state) {
+            (Some(committed), _) => committed.clone(),
+            (None, loaded) => without_context(loaded?),
+        };
         let mut exec = self.exec.clone();
         if self.step_node != "__input__" {
             exec.current_node = self.step_node.clone();
