@@ -46,3 +46,6 @@ def make_thread() -> Callable[[str], str]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--torture-rounds", type=int, default=None,
                      help="rounds of tests_py/test_torture.py (default 12, or TENXGRAPH_TORTURE_ROUNDS)")
+
+
+from tests_py.oracle import oracle  # noqa: E402,F401  (the differential fixture, tests_py/oracle.py)

@@ -290,10 +290,13 @@ def test_delay_failpoint_completes_without_expecting_a_crash(crash_kit: CrashKit
 
 # --------------------------------------------------------------------------- race
 
-# Holds the first commit open for 1.5 s, so the lease winner still holds the thread when the other
-# worker asks for it, however late a loaded machine schedules that worker after the barrier (300 ms
-# was once not enough on a 2-core CI box: the loser found the thread free and ran after the winner).
-BOTH_STARTED = "in_step_tx:__input__=delay(1500)"
+# Holds the lease winner just after its lease is committed, before it writes anything else, so the
+# other worker finds the thread leased however late a loaded machine schedules it after the barrier.
+# The hold is at `after_lease`, not inside a write transaction: held in the step's transaction
+# (as this test once did) it also held SQLite's write lock, the loser's lease request queued behind
+# that lock and, starved by SQLite's polling busy handler, got it only after the winner had released
+# the thread, so both completed one after the other (CI, stop 18). 3 s stays under the 5 s lease TTL.
+BOTH_STARTED = "after_lease:order-4821=delay(3000)"
 
 
 def _assert_race_contract(results, effects: EffectCounter) -> None:

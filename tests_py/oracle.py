@@ -1,0 +1,143 @@
+"""Differential tests: the same script run on the real 10xGraph 0.10.0 and on tenxgraph.
+
+    def test_same_messages(oracle):
+        theirs, ours = oracle.run_both(SCRIPT)
+        assert ours["messages"] == theirs["messages"]
+
+A script is Python source that imports ``tenxgraph`` as a user would and ends by calling
+``emit(obj)`` with something JSON-serialisable; ``emit`` is defined before the script runs. The
+reference is 10xGraph 0.10.0 from the package registry in a Python 3.12+ venv of its own (it also
+imports as ``tenxgraph``, so it can never share ours). The venv is built once per machine, in
+``$TENXGRAPH_ORACLE_VENV`` or ``~/.cache/tenxgraph/oracle-10xgraph-0.10.0``. Where no Python 3.12+
+can be found, or the registry cannot be reached, the tests that need it are skipped with a message
+that says why (never silently passed).
+
+Both sides run as child processes with the same environment, so neither sees the other's modules
+and a script can use real Postgres / Redis DSNs passed through ``env``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ORACLE_VERSION = "0.10.0"
+ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite"]
+_MARK = "__TENX_ORACLE_EMIT__"
+
+_PRELUDE = f"""
+import json as _json, sys as _sys
+def emit(obj):
+    _sys.stdout.write({_MARK!r} + _json.dumps(obj, default=repr) + "\\n")
+    _sys.stdout.flush()
+"""
+
+
+def _venv_dir() -> Path:
+    env = os.environ.get("TENXGRAPH_ORACLE_VENV")
+    return Path(env) if env else Path.home() / ".cache" / "tenxgraph" / f"oracle-10xgraph-{ORACLE_VERSION}"
+
+
+def _find_python312() -> str | None:
+    """A Python >= 3.12 interpreter that actually runs: one of pyenv's, or one on PATH (a pyenv shim
+    on PATH may name a version that is not selected, so each candidate is asked for its version)."""
+    candidates: list[str] = []
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    if pyenv_root.is_dir():
+        candidates += [str(v / "bin" / "python3") for v in sorted(pyenv_root.iterdir())
+                       if v.name.startswith(("3.12", "3.13"))]
+    candidates += [c for c in (shutil.which(n) for n in ("python3.12", "python3.13")) if c]
+    for c in candidates:
+        try:
+            r = subprocess.run([c, "-c", "import sys; print(sys.version_info >= (3, 12))"], capture_output=True,
+                               text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0 and r.stdout.strip() == "True":
+            return c
+    return None
+
+
+def build_oracle_venv() -> tuple[str | None, str]:
+    """(python of the reference venv, "") or (None, why it cannot be had)."""
+    venv = _venv_dir()
+    py = venv / "bin" / "python"
+    ok = venv / ".complete"
+    if ok.exists() and py.exists():
+        return str(py), ""
+    base = _find_python312()
+    if base is None:
+        return None, "no Python >= 3.12 on this machine (10xGraph 0.10 needs it)"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    steps = [[base, "-m", "venv", str(venv)],
+             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ORACLE_PACKAGES]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            return None, f"could not build the 10xGraph {ORACLE_VERSION} venv ({' '.join(cmd[:3])}...): " \
+                         f"{(r.stderr or r.stdout).strip()[-400:]}"
+    ok.write_text(ORACLE_VERSION)
+    return str(py), ""
+
+
+@dataclass
+class Oracle:
+    """Runs scripts on 10xGraph 0.10.0 (``python``) and on tenxgraph (this interpreter)."""
+
+    python: str
+    workdir: Path
+
+    def _run(self, python: str, script: str, env: Mapping[str, str] | None, timeout: float, side: str) -> Any:
+        path = self.workdir / f"script_{side}.py"
+        path.write_text(_PRELUDE + textwrap.dedent(script))
+        child_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        if side == "ours":
+            # Our package as this test session imports it (an editable install or a source tree).
+            import tenxgraph
+
+            child_env["PYTHONPATH"] = str(Path(tenxgraph.__file__).resolve().parent.parent)
+        child_env.update(env or {})
+        r = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=timeout,
+                           cwd=self.workdir, env=child_env)
+        emitted = [line[len(_MARK):] for line in r.stdout.splitlines() if line.startswith(_MARK)]
+        if r.returncode != 0 or not emitted:
+            raise AssertionError(f"{side} run failed (rc={r.returncode}):\n--- stdout\n{r.stdout[-3000:]}"
+                                 f"\n--- stderr\n{r.stderr[-3000:]}")
+        results = [json.loads(e) for e in emitted]
+        return results[0] if len(results) == 1 else results
+
+    def run_theirs(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float = 120) -> Any:
+        return self._run(self.python, script, env, timeout, "theirs")
+
+    def run_ours(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float = 120) -> Any:
+        return self._run(sys.executable, script, env, timeout, "ours")
+
+    def run_both(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float = 120) -> tuple[Any, Any]:
+        """(10xGraph's emitted value, tenxgraph's emitted value) for the same script."""
+        return self.run_theirs(script, env=env, timeout=timeout), self.run_ours(script, env=env, timeout=timeout)
+
+
+_cached: tuple[str | None, str] | None = None
+
+
+@pytest.fixture
+def oracle(tmp_path: Path) -> Oracle:
+    """The reference runner; skips (with the reason) where 10xGraph 0.10.0 cannot be installed."""
+    global _cached
+    if _cached is None:
+        _cached = build_oracle_venv()
+    python, why = _cached
+    if python is None:
+        pytest.skip(f"differential test skipped: {why}")
+    return Oracle(python=python, workdir=tmp_path)
