@@ -29,6 +29,10 @@ def make_driver(args: argparse.Namespace) -> Any:
         from compare_langgraph import LangGraphDriver
 
         return LangGraphDriver(args.backend, args.dsn, args.pool)
+    if args.system == "xgraph":
+        from compare_xgraph import XGraphDriver
+
+        return XGraphDriver(args.backend, args.dsn, args.pool)
     if args.system == "floor":
         from compare_floor import FloorDriver
 
@@ -41,6 +45,7 @@ def versions(system: str) -> dict[str, str]:
 
     names = {"tenx": ["10xgraph", "pydantic"], "langgraph": ["langgraph", "langgraph-checkpoint",
              "langgraph-checkpoint-postgres", "langchain-core", "psycopg", "psycopg-pool"],
+             "xgraph": ["10xgraph", "pydantic", "asyncpg", "redis", "injectq"],
              "floor": ["psycopg", "psycopg-pool"]}[system]
     out = {"python": platform.python_version()}
     for n in names:
@@ -89,7 +94,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--system", choices=["tenx", "langgraph", "floor"], required=True)
+    p.add_argument("--system", choices=["tenx", "langgraph", "xgraph", "floor"], required=True)
     p.add_argument("--backend", choices=["memory", "sqlite", "postgres"], required=True)
     p.add_argument("--scenario", choices=["latency", "throughput", "count"], required=True)
     p.add_argument("--dsn", default=None)

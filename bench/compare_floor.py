@@ -56,6 +56,15 @@ def turn_commits(n_commits: int) -> list[list[str]]:
                "receipt for order 4821 sent"]
     results = [_tool_result(c, n, a, o) for (c, n, a), o in zip(TOOL_CALLS, outputs, strict=True)]
     ledger = [{"__kind__": "message", "value": r} for r in results]
+    tools_step = [_state("model", 2, "running"), *results]
+    if n_commits <= 4:
+        # The contract's minimum: the tool node's ledger rows commit with its step.
+        return [[json.dumps(r) for r in rows] for rows in [
+            [_state("model", 0, "running"), _text("user", USER_TEXT)],
+            [_state("tools", 1, "running"), _text("assistant", CALLS_TEXT, tools_calls=calls)],
+            [*tools_step, *ledger],
+            [_state("__end__", 3, "completed"), _text("assistant", DONE_TEXT)],
+        ]]
     n_ledger = max(1, n_commits - 4)
     # Ledger rows split like the group commit: the first result alone, then the rest together.
     ledger_groups = [ledger[:1], ledger[1:]] if n_ledger == 2 else [ledger[i::n_ledger] for i in range(n_ledger)]
@@ -63,7 +72,7 @@ def turn_commits(n_commits: int) -> list[list[str]]:
         [_state("model", 0, "running"), _text("user", USER_TEXT)],
         [_state("tools", 1, "running"), _text("assistant", CALLS_TEXT, tools_calls=calls)],
         *ledger_groups,
-        [_state("model", 2, "running"), *results],
+        tools_step,
         [_state("__end__", 3, "completed"), _text("assistant", DONE_TEXT)],
     ]
     return [[json.dumps(r) for r in rows] for rows in commits if rows]

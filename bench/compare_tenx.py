@@ -19,7 +19,7 @@ def _call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def build(cp: Any, calls: list[dict[str, Any]], tools: list[Any]) -> Any:
+def build(cp: Any, calls: list[dict[str, Any]], tools: list[Any], **graph_kwargs: Any) -> Any:
     async def model(state: AgentState) -> Message:
         if state.context[-1].role == "user":
             msg = Message.text_message(CALLS_TEXT, role="assistant")
@@ -30,7 +30,7 @@ def build(cp: Any, calls: list[dict[str, Any]], tools: list[Any]) -> Any:
     def route(state: AgentState) -> str:
         return "tools" if state.context[-1].tools_calls else END
 
-    g = StateGraph(AgentState)
+    g = StateGraph(AgentState, **graph_kwargs)
     g.add_node("model", model)
     g.add_node("tools", ToolNode(tools))
     g.add_edge(START, "model")
@@ -48,6 +48,9 @@ class TenxDriver:
         self._noop_apps: dict[int, Any] = {}
         self._pattern: list[dict[str, Any]] | None = None
 
+    def _config(self, thread_id: str) -> dict[str, Any]:
+        return {"thread_id": thread_id}
+
     def _checkpointer(self) -> Any:
         if self.backend == "memory":
             return InMemoryCheckpointer()
@@ -59,16 +62,19 @@ class TenxDriver:
 
     async def open(self) -> None:
         self.cp = self._checkpointer()
-        self.app = build(self.cp, [_call(*c) for c in TOOL_CALLS], TOOLS)
+        self.app = self._build([_call(*c) for c in TOOL_CALLS], TOOLS)
+
+    def _build(self, calls: list[dict[str, Any]], tools: list[Any]) -> Any:
+        return build(self.cp, calls, tools)
 
     async def close(self) -> None:
         await self.cp.arelease()
 
     async def turn(self, thread_id: str) -> None:
-        await self.app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, {"thread_id": thread_id})
+        await self.app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, self._config(thread_id))
 
     async def message_count(self, thread_id: str) -> int:
-        state = await self.cp.aget_state({"thread_id": thread_id})
+        state = await self.cp.aget_state(self._config(thread_id))
         if state is None:
             return 0
         if state.context and state.context[-1].text() != DONE_TEXT:
@@ -80,8 +86,8 @@ class TenxDriver:
         if self._pattern is None:
             cp = InMemoryCheckpointer()
             app = build(cp, [_call(*c) for c in TOOL_CALLS], TOOLS)
-            await app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, {"thread_id": "pattern"})
-            state = await cp.aget_state({"thread_id": "pattern"})
+            await app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, self._config("pattern"))
+            state = await cp.aget_state(self._config("pattern"))
             self._pattern = [m.model_dump(mode="json") for m in state.context]
         return self._pattern
 
@@ -96,15 +102,15 @@ class TenxDriver:
             msgs += [Message.model_validate({**m, "message_id": str(uuid.uuid4())}) for m in pattern]
         state = AgentState()
         state.context = msgs
-        await self.cp.aput_state({"thread_id": thread_id}, state)
+        await self.cp.aput_state(self._config(thread_id), state)
 
     async def noop_turn(self, n_tools: int) -> float:
         app = self._noop_apps.get(n_tools)
         if app is None:
             calls = [_call(f"call_{i}", "noop", {"i": i}) for i in range(n_tools)]
-            app = self._noop_apps[n_tools] = build(self.cp, calls, [noop])
+            app = self._noop_apps[n_tools] = self._build(calls, [noop])
         t0 = time.perf_counter()
-        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": new_thread("noop")})
+        await app.ainvoke({"messages": [Message.text_message("go")]}, self._config(new_thread("noop")))
         return time.perf_counter() - t0
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# tenxgraph next to LangGraph 1.2 (InMemorySaver, AsyncPostgresSaver) and a plain-client floor, in
-# one run, from one command:
+# tenxgraph next to LangGraph 1.2 (InMemorySaver, AsyncPostgresSaver), the runtime it replaces
+# (10xGraph 0.10.0: InMemoryCheckpointer, PgCheckpointer with Redis, in a Python 3.12 venv built by
+# scripts/oracle_venv.py; where no Python 3.12 exists the column says why) and a plain-client floor
+# making the contract's 4 durable commits per turn, in one run, from one command:
 #
 #   bash bench/run_compare.sh            # the full benchmark (release wheel): bench/results/compare.{json,md}
 #   bash bench/run_compare.sh --smoke    # K=2, 2 and 4 threads, 1 repeat: checks that it works (CI)
@@ -67,6 +69,17 @@ if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ]; then
   start_test_services "$TENX_PY"
 fi
 
+step "10xGraph 0.10.0 venv (scripts/oracle_venv.py; needs Python 3.12+)"
+xgraph=()
+if XGRAPH_PY=$(python3 scripts/oracle_venv.py 2>/tmp/oracle-venv.$$); then
+  xgraph=(--xgraph-python "$XGRAPH_PY")
+else
+  xgraph=(--xgraph-missing "$(tr '\n' ' ' </tmp/oracle-venv.$$)")
+  echo "10xGraph column not run: $(cat /tmp/oracle-venv.$$)" >&2
+fi
+rm -f /tmp/oracle-venv.$$
+
 step "benchmark"
-BENCH_COMMAND="bash bench/run_compare.sh $*" "$TENX_PY" bench/compare.py --tenx-python "$TENX_PY" --langgraph-python "$BENCH_PY" ${args[@]+"${args[@]}"}
+BENCH_COMMAND="bash bench/run_compare.sh $*" "$TENX_PY" bench/compare.py --tenx-python "$TENX_PY" --langgraph-python "$BENCH_PY" \
+  ${xgraph[@]+"${xgraph[@]}"} ${args[@]+"${args[@]}"}
 step "done"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -29,66 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from oracle_venv import build_oracle_venv  # noqa: E402
 
-ORACLE_VERSION = "0.10.0"
-ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite"]
+import pytest  # noqa: E402
+
 _MARK = "__TENX_ORACLE_EMIT__"
-
 _PRELUDE = f"""
 import json as _json, sys as _sys
 def emit(obj):
     _sys.stdout.write({_MARK!r} + _json.dumps(obj, default=repr) + "\\n")
     _sys.stdout.flush()
 """
-
-
-def _venv_dir() -> Path:
-    env = os.environ.get("TENXGRAPH_ORACLE_VENV")
-    return Path(env) if env else Path.home() / ".cache" / "tenxgraph" / f"oracle-10xgraph-{ORACLE_VERSION}"
-
-
-def _find_python312() -> str | None:
-    """A Python >= 3.12 interpreter that actually runs: one of pyenv's, or one on PATH (a pyenv shim
-    on PATH may name a version that is not selected, so each candidate is asked for its version)."""
-    candidates: list[str] = []
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    if pyenv_root.is_dir():
-        candidates += [str(v / "bin" / "python3") for v in sorted(pyenv_root.iterdir())
-                       if v.name.startswith(("3.12", "3.13"))]
-    candidates += [c for c in (shutil.which(n) for n in ("python3.12", "python3.13")) if c]
-    for c in candidates:
-        try:
-            r = subprocess.run([c, "-c", "import sys; print(sys.version_info >= (3, 12))"], capture_output=True,
-                               text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if r.returncode == 0 and r.stdout.strip() == "True":
-            return c
-    return None
-
-
-def build_oracle_venv() -> tuple[str | None, str]:
-    """(python of the reference venv, "") or (None, why it cannot be had)."""
-    venv = _venv_dir()
-    py = venv / "bin" / "python"
-    ok = venv / ".complete"
-    if ok.exists() and py.exists():
-        return str(py), ""
-    base = _find_python312()
-    if base is None:
-        return None, "no Python >= 3.12 on this machine (10xGraph 0.10 needs it)"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = [[base, "-m", "venv", str(venv)],
-             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ORACLE_PACKAGES]]
-    for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            return None, f"could not build the 10xGraph {ORACLE_VERSION} venv ({' '.join(cmd[:3])}...): " \
-                         f"{(r.stderr or r.stdout).strip()[-400:]}"
-    ok.write_text(ORACLE_VERSION)
-    return str(py), ""
 
 
 @dataclass
