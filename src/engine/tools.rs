@@ -127,7 +127,12 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     // without a row (before any tool of this node starts; fenced, so a run that lost its lease
     // fails here). A read failure is a miss for every call; without intents, idempotent tools
     // still run (at-least-once) and at-most-once tools are refused.
-    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys, &legacy).await?;
+    // Only an at-most-once call needs its start on record before it runs (its replay must not
+    // run it again). A node of idempotent calls reads the ledger with a plain read: no intent
+    // rows, no row locks, so no commit (the ledger records outcomes; a crashed idempotent call is
+    // run again, as it would be after finding its intent). The records after each call stay fenced.
+    let with_intents = batch.calls.iter().any(|c| c.effects == SideEffects::AtMostOnce);
+    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents).await?;
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
@@ -145,7 +150,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         plans.push(plan);
     }
     restart_paused(store, cfg, fence, &batch, &keys, &mut plans).await?;
-    let recorder = Recorder::default();
+    let recorder = Recorder { intents_written: with_intents, ..Default::default() };
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
         run_one(host, store, cfg, &recorder, fence, node, i, call, key.clone(), plan)
     });
@@ -239,8 +244,9 @@ async fn restart_paused(
     Ok(())
 }
 
-/// The node's ledger rows, and its intent records written (`Checkpointer::ledger_begin`).
-/// Returns the rows found, whether the ledger could be read, and whether the intents are in.
+/// The node's ledger rows, and (`with_intents`) its intent records written
+/// (`Checkpointer::ledger_begin`). Returns the rows found, whether the ledger could be read, and
+/// whether the intents are in.
 async fn begin_ledger(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
@@ -248,6 +254,7 @@ async fn begin_ledger(
     batch: &ToolBatch,
     keys: &[Option<String>],
     legacy: &[Option<String>],
+    with_intents: bool,
 ) -> Result<(HashMap<String, Value>, bool, bool), HostFailure> {
     let intents: Vec<(String, Value)> = batch
         .calls
@@ -259,6 +266,14 @@ async fn begin_ledger(
         return Ok((HashMap::new(), true, true));
     }
     let also_read: Vec<String> = legacy.iter().flatten().cloned().collect();
+    if !with_intents {
+        let calls = intents.len();
+        let keys: Vec<String> = intents.into_iter().map(|(k, _)| k).chain(also_read).collect();
+        return match store.ledger_get(&cfg.thread, &keys).await {
+            Ok(found) => Ok((found, true, true)),
+            Err(e) => ledger_read_failed(cfg, calls, e),
+        };
+    }
     match store.ledger_begin(&cfg.thread, &intents, &also_read, fence).await {
         Ok((found, Ok(()))) => {
             if found.len() < intents.len() {
@@ -275,21 +290,28 @@ async fn begin_ledger(
             );
             Ok((found, true, false))
         }
-        Err(e @ StoreError::Fenced { .. }) => {
-            inc(&metrics().fenced_writes);
-            Err(HostFailure::Passthrough(Box::new(e)))
-        }
-        Err(e) => {
-            inc(&metrics().ledger_read_failures);
-            tracing::warn!(
-                thread_id = %cfg.thread.thread_id,
-                event = "ledger_read_failed",
-                "ledger lookup failed, treating {} call(s) as not recorded; idempotent tools will run, at-most-once tools will not: {e}",
-                intents.len()
-            );
-            Ok((HashMap::new(), false, false))
-        }
+        Err(e) => ledger_read_failed(cfg, intents.len(), e),
     }
+}
+
+/// A ledger that cannot be read is a miss for every call: idempotent tools run, at-most-once
+/// tools are refused; the lease having moved on stops the node.
+fn ledger_read_failed(
+    cfg: &RunConfig,
+    calls: usize,
+    e: StoreError,
+) -> Result<(HashMap<String, Value>, bool, bool), HostFailure> {
+    if matches!(e, StoreError::Fenced { .. }) {
+        inc(&metrics().fenced_writes);
+        return Err(HostFailure::Passthrough(Box::new(e)));
+    }
+    inc(&metrics().ledger_read_failures);
+    tracing::warn!(
+        thread_id = %cfg.thread.thread_id,
+        event = "ledger_read_failed",
+        "ledger lookup failed, treating {calls} call(s) as not recorded; idempotent tools will run, at-most-once tools will not: {e}"
+    );
+    Ok((HashMap::new(), false, false))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -398,7 +420,13 @@ async fn run_one<H: NodeHost + ?Sized>(
             // asking whether an earlier attempt took effect.
             if let Some(k) = key {
                 let mark = [(k.clone(), intent(call, cfg, true))];
-                match store.ledger_mark(&cfg.thread, &mark, fence).await {
+                // A node of idempotent calls wrote no intent rows: where there was no started row
+                // to mark, the paused row is inserted (a result already there is never replaced).
+                let written = match store.ledger_mark(&cfg.thread, &mark, fence).await {
+                    Ok(0) if !recorder.intents_written => store.ledger_put_many(&cfg.thread, &mark, fence).await,
+                    other => other,
+                };
+                match written {
                     Err(err @ StoreError::Fenced { .. }) => return Err(HostFailure::Passthrough(Box::new(err))),
                     Err(err) => tracing::warn!(thread_id = %cfg.thread.thread_id, tool = %call.name, ledger_key = %k,
                         "could not record that the call paused; its resume will treat it as an unknown outcome: {err}"),
@@ -417,6 +445,8 @@ async fn run_one<H: NodeHost + ?Sized>(
 #[derive(Default)]
 struct Recorder {
     queue: Mutex<RecorderQueue>,
+    /// The node wrote intent rows before its calls started (it has an at-most-once call).
+    intents_written: bool,
 }
 
 #[derive(Default)]
