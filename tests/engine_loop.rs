@@ -106,7 +106,7 @@ impl NodeHost for TestHost {
         live.counter += 1;
         let id = format!("{node}-{}", exec.step);
         live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "role": "assistant", "node": node}) });
-        Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None } })
+        Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None }, pause: None })
     }
 
     fn eval_condition(&self, _index: usize) -> Result<RouteValue, BoxError> {

@@ -297,6 +297,21 @@ class ToolNode:
         self._schemas[name] = schema
         self._funcs[name] = fn
 
+    def set_remote_tool(self, schemas: list[dict[str, Any]]) -> None:
+        """Adds tools the client runs (OpenAI or flat ``{name, description, parameters}``
+        schemas): a call to one pauses the run after this node (see
+        ``CompiledGraph.attach_remote_tools``). A name already attached is replaced."""
+        for schema in schemas:
+            name = _remote_schema_name(schema)
+            if name is None:
+                raise ValueError(f"remote tool schema without a name: {schema!r}")
+            if name in self._funcs:
+                raise ValueError(f"remote tool '{name}' has the name of a local tool of this ToolNode")
+            self.remote_tools = [s for s in self.remote_tools if _remote_schema_name(s) != name]
+            self.remote_tools.append(_to_openai(schema))
+            if name not in self.remote_tool_names:
+                self.remote_tool_names.append(name)
+
     @property
     def tool_names(self) -> list[str]:
         return list(self._funcs)
