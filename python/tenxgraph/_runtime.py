@@ -421,21 +421,20 @@ class Run:
     def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
+        new: list[Message] = []
         if isinstance(result, Command):
             goto = result.goto
             if result.state is not None:
                 result_state = _require_state(result.state)
+                # The messages the node added to the state it hands over are its output, like
+                # those of a returned state: reported by invoke and streamed.
+                new = _added(result_state, pre_len, pre_last)
                 self.state = state = result_state
             result = result.update
-        new: list[Message] = []
         if isinstance(result, AgentState):
             if result is not state:
                 self.state = result
-            ctx = result.context
-            if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
-                new = list(ctx[pre_len:])
-            else:
-                new = []  # the node rewrote its context: the next snapshot stores it whole
+            new = _added(result, pre_len, pre_last)
         elif result is not None:
             items = result if isinstance(result, list) else [result]
             seen_new: set[Any] = set()
@@ -464,6 +463,15 @@ class Run:
         em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
         if meta.get("error") is not None:
             em.internal_data["error"] = meta["error"]
+
+
+def _added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:
+    """The messages appended to ``state.context`` since it had ``pre_len`` ending in ``pre_last``
+    (none when the node rewrote its context: the next snapshot stores it whole)."""
+    ctx = state.context
+    if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
+        return list(ctx[pre_len:])
+    return []
 
 
 def _is_remote_call(m: Message) -> bool:
