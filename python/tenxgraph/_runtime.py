@@ -20,7 +20,6 @@ from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestSta
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock
 from tenxgraph.prebuilt.tools.handoff import handoff_target
-from tenxgraph.utils.constants import START
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
@@ -155,9 +154,11 @@ class Run:
                 )
         self.known = None  # used, or outdated: either way not needed again
         self._check_resume(state)
-        if self.events is not None:
-            em = state.execution_meta
-            if state_json is None or em.status == ExecutionStatus.COMPLETED or em.current_node == START:
+        if self.events is not None and self.input_messages and not self.has_resume:
+            # A turn that starts at the entry point (10xGraph ran START as a node first); the
+            # stored status is the core's, so this reads where the core is about to start.
+            meta = json.loads(exec_json)
+            if meta["current_node"] == self.graph._builder.entry_point and meta["step"] == 0:
                 self.events.start_node_ran(0)
         stored_len = len(state.context)
         self._committed = list(state.context)

@@ -87,19 +87,12 @@ class EventOutbox:
             except RuntimeError:
                 self._drop("no running event loop to deliver it on")
                 return
+        # Always through the loop's callback queue, from its own thread too: the run reports
+        # from the loop thread and from the core's threads, and one FIFO keeps their order.
         try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._put(loop, event)
-        elif loop.is_closed():
+            loop.call_soon_threadsafe(self._put, loop, event)
+        except RuntimeError:  # the loop is closed
             self._drop("its run's event loop is closed")
-        else:
-            try:
-                loop.call_soon_threadsafe(self._put, loop, event)
-            except RuntimeError:  # closed between the check and the call
-                self._drop("its run's event loop is closed")
 
     def _put(self, loop: asyncio.AbstractEventLoop, event: EventModel) -> None:
         with self._lock:
@@ -162,6 +155,7 @@ class EventOutbox:
         """Waits up to ``timeout`` seconds for this loop's queued events to be delivered;
         returns whether they all were."""
         loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # events submitted before this call reach the queue first
         with self._lock:
             q = self._queues.get(loop)
             task = q.task if q is not None else None
