@@ -264,3 +264,11 @@ IMPORTS = [
 def test_runtime_imports_first_in_any_order(statements: str) -> None:
     r = subprocess.run([sys.executable, "-c", statements], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_sync_stream_delivers_the_run_events() -> None:
+    rec = Recorder()
+    chunks = list(tool_graph(rec).stream({"messages": [Message.text_message("add")]}, {"thread_id": "ss"}))
+    assert chunks and rec.events[-1].event_type == EventType.END
+    assert all(e.metadata["is_stream"] is True for e in rec.events)
+    assert [e.node_name for e in rec.events if e.event == Event.TOOL_EXECUTION] == ["add", "add"]

@@ -379,6 +379,8 @@ class CompiledGraph(Generic[StateT]):
                         break
             finally:
                 await agen.aclose()
+                if self._outbox is not None:  # the private loop ends with the run (see invoke)
+                    await self._outbox.flush(SYNC_EVENT_FLUSH_SECONDS)
 
         def worker() -> None:
             try:
