@@ -95,7 +95,7 @@ def attach_remote_tools(builder: StateGraph[Any], tools: list[Any], node_name: s
             else:
                 schemas.append(dict(t))
         grouped[node_name] = schemas
-    targets = {}
+    targets: dict[str, Any] = {}
     for name in grouped:
         node = builder.nodes.get(name)
         if node is None:

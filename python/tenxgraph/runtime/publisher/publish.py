@@ -194,8 +194,8 @@ def publish_event(event: EventModel, publisher: BasePublisher | None = None, tas
     if task_manager is not None:
         task_manager.create_task(_publish_logged(publisher, event))
         return
-    loop = current[1] if current is not None else None
-    outbox_for(publisher).submit(event, loop)
+    run_loop = current[1] if current is not None else None
+    outbox_for(publisher).submit(event, run_loop)
 
 
 async def _publish_logged(publisher: BasePublisher, event: EventModel) -> None:
