@@ -150,3 +150,23 @@ async def test_resume_routes_past_the_paused_node_on_every_backend(checkpointer,
     assert done["messages"][-1].text() == "done: 3 | CLIP"
     state = await checkpointer.aget_state(cfg)
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "tool", "assistant"]
+
+
+@pytest.mark.asyncio
+async def test_a_streamed_run_pauses_and_resumes_the_same_way(checkpointer, make_thread) -> None:
+    from tenxgraph.core.state import StreamEvent
+
+    app = build(checkpointer)
+    cfg = {"thread_id": make_thread()}
+    chunks = [c async for c in app.astream({"messages": [Message.text_message("hi")]}, cfg,
+                                           response_granularity="full")]
+    shown = [c.message for c in chunks if c.event == StreamEvent.MESSAGE and c.message is not None]
+    assert any(b.type == "remote_tool_call" for m in shown for b in m.content)
+    paused = [c.data for c in chunks if c.event == StreamEvent.UPDATES and c.data.get("status") == "interrupted"]
+    assert paused == [{"status": "interrupted", "reason": "remote_tool_call", "node": "tools"}]
+    state = await checkpointer.aget_state(cfg)
+    assert state.execution_meta.interrupt_reason == "remote_tool_call"
+    assert [m.role for m in state.context] == ["user", "assistant", "tool"]
+    answer = Message.tool_message([ToolResultBlock(call_id="c2", output="CLIP", status="completed")])
+    texts = [c.message.text() async for c in app.astream({"messages": [answer]}, cfg) if c.message is not None]
+    assert texts[-1] == "done: 3 | CLIP"

@@ -165,16 +165,29 @@ class EventOutbox:
         return bool(done)
 
 
-_outboxes: dict[int, EventOutbox] = {}
+_strong: dict[int, EventOutbox] = {}  # publishers that take no attribute (__slots__)
 _outboxes_lock = threading.Lock()
+_ATTR = "_tenxgraph_outbox"
 
 
 def outbox_for(publisher: BasePublisher) -> EventOutbox:
-    """The outbox of ``publisher`` (one per publisher object, made on first use)."""
+    """The outbox of ``publisher`` (one per publisher object, made on first use). It lives on
+    the publisher, so a graph built per request with its own publisher leaves nothing behind."""
+    box = getattr(publisher, _ATTR, None)
+    if isinstance(box, EventOutbox) and box.publisher is publisher:
+        return box
     with _outboxes_lock:
-        box = _outboxes.get(id(publisher))
-        if box is None or box.publisher is not publisher:
-            box = _outboxes[id(publisher)] = EventOutbox(publisher)
+        box = getattr(publisher, _ATTR, None)
+        if isinstance(box, EventOutbox) and box.publisher is publisher:
+            return box
+        box = EventOutbox(publisher)
+        try:
+            setattr(publisher, _ATTR, box)
+        except (AttributeError, TypeError):
+            held = _strong.get(id(publisher))
+            if held is not None and held.publisher is publisher:
+                return held
+            _strong[id(publisher)] = box
         return box
 
 
