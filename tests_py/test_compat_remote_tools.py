@@ -135,6 +135,9 @@ def test_attach_remote_tools_checks_everything_first() -> None:
     app.attach_remote_tools([CLIPBOARD])
     assert g.nodes["tools"].func.remote_tool_names == ["read_clipboard"]
     assert [t["function"]["name"] for t in g.nodes["tools"].func.all_tools_sync()] == ["read_clipboard"]
+    # As in 10xGraph, attaching again sets the node's client tools anew.
+    app.attach_remote_tools([{"type": "function", "function": {"name": "pick_file", "description": "Pick"}}], "tools")
+    assert g.nodes["tools"].func.remote_tool_names == ["pick_file"]
 
 
 @pytest.mark.asyncio
@@ -163,7 +166,8 @@ async def test_a_streamed_run_pauses_and_resumes_the_same_way(checkpointer, make
     shown = [c.message for c in chunks if c.event == StreamEvent.MESSAGE and c.message is not None]
     assert any(b.type == "remote_tool_call" for m in shown for b in m.content)
     paused = [c.data for c in chunks if c.event == StreamEvent.UPDATES and c.data.get("status") == "interrupted"]
-    assert paused == [{"status": "interrupted", "reason": "remote_tool_call", "node": "tools"}]
+    assert paused == [{"status": "interrupted", "reason": "Remote tool call - graph interrupted",  # 10xGraph's text
+                       "interrupt_reason": "remote_tool_call", "node": "tools"}]
     state = await checkpointer.aget_state(cfg)
     assert state.execution_meta.interrupt_reason == "remote_tool_call"
     assert [m.role for m in state.context] == ["user", "assistant", "tool"]

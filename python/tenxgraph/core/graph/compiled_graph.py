@@ -110,8 +110,10 @@ def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: 
         chunks.append(emitter.make(StreamEvent.UPDATES, data={"status": "stopped",
                                    "reason": "Graph execution stopped by request"}, status="stopped"))
     elif exec_meta["status"] in ("interrupted_before", "interrupted_after"):
-        data: dict[str, Any] = {"status": "interrupted", "reason": exec_meta.get("interrupt_reason"),
-                                "node": exec_meta.get("interrupted_node")}
+        reason = exec_meta.get("interrupt_reason")
+        data: dict[str, Any] = {"status": "interrupted", "reason": reason, "node": exec_meta.get("interrupted_node")}
+        if reason == "remote_tool_call":  # the text 10xGraph's clients look for
+            data.update(reason="Remote tool call - graph interrupted", interrupt_reason=reason)
         if exec_meta.get("interrupt_data") and "interrupt" in exec_meta["interrupt_data"]:
             data["interrupt"] = exec_meta["interrupt_data"]["interrupt"]
         chunks.append(emitter.make(StreamEvent.UPDATES, data=data, status="interrupted"))
