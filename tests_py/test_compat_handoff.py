@@ -16,7 +16,10 @@ from tenxgraph.prebuilt.tools import create_handoff_tool, is_handoff_tool
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 from tenxgraph.testing import CrashKit
 from tenxgraph.core.graph import ToolNode
-from tenxgraph.core.state import Message
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.core.state.message_block import TextBlock
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.utils import END
 from tests_py.kit_agents.handoff import build
 
 SCRIPT = r"""
@@ -87,8 +90,8 @@ def test_handoff_tool_shape() -> None:
     assert tool.__name__ == "transfer_to_billing" and tool.__doc__ == "Transfer control to billing agent"
     assert tool.__handoff_tool__ is True and tool.__target_agent__ == "billing"
     assert ToolNode([tool]).get_local_tool()[0]["function"]["parameters"] == {"type": "object", "properties": {}}
-    direct = tool()
-    assert direct.role == "tool" and direct.text() == "Handoff to billing"
+    direct = tool()  # called outside a graph, as 10xGraph's: a tool message with a TextBlock
+    assert direct.role == "tool" and isinstance(direct.content[0], TextBlock) and direct.text() == "Handoff to billing"
     assert is_handoff_tool("transfer_to_billing") == (True, "billing")
     assert is_handoff_tool("transfer_to_") == (False, None)
     with pytest.raises(ValueError, match="cannot be empty"):
@@ -117,3 +120,30 @@ def test_a_crashed_handoff_node_resumes_to_the_agent(crash_kit: CrashKit) -> Non
     done = crash_kit.resume(target, "h-1")
     assert done.status == "completed" and done.last == "researched: notes on otters; Handoff to researcher", done
     crash_kit.effects.assert_exactly_once("lookup")  # answered from the ledger on resume
+
+
+@pytest.mark.asyncio
+async def test_a_tool_of_your_own_named_transfer_to_runs_as_itself() -> None:
+    moved = []
+
+    def transfer_to_savings(amount: int) -> str:
+        """Move money to savings."""
+        moved.append(amount)
+        return f"moved {amount}"
+
+    def model(state: AgentState) -> list[Message]:
+        if state.context[-1].role == "tool":
+            return [Message.text_message("ok: " + state.context[-1].text(), role="assistant")]
+        return [Message(role="assistant", content=[], tools_calls=[{"id": "t1", "type": "function", "function": {
+            "name": "transfer_to_savings", "arguments": '{"amount": 5}'}}])]
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([transfer_to_savings]))
+    g.set_entry_point("model")
+    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
+                            {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    out = await g.compile(checkpointer=InMemoryCheckpointer()).ainvoke(
+        {"messages": [Message.text_message("save 5")]}, {"thread_id": "own"})
+    assert moved == [5] and out["messages"][-1].text() == "ok: moved 5"
