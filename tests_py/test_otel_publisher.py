@@ -130,3 +130,25 @@ async def test_the_resumed_run_trace_shows_calls_answered_from_the_ledger(crash_
         assert span.attributes["tenxgraph.tool.from_ledger"] is (name not in ran_here), (name, ran_here)
     (run,) = _by_name(exporter, "tenxgraph.graph")
     assert run.attributes["tenxgraph.graph.thread_id"] == "order-1"
+
+
+def test_without_opentelemetry_the_module_imports_and_the_publisher_says_what_to_install() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'opentelemetry': raise ImportError('not installed')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from tenxgraph.runtime.publisher import *\n"
+        "from tenxgraph.runtime.publisher import OtelPublisher\n"
+        "try:\n"
+        "    OtelPublisher()\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert 'pip install "10xgraph[otel]"' in r.stdout
