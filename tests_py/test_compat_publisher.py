@@ -77,7 +77,11 @@ async def main():
         rec = Rec()
         app = build(kind, rec)
         try:
-            await app.ainvoke({"messages": [Message.text_message("hi")]}, config={"thread_id": kind})
+            if kind == "stream":
+                async for _ in app.astream({"messages": [Message.text_message("hi")]}, config={"thread_id": kind}):
+                    pass
+            else:
+                await app.ainvoke({"messages": [Message.text_message("hi")]}, config={"thread_id": kind})
         except Exception as exc:
             result[kind + "_raised"] = type(exc).__name__
         deadline = time.monotonic() + 30
@@ -106,3 +110,18 @@ def test_same_event_trajectory_as_10xgraph(oracle, kind: str) -> None:
                                                 ["node_execution", "end", "__start__"],
                                                 ["node_execution", "start", "model"]]
         assert ["tool_execution", "end", "add"] in ours[kind]["trajectory"]
+
+
+def test_same_node_trajectory_when_streamed(oracle) -> None:
+    theirs, ours = oracle.run_both(SCRIPT, env={"KIND": "stream"})
+
+    def nodes(t: list) -> list:
+        return [e for e in t if e[0] == "node_execution"]
+
+    assert nodes(ours["stream"]["trajectory"]) == nodes(theirs["stream"]["trajectory"])
+    assert ours["stream"]["graph_last"] == theirs["stream"]["graph_last"] == ["end"]
+    # 10xGraph's stream path names every tool event "ToolNode"; tenxgraph names them for the tool,
+    # as on invoke.
+    assert [e for e in theirs["stream"]["trajectory"] if e[0] == "tool_execution"] == []
+    assert [e for e in ours["stream"]["trajectory"] if e[0] == "tool_execution"] == [
+        ["tool_execution", "start", "add"], ["tool_execution", "end", "add"]]

@@ -18,7 +18,7 @@ from tenxgraph import END, START, AgentState, Message, StateGraph  # noqa: E402
 from tenxgraph.core.graph.tool_node import ToolNode  # noqa: E402
 from tenxgraph.runtime.publisher.otel_publisher import OtelPublisher, setup_tracing  # noqa: E402
 from tenxgraph.runtime.publisher.publish import outbox_for  # noqa: E402
-from tenxgraph.storage.checkpointer import SqliteCheckpointer  # noqa: E402
+from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer  # noqa: E402
 from tests_py.kit_agents.support import DONE, charge_card, lookup_order, model, route, send_receipt  # noqa: E402
 from tests_py.publisher_graphs import Recorder, tool_graph  # noqa: E402
 
@@ -106,15 +106,21 @@ def _support_graph(checkpointer, publisher):
     return graph.compile(checkpointer=checkpointer)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, sqlite_db: str) -> str:
+    return sqlite_db if request.param == "sqlite" else request.getfixturevalue("pg_dsn")
+
+
 @pytest.mark.asyncio
-async def test_the_resumed_run_trace_shows_calls_answered_from_the_ledger(crash_kit) -> None:
+async def test_the_resumed_run_trace_shows_calls_answered_from_the_ledger(crash_kit, db: str) -> None:
     # SIGKILL in a child right after charge_card's result reached the ledger, mid tool node.
     crashed = crash_kit.run_until_crash(TARGET, "order-1", failpoints="after_record:charge_card=kill",
-                                        input="charge order 4821")
+                                        input="charge order 4821", db=db)
     assert crashed.killed, crashed
     exporter, tracer = _tracer()
     pub = OtelPublisher(tracer=tracer)
-    app = _support_graph(SqliteCheckpointer(crash_kit.db), pub)
+    cp = PgCheckpointer(db) if db.startswith("postgres") else SqliteCheckpointer(db)
+    app = _support_graph(cp, pub)
     out = await app.ainvoke({}, {"thread_id": "order-1"})
     await outbox_for(pub).flush(30)
     assert out["messages"][-1].text() == DONE
@@ -130,6 +136,7 @@ async def test_the_resumed_run_trace_shows_calls_answered_from_the_ledger(crash_
         assert span.attributes["tenxgraph.tool.from_ledger"] is (name not in ran_here), (name, ran_here)
     (run,) = _by_name(exporter, "tenxgraph.graph")
     assert run.attributes["tenxgraph.graph.thread_id"] == "order-1"
+    await app.aclose()
 
 
 def test_without_opentelemetry_the_module_imports_and_the_publisher_says_what_to_install() -> None:
