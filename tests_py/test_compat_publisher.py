@@ -66,8 +66,8 @@ def trajectory(seen):
                 continue
             if not out or out[-1] != [ev, phase, node]:
                 out.append([ev, phase, node])
-    last = [p for e, p, _ in seen if e == "graph_execution"][-1:]
-    return {"trajectory": out, "graph_last": last}
+    graph = [p for e, p, _ in seen if e == "graph_execution"]
+    return {"trajectory": out, "graph_last": graph[-1:], "graph_first": graph[:1]}
 
 async def main():
     # One graph per process: 10xGraph binds the publisher in a process-wide container, and a
@@ -105,6 +105,9 @@ def test_same_event_trajectory_as_10xgraph(oracle, kind: str) -> None:
     assert ours.get(kind + "_raised") == theirs.get(kind + "_raised")
     expected_last = {"tools": ["end"], "error": ["error"], "before": ["end"]}[kind]
     assert ours[kind]["graph_last"] == expected_last
+    # 10xGraph changes an event after publishing it, before its publisher gets it: the run's START
+    # arrives as PROGRESS. tenxgraph's events are never changed once queued.
+    assert theirs[kind]["graph_first"] == ["progress"] and ours[kind]["graph_first"] == ["start"]
     if kind == "tools":
         assert ours[kind]["trajectory"][:3] == [["node_execution", "start", "__start__"],
                                                 ["node_execution", "end", "__start__"],
