@@ -21,6 +21,7 @@ enum Behave {
     Hang,
     Sleep(u64),
     Goto(&'static str),
+    Pause,
 }
 
 #[derive(Default)]
@@ -100,13 +101,14 @@ impl NodeHost for TestHost {
                 std::future::pending::<()>().await;
             }
             Behave::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-            Behave::Say | Behave::Goto(_) => {}
+            Behave::Say | Behave::Goto(_) | Behave::Pause => {}
         }
         let mut live = self.live.lock().unwrap();
         live.counter += 1;
         let id = format!("{node}-{}", exec.step);
         live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "role": "assistant", "node": node}) });
-        Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None } })
+        let pause = matches!(behave, Behave::Pause).then(|| "remote_tool_call".to_owned());
+        Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None }, pause })
     }
 
     fn eval_condition(&self, _index: usize) -> Result<RouteValue, BoxError> {
@@ -399,4 +401,24 @@ async fn graph_validation_codes() {
     g.interrupt_after = vec!["zzz".into()];
     assert!(matches!(g.validate(), Err(EngineError::Graph { code: "GRAPH_004", .. })));
     assert!(linear(&["a", "b"]).validate().is_ok());
+}
+
+#[tokio::test]
+async fn a_node_that_pauses_is_committed_and_the_resume_routes_past_it() {
+    for store in stores().await {
+        let g = linear(&["a", "b", "c"]);
+        let nodes = [("a", Behave::Say), ("b", Behave::Pause), ("c", Behave::Say)];
+        let host = TestHost::new(&nodes, &["x"]);
+        let out = run(&g, &*store, &host, &cfg("pause"), NEW).await.unwrap();
+        assert_eq!(host.calls(), ["a", "b"]);
+        assert_eq!(out.exec.status, ExecStatus::InterruptedAfter);
+        assert_eq!(out.exec.current_node, "b"); // the next node is worked out on resume
+        assert_eq!(out.exec.interrupt_reason.as_deref(), Some("remote_tool_call"));
+        let stored = store.load(&ThreadRef::new("pause", "u")).await.unwrap().unwrap();
+        assert_eq!(stored.state["counter"], 2); // b's step is committed with the pause
+        let host2 = TestHost::new(&nodes, &["result"]);
+        let out = run(&g, &*store, &host2, &cfg("pause"), NEW).await.unwrap();
+        assert_eq!(host2.calls(), ["c"]); // b does not run again
+        assert_eq!(out.exec.status, ExecStatus::Completed);
+    }
 }

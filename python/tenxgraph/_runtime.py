@@ -9,6 +9,7 @@ with the thread's history.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
 import json
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message_block import RemoteToolCallBlock
+from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
 
 STATE_META_KEY = "__state_meta__"
+# 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
+REMOTE_TOOL_REASON = "remote_tool_call"
 _PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
 
 
@@ -104,6 +109,10 @@ class Run:
         # The context's message objects as of the last commit (see snapshot).
         self._committed: list[Message] = []
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
+        self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
+        # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never
+        # in the context.
+        self.remote_calls: list[Message] = []
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
         self.known: Held | None = None
@@ -145,6 +154,12 @@ class Run:
                 )
         self.known = None  # used, or outdated: either way not needed again
         self._check_resume(state)
+        if self.events is not None and self.input_messages and not self.has_resume:
+            # A turn that starts at the entry point (10xGraph ran START as a node first); the
+            # stored status is the core's, so this reads where the core is about to start.
+            meta = json.loads(exec_json)
+            if meta["current_node"] == self.graph._builder.entry_point and meta["step"] == 0:
+                self.events.start_node_ran(0)
         stored_len = len(state.context)
         self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
@@ -180,15 +195,30 @@ class Run:
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
+        events = self.events
+        step = state.execution_meta.step
+        if events is not None:
+            events.node_start(name, step)
         token = activate(name, answers)
         try:
             with log_fields(node=name):
                 result = await node.call(state, config)
+        except (Exception, asyncio.CancelledError) as exc:
+            if events is not None:
+                events.node_error(name, step, exc)
+            raise
         finally:
             deactivate(token)
         produced_before = len(self.produced)
-        goto = self._absorb(result, state, pre_len, pre_last)
+        try:
+            goto = self._absorb(result, state, pre_len, pre_last)
+        except Exception as exc:
+            if events is not None:
+                events.node_error(name, step, exc)
+            raise
         _clear_answers(self.state)  # the node finished: its answers are spent
+        if events is not None:
+            events.node_end(name, step, self.produced[produced_before:], goto)
         if self.emitter is not None:
             for m in self.produced[produced_before:]:
                 self.emitter.message(m, "node_invoked", name, now=False)
@@ -240,7 +270,16 @@ class Run:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
-        step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        events = self.events
+        if events is not None:
+            events.node_start(name, state.execution_meta.step)
+            events.tools_begun(name)
+        try:
+            step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        except Exception as exc:
+            if events is not None:
+                events.node_error(name, state.execution_meta.step, exc)
+            raise
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:
@@ -255,14 +294,29 @@ class Run:
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
         # Called from a Rust thread, outside the run's context: its log fields are set here.
         with log_fields(**self._log_fields(node=name)):
-            return self._tool_steps[name].accept_replay(index, envelope_json)
+            step = self._tool_steps[name]
+            accepted = step.accept_replay(index, envelope_json)
+            if accepted and self.events is not None:
+                call = step.calls[index]
+                self.events.tool_start(name, index, call.call_id, call.name, call.arguments, True)
+                self.events.tool_end(name, index, call.call_id, call.name, call.arguments, step.replays[index], True)
+            return accepted
 
     async def run_tool(self, name: str, index: int, idempotency_key: str | None,
                        ledger_key: str | None = None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
         step = self._tool_steps[name]
+        events = self.events
+        call = step.calls[index]
+        if events is not None:
+            events.tool_start(name, index, call.call_id, call.name, call.arguments, False)
         with log_fields(node=name, tool=step.calls[index].name):
             out = await step.run(index, config, idempotency_key, ledger_key)
+        if events is not None:
+            message = Message.model_validate(json.loads(out[0])["value"])
+            if not _is_remote_call(message):
+                events.tool_end(name, index, call.call_id, call.name, call.arguments, message, False,
+                                error=message.text() or "tool error" if out[2] else None)
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out
@@ -283,20 +337,41 @@ class Run:
         self.emitter.message(Message.model_validate(value), "tool_result", name, now=True)
         step.streamed.add(index)
 
-    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | None:
+    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | tuple[str | None, str | None] | None:
         step = self._tool_steps.pop(name)
         messages = step.finish(items)
         state = self.state
         assert state is not None
+        # Calls the client runs: their placeholders go back to the caller, not into the context,
+        # and the run pauses after this node until the client sends the results.
+        remote = [m for m in messages if _is_remote_call(m)]
+        if remote:
+            messages = [m for m in messages if not _is_remote_call(m)]
+        goto = handoff_target(step)
         self._index.append(state, messages)
         self.produced.extend(messages)
         _clear_answers(state)
+        events = self.events
+        if events is not None:
+            by_call = {m.metadata.get("tool_call_id"): m for m in messages}
+            for index, call in enumerate(step.calls):
+                kind, payload = items[index]
+                if kind in ("timeout", "failed"):
+                    events.tool_end(name, index, call.call_id, call.name, call.arguments, by_call.get(call.call_id),
+                                    False, error=str(payload))
+                elif not (remote and any(_remote_id(m) == call.call_id for m in remote)):
+                    events.tool_end(name, index, call.call_id, call.name, call.arguments, by_call.get(call.call_id),
+                                    kind == "replayed")
+            events.node_end(name, state.execution_meta.step, messages, goto)
         if self.emitter is not None:
             for index, m in enumerate(messages):
                 if index not in step.streamed:  # replayed from the ledger, timed out or failed
                     self.emitter.message(m, "tool_result", name, now=False)
             self._stream_update("node_invoked", name, now=False)
-        return None
+        if remote:
+            self.remote_calls = remote
+            return (goto, REMOTE_TOOL_REASON)
+        return goto
 
     # -- results ---------------------------------------------------------------------------
 
@@ -308,6 +383,7 @@ class Run:
         if last_user is not None:
             messages.append(last_user)
         messages.extend(m for m in self.produced if m is not last_user)
+        messages.extend(self.remote_calls)
         if granularity == "low":  # copies: the live state may be kept for the thread's next run
             messages = [_copy_message(m) for m in messages]
         usage = _token_usage(messages)
@@ -346,21 +422,20 @@ class Run:
     def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
+        new: list[Message] = []
         if isinstance(result, Command):
             goto = result.goto
             if result.state is not None:
                 result_state = _require_state(result.state)
+                # The messages the node added to the state it hands over are its output, like
+                # those of a returned state: reported by invoke and streamed.
+                new = _added(result_state, pre_len, pre_last)
                 self.state = state = result_state
             result = result.update
-        new: list[Message] = []
         if isinstance(result, AgentState):
             if result is not state:
                 self.state = result
-            ctx = result.context
-            if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
-                new = list(ctx[pre_len:])
-            else:
-                new = []  # the node rewrote its context: the next snapshot stores it whole
+            new = _added(result, pre_len, pre_last)
         elif result is not None:
             items = result if isinstance(result, list) else [result]
             seen_new: set[Any] = set()
@@ -389,6 +464,23 @@ class Run:
         em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
         if meta.get("error") is not None:
             em.internal_data["error"] = meta["error"]
+
+
+def _added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:
+    """The messages appended to ``state.context`` since it had ``pre_len`` ending in ``pre_last``
+    (none when the node rewrote its context: the next snapshot stores it whole)."""
+    ctx = state.context
+    if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
+        return list(ctx[pre_len:])
+    return []
+
+
+def _is_remote_call(m: Message) -> bool:
+    return any(isinstance(b, RemoteToolCallBlock) for b in m.content)
+
+
+def _remote_id(m: Message) -> str | None:
+    return next((b.id for b in m.content if isinstance(b, RemoteToolCallBlock)), None)
 
 
 def _clear_answers(state: AgentState | None) -> None:

@@ -18,6 +18,7 @@ from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
+from tenxgraph.prebuilt.tools.handoff import handoff_call_target, handoff_message
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, interrupt, pending_interrupt
 
 __all__ = ["ToolStep"]
@@ -149,6 +150,11 @@ class ToolStep:
         if not isinstance(args, dict):
             msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
             return _envelope(msg), False, True
+        target = handoff_call_target(self.tool_node, call.name)
+        if target is not None:
+            # A handoff: answered here with a tool result, recorded like any call; the node then
+            # routes to the target (Run.finish_tools).
+            return _envelope(handoff_message(target, call.call_id or "")), True, False
         state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)

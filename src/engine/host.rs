@@ -8,6 +8,10 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default)]
 pub struct NodeOutput {
     pub goto: Option<String>,
+    /// The run pauses after this node, with this reason (a tool node whose calls the client runs:
+    /// `remote_tool_call`). The node's step is committed; the next node is worked out when the
+    /// thread resumes, from the context the client's results were added to.
+    pub pause: Option<String>,
 }
 
 /// What a condition returned, reduced to what routing needs.

@@ -182,6 +182,10 @@ async fn run_leased<H: NodeHost + ?Sized>(
     }
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
     let mut skip_before = None;
+    // A pause for the client's tools is answered by its results: the run goes on past that node.
+    let resume_after = (previous == ExecStatus::InterruptedAfter
+        && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
+    .then(|| exec.current_node.clone());
     match previous {
         ExecStatus::Completed => {
             exec.current_node = entry.clone();
@@ -269,7 +273,8 @@ async fn run_leased<H: NodeHost + ?Sized>(
         }
     }
     let signal = StopSignals::global().subscribe(&key);
-    let result = match run.drive(skip_before, &signal).await {
+    let resume_after = if input.start_node.is_some() { None } else { resume_after };
+    let result = match run.drive(skip_before, resume_after, &signal).await {
         // A state the store cannot hold ends the run like a node that raised: the thread is left
         // in the error status (not `running`, which would wedge it), with the error named.
         Err(e) if run.unserialisable => run.fail(e).await,
@@ -288,6 +293,9 @@ fn without_context(state: &Value) -> Value {
         _ => state.clone(),
     }
 }
+
+/// `interrupt_reason` while a tool node waits for the client to run its remote calls (10xGraph's).
+pub const REMOTE_TOOL_REASON: &str = "remote_tool_call";
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     fn outcome(&self, stopped: bool) -> RunOutcome {
@@ -458,7 +466,21 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         Ok(self.outcome(true))
     }
 
-    async fn drive(&mut self, mut skip_before: Option<String>, signal: &Arc<StopSignal>) -> Result<RunOutcome, EngineError> {
+    async fn drive(
+        &mut self,
+        mut skip_before: Option<String>,
+        resume_after: Option<String>,
+        signal: &Arc<StopSignal>,
+    ) -> Result<RunOutcome, EngineError> {
+        if let Some(node) = resume_after {
+            self.step_node = node.clone();
+            let next = match self.route(&node, None) {
+                Ok(n) => n,
+                Err(e) => return self.fail(e).await,
+            };
+            self.exec.step += 1;
+            self.exec.current_node = next;
+        }
         loop {
             if self.exec.current_node == END {
                 self.exec.status = ExecStatus::Completed;
@@ -510,22 +532,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 }
             };
             self.step_node = node.clone();
-            let next = match out.goto {
-                Some(g) => g,
-                None => match next_node(&node, &self.graph.edges, |i| self.host.eval_condition(i)) {
-                    Ok(n) => n,
-                    Err(e) => return self.fail(e).await,
-                },
-            };
-            // 10xGraph let an unknown name through and failed later with a bare KeyError.
-            if !self.graph.has_node(&next) || next == super::START {
-                let err = EngineError::graph(
-                    "GRAPH_ROUTING_002",
-                    format!("Node '{node}' routed to '{next}', which is not a node of this graph"),
-                    json!({"from_node": node, "to_node": next}),
-                );
-                return self.fail(err).await;
+            if let Some(reason) = out.pause {
+                // current_node stays: the resumed run routes past it (see resume_after).
+                self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, None);
+                self.commit_final().await?;
+                return Ok(self.outcome(false));
             }
+            let next = match self.route(&node, out.goto) {
+                Ok(n) => n,
+                Err(e) => return self.fail(e).await,
+            };
             self.exec.step += 1;
             self.exec.current_node = next.clone();
             if self.graph.interrupt_after.contains(&node) {
@@ -542,6 +558,23 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             self.commit(self.cfg.durable_every_step).await?;
         }
+    }
+
+    /// The node after `node`: its `Command(goto=...)`, else its edges.
+    fn route(&self, node: &str, goto: Option<String>) -> Result<String, EngineError> {
+        let next = match goto {
+            Some(g) => g,
+            None => next_node(node, &self.graph.edges, |i| self.host.eval_condition(i))?,
+        };
+        // 10xGraph let an unknown name through and failed later with a bare KeyError.
+        if !self.graph.has_node(&next) || next == super::START {
+            return Err(EngineError::graph(
+                "GRAPH_ROUTING_002",
+                format!("Node '{node}' routed to '{next}', which is not a node of this graph"),
+                json!({"from_node": node, "to_node": next}),
+            ));
+        }
+        Ok(next)
     }
 
     /// Runs a node under its deadline while watching for a stop request. Returning early drops the

@@ -127,7 +127,7 @@ impl NodeHost for PyHost {
         })
         .map_err(classify)?;
         let out = task.await.map_err(classify)?;
-        Python::attach(|py| Ok(NodeOutput { goto: out.bind(py).extract()? })).map_err(classify)
+        Python::attach(|py| node_output(out.bind(py))).map_err(classify)
     }
 
     fn eval_condition(&self, index: usize) -> Result<RouteValue, BoxError> {
@@ -272,8 +272,16 @@ impl NodeHost for PyHost {
             .collect();
         Python::attach(|py| {
             let r = self.run.bind(py).call_method1("finish_tools", (node, items))?;
-            Ok(NodeOutput { goto: r.extract()? })
+            node_output(&r)
         })
         .map_err(classify)
     }
+}
+
+/// A node's Python result: None, a goto name, or `(goto or None, pause reason or None)`.
+fn node_output(r: &Bound<'_, PyAny>) -> PyResult<NodeOutput> {
+    if let Ok((goto, pause)) = r.extract::<(Option<String>, Option<String>)>() {
+        return Ok(NodeOutput { goto, pause });
+    }
+    Ok(NodeOutput { goto: r.extract()?, pause: None })
 }

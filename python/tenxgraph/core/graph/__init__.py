@@ -10,6 +10,7 @@ _LAZY = {
     "CompiledGraph": "tenxgraph.core.graph.compiled_graph",
     "Edge": "tenxgraph.core.graph.edge",
     "Node": "tenxgraph.core.graph.node",
+    "RemoteToolConfig": "tenxgraph.core.graph.remote_tool",
     "StateGraph": "tenxgraph.core.graph.state_graph",
     "ToolNode": "tenxgraph.core.graph.tool_node",
 }

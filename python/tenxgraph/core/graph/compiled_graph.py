@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
 from tenxgraph._runtime import Run
+from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
+from tenxgraph.core.graph.remote_tool import RemoteToolConfig, attach_remote_tools
+from tenxgraph.runtime.publisher.publish import activate as activate_publisher
+from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
+from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -64,6 +69,8 @@ def resolve_timeout(config: dict[str, Any], key: str, default: float) -> float |
 
 
 ON_BUSY = ("reject", "wait", "interrupt")
+# How long a sync invoke() waits for its run's last events to reach a slow publisher.
+SYNC_EVENT_FLUSH_SECONDS = 1.0
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_LEASE_TTL_SECONDS = 5.0
 
@@ -103,8 +110,10 @@ def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: 
         chunks.append(emitter.make(StreamEvent.UPDATES, data={"status": "stopped",
                                    "reason": "Graph execution stopped by request"}, status="stopped"))
     elif exec_meta["status"] in ("interrupted_before", "interrupted_after"):
-        data: dict[str, Any] = {"status": "interrupted", "reason": exec_meta.get("interrupt_reason"),
-                                "node": exec_meta.get("interrupted_node")}
+        reason = exec_meta.get("interrupt_reason")
+        data: dict[str, Any] = {"status": "interrupted", "reason": reason, "node": exec_meta.get("interrupted_node")}
+        if reason == "remote_tool_call":  # the text 10xGraph's clients look for
+            data.update(reason="Remote tool call - graph interrupted", interrupt_reason=reason)
         if exec_meta.get("interrupt_data") and "interrupt" in exec_meta["interrupt_data"]:
             data["interrupt"] = exec_meta["interrupt_data"]["interrupt"]
         chunks.append(emitter.make(StreamEvent.UPDATES, data=data, status="interrupted"))
@@ -172,6 +181,8 @@ class CompiledGraph(Generic[StateT]):
         self.shutdown_timeout = shutdown_timeout
         self._closed = False
         self._recover_on_start = _recovery_options(recover_on_start)
+        self._publisher = getattr(builder, "publisher", None)
+        self._outbox = outbox_for(self._publisher) if self._publisher is not None else None
         self.recovery: asyncio.Task[Any] | None = None
         edges = []
         cond_index: dict[int, int] = {}
@@ -253,6 +264,27 @@ class CompiledGraph(Generic[StateT]):
                                   resume_only: bool = False) -> dict[str, Any]:
         node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
         tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
+        loop = asyncio.get_running_loop()
+        if self._outbox is not None:
+            run.events = RunEvents(self._outbox, loop, cfg)
+            run.events.graph_start()
+        # Nodes and tools of this run (started from the context copied below) reach the graph's
+        # publisher through publish_event(event).
+        token = activate_publisher(self._outbox, loop)
+        try:
+            outcome = await self._run_native(run, cfg, node_timeout, tool_timeout, streaming, resume_only)
+        except Exception as exc:
+            if run.events is not None:
+                run.events.graph_error(run.state, exc)
+            raise
+        finally:
+            deactivate_publisher(token)
+        if run.events is not None and not outcome.get("nothing_to_resume"):
+            run.events.graph_end(run.state, run.response("full")["messages"], outcome)
+        return outcome
+
+    async def _run_native(self, run: Run, cfg: dict[str, Any], node_timeout: float | None,
+                          tool_timeout: float | None, streaming: bool, resume_only: bool) -> dict[str, Any]:
         raw = await self._native.run(
             run,
             asyncio.get_running_loop(),
@@ -349,6 +381,8 @@ class CompiledGraph(Generic[StateT]):
                         break
             finally:
                 await agen.aclose()
+                if self._outbox is not None:  # the private loop ends with the run (see invoke)
+                    await self._outbox.flush(SYNC_EVENT_FLUSH_SECONDS)
 
         def worker() -> None:
             try:
@@ -427,7 +461,28 @@ class CompiledGraph(Generic[StateT]):
         config: dict[str, Any] | None = None,
         response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
     ) -> dict[str, Any]:
-        return run_sync(self.ainvoke(input_data, config, response_granularity))
+        return run_sync(self._ainvoke_delivered(input_data, config, response_granularity))
+
+    async def _ainvoke_delivered(self, input_data: dict[str, Any], config: dict[str, Any] | None,
+                                 response_granularity: ResponseGranularity | str) -> dict[str, Any]:
+        """Sync ``invoke`` ends its private loop with the run: the run's last events get a short,
+        bounded chance to reach the publisher first (a hung publisher costs at most that)."""
+        try:
+            return await self.ainvoke(input_data, config, response_granularity)
+        finally:
+            if self._outbox is not None:
+                await self._outbox.flush(SYNC_EVENT_FLUSH_SECONDS)
+
+    def attach_remote_tools(self, tools: list[dict[str, Any] | RemoteToolConfig], node_name: str | None = None) -> None:
+        """Declares tools the client runs (10xGraph's client-side tools) on a ToolNode.
+
+        ``tools``: ``RemoteToolConfig`` values (or their flat dict form, each naming its
+        ``node``) when ``node_name`` is None; otherwise OpenAI function schemas for ``node_name``.
+        When the model calls one, the tool node answers its other calls, the run pauses after the
+        node (``interrupt_reason == "remote_tool_call"``) and returns a ``RemoteToolCallBlock``
+        message per client call; invoke the thread again with ``{"messages": [tool results]}``
+        to go on. The pause is a committed state: it survives a restart."""
+        attach_remote_tools(self._builder, tools, node_name)
 
     async def astop(self, config: dict[str, Any]) -> dict[str, Any]:
         """Asks the run on this thread (and user) to stop; a node in flight is cancelled."""
@@ -451,12 +506,29 @@ class CompiledGraph(Generic[StateT]):
         await self._finish_recovery()
         self._closed = True
         self._live.clear()
+        result: dict[str, Any] = {"status": "closed"}
+        if self._publisher is not None:
+            result["publisher"] = await self._close_publisher(max(self.shutdown_timeout / 3, 0.1))
         try:
             await asyncio.wait_for(self._checkpointer.arelease(), timeout=max(self.shutdown_timeout / 3, 0.1))
         except Exception as exc:  # closing must not raise past the caller's cleanup
             _log.warning("checkpointer release failed: %s", exc)
-            return {"status": "closed", "checkpointer": f"error: {exc}"}
-        return {"status": "closed", "checkpointer": "released"}
+            result["checkpointer"] = f"error: {exc}"
+            return result
+        result["checkpointer"] = "released"
+        return result
+
+    async def _close_publisher(self, bound: float) -> str:
+        """Delivers what is still queued, then closes the publisher: both within ``bound``."""
+        assert self._outbox is not None and self._publisher is not None
+        deadline = time.monotonic() + bound
+        delivered = await self._outbox.flush(bound)
+        try:
+            await asyncio.wait_for(self._publisher.close(), timeout=max(deadline - time.monotonic(), 0.01))
+        except Exception as exc:  # noqa: BLE001 - a publisher never fails the caller's cleanup
+            _log.warning("publisher close failed: %r", exc)
+            return f"error: {exc!r}"
+        return "closed" if delivered else "closed (undelivered events dropped)"
 
     async def _finish_recovery(self) -> None:
         task = self.recovery

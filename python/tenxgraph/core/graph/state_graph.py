@@ -25,6 +25,28 @@ def _is_tool_node(func: Any) -> bool:
     return isinstance(func, ToolNode)
 
 
+def _as_publisher(publisher: Any) -> Any:
+    """10xGraph's rule: a list becomes a CompositePublisher, an empty one none at all. Anything
+    without an async ``publish`` is refused here, not at the first event."""
+    if publisher is None:
+        return None
+    if isinstance(publisher, (list, tuple)):
+        if not publisher:
+            return None
+        for p in publisher:
+            _check_publisher(p)
+        from tenxgraph.runtime.publisher.composite_publisher import CompositePublisher
+
+        return CompositePublisher(list(publisher))
+    _check_publisher(publisher)
+    return publisher
+
+
+def _check_publisher(p: Any) -> None:
+    if not callable(getattr(p, "publish", None)):
+        raise TypeError(f"publisher must be a BasePublisher (with an async publish(event)), got {type(p).__name__}")
+
+
 def _identity(state: Any, config: Any = None, **_: Any) -> Any:
     return state
 
@@ -33,7 +55,8 @@ class StateGraph(Generic[StateT]):
     """Build a graph of nodes over a pydantic state, then ``compile()`` it.
 
     ``state`` is an AgentState instance or subclass; it is the prototype each new thread starts
-    from (deep-copied). ``publisher``, ``container`` and ``context_manager`` are accepted for
+    from (deep-copied). ``publisher`` (a BasePublisher or a list of them) receives the run's
+    events (tenxgraph.runtime.publisher). ``container`` and ``context_manager`` are accepted for
     compatibility with 10xGraph and are not used by the core loop.
     """
 
@@ -55,7 +78,7 @@ class StateGraph(Generic[StateT]):
             raise TypeError(f"state must be an AgentState instance or subclass, got {type(state).__name__}")
         self._state: StateT = state  # type: ignore[assignment]
         self.context_manager = context_manager
-        self.publisher = publisher
+        self.publisher = _as_publisher(publisher)
         self.container = container
         if id_generator is not None:
             set_id_generator(id_generator.generate)

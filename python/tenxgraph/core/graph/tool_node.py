@@ -297,6 +297,25 @@ class ToolNode:
         self._schemas[name] = schema
         self._funcs[name] = fn
 
+    def set_remote_tool(self, schemas: list[dict[str, Any]]) -> None:
+        """Sets the tools the client runs (OpenAI or flat ``{name, description, parameters}``
+        schemas), replacing any set before, as 10xGraph does: a call to one pauses the run after
+        this node (see ``CompiledGraph.attach_remote_tools``). Checked whole before anything
+        changes: a schema without a name, or with a local tool's name, raises ``ValueError``."""
+        tools: list[dict[str, Any]] = []
+        names: list[str] = []
+        for schema in schemas:
+            name = _remote_schema_name(schema)
+            if name is None:
+                raise ValueError(f"remote tool schema without a name: {schema!r}")
+            if name in self._funcs:
+                raise ValueError(f"remote tool '{name}' has the name of a local tool of this ToolNode")
+            if name in names:
+                raise ValueError(f"Duplicate remote tool name '{name}'")
+            names.append(name)
+            tools.append(_to_openai(schema))
+        self.remote_tools, self.remote_tool_names = tools, names
+
     @property
     def tool_names(self) -> list[str]:
         return list(self._funcs)

@@ -1,0 +1,39 @@
+"""Runtime components: the event publishers (``tenxgraph.runtime.publisher``).
+
+10xGraph's ``runtime`` also holds the LLM response converters (``adapters``) and the agent
+protocols (``protocols``); they belong to the LLM layer, which tenxgraph provides separately.
+Names load lazily (PEP 562), so ``tenxgraph.runtime`` and its submodules import in any order.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "BasePublisher": "tenxgraph.runtime.publisher.base_publisher",
+    "CompositePublisher": "tenxgraph.runtime.publisher.composite_publisher",
+    "ConsolePublisher": "tenxgraph.runtime.publisher.console_publisher",
+    "ContentType": "tenxgraph.runtime.publisher.events",
+    "Event": "tenxgraph.runtime.publisher.events",
+    "EventModel": "tenxgraph.runtime.publisher.events",
+    "EventType": "tenxgraph.runtime.publisher.events",
+    "publish_event": "tenxgraph.runtime.publisher.publish",
+}
+
+__all__ = sorted([*_LAZY, "publisher"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "publisher":
+        return importlib.import_module("tenxgraph.runtime.publisher")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenxgraph.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

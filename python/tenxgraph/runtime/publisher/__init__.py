@@ -1,0 +1,41 @@
+"""Publishers: where a graph's events go.
+
+A publisher receives one ``EventModel`` per point of a run: the graph's start, progress and end
+(or error / interruption), each node's start and end, each tool call's start and end. Give one
+to ``StateGraph(publisher=...)`` (a list becomes a ``CompositePublisher``). ``ConsolePublisher``
+prints each event, for debugging; ``OtelPublisher`` (extra ``otel``) turns them into spans.
+Delivery never holds up a run: see :mod:`tenxgraph.runtime.publisher.publish` for the bounded
+outbox, its deadlines and its counters. Names load lazily, so any submodule imports first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "BasePublisher": "tenxgraph.runtime.publisher.base_publisher",
+    "CompositePublisher": "tenxgraph.runtime.publisher.composite_publisher",
+    "ConsolePublisher": "tenxgraph.runtime.publisher.console_publisher",
+    "ContentType": "tenxgraph.runtime.publisher.events",
+    "Event": "tenxgraph.runtime.publisher.events",
+    "EventModel": "tenxgraph.runtime.publisher.events",
+    "EventType": "tenxgraph.runtime.publisher.events",
+    "OtelPublisher": "tenxgraph.runtime.publisher.otel_publisher",
+    "publish_event": "tenxgraph.runtime.publisher.publish",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tenxgraph.runtime.publisher' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
