@@ -18,6 +18,7 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
+from tenxgraph import _node_context
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -181,10 +182,13 @@ class Run:
         pre_last = state.context[-1].message_id if pre_len else None
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(name, answers)
+        sink = self.emitter.delta_sink(name) if self.emitter is not None else None
+        node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
         try:
             with log_fields(node=name):
                 result = await node.call(state, config)
         finally:
+            _node_context.reset(node_token)
             deactivate(token)
         produced_before = len(self.produced)
         goto = self._absorb(result, state, pre_len, pre_last)

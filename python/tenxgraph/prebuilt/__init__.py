@@ -1,0 +1,1 @@
+"""Prebuilt agents (``tenxgraph.prebuilt.agent``) and tools (``tenxgraph.prebuilt.tools``)."""
