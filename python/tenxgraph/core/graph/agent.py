@@ -211,7 +211,6 @@ class Agent(BaseAgent):
         on_delta = ctx.emit_delta if ctx is not None and config.get("is_stream") else None
         reply = await self._call_llm_with_retry(messages, tools or None, stream=on_delta is not None,
                                                 on_delta=on_delta)
-        reply.metadata.setdefault("node_name", config.get("_node_name"))
         # The reply's id is the provider's completion id. A server that repeats ids (some
         # OpenAI-compatible ones do) would make this turn look like an earlier message: dropped as
         # a duplicate, and its tool calls keyed like the earlier ones in the ledger.

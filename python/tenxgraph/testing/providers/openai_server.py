@@ -114,7 +114,7 @@ class OpenAIStandIn:
         class Handler(_Handler):
             owner = stand_in
 
-        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        self._server = _Server((self._host, self._port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stand-in", daemon=True)
         self._thread.start()
@@ -214,6 +214,15 @@ class OpenAIStandIn:
 
     def _completion_id(self, n: int) -> str:
         return f"chatcmpl-{self._prefix}-{n}"
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # a client that hung up (a timeout, a killed process): nothing to report
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
