@@ -1,0 +1,81 @@
+"""10xGraph's quick start (ReactAgent) and "build your own graph" (Agent + ToolNode) against the
+local OpenAI stand-in, on SQLite and PostgreSQL: the pause in refund_order, the approval, and a
+SIGKILL after the refund's side effect whose resume does not refund again."""
+
+from __future__ import annotations
+
+import pytest
+
+from tenxgraph.testing import CrashKit, EffectCounter
+from tenxgraph.testing.providers import OpenAIStandIn
+
+TARGETS = ["tests_py.llm_agents.quickstart:build_react", "tests_py.llm_agents.quickstart:build_own_graph"]
+ASK = "Order A-1001 arrived broken, please refund it."
+
+
+@pytest.fixture
+def llm():
+    with OpenAIStandIn() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, sqlite_db: str) -> str:
+    return request.getfixturevalue("pg_dsn") if request.param == "postgres" else sqlite_db
+
+
+def _script_turn(llm: OpenAIStandIn) -> None:
+    llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+    llm.reply_tool_calls(("refund_order", {"order_id": "A-1001", "amount": 42.0}))
+
+
+def _tool_texts(request_messages: list[dict]) -> list[str]:
+    return [m["content"] for m in request_messages if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["quick_start", "own_graph"])
+def test_pause_approve_kill_after_refund_resume(target: str, db: str, llm: OpenAIStandIn, tmp_path,
+                                                effects: EffectCounter) -> None:
+    kit = CrashKit(tmp_path / "kit", db=db, effects=effects)
+    _script_turn(llm)
+    # 1. The first turn: lookup_order runs, then refund_order pauses for the reviewer.
+    paused = kit.resume(target, "t-refund", input=ASK, env=llm.env)
+    assert paused.status.startswith("interrupted"), paused.status
+    assert effects.count("lookup_order") == 1 and effects.count("refund_order") == 0
+    assert len(llm.requests) == 2
+    first = llm.requests[0].body
+    assert [t["function"]["name"] for t in first["tools"]] == ["lookup_order", "refund_order"]
+    assert first["messages"][-1] == {"role": "user", "content": ASK}
+
+    # 2. Approved; the process is killed after the refund returned and its ledger row committed,
+    #    before the tool node's step commits.
+    crashed = kit.run_until_crash(target, "t-refund", input={"resume": {"approved": True}},
+                                  failpoints="after_record:refund_order=kill", env=llm.env)
+    assert crashed.killed
+    assert effects.count("refund_order") == 1
+    assert len(llm.requests) == 2  # the model was not asked anything before the kill
+
+    # 3. A fresh process resumes: the refund comes from the ledger, the model gets its result.
+    llm.reply_text("Refunded $42.0 for order A-1001.")
+    resumed = kit.resume(target, "t-refund", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "Refunded $42.0 for order A-1001."
+    assert effects.count("refund_order") == 1
+    assert effects.count("lookup_order") == 1
+    last_request = llm.requests[-1].messages
+    assert _tool_texts(last_request)[-1] == "Refunded $42.0 for order A-1001."
+    assert [m["role"] for m in last_request] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert llm.pending == 0 and llm.unscripted == 0
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["quick_start", "own_graph"])
+def test_declined_refund_never_refunds(target: str, db: str, llm: OpenAIStandIn, tmp_path,
+                                       effects: EffectCounter) -> None:
+    kit = CrashKit(tmp_path / "kit", db=db, effects=effects)
+    _script_turn(llm)
+    kit.resume(target, "t-decline", input=ASK, env=llm.env)
+    llm.reply_text("The reviewer declined the refund.")
+    done = kit.resume(target, "t-decline", input={"resume": {"approved": False}}, env=llm.env)
+    assert done.status == "completed"
+    assert effects.count("refund_order") == 0
+    assert _tool_texts(llm.requests[-1].messages)[-1] == "Refund declined by reviewer."
