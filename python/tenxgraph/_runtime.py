@@ -14,6 +14,8 @@ import gc
 import json
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
@@ -440,7 +442,10 @@ def _input_messages(input_data: Any) -> list[Message]:
 
 def _copy_message(m: Message) -> Message:
     """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``."""
-    return type(m).model_validate(m.model_dump(round_trip=True))
+    out = type(m).model_validate(m.model_dump(round_trip=True))
+    if isinstance(m.parsed_content, BaseModel):  # structured output stays the caller's model class
+        out.parsed_content = m.parsed_content.model_copy(deep=True)
+    return out
 
 
 def _state_update(input_data: dict[str, Any]) -> dict[str, Any]:

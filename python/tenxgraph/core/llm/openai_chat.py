@@ -100,7 +100,7 @@ def completion_to_message(response: Any, parsed: Any = None) -> Message:
     usage = _usage(getattr(response, "usage", None))
     choice = response.choices[0] if response.choices else None
     meta: dict[str, Any] = {"provider": "openai", "model": response.model}
-    raw = response.model_dump(mode="json") if hasattr(response, "model_dump") else None
+    raw = response.model_dump(mode="json", warnings=False) if hasattr(response, "model_dump") else None
     if choice is None:
         _log.warning("the OpenAI reply %s has no choices", response.id)
         meta["finish_reason"] = "UNKNOWN"
@@ -199,7 +199,7 @@ async def call_chat(client: Any, *, model: str, messages: list[dict[str, Any]], 
     if output_schema is not None:
         if not tools:
             response = await client.chat.completions.parse(model=model, messages=messages,
-                                                           response_format=output_schema, stream=False, **kwargs)
+                                                           response_format=output_schema, **kwargs)
             return completion_to_message(response)
         response = await client.chat.completions.create(model=model, messages=messages,
                                                         response_format=_schema_format(output_schema), **kwargs)
