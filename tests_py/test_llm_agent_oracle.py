@@ -1,0 +1,116 @@
+"""Differential: the quick start (ReactAgent) on 10xGraph 0.10.0 and on tenxgraph, each through its
+own OpenAI path and the real SDK, against the same scripted stand-in. The requests the model gets
+and the messages the caller gets must match (ids aside: a user message's id is random)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tenxgraph.testing.providers import OpenAIStandIn
+
+QUICK_START = """
+import asyncio
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import ReactAgent
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+from tenxgraph.utils import interrupt
+
+
+def lookup_order(order_id: str) -> str:
+    \"\"\"Look up an order by id.\"\"\"
+    return f"order {order_id}: delivered, total 42.00"
+
+
+def refund_order(order_id: str, amount: float) -> str:
+    \"\"\"Refund an order. Requires approval.\"\"\"
+    decision = interrupt({"amount": amount}, message=f"Refund ${amount}?")
+    if not decision.get("approved"):
+        return "Refund declined by reviewer."
+    return f"Refunded ${amount} for order {order_id}."
+
+
+app = ReactAgent(
+    model="openai/gpt-4o-mini",
+    system_prompt=[{"role": "system", "content": "You are a support agent for an online store."}],
+    tools=[lookup_order, refund_order],
+).compile(checkpointer=InMemoryCheckpointer())
+
+
+async def main():
+    config = {"thread_id": "1"}
+    r1 = await app.ainvoke({"messages": [Message.text_message("Order A-1001 arrived broken, please refund it.")]},
+                           config=config)
+    r2 = await app.ainvoke({"resume": {"approved": True}}, config)
+    return r1, r2
+
+
+def view(m):
+    d = m.model_dump(mode="json")
+    for k in ("timestamp", "raw"):
+        d.pop(k, None)
+    if m.role != "assistant":
+        d.pop("message_id")  # random
+    return d
+
+
+r1, r2 = asyncio.run(main())
+emit({"first": [view(m) for m in r1["messages"]], "second": [view(m) for m in r2["messages"]],
+      "usage": [r1["token_usage"], r2["token_usage"]]})
+"""
+
+SYNC_TWICE = """
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import ReactAgent
+app = ReactAgent(model="openai/gpt-4o-mini", system_prompt=[{"role": "system", "content": "hi"}]).compile()
+out = []
+for text in ("a", "b"):
+    try:
+        out.append(app.invoke({"messages": [Message.text_message(text)]}, {"thread_id": "s"})["messages"][-1].text())
+    except Exception as exc:
+        out.append(f"{type(exc).__name__}: {exc}")
+emit(out)
+"""
+
+
+def _script(llm: OpenAIStandIn) -> None:
+    llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+    llm.reply_tool_calls(("refund_order", {"order_id": "A-1001", "amount": 42.0}))
+    llm.reply_text("Refunded $42.0 for order A-1001.")
+
+
+def _oracle_has_openai(oracle) -> None:
+    probe = oracle.run_theirs("import importlib.util as u\nemit(u.find_spec('openai') is not None)")
+    if not probe:
+        pytest.skip("the 10xGraph venv has no openai SDK: "
+                    f"{oracle.python} -m pip install openai")
+
+
+def test_quick_start_same_requests_and_messages(oracle) -> None:
+    _oracle_has_openai(oracle)
+    runs = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn(id_prefix="oracle") as llm:
+            _script(llm)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            runs[side] = (run(QUICK_START, env=llm.env), [r.body for r in llm.requests])
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert len(their_requests) == 3
+    assert our_requests == their_requests
+    assert ours == theirs
+
+
+def test_sync_invoke_twice(oracle) -> None:
+    """10xGraph 0.10's sync invoke fails the second call of an OpenAI agent ('Event loop is
+    closed': its SDK client outlives the loop of the first call). Ours answers both."""
+    _oracle_has_openai(oracle)
+    results = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn() as llm:
+            llm.reply_text("one")
+            llm.reply_text("two")
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            results[side] = run(SYNC_TWICE, env=llm.env)
+    assert results["ours"] == ["one", "two"]
+    assert results["theirs"][0] == "one" and "Event loop is closed" in results["theirs"][1]
