@@ -79,3 +79,20 @@ def test_declined_refund_never_refunds(target: str, db: str, llm: OpenAIStandIn,
     assert done.status == "completed"
     assert effects.count("refund_order") == 0
     assert _tool_texts(llm.requests[-1].messages)[-1] == "Refund declined by reviewer."
+
+
+def test_the_example_runs_as_written(tmp_path) -> None:
+    """``python examples/react_agent.py``: pause, approval, SIGKILL after the refund, resume; one refund."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "react_agent.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TENXGRAPH_EFFECTS")}
+    r = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=240, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "paused (interrupted_before) in TOOL: 'Refund $42.0?'" in r.stdout
+    assert "child killed (exit -9); refunds issued so far: 1" in r.stdout
+    assert "== refunds issued: 1 (model requests: 3)" in r.stdout
