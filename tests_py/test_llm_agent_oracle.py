@@ -114,3 +114,79 @@ def test_sync_invoke_twice(oracle) -> None:
             results[side] = run(SYNC_TWICE, env=llm.env)
     assert results["ours"] == ["one", "two"]
     assert results["theirs"][0] == "one" and "Event loop is closed" in results["theirs"][1]
+
+
+STREAM = """
+import asyncio
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import ReactAgent
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+
+def lookup_order(order_id: str) -> str:
+    \"\"\"Look up an order by id.\"\"\"
+    return f"order {order_id}: delivered"
+
+
+app = ReactAgent(model="openai/gpt-4o-mini", system_prompt=[{"role": "system", "content": "S"}],
+                 tools=[lookup_order]).compile(checkpointer=InMemoryCheckpointer())
+
+
+async def main():
+    out = []
+    async for c in app.astream({"messages": [Message.text_message("Where is A-1001?")]}, {"thread_id": "2"}):
+        m = c.message
+        if m is not None and m.role != "user":
+            out.append({"role": m.role, "delta": m.delta, "text": m.text(), "calls": m.tools_calls or None,
+                        "node": c.metadata.get("node")})
+    return out
+
+emit(asyncio.run(main()))
+"""
+
+
+def _stream_both(oracle, script_replies) -> dict:
+    out = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn() as llm:
+            script_replies(llm)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            out[side] = (run(STREAM, env=llm.env), [r.body for r in llm.requests])
+    return out
+
+
+def test_streamed_text_turn_same_deltas_and_message(oracle) -> None:
+    _oracle_has_openai(oracle)
+    runs = _stream_both(oracle, lambda llm: llm.reply_text("It was delivered yesterday.", pieces=3))
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert their_requests[0]["stream"] is True and our_requests[0]["stream"] is True
+
+    def deltas(chunks):  # 10xGraph also yields empty deltas (the role and finish chunks); we do not
+        return [c["text"] for c in chunks if c["delta"] and c["text"]]
+
+    def finals(chunks):
+        return [(c["role"], c["text"], c["calls"]) for c in chunks if not c["delta"]]
+
+    assert deltas(ours) == deltas(theirs) == ["It was de", "livered y", "esterday."]
+    assert finals(ours) == finals(theirs) == [("assistant", "It was delivered yesterday.", None)]
+    assert all(c["node"] == "MAIN" for c in ours + theirs)
+
+
+def test_streamed_tool_call_in_pieces(oracle) -> None:
+    """OpenAI streams a tool call as its id and name, then its arguments in pieces. 10xGraph 0.10
+    keeps only a call whose id and complete arguments come in one chunk, so it loses the call and
+    the turn ends without running the tool; we put it back together and run it."""
+    _oracle_has_openai(oracle)
+
+    def script(llm):
+        llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+        llm.reply_text("Delivered.")
+
+    runs = _stream_both(oracle, script)
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert len(their_requests) == 1 and [c["calls"] for c in theirs if not c["delta"]] == [None]
+    assert len(our_requests) == 2
+    assert [(c["role"], c["text"]) for c in ours if not c["delta"]] == [
+        ("assistant", ""), ("tool", "order A-1001: delivered"), ("assistant", "Delivered.")]
+    assert our_requests[1]["messages"][-1] == {"role": "tool", "content": "order A-1001: delivered",
+                                               "tool_call_id": "call_1"}
