@@ -365,3 +365,60 @@ def test_request_options_and_reasoning(llm: OpenAIStandIn) -> None:
     assert first["reasoning_effort"] == "medium"  # 10xGraph's default reasoning config
     assert "reasoning_effort" not in second
     assert json.dumps(first).find("timeout") == -1
+
+
+def test_tool_turn_and_streamed_turn_on_every_backend(llm: OpenAIStandIn, checkpointer, make_thread) -> None:
+    app = react().compile(checkpointer=checkpointer)
+    thread = make_thread("backend")
+    llm.reply_tool_calls(("weather", {"city": "Lima"}))
+    llm.reply_text("Sunny in Lima.")
+    out = ask(app, "Lima?", thread=thread)
+    assert [m.role for m in out["messages"]] == ["user", "assistant", "tool", "assistant"]
+    # The second turn, streamed, sees the first turn's history as stored by this backend.
+    llm.reply_text("Still sunny.", pieces=2)
+
+    async def stream():
+        return [c async for c in app.astream({"messages": [Message.text_message("And now?")]}, {"thread_id": thread})]
+
+    chunks = asyncio.run(stream())
+    deltas = [c.message.text() for c in chunks if c.message is not None and c.message.delta]
+    assert "".join(deltas) == "Still sunny." and len(deltas) == 2
+    sent = llm.requests[-1].messages
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert sent[2]["tool_calls"][0]["function"]["name"] == "weather"
+    state = asyncio.run(checkpointer.aget_state({"thread_id": thread}))
+    assert [m.text() for m in state.context if m.role == "assistant" and not m.tools_calls] == [
+        "Sunny in Lima.", "Still sunny."]
+    assert not any(m.delta for m in state.context)  # deltas are never stored
+    asyncio.run(app.aclose())
+
+
+def test_a_hung_model_is_bounded_by_node_timeout(llm: OpenAIStandIn) -> None:
+    from tenxgraph.core.exceptions import NodeTimeoutError
+
+    llm.reply_hang()
+    app = react(retry_config=False).compile()
+    with pytest.raises(NodeTimeoutError) as err:
+        ask(app, "hi", node_timeout=1.0)
+    assert err.value.error_code == "NODE_TIMEOUT_001"
+    llm.release()
+
+
+def test_stop_ends_a_hung_model_call(llm: OpenAIStandIn) -> None:
+    llm.reply_hang()
+    cp = InMemoryCheckpointer()
+    app = react(retry_config=False).compile(checkpointer=cp)
+
+    async def go():
+        run = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "stop"}))
+        for _ in range(2000):  # the request reached the provider: the node is inside the model call
+            if llm.requests:
+                break
+            await asyncio.sleep(0.01)
+        assert llm.requests, "the model was never called"
+        assert (await app.astop({"thread_id": "stop"}))["running"] is True
+        return await asyncio.wait_for(run, 60)
+
+    out = asyncio.run(go())
+    assert [m.role for m in out["messages"]] == ["user"]
+    llm.release()

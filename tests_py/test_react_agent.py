@@ -96,3 +96,21 @@ def test_the_example_runs_as_written(tmp_path) -> None:
     assert "paused (interrupted_before) in TOOL: 'Refund $42.0?'" in r.stdout
     assert "child killed (exit -9); refunds issued so far: 1" in r.stdout
     assert "== refunds issued: 1 (model requests: 3)" in r.stdout
+
+
+def test_streamed_quick_start_killed_after_refund(db: str, llm: OpenAIStandIn, tmp_path, effects: EffectCounter) -> None:
+    """The same story over astream: the guarantees do not depend on the path."""
+    target = TARGETS[0]
+    kit = CrashKit(tmp_path / "kit", db=db, effects=effects)
+    _script_turn(llm)
+    paused = kit.resume(target, "t-stream", input=ASK, env=llm.env, stream=True)
+    assert paused.status.startswith("interrupted"), paused.status
+    crashed = kit.run_until_crash(target, "t-stream", input={"resume": {"approved": True}}, stream=True,
+                                  failpoints="after_record:refund_order=kill", env=llm.env)
+    assert crashed.killed and effects.count("refund_order") == 1
+    llm.reply_text("Refunded $42.0 for order A-1001.")
+    resumed = kit.resume(target, "t-stream", env=llm.env, stream=True)
+    assert resumed.status == "completed"
+    assert resumed.last == "Refunded $42.0 for order A-1001."
+    assert effects.count("refund_order") == 1
+    assert all(r.stream for r in llm.requests)
