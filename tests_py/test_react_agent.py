@@ -114,3 +114,32 @@ def test_streamed_quick_start_killed_after_refund(db: str, llm: OpenAIStandIn, t
     assert resumed.last == "Refunded $42.0 for order A-1001."
     assert effects.count("refund_order") == 1
     assert all(r.stream for r in llm.requests)
+
+
+# docs/testing-kit.md (section 6) shows this test verbatim (the next test checks it).
+def test_refund_after_a_crash(crash_kit):
+    with OpenAIStandIn() as llm:
+        llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+        llm.reply_tool_calls(("refund_order", {"order_id": "A-1001", "amount": 42.0}))
+        target = "tests_py.llm_agents.quickstart:build_react"
+        paused = crash_kit.resume(target, "t-1", input="Refund order A-1001", env=llm.env)
+        assert paused.status == "interrupted_before"  # refund_order waits for the reviewer
+
+        crashed = crash_kit.run_until_crash(target, "t-1", input={"resume": {"approved": True}},
+                                            failpoints="after_record:refund_order=kill", env=llm.env)
+        assert crashed.killed  # after the refund, before the tool node's step committed
+
+        llm.reply_text("Refunded.")
+        assert crash_kit.resume(target, "t-1", env=llm.env).last == "Refunded."
+        assert crash_kit.effects.count("refund_order") == 1  # answered from the ledger on resume
+        assert llm.requests[-1].messages[-1] == {
+            "role": "tool", "content": "Refunded $42.0 for order A-1001.", "tool_call_id": "call_1"}
+
+
+def test_docs_show_the_stand_in_example_verbatim() -> None:
+    import inspect
+    import textwrap
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "testing-kit.md").read_text()
+    assert textwrap.dedent(inspect.getsource(test_refund_after_a_crash)) in docs

@@ -314,8 +314,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("connection", "close")  # the body ends when the connection does
         self.end_headers()
-        for piece in out:
-            self.wfile.write(piece)
+        for event in out:
+            self.wfile.write(event)
             self.wfile.flush()
         self.close_connection = True
 
