@@ -422,3 +422,78 @@ def test_stop_ends_a_hung_model_call(llm: OpenAIStandIn) -> None:
     out = asyncio.run(go())
     assert [m.role for m in out["messages"]] == ["user"]
     llm.release()
+
+
+def test_circuit_breaker_skips_a_dead_model(llm: OpenAIStandIn) -> None:
+    cfg = RetryConfig(max_retries=0, initial_delay=0, circuit_breaker_enabled=True, circuit_breaker_threshold=1,
+                      circuit_breaker_reset_timeout=3600)
+    llm.reply_error(500, model="gpt-4o-mini")
+    llm.reply_text("fallback 1", model="gpt-4.1-nano")
+    llm.reply_text("fallback 2", model="gpt-4.1-nano")
+    app = react(retry_config=cfg, fallback_models=["gpt-4.1-nano"]).compile()
+    assert ask(app, "a", thread="cb1")["messages"][-1].text() == "fallback 1"
+    assert ask(app, "b", thread="cb2")["messages"][-1].text() == "fallback 2"
+    # The primary failed once, its circuit opened, and the second turn went straight to the fallback.
+    assert [r.body["model"] for r in llm.requests] == ["gpt-4o-mini", "gpt-4.1-nano", "gpt-4.1-nano"]
+
+
+def test_retry_after_header_sets_the_delay(llm: OpenAIStandIn, caplog: pytest.LogCaptureFixture) -> None:
+    llm.reply_error(429, retry_after=0)
+    llm.reply_text("ok")
+    cfg = RetryConfig(max_retries=1, initial_delay=25, max_delay=30)
+    with caplog.at_level("WARNING", logger="tenxgraph.agent"):
+        assert ask(react(retry_config=cfg).compile(), "x")["messages"][-1].text() == "ok"
+    assert any("retrying in 0.0s" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_readme_quick_start_and_stream_as_written(llm: OpenAIStandIn) -> None:
+    """The README's quick start (sync invoke, pause, resume) and its "Stream it" snippet, with only
+    the model string changed."""
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+    from tenxgraph.utils import interrupt
+
+    def lookup_order(order_id: str) -> dict:
+        """Look up an order by id."""
+        return {"order_id": order_id, "status": "delivered", "total": 42.00}
+
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an order. Requires approval."""
+        decision = interrupt({"amount": amount}, message=f"Refund ${amount}?")
+        if not decision.get("approved"):
+            return "Refund declined by reviewer."
+        return f"Refunded ${amount} for order {order_id}."
+
+    llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+    llm.reply_tool_calls(("refund_order", {"order_id": "A-1001", "amount": 42.0}))
+    llm.reply_text("Done, refunded.")
+    llm.reply_text("It was delivered.")
+
+    app = ReactAgent(
+        model="openai/gpt-4o-mini",
+        system_prompt=[{"role": "system", "content": "You are a support agent for an online store."}],
+        tools=[lookup_order, refund_order],
+    ).compile(checkpointer=InMemoryCheckpointer())
+
+    config = {"thread_id": "1"}
+    result = app.invoke(
+        {"messages": [Message.text_message("Order A-1001 arrived broken, please refund it.")]},
+        config=config,
+    )
+    assert result["messages"][-1].tools_calls[0]["function"]["name"] == "refund_order"
+    # The run pauses inside refund_order. After a reviewer approves:
+    result = app.invoke({"resume": {"approved": True}}, config)
+    assert [m.text() for m in result["messages"][-2:]] == ["Refunded $42.0 for order A-1001.", "Done, refunded."]
+
+    async def stream():
+        dumps = []
+        async for chunk in app.astream(
+            {"messages": [Message.text_message("Where is order A-1001?")]},
+            config={"thread_id": "2"},
+        ):
+            dumps.append(chunk.model_dump())
+        return dumps
+
+    dumps = asyncio.run(stream())
+    texts = [d["message"]["content"][0]["text"] for d in dumps
+             if d.get("message") and d["message"]["role"] == "assistant" and d["message"]["content"]]
+    assert texts[-1] == "It was delivered." and "".join(texts[:-1]) == "It was delivered."
