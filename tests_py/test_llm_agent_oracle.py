@@ -190,3 +190,102 @@ def test_streamed_tool_call_in_pieces(oracle) -> None:
         ("assistant", ""), ("tool", "order A-1001: delivered"), ("assistant", "Delivered.")]
     assert our_requests[1]["messages"][-1] == {"role": "tool", "content": "order A-1001: delivered",
                                                "tool_call_id": "call_1"}
+
+
+OWN_GRAPH = QUICK_START.replace('''app = ReactAgent(
+    model="openai/gpt-4o-mini",
+    system_prompt=[{"role": "system", "content": "You are a support agent for an online store."}],
+    tools=[lookup_order, refund_order],
+).compile(checkpointer=InMemoryCheckpointer())''', '''from tenxgraph.core.graph import Agent, StateGraph, ToolNode
+from tenxgraph.core.state import AgentState
+from tenxgraph.utils.constants import END
+
+graph = StateGraph()
+graph.add_node("MAIN", Agent(
+    model="openai/gpt-4o-mini",
+    system_prompt=[{"role": "system", "content": "You are a support agent for an online store."}],
+    tool_node="TOOL",
+))
+graph.add_node("TOOL", ToolNode([lookup_order, refund_order]))
+
+
+def route(state: AgentState) -> str:
+    if state.context and state.context[-1].tools_calls:
+        return "TOOL"
+    return END
+
+
+graph.add_conditional_edges("MAIN", route, {"TOOL": "TOOL", END: END})
+graph.add_edge("TOOL", "MAIN")
+graph.set_entry_point("MAIN")
+app = graph.compile(checkpointer=InMemoryCheckpointer())''')
+
+
+def test_own_graph_same_requests_and_messages(oracle) -> None:
+    assert OWN_GRAPH != QUICK_START
+    _oracle_has_openai(oracle)
+    runs = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn(id_prefix="oracle") as llm:
+            _script(llm)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            runs[side] = (run(OWN_GRAPH, env=llm.env), [r.body for r in llm.requests])
+    assert len(runs["theirs"][1]) == 3
+    assert runs["ours"] == runs["theirs"]
+
+
+STRUCTURED_AND_NO_KEY = """
+import asyncio, os
+from pydantic import BaseModel
+from tenxgraph.core.graph import Agent, StateGraph
+from tenxgraph.core.state import Message
+from tenxgraph.utils.constants import END
+
+
+class Verdict(BaseModel):
+    refund: bool
+    reason: str
+
+
+g = StateGraph()
+g.add_node("MAIN", Agent(model="gpt-4o-mini", output_schema=Verdict, retry_config=False))
+g.set_entry_point("MAIN")
+g.add_edge("MAIN", END)
+app = g.compile()
+
+
+async def main():
+    try:
+        out = await app.ainvoke({"messages": [Message.text_message("Refund?")]}, {"thread_id": "so"})
+        return {"parsed": repr(out["messages"][-1].parsed_content)}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+r = asyncio.run(main())
+os.environ.pop("OPENAI_API_KEY")
+try:
+    Agent(model="gpt-4o-mini")
+    r["no_key"] = "constructed"
+except Exception as e:
+    r["no_key"] = type(e).__name__
+    r["no_key_code"] = getattr(e, "error_code", None)
+emit(r)
+"""
+
+
+def test_structured_output_and_a_missing_key(oracle) -> None:
+    """With the openai SDK installed here, 10xGraph 0.10's structured output fails before any
+    request (it passes ``stream=`` to ``parse``); ours parses. Without a key both refuse at
+    construction: 10xGraph with the SDK's untyped OpenAIError, ours with LLM_CONFIG_001."""
+    _oracle_has_openai(oracle)
+    out = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn() as llm:
+            llm.reply_json({"refund": True, "reason": "broken"})
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            out[side] = (run(STRUCTURED_AND_NO_KEY, env=llm.env), len(llm.requests))
+    (theirs, their_requests), (ours, our_requests) = out["theirs"], out["ours"]
+    assert ours["parsed"] == "Verdict(refund=True, reason='broken')" and our_requests == 1
+    assert "unexpected keyword argument 'stream'" in theirs["error"] and their_requests == 0
+    assert theirs["no_key"] == "OpenAIError"
+    assert (ours["no_key"], ours["no_key_code"]) == ("ModelConfigError", "LLM_CONFIG_001")
