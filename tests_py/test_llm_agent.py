@@ -215,6 +215,10 @@ def test_missing_api_key_is_refused_before_any_request(llm: OpenAIStandIn, monke
     ({"model": "gpt-4o", "retry_config": 3}, "LLM_CONFIG_003"),
     ({"model": "gpt-4o", "fallback_models": [42]}, "LLM_CONFIG_003"),
     ({"model": ""}, "LLM_CONFIG_003"),
+    ({"model": "gpt-4o", "system_prompt": "You are a support agent."}, "LLM_CONFIG_003"),
+    ({"model": "gpt-4o", "system_prompt": [{"content": "no role"}]}, "LLM_CONFIG_003"),
+    ({"model": "gpt-4o", "extra_messages": ["a str"]}, "LLM_CONFIG_003"),
+    ({"model": "gpt-4o", "tool_node": 42}, "LLM_CONFIG_003"),
 ])
 def test_bad_agent_options_are_typed(llm: OpenAIStandIn, kwargs: dict, code: str) -> None:
     with pytest.raises(ModelConfigError) as err:

@@ -92,6 +92,7 @@ class Agent(BaseAgent):
         client: Any = kwargs.pop("client", None)
         self.use_vertex_ai = bool(kwargs.pop("use_vertex_ai", os.getenv("GOOGLE_GENAI_USE_VERTEXAI", "false").lower() == "true"))
         super().__init__(model=model, system_prompt=system_prompt or [], tool_node=tool_node, base_url=base_url, **kwargs)
+        _check_prompts(system_prompt, extra_messages)
         for option, value, what in (("skills", skills, "skills"), ("memory", memory, "agent memory"),
                                     ("multimodal_config", multimodal_config, "multimodal input")):
             if value is not None:
@@ -119,6 +120,7 @@ class Agent(BaseAgent):
         self._own_client = client is None
         self.client = client if client is not None else self._new_client()
         self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._constructed_client_taken = False
         if tool_node is not None and not isinstance(tool_node, (str, ToolNode)):
             raise ModelConfigError(f"tool_node must be a ToolNode or the name of one, got {type(tool_node).__name__}",
                                    "LLM_CONFIG_003", {"option": "tool_node"})
@@ -245,8 +247,9 @@ class Agent(BaseAgent):
         loop = asyncio.get_running_loop()
         client = self._loop_clients.get(loop)
         if client is None:
-            client = self.client if not self._loop_clients and not getattr(self, "_client_used", False) else self._new_client()
-            self._client_used = True
+            # The first loop takes the client made by the constructor; later ones get their own.
+            client = self._new_client() if self._constructed_client_taken else self.client
+            self._constructed_client_taken = True
             self._loop_clients[loop] = client
         return client
 
@@ -314,6 +317,21 @@ class Agent(BaseAgent):
                              f"{', '.join(dict.fromkeys(a['model'] for a in attempts))}: {last}", code, context)
         err.__cause__ = last
         return err
+
+
+def _check_prompts(system_prompt: Any, extra_messages: Any) -> None:
+    if system_prompt is not None and not (
+        isinstance(system_prompt, list)
+        and all(isinstance(p, dict) and isinstance(p.get("role"), str) and "content" in p for p in system_prompt)
+    ):
+        raise ModelConfigError(
+            "system_prompt must be a list of message dicts such as [{'role': 'system', 'content': '...'}], "
+            f"got {type(system_prompt).__name__}", "LLM_CONFIG_003", {"option": "system_prompt"})
+    if extra_messages is not None and not (
+        isinstance(extra_messages, list) and all(isinstance(m, Message) for m in extra_messages)
+    ):
+        raise ModelConfigError("extra_messages must be a list of Message", "LLM_CONFIG_003",
+                               {"option": "extra_messages"})
 
 
 def _is_provider_error(exc: BaseException) -> bool:
