@@ -501,3 +501,14 @@ def test_readme_quick_start_and_stream_as_written(llm: OpenAIStandIn) -> None:
     texts = [d["message"]["content"][0]["text"] for d in dumps
              if d.get("message") and d["message"]["role"] == "assistant" and d["message"]["content"]]
     assert texts[-1] == "It was delivered." and "".join(texts[:-1]) == "It was delivered."
+
+
+def test_base_url_argument_and_its_reasoning_body(llm: OpenAIStandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``base_url=`` wins over OPENAI_BASE_URL; with it, 10xGraph also sends the reasoning config
+    in the body (for OpenAI-compatible servers), and so do we."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    llm.reply_text("via base_url")
+    app = react(base_url=llm.base_url, reasoning_config={"effort": "low"}).compile()
+    assert ask(app, "x")["messages"][-1].text() == "via base_url"
+    body = llm.requests[0].body
+    assert body["reasoning_effort"] == "low" and body["reasoning"] == {"effort": "low"}
