@@ -143,3 +143,25 @@ def test_docs_show_the_stand_in_example_verbatim() -> None:
 
     docs = (Path(__file__).resolve().parent.parent / "docs" / "testing-kit.md").read_text()
     assert textwrap.dedent(inspect.getsource(test_refund_after_a_crash)) in docs
+
+
+@pytest.mark.parametrize(("failpoint", "asked_again"), [("in_step_tx:MAIN@1=kill", True),
+                                                         ("after_step:MAIN@1=kill", False)],
+                         ids=["before_the_model_step_commits", "after_it_commits"])
+def test_kill_around_the_model_step(failpoint: str, asked_again: bool, db: str, llm: OpenAIStandIn, tmp_path,
+                                    effects: EffectCounter) -> None:
+    """Killed while the model's reply (its tool calls) is being committed, the turn is asked
+    again on resume; killed after the commit, it is not: the ToolNode runs the committed calls."""
+    target = TARGETS[0]
+    kit = CrashKit(tmp_path / "kit", db=db, effects=effects)
+    llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+    crashed = kit.run_until_crash(target, "t-model", input=ASK, failpoints=failpoint, env=llm.env)
+    assert crashed.killed and len(llm.requests) == 1
+    if asked_again:
+        llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+    llm.reply_text("It was delivered.")
+    resumed = kit.resume(target, "t-model", env=llm.env)
+    assert resumed.status == "completed" and resumed.last == "It was delivered."
+    assert len(llm.requests) == (3 if asked_again else 2)
+    assert effects.count("lookup_order") == 1
+    assert llm.unscripted == 0
