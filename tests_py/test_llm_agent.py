@@ -512,3 +512,36 @@ def test_base_url_argument_and_its_reasoning_body(llm: OpenAIStandIn, monkeypatc
     assert ask(app, "x")["messages"][-1].text() == "via base_url"
     body = llm.requests[0].body
     assert body["reasoning_effort"] == "low" and body["reasoning"] == {"effort": "low"}
+
+
+SYNC_LOOPS = """
+import gc, os
+from tenxgraph.testing.providers import OpenAIStandIn
+llm = OpenAIStandIn().start()
+os.environ.update(llm.env)
+for t in ("a", "b", "c", "d"):
+    llm.reply_text(t)
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import ReactAgent
+app = ReactAgent(model="gpt-4o-mini").compile()
+for t in ("a", "b", "c", "d"):
+    assert app.invoke({"messages": [Message.text_message(t)]}, {"thread_id": "x"})["messages"][-1].text() == t
+gc.collect()
+print("REQUESTS", len(llm.requests))
+llm.close()
+"""
+
+
+def test_sync_invokes_leave_no_connection_open(tmp_path) -> None:
+    """Each sync invoke's loop closes the client it used when it shuts down: no unclosed sockets
+    pile up (they did, one per call, before)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "loops.py"
+    script.write_text(SYNC_LOOPS)
+    r = subprocess.run([sys.executable, "-X", "dev", "-W", "always::ResourceWarning", str(script)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "REQUESTS 4" in r.stdout
+    assert "unclosed" not in r.stderr, r.stderr[-3000:]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
+import contextlib
 from typing import Any
 
 from tenxgraph import _node_context
@@ -119,7 +119,8 @@ class Agent(BaseAgent):
         # Made now so that a missing key or SDK is reported here, before any request.
         self._own_client = client is None
         self.client = client if client is not None else self._new_client()
-        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        # loop -> (client, the async generator that closes it when the loop shuts down)
+        self._loop_clients: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
         self._constructed_client_taken = False
         if tool_node is not None and not isinstance(tool_node, (str, ToolNode)):
             raise ModelConfigError(f"tool_node must be a ToolNode or the name of one, got {type(tool_node).__name__}",
@@ -223,7 +224,7 @@ class Agent(BaseAgent):
 
     async def _call_llm(self, messages: list[dict[str, Any]], tools: list | None = None, stream: bool = False,
                         **kwargs: Any) -> Message:
-        return await self._request(self.model, self._client_for(self.provider), messages, tools, stream,
+        return await self._request(self.model, await self._client_for(self.provider), messages, tools, stream,
                                    kwargs.pop("on_delta", None))
 
     async def _request(self, model: str, client: Any, messages: list[dict[str, Any]], tools: list | None,
@@ -236,21 +237,26 @@ class Agent(BaseAgent):
         return create_client(self.provider, model=self.model, base_url=self.base_url,
                              api_key=self.llm_kwargs.get("api_key"), options=self.llm_kwargs)
 
-    def _client_for(self, provider: str) -> Any:
+    async def _client_for(self, provider: str) -> Any:
         """The agent's client on the running event loop. An SDK client's connections belong to
-        the loop that opened them, and sync ``invoke`` runs each call on a loop of its own: a
-        client made by the agent gets one instance per loop. (Only OpenAI today: fallbacks share
-        the agent's client and base URL.)"""
+        the loop that opened them, and sync ``invoke`` runs each call on a loop of its own
+        (``asyncio.run``): a client made by the agent gets one instance per loop, closed when
+        that loop shuts down. (Only OpenAI today: fallbacks share the agent's client and base URL.)"""
         check_supported(provider, self.model)
         if not self._own_client:
             return self.client
         loop = asyncio.get_running_loop()
-        client = self._loop_clients.get(loop)
-        if client is None:
-            # The first loop takes the client made by the constructor; later ones get their own.
-            client = self._new_client() if self._constructed_client_taken else self.client
-            self._constructed_client_taken = True
-            self._loop_clients[loop] = client
+        entry = self._loop_clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        for old in [lp for lp in self._loop_clients if lp.is_closed()]:
+            del self._loop_clients[old]  # a loop that closed without shutting its generators down
+        # The first loop takes the client made by the constructor; later ones get their own.
+        client = self._new_client() if self._constructed_client_taken else self.client
+        self._constructed_client_taken = True
+        closer = _close_at_loop_shutdown(client)
+        await closer.__anext__()  # now known to the loop: asyncio.run closes it before closing the loop
+        self._loop_clients[loop] = (client, closer)
         return client
 
     def _breaker(self, provider: str, model: str) -> CircuitBreaker | None:
@@ -277,7 +283,7 @@ class Agent(BaseAgent):
                 continue
             if index:
                 _log.info("switching to fallback model %s", model)
-            client = self._client_for(provider)
+            client = await self._client_for(provider)
             for retry in range(retries + 1):
                 try:
                     reply = await self._request(model, client, messages, tools, stream, on_delta)
@@ -317,6 +323,16 @@ class Agent(BaseAgent):
                              f"{', '.join(dict.fromkeys(a['model'] for a in attempts))}: {last}", code, context)
         err.__cause__ = last
         return err
+
+
+async def _close_at_loop_shutdown(client: Any) -> Any:
+    try:
+        yield
+    finally:
+        # Without this a finished loop leaves the client's keep-alive sockets open (unclosed
+        # transports) and the client itself referenced for ever.
+        with contextlib.suppress(Exception):
+            await client.close()
 
 
 def _check_prompts(system_prompt: Any, extra_messages: Any) -> None:
