@@ -289,3 +289,66 @@ def test_structured_output_and_a_missing_key(oracle) -> None:
     assert "unexpected keyword argument 'stream'" in theirs["error"] and their_requests == 0
     assert theirs["no_key"] == "OpenAIError"
     assert (ours["no_key"], ours["no_key_code"]) == ("ModelConfigError", "LLM_CONFIG_001")
+
+
+PARALLEL = """
+import asyncio
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.prebuilt.agent import ReactAgent
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+
+class Trip(AgentState):
+    traveller: str = "Ada"
+
+
+def weather(city: str) -> str:
+    \"\"\"Current weather for a city.\"\"\"
+    return f"sunny in {city}"
+
+
+def local_time(city: str, twenty_four_hours: bool = True) -> str:
+    \"\"\"The local time in a city.\"\"\"
+    return f"14:00 in {city}"
+
+
+app = ReactAgent(model="gpt-4o-mini", state=Trip(), temperature=0.1,
+                 system_prompt=[{"role": "system", "content": "You help {traveller} travel."}],
+                 tools=[weather, local_time]).compile(checkpointer=InMemoryCheckpointer())
+
+
+def view(m):
+    d = m.model_dump(mode="json")
+    for k in ("timestamp", "raw"):
+        d.pop(k, None)
+    if m.role != "assistant":
+        d.pop("message_id")
+    return d
+
+
+async def main():
+    out = []
+    for text in ("Weather and time in Oslo?", "And in Rome?"):
+        r = await app.ainvoke({"messages": [Message.text_message(text)]}, {"thread_id": "p"})
+        out.append([view(m) for m in r["messages"]])
+    return out
+
+emit(asyncio.run(main()))
+"""
+
+
+def test_parallel_calls_state_prompt_and_two_turns(oracle) -> None:
+    _oracle_has_openai(oracle)
+    runs = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn(id_prefix="par") as llm:
+            for city in ("Oslo", "Rome"):
+                llm.reply_tool_calls(("weather", {"city": city}), ("local_time", {"city": city}))
+                llm.reply_text(f"{city}: sunny, 14:00.")
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            runs[side] = (run(PARALLEL, env=llm.env), [r.body for r in llm.requests])
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert len(their_requests) == 4
+    assert their_requests[0]["messages"][0] == {"role": "system", "content": "You help Ada travel."}
+    assert our_requests == their_requests
+    assert ours == theirs
