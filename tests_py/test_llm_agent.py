@@ -545,3 +545,12 @@ def test_sync_invokes_leave_no_connection_open(tmp_path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert "REQUESTS 4" in r.stdout
     assert "unclosed" not in r.stderr, r.stderr[-3000:]
+
+
+def test_sync_stream_yields_the_deltas_too(llm: OpenAIStandIn) -> None:
+    llm.reply_text("one two three", pieces=3)
+    app = react().compile()
+    chunks = list(app.stream({"messages": [Message.text_message("count")]}, {"thread_id": "sync-stream"}))
+    msgs = [c.message for c in chunks if c.message is not None and c.message.role == "assistant"]
+    assert [m.delta for m in msgs] == [True, True, True, False]
+    assert "".join(m.text() for m in msgs[:-1]) == msgs[-1].text() == "one two three"

@@ -198,8 +198,12 @@ async def call_chat(client: Any, *, model: str, messages: list[dict[str, Any]], 
         kwargs["tools"] = tools
     if output_schema is not None:
         if not tools:
-            response = await client.chat.completions.parse(model=model, messages=messages,
-                                                           response_format=output_schema, **kwargs)
+            # ``parse`` left the beta namespace in later SDKs; the extra allows either.
+            completions = client.chat.completions
+            if not hasattr(completions, "parse"):
+                completions = client.beta.chat.completions
+            response = await completions.parse(model=model, messages=messages, response_format=output_schema,
+                                               **kwargs)
             return completion_to_message(response)
         response = await client.chat.completions.create(model=model, messages=messages,
                                                         response_format=_schema_format(output_schema), **kwargs)
