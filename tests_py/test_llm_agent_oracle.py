@@ -138,7 +138,7 @@ async def main():
         m = c.message
         if m is not None and m.role != "user":
             out.append({"role": m.role, "delta": m.delta, "text": m.text(), "calls": m.tools_calls or None,
-                        "node": c.metadata.get("node")})
+                        "node": (c.metadata or {}).get("node")})
     return out
 
 emit(asyncio.run(main()))
@@ -352,3 +352,45 @@ def test_parallel_calls_state_prompt_and_two_turns(oracle) -> None:
     assert their_requests[0]["messages"][0] == {"role": "system", "content": "You help Ada travel."}
     assert our_requests == their_requests
     assert ours == theirs
+
+
+def test_quick_start_on_the_responses_api(oracle) -> None:
+    """The quick start with ``api_style="responses"``: the same Responses requests, the same messages."""
+    _oracle_has_openai(oracle)
+    script = QUICK_START.replace('model="openai/gpt-4o-mini",', 'model="openai/gpt-4o-mini", api_style="responses",')
+    assert script != QUICK_START
+    runs = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn(id_prefix="resp") as llm:
+            _script(llm)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            runs[side] = (run(script, env=llm.env), [(r.path, r.body) for r in llm.requests])
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert [p for p, _ in their_requests] == ["/v1/responses"] * 3
+    assert our_requests == their_requests
+    assert ours == theirs
+
+
+def test_streamed_responses_turn_with_a_tool_call(oracle) -> None:
+    _oracle_has_openai(oracle)
+    script = STREAM.replace('model="openai/gpt-4o-mini",', 'model="openai/gpt-4o-mini", api_style="responses",')
+    assert script != STREAM
+    out = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn() as llm:
+            llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}))
+            llm.reply_text("It was delivered yesterday.", pieces=3)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            out[side] = (run(script, env=llm.env), [(r.path, r.body) for r in llm.requests])
+    (theirs, their_requests), (ours, our_requests) = out["theirs"], out["ours"]
+    assert our_requests == their_requests and len(our_requests) == 2
+
+    def deltas(chunks):
+        return [c["text"] for c in chunks if c["delta"] and c["text"]]
+
+    def finals(chunks):
+        return [(c["role"], c["text"], c["calls"]) for c in chunks if not c["delta"]]
+
+    assert deltas(ours) == deltas(theirs) == ["It was de", "livered y", "esterday."]
+    assert finals(ours) == finals(theirs)
+    assert finals(ours)[0][2][0]["function"] == {"name": "lookup_order", "arguments": '{"order_id": "A-1001"}'}

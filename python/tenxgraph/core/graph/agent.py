@@ -25,7 +25,7 @@ from typing import Any
 from tenxgraph import _node_context
 from tenxgraph.core.graph.base_agent import BaseAgent
 from tenxgraph.core.graph.tool_node import ToolNode
-from tenxgraph.core.llm import openai_chat
+from tenxgraph.core.llm import openai_chat, openai_responses
 from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError
 from tenxgraph.core.llm.messages import to_provider_messages
 from tenxgraph.core.llm.providers import CLIENT_KWARGS, check_supported, create_client, resolve_provider_and_model
@@ -106,8 +106,6 @@ class Agent(BaseAgent):
         if api_style not in ("chat", "responses"):
             raise ModelConfigError(f"Invalid api_style '{api_style}'. Supported: 'chat', 'responses'",
                                    "LLM_CONFIG_003", {"option": "api_style"})
-        if api_style == "responses":
-            raise _not_yet("api_style", "the OpenAI Responses API")
         self.api_style = api_style
         self.output_schema = output_schema
         self.base_url = base_url
@@ -197,8 +195,10 @@ class Agent(BaseAgent):
         view.context = list(state.context)
         return await manager.atrim_context(view)
 
-    def _request_kwargs(self) -> dict[str, Any]:
+    def _request_kwargs(self, style: str = "chat") -> dict[str, Any]:
         kwargs = {k: v for k, v in self.llm_kwargs.items() if k not in _NOT_SENT}
+        if style == "responses":
+            return kwargs  # the reasoning config goes as ``reasoning``
         if self.reasoning_config and self.reasoning_config.get("effort"):
             kwargs.setdefault("reasoning_effort", self.reasoning_config["effort"])
         if self.base_url and self.reasoning_config:
@@ -229,6 +229,20 @@ class Agent(BaseAgent):
 
     async def _request(self, model: str, client: Any, messages: list[dict[str, Any]], tools: list | None,
                        stream: bool, on_delta: Any) -> Message:
+        # Structured output goes through chat completions' parse on either API style (10xGraph's rule).
+        if self.api_style == "responses" and self.output_schema is None:
+            try:
+                return await openai_responses.call_responses(
+                    client, model=model, messages=messages, tools=tools, stream=stream,
+                    call_kwargs=self._request_kwargs("responses"), reasoning=self.reasoning_config,
+                    on_delta=on_delta)
+            except Exception as exc:
+                # An OpenAI-compatible server without the Responses API: 10xGraph then uses chat
+                # completions. Only "no such endpoint" counts here; other errors are retried as usual.
+                if not (self.base_url and status_code(exc) in (404, 405, 501)):
+                    raise
+                _log.warning("the Responses API is not served at %s (%s); using chat completions", self.base_url,
+                             exc)
         return await openai_chat.call_chat(client, model=model, messages=messages, tools=tools, stream=stream,
                                            call_kwargs=self._request_kwargs(), output_schema=self.output_schema,
                                            on_delta=on_delta)

@@ -1,4 +1,5 @@
-"""A stand-in for the OpenAI chat completions API on 127.0.0.1, scripted per test.
+"""A stand-in for the OpenAI API on 127.0.0.1 (chat completions and the Responses API), scripted
+per test.
 
 The real ``openai`` SDK is pointed at it through its base URL, so an agent under test goes through
 the same client, wire format and errors as in production, with no key and no network::
@@ -11,7 +12,8 @@ the same client, wire format and errors as in production, with no key and no net
         assert [r.body["model"] for r in llm.requests] == ["gpt-4o-mini"] * 2
 
 Replies are served in the order they were scripted (one per request), from the queue of the
-request's model if one was scripted for it (``model=...``), else from the shared queue. A reply is
+request's model if one was scripted for it (``model=...``), else from the shared queue, on either
+API (``/v1/chat/completions`` or ``/v1/responses``, in that API's shape). A reply is
 text, tool calls, an HTTP error (429, 500, ...), or a hang (the request is held until the server
 closes or :meth:`OpenAIStandIn.release` is called, so a client timeout fires). A request with
 ``"stream": true`` gets the same reply as server-sent events, split the way OpenAI splits it
@@ -80,7 +82,10 @@ def _split(text: str, pieces: int) -> list[str]:
 
 def _default_usage(body: dict[str, Any], reply: Reply) -> dict[str, int]:
     # Deterministic, so two runs of one script (ours and 10xGraph's) report the same numbers.
-    prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages") or []) + 1
+    raw_items = body.get("messages") or body.get("input")
+    items: list[Any] = raw_items if isinstance(raw_items, list) else []
+    prompt = sum(len(str(m.get("content") or m.get("output") or "").split()) for m in items if isinstance(m, dict))
+    prompt += len(str(body.get("instructions") or "").split()) + 1
     completion = len((reply.text or "").split()) + 5 * len(reply.tool_calls) + 1
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -89,8 +94,12 @@ class OpenAIStandIn:
     """The server. Start it with ``with OpenAIStandIn() as llm:`` (or :meth:`start` /
     :meth:`close`). ``base_url`` ends in ``/v1``, as the SDK expects."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, id_prefix: str | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, id_prefix: str | None = None,
+                 apis: tuple[str, ...] = ("chat", "responses")) -> None:
         self._host = host
+        # Which APIs are served (``"chat"``, ``"responses"``): an OpenAI-compatible server often has
+        # chat completions only, and answers 404 for the rest.
+        self.apis = tuple(apis)
         self._port = port
         # Response ids become message ids: unique per server unless a test asks for fixed ones.
         self._prefix = id_prefix if id_prefix is not None else uuid.uuid4().hex[:8]
@@ -215,6 +224,61 @@ class OpenAIStandIn:
     def _completion_id(self, n: int) -> str:
         return f"chatcmpl-{self._prefix}-{n}"
 
+    def _response_id(self, n: int) -> str:
+        return f"resp_{self._prefix}_{n}"
+
+
+def _responses_usage(usage: dict[str, int]) -> dict[str, Any]:
+    return {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def _responses_object(rid: str, body: dict[str, Any], reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+    """The Responses API's ``response`` object for a reply: a message item, then function calls."""
+    output: list[dict[str, Any]] = []
+    if reply.text:
+        output.append({"type": "message", "id": f"msg_{rid}", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+    for i, call in enumerate(reply.tool_calls):
+        output.append({"type": "function_call", "id": f"fc_{rid}_{i}", "call_id": call["id"],
+                       "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                       "status": "completed"})
+    return {"id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
+            "model": body.get("model", "stand-in"), "output": output, "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": body.get("tools") or [], "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "metadata": {}, "usage": _responses_usage(usage),
+            "_pieces": reply.pieces}
+
+
+def _responses_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A response as the Responses API streams it: the item opened, its text or arguments in
+    pieces, the item done; then ``response.completed`` with the whole response."""
+    pieces = response.pop("_pieces")
+    events: list[dict[str, Any]] = [{"type": "response.created",
+                                     "response": {**response, "status": "in_progress", "output": []}}]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": {**item, "status": "in_progress", "content": []}})
+            text = item["content"][0]["text"]
+            for piece in _split(text, pieces):
+                events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                               "content_index": 0, "delta": piece, "logprobs": []})
+            events.append({"type": "response.output_text.done", "item_id": item["id"], "output_index": index,
+                           "content_index": 0, "text": text, "logprobs": []})
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": {**item, "status": "in_progress", "arguments": ""}})
+            for piece in _split(item["arguments"], pieces):
+                events.append({"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                               "output_index": index, "delta": piece})
+            events.append({"type": "response.function_call_arguments.done", "item_id": item["id"],
+                           "output_index": index, "arguments": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return events
+
 
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -241,9 +305,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        path = self.path.split("?", 1)[0].rstrip("/")
+        api = "chat" if path.endswith("/chat/completions") else "responses" if path.endswith("/responses") else None
+        if api not in self.owner.apis:
             self.owner._record(self.path, headers, body, "not_found")
-            self._json(404, {"error": {"message": f"the stand-in serves /v1/chat/completions, not {self.path}",
+            self._json(404, {"error": {"message": f"the stand-in does not serve {self.path}",
                                        "type": "invalid_request_error"}})
             return
         reply = self.owner._next(body)
@@ -266,7 +332,13 @@ class _Handler(BaseHTTPRequestHandler):
                        reply.headers)
             return
         usage = reply.usage or _default_usage(body, reply)
-        if body.get("stream"):
+        if api == "responses":
+            response = _responses_object(self.owner._response_id(n), body, reply, usage)
+            if body.get("stream"):
+                self._events(_responses_events(response))
+            else:
+                self._json(200, response)
+        elif body.get("stream"):
             self._stream(body, reply, n, usage)
         else:
             self._json(200, self._completion(body, reply, n, usage))
@@ -316,6 +388,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         for event in out:
             self.wfile.write(event)
+            self.wfile.flush()
+        self.close_connection = True
+
+    def _events(self, events: list[dict[str, Any]]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for seq, event in enumerate(events):
+            event["sequence_number"] = seq
+            self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
             self.wfile.flush()
         self.close_connection = True
 
