@@ -123,3 +123,13 @@ def test_a_server_without_the_responses_api_falls_back_to_chat(monkeypatch: pyte
     assert out["messages"][-1].text() == "answered by chat completions"
     assert [r.reply for r in llm.requests] == ["not_found", "text"]
     assert llm.requests[1].path.endswith("/chat/completions")
+
+
+def test_a_rate_limit_on_the_responses_api_is_retried_there(llm: OpenAIStandIn) -> None:
+    """With base_url=, 10xGraph answers any Responses error by trying chat completions; a 429
+    here is retried on the Responses API (only a missing endpoint switches to chat)."""
+    llm.reply_error(429)
+    llm.reply_text("second try")
+    out = ask(react(base_url=llm.base_url).compile(), "hi")
+    assert out["messages"][-1].text() == "second try"
+    assert [r.path for r in llm.requests] == ["/v1/responses", "/v1/responses"]
