@@ -553,3 +553,36 @@ def test_sync_stream_yields_the_deltas_too(llm: OpenAIStandIn) -> None:
     msgs = [c.message for c in chunks if c.message is not None and c.message.role == "assistant"]
     assert [m.delta for m in msgs] == [True, True, True, False]
     assert "".join(m.text() for m in msgs[:-1]) == msgs[-1].text() == "one two three"
+
+
+def test_trim_context_trims_what_the_model_sees_not_the_thread(llm: OpenAIStandIn) -> None:
+    from tenxgraph.core.state import MessageContextManager
+
+    for text in ("one", "two", "three"):
+        llm.reply_text(f"re: {text}")
+    g = StateGraph(context_manager=MessageContextManager(max_messages=1))
+    g.add_node("MAIN", Agent(model="gpt-4o-mini", trim_context=True, retry_config=False,
+                             system_prompt=[{"role": "system", "content": "S"}]))
+    g.set_entry_point("MAIN")
+    g.add_edge("MAIN", END)
+    cp = InMemoryCheckpointer()
+    app = g.compile(checkpointer=cp)
+    for text in ("one", "two", "three"):
+        ask(app, text, thread="trim")
+    assert llm.requests[-1].messages == [{"role": "system", "content": "S"}, {"role": "user", "content": "three"}]
+    state = asyncio.run(cp.aget_state({"thread_id": "trim"}))
+    assert [m.text() for m in state.context] == ["one", "re: one", "two", "re: two", "three", "re: three"]
+
+
+def test_concurrent_runs_share_one_agent(llm: OpenAIStandIn) -> None:
+    for _ in range(6):
+        llm.reply_text("same answer")
+    app = react().compile(checkpointer=InMemoryCheckpointer())
+
+    async def go():
+        return await asyncio.gather(*(app.ainvoke({"messages": [Message.text_message(f"q{i}")]},
+                                                  {"thread_id": f"c{i}"}) for i in range(6)))
+
+    outs = asyncio.run(go())
+    assert [o["messages"][-1].text() for o in outs] == ["same answer"] * 6
+    assert sorted(r.messages[-1]["content"] for r in llm.requests) == [f"q{i}" for i in range(6)]
