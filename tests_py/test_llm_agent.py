@@ -586,3 +586,9 @@ def test_concurrent_runs_share_one_agent(llm: OpenAIStandIn) -> None:
     outs = asyncio.run(go())
     assert [o["messages"][-1].text() for o in outs] == ["same answer"] * 6
     assert sorted(r.messages[-1]["content"] for r in llm.requests) == [f"q{i}" for i in range(6)]
+
+
+def test_count_tokens_is_not_available_for_openai(llm: OpenAIStandIn) -> None:
+    with pytest.raises(NotImplementedError, match="no server-side token counting"):
+        asyncio.run(Agent(model="gpt-4o-mini").count_tokens([{"role": "user", "content": "hi"}]))
+    assert llm.requests == []

@@ -247,6 +247,13 @@ class Agent(BaseAgent):
                                            call_kwargs=self._request_kwargs(), output_schema=self.output_schema,
                                            on_delta=on_delta)
 
+    async def count_tokens(self, messages: list[dict[str, Any]], tools: list | None = None, **kwargs: Any) -> int:
+        """10xGraph counts tokens through the provider's own endpoint, which OpenAI does not have."""
+        raise NotImplementedError(
+            f"Provider '{self.provider}' has no server-side token counting endpoint, so an exact count is not "
+            "available. Read usage from the response after the call instead (Message.usages), or count "
+            "client-side with the tokenizer matching your model.")
+
     def _new_client(self) -> Any:
         return create_client(self.provider, model=self.model, base_url=self.base_url,
                              api_key=self.llm_kwargs.get("api_key"), options=self.llm_kwargs)
