@@ -24,12 +24,14 @@ def test_native_stub_matches_the_extension() -> None:
 
 
 def test_top_level_exports_match_10xgraph() -> None:
-    """10xGraph 0.10's `tenxgraph` exports (reference section 1.1), minus the LLM Agent."""
+    """10xGraph 0.10's `tenxgraph` exports (reference section 1.1)."""
+    from tenxgraph.core.graph.agent import Agent
     from tenxgraph.core.graph.state_graph import StateGraph
     from tenxgraph.core.graph.tool_node import ToolNode
     from tenxgraph.core.state import AgentState, Message
 
     assert tenxgraph.StateGraph is StateGraph and tenxgraph.ToolNode is ToolNode
+    assert tenxgraph.Agent is Agent
     assert tenxgraph.AgentState is AgentState and tenxgraph.Message is Message
     assert (tenxgraph.START, tenxgraph.END) == ("__start__", "__end__")
     with pytest.raises(AttributeError):

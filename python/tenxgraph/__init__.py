@@ -23,6 +23,7 @@ atexit.register(_core.shutdown)
 
 _LAZY = {
     "StateGraph": "tenxgraph.core.graph",
+    "Agent": "tenxgraph.core.graph",
     "CompiledGraph": "tenxgraph.core.graph",
     "ToolNode": "tenxgraph.core.graph.tool_node",
     "AgentState": "tenxgraph.core.state",

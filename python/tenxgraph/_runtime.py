@@ -15,12 +15,15 @@ import gc
 import json
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
+from tenxgraph import _node_context
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -200,6 +203,8 @@ class Run:
         if events is not None:
             events.node_start(name, step)
         token = activate(name, answers)
+        sink = self.emitter.delta_sink(name) if self.emitter is not None else None
+        node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
         try:
             with log_fields(node=name):
                 result = await node.call(state, config)
@@ -208,6 +213,7 @@ class Run:
                 events.node_error(name, step, exc)
             raise
         finally:
+            _node_context.reset(node_token)
             deactivate(token)
         produced_before = len(self.produced)
         try:
@@ -528,7 +534,10 @@ def _input_messages(input_data: Any) -> list[Message]:
 
 def _copy_message(m: Message) -> Message:
     """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``."""
-    return type(m).model_validate(m.model_dump(round_trip=True))
+    out = type(m).model_validate(m.model_dump(round_trip=True))
+    if isinstance(m.parsed_content, BaseModel):  # structured output stays the caller's model class
+        out.parsed_content = m.parsed_content.model_copy(deep=True)
+    return out
 
 
 def _state_update(input_data: dict[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,16 @@ class Emitter:
             held, self._held = self._held, []
         return held
 
+    def delta_sink(self, node: str) -> Any:
+        """Where a node's deltas (``Message(delta=True)``, e.g. a model's tokens) go: straight to
+        the consumer, as 10xGraph streams them. They are never stored, so showing them early
+        shows nothing a crash could undo; the node's final message is still held for its commit."""
+
+        def emit(msg: Message) -> None:
+            self.emit(self.make(StreamEvent.MESSAGE, message=msg, node=node, function_name=node))
+
+        return emit
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
 

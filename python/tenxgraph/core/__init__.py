@@ -57,7 +57,8 @@ from tenxgraph.core.state import (
 # graph names are added by core/graph
 # They load on first access (PEP 562) so that importing tenxgraph.core, e.g. from a
 # checkpointer module, never pulls in the graph runtime and cannot create import cycles.
-_GRAPH_NAMES = frozenset({"StateGraph", "CompiledGraph", "Edge", "Node", "RemoteToolConfig", "ToolNode"})
+_GRAPH_NAMES = frozenset({"StateGraph", "CompiledGraph", "Edge", "Node", "RemoteToolConfig", "ToolNode", "Agent",
+                          "BaseAgent"})
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "Agent": "tenxgraph.core.graph.agent",
+    "BaseAgent": "tenxgraph.core.graph.base_agent",
+    "RetryConfig": "tenxgraph.core.llm.retry",
     "CompiledGraph": "tenxgraph.core.graph.compiled_graph",
     "Edge": "tenxgraph.core.graph.edge",
     "Node": "tenxgraph.core.graph.node",

@@ -1,0 +1,223 @@
+"""OpenAI chat completions: one request, and its reply (plain or streamed) as a ``Message``.
+
+The reply's ``tools_calls`` are OpenAI-shaped dicts, which is what ``ToolNode`` runs; token usage
+goes to ``Message.usages`` (``TokenUsages``) as 10xGraph records it. A streamed reply hands each
+text delta to ``on_delta`` as a ``Message(delta=True)`` and returns the whole message at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from tenxgraph.core.state.message import Message, TokenUsages, generate_id
+from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
+from tenxgraph.logs import run_logger
+
+__all__ = ["call_chat", "completion_to_message"]
+
+_log = run_logger("tenxgraph.agent")
+_THINK = re.compile(r"<(think|thought)>(.*?)</\1>", re.DOTALL)
+
+DeltaSink = Callable[[Message], None]
+
+
+def _split_reasoning(content: str, reasoning: str) -> tuple[str, str]:
+    """Reasoning some servers inline as ``<think>...</think>`` moves to ``reasoning``."""
+    if reasoning or not content:
+        return content, reasoning
+    found = _THINK.search(content)
+    if not found:
+        return content, reasoning
+    return (content[: found.start()] + content[found.end() :]).strip(), found.group(2).strip()
+
+
+def _usage(usage: Any) -> TokenUsages | None:
+    if usage is None:
+        return None
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    return TokenUsages(
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        total_tokens=getattr(usage, "total_tokens", 0) or 0,
+        reasoning_tokens=getattr(completion_details, "reasoning_tokens", 0) or 0,
+        cache_read_input_tokens=getattr(prompt_details, "cached_tokens", 0) or 0,
+    )
+
+
+def _tool_call_block(call_id: str, name: str, arguments: str) -> ToolCallBlock:
+    try:
+        args = json.loads(arguments) if arguments else {}
+    except ValueError:
+        # Kept in tools_calls as sent: the ToolNode answers the model with a tool error it can read.
+        _log.warning("the model sent tool call %s (%s) with arguments that are not JSON", call_id, name)
+        args = {}
+    return ToolCallBlock(id=call_id, name=name, args=args if isinstance(args, dict) else {})
+
+
+def _build(*, message_id: Any, content: str, reasoning: str, calls: list[dict[str, Any]], parsed: Any,
+           created: Any, metadata: dict[str, Any], usage: TokenUsages | None, raw: dict[str, Any] | None) -> Message:
+    content, reasoning = _split_reasoning(content, reasoning)
+    blocks: list[Any] = []
+    if reasoning:
+        blocks.append(ReasoningBlock(summary=reasoning))
+    if content:
+        blocks.append(TextBlock(text=content))
+    for c in calls:
+        blocks.append(_tool_call_block(c["id"], c["function"]["name"], c["function"]["arguments"]))
+    return Message(
+        message_id=generate_id(message_id),
+        role="assistant",
+        content=blocks,
+        reasoning=reasoning,
+        parsed_content=parsed,
+        timestamp=created if created is not None else datetime.now().timestamp(),
+        metadata=metadata,
+        usages=usage,
+        raw=raw,
+        tools_calls=calls or None,
+    )
+
+
+def _calls_of(message: Any) -> list[dict[str, Any]]:
+    out = []
+    for tc in getattr(message, "tool_calls", None) or []:
+        fn = getattr(tc, "function", None)
+        if fn is None:  # a custom (non-function) tool call: nothing a ToolNode can run
+            continue
+        out.append({"id": tc.id, "type": "function", "function": {"name": fn.name, "arguments": fn.arguments or ""}})
+    return out
+
+
+def completion_to_message(response: Any, parsed: Any = None) -> Message:
+    """A ``ChatCompletion`` as the assistant ``Message`` 10xGraph builds from it."""
+    usage = _usage(getattr(response, "usage", None))
+    choice = response.choices[0] if response.choices else None
+    meta: dict[str, Any] = {"provider": "openai", "model": response.model}
+    raw = response.model_dump(mode="json", warnings=False) if hasattr(response, "model_dump") else None
+    if choice is None:
+        _log.warning("the OpenAI reply %s has no choices", response.id)
+        meta["finish_reason"] = "UNKNOWN"
+        return _build(message_id=response.id, content="", reasoning="", calls=[], parsed=None,
+                      created=getattr(response, "created", None), metadata=meta, usage=usage, raw=raw)
+    message = choice.message
+    meta.update(finish_reason=choice.finish_reason or "UNKNOWN",
+                system_fingerprint=getattr(response, "system_fingerprint", None),
+                service_tier=getattr(response, "service_tier", None))
+    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None) or ""
+    if parsed is None:
+        parsed = getattr(message, "parsed", None)
+    return _build(message_id=response.id, content=message.content or "", reasoning=str(reasoning),
+                  calls=_calls_of(message), parsed=parsed, created=getattr(response, "created", None),
+                  metadata=meta, usage=usage, raw=raw)
+
+
+async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -> Message:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    response_id = None
+    created = None
+    finish = None
+    usage = None
+    served_model = model
+    async for chunk in stream:
+        response_id = response_id or chunk.id
+        created = created or getattr(chunk, "created", None)
+        served_model = getattr(chunk, "model", None) or served_model
+        if getattr(chunk, "usage", None) is not None:
+            usage = _usage(chunk.usage)
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        finish = choice.finish_reason or finish
+        delta = choice.delta
+        if delta is None:
+            continue
+        piece = delta.content or ""
+        thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None) or ""
+        # Tool calls arrive as an id and a name, then their arguments in pieces, by index.
+        for tc in getattr(delta, "tool_calls", None) or []:
+            slot = calls.setdefault(tc.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            if tc.id:
+                slot["id"] = tc.id
+            fn = getattr(tc, "function", None)
+            if fn is not None:
+                if fn.name:
+                    slot["function"]["name"] += fn.name
+                if fn.arguments:
+                    slot["function"]["arguments"] += fn.arguments
+        text.append(piece)
+        reasoning.append(str(thought))
+        if on_delta is not None and (piece or thought):
+            blocks: list[Any] = []
+            if piece:
+                blocks.append(TextBlock(text=piece))
+            if thought:
+                blocks.append(ReasoningBlock(summary=str(thought)))
+            on_delta(Message(message_id=generate_id(chunk.id), role="assistant", content=blocks,
+                             reasoning="".join(reasoning), delta=True))
+    meta = {"provider": "openai", "model": served_model, "finish_reason": finish or "UNKNOWN"}
+    ordered = [calls[i] for i in sorted(calls)]
+    return _build(message_id=response_id, content="".join(text), reasoning="".join(reasoning), calls=ordered,
+                  parsed=None, created=created, metadata=meta, usage=usage, raw=None)
+
+
+def _schema_format(schema: Any) -> Any:
+    """``response_format`` for a schema when tools are offered too (the SDK's ``parse`` accepts
+    only strict tools): the model's JSON schema, not strict."""
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return {"type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": False}}
+    return schema
+
+
+def _parse_content(schema: Any, message: Message) -> Any:
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)) or message.tools_calls:
+        return None
+    text = message.text()
+    try:
+        return schema.model_validate_json(text) if text else None
+    except ValueError as exc:
+        _log.warning("the model's reply does not match output_schema %s: %s", schema.__name__, exc)
+        return None
+
+
+async def call_chat(client: Any, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    stream: bool, call_kwargs: dict[str, Any], output_schema: Any = None,
+                    on_delta: DeltaSink | None = None) -> Message:
+    """One request to ``chat.completions`` and its reply as a Message."""
+    kwargs = dict(call_kwargs)
+    if tools:
+        kwargs["tools"] = tools
+    if output_schema is not None:
+        if not tools:
+            # ``parse`` left the beta namespace in later SDKs; the extra allows either.
+            completions = client.chat.completions
+            if not hasattr(completions, "parse"):
+                completions = client.beta.chat.completions
+            response = await completions.parse(model=model, messages=messages, response_format=output_schema,
+                                               **kwargs)
+            return completion_to_message(response)
+        response = await client.chat.completions.create(model=model, messages=messages,
+                                                        response_format=_schema_format(output_schema), **kwargs)
+        message = completion_to_message(response)
+        message.parsed_content = _parse_content(output_schema, message)
+        return message
+    if stream:
+        kwargs.setdefault("stream_options", {"include_usage": True})
+        response = await client.chat.completions.create(model=model, messages=messages, stream=True, **kwargs)
+        try:
+            return await _consume_stream(response, on_delta, model)
+        finally:
+            close = getattr(response, "close", None)
+            if close is not None:
+                await close()
+    response = await client.chat.completions.create(model=model, messages=messages, stream=False, **kwargs)
+    return completion_to_message(response)

@@ -1,0 +1,112 @@
+"""Retries and fallbacks of a model call: which errors are transient, and how long to wait.
+
+The policy is 10xGraph's: the primary model is tried up to ``max_retries + 1`` times with
+exponential back-off on transient errors (HTTP 429/500/502/503/529, timeouts, connection errors),
+then each fallback model the same way; a permanent error (400, 401, ...) moves straight to the
+next model. One difference: the SDK's own hidden retries are off (``max_retries=0`` on the
+client unless you pass one), so ``retry_config`` is the whole policy and a test can count the
+requests it causes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DEFAULT_RETRY_CONFIG", "CircuitBreaker", "RetryConfig", "backoff_delay", "is_retryable", "status_code"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """Retry and fallback settings of an ``Agent`` (10xGraph's fields and defaults).
+
+    ``circuit_breaker_*``: after ``circuit_breaker_threshold`` failed cycles of one model in a
+    row, skip it for ``circuit_breaker_reset_timeout`` seconds (then one trial), going straight
+    to the next fallback."""
+
+    max_retries: int = 3
+    initial_delay: float = 1.0
+    max_delay: float = 30.0
+    backoff_factor: float = 2.0
+    retryable_status_codes: frozenset[int] = field(default_factory=lambda: frozenset({429, 500, 502, 503, 529}))
+    circuit_breaker_enabled: bool = False
+    circuit_breaker_threshold: int = 5
+    circuit_breaker_reset_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        from tenxgraph.core.llm.errors import ModelConfigError
+
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ModelConfigError(f"RetryConfig.max_retries must be an int >= 0, got {self.max_retries!r}",
+                                   "LLM_CONFIG_003")
+        for name in ("initial_delay", "max_delay", "backoff_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+                raise ModelConfigError(f"RetryConfig.{name} must be a number >= 0, got {value!r}", "LLM_CONFIG_003")
+
+
+DEFAULT_RETRY_CONFIG = RetryConfig()
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of an SDK error, from its structured fields only (never its text)."""
+    for value in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def is_retryable(exc: BaseException, cfg: RetryConfig) -> bool:
+    status = status_code(exc)
+    if status is not None:
+        return status in cfg.retryable_status_codes
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    name = type(exc).__name__.lower()
+    return any(word in name for word in ("timeout", "connection", "unavailable"))
+
+
+def backoff_delay(exc: BaseException, cfg: RetryConfig, retry: int) -> float:
+    """10xGraph's exponential delay; a server's ``Retry-After`` (seconds) wins, capped the same."""
+    delay = cfg.initial_delay * (cfg.backoff_factor**retry)
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    raw = headers.get("retry-after") if headers is not None else None
+    if raw is not None:
+        try:
+            delay = float(raw)
+        except ValueError:
+            pass
+    return max(0.0, min(delay, cfg.max_delay))
+
+
+class CircuitBreaker:
+    """Open after ``threshold`` consecutive failed cycles; half-open after ``reset_timeout``."""
+
+    def __init__(self, threshold: int, reset_timeout: float) -> None:
+        self.threshold = max(1, threshold)
+        self.reset_timeout = reset_timeout
+        self.failures = 0
+        self.opened_at: float | None = None
+
+    def allow(self) -> bool:
+        if self.opened_at is None:
+            return True
+        return time.monotonic() - self.opened_at >= self.reset_timeout
+
+    def retry_after(self) -> float:
+        if self.opened_at is None:
+            return 0.0
+        return max(0.0, self.reset_timeout - (time.monotonic() - self.opened_at))
+
+    def success(self) -> None:
+        self.failures, self.opened_at = 0, None
+
+    def failure(self) -> None:
+        self.failures += 1
+        if self.opened_at is not None or self.failures >= self.threshold:
+            self.opened_at = time.monotonic()
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    return {"error": f"{type(exc).__name__}: {exc}"[:500], "status_code": status_code(exc)}
