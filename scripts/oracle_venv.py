@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 ORACLE_VERSION = "0.10.0"
-ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite"]
+# 10xGraph with its Postgres/Redis/SQLite drivers and the OpenAI SDK its Agent calls (the
+# differential LLM tests point both runtimes at the same local stand-in).
+ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite", "openai>=1.40"]
 
 
 def _venv_dir() -> Path:
@@ -50,21 +52,23 @@ def build_oracle_venv() -> tuple[str | None, str]:
     venv = _venv_dir()
     py = venv / "bin" / "python"
     ok = venv / ".complete"
-    if ok.exists() and py.exists():
+    wanted = " ".join(ORACLE_PACKAGES)
+    if ok.exists() and py.exists() and ok.read_text() == wanted:
         return str(py), ""
     base = _find_python312()
     if base is None:
         return None, "no Python >= 3.12 on this machine (10xGraph 0.10 needs it)"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = [[base, "-m", "venv", str(venv)],
-             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ORACLE_PACKAGES]]
+    steps = [[str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ORACLE_PACKAGES]]
+    if not py.exists():  # else the venv is kept and only brought up to the package list
+        shutil.rmtree(venv, ignore_errors=True)
+        steps.insert(0, [base, "-m", "venv", str(venv)])
     for cmd in steps:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             return None, f"could not build the 10xGraph {ORACLE_VERSION} venv ({' '.join(cmd[:3])}...): " \
                          f"{(r.stderr or r.stdout).strip()[-400:]}"
-    ok.write_text(ORACLE_VERSION)
+    ok.write_text(wanted)
     return str(py), ""
 
 
