@@ -21,6 +21,7 @@ from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
+from tenxgraph.utils.callbacks import CallbackContext, GraphLifecycleContext, InvocationType
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
@@ -107,6 +108,13 @@ class Run:
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
         self.known: Held | None = None
+        self._callbacks = graph._callbacks
+        # Only lifecycle hooks make the loop call back at its lifecycle points (see lifecycle()).
+        self.has_lifecycle_hooks = bool(self._callbacks._lifecycle_hooks)
+        self._input_data = input_data
+        self._resumed_node: str | None = None  # set when this run resumes a paused thread
+        self._before_node: AgentState | None = None  # the state a node started from (for hooks)
+        self._node_error: BaseException | None = None
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -144,6 +152,10 @@ class Run:
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
+        if self.has_lifecycle_hooks and state.execution_meta.status in (
+            ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
+        ):
+            self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
         stored_len = len(state.context)
         self._committed = list(state.context)
@@ -180,10 +192,18 @@ class Run:
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
+        if self.has_lifecycle_hooks:
+            self._before_node = state.model_copy(deep=True)
         token = activate(name, answers)
         try:
             with log_fields(node=name):
-                result = await node.call(state, config)
+                if self._callbacks.wraps(InvocationType.AI):
+                    result = await self._call_with_callbacks(node, state, config)
+                else:
+                    result = await node.call(state, config)
+        except Exception as exc:
+            self._node_error = exc
+            raise
         finally:
             deactivate(token)
         produced_before = len(self.produced)
@@ -194,6 +214,74 @@ class Run:
                 self.emitter.message(m, "node_invoked", name, now=False)
             self._stream_update("node_invoked", name, now=False)
         return goto
+
+    async def _call_with_callbacks(self, node: Any, state: AgentState, config: dict[str, Any]) -> Any:
+        """10xGraph's AI-invocation callbacks around a (non-tool) node: before_invoke may change
+        the node's arguments, after_invoke its result; on_error may answer a failure with a
+        Message, which becomes the node's result (the run goes on along the edges)."""
+        context = CallbackContext(
+            invocation_type=InvocationType.AI,
+            node_name=node.name,
+            function_name=getattr(node.func, "__name__", str(node.func)),
+            metadata={"config": config},
+        )
+        input_data = node.input_data(state, config)
+        try:
+            input_data = await self._callbacks.execute_before_invoke(context, input_data)
+            result = await node.call_with(input_data)
+            return await self._callbacks.execute_after_invoke(context, input_data, result)
+        except Exception as exc:
+            recovery = await self._callbacks.execute_on_error(context, input_data, exc)
+            if recovery is None:
+                raise
+            return [recovery]
+
+    def lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> Any:
+        """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
+        await); returns the error message to persist at ``error`` (None keeps it)."""
+        return self._fire_lifecycle(point, node, kind, exec_json)
+
+    async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> str | None:
+        state = self.state
+        if state is None:
+            return None
+        self._apply_exec(state, exec_json)
+        mgr = self._callbacks
+        ctx = GraphLifecycleContext(config=self.config)
+        step = state.execution_meta.step
+        message: str | None = None
+        if point == "start":
+            if self._resumed_node is not None:
+                resume_data = {k: v for k, v in self._input_data.items()} if isinstance(self._input_data, dict) else {}
+                state = await mgr.fire_on_resume(ctx, self._resumed_node, state, resume_data)
+            state = await mgr.fire_on_graph_start(ctx, state)
+        elif point == "node_done":
+            old = self._before_node if self._before_node is not None else state
+            self._before_node = None
+            state = await mgr.fire_on_state_update(ctx, node or "", old, state, step)
+        elif point == "interrupt":
+            state = await mgr.fire_on_interrupt(ctx, node or "", kind or "", state)
+        elif point == "end":
+            state = await mgr.fire_on_graph_end(ctx, state, list(self.produced), step)
+        elif point == "error":
+            text = str(state.execution_meta.internal_data.get("error") or "")
+            error = self._node_error if isinstance(self._node_error, Exception) else Exception(text)
+            state, message = await mgr.fire_on_graph_error(
+                ctx, error, state, list(self.produced), step, state.execution_meta.current_node
+            )
+            if message == str(error):
+                message = None  # unchanged: the loop keeps its own (fuller) message
+        self._adopt(state, point)
+        return message
+
+    def _adopt(self, state: Any, point: str) -> None:
+        if state is self.state:
+            return
+        if not isinstance(state, AgentState):
+            self.graph._log.warning("a lifecycle hook at %s returned %s, not a state; ignored",
+                                    point, type(state).__name__, extra=self._log_fields())
+            return
+        self.state = state
 
     def committed(self, version: int) -> None:
         """The step is durable: release the chunks held back for it."""
@@ -240,7 +328,10 @@ class Run:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_json)
+        if self.has_lifecycle_hooks:
+            self._before_node = state.model_copy(deep=True)
         step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+        step.callbacks = self._callbacks
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:

@@ -1,4 +1,5 @@
-"""tenxgraph.utils: constants, Command, ThreadInfo, the @tool decorator and reducers."""
+"""tenxgraph.utils: constants, Command, ThreadInfo, the @tool decorator, reducers, callbacks,
+validators' base class and lifecycle hooks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ from tenxgraph.core.state.reducers import (
     append_items,
     replace_messages,
     replace_value,
+)
+from tenxgraph.utils.callbacks import (
+    AfterInvokeCallback,
+    BaseValidator,
+    BeforeInvokeCallback,
+    CallbackContext,
+    CallbackManager,
+    GraphLifecycleContext,
+    GraphLifecycleHook,
+    InvocationType,
+    OnErrorCallback,
 )
 from tenxgraph.utils.command import Command
 from tenxgraph.utils.constants import (
@@ -29,6 +41,15 @@ from tenxgraph.utils.tool_decorator import get_tool_metadata, has_tool_decorator
 from tenxgraph.utils.interrupt import GraphInterrupt, Interrupt, interrupt, pending_interrupt  # noqa: E402
 
 __all__ = [
+    "AfterInvokeCallback",
+    "BaseValidator",
+    "BeforeInvokeCallback",
+    "CallbackContext",
+    "CallbackManager",
+    "GraphLifecycleContext",
+    "GraphLifecycleHook",
+    "InvocationType",
+    "OnErrorCallback",
     "GraphInterrupt",
     "Interrupt",
     "interrupt",

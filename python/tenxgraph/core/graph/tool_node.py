@@ -53,6 +53,7 @@ HAS_MCP = False
 HAS_FASTMCP = False
 
 _log = run_logger("tenxgraph.graph.tool_node")
+_TOOL = "tool"  # InvocationType.TOOL (a StrEnum): compared by value, without importing callbacks here
 
 # Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
 # services this runtime does not provide, so they must carry a default.
@@ -233,6 +234,16 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 @dataclass
+class _Raw:
+    value: Any
+
+
+@dataclass
+class _Raised:
+    error: Exception
+
+
+@dataclass
 class _Awaitable:
     """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
 
@@ -367,6 +378,7 @@ class ToolNode:
         idempotency_key: str | None = None,
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
+        callback_manager: Any = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
         Exceptions (cancellation, GraphInterrupt) propagate.
@@ -376,7 +388,7 @@ class ToolNode:
         waited for instead of started again, and a result that arrives after every attempt
         stopped waiting goes to ``late_record`` (on the worker thread)."""
         outcome, _ = await self._execute(
-            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record
+            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record, callback_manager
         )
         return outcome
 
@@ -392,11 +404,13 @@ class ToolNode:
         tool_call_id: str,
         config: dict[str, Any],
         state: Any,
+        callback_manager: Any = None,
     ) -> dict[str, Any] | Message:
         """10xGraph's shape: the Message, or ``{"state", "messages"}`` for a ToolResult,
-        whose state keys the state has are set on it."""
+        whose state keys the state has are set on it. ``callback_manager``: its TOOL callbacks
+        wrap the call (10xGraph injects the graph's; outside a graph pass one or none)."""
         outcome, from_tool_result = await self._execute(
-            name, args, tool_call_id, config, state, None
+            name, args, tool_call_id, config, state, None, callback_manager=callback_manager
         )
         if not from_tool_result:
             return outcome.message
@@ -415,6 +429,7 @@ class ToolNode:
         idempotency_key: str | None,
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
+        callback_manager: Any = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -438,14 +453,18 @@ class ToolNode:
                 meta=meta,
             )
             return ToolOutcome(missing), False
+        injected = {
+            "tool_call_id": tool_call_id,
+            "state": state,
+            "config": config,
+            "emit": None,
+            "idempotency_key": idempotency_key,
+        }
+        if callback_manager is not None and callback_manager.wraps(_TOOL):
+            return await self._execute_with_callbacks(
+                callback_manager, fn, name, args, injected, meta, flight_key, late_record
+            )
         try:
-            injected = {
-                "tool_call_id": tool_call_id,
-                "state": state,
-                "config": config,
-                "emit": None,
-                "idempotency_key": idempotency_key,
-            }
             call_args, call_kwargs = self._bind(name, args or {}, injected)
             if not _is_async(fn):
                 return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record)
@@ -453,6 +472,84 @@ class ToolNode:
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             return self._failure(name, tool_call_id, meta, exc), False
+
+    async def _execute_with_callbacks(
+        self,
+        mgr: Any,
+        fn: Callable[..., Any],
+        name: str,
+        args: dict[str, Any],
+        injected: dict[str, Any],
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> tuple[ToolOutcome, bool]:
+        """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
+        tool's keyword arguments, injected ones included; after_invoke the tool's raw return
+        value; on_error any failure, and a Message it returns is the call's result."""
+        from tenxgraph.utils.callbacks import CallbackContext
+
+        tool_call_id = injected["tool_call_id"]
+        context = CallbackContext(
+            invocation_type=_TOOL,
+            node_name="ToolNode",
+            function_name=name,
+            metadata={"tool_call_id": tool_call_id, "args": args, "config": injected["config"]},
+        )
+        # Until the arguments bind, the model's raw arguments are what an error callback gets.
+        input_data: dict[str, Any] = dict(args or {})
+        try:
+            positional, input_data = self._bind(name, args or {}, injected)
+            input_data = await mgr.execute_before_invoke(context, input_data)
+            if _is_async(fn):
+                raw = await fn(*positional, **input_data)
+            else:
+                raw = await self._run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
+                                               flight_key, late_record)
+            raw = await mgr.execute_after_invoke(context, input_data, raw)
+            return self._map_result(raw, tool_call_id, meta)
+        except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+            recovery = await mgr.execute_on_error(context, input_data, exc)
+            if isinstance(recovery, Message):
+                return self._map_result(recovery, tool_call_id, meta)
+            return self._failure(name, tool_call_id, meta, exc), False
+
+    async def _run_sync_raw(
+        self,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        name: str,
+        tool_call_id: str,
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> Any:
+        """A sync tool in its thread, returning what it returned (after_invoke needs the raw
+        value). A result that arrives after the run stopped waiting is recorded as it is: no
+        callback can run for it any more."""
+
+        def work() -> Any:
+            try:
+                return _Raw(fn(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
+                return _Raised(exc)
+
+        def late(out: Any) -> None:
+            if late_record is None or not isinstance(out, _Raw) or inspect.isawaitable(out.value):
+                return
+            try:
+                late_record(self._map_result(out.value, tool_call_id, meta)[0])
+            except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
+                _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
+
+        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+        if isinstance(out, _Raised):
+            raise out.error
+        value = out.value
+        if inspect.isawaitable(value):
+            value = await value
+        return value
 
     @staticmethod
     def _failure(name: str, tool_call_id: str, meta: dict[str, Any], exc: Exception) -> ToolOutcome:
