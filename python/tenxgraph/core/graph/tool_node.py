@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import math
 import reprlib
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from tenxgraph.core.state.message_block import (
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
+from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 
 __all__ = [
     "HAS_FASTMCP",
@@ -53,7 +54,7 @@ HAS_MCP = False
 HAS_FASTMCP = False
 
 _log = run_logger("tenxgraph.graph.tool_node")
-_TOOL = "tool"  # InvocationType.TOOL (a StrEnum): compared by value, without importing callbacks here
+_TOOL = InvocationType.TOOL
 
 # Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
 # services this runtime does not provide, so they must carry a default.
@@ -409,8 +410,36 @@ class ToolNode:
         """10xGraph's shape: the Message, or ``{"state", "messages"}`` for a ToolResult,
         whose state keys the state has are set on it. ``callback_manager``: its TOOL callbacks
         wrap the call (10xGraph injects the graph's; outside a graph pass one or none)."""
+        return await self._invoke(name, args, tool_call_id, config, state, callback_manager, None)
+
+    async def stream(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        emit: Any = None,
+        callback_manager: Any = None,
+    ) -> AsyncIterator[dict[str, Any] | Message]:
+        """10xGraph's streaming form of :meth:`invoke`: an async iterator that yields the one
+        result ``invoke`` returns (tools return whole results). ``emit`` is handed to a tool that
+        takes an ``emit`` parameter. Like ``invoke`` it runs the tool directly: no ledger; inside
+        a graph the runtime's tool handler runs tools, with the ledger."""
+        yield await self._invoke(name, args, tool_call_id, config, state, callback_manager, emit)
+
+    async def _invoke(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        callback_manager: Any,
+        emit: Any,
+    ) -> dict[str, Any] | Message:
         outcome, from_tool_result = await self._execute(
-            name, args, tool_call_id, config, state, None, callback_manager=callback_manager
+            name, args, tool_call_id, config, state, None, callback_manager=callback_manager, emit=emit
         )
         if not from_tool_result:
             return outcome.message
@@ -430,6 +459,7 @@ class ToolNode:
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
         callback_manager: Any = None,
+        emit: Any = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -457,7 +487,7 @@ class ToolNode:
             "tool_call_id": tool_call_id,
             "state": state,
             "config": config,
-            "emit": None,
+            "emit": emit,
             "idempotency_key": idempotency_key,
         }
         if callback_manager is not None and callback_manager.wraps(_TOOL):
@@ -487,8 +517,6 @@ class ToolNode:
         """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
         tool's keyword arguments, injected ones included; after_invoke the tool's raw return
         value; on_error any failure, and a Message it returns is the call's result."""
-        from tenxgraph.utils.callbacks import CallbackContext
-
         tool_call_id = injected["tool_call_id"]
         context = CallbackContext(
             invocation_type=_TOOL,
