@@ -262,17 +262,23 @@ class Run:
         elif point == "interrupt":
             state = await mgr.fire_on_interrupt(ctx, node or "", kind or "", state)
         elif point == "end":
-            state = await mgr.fire_on_graph_end(ctx, state, list(self.produced), step)
+            state = await mgr.fire_on_graph_end(ctx, state, self._run_messages(state), step)
         elif point == "error":
             text = str(state.execution_meta.internal_data.get("error") or "")
-            error = self._node_error if isinstance(self._node_error, Exception) else Exception(text)
+            error = _hook_error(text, self._node_error, node=state.execution_meta.current_node)
             state, message = await mgr.fire_on_graph_error(
-                ctx, error, state, list(self.produced), step, state.execution_meta.current_node
+                ctx, error, state, self._run_messages(state), step, state.execution_meta.current_node
             )
             if message == str(error):
                 message = None  # unchanged: the loop keeps its own (fuller) message
         self._adopt(state, point)
         return message
+
+    def _run_messages(self, state: AgentState) -> list[Message]:
+        """The run's messages as 10xGraph hands them to hooks: the turn's user message, then
+        what the run produced (the same list a response carries)."""
+        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        return ([last_user] if last_user is not None else []) + [m for m in self.produced if m is not last_user]
 
     def _adopt(self, state: Any, point: str) -> None:
         if state is self.state:
@@ -480,6 +486,23 @@ class Run:
         em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
         if meta.get("error") is not None:
             em.internal_data["error"] = meta["error"]
+
+
+def _hook_error(text: str, raised: BaseException | None, node: str) -> Exception:
+    """The error on_graph_error is given: for a node that raised, the NodeError the caller gets
+    (10xGraph hands its hooks that wrapped error too), made without logging it a second time;
+    for a failure of the loop itself (timeout, recursion limit, routing), an Exception with the
+    loop's message."""
+    if isinstance(raised, Exception) and text.startswith("Error in node"):
+        from tenxgraph.core.exceptions import NodeError, _restore
+
+        error = _restore(NodeError, text)
+        assert isinstance(error, NodeError)
+        error.message, error.error_code = text, "NODE_001"
+        error.context = {"node_name": node, "error_type": type(raised).__name__}
+        error.__cause__ = raised
+        return error
+    return Exception(text)
 
 
 def _clear_answers(state: AgentState | None) -> None:
