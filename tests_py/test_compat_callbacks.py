@@ -289,6 +289,49 @@ def test_callbacks_registered_for_one_type_do_not_fire_for_another() -> None:
     assert asyncio.run(mgr.execute_before_invoke(ctx, 1)) == 1
 
 
+CONVERT = """
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.core.state.message_block import (TextBlock, ImageBlock, AudioBlock, VideoBlock, DocumentBlock, MediaRef,
+    ToolResultBlock, RemoteToolCallBlock)
+from tenxgraph.utils import convert_messages
+class S(AgentState):
+    name: str = "Ada"
+st = S()
+st.context_summary = "earlier: hello"
+st.context = [
+    Message.text_message("hi", role="user"),
+    Message(role="assistant", content=[TextBlock(text="calling")], tools_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]),
+    Message.tool_message([ToolResultBlock(call_id="c1", output={"a": 1})]),
+    Message(role="user", content=[TextBlock(text="look"), ImageBlock(media=MediaRef(kind="data", data_base64="AAA", mime_type="image/jpeg")),
+        AudioBlock(media=MediaRef(kind="data", data_base64="BBB", mime_type="audio/mp3")), AudioBlock(media=MediaRef(kind="url", url="http://a")),
+        VideoBlock(media=MediaRef(kind="url", url="http://v")), DocumentBlock(media=MediaRef(kind="url", url="http://d")),
+        DocumentBlock(media=MediaRef(kind="file_id", file_id="f1")), DocumentBlock(media=MediaRef(kind="url", url="x"), excerpt="ex"),
+        ImageBlock(media=MediaRef(kind="url", url="http://i"))]),
+    Message(role="tool", content=[RemoteToolCallBlock(id="r1", name="client")]),
+    Message.text_message("ok", role="assistant"),
+]
+out = {
+ "full": convert_messages([{"role": "system", "content": "You help {name}."}, {"role": "system", "content": "Bad {missing}"}, {"role": "system", "content": [{"type": "text", "text": "x"}]}], st, [Message.text_message("extra", role="user")]),
+ "no_state": convert_messages([{"role": "system", "content": "P {x}"}]),
+}
+try:
+    convert_messages(None)
+except ValueError as e:
+    out["none"] = str(e)
+emit(out)
+"""
+
+
+def test_convert_messages_matches_10xgraph(oracle) -> None:
+    theirs, ours = oracle.run_both(CONVERT)
+    assert ours == theirs
+    assert ours["full"][0] == {"role": "system", "content": "You help Ada."}
+    assert ours["full"][1] == {"role": "system", "content": "Bad {missing}"}  # left as written
+    assert {"role": "tool", "content": '{"a": 1}', "tool_call_id": "c1"} in ours["full"]
+    assert not any(m.get("content") == "" and m["role"] == "tool" for m in ours["full"])  # the remote call
+    assert ours["none"] == "System prompts cannot be None"
+
+
 # -- a call answered from the ledger fires no invoke callback ---------------------------------
 
 CALLBACK_AGENT = Path(__file__).resolve().parent / "crash_agents" / "callback_agent.py"

@@ -23,6 +23,7 @@ from tenxgraph.utils.callbacks import (
     OnErrorCallback,
 )
 from tenxgraph.utils.command import Command
+from tenxgraph.utils.converter import convert_messages
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
     DEFAULT_NODE_TIMEOUT_SECONDS,
@@ -66,6 +67,7 @@ __all__ = [
     "ThreadInfo",
     "add_messages",
     "append_items",
+    "convert_messages",
     "get_tool_metadata",
     "has_tool_decorator",
     "replace_messages",
