@@ -215,6 +215,64 @@ def test_error_hook_matches_10xgraph_and_the_error_still_reaches_the_caller(orac
     assert ours["state"] == [["start", "failed"], "error"]
 
 
+CHECKPOINTS = """
+import os
+from tenxgraph.core.graph import StateGraph, ToolNode
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.utils import END, CallbackManager, GraphLifecycleHook
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+log = []
+def get_weather(city: str) -> str:
+    return f"sunny in {city}"
+def model(state):
+    if state.context[-1].role == "tool":
+        return Message.text_message("done", role="assistant")
+    return Message(role="assistant", content=[], tools_calls=[{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}])
+def route(state):
+    return "tools" if state.context[-1].tools_calls else END
+class H(GraphLifecycleHook):
+    async def on_graph_start(self, c, s): log.append("start")
+    async def on_state_update(self, c, n, o, s, step): log.append(f"update:{n}")
+    async def on_checkpoint(self, c, s, msgs, trimmed):
+        log.append(f"checkpoint:{[m.role for m in msgs]}:{trimmed}")
+        s.context_summary = "cp"
+        return s
+    async def on_graph_end(self, c, s, m, t): log.append("end")
+    async def on_interrupt(self, c, n, k, s): log.append(f"interrupt:{n}:{k}")
+mgr = CallbackManager(); mgr.register_lifecycle_hook(H())
+g = StateGraph(AgentState)
+g.add_node("model", model); g.add_node("tools", ToolNode([get_weather]))
+g.add_conditional_edges("model", route, {"tools": "tools", END: END}); g.add_edge("tools", "model"); g.set_entry_point("model")
+cp = InMemoryCheckpointer()
+app = g.compile(checkpointer=cp, callback_manager=mgr, interrupt_before=os.environ.get("IB", "").split(",") if os.environ.get("IB") else None)
+cfg = {"thread_id": "t", "user_id": "test-user"}
+app.invoke({"messages": [Message.text_message("weather?", role="user")]}, cfg)
+if os.environ.get("IB"):
+    app.invoke({}, cfg)
+st = cp.get_state(cfg)
+emit({"log": log, "summary": st.context_summary})
+"""
+
+
+@pytest.mark.parametrize("interrupt_before", ["", "tools"])
+def test_on_checkpoint_fires_before_the_commits_and_what_it_returns_is_written(oracle, interrupt_before: str) -> None:
+    theirs, ours = oracle.run_both(CHECKPOINTS, env={"IB": interrupt_before})
+    assert theirs["summary"] == ours["summary"] == "cp"
+
+    def points(log: list[str]) -> list[str]:
+        return [e.split(":")[0] for e in log if "__start__" not in e]
+
+    # 10xGraph writes the last node's step and the final state apart; tenxgraph commits them
+    # once (documented), so its list has one checkpoint fewer before "end".
+    t = points(theirs["log"])
+    last_update = max(i for i, p in enumerate(t) if p == "update")
+    assert t[last_update + 1] == "checkpoint"
+    del t[last_update + 1]
+    assert points(ours["log"]) == t
+    assert ours["log"][-2:] == ["end", "checkpoint:['assistant']:False"]
+    assert ours["log"][:2] == ["start", "checkpoint:['user']:False"]
+
+
 class _Order(GraphLifecycleHook):
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -273,7 +331,8 @@ async def test_a_graph_without_hooks_never_calls_back_at_lifecycle_points() -> N
         mgr.register_lifecycle_hook(GraphLifecycleHook())
         app = g.compile(checkpointer=InMemoryCheckpointer(), callback_manager=mgr)
         await app.ainvoke({"messages": [Message.text_message("x", role="user")]}, {"thread_id": "hooked"})
-        assert asked == ["start", "node_done", "end"]
+        # the input's commit, the node, the end and the final commit
+        assert asked == ["start", "checkpoint", "node_done", "end", "checkpoint"]
     finally:
         _runtime.Run.lifecycle = original  # type: ignore[method-assign]
 

@@ -115,6 +115,7 @@ class Run:
         self._resumed_node: str | None = None  # set when this run resumes a paused thread
         self._before_node: AgentState | None = None  # the state a node started from (for hooks)
         self._node_error: BaseException | None = None
+        self._initial_commit = False  # see _fire_lifecycle
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -250,6 +251,12 @@ class Run:
         ctx = GraphLifecycleContext(config=self.config)
         step = state.execution_meta.step
         message: str | None = None
+        # The one commit between "start" and the next point is the run's input commit. 10xGraph
+        # writes nothing there when the run brings no messages (a resume), so it fires no
+        # on_checkpoint for it either.
+        initial, self._initial_commit = self._initial_commit, point == "start"
+        if point == "checkpoint" and initial and not self.input_messages:
+            return None
         if point == "start":
             if self._resumed_node is not None:
                 resume_data = {k: v for k, v in self._input_data.items()} if isinstance(self._input_data, dict) else {}
@@ -261,6 +268,13 @@ class Run:
             state = await mgr.fire_on_state_update(ctx, node or "", old, state, step)
         elif point == "interrupt":
             state = await mgr.fire_on_interrupt(ctx, node or "", kind or "", state)
+        elif point == "checkpoint":
+            # The messages this commit adds; a hook may change the state, not which messages
+            # are written (the Rust loop writes the context as it is).
+            done = len(self._committed)
+            ctx = state.context
+            fresh = list(ctx[done:]) if ctx[:done] == self._committed else list(ctx)
+            state, _ = await mgr.fire_on_checkpoint(ctx, state, fresh, False)
         elif point == "end":
             state = await mgr.fire_on_graph_end(ctx, state, self._run_messages(state), step)
         elif point == "error":

@@ -74,6 +74,8 @@ pub enum Lifecycle<'a> {
     End,
     /// The run failed (in `exec.error`), before the failed state is committed.
     Error,
+    /// A durable commit is about to snapshot the live state.
+    Checkpoint,
 }
 
 impl Lifecycle<'_> {
@@ -85,6 +87,7 @@ impl Lifecycle<'_> {
             Lifecycle::Interrupt { node, kind } => ("interrupt", Some(node), Some(kind)),
             Lifecycle::End => ("end", None, None),
             Lifecycle::Error => ("error", None, None),
+            Lifecycle::Checkpoint => ("checkpoint", None, None),
         }
     }
 }

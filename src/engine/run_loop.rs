@@ -307,6 +307,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if !durable {
             return Ok(());
         }
+        self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
         let mut snap = match self.host.snapshot(&self.exec, &self.cursor) {
             Ok(snap) => snap,
             Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {

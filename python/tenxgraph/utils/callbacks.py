@@ -168,7 +168,8 @@ class GraphLifecycleHook(Generic[StateT]):
     async def on_checkpoint(
         self, context: GraphLifecycleContext, state: StateT, messages: list[Message], is_context_trimmed: bool
     ) -> tuple[StateT, list[Message]] | StateT | None:
-        """10xGraph: before every durable write. Not fired by tenxgraph (see the docs)."""
+        """Before every durable commit; a returned state is what it writes (a returned message
+        list is ignored: the loop writes the context as it is)."""
         return None
 
     async def on_state_update(
