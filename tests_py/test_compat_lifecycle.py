@@ -235,7 +235,7 @@ class H(GraphLifecycleHook):
     async def on_state_update(self, c, n, o, s, step): log.append(f"update:{n}")
     async def on_checkpoint(self, c, s, msgs, trimmed):
         log.append(f"checkpoint:{[m.role for m in msgs]}:{trimmed}")
-        s.context_summary = "cp"
+        s.context_summary = "cp:" + c.thread_id  # the hook's context is the run's
         return s
     async def on_graph_end(self, c, s, m, t): log.append("end")
     async def on_interrupt(self, c, n, k, s): log.append(f"interrupt:{n}:{k}")
@@ -257,7 +257,7 @@ emit({"log": log, "summary": st.context_summary})
 @pytest.mark.parametrize("interrupt_before", ["", "tools"])
 def test_on_checkpoint_fires_before_the_commits_and_what_it_returns_is_written(oracle, interrupt_before: str) -> None:
     theirs, ours = oracle.run_both(CHECKPOINTS, env={"IB": interrupt_before})
-    assert theirs["summary"] == ours["summary"] == "cp"
+    assert theirs["summary"] == ours["summary"] == "cp:t"
 
     def points(log: list[str]) -> list[str]:
         return [e.split(":")[0] for e in log if "__start__" not in e]

@@ -271,9 +271,8 @@ class Run:
         elif point == "checkpoint":
             # The messages this commit adds; a hook may change the state, not which messages
             # are written (the Rust loop writes the context as it is).
-            done = len(self._committed)
-            ctx = state.context
-            fresh = list(ctx[done:]) if ctx[:done] == self._committed else list(ctx)
+            done, context = len(self._committed), state.context
+            fresh = list(context[done:]) if context[:done] == self._committed else list(context)
             state, _ = await mgr.fire_on_checkpoint(ctx, state, fresh, False)
         elif point == "end":
             state = await mgr.fire_on_graph_end(ctx, state, self._run_messages(state), step)
