@@ -289,6 +289,60 @@ def test_callbacks_registered_for_one_type_do_not_fire_for_another() -> None:
     assert asyncio.run(mgr.execute_before_invoke(ctx, 1)) == 1
 
 
+MANAGER_UNITS = """
+import asyncio
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.utils.callbacks import CallbackManager, GraphLifecycleContext, GraphLifecycleHook, CallbackContext, InvocationType, BaseValidator
+async def main():
+    out = {}
+    mgr = CallbackManager(); ctx = GraphLifecycleContext(config={}); st = AgentState()
+    out["start_same"] = (await mgr.fire_on_graph_start(ctx, st)) is st
+    e = ValueError("x")
+    rs, rm = await mgr.fire_on_graph_error(ctx, e, st, [], 0, "n")
+    out["err"] = [rs is st, rm]
+    msgs = [Message.text_message("hello")]
+    a, b = await mgr.fire_on_checkpoint(ctx, st, msgs, False)
+    out["ck"] = [a is st, b is msgs]
+    class H1(GraphLifecycleHook):
+        async def on_graph_start(self, c, s):
+            s.context_summary = "h1"; return s
+    class H2(GraphLifecycleHook):
+        async def on_graph_start(self, c, s):
+            s.context_summary += "+h2"; return s
+        async def on_checkpoint(self, c, s, m, t):
+            return s, []
+    mgr.register_lifecycle_hook(H1()); mgr.register_lifecycle_hook(H2())
+    out["chain"] = (await mgr.fire_on_graph_start(ctx, AgentState())).context_summary
+    out["ck2"] = (await mgr.fire_on_checkpoint(ctx, st, msgs, True))[1]
+    out["ctx"] = [GraphLifecycleContext(config={}).thread_id, GraphLifecycleContext(config={"run_id": "r"}).run_id]
+    out["counts"] = mgr.get_callback_counts()
+    m2 = CallbackManager()
+    m2.register_on_error(InvocationType.AI, lambda c, i, e: 42)
+    m2.register_on_error(InvocationType.AI, lambda c, i, e: None)
+    out["onerr"] = await m2.execute_on_error(CallbackContext(InvocationType.AI, "n"), {}, ValueError())
+    m3 = CallbackManager()
+    m3.register_on_error(InvocationType.AI, lambda c, i, e: Message.text_message("r"))
+    m3.register_on_error(InvocationType.AI, lambda c, i, e: 42)
+    out["onerr2"] = (await m3.execute_on_error(CallbackContext(InvocationType.AI, "n"), {}, ValueError())).text()
+    try:
+        BaseValidator()
+        out["abstract"] = False
+    except TypeError:
+        out["abstract"] = True
+    out["enum"] = [t.value for t in InvocationType]
+    out["validators_empty"] = await CallbackManager().execute_validators([])
+    emit(out)
+asyncio.run(main())
+"""
+
+
+def test_the_managers_fire_and_execute_methods_answer_as_10xgraphs(oracle) -> None:
+    theirs, ours = oracle.run_both(MANAGER_UNITS)
+    assert ours == theirs
+    assert ours["chain"] == "h1+h2" and ours["err"] == [True, "x"]
+    assert ours["onerr"] is None and ours["onerr2"] == "r"  # a non-Message answer is ignored
+
+
 CONVERT = """
 from tenxgraph.core.state import AgentState, Message
 from tenxgraph.core.state.message_block import (TextBlock, ImageBlock, AudioBlock, VideoBlock, DocumentBlock, MediaRef,
