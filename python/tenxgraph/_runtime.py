@@ -259,8 +259,7 @@ class Run:
             return None
         if point == "start":
             if self._resumed_node is not None:
-                resume_data = {k: v for k, v in self._input_data.items()} if isinstance(self._input_data, dict) else {}
-                state = await mgr.fire_on_resume(ctx, self._resumed_node, state, resume_data)
+                state = await mgr.fire_on_resume(ctx, self._resumed_node, state, dict(self._input_data))
             state = await mgr.fire_on_graph_start(ctx, state)
         elif point == "node_done":
             old = self._before_node if self._before_node is not None else state
