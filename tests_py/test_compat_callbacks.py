@@ -45,14 +45,17 @@ def model(state: AgentState):
 def route(state):
     return "tools" if state.context[-1].tools_calls else END
 
+CHECKPOINTERS = []
+
 def build(mgr):
+    CHECKPOINTERS.append(InMemoryCheckpointer())
     g = StateGraph(AgentState)
     g.add_node("model", model)
     g.add_node("tools", ToolNode([get_weather]))
     g.add_conditional_edges("model", route, {"tools": "tools", END: END})
     g.add_edge("tools", "model")
     g.set_entry_point("model")
-    return g.compile(checkpointer=InMemoryCheckpointer(), callback_manager=mgr)
+    return g.compile(checkpointer=CHECKPOINTERS[-1], callback_manager=mgr)
 
 def tool_texts(messages):
     out = []
@@ -72,14 +75,21 @@ async def before_tool(c, d):
 mgr.register_before_invoke(InvocationType.TOOL, before_tool)
 mgr.register_after_invoke(InvocationType.TOOL, lambda c, i, o: (log.append(f"after_tool:{c.function_name}:{o}"), o)[1])
 app = build(mgr)
-res = app.invoke({"messages": [Message.text_message("weather in Paris", role="user")]}, {"thread_id": "t1"})
+import os
+if os.environ.get("MODE") == "stream":
+    for _chunk in app.stream({"messages": [Message.text_message("weather in Paris", role="user")]}, {"thread_id": "t1"}):
+        pass
+    res = {"messages": CHECKPOINTERS[-1].get_state({"thread_id": "t1"}).context}
+else:
+    res = app.invoke({"messages": [Message.text_message("weather in Paris", role="user")]}, {"thread_id": "t1"})
 emit({"log": log, "roles": [m.role for m in res["messages"]], "tools": tool_texts(res["messages"]),
       "counts": mgr.get_callback_counts()})
 """
 
 
-def test_callback_order_and_contexts_match_10xgraph(oracle) -> None:
-    theirs, ours = oracle.run_both(ORDER)
+@pytest.mark.parametrize("mode", ["invoke", "stream"])
+def test_callback_order_and_contexts_match_10xgraph(oracle, mode: str) -> None:
+    theirs, ours = oracle.run_both(ORDER, env={"MODE": mode})
     # 10xGraph runs START as a node of its own, so its AI callbacks fire for "__start__" too;
     # tenxgraph's loop has no such node (documented in docs/migrating-from-10xgraph.md).
     start_entries = [e for e in theirs["log"] if ":__start__" in e]
