@@ -432,3 +432,49 @@ def test_a_call_replayed_from_the_ledger_after_sigkill_fires_no_tool_callbacks(
     assert [e["what"] for e in resumed] == ["before_ai", "after_ai", "done"]
     assert resumed[-1]["texts"][-1] == "paid"
     assert [e["what"] for e in _log_lines(log)].count("tool_ran") == 1
+
+
+@pytest.mark.asyncio
+async def test_a_sync_tools_late_result_is_recorded_as_returned_without_after_invoke(checkpointer, make_thread) -> None:
+    """Cut off by node_timeout, a sync tool's thread runs on; its result arrives when no run waits
+    for it, so it is recorded as the tool returned it (after_invoke cannot run) and the resume
+    answers from the ledger: the tool ran once, before_invoke fired once."""
+    import asyncio
+    import threading
+
+    from tenxgraph.core.exceptions import NodeTimeoutError
+    from tenxgraph.utils import CallbackManager, InvocationType
+
+    from .tool_graphs import call, tool_graph, tool_texts
+
+    release, starts = threading.Event(), []
+
+    def charge() -> str:
+        """Charges the card."""
+        starts.append(1)
+        if not release.wait(30):
+            raise RuntimeError("never released")
+        return "charged"
+
+    seen: list[str] = []
+    mgr = CallbackManager()
+    mgr.register_before_invoke(InvocationType.TOOL, lambda c, d: (seen.append("before"), d)[1])
+    mgr.register_after_invoke(InvocationType.TOOL, lambda c, i, o: (seen.append("after"), o.upper())[1])
+    app = tool_graph(AgentState, [charge], [[call("c1", "charge")]], checkpointer=checkpointer, callback_manager=mgr)
+    cfg = {"thread_id": make_thread("latecb"), "node_timeout": 0.5, "tool_timeout": None}
+    try:
+        with pytest.raises(NodeTimeoutError):
+            await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("pay")]}, dict(cfg)), 30)
+    finally:
+        release.set()
+    state = await checkpointer.aget_state(dict(cfg))
+    key = f"{next(m for m in state.context if m.tools_calls).message_id}:c1"
+    for _ in range(1500):
+        if await checkpointer.aget_tool_status(dict(cfg), key) == "completed":
+            break
+        await asyncio.sleep(0.02)
+    record = await checkpointer.aget_tool_result(dict(cfg), key)
+    assert record["value"]["content"][0]["output"] == "charged"
+    r = await app.ainvoke({}, {"thread_id": cfg["thread_id"]})
+    assert tool_texts(r["messages"]) == {"c1": "charged"}
+    assert len(starts) == 1 and seen == ["before"]

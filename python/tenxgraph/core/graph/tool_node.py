@@ -564,10 +564,13 @@ class ToolNode:
                 return _Raised(exc)
 
         def late(out: Any) -> None:
-            if late_record is None or not isinstance(out, _Raw) or inspect.isawaitable(out.value):
+            if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
                 return
             try:
-                late_record(self._map_result(out.value, tool_call_id, meta)[0])
+                if isinstance(out, _Raised):  # recorded like a late failure without callbacks
+                    late_record(self._failure(name, tool_call_id, meta, out.error))
+                else:
+                    late_record(self._map_result(out.value, tool_call_id, meta)[0])
             except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
                 _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
 
