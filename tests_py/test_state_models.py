@@ -653,13 +653,14 @@ def test_undecorated_function_metadata_defaults() -> None:
         return x
 
     assert not has_tool_decorator(plain)
+    # 10xGraph 0.10's answer for an undecorated function: nothing but an empty tag set.
     assert get_tool_metadata(plain) == {
-        "name": "plain",
-        "description": "Doc.",
+        "name": None,
+        "description": None,
         "tags": set(),
         "provider": None,
         "capabilities": None,
-        "metadata": {},
+        "metadata": None,
         "parameters": None,
         "side_effects": "idempotent",
         "on_unknown": "error",

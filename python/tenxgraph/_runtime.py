@@ -27,6 +27,7 @@ from tenxgraph import _node_context
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
+from tenxgraph.utils.callbacks import CallbackContext, GraphLifecycleContext, InvocationType
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
@@ -119,6 +120,14 @@ class Run:
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
         self.known: Held | None = None
+        self._callbacks = graph._callbacks
+        # Only lifecycle hooks make the loop call back at its lifecycle points (see lifecycle()).
+        self.has_lifecycle_hooks = bool(self._callbacks._lifecycle_hooks)
+        self._input_data = input_data
+        self._resumed_node: str | None = None  # set when this run resumes a paused thread
+        self._before_node: AgentState | None = None  # the state a node started from (for hooks)
+        self._node_error: BaseException | None = None
+        self._initial_commit = False  # see _fire_lifecycle
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -156,6 +165,10 @@ class Run:
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
+        if self.has_lifecycle_hooks and state.execution_meta.status in (
+            ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
+        ):
+            self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
         if self.events is not None and self.input_messages and not self.has_resume:
             # A turn that starts at the entry point (10xGraph ran START as a node first); the
@@ -202,15 +215,22 @@ class Run:
         step = state.execution_meta.step
         if events is not None:
             events.node_start(name, step)
+        if self.has_lifecycle_hooks:
+            self._before_node = state.model_copy(deep=True)
         token = activate(name, answers)
         sink = self.emitter.delta_sink(name) if self.emitter is not None else None
         node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
         try:
             with log_fields(node=name):
-                result = await node.call(state, config)
+                if self._callbacks.wraps(InvocationType.AI):
+                    result = await self._call_with_callbacks(node, state, config)
+                else:
+                    result = await node.call(state, config)
         except (Exception, asyncio.CancelledError) as exc:
             if events is not None:
                 events.node_error(name, step, exc)
+            if isinstance(exc, Exception):
+                self._node_error = exc
             raise
         finally:
             _node_context.reset(node_token)
@@ -230,6 +250,91 @@ class Run:
                 self.emitter.message(m, "node_invoked", name, now=False)
             self._stream_update("node_invoked", name, now=False)
         return goto
+
+    async def _call_with_callbacks(self, node: Any, state: AgentState, config: dict[str, Any]) -> Any:
+        """10xGraph's AI-invocation callbacks around a (non-tool) node: before_invoke may change
+        the node's arguments, after_invoke its result; on_error may answer a failure with a
+        Message, which becomes the node's result (the run goes on along the edges)."""
+        context = CallbackContext(
+            invocation_type=InvocationType.AI,
+            node_name=node.name,
+            function_name=getattr(node.func, "__name__", str(node.func)),
+            metadata={"config": config},
+        )
+        input_data = node.input_data(state, config)
+        try:
+            input_data = await self._callbacks.execute_before_invoke(context, input_data)
+            result = await node.call_with(input_data)
+            return await self._callbacks.execute_after_invoke(context, input_data, result)
+        except Exception as exc:
+            recovery = await self._callbacks.execute_on_error(context, input_data, exc)
+            if recovery is None:
+                raise
+            return [recovery]
+
+    def lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> Any:
+        """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
+        await); returns the error message to persist at ``error`` (None keeps it)."""
+        return self._fire_lifecycle(point, node, kind, exec_json)
+
+    async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> str | None:
+        state = self.state
+        if state is None:
+            return None
+        self._apply_exec(state, exec_json)
+        mgr = self._callbacks
+        ctx = GraphLifecycleContext(config=self.config)
+        step = state.execution_meta.step
+        message: str | None = None
+        # The one commit between "start" and the next point is the run's input commit. 10xGraph
+        # writes nothing there when the run brings no messages (a resume), so it fires no
+        # on_checkpoint for it either.
+        initial, self._initial_commit = self._initial_commit, point == "start"
+        if point == "checkpoint" and initial and not self.input_messages:
+            return None
+        if point == "start":
+            if self._resumed_node is not None:
+                state = await mgr.fire_on_resume(ctx, self._resumed_node, state, dict(self._input_data))
+            state = await mgr.fire_on_graph_start(ctx, state)
+        elif point == "node_done":
+            old = self._before_node if self._before_node is not None else state
+            self._before_node = None
+            state = await mgr.fire_on_state_update(ctx, node or "", old, state, step)
+        elif point == "interrupt":
+            state = await mgr.fire_on_interrupt(ctx, node or "", kind or "", state)
+        elif point == "checkpoint":
+            # The messages this commit adds; a hook may change the state, not which messages
+            # are written (the Rust loop writes the context as it is).
+            done, context = len(self._committed), state.context
+            fresh = list(context[done:]) if context[:done] == self._committed else list(context)
+            state, _ = await mgr.fire_on_checkpoint(ctx, state, fresh, False)
+        elif point == "end":
+            state = await mgr.fire_on_graph_end(ctx, state, self._run_messages(state), step)
+        elif point == "error":
+            text = str(state.execution_meta.internal_data.get("error") or "")
+            error = _hook_error(text, self._node_error, node=state.execution_meta.current_node)
+            state, message = await mgr.fire_on_graph_error(
+                ctx, error, state, self._run_messages(state), step, state.execution_meta.current_node
+            )
+            if message == str(error):
+                message = None  # unchanged: the loop keeps its own (fuller) message
+        self._adopt(state, point)
+        return message
+
+    def _run_messages(self, state: AgentState) -> list[Message]:
+        """The run's messages as 10xGraph hands them to hooks: the turn's user message, then
+        what the run produced (the same list a response carries)."""
+        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        return ([last_user] if last_user is not None else []) + [m for m in self.produced if m is not last_user]
+
+    def _adopt(self, state: Any, point: str) -> None:
+        if state is self.state:
+            return
+        if not isinstance(state, AgentState):
+            self.graph._log.warning("a lifecycle hook at %s returned %s, not a state; ignored",
+                                    point, type(state).__name__, extra=self._log_fields())
+            return
+        self.state = state
 
     def committed(self, version: int) -> None:
         """The step is durable: release the chunks held back for it."""
@@ -280,12 +385,15 @@ class Run:
         if events is not None:
             events.node_start(name, state.execution_meta.step)
             events.tools_begun(name)
+        if self.has_lifecycle_hooks:
+            self._before_node = state.model_copy(deep=True)
         try:
             step = ToolStep.begin(name, self.graph._nodes[name].func, state)
         except Exception as exc:
             if events is not None:
                 events.node_error(name, state.execution_meta.step, exc)
             raise
+        step.callbacks = self._callbacks
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:
@@ -487,6 +595,23 @@ def _is_remote_call(m: Message) -> bool:
 
 def _remote_id(m: Message) -> str | None:
     return next((b.id for b in m.content if isinstance(b, RemoteToolCallBlock)), None)
+
+
+def _hook_error(text: str, raised: BaseException | None, node: str) -> Exception:
+    """The error on_graph_error is given: for a node that raised, the NodeError the caller gets
+    (10xGraph hands its hooks that wrapped error too), made without logging it a second time;
+    for a failure of the loop itself (timeout, recursion limit, routing), an Exception with the
+    loop's message."""
+    if isinstance(raised, Exception) and text.startswith("Error in node"):
+        from tenxgraph.core.exceptions import NodeError, _restore
+
+        error = _restore(NodeError, text)
+        assert isinstance(error, NodeError)
+        error.message, error.error_code = text, "NODE_001"
+        error.context = {"node_name": node, "error_type": type(raised).__name__}
+        error.__cause__ = raised
+        return error
+    return Exception(text)
 
 
 def _clear_answers(state: AgentState | None) -> None:

@@ -57,6 +57,9 @@ class ToolStep:
     # Where a sync tool's late result is recorded: (native store, thread_id, user_id); None
     # leaves late results unrecorded (see tenxgraph._sync_calls).
     ledger: tuple[Any, str, str] | None = None
+    # The graph's CallbackManager: its TOOL callbacks wrap each call that really runs (a call
+    # answered from the ledger runs nothing, so it fires none).
+    callbacks: Any = None
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -163,7 +166,7 @@ class ToolStep:
         try:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,
-                flight_key=flight_key, late_record=late,
+                flight_key=flight_key, late_record=late, callback_manager=self.callbacks,
             )
         finally:
             deactivate(token)

@@ -64,6 +64,38 @@ pub struct Snapshot {
     pub cursor: MsgCursor,
 }
 
+/// A point of a run where 10xGraph fires its graph lifecycle hooks (`GraphLifecycleHook`). The
+/// loop names the points, so the order is decided here, on every path (invoke and streaming).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle<'a> {
+    /// The state is loaded and the input merged, before the first commit and the first node.
+    Start,
+    /// `node` finished and its result is merged, before routing and before its step commits.
+    NodeDone { node: &'a str },
+    /// The run pauses at `node`: `kind` is "before", "after", "interrupt" or "stop".
+    Interrupt { node: &'a str, kind: &'a str },
+    /// The run reached END, before its final commit.
+    End,
+    /// The run failed (in `exec.error`), before the failed state is committed.
+    Error,
+    /// A durable commit is about to snapshot the live state.
+    Checkpoint,
+}
+
+impl Lifecycle<'_> {
+    /// (point, node, kind) as the host names them.
+    pub fn parts(&self) -> (&'static str, Option<&str>, Option<&str>) {
+        match *self {
+            Lifecycle::Start => ("start", None, None),
+            Lifecycle::NodeDone { node } => ("node_done", Some(node), None),
+            Lifecycle::Interrupt { node, kind } => ("interrupt", Some(node), Some(kind)),
+            Lifecycle::End => ("end", None, None),
+            Lifecycle::Error => ("error", None, None),
+            Lifecycle::Checkpoint => ("checkpoint", None, None),
+        }
+    }
+}
+
 /// The engine's window onto user code and the live state of one run.
 #[async_trait]
 pub trait NodeHost: Send + Sync {
@@ -85,6 +117,12 @@ pub trait NodeHost: Send + Sync {
     /// Called after each durable commit: a streaming host releases what it held back until the
     /// step was safe (a client never sees a step that a crash could undo).
     fn committed(&self, _version: i64) {}
+    /// Lifecycle hooks at `point`. They may change the live state (the next snapshot carries it);
+    /// they never fail the run (a failing hook is the host's to log). At `Error` the host may
+    /// return a replacement for the error message that is persisted.
+    async fn lifecycle(&self, _point: Lifecycle<'_>, _exec: &ExecMeta) -> Option<String> {
+        None
+    }
     /// Whether this run is streamed (the `mid_stream` failpoint fires only then).
     fn streaming(&self) -> bool {
         false

@@ -19,7 +19,7 @@ pub use config::{RunConfig, resolve_timeout};
 pub use error::{BoxError, EngineError};
 pub use exec::{ExecMeta, ExecStatus};
 pub use graph::{END, EdgeSpec, GraphSpec, START};
-pub use host::{HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, Stored};
+pub use host::{HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, Stored};
 pub use routing::next_node;
 pub use recovery::{RecoveryCandidate, recovery_candidates};
 pub use run_loop::{RunInput, RunOutcome, run};

@@ -2,7 +2,7 @@
 //! END, a pause, a stop or an error. Every exit that leaves the thread in a new state commits it.
 
 use super::{
-    EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput, RunConfig,
+    EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RunConfig,
     STOP_NAMESPACE, StopSignals, Stored, graph::END, next_node, stop_key,
 };
 use super::lease::{self, Lease};
@@ -232,6 +232,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
+    host.lifecycle(Lifecycle::Start, &exec).await;
     // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
     let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
     if rewrite {
@@ -314,6 +315,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if !durable {
             return Ok(());
         }
+        self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
         let mut snap = match self.host.snapshot(&self.exec, &self.cursor) {
             Ok(snap) => snap,
             Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {
@@ -400,6 +402,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         self.exec.status = ExecStatus::Error;
         self.exec.error = Some(err.to_string());
+        if let Some(message) = self.host.lifecycle(Lifecycle::Error, &self.exec).await {
+            self.exec.error = Some(message);
+        }
         if let Err(e) = self.commit_final().await {
             tracing::error!(thread_id = %self.cfg.thread.thread_id, "could not record the failed state: {e}");
         }
@@ -462,6 +467,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         );
         self.exec.stop_current_execution = "stopped".into();
         tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, reason, "run stopped by request");
+        self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "stop" }, &self.exec).await;
         self.commit_final().await?;
         Ok(self.outcome(true))
     }
@@ -484,6 +490,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         loop {
             if self.exec.current_node == END {
                 self.exec.status = ExecStatus::Completed;
+                self.host.lifecycle(Lifecycle::End, &self.exec).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -501,6 +508,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             let skip = skip_before.take().is_some_and(|n| n == node);
             if !skip && self.graph.interrupt_before.contains(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_before: {node}"), ExecStatus::InterruptedBefore, None);
+                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "before" }, &self.exec).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -518,6 +526,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     // current_node stays: the node runs again when the thread is resumed.
                     let data = json!({"interrupt": payload});
                     self.exec.set_interrupt(&node, "interrupt".into(), ExecStatus::InterruptedBefore, Some(data));
+                    self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "interrupt" }, &self.exec).await;
                     self.commit_final().await?;
                     return Ok(self.outcome(false));
                 }
@@ -532,9 +541,11 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 }
             };
             self.step_node = node.clone();
+            self.host.lifecycle(Lifecycle::NodeDone { node: &node }, &self.exec).await;
             if let Some(reason) = out.pause {
                 // current_node stays: the resumed run routes past it (see resume_after).
                 self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, None);
+                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "after" }, &self.exec).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -546,6 +557,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.exec.current_node = next.clone();
             if self.graph.interrupt_after.contains(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_after: {node}"), ExecStatus::InterruptedAfter, None);
+                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "after" }, &self.exec).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }

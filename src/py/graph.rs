@@ -104,7 +104,8 @@ impl NativeGraph {
         let spec = self.spec.clone();
         let store = self.store.clone();
         let known = known_version.zip(known_mark);
-        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known };
+        let hooks = run.bind(py).getattr("has_lifecycle_hooks").and_then(|v| v.is_truthy()).unwrap_or(false);
+        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known, hooks };
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref(), resume_only };

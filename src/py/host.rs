@@ -3,7 +3,7 @@
 
 use super::bridge::{Locals, PyTask};
 use crate::engine::{
-    BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
+    BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
     ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
 use crate::store::{KnownHead, StoredMessage};
@@ -21,6 +21,8 @@ pub struct PyHost {
     /// The commit (version, write mark) whose live state the Python side kept from the thread's
     /// previous run in this process.
     pub known: Option<(i64, String)>,
+    /// The graph has lifecycle hooks: without any, no lifecycle point crosses into Python.
+    pub hooks: bool,
 }
 
 fn host_err(e: PyErr) -> EngineError {
@@ -163,6 +165,31 @@ impl NodeHost for PyHost {
 
     fn streaming(&self) -> bool {
         self.streaming
+    }
+
+    async fn lifecycle(&self, point: Lifecycle<'_>, exec: &ExecMeta) -> Option<String> {
+        if !self.hooks {
+            return None;
+        }
+        let (name, node, kind) = point.parts();
+        let exec = exec_text(exec);
+        let task = Python::attach(|py| {
+            let coro = self.run.bind(py).call_method1("lifecycle", (name, node, kind, exec))?;
+            PyTask::start(py, &self.locals, coro)
+        });
+        // The Python side logs and absorbs a failing hook (10xGraph's rule); what reaches here is
+        // a bug of ours or a cancellation, and a hook must not decide the run's outcome either way.
+        let out = match task {
+            Ok(t) => t.await,
+            Err(e) => Err(e),
+        };
+        match out {
+            Ok(v) => Python::attach(|py| v.bind(py).extract::<Option<String>>().ok().flatten()),
+            Err(e) => {
+                tracing::warn!("lifecycle hook at {name} failed: {e}");
+                None
+            }
+        }
     }
 
     fn committed(&self, version: i64) {

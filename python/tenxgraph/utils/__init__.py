@@ -1,4 +1,5 @@
-"""tenxgraph.utils: constants, Command, ThreadInfo, the @tool decorator and reducers."""
+"""tenxgraph.utils: constants, Command, ThreadInfo, the @tool decorator, reducers, callbacks,
+validators' base class and lifecycle hooks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,19 @@ from tenxgraph.core.state.reducers import (
     replace_messages,
     replace_value,
 )
+from tenxgraph.utils.callbacks import (
+    AfterInvokeCallback,
+    BaseValidator,
+    BeforeInvokeCallback,
+    CallbackContext,
+    CallbackManager,
+    GraphLifecycleContext,
+    GraphLifecycleHook,
+    InvocationType,
+    OnErrorCallback,
+)
 from tenxgraph.utils.command import Command
+from tenxgraph.utils.converter import convert_messages
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
     DEFAULT_NODE_TIMEOUT_SECONDS,
@@ -29,6 +42,15 @@ from tenxgraph.utils.tool_decorator import get_tool_metadata, has_tool_decorator
 from tenxgraph.utils.interrupt import GraphInterrupt, Interrupt, interrupt, pending_interrupt  # noqa: E402
 
 __all__ = [
+    "AfterInvokeCallback",
+    "BaseValidator",
+    "BeforeInvokeCallback",
+    "CallbackContext",
+    "CallbackManager",
+    "GraphLifecycleContext",
+    "GraphLifecycleHook",
+    "InvocationType",
+    "OnErrorCallback",
     "GraphInterrupt",
     "Interrupt",
     "interrupt",
@@ -45,6 +67,7 @@ __all__ = [
     "ThreadInfo",
     "add_messages",
     "append_items",
+    "convert_messages",
     "get_tool_metadata",
     "has_tool_decorator",
     "replace_messages",

@@ -6,11 +6,10 @@ function itself is returned unchanged, so it stays directly callable.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
-__all__ = ["ON_UNKNOWN", "SIDE_EFFECTS", "OnUnknown", "SideEffects", "get_tool_metadata", "has_tool_decorator", "tool"]
+__all__ = ["NotCallableToolError", "ON_UNKNOWN", "SIDE_EFFECTS", "OnUnknown", "SideEffects", "get_tool_metadata", "has_tool_decorator", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,9 +60,12 @@ def tool(
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool. Usable bare (``@tool``) or with options (``@tool(name=...)``).
 
-    ``parameters`` is a JSON schema that replaces the one generated from the signature.
-    ``description`` left as None lets ToolNode fall back to the docstring.
+    ``parameters`` is a JSON schema that replaces the one generated from the signature; it must
+    be a dict (ValueError otherwise, as in 10xGraph). ``description`` left as None lets ToolNode
+    fall back to the docstring.
     """
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ValueError(f"@tool(parameters=...) must be a JSON Schema dict, got {type(parameters)}")
     if side_effects not in SIDE_EFFECTS:
         raise ValueError(
             f"side_effects must be one of {sorted(SIDE_EFFECTS)}, got {side_effects!r}"
@@ -80,14 +82,14 @@ def tool(
 
     def decorate(func: F) -> F:
         if not callable(func):
-            raise TypeError(f"@tool can only decorate a callable, got {type(func).__name__}")
+            raise NotCallableToolError(f"@tool can only decorate a callable, got {type(func)}")
         attrs: dict[str, Any] = {
             "_py_tool_name": name or getattr(func, "__name__", type(func).__name__),
             "_py_tool_description": description,
             "_py_tool_tags": set(tag_set),
             "_py_tool_provider": provider,
             "_py_tool_capabilities": list(capabilities) if capabilities is not None else None,
-            "_py_tool_metadata": dict(metadata) if metadata else {},
+            "_py_tool_metadata": dict(metadata) if metadata is not None else None,
             "_py_tool_parameters": parameters,
             "_py_tool_side_effects": side_effects,
             "_py_tool_on_unknown": on_unknown,
@@ -101,20 +103,31 @@ def tool(
     return decorate
 
 
+class NotCallableToolError(TypeError, ValueError):
+    """``@tool`` applied to something that is not callable. 10xGraph raises ValueError here; a
+    TypeError is what the mistake is, so the error is both."""
+
+
 def has_tool_decorator(func: Callable[..., Any]) -> bool:
     return hasattr(func, "_py_tool_name")
 
 
 def get_tool_metadata(func: Callable[..., Any]) -> dict[str, Any]:
-    """The tool metadata of ``func``, with the defaults an undecorated function gets."""
-    fallback_name = getattr(func, "__name__", type(func).__name__)
+    """The tool metadata of ``func`` as 10xGraph reports it: an undecorated function has name,
+    description and the rest None (tags an empty set); a decorated one without a description
+    reports its docstring, or "No description provided."."""
+    decorated = has_tool_decorator(func)
+    description = getattr(func, "_py_tool_description", None)
+    if description is None and decorated:
+        description = getattr(func, "__doc__", None) or "No description provided."
+    metadata = getattr(func, "_py_tool_metadata", None)
     return {
-        "name": getattr(func, "_py_tool_name", None) or fallback_name,
-        "description": getattr(func, "_py_tool_description", None) or inspect.getdoc(func),
+        "name": getattr(func, "_py_tool_name", None),
+        "description": description,
         "tags": set(getattr(func, "_py_tool_tags", None) or ()),
         "provider": getattr(func, "_py_tool_provider", None),
         "capabilities": getattr(func, "_py_tool_capabilities", None),
-        "metadata": dict(getattr(func, "_py_tool_metadata", None) or {}),
+        "metadata": dict(metadata) if metadata is not None else None,
         "parameters": getattr(func, "_py_tool_parameters", None),
         "side_effects": getattr(func, "_py_tool_side_effects", "idempotent"),
         "on_unknown": getattr(func, "_py_tool_on_unknown", "error"),

@@ -166,7 +166,11 @@ class CompiledGraph(Generic[StateT]):
         shutdown_timeout: float,
         live_states: int = 0,
         recover_on_start: bool | dict[str, Any] = False,
+        callback_manager: Any = None,
     ) -> None:
+        from tenxgraph.utils.callbacks import CallbackManager
+
+        self._callbacks: CallbackManager = callback_manager if callback_manager is not None else CallbackManager()
         self._builder = builder
         self._live = LiveStates(live_states)
         self._checkpointer = checkpointer
@@ -242,6 +246,7 @@ class CompiledGraph(Generic[StateT]):
         cfg = self._prepare_config(config)
         run = Run(self, cfg, input_data)
         key = (str(cfg["thread_id"]), str(cfg["user_id"]))
+        await self._validate_input(run, cfg)
         run.known = self._live.take(key)
         outcome = await self._execute(run, cfg)
         # "low" hands out copies of its messages only, so nobody else can change the live state.
@@ -249,6 +254,12 @@ class CompiledGraph(Generic[StateT]):
         if granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None:
             self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index)
         return response
+
+    async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
+        """The callback manager's input validators, on the run's new messages, before anything
+        is merged or persisted: a refused input leaves the thread as it was."""
+        if run.input_messages and self._callbacks._validators:
+            await self._callbacks.execute_validators(run.input_messages, config=cfg)
 
     async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False,
                        resume_only: bool = False) -> dict[str, Any]:
@@ -327,6 +338,7 @@ class CompiledGraph(Generic[StateT]):
         cfg = self._prepare_config(config)
         cfg["is_stream"] = True
         run = Run(self, cfg, input_data)
+        await self._validate_input(run, cfg)
         # A streamed run hands its messages out as they are: its state is not kept afterwards.
         run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)

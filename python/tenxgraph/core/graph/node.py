@@ -50,6 +50,39 @@ class Node:
             result = await result
         return result
 
+    def input_data(self, state: Any, config: dict[str, Any]) -> dict[str, Any]:
+        """The node's arguments by name (10xGraph's ``input_data``, what AI callbacks see)."""
+        kind, _ = self._plan
+        if kind == "single":
+            return {self._single_name(): state}
+        args, kwargs = self.arguments(state, config)
+        return kwargs
+
+    async def call_with(self, input_data: dict[str, Any]) -> Any:
+        """Calls the node with ``input_data`` as a callback may have changed it."""
+        kind, _ = self._plan
+        if kind == "single" and len(input_data) == 1 and self._single_name() in input_data:
+            args, kwargs = [input_data[self._single_name()]], {}  # it may be positional-only
+        else:
+            args, kwargs = [], dict(input_data)
+        if self.is_async:
+            return await self.func(*args, **kwargs)
+        result = await asyncio.to_thread(self.func, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _single_name(self) -> str:
+        try:
+            params = [
+                p for p in inspect.signature(self.func).parameters.values()
+                if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+                and p.default is inspect.Parameter.empty
+            ]
+        except (TypeError, ValueError):
+            return "state"
+        return params[0].name if params else "state"
+
     def __repr__(self) -> str:
         return f"Node({self.name!r})"
 

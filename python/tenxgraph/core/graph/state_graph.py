@@ -170,6 +170,16 @@ class StateGraph(Generic[StateT]):
             raise TypeError(
                 f"checkpointer must be a tenxgraph checkpointer, got {type(checkpointer).__name__}"
             )
+        from tenxgraph.utils.callbacks import CallbackManager
+
+        if callback_manager is None:
+            # A manager per graph: 10xGraph's default is one CallbackManager() shared by every
+            # compile() that passes none, so callbacks registered on it leaked across graphs.
+            callback_manager = CallbackManager()
+        elif not isinstance(callback_manager, CallbackManager):
+            raise TypeError(
+                f"callback_manager must be a tenxgraph.utils.CallbackManager, got {type(callback_manager).__name__}"
+            )
         checkpointer.bind_state_type(type(self._state))
         graph = CompiledGraph(
             self,
@@ -180,6 +190,7 @@ class StateGraph(Generic[StateT]):
             shutdown_timeout=shutdown_timeout,
             live_states=live_limit,
             recover_on_start=recover_on_start,
+            callback_manager=callback_manager,
         )
         self.compiled = True
         return graph

@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import math
 import reprlib
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from tenxgraph.core.state.message_block import (
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
+from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 
 __all__ = [
     "HAS_FASTMCP",
@@ -53,6 +54,7 @@ HAS_MCP = False
 HAS_FASTMCP = False
 
 _log = run_logger("tenxgraph.graph.tool_node")
+_TOOL = InvocationType.TOOL
 
 # Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
 # services this runtime does not provide, so they must carry a default.
@@ -233,6 +235,16 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 @dataclass
+class _Raw:
+    value: Any
+
+
+@dataclass
+class _Raised:
+    error: Exception
+
+
+@dataclass
 class _Awaitable:
     """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
 
@@ -386,6 +398,7 @@ class ToolNode:
         idempotency_key: str | None = None,
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
+        callback_manager: Any = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
         Exceptions (cancellation, GraphInterrupt) propagate.
@@ -395,7 +408,7 @@ class ToolNode:
         waited for instead of started again, and a result that arrives after every attempt
         stopped waiting goes to ``late_record`` (on the worker thread)."""
         outcome, _ = await self._execute(
-            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record
+            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record, callback_manager
         )
         return outcome
 
@@ -411,11 +424,41 @@ class ToolNode:
         tool_call_id: str,
         config: dict[str, Any],
         state: Any,
+        callback_manager: Any = None,
     ) -> dict[str, Any] | Message:
         """10xGraph's shape: the Message, or ``{"state", "messages"}`` for a ToolResult,
-        whose state keys the state has are set on it."""
+        whose state keys the state has are set on it. ``callback_manager``: its TOOL callbacks
+        wrap the call (10xGraph injects the graph's; outside a graph pass one or none)."""
+        return await self._invoke(name, args, tool_call_id, config, state, callback_manager, None)
+
+    async def stream(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        emit: Any = None,
+        callback_manager: Any = None,
+    ) -> AsyncIterator[dict[str, Any] | Message]:
+        """10xGraph's streaming form of :meth:`invoke`: an async iterator that yields the one
+        result ``invoke`` returns (tools return whole results). ``emit`` is handed to a tool that
+        takes an ``emit`` parameter. Like ``invoke`` it runs the tool directly: no ledger; inside
+        a graph the runtime's tool handler runs tools, with the ledger."""
+        yield await self._invoke(name, args, tool_call_id, config, state, callback_manager, emit)
+
+    async def _invoke(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tool_call_id: str,
+        config: dict[str, Any],
+        state: Any,
+        callback_manager: Any,
+        emit: Any,
+    ) -> dict[str, Any] | Message:
         outcome, from_tool_result = await self._execute(
-            name, args, tool_call_id, config, state, None
+            name, args, tool_call_id, config, state, None, callback_manager=callback_manager, emit=emit
         )
         if not from_tool_result:
             return outcome.message
@@ -434,6 +477,8 @@ class ToolNode:
         idempotency_key: str | None,
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
+        callback_manager: Any = None,
+        emit: Any = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -457,14 +502,18 @@ class ToolNode:
                 meta=meta,
             )
             return ToolOutcome(missing), False
+        injected = {
+            "tool_call_id": tool_call_id,
+            "state": state,
+            "config": config,
+            "emit": emit,
+            "idempotency_key": idempotency_key,
+        }
+        if callback_manager is not None and callback_manager.wraps(_TOOL):
+            return await self._execute_with_callbacks(
+                callback_manager, fn, name, args, injected, meta, flight_key, late_record
+            )
         try:
-            injected = {
-                "tool_call_id": tool_call_id,
-                "state": state,
-                "config": config,
-                "emit": None,
-                "idempotency_key": idempotency_key,
-            }
             call_args, call_kwargs = self._bind(name, args or {}, injected)
             if not _is_async(fn):
                 return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record)
@@ -472,6 +521,85 @@ class ToolNode:
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             return self._failure(name, tool_call_id, meta, exc), False
+
+    async def _execute_with_callbacks(
+        self,
+        mgr: Any,
+        fn: Callable[..., Any],
+        name: str,
+        args: dict[str, Any],
+        injected: dict[str, Any],
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> tuple[ToolOutcome, bool]:
+        """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
+        tool's keyword arguments, injected ones included; after_invoke the tool's raw return
+        value; on_error any failure, and a Message it returns is the call's result."""
+        tool_call_id = injected["tool_call_id"]
+        context = CallbackContext(
+            invocation_type=_TOOL,
+            node_name="ToolNode",
+            function_name=name,
+            metadata={"tool_call_id": tool_call_id, "args": args, "config": injected["config"]},
+        )
+        # Until the arguments bind, the model's raw arguments are what an error callback gets.
+        input_data: dict[str, Any] = dict(args or {})
+        try:
+            positional, input_data = self._bind(name, args or {}, injected)
+            input_data = await mgr.execute_before_invoke(context, input_data)
+            if _is_async(fn):
+                raw = await fn(*positional, **input_data)
+            else:
+                raw = await self._run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
+                                               flight_key, late_record)
+            raw = await mgr.execute_after_invoke(context, input_data, raw)
+            return self._map_result(raw, tool_call_id, meta)
+        except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+            recovery = await mgr.execute_on_error(context, input_data, exc)
+            if isinstance(recovery, Message):
+                return self._map_result(recovery, tool_call_id, meta)
+            return self._failure(name, tool_call_id, meta, exc), False
+
+    async def _run_sync_raw(
+        self,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        name: str,
+        tool_call_id: str,
+        meta: dict[str, Any],
+        flight_key: Hashable | None,
+        late_record: Callable[[ToolOutcome], None] | None,
+    ) -> Any:
+        """A sync tool in its thread, returning what it returned (after_invoke needs the raw
+        value). A result that arrives after the run stopped waiting is recorded as it is: no
+        callback can run for it any more."""
+
+        def work() -> Any:
+            try:
+                return _Raw(fn(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
+                return _Raised(exc)
+
+        def late(out: Any) -> None:
+            if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
+                return
+            try:
+                if isinstance(out, _Raised):  # recorded like a late failure without callbacks
+                    late_record(self._failure(name, tool_call_id, meta, out.error))
+                else:
+                    late_record(self._map_result(out.value, tool_call_id, meta)[0])
+            except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
+                _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
+
+        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+        if isinstance(out, _Raised):
+            raise out.error
+        value = out.value
+        if inspect.isawaitable(value):
+            value = await value
+        return value
 
     @staticmethod
     def _failure(name: str, tool_call_id: str, meta: dict[str, Any], exc: Exception) -> ToolOutcome:
