@@ -499,3 +499,22 @@ def test_a_password_in_a_10xgraph_json_project_is_not_printed(tmp_path: Path) ->
     r = cli("threads", "list", "-v", cwd=tmp_path)
     assert r.rc == 5 and "graph.deps" in r.err, r
     assert_no_secret(dsn, r)
+
+
+# -- a reader that goes away ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--help"], ["threads", "list"], ["--json", "threads", "list"]])
+def test_a_closed_pipe_ends_quietly_without_a_traceback(tmp_path: Path, argv: list[str]) -> None:
+    """`tenxgraph ... | head`: once the reader has gone, the command stops with 141 (what a
+    shell shows for a writer killed by SIGPIPE) and prints no BrokenPipeError traceback."""
+    db = tmp_path / "agent.db"
+    asyncio.run(SqliteCheckpointer(str(db)).asetup())
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte: every write gets EPIPE
+    try:
+        proc = subprocess.run([str(Path(sys.executable).parent / "tenxgraph"), "--sqlite", str(db), *argv],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141, proc.stderr

@@ -346,6 +346,12 @@ class Run:
     def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
+        if result is None:
+            # 10xGraph 0.10 refuses it too; silently accepting it hid a forgotten `return`.
+            raise ValueError(
+                "the node returned None: return a str, a Message, a list of them, the state, or a "
+                "Command (Command(update=None) changes nothing)"
+            )
         if isinstance(result, Command):
             goto = result.goto
             if result.state is not None:
