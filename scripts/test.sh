@@ -3,8 +3,8 @@
 # PostgreSQL and Redis that this script starts (redis-server is apt-installed when missing).
 set -euo pipefail
 . "$(dirname "$0")/setup_env.sh"
-echo "== build the extension =="
-maturin develop -q 2>&1 | grep -v '^Requirement already satisfied' || true
+. "$ROOT/scripts/build_progress.sh"
+build_extension
 python -c "import tenxgraph._core"  # fail here, not later, if the build did not install
 
 if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ] || [ -z "${TENXGRAPH_TEST_REDIS_URL:-}" ]; then
