@@ -18,6 +18,7 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
+from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -29,20 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
 
-STATE_META_KEY = "__state_meta__"
 _PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
-
-
-def encode_state_meta(state: AgentState) -> dict[str, Any]:
-    return {"format": 1, "class": type(state).__name__}
-
-
-def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
-    """The stored form of a state: its JSON dump plus the class header. Steps store the context
-    as message rows, so they leave it out."""
-    data = state.model_dump(mode="json", exclude=None if with_context else {"context"})
-    data[STATE_META_KEY] = encode_state_meta(state)
-    return data
 
 
 class _ContextIndex:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import json
 import queue
@@ -18,6 +17,7 @@ from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
 from tenxgraph._runtime import Run
 from tenxgraph._stream import Emitter
+from tenxgraph._sync import run_sync
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -81,18 +81,6 @@ def _check_lease_config(cfg: dict[str, Any]) -> None:
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= 86400):
             raise ValueError(f"{key} must be a number of seconds in ({low:g}, 86400], got {value!r}")
-
-
-def run_sync(coro: Any) -> Any:
-    """Runs a coroutine from sync code; inside a running loop (Jupyter, an async app) it runs on a
-    private loop in a worker thread instead of failing, with the caller's contextvars."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    ctx = contextvars.copy_context()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenxgraph-sync") as pool:
-        return pool.submit(ctx.run, asyncio.run, coro).result()
 
 
 def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: float) -> list[StreamChunk]:
