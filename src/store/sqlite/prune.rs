@@ -14,39 +14,40 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
     let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
     // Each rule is counted with the WHERE clause it deletes with, so a dry run reports exactly
-    // what the real run would remove.
-    let mut plan: Vec<(String, f64)> = Vec::new();
+    // what the real run would remove. Every value is a bind: `?1` is now, then the rule's own.
+    let mut plan: Vec<(String, Vec<f64>)> = Vec::new();
     if let Some(keep) = rules.keep_versions {
         plan.push((
             "FROM states WHERE version <= (SELECT MAX(version) FROM states s2 WHERE s2.thread_id = states.thread_id) - ?2".into(),
-            keep.max(1) as f64,
+            vec![keep.max(1) as f64],
         ));
     }
     if let Some(age) = rules.finished_older_than {
-        plan.push((format!("FROM threads WHERE updated_at < ?2 AND thread_id IN ({FINISHED})"), now - age));
+        plan.push((format!("FROM threads WHERE updated_at < ?2 AND thread_id IN ({FINISHED})"), vec![now - age]));
     }
     if let Some(ttl) = rules.ledger_ttl {
         // Rows of threads the rule above deletes are counted there, not twice.
-        let spared = match rules.finished_older_than {
-            Some(age) => format!(" AND thread_id NOT IN (SELECT thread_id FROM threads WHERE updated_at < {})", now - age),
-            None => String::new(),
-        };
-        plan.push((format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED}){spared}"), now - ttl));
+        let from = format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED})");
+        plan.push(match rules.finished_older_than {
+            Some(age) => (format!("{from} AND thread_id NOT IN (SELECT thread_id FROM threads WHERE updated_at < ?3)"),
+                vec![now - ttl, now - age]),
+            None => (from, vec![now - ttl]),
+        });
     }
-    for (from, arg) in plan {
-        let counted: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {from}")))
-            .bind(now)
-            .bind(arg)
+    for (from, args) in plan {
+        let counted: i64 = bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {from}"))), now, &args)
             .fetch_one(tx.conn())
             .await
             .map_err(be("prune"))?;
         if from.starts_with("FROM threads") {
             // The ledger rows that go with the threads (cascade) are reported too.
-            let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"
-            )))
-            .bind(now)
-            .bind(arg)
+            let rows: i64 = bind_all(
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"
+                ))),
+                now,
+                &args,
+            )
             .fetch_one(tx.conn())
             .await
             .map_err(be("prune"))?;
@@ -58,9 +59,11 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
             report.ledger_rows += counted as u64;
         }
         if !rules.dry_run {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {from}")))
-                .bind(now)
-                .bind(arg)
+            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {from}"))).bind(now);
+            for a in &args {
+                delete = delete.bind(*a);
+            }
+            delete
                 .execute(tx.conn())
                 .await
                 .map_err(be("prune"))?;
@@ -68,4 +71,17 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
     }
     tx.commit("prune").await?;
     Ok(report)
+}
+
+/// A count query with its binds: now, then the rule's values in order.
+fn bind_all<'q>(
+    mut q: sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments>,
+    now: f64,
+    args: &[f64],
+) -> sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments> {
+    q = q.bind(now);
+    for a in args {
+        q = q.bind(*a);
+    }
+    q
 }
