@@ -310,11 +310,11 @@ README_END = "<!-- compare:end -->"
 
 
 def update_readme(table_md: str, targets_md: str, report: dict[str, Any]) -> None:
-    path = os.path.join(os.path.dirname(HERE), "README.md")
+    path = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
     with open(path) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
-        print("README.md has no compare markers: not updated", file=sys.stderr)
+        print("docs/benchmarks.md has no compare markers: not updated", file=sys.stderr)
         return
     versions = {**(get(report, "results", "langgraph/postgres/latency", "versions") or {}),
                 **(get(report, "results", "tenx/postgres/latency", "versions") or {})}
@@ -355,7 +355,7 @@ def main() -> int:
     p.add_argument("--only", default=None, help="comma-separated substrings of runtime keys (debugging)")
     p.add_argument("--child-timeout", type=float, default=900)
     p.add_argument("--update-readme", action="store_true",
-                   help="replace the table between the compare markers in README.md with this run's")
+                   help="replace the table between the compare markers in docs/benchmarks.md with this run's")
     args = p.parse_args()
     cfg = SMOKE if args.smoke else FULL
     out = args.out or os.path.join(HERE, "results", "compare_smoke.json" if args.smoke else "compare.json")

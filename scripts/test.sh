@@ -3,8 +3,8 @@
 # PostgreSQL and Redis that this script starts (redis-server is apt-installed when missing).
 set -euo pipefail
 . "$(dirname "$0")/setup_env.sh"
-echo "== build the extension =="
-maturin develop -q 2>&1 | grep -v '^Requirement already satisfied' || true
+. "$ROOT/scripts/build_progress.sh"
+build_extension
 python -c "import tenxgraph._core"  # fail here, not later, if the build did not install
 
 if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ] || [ -z "${TENXGRAPH_TEST_REDIS_URL:-}" ]; then
@@ -14,7 +14,9 @@ if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ] || [ -z "${TENXGRAPH_TEST_REDIS_URL:-}" ]
 fi
 
 echo "== cargo test (engine and store, no Python; Postgres from TENXGRAPH_TEST_PG_DSN) =="
-cargo test --tests --no-fail-fast -q 2>&1 | grep -v '^$' | tail -n 40
+# A database is there now, so the PostgreSQL cases must run: without this a missing DSN would
+# skip them and cargo would still say "passed".
+TENXGRAPH_REQUIRE_PG=1 cargo test --tests --no-fail-fast -q 2>&1 | grep -v '^$' | tail -n 60
 echo "== pytest =="
 set +e
 python -m pytest tests_py -q -p no:cacheprovider "$@"

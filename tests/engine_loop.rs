@@ -1,6 +1,8 @@
 //! The loop driven by Rust closures instead of Python: routing, commits, limits, timeouts, stop,
 //! static interrupts, and resuming a run that died mid-node.
 
+mod common;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -149,7 +151,7 @@ async fn stores() -> Vec<Arc<dyn Checkpointer>> {
     sqlite.setup().await.unwrap();
     let mut all: Vec<Arc<dyn Checkpointer>> = vec![Arc::new(MemoryStore::new(false)), Arc::new(sqlite)];
     // Postgres too when scripts/test.sh provides one.
-    if let Ok(dsn) = std::env::var("TENXGRAPH_TEST_PG_DSN") {
+    if let Some(dsn) = common::pg_dsn() {
         let opts = tenxgraph::store::PgOptions {
             schema: format!("e_{}", uuid::Uuid::new_v4().simple()),
             ..Default::default()

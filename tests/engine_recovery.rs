@@ -1,6 +1,8 @@
 //! Recovery's two engine halves: a `resume_only` run continues a thread only while a run is
 //! under way there, and `recovery_candidates` tells a live lease holder from a dead or absent one.
 
+mod common;
+
 use async_trait::async_trait;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -70,7 +72,7 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Checkpointer>)> {
     sqlite.setup().await.unwrap();
     let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> =
         vec![("memory", Arc::new(MemoryStore::new(false))), ("sqlite", Arc::new(sqlite))];
-    if let Ok(dsn) = std::env::var("TENXGRAPH_TEST_PG_DSN") {
+    if let Some(dsn) = common::pg_dsn() {
         let opts = tenxgraph::store::PgOptions { schema: format!("rc_{}", uuid::Uuid::new_v4().simple()), ..Default::default() };
         all.push(("postgres", Arc::new(tenxgraph::store::PgStore::connect(&dsn, None, opts).await.expect("test Postgres"))));
     }

@@ -1,5 +1,7 @@
 //! The same contract checked on every backend: versioned steps, the ledger, messages, cache.
 
+mod common;
+
 use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
@@ -10,7 +12,7 @@ use tenxgraph::store::{
 /// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
 /// sets it); `with_redis` adds TENXGRAPH_TEST_REDIS_URL.
 async fn pg(isolation: bool, with_redis: bool) -> Option<PgStore> {
-    let dsn = std::env::var("TENXGRAPH_TEST_PG_DSN").ok()?;
+    let dsn = common::pg_dsn()?;
     let redis = if with_redis { std::env::var("TENXGRAPH_TEST_REDIS_URL").ok() } else { None };
     let opts = PgOptions {
         schema: format!("r_{}", uuid::Uuid::new_v4().simple()),

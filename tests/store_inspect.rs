@@ -1,12 +1,14 @@
 //! What the CLI reads, on every backend: the ledger listing, the state versions and the schema
 //! version; a non-owner under isolation reads nothing.
 
+mod common;
+
 use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, ThreadRef};
 
 async fn pg(isolation: bool) -> Option<PgStore> {
-    let dsn = std::env::var("TENXGRAPH_TEST_PG_DSN").ok()?;
+    let dsn = common::pg_dsn()?;
     let opts = PgOptions {
         schema: format!("i_{}", uuid::Uuid::new_v4().simple()),
         enforce_user_isolation: isolation,

@@ -207,16 +207,27 @@ def test_ledger_shows_a_started_call_and_its_tool(filled: Store) -> None:
     asyncio.run(filled.cp.aput_tool_result(cfg, "m-9:c9", {"__kind__": "started", "tool": "send_email", "run_id": "r"}))
     rows = {r["key"]: r for r in filled.run("ledger", "done-1", "--json").json()}
     assert (rows["m-9:c9"]["tool"], rows["m-9:c9"]["status"]) == ("send_email", "started")
+    one = filled.run("ledger", "done-1", "--call", "m-9:c9")
+    assert one.rc == 0 and one.out == "started: no result recorded\n"
+
+
+def test_ledger_call_prints_a_raw_value_as_json(filled: Store) -> None:
+    cfg = {"thread_id": "done-1", "user_id": "alice"}
+    asyncio.run(filled.cp.aput_tool_result(cfg, "m-8:c8", {"__kind__": "raw", "value": {"total": 7}}))
+    one = filled.run("ledger", "done-1", "--call", "m-8:c8")
+    assert one.rc == 0 and json.loads(one.out) == {"total": 7}
 
 
 def test_ledger_call_prints_the_recorded_result(filled: Store) -> None:
     by_id = filled.run("ledger", "done-1", "--call", "c2")
     assert by_id.rc == 0, by_id.err
-    result = json.loads(by_id.out)
-    assert result["__kind__"] == "message" and result["value"]["content"][0]["output"] == "charged 7"
+    # What the tool returned, as the user wrote it: not the ledger's internal envelope.
+    assert by_id.out == "charged 7\n"
     key = next(r["key"] for r in filled.run("ledger", "done-1", "--json").json() if json.loads(r["key"])[1] == "c1")
     full = filled.run("ledger", "done-1", "--call", key, "--json").json()
-    assert full["key"] == key and full["result"]["value"]["content"][0]["output"] == "charged 5"
+    assert "__kind__" not in json.dumps(full)
+    assert (full["key"], full["status"], full["result"], full["is_error"]) == (key, "completed", "charged 5", False)
+    assert full["message"]["role"] == "tool" and full["message"]["content"][0]["output"] == "charged 5"
     missing = filled.run("ledger", "done-1", "--call", "c404")
     assert missing.rc == 3 and "call 'c404' has no ledger row in thread 'done-1'" in missing.err and key in missing.err
     empty = filled.run("ledger", "paused-1")
@@ -488,3 +499,22 @@ def test_a_password_in_a_10xgraph_json_project_is_not_printed(tmp_path: Path) ->
     r = cli("threads", "list", "-v", cwd=tmp_path)
     assert r.rc == 5 and "graph.deps" in r.err, r
     assert_no_secret(dsn, r)
+
+
+# -- a reader that goes away ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--help"], ["threads", "list"], ["--json", "threads", "list"]])
+def test_a_closed_pipe_ends_quietly_without_a_traceback(tmp_path: Path, argv: list[str]) -> None:
+    """`tenxgraph ... | head`: once the reader has gone, the command stops with 141 (what a
+    shell shows for a writer killed by SIGPIPE) and prints no BrokenPipeError traceback."""
+    db = tmp_path / "agent.db"
+    asyncio.run(SqliteCheckpointer(str(db)).asetup())
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte: every write gets EPIPE
+    try:
+        proc = subprocess.run([str(Path(sys.executable).parent / "tenxgraph"), "--sqlite", str(db), *argv],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141, proc.stderr

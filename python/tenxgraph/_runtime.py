@@ -24,6 +24,7 @@ from tenxgraph.core.state.message_block import RemoteToolCallBlock
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
+from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -36,22 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
 
-STATE_META_KEY = "__state_meta__"
 # 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
 REMOTE_TOOL_REASON = "remote_tool_call"
 _PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
-
-
-def encode_state_meta(state: AgentState) -> dict[str, Any]:
-    return {"format": 1, "class": type(state).__name__}
-
-
-def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
-    """The stored form of a state: its JSON dump plus the class header. Steps store the context
-    as message rows, so they leave it out."""
-    data = state.model_dump(mode="json", exclude=None if with_context else {"context"})
-    data[STATE_META_KEY] = encode_state_meta(state)
-    return data
 
 
 class _ContextIndex:
@@ -537,6 +525,12 @@ class Run:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
         new: list[Message] = []
+        if result is None:
+            # 10xGraph 0.10 refuses it too; silently accepting it hid a forgotten `return`.
+            raise ValueError(
+                "the node returned None: return a str, a Message, a list of them, the state, or a "
+                "Command (Command(update=None) changes nothing)"
+            )
         if isinstance(result, Command):
             goto = result.goto
             if result.state is not None:

@@ -3,7 +3,7 @@
 //! when the lease was lost. The store keeps the rows and checks the fencing token on every write.
 
 use super::{EngineError, RunConfig, STOP_NAMESPACE, StopSignals, stop_key};
-use super::metrics::{inc, metrics};
+use crate::metrics::{inc, metrics};
 use crate::store::{Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest};
 use serde_json::json;
 use std::collections::HashMap;

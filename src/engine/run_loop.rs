@@ -223,11 +223,11 @@ async fn run_leased<H: NodeHost + ?Sized>(
     let stored_parts = match &stored {
         None => Stored::Fresh,
         Some(c) if c.messages_known => {
-            super::metrics::inc(&super::metrics().live_state_reuses);
+            crate::metrics::inc(&crate::metrics::metrics().live_state_reuses);
             Stored::Known
         }
         Some(c) => {
-            super::metrics::inc(&super::metrics().history_loads);
+            crate::metrics::inc(&crate::metrics::metrics().history_loads);
             Stored::Loaded { state: &c.state, messages: &c.messages }
         }
     };
@@ -344,14 +344,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             Ok(v) => v,
             Err(e) => {
                 match e {
-                    StoreError::Stale { .. } => super::metrics::inc(&super::metrics().stale_conflicts),
-                    StoreError::Fenced { .. } => super::metrics::inc(&super::metrics().fenced_writes),
+                    StoreError::Stale { .. } => crate::metrics::inc(&crate::metrics::metrics().stale_conflicts),
+                    StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
                     _ => {}
                 }
                 return Err(e.into());
             }
         };
-        super::metrics::inc(&super::metrics().steps_committed);
+        crate::metrics::inc(&crate::metrics::metrics().steps_committed);
         if self.finishing {
             self.lease.mark_released();
         }
@@ -593,8 +593,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// node future, which cancels the node's Python task.
     async fn guarded_node(&self, node: &str, signal: &Arc<StopSignal>) -> Result<NodeOutput, Guard> {
         let started = Instant::now();
-        let m = super::metrics();
-        super::metrics::inc(&m.node_executions);
+        let m = crate::metrics::metrics();
+        crate::metrics::inc(&m.node_executions);
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
             if self.graph.tool_nodes.iter().any(|n| n == node) {
                 Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease.token)))
@@ -607,21 +607,21 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             let wake = signal.notify.notified();
             tokio::select! {
                 r = &mut fut => {
-                    super::metrics::add_duration(&m.node_duration_us, started.elapsed());
-                    if r.is_err() { super::metrics::inc(&m.node_errors); }
+                    crate::metrics::add_duration(&m.node_duration_us, started.elapsed());
+                    if r.is_err() { crate::metrics::inc(&m.node_errors); }
                     return r.map_err(Guard::Failed);
                 }
                 _ = async { sleep_until(deadline.expect("guarded by is_some")).await }, if deadline.is_some() => {
                     let secs = self.cfg.node_timeout.map(|d| d.as_secs_f64()).unwrap_or_default();
-                    super::metrics::inc(&m.node_timeouts);
+                    crate::metrics::inc(&m.node_timeouts);
                     return Err(Guard::Timeout(secs));
                 }
                 _ = wake => if self.stop_requested(signal).await == StopKind::Hard {
-                    super::metrics::inc(&m.node_stopped);
+                    crate::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },
                 _ = sleep(self.cfg.stop_poll) => if self.stop_requested(signal).await == StopKind::Hard {
-                    super::metrics::inc(&m.node_stopped);
+                    crate::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },
                 _ = sleep_until(self.lease.renewal_due()) => if !self.lease.renew(self.store, self.cfg).await {

@@ -2,7 +2,7 @@
 //! misses run concurrently under `tool_timeout`, each result recorded the moment it returns.
 
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
-use super::metrics::{add_duration, inc, metrics};
+use crate::metrics::{add_duration, inc, metrics};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
 use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent, is_paused};
 use serde_json::{Value, json};

@@ -27,7 +27,7 @@ pub mod _core {
     /// Process-wide counters: `{metric name: value}`.
     #[pyfunction]
     fn metrics_snapshot() -> std::collections::HashMap<&'static str, f64> {
-        crate::engine::metrics().snapshot().into_iter().collect()
+        crate::metrics::metrics().snapshot().into_iter().collect()
     }
 
     /// The stored ledger keys a user's key may name, most literal first (see

@@ -107,10 +107,19 @@ async def ledger(cp: BaseCheckpointer, args: Any, io: Io) -> int:
             key, result = await views.ledger_result(cp, args.thread, args.call)
         except KeyError as exc:
             raise CliError(str(exc.args[0]), EXIT_NOT_FOUND) from None
+        value = views.ledger_value(result)
         if io.as_json:
-            emit_json({"key": key, "result": result}, io.out)
-        else:
-            io.out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+            emit_json({"key": key, **value.model_dump()}, io.out)
+            return 0
+        if value.status != "completed":
+            io.out.write(f"{value.status}: no result recorded\n")
+            return 0
+        out = value.result
+        io.out.write((out if isinstance(out, str) else json.dumps(out, indent=2, ensure_ascii=False)) + "\n")
+        if value.is_error:
+            io.note("the tool's result is an error")
+        if value.state is not None:
+            io.note(f"the call also updated the state: {json.dumps(value.state, ensure_ascii=False)}")
         return 0
     rows = await views.ledger_rows(cp, args.thread)
     if io.as_json:

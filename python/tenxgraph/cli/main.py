@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -25,7 +26,10 @@ from tenxgraph.cli.connect import (
 )
 from tenxgraph.cli.redact import RedactingStream
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
+
+# What a shell reports for a writer killed by SIGPIPE (128 + 13), which is what `cat` would give.
+EXIT_BROKEN_PIPE = 141
 
 
 def _positive_int(text: str) -> int:
@@ -195,11 +199,27 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     out_r = RedactingStream(out or sys.stdout)
     err_r = RedactingStream(err or sys.stderr)
     try:
-        with contextlib.redirect_stdout(out_r), contextlib.redirect_stderr(err_r):  # type: ignore[type-var]
-            return _main(argv, out_r, err_r)  # type: ignore[arg-type]
-    finally:
-        out_r.flush()
-        err_r.flush()
+        try:
+            with contextlib.redirect_stdout(out_r), contextlib.redirect_stderr(err_r):  # type: ignore[type-var]
+                return _main(argv, out_r, err_r)  # type: ignore[arg-type]
+        finally:
+            try:
+                out_r.flush()
+            finally:
+                err_r.flush()
+    except BrokenPipeError:
+        # The reader went away (`tenxgraph ... | head`): stop quietly, as Unix tools do, instead of
+        # a traceback; stdout is pointed at /dev/null so the interpreter's own flush at exit
+        # cannot raise again.
+        _detach_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _detach_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
@@ -228,6 +248,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         return fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except BrokenPipeError:
+        raise  # not an error of the command: main() ends quietly
     except Exception as exc:  # noqa: BLE001 - an uncaught exception's traceback would skip redaction
         if args.verbose:
             traceback.print_exc(file=err)

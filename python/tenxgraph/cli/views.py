@@ -25,6 +25,7 @@ __all__ = [
     "lease_holder",
     "ledger_result",
     "ledger_rows",
+    "ledger_value",
     "message_rows",
     "thread_detail",
     "thread_owner",
@@ -316,6 +317,42 @@ async def ledger_rows(cp: BaseCheckpointer, thread_id: str) -> list[LedgerRow]:
             result_bytes=len(result_json.encode()) if result_json is not None else None,
         ))
     return rows
+
+
+class LedgerValue(BaseModel):
+    """One call's record as a user reads it: what the tool returned, not the ledger's envelope."""
+
+    status: str
+    tool: str | None = None
+    result: Any = None
+    is_error: bool = False
+    state: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+
+
+def ledger_value(record: Any) -> LedgerValue:
+    """The user's value of a ledger row. A result row holds the tool message the model saw (its
+    tool-result outputs are what the tool returned) or, in rows 10xGraph wrote, the raw value; an
+    intent row has no result yet."""
+    status = _status(record)
+    if status != "completed":
+        return LedgerValue(status=status, tool=_tool_from_result(record))
+    value = record.get("value")
+    state = record.get("state") if isinstance(record.get("state"), dict) else None
+    if record.get("__kind__") == "raw" or not isinstance(value, dict):
+        return LedgerValue(status=status, tool=_tool_from_result(record), result=value, state=state)
+    blocks = [b for b in value.get("content") or [] if isinstance(b, dict)]
+    outputs = [b.get("output") for b in blocks if b.get("type") == "tool_result"]
+    if not outputs:  # a message without result blocks: its text is what the model saw
+        outputs = [b.get("text") for b in blocks if b.get("type") == "text"]
+    return LedgerValue(
+        status=status,
+        tool=_tool_from_result(record),
+        result=outputs[0] if len(outputs) == 1 else outputs,
+        is_error=any(b.get("is_error") is True for b in blocks),
+        state=state,
+        message=value,
+    )
 
 
 async def ledger_result(cp: BaseCheckpointer, thread_id: str, call: str) -> tuple[str, Any]:

@@ -27,20 +27,32 @@ import contextlib
 import importlib
 import json
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tenxgraph.testing._children import (
+    ChildException,
+    FAILPOINT_POINTS,
+    FAILPOINTS_ENV,
+    Workdir,
+    base_spec,
+    child_env,
+    child_failed,
+    describe_rc,
+    exception_of,
+    normalize_input,
+    parse_failpoints,
+    read_result,
+    redact_db,
+    run_child,
+    write_spec,
+)
 from tenxgraph.testing.effects import EFFECTS_ENV, EffectCounter
 
 __all__ = [
@@ -54,83 +66,6 @@ __all__ = [
     "resume",
     "run_until_crash",
 ]
-
-FAILPOINTS_ENV = "TENXGRAPH_FAILPOINTS"
-FAILPOINT_POINTS = ("before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream",
-                    "lease_renew", "after_lease")
-DEFAULT_TEXT = "hello"
-
-_ENTRY_RE = re.compile(
-    r"^\s*(?P<point>[a-z_]+)\s*(?::(?P<target>[^@=]+?))?\s*(?:@(?P<nth>[^=]*))?=\s*(?P<action>.+?)\s*$"
-)
-_DELAY_RE = re.compile(r"^delay\(\s*(\d+)\s*\)$")
-
-# The child's whole program: everything else is in _child_main, importable and readable.
-_DRIVER = "import sys; from tenxgraph.testing.crash import _child_main; sys.exit(_child_main(sys.argv[1]))"
-
-
-# --------------------------------------------------------------------------- failpoint syntax
-
-
-def parse_failpoints(spec: str) -> list[dict[str, Any]]:
-    """Checks a ``TENXGRAPH_FAILPOINTS`` string the way the core parses it; returns its entries
-    as ``{"point", "target", "nth", "action", "delay_ms"}``. Raises ``ValueError`` with the bad
-    entry, so a typo fails the test at once instead of arming nothing."""
-    if not isinstance(spec, str):
-        raise TypeError(f"failpoints must be a str, got {type(spec).__name__}")
-    entries = []
-    for raw in (s.strip() for s in spec.split(";")):
-        if not raw:
-            continue
-        m = _ENTRY_RE.match(raw)
-        if not m:
-            raise ValueError(f"failpoint {raw!r}: expected point[:target][@n]=action")
-        point, target, nth_s, action = m["point"], m["target"], m["nth"], m["action"]
-        if point not in FAILPOINT_POINTS:
-            raise ValueError(f"failpoint {raw!r}: unknown point {point!r} (one of {', '.join(FAILPOINT_POINTS)})")
-        nth = 1
-        if nth_s is not None:
-            if not nth_s.strip().isdigit() or int(nth_s) < 1:
-                raise ValueError(f"failpoint {raw!r}: @n must be a positive integer, got {nth_s!r}")
-            nth = int(nth_s)
-        delay_ms = None
-        if action in ("kill", "raise"):
-            pass
-        elif d := _DELAY_RE.match(action):
-            delay_ms = int(d[1])
-            action = "delay"
-        else:
-            raise ValueError(f"failpoint {raw!r}: unknown action {action!r} (kill, raise, delay(MS))")
-        entries.append({"point": point, "target": target.strip() if target else None, "nth": nth,
-                        "action": action, "delay_ms": delay_ms})
-    if not entries:
-        raise ValueError("failpoints is empty: give at least one point[:target][@n]=action")
-    return entries
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass
-class ChildException:
-    """An exception raised by the graph run in the child: class name, ``error_code`` (None for
-    an exception without one), message, ``context`` and the formatted traceback."""
-
-    type: str
-    module: str
-    message: str
-    error_code: str | None = None
-    context: dict[str, Any] = field(default_factory=dict)
-    traceback: str = ""
-
-    @property
-    def is_failpoint(self) -> bool:
-        """A ``raise`` failpoint fired (``FailpointError``, ``FAILPOINT_001``)."""
-        return self.type == "FailpointError" or self.error_code == "FAILPOINT_001"
-
-    def __str__(self) -> str:
-        code = f" [{self.error_code}]" if self.error_code else ""
-        return f"{self.type}{code}: {self.message}"
 
 
 @dataclass
@@ -180,185 +115,6 @@ class ResumeResult:
 # --------------------------------------------------------------------------- parent side
 
 
-def _is_postgres(db: str) -> bool:
-    return db.startswith(("postgres://", "postgresql://"))
-
-
-def _redact(db: str) -> str:
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", db)
-
-
-def _db_spec(db: str | os.PathLike[str] | None, schema: str | None, checkpointer_kwargs: Mapping[str, Any] | None
-             ) -> dict[str, Any]:
-    if db is None:
-        raise ValueError("db is required: a SQLite file path or a postgresql:// DSN")
-    db_s = os.fspath(db)
-    if not isinstance(db_s, str) or not db_s:
-        raise ValueError(f"db must be a SQLite path or a postgresql:// DSN, got {db!r}")
-    kw = dict(checkpointer_kwargs or {})
-    if _is_postgres(db_s):
-        if schema is not None:
-            kw["schema"] = schema
-        return {"kind": "postgres", "db": db_s, "kwargs": kw}
-    if schema is not None:
-        raise ValueError("schema= is for a Postgres DSN; db here is a SQLite path")
-    return {"kind": "sqlite", "db": os.path.abspath(db_s), "kwargs": kw}
-
-
-def _check_target(target: str) -> None:
-    if not isinstance(target, str) or target.count(":") != 1 or not all(target.split(":")):
-        raise ValueError(f"target must be 'package.module:factory', got {target!r}")
-
-
-def _message_json(m: Any) -> Any:
-    from tenxgraph.core.state.message import Message
-
-    if isinstance(m, Message):
-        return m.model_dump(mode="json")
-    return m
-
-
-def normalize_input(value: Any, *, default_text: str | None = DEFAULT_TEXT) -> dict[str, Any]:
-    """A run input as JSON: None -> one user message ``default_text`` (or ``{}`` when
-    ``default_text`` is None); a str -> one user message with that text; a dict -> as given,
-    with ``Message`` objects in ``"messages"`` dumped to JSON. The message ids are fixed here,
-    in the parent: the same input given twice is the same message."""
-    from tenxgraph.core.state.message import Message
-
-    if value is None:
-        if default_text is None:
-            return {}
-        value = default_text
-    if isinstance(value, str):
-        return {"messages": [Message.text_message(value).model_dump(mode="json")]}
-    if isinstance(value, Message):
-        return {"messages": [value.model_dump(mode="json")]}
-    if not isinstance(value, Mapping):
-        raise TypeError(f"input must be None, a str, a Message or a dict, got {type(value).__name__}")
-    out = dict(value)
-    if isinstance(out.get("messages"), list):
-        out["messages"] = [_message_json(m) for m in out["messages"]]
-    try:
-        json.dumps(out)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"input must be JSON-serialisable (it goes to a child process): {e}") from None
-    return out
-
-
-def child_env(*, failpoints: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ours, ``PYTHONPATH`` = our ``sys.path`` (minus the interpreter's
-    own directories) + the old ``PYTHONPATH``, unbuffered output (a SIGKILLed child's prints are
-    kept), ``TENXGRAPH_FAILPOINTS`` = ``failpoints`` or removed, then ``env`` on top."""
-    out = dict(os.environ)
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    paths: list[str] = []
-    for p in sys.path:
-        p = os.path.abspath(p or os.getcwd())
-        real = os.path.realpath(p)
-        if any(real == pre or real.startswith(pre + os.sep) for pre in prefixes):
-            continue  # stdlib and site-packages: the child's interpreter has them already
-        if p not in paths and os.path.isdir(p):
-            paths.append(p)
-    for p in out.get("PYTHONPATH", "").split(os.pathsep):
-        if p and p not in paths:
-            paths.append(p)
-    out["PYTHONPATH"] = os.pathsep.join(paths)
-    out["PYTHONUNBUFFERED"] = "1"
-    out.pop(FAILPOINTS_ENV, None)
-    if failpoints:
-        out[FAILPOINTS_ENV] = failpoints
-    if env:
-        out.update({str(k): str(v) for k, v in env.items()})
-    return out
-
-
-class _Workdir:
-    """Where specs and results go: the caller's directory (kept), or a temporary one (removed)."""
-
-    def __init__(self, workdir: str | os.PathLike[str] | None) -> None:
-        self._tmp = workdir is None
-        self.path = Path(tempfile.mkdtemp(prefix="tenx-crash-")) if workdir is None else Path(workdir)
-        self.path.mkdir(parents=True, exist_ok=True)
-
-    def __enter__(self) -> Path:
-        return self.path
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._tmp:
-            shutil.rmtree(self.path, ignore_errors=True)
-
-
-def _write_spec(workdir: Path, label: str, spec: dict[str, Any]) -> tuple[Path, Path]:
-    stem = f"{label}-{uuid.uuid4().hex[:8]}"
-    spec_path, result_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.result.json"
-    spec["result"] = str(result_path)
-    spec_path.write_text(json.dumps(spec))
-    return spec_path, result_path
-
-
-def _read_result(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _text(b: bytes | str | None) -> str:
-    if b is None:
-        return ""
-    return b if isinstance(b, str) else b.decode(errors="replace")
-
-
-def _describe_rc(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"died of {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"died of signal {-rc}"
-    return f"exited with code {rc}"
-
-
-def _child_failed(what: str, reason: str, stdout: str, stderr: str, result: dict[str, Any] | None = None) -> AssertionError:
-    parts = [f"{what}: {reason}"]
-    if result and result.get("traceback"):
-        parts.append("child traceback:\n" + result["traceback"].rstrip())
-    parts.append("child stderr:\n" + (stderr.rstrip()[-8000:] or "(empty)"))
-    if stdout.strip():
-        parts.append("child stdout:\n" + stdout.rstrip()[-4000:])
-    return AssertionError("\n".join(parts))
-
-
-def _exception_of(result: dict[str, Any]) -> ChildException:
-    e = result["exception"]
-    return ChildException(type=e["type"], module=e["module"], message=e["message"], error_code=e.get("error_code"),
-                          context=e.get("context") or {}, traceback=result.get("traceback", ""))
-
-
-def _run_child(spec_path: Path, env: dict[str, str], timeout: float, what: str) -> tuple[int, str, str]:
-    cmd = [sys.executable, "-c", _DRIVER, str(spec_path)]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, cwd=os.getcwd())
-    except subprocess.TimeoutExpired as e:  # run() has killed the child already
-        raise _child_failed(what, f"did not finish within {timeout}s (killed); a hung tool, or a delay() "
-                            "failpoint longer than the timeout?", _text(e.stdout), _text(e.stderr)) from None
-    return proc.returncode, _text(proc.stdout), _text(proc.stderr)
-
-
-def _base_spec(mode: str, target: str, thread_id: str, db: str | os.PathLike[str] | None, input_data: dict[str, Any],
-               config: Mapping[str, Any] | None, stream: bool, schema: str | None,
-               checkpointer_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-    _check_target(target)
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"thread_id must be a non-empty str, got {thread_id!r}")
-    cfg = dict(config or {})
-    cfg["thread_id"] = thread_id
-    try:
-        json.dumps(cfg)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"config must be JSON-serialisable (it goes to a child process): {e}") from None
-    return {"mode": mode, "target": target, "db": _db_spec(db, schema, checkpointer_kwargs), "input": input_data,
-            "config": cfg, "stream": bool(stream)}
-
 
 def run_until_crash(
     target: str,
@@ -392,38 +148,38 @@ def run_until_crash(
     entries = parse_failpoints(failpoints)
     if expect_crash is None:
         expect_crash = any(e["action"] in ("kill", "raise") for e in entries)
-    spec = _base_spec("run", target, thread_id, db, normalize_input(input), config, stream, schema,
+    spec = base_spec("run", target, thread_id, db, normalize_input(input), config, stream, schema,
                       checkpointer_kwargs)
     what = f"run_until_crash({target!r}, {thread_id!r}, failpoints={failpoints!r}) child"
-    with _Workdir(workdir) as wd:
-        spec_path, result_path = _write_spec(wd, "crash", spec)
-        rc, out, err = _run_child(spec_path, child_env(failpoints=failpoints, env=env), timeout, what)
-        result = _read_result(result_path)
+    with Workdir(workdir) as wd:
+        spec_path, result_path = write_spec(wd, "crash", spec)
+        rc, out, err = run_child(spec_path, child_env(failpoints=failpoints, env=env), timeout, what)
+        result = read_result(result_path)
     killed = rc == -signal.SIGKILL
     res = CrashResult(returncode=rc, killed=killed, stdout=out, stderr=err, failpoints=failpoints)
     if killed:
         return res
     if result is None:
-        raise _child_failed(what, f"{_describe_rc(rc)} without reporting a result", out, err)
+        raise child_failed(what, f"{describe_rc(rc)} without reporting a result", out, err)
     outcome = result.get("outcome")
     if outcome == "setup_error":
-        raise _child_failed(what, f"could not set up the graph: {result['exception']['type']}: "
+        raise child_failed(what, f"could not set up the graph: {result['exception']['type']}: "
                             f"{result['exception']['message']}", out, err, result)
     res.status = result.get("status")
     if outcome == "error":
-        res.exception = _exception_of(result)
+        res.exception = exception_of(result)
         return res
     if outcome == "completed":
         res.completed = True
         res.messages = list(result.get("messages", []))
         res.message_dicts = list(result.get("message_dicts", []))
         if expect_crash:
-            raise _child_failed(
+            raise child_failed(
                 what, f"the run completed (status {res.status!r}) but no kill/raise failpoint fired: check the "
                 "point and target names (a tool name for before_tool/after_tool/after_record, a node name for "
                 "the others) and @n; pass expect_crash=False if finishing is fine", out, err)
         return res
-    raise _child_failed(what, f"{_describe_rc(rc)} with an unknown outcome {outcome!r}", out, err)
+    raise child_failed(what, f"{describe_rc(rc)} with an unknown outcome {outcome!r}", out, err)
 
 
 def resume(
@@ -443,24 +199,24 @@ def resume(
     """Continues ``thread_id`` in a fresh child process: ``ainvoke(input or {}, {"thread_id": ...})``
     with no failpoints armed (unless ``env`` arms some). Raises AssertionError with the child's
     stderr when the run raises or the child dies."""
-    spec = _base_spec("resume", target, thread_id, db, normalize_input(input, default_text=None), config, stream,
+    spec = base_spec("resume", target, thread_id, db, normalize_input(input, default_text=None), config, stream,
                       schema, checkpointer_kwargs)
     what = f"resume({target!r}, {thread_id!r}) child"
-    with _Workdir(workdir) as wd:
-        spec_path, result_path = _write_spec(wd, "resume", spec)
-        rc, out, err = _run_child(spec_path, child_env(env=env), timeout, what)
-        result = _read_result(result_path)
+    with Workdir(workdir) as wd:
+        spec_path, result_path = write_spec(wd, "resume", spec)
+        rc, out, err = run_child(spec_path, child_env(env=env), timeout, what)
+        result = read_result(result_path)
     if result is None:
-        raise _child_failed(what, f"{_describe_rc(rc)} without reporting a result", out, err)
+        raise child_failed(what, f"{describe_rc(rc)} without reporting a result", out, err)
     outcome = result.get("outcome")
     if outcome == "setup_error":
-        raise _child_failed(what, f"could not set up the graph: {result['exception']['type']}: "
+        raise child_failed(what, f"could not set up the graph: {result['exception']['type']}: "
                             f"{result['exception']['message']}", out, err, result)
     if outcome == "error":
-        raise _child_failed(what, f"the resumed run raised {_exception_of(result)} (thread status "
+        raise child_failed(what, f"the resumed run raised {exception_of(result)} (thread status "
                             f"{result.get('status')!r})", out, err, result)
     if outcome != "completed" or rc != 0:
-        raise _child_failed(what, f"{_describe_rc(rc)} with outcome {outcome!r}", out, err)
+        raise child_failed(what, f"{describe_rc(rc)} with outcome {outcome!r}", out, err)
     return ResumeResult(messages=list(result["messages"]), status=str(result.get("status")), stdout=out, stderr=err,
                         returncode=rc, message_dicts=list(result.get("message_dicts", [])))
 
@@ -481,7 +237,7 @@ class CrashKit:
         self.effects = effects
 
     def __repr__(self) -> str:
-        return f"CrashKit(workdir={str(self.workdir)!r}, db={_redact(self.db)!r})"
+        return f"CrashKit(workdir={str(self.workdir)!r}, db={redact_db(self.db)!r})"
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str] | None:
         if self.effects is None:

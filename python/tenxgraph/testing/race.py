@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenxgraph.testing.crash import (
-    _DRIVER,
+from tenxgraph.testing._children import (
+    DRIVER,
     ChildException,
-    _base_spec,
-    _child_failed,
-    _describe_rc,
-    _exception_of,
-    _read_result,
-    _Workdir,
-    _write_spec,
+    base_spec,
+    child_failed,
+    describe_rc,
+    exception_of,
+    read_result,
+    Workdir,
+    write_spec,
     child_env,
     normalize_input,
     parse_failpoints,
@@ -136,20 +136,20 @@ def race(
     per_worker = _inputs_per_worker(inputs, workers)
     what = f"race({target!r}, {thread_id!r}) worker"
     procs: list[tuple[subprocess.Popen[bytes], Path, Path]] = []
-    with _Workdir(workdir) as wd:
+    with Workdir(workdir) as wd:
         barrier_dir = wd / f"barrier-{os.getpid()}-{time.monotonic_ns()}"
         barrier_dir.mkdir()
         child_environ = child_env(failpoints=failpoints, env=env)
         try:
             for i, data in enumerate(per_worker):
-                spec = _base_spec("race", target, thread_id, db, data, config, False, schema, checkpointer_kwargs)
+                spec = base_spec("race", target, thread_id, db, data, config, False, schema, checkpointer_kwargs)
                 spec["barrier"] = {"dir": str(barrier_dir), "index": i, "workers": workers,
                                    "timeout": max(1.0, timeout / 2), "delay": i * stagger}
-                spec_path, result_path = _write_spec(wd, f"race{i}", spec)
+                spec_path, result_path = write_spec(wd, f"race{i}", spec)
                 # Output to files, not pipes: a worker blocked on a full pipe could stall the others.
                 log = spec_path.with_suffix(".log")
                 with open(log.with_suffix(".out"), "wb") as out_f, open(log.with_suffix(".err"), "wb") as err_f:
-                    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(spec_path)], env=child_environ,
+                    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(spec_path)], env=child_environ,
                                             stdout=out_f, stderr=err_f, cwd=os.getcwd())
                 procs.append((proc, result_path, log))
             deadline = time.monotonic() + timeout
@@ -159,7 +159,7 @@ def race(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                    raise _child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", *_logs(log)) from None
+                    raise child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", *_logs(log)) from None
         finally:
             for proc, _, _ in procs:
                 if proc.poll() is None:
@@ -169,16 +169,16 @@ def race(
         for i, (proc, result_path, log) in enumerate(procs):
             rc = proc.returncode
             out, err = _logs(log)
-            report = _read_result(result_path)
+            report = read_result(result_path)
             if report is None:
-                raise _child_failed(f"{what} {i}", f"{_describe_rc(rc)} without reporting a result", out, err)
+                raise child_failed(f"{what} {i}", f"{describe_rc(rc)} without reporting a result", out, err)
             if report.get("outcome") == "setup_error":
                 exc = report["exception"]
-                raise _child_failed(f"{what} {i}", f"could not set up: {exc['type']}: {exc['message']}", out, err,
+                raise child_failed(f"{what} {i}", f"could not set up: {exc['type']}: {exc['message']}", out, err,
                                     report)
             results.append(WorkerResult(
                 index=i, outcome=report["outcome"], pid=int(report.get("pid", proc.pid)), returncode=rc, stdout=out,
-                stderr=err, exception=_exception_of(report) if report["outcome"] == "error" else None,
+                stderr=err, exception=exception_of(report) if report["outcome"] == "error" else None,
                 messages=list(report.get("messages", [])), status=report.get("status"),
                 started=report.get("started"), finished=report.get("finished"),
             ))

@@ -69,7 +69,7 @@ impl RedisCache {
         *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         if self.up.swap(false, Ordering::Relaxed) {
             tracing::warn!(event = "redis_down", "redis failed, falling back to Postgres: {}", super::redact(&e.to_string()));
-            crate::engine::metrics::inc(&crate::engine::metrics().redis_fallbacks);
+            crate::metrics::inc(&crate::metrics::metrics().redis_fallbacks);
         }
     }
 

@@ -248,7 +248,7 @@ fn strip_nul(v: &mut Value) {
     }
     let replaced = walk(v);
     if replaced > 0 {
-        crate::engine::metrics::inc(&crate::engine::metrics().nul_replaced);
+        crate::metrics::inc(&crate::metrics::metrics().nul_replaced);
         tracing::warn!(
             event = "nul_replaced",
             "{replaced} NUL character(s) stored as U+FFFD: PostgreSQL cannot store U+0000 in text or jsonb"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import json
 import queue
@@ -19,6 +18,7 @@ from tenxgraph._live_states import LiveStates
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
+from tenxgraph._sync import run_sync
 from tenxgraph.core.graph.remote_tool import RemoteToolConfig, attach_remote_tools
 from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
@@ -88,18 +88,6 @@ def _check_lease_config(cfg: dict[str, Any]) -> None:
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= 86400):
             raise ValueError(f"{key} must be a number of seconds in ({low:g}, 86400], got {value!r}")
-
-
-def run_sync(coro: Any) -> Any:
-    """Runs a coroutine from sync code; inside a running loop (Jupyter, an async app) it runs on a
-    private loop in a worker thread instead of failing, with the caller's contextvars."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    ctx = contextvars.copy_context()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tenxgraph-sync") as pool:
-        return pool.submit(ctx.run, asyncio.run, coro).result()
 
 
 def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: float) -> list[StreamChunk]:

@@ -11,7 +11,8 @@ import json
 from typing import Any, Generic, TypeVar
 
 from tenxgraph import _core
-from tenxgraph._runtime import STATE_META_KEY, encode_state
+from tenxgraph._state_codec import STATE_META_KEY, encode_state
+from tenxgraph._sync import run_sync
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
@@ -350,8 +351,6 @@ class BaseCheckpointer(Generic[StateT]):
         target = getattr(type(self), "a" + name, None)
         if target is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        from tenxgraph.core.graph.compiled_graph import run_sync
-
         def sync(*args: Any, **kwargs: Any) -> Any:
             return run_sync(target(self, *args, **kwargs))
 

@@ -1,0 +1,104 @@
+//! The tool ledger: one read of a node's calls, results (first wins over an intent), intent marks.
+
+use super::*;
+
+pub(super) async fn ledger_get(s: &SqliteStore, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // One query for the whole node: the keys go in as a JSON array. A non-owner under user
+    // isolation reads nothing, checked in the same query.
+    let rows = sqlx::query(
+        "SELECT tool_call_id, result FROM tool_executions WHERE thread_id = ?1 \
+         AND tool_call_id IN (SELECT value FROM json_each(?2)) \
+         AND (?3 = 0 OR NOT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?1 AND user_id <> ?4))",
+    )
+    .bind(&t.thread_id)
+    .bind(to_text(&Value::from(keys.to_vec())))
+    .bind(s.enforce_user_isolation)
+    .bind(&t.user_id)
+    .fetch_all(&s.pool)
+    .await
+    .map_err(be("ledger read"))?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for r in rows {
+        let text: String = r.get("result");
+        // A row that is not JSON is "no record": the caller runs the tool.
+        if let Ok(v) = serde_json::from_str(&text) {
+            out.insert(r.get("tool_call_id"), v);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) async fn ledger_put_many(s: &SqliteStore, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
+    check_fence(tx.conn(), &t.thread_id, fence).await?;
+    s.own_thread(tx.conn(), t).await?;
+    let now = now_secs();
+    let mut inserted = 0;
+    for (key, result) in entries {
+        let r = sqlx::query(
+            "INSERT INTO tool_executions (thread_id, tool_call_id, result, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET result = excluded.result, created_at = excluded.created_at \
+             WHERE json_extract(tool_executions.result, '$.__kind__') = 'started' \
+               AND json_extract(excluded.result, '$.__kind__') IS NOT 'started'",
+        )
+        .bind(&t.thread_id)
+        .bind(key)
+        .bind(to_text(result))
+        .bind(now)
+        .execute(tx.conn())
+        .await
+        .map_err(be("ledger write"))?;
+        inserted += r.rows_affected() as usize;
+    }
+    tx.commit("ledger write").await?;
+    Ok(inserted)
+}
+
+pub(super) async fn ledger_mark(s: &SqliteStore, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
+    check_fence(tx.conn(), &t.thread_id, fence).await?;
+    s.own_thread(tx.conn(), t).await?;
+    let now = now_secs();
+    let mut written = 0;
+    for (key, mark) in marks.iter().filter(|(_, m)| is_intent(m)) {
+        let r = sqlx::query(
+            "UPDATE tool_executions SET result = ?, created_at = ? WHERE thread_id = ? AND tool_call_id = ? \
+             AND json_extract(result, '$.__kind__') = 'started'",
+        )
+        .bind(to_text(mark))
+        .bind(now)
+        .bind(&t.thread_id)
+        .bind(key)
+        .execute(tx.conn())
+        .await
+        .map_err(be("ledger write"))?;
+        written += r.rows_affected() as usize;
+    }
+    tx.commit("ledger write").await?;
+    Ok(written)
+}
+
+pub(super) async fn ledger_list(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Vec<crate::store::LedgerEntry>> {
+    if !s.readable(t).await? {
+        return Ok(vec![]);
+    }
+    let rows = sqlx::query(
+        "SELECT tool_call_id, result, created_at FROM tool_executions WHERE thread_id = ? ORDER BY created_at, rowid",
+    )
+    .bind(&t.thread_id)
+    .fetch_all(&s.pool)
+    .await
+    .map_err(be("ledger list"))?;
+    Ok(rows
+        .iter()
+        .map(|r| crate::store::LedgerEntry {
+            key: r.get("tool_call_id"),
+            // Shown as malformed rather than failing the whole listing.
+            result: serde_json::from_str(&r.get::<String, _>("result")).ok(),
+            created_at: Some(r.get("created_at")),
+        })
+        .collect())
+}

@@ -1,0 +1,101 @@
+//! Messages written or deleted outside a step, and reads of them.
+
+use super::*;
+
+/// Messages changed outside a step: the latest state row no longer describes them (see
+/// `clear_write_mark`).
+pub(super) async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE states SET state_data = json_set(state_data, '$.__state_meta__.write', ?) \
+         WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
+    )
+    .bind(crate::store::MESSAGES_CHANGED)
+    .bind(&t.thread_id)
+    .bind(&t.thread_id)
+    .execute(&mut *c)
+    .await
+    .map_err(be("write messages"))?;
+    Ok(())
+}
+
+/// Inserts or replaces messages by id (a message keeps its place when it is rewritten).
+pub(super) async fn upsert_messages(c: &mut SqliteConnection, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    let now = now_secs();
+    for m in msgs {
+        sqlx::query(
+            "INSERT INTO messages (thread_id, message_id, message_data, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (thread_id, message_id) DO UPDATE SET message_data = excluded.message_data",
+        )
+        .bind(&t.thread_id)
+        .bind(&m.id)
+        .bind(to_text(&m.data))
+        .bind(now)
+        .execute(&mut *c)
+        .await
+        .map_err(be("write message"))?;
+    }
+    Ok(())
+}
+
+pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "write messages").await?;
+    s.own_thread(tx.conn(), t).await?;
+    super::messages::upsert_messages(tx.conn(), t, msgs).await?;
+    if !msgs.is_empty() {
+        unmark_latest(tx.conn(), t).await?;
+    }
+    tx.commit("write messages").await
+}
+
+pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    if !s.readable(t).await? {
+        return Ok(None);
+    }
+    let s: Option<String> =
+        sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? AND message_id = ?")
+            .bind(&t.thread_id)
+            .bind(message_id)
+            .fetch_optional(&s.pool)
+            .await
+            .map_err(be("read message"))?;
+    s.map(|s| parse("read message", &s)).transpose()
+}
+
+pub(super) async fn list_messages(s: &SqliteStore, t: &ThreadRef, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<Value>> {
+    if !s.readable(t).await? {
+        return Ok(vec![]);
+    }
+    let rows: Vec<String> = sqlx::query_scalar(
+        "SELECT message_data FROM messages WHERE thread_id = ? \
+         AND (? IS NULL OR instr(json_extract(message_data, '$.content'), ?) > 0) \
+         ORDER BY seq LIMIT ? OFFSET ?",
+    )
+    .bind(&t.thread_id)
+    .bind(search)
+    .bind(search)
+    .bind(limit.unwrap_or(-1))
+    .bind(offset.unwrap_or(0).max(0))
+    .fetch_all(&s.pool)
+    .await
+    .map_err(be("list messages"))?;
+    rows.iter().map(|s| parse("list messages", s)).collect()
+}
+
+pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "delete message").await?;
+    let r = sqlx::query("DELETE FROM messages WHERE thread_id = ? AND message_id = ?")
+        .bind(&t.thread_id)
+        .bind(message_id)
+        .execute(tx.conn())
+        .await
+        .map_err(be("delete message"))?;
+    let deleted = r.rows_affected() > 0;
+    if deleted {
+        unmark_latest(tx.conn(), t).await?;
+    }
+    tx.commit("delete message").await?;
+    Ok(deleted)
+}

@@ -1,0 +1,271 @@
+//! Embedded SQLite backend (sqlx). WAL, `BEGIN IMMEDIATE` for every read-then-write transaction so
+//! two processes on one file serialise instead of failing with BUSY_SNAPSHOT.
+//!
+//! One file per concept: `steps`, `messages`, `threads`, `ledger`, `lease`, `cache`, `prune`,
+//! `migrations` (the schema is the `.sql` files of `migrations/sqlite`) and `tx` (the write
+//! transaction). Here: the store itself, how it opens, the ownership checks every concept shares,
+//! and the `Checkpointer` impl, which only routes each method to its concept.
+
+use super::{
+    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqliteConnection};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::str::FromStr;
+use std::time::Duration;
+
+mod cache;
+mod ledger;
+mod lease;
+mod messages;
+mod migrations;
+mod prune;
+mod steps;
+mod threads;
+mod tx;
+
+use lease::{check_fence, release_in};
+use tx::{BUSY_TIMEOUT, WriteTx, is_locked};
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+    enforce_user_isolation: bool,
+    /// Orders this process's write transactions (see `WriteTx`).
+    write_gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| StoreError::backend(op, e)
+}
+
+fn to_text(v: &Value) -> String {
+    // serde_json never fails on a Value.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+fn parse(op: &'static str, s: &str) -> StoreResult<Value> {
+    serde_json::from_str(s).map_err(|e| StoreError::backend(op, e))
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database. `path` may be ":memory:".
+    /// `durable_sync`: fsync every commit (`synchronous=FULL`); otherwise `NORMAL`, which survives a
+    /// process crash but may lose the last commits on power loss.
+    pub async fn open(path: &str, enforce_user_isolation: bool, durable_sync: bool) -> StoreResult<Self> {
+        // Before any connection of ours exists: see sqlite_locks.rs.
+        crate::store::sqlite_locks::install();
+        let memory = path == ":memory:";
+        let url = if memory { "sqlite::memory:".to_owned() } else { format!("sqlite://{path}") };
+        let opts = SqliteConnectOptions::from_str(&url)
+            .map_err(be("open"))?
+            .create_if_missing(true)
+            .journal_mode(if memory { SqliteJournalMode::Memory } else { SqliteJournalMode::Wal })
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true)
+            .synchronous(if durable_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal });
+        if !memory {
+            if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::backend("create directory", e))?;
+            }
+        }
+        // ":memory:" is per connection, so it must stay one connection that never expires.
+        let mut pool_opts = SqlitePoolOptions::new().max_connections(if memory { 1 } else { 4 });
+        if memory {
+            pool_opts = pool_opts.idle_timeout(None).max_lifetime(None).min_connections(1);
+        }
+        // Two processes opening a new file at once can find it locked while the other switches it
+        // to WAL: that happens before the busy timeout applies, so wait here instead.
+        let started = std::time::Instant::now();
+        let pool = loop {
+            match pool_opts.clone().connect_with(opts.clone()).await {
+                Ok(pool) => break pool,
+                Err(e) if is_locked(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(e) => return Err(be("connect")(e)),
+            }
+        };
+        Ok(Self { pool, enforce_user_isolation, write_gate: Default::default() })
+    }
+
+    /// Ensures the thread row exists and that `t.user_id` may write it.
+    async fn own_thread(&self, c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<bool> {
+        let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
+            .bind(&t.thread_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(be("read thread"))?;
+        match owner {
+            Some(o) if self.enforce_user_isolation && o != t.user_id => {
+                Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
+            }
+            Some(_) => Ok(false),
+            None => {
+                let now = now_secs();
+                sqlx::query(
+                    "INSERT INTO threads (thread_id, user_id, meta, created_at, updated_at) VALUES (?, ?, '{}', ?, ?)",
+                )
+                .bind(&t.thread_id)
+                .bind(&t.user_id)
+                .bind(now)
+                .bind(now)
+                .execute(&mut *c)
+                .await
+                .map_err(be("create thread"))?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
+        if !self.enforce_user_isolation {
+            return Ok(true);
+        }
+        Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
+    }
+}
+
+#[async_trait]
+impl Checkpointer for SqliteStore {
+    fn isolates_users(&self) -> bool {
+        self.enforce_user_isolation
+    }
+
+    async fn setup(&self) -> StoreResult<()> {
+        migrations::setup(self).await
+    }
+
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        steps::load_with(self, t, known).await
+    }
+
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        steps::put_step(self, t, w).await
+    }
+
+    async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        steps::clear_state(self, t).await
+    }
+
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        messages::put_messages(self, t, msgs).await
+    }
+
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        messages::get_message(self, t, message_id).await
+    }
+
+    async fn list_messages(
+        &self,
+        t: &ThreadRef,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<Value>> {
+        messages::list_messages(self, t, search, offset, limit).await
+    }
+
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        messages::delete_message(self, t, message_id).await
+    }
+
+    async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        threads::put_thread(self, t, name, meta).await
+    }
+
+    async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        threads::get_thread(self, t).await
+    }
+
+    async fn list_threads(
+        &self,
+        user_id: Option<&str>,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>> {
+        threads::list_threads(self, user_id, search, offset, limit).await
+    }
+
+    async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        threads::clean_thread(self, t).await
+    }
+
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        threads::thread_owner(self, thread_id).await
+    }
+
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        threads::running_threads(self, after, limit).await
+    }
+
+    async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
+        cache::cache_put(self, ns, key, value, ttl).await
+    }
+
+    async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
+        cache::cache_get(self, ns, key).await
+    }
+
+    async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
+        cache::cache_clear(self, ns, key).await
+    }
+
+    async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>> {
+        cache::cache_keys(self, ns, prefix).await
+    }
+
+    async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        ledger::ledger_get(self, t, keys).await
+    }
+
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        ledger::ledger_put_many(self, t, entries, fence).await
+    }
+
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        ledger::ledger_mark(self, t, marks, fence).await
+    }
+
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        lease::lease_acquire(self, thread_id, req).await
+    }
+
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        lease::lease_renew(self, thread_id, token, ttl).await
+    }
+
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        lease::lease_release(self, thread_id, token).await
+    }
+
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        lease::lease_get(self, thread_id).await
+    }
+
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        prune::prune(self, rules).await
+    }
+
+    async fn release(&self) -> StoreResult<()> {
+        self.pool.close().await;
+        Ok(())
+    }
+
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::LedgerEntry>> {
+        ledger::ledger_list(self, t).await
+    }
+
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::StateVersion>> {
+        steps::state_versions(self, t).await
+    }
+
+    async fn schema_version(&self) -> StoreResult<Option<i64>> {
+        migrations::schema_version(self).await
+    }
+}

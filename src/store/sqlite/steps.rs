@@ -1,0 +1,128 @@
+//! Versioned steps: the latest state row (with or without its messages), the step write (version
+//! check, state row, messages, history cap, lease release in one transaction), state versions.
+
+use super::*;
+
+pub(super) const STATE_HISTORY: i64 = 20;
+
+pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+    // A non-owner reads nothing (writes are what raise).
+    if !s.readable(t).await? {
+        return Ok(None);
+    }
+    let mut c = s.pool.acquire().await.map_err(be("load"))?;
+    let row = sqlx::query("SELECT version, state_data FROM states WHERE thread_id = ? ORDER BY version DESC LIMIT 1")
+        .bind(&t.thread_id)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(be("load state"))?;
+    let Some(row) = row else { return Ok(None) };
+    let state_text: String = row.get("state_data");
+    let version: i64 = row.get("version");
+    let state = parse("load state", &state_text)?;
+    if known.is_some_and(|k| k.matches(version, &state)) {
+        return Ok(Some(Checkpoint { version, state, messages: Vec::new(), rewrite_messages: false, messages_known: true }));
+    }
+    let msgs: Vec<String> =
+        sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
+            .bind(&t.thread_id)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(be("load messages"))?;
+    Ok(Some(Checkpoint {
+        version,
+        state,
+        messages: msgs.iter().map(|m| parse("load messages", m)).collect::<StoreResult<_>>()?,
+        rewrite_messages: false,
+        messages_known: false,
+    }))
+}
+
+pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "begin step").await?;
+    check_fence(tx.conn(), &t.thread_id, w.fence).await?;
+    s.own_thread(tx.conn(), t).await?;
+    let latest: Option<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT version, json_extract(state_data, '$.__state_meta__.write') FROM states WHERE thread_id = ? \
+         ORDER BY version DESC LIMIT 1",
+    )
+    .bind(&t.thread_id)
+    .fetch_optional(tx.conn())
+    .await
+    .map_err(be("read version"))?;
+    let current = latest.as_ref().map_or(0, |(v, _)| *v);
+    if current != w.expected_version {
+        // Dropping `tx` rolls back: nothing of this step is written.
+        return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
+    }
+    let new_version = current + 1;
+    let now = now_secs();
+    sqlx::query("INSERT INTO states (thread_id, version, state_data, created_at) VALUES (?, ?, ?, ?)")
+        .bind(&t.thread_id)
+        .bind(new_version)
+        .bind(to_text(&crate::store::chained_state(&w, latest.as_ref().and_then(|(_, m)| m.as_deref()))))
+        .bind(now)
+        .execute(tx.conn())
+        .await
+        .map_err(be("write state"))?;
+    sqlx::query("DELETE FROM states WHERE thread_id = ? AND version <= ?")
+        .bind(&t.thread_id)
+        .bind(new_version - STATE_HISTORY)
+        .execute(tx.conn())
+        .await
+        .map_err(be("prune states"))?;
+    if w.replace_messages {
+        sqlx::query("DELETE FROM messages WHERE thread_id = ?")
+            .bind(&t.thread_id)
+            .execute(tx.conn())
+            .await
+            .map_err(be("replace messages"))?;
+    }
+    super::messages::upsert_messages(tx.conn(), t, w.new_messages).await?;
+    sqlx::query("UPDATE threads SET updated_at = ? WHERE thread_id = ?")
+        .bind(now)
+        .bind(&t.thread_id)
+        .execute(tx.conn())
+        .await
+        .map_err(be("touch thread"))?;
+    if let (true, Some(token)) = (w.release_lease, w.fence) {
+        release_in(tx.conn(), &t.thread_id, token).await?;
+    }
+    if let Some(h) = w.in_tx {
+        h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
+    }
+    tx.commit("commit step").await?;
+    Ok(new_version)
+}
+
+pub(super) async fn clear_state(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
+    // Checked before BEGIN: ":memory:" has a single connection, which the transaction holds.
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "clear state").await?;
+    for q in ["DELETE FROM states WHERE thread_id = ?", "DELETE FROM messages WHERE thread_id = ?"] {
+        sqlx::query(q).bind(&t.thread_id).execute(tx.conn()).await.map_err(be("clear state"))?;
+    }
+    tx.commit("clear state").await
+}
+
+pub(super) async fn state_versions(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Vec<crate::store::StateVersion>> {
+    if !s.readable(t).await? {
+        return Ok(vec![]);
+    }
+    let rows = sqlx::query("SELECT version, state_data, created_at FROM states WHERE thread_id = ? ORDER BY version DESC")
+        .bind(&t.thread_id)
+        .fetch_all(&s.pool)
+        .await
+        .map_err(be("state versions"))?;
+    rows.iter()
+        .map(|r| {
+            Ok(crate::store::StateVersion {
+                version: r.get("version"),
+                created_at: Some(r.get("created_at")),
+                state: parse("state versions", &r.get::<String, _>("state_data"))?,
+            })
+        })
+        .collect()
+}

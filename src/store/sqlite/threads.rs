@@ -1,0 +1,101 @@
+//! Thread rows: owner, name, metadata, listing, and the threads a recovery pass looks at.
+
+use super::*;
+
+pub(super) fn thread_row(r: &sqlx::sqlite::SqliteRow) -> StoreResult<ThreadRow> {
+    let meta: String = r.get("meta");
+    Ok(ThreadRow {
+        thread_id: r.get("thread_id"),
+        user_id: r.get("user_id"),
+        thread_name: r.get("thread_name"),
+        meta: parse("read thread", &meta)?,
+        created_at: r.get("created_at"),
+        updated_at: r.get("updated_at"),
+    })
+}
+
+pub(super) async fn put_thread(s: &SqliteStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "write thread").await?;
+    let inserted = s.own_thread(tx.conn(), t).await?;
+    sqlx::query(
+        "UPDATE threads SET thread_name = COALESCE(?, thread_name), meta = ?, updated_at = ? WHERE thread_id = ?",
+    )
+    .bind(name)
+    .bind(to_text(meta))
+    .bind(now_secs())
+    .bind(&t.thread_id)
+    .execute(tx.conn())
+    .await
+    .map_err(be("write thread"))?;
+    tx.commit("write thread").await?;
+    Ok(inserted)
+}
+
+pub(super) async fn get_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+    if !s.readable(t).await? {
+        return Ok(None);
+    }
+    let r = sqlx::query("SELECT * FROM threads WHERE thread_id = ?")
+        .bind(&t.thread_id)
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(be("read thread"))?;
+    r.as_ref().map(thread_row).transpose()
+}
+
+pub(super) async fn list_threads(s: &SqliteStore, user_id: Option<&str>, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<ThreadRow>> {
+    let pattern = search.map(|s| format!("%{s}%"));
+    let rows = sqlx::query(
+        "SELECT * FROM threads WHERE (? IS NULL OR user_id = ?) \
+         AND (? IS NULL OR thread_name LIKE ? OR thread_id LIKE ?) \
+         ORDER BY updated_at DESC LIMIT ? OFFSET ?",
+    )
+    .bind(user_id)
+    .bind(user_id)
+    .bind(&pattern)
+    .bind(&pattern)
+    .bind(&pattern)
+    .bind(limit.unwrap_or(-1))
+    .bind(offset.unwrap_or(0).max(0))
+    .fetch_all(&s.pool)
+    .await
+    .map_err(be("list threads"))?;
+    rows.iter().map(thread_row).collect()
+}
+
+pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    // Foreign keys cascade to states, messages and the ledger.
+    sqlx::query("DELETE FROM threads WHERE thread_id = ?")
+        .bind(&t.thread_id)
+        .execute(&s.pool)
+        .await
+        .map_err(be("delete thread"))?;
+    Ok(())
+}
+
+pub(super) async fn thread_owner(s: &SqliteStore, thread_id: &str) -> StoreResult<Option<String>> {
+    sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
+        .bind(thread_id)
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(be("read thread owner"))
+}
+
+pub(super) async fn running_threads(s: &SqliteStore, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+    let rows = sqlx::query(
+        "SELECT t.thread_id, t.user_id FROM threads t JOIN states s ON s.thread_id = t.thread_id \
+         WHERE s.version = (SELECT MAX(version) FROM states WHERE thread_id = t.thread_id) \
+           AND json_extract(s.state_data, '$.execution_meta.status') = 'running' \
+           AND (?1 IS NULL OR t.thread_id > ?1) \
+         ORDER BY t.thread_id LIMIT ?2",
+    )
+    .bind(after)
+    .bind(limit.max(0))
+    .fetch_all(&s.pool)
+    .await
+    .map_err(be("list running threads"))?;
+    Ok(rows.iter().map(|r| ThreadRef::new(r.get::<String, _>("thread_id"), r.get::<String, _>("user_id"))).collect())
+}

@@ -1,0 +1,81 @@
+//! Write transactions: `BEGIN IMMEDIATE` on a pooled connection, ended by hand.
+
+use super::*;
+
+/// How long a write waits for the database (SQLite's busy handler) and, before that, for this
+/// process's other writers.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `BEGIN IMMEDIATE` transaction on a pooled connection, ended by hand. sqlx's own Transaction
+/// keeps counting a transaction whose COMMIT failed (e.g. disk full), and that connection then
+/// refuses every later BEGIN, so a thread could never be resumed after the disk was freed. Here a
+/// transaction that did not commit is rolled back before its connection is reused, and a
+/// connection that cannot even roll back is closed.
+pub(super) struct WriteTx {
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+    // Held until commit or drop. SQLite admits one writer at a time anyway; queueing this
+    // process's writers here, first come first served, leaves SQLite's busy handler (sleep and
+    // retry, no order) to arbitrate between processes only. Without it, 64 concurrent runs on
+    // 4 connections starved one writer past the 10 s busy timeout ("database is locked").
+    _gate: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl WriteTx {
+    pub(super) async fn begin(pool: &SqlitePool, gate: &Arc<tokio::sync::Mutex<()>>, op: &'static str) -> StoreResult<Self> {
+        // Bounded like SQLite's own busy wait, so a writer queued behind many others (each of
+        // which may wait out another process's lock) gives up instead of hanging.
+        let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned()).await.map_err(|_| {
+            StoreError::backend(op, std::io::Error::new(std::io::ErrorKind::TimedOut, format!(
+                "database is locked: waited {} s behind this process's other writers", BUSY_TIMEOUT.as_secs()
+            )))
+        })?;
+        let mut conn = pool.acquire().await.map_err(be(op))?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(be(op))?;
+        Ok(WriteTx { conn: Some(conn), _gate: gate })
+    }
+
+    pub(super) fn conn(&mut self) -> &mut SqliteConnection {
+        self.conn.as_mut().expect("present until commit or drop")
+    }
+
+    pub(super) async fn commit(mut self, op: &'static str) -> StoreResult<()> {
+        let mut conn = self.conn.take().expect("present until commit or drop");
+        match sqlx::query("COMMIT").execute(&mut *conn).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                finish_failed(conn).await;
+                Err(be(op)(e))
+            }
+        }
+    }
+}
+
+/// SQLITE_BUSY ("database is locked").
+pub(super) fn is_locked(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("5"))
+}
+
+/// Rolls back an unfinished transaction; closes the connection when even that fails.
+async fn finish_failed(mut conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
+    if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+        // No transaction left (SQLite already rolled it back) is fine; anything else: close.
+        if sqlx::query("SELECT 1").execute(&mut *conn).await.is_err() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        // An error return or a cancelled future: roll back before the connection is reused. The
+        // connection stays out of the pool until then, so nobody sees the open transaction.
+        if let Some(mut conn) = self.conn.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(finish_failed(conn));
+                }
+                Err(_) => conn.close_on_drop(),
+            }
+        }
+    }
+}
