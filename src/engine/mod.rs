@@ -7,6 +7,7 @@ mod exec;
 mod graph;
 mod host;
 mod lease;
+mod legacy_resume;
 pub mod ledger;
 pub mod metrics;
 mod recovery;

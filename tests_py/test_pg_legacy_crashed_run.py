@@ -1,0 +1,271 @@
+"""A Postgres + Redis that the real 10xGraph 0.10.0 wrote, with a run it was killed in the middle
+of, opened and resumed by tenxgraph (issue 14, item 11).
+
+Nothing here is written by hand: ``real_10xgraph_writer`` runs ``crash_agents/legacy_tool_agent``
+on 10xGraph itself and SIGKILLs it inside its tool node after ``charge``'s ledger row committed,
+while ``email`` is blocked. What that leaves: the latest ``states`` row names the node that
+*completed* (``model``), the node in flight (``tools``) is only in 10xGraph's Redis entry
+``state_cache:<thread>:<user>``, and the ledger holds ``charge``'s result.
+
+tenxgraph must resume at the tool node (from that entry when Redis is given, else inferred from
+the unanswered tool calls), answer ``charge`` from 10xGraph's ledger (not charge again), run
+``email`` once, and end with the messages 10xGraph itself ends with: both when it runs the agent
+uncrashed and when it resumes the same crashed thread (a copy of the database and the entry).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import metrics
+from tenxgraph.logs import reset_level_cache
+from tenxgraph.storage.checkpointer import PgCheckpointer
+from tests_py.crash_agents import legacy_tool_agent as agent
+from tests_py.real_10xgraph_writer import USER, Writer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def writer(oracle: Any, tenx_postgres: Any, pg_dsn: str, tenx_redis: Any, tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Writer:
+    """10xGraph on the test's database and Redis; our side's tools use the same effects file."""
+    monkeypatch.setenv(agent.AGENT_DIR_ENV, str(tmp_path))
+    return Writer(oracle.python, tenx_postgres, pg_dsn, tenx_redis.url, tmp_path)
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """tenxgraph's records, the Rust core's included (its level cache is reset)."""
+    caplog.set_level(logging.INFO, logger="tenxgraph")
+    reset_level_cache()
+    yield caplog
+    logging.getLogger("tenxgraph").setLevel(logging.NOTSET)
+    reset_level_cache()
+
+
+def new_thread(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"thread_id": thread, "user_id": USER}
+
+
+def as_json(messages: list[Any]) -> list[dict[str, Any]]:
+    return [m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages]
+
+
+def comparable(messages: list[Any], thread: str) -> list[dict[str, Any]]:
+    """Messages without what differs between two runs of the agent: timestamps, the random ids
+    ToolNode gives tool results, and the thread id inside the scripted ids."""
+    out = []
+    for d in as_json(messages):
+        d = dict(d)
+        d.pop("timestamp", None)
+        if d["role"] == "tool":
+            d.pop("message_id")
+        else:
+            d["message_id"] = str(d["message_id"]).replace(thread, "T")
+        out.append(d)
+    return out
+
+
+def effect_names(w: Writer) -> list[str]:
+    return [e["effect"] for e in w.effects()]
+
+
+def ten_x_pid(w: Writer) -> int:
+    """The pid of the 10xGraph process that was killed (the one that charged)."""
+    (pid,) = {e["pid"] for e in w.effects() if e["effect"] == "charge"}
+    return pid
+
+
+def references(w: Writer, thread: str, tmp_path: Path, *, nondurable: bool = False) -> tuple[dict, dict]:
+    """10xGraph's own results, each on its own effects file: the agent run uncrashed on a new
+    thread, and 10xGraph resuming this crashed thread (on a copy of the database and of its
+    Redis entry, so ours is left alone)."""
+    clean_dir = tmp_path / "ref-clean"
+    clean_dir.mkdir()
+    clean_thread = new_thread("clean")
+    extra = {"NONDURABLE": "1"} if nondurable else {}
+    clean = Writer(w.python, w.pg, w.dsn, w.redis_url, clean_dir).run_to_completion(clean_thread, **extra)
+    clean["thread"] = clean_thread
+    copy_dir = tmp_path / "ref-resume"
+    copy_dir.mkdir()
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = w.copy_database(copy_db)
+    copy_redis = w.redis_copy_to(w.cache_key(thread), 1)
+    try:
+        resumed = Writer(w.python, w.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(thread, "resume")
+    finally:
+        w.pg.drop_database(copy_db)
+    # 10xGraph's resume did not charge again either (its effects file has email and model only).
+    resumed["effects"] = [json.loads(x)["effect"] for x in (copy_dir / "effects.jsonl").read_text().splitlines()]
+    return clean, resumed
+
+
+async def resume_on_tenxgraph(w: Writer, thread: str, *, redis: bool) -> tuple[dict[str, Any], Any, PgCheckpointer]:
+    (w.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(w.dsn, redis_url=w.redis_url if redis else None)
+    app = agent.build(cp)
+    out = await app.ainvoke({}, config=cfg(thread))
+    state = await cp.aget_state(cfg(thread))
+    return out, state, cp
+
+
+def assert_left_mid_tool_node(left: dict[str, Any]) -> None:
+    """What the kill left is what the issue describes (else the test proves nothing)."""
+    assert left["states"], "10xGraph wrote no state row"
+    assert left["states"][-1]["meta"]["current_node"] == "model"
+    assert left["states"][-1]["meta"]["status"] == "running"
+    cache = json.loads(left["cache"])
+    assert cache["execution_meta"]["current_node"] == "tools"
+    assert cache["__checkpoint_version__"] == left["states"][-1]["version"]
+    assert left["ledger"]["__kind__"] == "message"
+
+
+def assert_finished_like_10xgraph(w: Writer, thread: str, left: dict[str, Any], out: dict[str, Any], state: Any,
+                                  clean: dict[str, Any], resumed: dict[str, Any]) -> None:
+    # charge ran once (in the killed 10xGraph process), email once and the model once more (here).
+    assert effect_names(w) == ["model", "charge", "email", "model"], w.effects()
+    killed = ten_x_pid(w)
+    assert [e["pid"] for e in w.effects()][2:] == [os.getpid(), os.getpid()] and killed != os.getpid()
+    assert resumed["effects"] == ["email", "model"]
+    assert state.execution_meta.status.value == "completed" == resumed["status"] == clean["status"]
+    # The charge result is 10xGraph's ledger row, verbatim (its message id and timestamp too).
+    charge_result = next(m for m in state.context if m.role == "tool" and m.metadata.get("tool_call_id") == "call_1")
+    assert charge_result.model_dump(mode="json") == left["ledger"]["value"]
+    # The thread ends as 10xGraph ends it, uncrashed and resumed.
+    ours = comparable(state.context, thread)
+    assert ours == comparable(clean["context"], clean["thread"])
+    assert ours == comparable(resumed["context"], thread)
+    assert [m["role"] for m in ours] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert ours[-1]["content"][0]["text"] == "all done: charged 42; emailed a@b.c"
+    # What the resume returns is what 10xGraph's resume returns.
+    assert comparable(out["messages"], thread) == comparable(resumed["messages"], thread)
+
+
+async def test_crashed_run_resumes_at_the_tool_node_from_10xgraphs_redis_cache(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    assert effect_names(writer) == ["model", "charge"]
+    clean, resumed = references(writer, thread, tmp_path)
+
+    out, state, cp = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records), "the cache was not read"
+    # 10xGraph's entry is stale once we committed: dropped, so nothing reads it again.
+    assert writer.redis_type(writer.cache_key(thread)) != "string"
+    # A second resume finds the thread finished: nothing runs again.
+    await agent.build(cp).ainvoke({}, config=cfg(thread))
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+
+
+async def test_crashed_run_without_redis_infers_the_tool_node(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=False)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("resuming at tool node 'tools'" in r.getMessage() for r in logs.records)
+    assert not any("from its Redis state cache" in r.getMessage() for r in logs.records)
+
+
+async def test_crashed_run_with_a_corrupt_cache_entry_falls_back_to_inference(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+    writer.redis_set(writer.cache_key(thread), '{"context": [ not json')
+    fallbacks = metrics.snapshot()["tenxgraph.storage.redis_fallbacks"]
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    warned = [r for r in logs.records if "state cache entry of this thread is not used" in r.getMessage()]
+    assert warned and warned[0].levelno == logging.WARNING and "not JSON" in warned[0].getMessage()
+    assert any("resuming at tool node 'tools'" in r.getMessage() for r in logs.records)
+    # A bad entry is no Redis failure: Redis stays in use for everything else.
+    assert metrics.snapshot()["tenxgraph.storage.redis_fallbacks"] == fallbacks
+    assert writer.redis_type(writer.cache_key(thread)) != "string"
+
+
+async def test_cache_entry_of_another_version_is_not_used(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """An entry that does not describe the thread's latest row (here: one version behind, as a
+    cache written before a later durable step would be) is not trusted: inference decides."""
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+    entry = json.loads(left["cache"])
+    entry["__checkpoint_version__"] -= 1
+    entry["execution_meta"]["current_node"] = "model"  # what using it would do: run model again
+    writer.redis_set(writer.cache_key(thread), json.dumps(entry))
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("cached at version" in r.getMessage() for r in logs.records)
+
+
+async def test_run_without_per_step_checkpoints_resumes_from_the_cache_alone(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """``durable_checkpoint_every_step=False``: 10xGraph wrote no state row before the kill; its
+    Redis entry is the only record of the run. Resumed from it, the model is not called again."""
+    thread = new_thread("nodurable")
+    left = writer.crash_in_tool_node(thread, nondurable=True)
+    assert left["states"] == []
+    assert json.loads(left["cache"])["execution_meta"]["current_node"] == "tools"
+    clean, resumed = references(writer, thread, tmp_path, nondurable=True)
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
+
+
+async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:
+    """A thread 10xGraph completed: the same state with and without Redis (its Redis entry in
+    10xGraph's format is no Redis failure), and a resume runs nothing."""
+    thread = new_thread("done")
+    theirs = writer.run_to_completion(thread)
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+    assert writer.redis_type(writer.cache_key(thread)) == "string"
+    fallbacks = metrics.snapshot()["tenxgraph.storage.redis_fallbacks"]
+    for redis in (True, False):
+        cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url if redis else None)
+        app = agent.build(cp)
+        state = await cp.aget_state(cfg(thread))
+        assert as_json(state.context) == theirs["context"]
+        assert state.execution_meta.status.value == "completed"
+        cached = await cp.aget_state_cache(cfg(thread))
+        assert cached is not None and as_json(cached.context) == theirs["context"]
+        out = await app.ainvoke({}, config=cfg(thread))
+        assert out["messages"] is not None
+        assert effect_names(writer) == ["model", "charge", "email", "model"], "a resume of a finished thread ran"
+        assert as_json((await cp.aget_state(cfg(thread))).context) == theirs["context"]
+    assert metrics.snapshot()["tenxgraph.storage.redis_fallbacks"] == fallbacks
+    assert not any("redis failed" in r.getMessage() for r in logs.records)
