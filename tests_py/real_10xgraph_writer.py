@@ -102,11 +102,15 @@ class Writer:
         ))
         return {"ledger_key": key, "ledger": ledger, "states": states, "cache": self.redis_get(self.cache_key(thread))}
 
-    def run_to_completion(self, thread: str, mode: str = "start", **extra: str) -> dict[str, Any]:
-        """The agent run uncrashed on 10xGraph (``mode="resume"``: ``ainvoke({})`` on the thread)."""
+    def run(self, thread: str, mode: str = "start", **extra: str) -> subprocess.CompletedProcess[str]:
+        """The agent run on 10xGraph, tools unblocked (``mode="resume"``: ``ainvoke({})``)."""
         (self.workdir / "email.release").write_text("go")
-        r = subprocess.run([self.python, str(AGENT), mode], env=self.env(thread, **extra), capture_output=True,
-                           text=True, timeout=DEADLINE, cwd=self.workdir)
+        return subprocess.run([self.python, str(AGENT), mode], env=self.env(thread, **extra), capture_output=True,
+                              text=True, timeout=DEADLINE, cwd=self.workdir)
+
+    def run_to_completion(self, thread: str, mode: str = "start", **extra: str) -> dict[str, Any]:
+        """``run``, which must succeed; what it printed."""
+        r = self.run(thread, mode, **extra)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
         if r.returncode != 0 or not lines:
             raise AssertionError(f"10xGraph run failed (rc={r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -138,6 +142,9 @@ class Writer:
     def redis_copy_to(self, key: str, db: int) -> str:
         """Copies ``key`` into Redis database ``db``; returns the URL of that database."""
         self._redis("r.copy(sys.argv[2], sys.argv[2], destination_db=int(sys.argv[3]), replace=True)", key, str(db))
+        return self.redis_url_of_db(db)
+
+    def redis_url_of_db(self, db: int) -> str:
         parts = urllib.parse.urlsplit(self.redis_url)
         return urllib.parse.urlunsplit(parts._replace(path=f"/{db}"))
 

@@ -113,11 +113,18 @@ def references(w: Writer, thread: str, tmp_path: Path, *, nondurable: bool = Fal
     return clean, resumed
 
 
-async def resume_on_tenxgraph(w: Writer, thread: str, *, redis: bool) -> tuple[dict[str, Any], Any, PgCheckpointer]:
+async def resume_on_tenxgraph(
+    w: Writer, thread: str, *, redis: bool, via: str = "ainvoke"
+) -> tuple[dict[str, Any] | None, Any, PgCheckpointer]:
     (w.workdir / "email.release").write_text("go")
     cp = PgCheckpointer(w.dsn, redis_url=w.redis_url if redis else None)
     app = agent.build(cp)
-    out = await app.ainvoke({}, config=cfg(thread))
+    out = None
+    if via == "ainvoke":
+        out = await app.ainvoke({}, config=cfg(thread))
+    else:
+        chunks = [c async for c in app.astream({}, config=cfg(thread))]
+        assert chunks
     state = await cp.aget_state(cfg(thread))
     return out, state, cp
 
@@ -133,7 +140,7 @@ def assert_left_mid_tool_node(left: dict[str, Any]) -> None:
     assert left["ledger"]["__kind__"] == "message"
 
 
-def assert_finished_like_10xgraph(w: Writer, thread: str, left: dict[str, Any], out: dict[str, Any], state: Any,
+def assert_finished_like_10xgraph(w: Writer, thread: str, left: dict[str, Any], out: dict[str, Any] | None, state: Any,
                                   clean: dict[str, Any], resumed: dict[str, Any]) -> None:
     # charge ran once (in the killed 10xGraph process), email once and the model once more (here).
     assert effect_names(w) == ["model", "charge", "email", "model"], w.effects()
@@ -151,7 +158,8 @@ def assert_finished_like_10xgraph(w: Writer, thread: str, left: dict[str, Any], 
     assert [m["role"] for m in ours] == ["user", "assistant", "tool", "tool", "assistant"]
     assert ours[-1]["content"][0]["text"] == "all done: charged 42; emailed a@b.c"
     # What the resume returns is what 10xGraph's resume returns.
-    assert comparable(out["messages"], thread) == comparable(resumed["messages"], thread)
+    if out is not None:
+        assert comparable(out["messages"], thread) == comparable(resumed["messages"], thread)
 
 
 async def test_crashed_run_resumes_at_the_tool_node_from_10xgraphs_redis_cache(
@@ -174,15 +182,16 @@ async def test_crashed_run_resumes_at_the_tool_node_from_10xgraphs_redis_cache(
     assert effect_names(writer) == ["model", "charge", "email", "model"]
 
 
+@pytest.mark.parametrize("via", ["ainvoke", "astream"])
 async def test_crashed_run_without_redis_infers_the_tool_node(
-    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture, via: str
 ) -> None:
     thread = new_thread("crash")
     left = writer.crash_in_tool_node(thread)
     assert_left_mid_tool_node(left)
     clean, resumed = references(writer, thread, tmp_path)
 
-    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=False)
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=False, via=via)
 
     assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
     assert any("resuming at tool node 'tools'" in r.getMessage() for r in logs.records)
@@ -269,3 +278,27 @@ async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pyt
         assert as_json((await cp.aget_state(cfg(thread))).context) == theirs["context"]
     assert metrics.snapshot()["tenxgraph.storage.redis_fallbacks"] == fallbacks
     assert not any("redis failed" in r.getMessage() for r in logs.records)
+
+
+async def test_10xgraph_itself_without_its_cache_runs_the_completed_node_again(writer: Writer, tmp_path: Path) -> None:
+    """The difference the inference makes, pinned: 10xGraph resuming the same crashed thread
+    after its cache entry is gone (24 h TTL, a Redis restart) takes the row as the node to run
+    and calls the model on its own unanswered tool calls; tenxgraph resumes at the tool node."""
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = writer.copy_database(copy_db)
+    empty_redis = writer.redis_url_of_db(2)  # a Redis database without the entry (threads are unique)
+    try:
+        theirs = Writer(writer.python, writer.pg, copy_dsn, empty_redis, tmp_path / "theirs")
+        theirs.workdir.mkdir()
+        r = theirs.run(thread, "resume")
+    finally:
+        writer.pg.drop_database(copy_db)
+    assert r.returncode != 0 and "unanswered tool calls: ['call_1', 'call_2']" in r.stdout + r.stderr
+    assert theirs.effects() == []
+
+    _, state, _ = await resume_on_tenxgraph(writer, thread, redis=False)
+    assert state.execution_meta.status.value == "completed"
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
