@@ -249,6 +249,12 @@ async def test_run_without_per_step_checkpoints_resumes_from_the_cache_alone(
     assert left["states"] == []
     assert json.loads(left["cache"])["execution_meta"]["current_node"] == "tools"
     clean, resumed = references(writer, thread, tmp_path, nondurable=True)
+    # Without Redis there is nothing to resume from: the answer of an unknown thread, no write.
+    (writer.workdir / "email.release").write_text("go")
+    with pytest.raises(ValueError, match="messages"):
+        await agent.build(PgCheckpointer(writer.dsn)).ainvoke({}, config=cfg(thread))
+    assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}'") == "0"
+    assert effect_names(writer) == ["model", "charge"]
 
     out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
 
