@@ -308,3 +308,21 @@ async def test_10xgraph_itself_without_its_cache_runs_the_completed_node_again(w
     _, state, _ = await resume_on_tenxgraph(writer, thread, redis=False)
     assert state.execution_meta.status.value == "completed"
     assert effect_names(writer) == ["model", "charge", "email", "model"]
+
+
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "no-redis"])
+async def test_recovery_finishes_the_run_10xgraph_left(writer: Writer, redis: bool) -> None:
+    """``arecover()`` finds the thread 10xGraph died in (its row says running) and finishes it
+    the same way: the tool node, charge from the ledger, email once."""
+    thread = new_thread("recover")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url if redis else None)
+    report = await agent.build(cp).arecover()
+    assert report.ok, report.failed
+    assert [(r.thread_id, r.status) for r in report.resumed] == [(thread, "completed")]
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+    state = await cp.aget_state(cfg(thread))
+    assert [m.role for m in state.context] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert state.context[2].model_dump(mode="json") == left["ledger"]["value"]
