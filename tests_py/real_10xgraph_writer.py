@@ -95,12 +95,42 @@ class Writer:
         ledger = json.loads(self.sql(
             f"SELECT result FROM tool_executions WHERE thread_id = {lit(thread)} AND tool_call_id = {lit(key)}"
         ))
-        states = json.loads(self.sql(
+        return {"ledger_key": key, "ledger": ledger, "states": self.states(thread),
+                "cache": self.redis_get(self.cache_key(thread))}
+
+    def crash_in_model_node(self, thread: str) -> dict[str, Any]:
+        """Kills 10xGraph inside its second model call, after the tool node's step committed;
+        returns the state rows and the Redis cache entry (raw) it left."""
+        (self.workdir / "email.release").write_text("go")
+        (self.workdir / "model.ready").unlink(missing_ok=True)
+        log = open(self.workdir / f"10xgraph-{thread}.log", "w")
+        proc = subprocess.Popen([self.python, str(AGENT), "start"], env=self.env(thread, LEGACY_AGENT_BLOCK_MODEL="1"),
+                                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        try:
+            deadline = time.monotonic() + DEADLINE
+            while not (self.workdir / "model.ready").exists():
+                if proc.poll() is not None:
+                    raise AssertionError(f"10xGraph exited (rc={proc.returncode}) before the crash point:\n"
+                                         + (self.workdir / f"10xgraph-{thread}.log").read_text()[-3000:])
+                if time.monotonic() > deadline:
+                    raise AssertionError("10xGraph never reached its second model call")
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+            log.close()
+        assert proc.returncode == -signal.SIGKILL
+        return {"states": self.states(thread), "cache": self.redis_get(self.cache_key(thread))}
+
+    def states(self, thread: str) -> list[dict[str, Any]]:
+        return json.loads(self.sql(
             "SELECT COALESCE(json_agg(x ORDER BY x.version), '[]'::json) FROM (SELECT version, "
-            "state_data->'execution_meta' AS meta FROM states WHERE "
+            "state_data->'execution_meta' AS meta, state_data->'context' AS context FROM states WHERE "
             f"thread_id = {lit(thread)}) x"
         ))
-        return {"ledger_key": key, "ledger": ledger, "states": states, "cache": self.redis_get(self.cache_key(thread))}
 
     def run(self, thread: str, mode: str = "start", **extra: str) -> subprocess.CompletedProcess[str]:
         """The agent run on 10xGraph, tools unblocked (``mode="resume"``: ``ainvoke({})``)."""

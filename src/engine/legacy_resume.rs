@@ -8,9 +8,12 @@
 //! node that asked for tools, that is a model called on its own unanswered tool calls.
 //!
 //! So a row of 10xGraph's with status `running` resumes from its cache entry when one of the same
-//! durable version is there (as 10xGraph itself would), and otherwise, when its last message holds
-//! tool calls and the graph routes from the completed node to a tool node, at that tool node. The
-//! tool node then answers from 10xGraph's ledger the calls it had recorded.
+//! durable version is there (as 10xGraph itself would). Otherwise the row is routed on from where
+//! running its node again cannot be right: a node whose last message holds tool calls, when the
+//! graph routes from it to a tool node, resumes at that tool node (which answers from 10xGraph's
+//! ledger the calls it had recorded); a tool node whose results are already the last messages
+//! resumes wherever the graph routes from it (its run died in the next node, typically the model).
+//! Any other row resumes at the node it names, as before.
 
 use super::{ExecStatus, GraphSpec, START, graph::END};
 use crate::store::{Checkpoint, LegacyCache};
@@ -97,14 +100,44 @@ pub fn awaits_tool_results(messages: &[Value]) -> bool {
         .is_some_and(|calls| !calls.is_empty())
 }
 
-/// Whether a completed-node name from 10xGraph's row may be routed on from (a node of the graph
-/// that is not itself a tool node: a tool node's output is never a tool call).
-pub fn may_route_on(graph: &GraphSpec, node: &str, status: ExecStatus) -> bool {
-    status == ExecStatus::Running
-        && node != START
-        && node != END
-        && graph.has_node(node)
-        && !graph.tool_nodes.iter().any(|n| n == node)
+/// Where routing on from the completed node named by 10xGraph's row may lead for the resume to
+/// take it (see the module notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteOn {
+    /// The node asked for tools: only a tool node is the node that was in flight.
+    ToToolNode,
+    /// A tool node whose results are in: wherever the graph goes next.
+    Anywhere,
+}
+
+impl RouteOn {
+    pub fn accepts(self, graph: &GraphSpec, next: &str) -> bool {
+        match self {
+            RouteOn::ToToolNode => is_tool_node(graph, next),
+            RouteOn::Anywhere => next == END || graph.has_node(next) && next != START,
+        }
+    }
+}
+
+fn is_tool_node(graph: &GraphSpec, node: &str) -> bool {
+    graph.tool_nodes.iter().any(|n| n == node)
+}
+
+/// Whether (and how) to route on from `node`, the completed node 10xGraph's row of a run under
+/// way names, given the resumed state's messages. None: resume at `node` itself.
+pub fn route_on_from(graph: &GraphSpec, node: &str, status: ExecStatus, messages: &[Value]) -> Option<RouteOn> {
+    if status != ExecStatus::Running || node == START || node == END || !graph.has_node(node) {
+        return None;
+    }
+    match (is_tool_node(graph, node), awaits_tool_results(messages)) {
+        (false, true) => Some(RouteOn::ToToolNode),
+        // A tool node acts on the last message's tool calls: with none there, running it again
+        // can only fail (NODE_002); its run went on to the next node.
+        (true, false) if messages.last().is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("tool")) => {
+            Some(RouteOn::Anywhere)
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -168,6 +201,25 @@ mod tests {
         let g = graph();
         assert_eq!(from_cache(&g, None, entry(Value::Null, "tools", "running")).unwrap().unwrap().version, 0);
         assert!(from_cache(&g, None, entry(json!(1), "tools", "running")).is_err());
+    }
+
+    #[test]
+    fn routing_on_is_chosen_only_where_running_the_node_again_cannot_be_right() {
+        let g = graph();
+        let asked = [json!({"role": "user"}), json!({"role": "assistant", "tools_calls": [{"id": "c1"}]})];
+        let answered = [asked[0].clone(), asked[1].clone(), json!({"role": "tool"})];
+        let running = ExecStatus::Running;
+        assert_eq!(route_on_from(&g, "model", running, &asked), Some(RouteOn::ToToolNode));
+        assert_eq!(route_on_from(&g, "tools", running, &answered), Some(RouteOn::Anywhere));
+        assert_eq!(route_on_from(&g, "tools", running, &asked), None, "its calls are not answered: it runs");
+        assert_eq!(route_on_from(&g, "model", running, &answered), None, "the model runs on the results");
+        assert_eq!(route_on_from(&g, "model", ExecStatus::Error, &asked), None);
+        assert_eq!(route_on_from(&g, "gone", running, &asked), None);
+        assert_eq!(route_on_from(&g, START, running, &asked), None);
+        assert!(RouteOn::ToToolNode.accepts(&g, "tools") && !RouteOn::ToToolNode.accepts(&g, "model"));
+        assert!(!RouteOn::ToToolNode.accepts(&g, END));
+        assert!(RouteOn::Anywhere.accepts(&g, "model") && RouteOn::Anywhere.accepts(&g, END));
+        assert!(!RouteOn::Anywhere.accepts(&g, START) && !RouteOn::Anywhere.accepts(&g, "gone"));
     }
 
     #[test]

@@ -259,23 +259,23 @@ async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
-    // 10xGraph's row without its cache: the completed node asked for tools, so the node in flight
-    // was the tool node the graph routes to (the condition sees the loaded state, as it did).
-    if resuming
-        && !from_legacy_cache
-        && stored.as_ref().is_some_and(|c| {
-            legacy_resume::unfinished_legacy_run(Some(c)) && legacy_resume::awaits_tool_results(&c.messages)
-        })
-        && legacy_resume::may_route_on(graph, &exec.current_node, previous)
-    {
+    // 10xGraph's row without its cache names the node that completed; where running that node
+    // again cannot be right, route on from it (the conditions see the loaded state, as they did).
+    let route_on = match &stored {
+        Some(c) if resuming && !from_legacy_cache && legacy_resume::unfinished_legacy_run(Some(c)) => {
+            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.messages)
+        }
+        _ => None,
+    };
+    if let Some(want) = route_on {
         match next_node(&exec.current_node, &graph.edges, |i| host.eval_condition(i)) {
-            Ok(next) if graph.tool_nodes.contains(&next) => {
+            Ok(next) if want.accepts(graph, &next) => {
                 tracing::info!(
                     thread_id = %t.thread_id,
-                    event = "legacy_tool_node_inferred",
+                    event = "legacy_route_on",
                     completed = %exec.current_node,
                     node = %next,
-                    "10xGraph's run stopped after node '{}' asked for tools: resuming at tool node '{next}'",
+                    "10xGraph's run stopped after node '{}' completed: resuming at '{next}'",
                     exec.current_node
                 );
                 exec.current_node = next;
@@ -328,10 +328,10 @@ async fn run_leased<H: NodeHost + ?Sized>(
             return if run.unserialisable { run.fail(e).await } else { Err(e) };
         }
     }
-    if drop_legacy_cache && run.mark.is_some() {
-        if let Err(e) = store.state_cache_clear(t).await {
-            tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
-        }
+    if drop_legacy_cache && run.mark.is_some()
+        && let Err(e) = store.state_cache_clear(t).await
+    {
+        tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
     }
     let signal = StopSignals::global().subscribe(&key);
     let result = match run.drive(skip_before, &signal).await {

@@ -10,6 +10,9 @@ into a Postgres + Redis that tenxgraph then opens; tenxgraph's side imports ``bu
 - ``charge`` records its effect and returns at once; ``email`` writes ``email.ready`` and waits
   for ``email.release`` before recording its effect, so a test can kill the process inside the
   tool node after ``charge``'s ledger row committed and before ``email`` finished.
+- With ``$LEGACY_AGENT_BLOCK_MODEL`` set, the model's call on the tool results writes
+  ``model.ready`` and hangs: a test kills the process inside the model node after the tool
+  node's step committed.
 
 Effects go to ``$LEGACY_AGENT_DIR/effects.jsonl``, one JSON line each (fsync'd: the writer may be
 SIGKILLed right after). Message ids are derived from the thread id (they are unique across a
@@ -22,6 +25,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,7 @@ from tenxgraph.core.state.message_block import TextBlock, ToolCallBlock
 from tenxgraph.utils import END
 
 AGENT_DIR_ENV = "LEGACY_AGENT_DIR"
+BLOCK_MODEL_ENV = "LEGACY_AGENT_BLOCK_MODEL"
 USER = "u1"
 
 
@@ -72,6 +77,11 @@ def model(state: AgentState) -> list[Message]:
     pending = _unanswered(state.context)
     if pending:
         raise RuntimeError(f"unanswered tool calls: {pending}")
+    if state.context[-1].role == "tool" and os.environ.get(BLOCK_MODEL_ENV):
+        # The model call on the tool results hangs (until the test kills this process).
+        (workdir() / "model.ready").write_text(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
     record("model")
     if state.context[-1].role == "tool":
         results = "; ".join(m.text() for m in state.context if m.role == "tool")
