@@ -362,3 +362,34 @@ async def test_run_killed_in_the_model_after_its_tools_resumes_at_the_model(
         assert any("from its Redis state cache" in m for m in said)
     else:
         assert any("after node 'tools' completed: resuming at 'model'" in m for m in said)
+
+
+async def test_thread_10xgraph_paused_at_interrupt_before_resumes_like_10xgraph(writer: Writer, tmp_path: Path) -> None:
+    """A thread 10xGraph paused by ``interrupt_before=["tools"]`` (not a crash: its row is
+    ``interrupted_before``): resumed with ``ainvoke({})`` it runs the tools once and completes as
+    10xGraph's own resume of the same thread does."""
+    thread = new_thread("paused")
+    paused = writer.run_to_completion(thread, INTERRUPT_BEFORE="tools")
+    assert paused["status"] == "interrupted_before"
+    assert effect_names(writer) == ["model"]
+    copy_dir = tmp_path / "ref-resume"
+    copy_dir.mkdir()
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = writer.copy_database(copy_db)
+    copy_redis = writer.redis_copy_to(writer.cache_key(thread), 3)
+    try:
+        theirs = Writer(writer.python, writer.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(
+            thread, "resume", INTERRUPT_BEFORE="tools")
+    finally:
+        writer.pg.drop_database(copy_db)
+    assert theirs["status"] == "completed"
+
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    out = await agent.build(cp, interrupt_before=["tools"]).ainvoke({}, config=cfg(thread))
+    state = await cp.aget_state(cfg(thread))
+
+    done = effect_names(writer)
+    assert done[0] == done[3] == "model" and sorted(done[1:3]) == ["charge", "email"] and len(done) == 4, done
+    assert state.execution_meta.status.value == "completed"
+    assert comparable(state.context, thread) == comparable(theirs["context"], thread)
+    assert comparable(out["messages"], thread) == comparable(theirs["messages"], thread)

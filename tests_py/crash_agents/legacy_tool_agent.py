@@ -109,14 +109,14 @@ def route(state: AgentState) -> str:
     return "tools" if last.role == "assistant" and last.tools_calls else END
 
 
-def build(checkpointer: Any) -> Any:
+def build(checkpointer: Any, interrupt_before: list[str] | None = None) -> Any:
     g = StateGraph(AgentState)
     g.add_node("model", model)
     g.add_node("tools", ToolNode([charge, email]))
     g.set_entry_point("model")
     g.add_conditional_edges("model", route, {"tools": "tools", END: END})
     g.add_edge("tools", "model")
-    return g.compile(checkpointer=checkpointer)
+    return g.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
 
 
 def user_message(thread: str) -> Message:
@@ -133,7 +133,8 @@ async def _main(mode: str) -> None:
         config["durable_checkpoint_every_step"] = False
     cp = PgCheckpointer(postgres_dsn=os.environ["PG_DSN"], redis_url=os.environ["REDIS_URL"])
     await cp.asetup()
-    app = build(cp)
+    pause = os.environ.get("INTERRUPT_BEFORE")
+    app = build(cp, interrupt_before=[pause] if pause else None)
     if mode == "start":
         out = await app.ainvoke({"messages": [user_message(thread)]}, config=config)
     else:
