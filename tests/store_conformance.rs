@@ -651,3 +651,37 @@ async fn running_threads_lists_latest_running_states_of_every_user_in_pages() {
         assert_eq!(s.running_threads(None, 100).await.unwrap(), [ThreadRef::new("r-f", "u4")], "{name}");
     }
 }
+
+/// 10xGraph 0.10 keeps a JSON string under the key of our state cache (`state_cache:<t>:<u>`).
+/// Ours never mistakes it for an entry of ours, never fails on it (WRONGTYPE used to mark Redis
+/// down for every thread), and reads it only through `legacy_state_cache`.
+#[tokio::test]
+async fn a_10xgraph_state_cache_entry_is_read_as_such_and_replaced_by_ours() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tenxgraph::store::LegacyCache;
+    let (Some(s), Ok(url)) = (pg(false, true).await, std::env::var("TENXGRAPH_TEST_REDIS_URL")) else { return };
+    let t = ThreadRef::new(format!("legacy-{}", uuid::Uuid::new_v4().simple()), "u1");
+    let key = format!("state_cache:{}:{}", t.thread_id, t.user_id);
+    let mut r = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let entry = json!({"context": [], "execution_meta": {"current_node": "tools", "status": "running"}, "__checkpoint_version__": 2});
+    let _: () = redis::cmd("SET").arg(&key).arg(entry.to_string()).query_async(&mut r).await.unwrap();
+    let fallbacks = tenxgraph::engine::metrics().redis_fallbacks.load(Relaxed);
+
+    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Found(entry.clone()));
+    assert_eq!(s.state_cache_get(&t).await.unwrap(), None, "10xGraph's entry is not one of ours");
+    let ours = json!({"execution_meta": {"current_node": "model"}});
+    assert!(s.state_cache_put(&t, 3, &ours).await.unwrap());
+    let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut r).await.unwrap();
+    assert_eq!(kind, "hash", "our write went to Redis, replacing 10xGraph's entry");
+    assert_eq!(s.state_cache_get(&t).await.unwrap(), Some((3, ours)));
+    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Absent, "our entry is not 10xGraph's");
+
+    let _: () = redis::cmd("SET").arg(&key).arg("{\"context\": [ not json").query_async(&mut r).await.unwrap();
+    assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.starts_with("not JSON")));
+    let _: () = redis::cmd("SET").arg(&key).arg("[1, 2]").query_async(&mut r).await.unwrap();
+    assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.contains("array")));
+    s.state_cache_clear(&t).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut r).await.unwrap();
+    assert_eq!(exists, 0);
+    assert_eq!(tenxgraph::engine::metrics().redis_fallbacks.load(Relaxed), fallbacks, "Redis was never marked down");
+}

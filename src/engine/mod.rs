@@ -7,6 +7,7 @@ mod exec;
 mod graph;
 mod host;
 mod lease;
+mod legacy_resume;
 pub mod ledger;
 mod recovery;
 mod run_loop;

@@ -6,6 +6,7 @@ use super::{
     STOP_NAMESPACE, StopSignals, Stored, graph::END, next_node, stop_key,
 };
 use super::lease::{self, Lease};
+use super::legacy_resume;
 use crate::failpoints::Armed;
 use crate::store::{Checkpointer, StepWrite, StoreError, TxHook};
 use serde_json::{Value, json};
@@ -145,7 +146,37 @@ async fn run_leased<H: NodeHost + ?Sized>(
         .entry
         .clone()
         .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
-    let stored = store.load_with(t, host.known_head()).await?;
+    let mut stored = store.load_with(t, host.known_head()).await?;
+    // A run 10xGraph 0.10 left unfinished: its row names the node that completed, its Redis
+    // cache the node in flight (see `legacy_resume`). Only a resume asks; a new turn is refused
+    // below as for any run under way.
+    let resuming = !input.has_messages && input.start_node.is_none();
+    let mut from_legacy_cache = false;
+    // 10xGraph's entry, used or not, is stale once this run commits: dropped after that commit.
+    let mut drop_legacy_cache = false;
+    if resuming && legacy_resume::unfinished_legacy_run(stored.as_ref()) {
+        let found = store.legacy_state_cache(t).await;
+        drop_legacy_cache = found != crate::store::LegacyCache::Absent;
+        match legacy_resume::from_cache(graph, stored.as_ref(), found) {
+            Ok(Some(cp)) => {
+                tracing::info!(
+                    thread_id = %t.thread_id,
+                    event = "legacy_cache_resume",
+                    node = cp.state["execution_meta"]["current_node"].as_str().unwrap_or_default(),
+                    version = cp.version,
+                    "resuming the run 10xGraph left unfinished from its Redis state cache"
+                );
+                stored = Some(cp);
+                from_legacy_cache = true;
+            }
+            Ok(None) => {}
+            Err(why) => tracing::warn!(
+                thread_id = %t.thread_id,
+                event = "legacy_cache_unusable",
+                "10xGraph's Redis state cache entry of this thread is not used: {why}; resuming from the database"
+            ),
+        }
+    }
     if stored.is_none() && !input.has_messages && !input.resume_only {
         return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
     }
@@ -232,6 +263,35 @@ async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
+    // 10xGraph's row without its cache names the node that completed; where running that node
+    // again cannot be right, route on from it (the conditions see the loaded state, as they did).
+    let route_on = match &stored {
+        Some(c) if resuming && !from_legacy_cache && legacy_resume::unfinished_legacy_run(Some(c)) => {
+            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.messages)
+        }
+        _ => None,
+    };
+    if let Some(want) = route_on {
+        match next_node(&exec.current_node, &graph.edges, |i| host.eval_condition(i)) {
+            Ok(next) if want.accepts(graph, &next) => {
+                tracing::info!(
+                    thread_id = %t.thread_id,
+                    event = "legacy_route_on",
+                    completed = %exec.current_node,
+                    node = %next,
+                    "10xGraph's run stopped after node '{}' completed: resuming at '{next}'",
+                    exec.current_node
+                );
+                exec.current_node = next;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                thread_id = %t.thread_id,
+                "could not route on from 10xGraph's last completed node '{}' ({e}); it runs again",
+                exec.current_node
+            ),
+        }
+    }
     host.lifecycle(Lifecycle::Start, &exec).await;
     // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
     let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
@@ -272,6 +332,11 @@ async fn run_leased<H: NodeHost + ?Sized>(
         if let Err(e) = run.commit(true).await {
             return if run.unserialisable { run.fail(e).await } else { Err(e) };
         }
+    }
+    if drop_legacy_cache && run.mark.is_some()
+        && let Err(e) = store.state_cache_clear(t).await
+    {
+        tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
     }
     let signal = StopSignals::global().subscribe(&key);
     let resume_after = if input.start_node.is_some() { None } else { resume_after };

@@ -23,7 +23,7 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    chained_state, mark_messages_changed, set_write_mark, write_mark, MESSAGES_CHANGED, Checkpoint, KnownHead, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+    chained_state, mark_messages_changed, set_write_mark, write_mark, MESSAGES_CHANGED, Checkpoint, KnownHead, LegacyCache, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
 };
 pub use inspect::{LedgerEntry, StateVersion};
 
@@ -121,6 +121,13 @@ pub trait Checkpointer: Send + Sync + 'static {
     }
     async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
         self.cache_clear(STATE_CACHE_NS, &generic_state_cache::key(t)).await
+    }
+
+    /// 10xGraph 0.10's own state cache entry for the thread (see `LegacyCache`), read only when a
+    /// thread it was running is resumed. Stores without a Redis that 10xGraph could have shared
+    /// have none.
+    async fn legacy_state_cache(&self, _t: &ThreadRef) -> LegacyCache {
+        LegacyCache::Absent
     }
 
     /// Recorded ledger rows for the given keys, in one round trip: results, and intent records

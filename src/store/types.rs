@@ -130,3 +130,17 @@ pub struct ThreadRow {
     pub created_at: f64,
     pub updated_at: f64,
 }
+
+/// What 10xGraph 0.10 left in its Redis state cache for a thread (`state_cache:<thread>:<user>`,
+/// a JSON string: the whole state, context included, plus `__checkpoint_version__`). 10xGraph
+/// writes it before each node starts, so for a run that died inside a node it is the only record
+/// of the node in flight: its durable row names the last node that completed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LegacyCache {
+    /// No such entry (or no Redis, or Redis down, or the entry is ours).
+    Absent,
+    /// An entry is there but cannot be read as a state (the reason, for the log).
+    Unreadable(String),
+    /// The decoded entry, as 10xGraph wrote it.
+    Found(Value),
+}

@@ -2,7 +2,7 @@
 //! timeout; a failure marks Redis down (warning logged once) and the caller falls back to
 //! Postgres; Redis is tried again a few seconds later, so a restarted Redis is picked up again.
 
-use crate::store::{StoreError, StoreResult, ThreadRef};
+use crate::store::{LegacyCache, StoreError, StoreResult, ThreadRef};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::Value;
 use std::sync::Mutex;
@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Writes only when the incoming version is not older than the cached one: a slow writer can
-/// never move the cached state backwards.
+/// never move the cached state backwards. 10xGraph 0.10 keeps a JSON string under the same key;
+/// a write of ours supersedes it (on a hash-only command the string would fail every write with
+/// WRONGTYPE and mark Redis down for all threads).
 const STATE_CAS: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok == 'string' then redis.call('DEL', KEYS[1]) end
 local cur = redis.call('HGET', KEYS[1], 'v')
 if cur == false or tonumber(ARGV[1]) >= tonumber(cur) then
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'd', ARGV[2])
@@ -21,6 +24,16 @@ if cur == false or tonumber(ARGV[1]) >= tonumber(cur) then
   return 1
 end
 return 0"#;
+
+/// Our entry only: 10xGraph's string under the same key is a miss here (see `get_legacy_state`).
+const STATE_GET: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {false, false} end
+return redis.call('HMGET', KEYS[1], 'v', 'd')"#;
+
+/// 10xGraph's entry only (a JSON string); our hash under the same key is not one.
+const LEGACY_STATE_GET: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
+return redis.call('GET', KEYS[1])"#;
 
 pub struct RedisCache {
     client: redis::Client,
@@ -179,11 +192,49 @@ impl RedisCache {
     }
 
     pub async fn get_state(&self, t: &ThreadRef) -> Option<(i64, Value)> {
-        let (v, d): (Option<i64>, Option<String>) = self.run(redis::cmd("HMGET").arg(state_key(t)).arg("v").arg("d")).await?;
+        let (v, d): (Option<i64>, Option<String>) = self.script(redis::Script::new(STATE_GET).key(state_key(t))).await?;
         Some((v?, serde_json::from_str(&d?).ok()?))
+    }
+
+    /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded.
+    pub async fn get_legacy_state(&self, t: &ThreadRef) -> LegacyCache {
+        let raw: Option<Option<String>> = self.script(redis::Script::new(LEGACY_STATE_GET).key(state_key(t))).await;
+        match raw.flatten() {
+            None => LegacyCache::Absent,
+            Some(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(v @ Value::Object(_)) => LegacyCache::Found(v),
+                Ok(other) => LegacyCache::Unreadable(format!("a JSON {} where a state object was expected", json_kind(&other))),
+                Err(e) => LegacyCache::Unreadable(format!("not JSON ({e})")),
+            },
+        }
+    }
+
+    async fn script<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Option<T> {
+        let mut c = self.conn().await?;
+        match inv.invoke_async::<T>(&mut c).await {
+            Ok(v) => {
+                self.mark_up();
+                Some(v)
+            }
+            Err(e) => {
+                self.mark_down(&e);
+                None
+            }
+        }
     }
 
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
         let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(t))).await;
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }

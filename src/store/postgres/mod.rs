@@ -713,6 +713,13 @@ impl Checkpointer for PgStore {
         self.cache_clear("state_cache", &super::generic_state_cache::key(t)).await
     }
 
+    async fn legacy_state_cache(&self, t: &ThreadRef) -> super::LegacyCache {
+        match self.redis() {
+            Some(r) => r.get_legacy_state(t).await,
+            None => super::LegacyCache::Absent,
+        }
+    }
+
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         self.ledger_read(t, keys).await
     }

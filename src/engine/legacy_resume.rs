@@ -1,0 +1,232 @@
+//! Where a run that 10xGraph 0.10 left unfinished resumes.
+//!
+//! 10xGraph's durable row of a run under way names the last node that *completed* (it sets
+//! `current_node` before a node runs but commits only after, and moves on to the next node in a
+//! local variable), while ours names the node to run next. The node that was in flight when its
+//! process died is recorded only in its Redis state cache (`state_cache:<thread>:<user>`), written
+//! as each node starts. Taking the row as ours would run the completed node again: after a model
+//! node that asked for tools, that is a model called on its own unanswered tool calls.
+//!
+//! So a row of 10xGraph's with status `running` resumes from its cache entry when one of the same
+//! durable version is there (as 10xGraph itself would). Otherwise the row is routed on from where
+//! running its node again cannot be right: a node whose last message holds tool calls, when the
+//! graph routes from it to a tool node, resumes at that tool node (which answers from 10xGraph's
+//! ledger the calls it had recorded); a tool node whose results are already the last messages
+//! resumes wherever the graph routes from it (its run died in the next node, typically the model).
+//! Any other row resumes at the node it names, as before.
+
+use super::{ExecStatus, GraphSpec, START, graph::END};
+use crate::store::{Checkpoint, LegacyCache};
+use serde_json::Value;
+
+/// The field 10xGraph adds to its cache entry: the durable version the entry was cached at.
+const CACHE_VERSION_KEY: &str = "__checkpoint_version__";
+
+/// A thread whose latest durable row 10xGraph wrote while a run was under way (or, with
+/// `durable_checkpoint_every_step=False`, one with no row at all yet). Only these can have been
+/// left by 10xGraph mid-run; rows of ours never carry the context inside the state.
+pub fn unfinished_legacy_run(stored: Option<&Checkpoint>) -> bool {
+    match stored {
+        None => true,
+        Some(cp) => cp.rewrite_messages && status_of(&cp.state) == Some("running"),
+    }
+}
+
+fn status_of(state: &Value) -> Option<&str> {
+    state.get("execution_meta")?.get("status")?.as_str()
+}
+
+/// The checkpoint to resume from, built from 10xGraph's cache entry, or why the entry is not used
+/// (for the log; `Ok(None)`: there is no entry to speak of).
+pub fn from_cache(
+    graph: &GraphSpec,
+    stored: Option<&Checkpoint>,
+    cache: LegacyCache,
+) -> Result<Option<Checkpoint>, String> {
+    let mut entry = match cache {
+        LegacyCache::Absent => return Ok(None),
+        LegacyCache::Unreadable(why) => return Err(why),
+        LegacyCache::Found(v) => v,
+    };
+    let Some(obj) = entry.as_object_mut() else { return Err("not a JSON object".into()) };
+    let cached_version = match obj.remove(CACHE_VERSION_KEY) {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_i64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
+            Some(n) => Some(n),
+            None => return Err(format!("{CACHE_VERSION_KEY} is not a version number: {v}")),
+        },
+    };
+    let durable_version = stored.map(|c| c.version);
+    // The entry must describe the durable row the thread is at: an older entry (cached before a
+    // later durable write) or one of a thread written since by someone else is not this run.
+    // With no row yet, 10xGraph cached without a version.
+    if cached_version != durable_version {
+        return Err(format!(
+            "it was cached at version {} but the thread's latest row is version {}",
+            cached_version.map_or("none".into(), |v| v.to_string()),
+            durable_version.map_or("none".into(), |v| v.to_string()),
+        ));
+    }
+    let messages = match obj.remove("context") {
+        Some(Value::Array(ctx)) => ctx,
+        Some(_) => return Err("its context is not a list of messages".into()),
+        None => return Err("it has no context".into()),
+    };
+    let meta = obj.get("execution_meta").and_then(Value::as_object).ok_or("it has no execution_meta")?;
+    if meta.get("status").and_then(Value::as_str) != Some("running") {
+        return Err("its run is not under way".into());
+    }
+    let node = meta.get("current_node").and_then(Value::as_str).ok_or("its execution_meta names no current_node")?;
+    if !graph.has_node(node) {
+        return Err(format!("it names node '{node}', which is not a node of this graph"));
+    }
+    Ok(Some(Checkpoint {
+        version: durable_version.unwrap_or(0),
+        state: entry,
+        messages,
+        // The context is the truth: the first commit writes the thread's message rows from it.
+        rewrite_messages: true,
+        messages_known: false,
+    }))
+}
+
+/// Whether the resumed state's last message asks for tools that nothing has answered yet (a
+/// tool node's results come after the message that asked).
+pub fn awaits_tool_results(messages: &[Value]) -> bool {
+    messages
+        .last()
+        .and_then(|m| m.get("tools_calls"))
+        .and_then(Value::as_array)
+        .is_some_and(|calls| !calls.is_empty())
+}
+
+/// Where routing on from the completed node named by 10xGraph's row may lead for the resume to
+/// take it (see the module notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteOn {
+    /// The node asked for tools: only a tool node is the node that was in flight.
+    ToToolNode,
+    /// A tool node whose results are in: wherever the graph goes next.
+    Anywhere,
+}
+
+impl RouteOn {
+    pub fn accepts(self, graph: &GraphSpec, next: &str) -> bool {
+        match self {
+            RouteOn::ToToolNode => is_tool_node(graph, next),
+            RouteOn::Anywhere => next == END || graph.has_node(next) && next != START,
+        }
+    }
+}
+
+fn is_tool_node(graph: &GraphSpec, node: &str) -> bool {
+    graph.tool_nodes.iter().any(|n| n == node)
+}
+
+/// Whether (and how) to route on from `node`, the completed node 10xGraph's row of a run under
+/// way names, given the resumed state's messages. None: resume at `node` itself.
+pub fn route_on_from(graph: &GraphSpec, node: &str, status: ExecStatus, messages: &[Value]) -> Option<RouteOn> {
+    if status != ExecStatus::Running || node == START || node == END || !graph.has_node(node) {
+        return None;
+    }
+    match (is_tool_node(graph, node), awaits_tool_results(messages)) {
+        (false, true) => Some(RouteOn::ToToolNode),
+        // A tool node acts on the last message's tool calls: with none there, running it again
+        // can only fail (NODE_002); its run went on to the next node.
+        (true, false) if messages.last().is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("tool")) => {
+            Some(RouteOn::Anywhere)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn graph() -> GraphSpec {
+        GraphSpec {
+            nodes: vec!["model".into(), "tools".into()],
+            edges: vec![],
+            entry: Some("model".into()),
+            tool_nodes: vec!["tools".into()],
+            ..Default::default()
+        }
+    }
+
+    fn row(version: i64) -> Checkpoint {
+        Checkpoint {
+            version,
+            state: json!({"execution_meta": {"current_node": "model", "status": "running"}}),
+            messages: vec![json!({"role": "user"})],
+            rewrite_messages: true,
+            messages_known: false,
+        }
+    }
+
+    fn entry(version: Value, node: &str, status: &str) -> LegacyCache {
+        LegacyCache::Found(json!({
+            "context": [{"role": "user"}, {"role": "assistant", "tools_calls": [{"id": "c1"}]}],
+            "execution_meta": {"current_node": node, "status": status, "step": 2},
+            "__checkpoint_version__": version,
+        }))
+    }
+
+    #[test]
+    fn an_entry_of_the_same_version_is_resumed_from() {
+        let cp = from_cache(&graph(), Some(&row(2)), entry(json!(2), "tools", "running")).unwrap().unwrap();
+        assert_eq!(cp.version, 2);
+        assert_eq!(cp.state["execution_meta"]["current_node"], "tools");
+        assert!(cp.state.get("__checkpoint_version__").is_none() && cp.state.get("context").is_none());
+        assert_eq!(cp.messages.len(), 2);
+        assert!(cp.rewrite_messages);
+    }
+
+    #[test]
+    fn entries_that_do_not_describe_the_row_are_refused() {
+        let g = graph();
+        assert!(from_cache(&g, Some(&row(3)), entry(json!(2), "tools", "running")).is_err());
+        assert!(from_cache(&g, Some(&row(2)), entry(Value::Null, "tools", "running")).is_err());
+        assert!(from_cache(&g, Some(&row(2)), entry(json!("x"), "tools", "running")).is_err());
+        assert!(from_cache(&g, Some(&row(2)), entry(json!(2), "gone", "running")).is_err());
+        assert!(from_cache(&g, Some(&row(2)), entry(json!(2), "tools", "completed")).is_err());
+        assert!(from_cache(&g, Some(&row(2)), LegacyCache::Unreadable("not JSON".into())).is_err());
+        assert!(from_cache(&g, Some(&row(2)), LegacyCache::Found(json!({"execution_meta": {}}))).is_err());
+        assert!(matches!(from_cache(&g, Some(&row(2)), LegacyCache::Absent), Ok(None)));
+    }
+
+    #[test]
+    fn without_a_row_only_an_unversioned_entry_counts() {
+        let g = graph();
+        assert_eq!(from_cache(&g, None, entry(Value::Null, "tools", "running")).unwrap().unwrap().version, 0);
+        assert!(from_cache(&g, None, entry(json!(1), "tools", "running")).is_err());
+    }
+
+    #[test]
+    fn routing_on_is_chosen_only_where_running_the_node_again_cannot_be_right() {
+        let g = graph();
+        let asked = [json!({"role": "user"}), json!({"role": "assistant", "tools_calls": [{"id": "c1"}]})];
+        let answered = [asked[0].clone(), asked[1].clone(), json!({"role": "tool"})];
+        let running = ExecStatus::Running;
+        assert_eq!(route_on_from(&g, "model", running, &asked), Some(RouteOn::ToToolNode));
+        assert_eq!(route_on_from(&g, "tools", running, &answered), Some(RouteOn::Anywhere));
+        assert_eq!(route_on_from(&g, "tools", running, &asked), None, "its calls are not answered: it runs");
+        assert_eq!(route_on_from(&g, "model", running, &answered), None, "the model runs on the results");
+        assert_eq!(route_on_from(&g, "model", ExecStatus::Error, &asked), None);
+        assert_eq!(route_on_from(&g, "gone", running, &asked), None);
+        assert_eq!(route_on_from(&g, START, running, &asked), None);
+        assert!(RouteOn::ToToolNode.accepts(&g, "tools") && !RouteOn::ToToolNode.accepts(&g, "model"));
+        assert!(!RouteOn::ToToolNode.accepts(&g, END));
+        assert!(RouteOn::Anywhere.accepts(&g, "model") && RouteOn::Anywhere.accepts(&g, END));
+        assert!(!RouteOn::Anywhere.accepts(&g, START) && !RouteOn::Anywhere.accepts(&g, "gone"));
+    }
+
+    #[test]
+    fn only_a_last_message_with_tool_calls_awaits_results() {
+        assert!(awaits_tool_results(&[json!({"role": "assistant", "tools_calls": [{"id": "c1"}]})]));
+        assert!(!awaits_tool_results(&[json!({"role": "assistant", "tools_calls": [{"id": "c1"}]}), json!({"role": "tool"})]));
+        assert!(!awaits_tool_results(&[json!({"role": "assistant", "tools_calls": []})]));
+        assert!(!awaits_tool_results(&[]));
+    }
+}

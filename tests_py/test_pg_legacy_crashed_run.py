@@ -1,0 +1,395 @@
+"""A Postgres + Redis that the real 10xGraph 0.10.0 wrote, with a run it was killed in the middle
+of, opened and resumed by tenxgraph (issue 14, item 11).
+
+Nothing here is written by hand: ``real_10xgraph_writer`` runs ``crash_agents/legacy_tool_agent``
+on 10xGraph itself and SIGKILLs it inside its tool node after ``charge``'s ledger row committed,
+while ``email`` is blocked. What that leaves: the latest ``states`` row names the node that
+*completed* (``model``), the node in flight (``tools``) is only in 10xGraph's Redis entry
+``state_cache:<thread>:<user>``, and the ledger holds ``charge``'s result.
+
+tenxgraph must resume at the tool node (from that entry when Redis is given, else inferred from
+the unanswered tool calls), answer ``charge`` from 10xGraph's ledger (not charge again), run
+``email`` once, and end with the messages 10xGraph itself ends with: both when it runs the agent
+uncrashed and when it resumes the same crashed thread (a copy of the database and the entry).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import metrics
+from tenxgraph.logs import reset_level_cache
+from tenxgraph.storage.checkpointer import PgCheckpointer
+from tests_py.crash_agents import legacy_tool_agent as agent
+from tests_py.real_10xgraph_writer import USER, Writer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def writer(oracle: Any, tenx_postgres: Any, pg_dsn: str, tenx_redis: Any, tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Writer:
+    """10xGraph on the test's database and Redis; our side's tools use the same effects file."""
+    monkeypatch.setenv(agent.AGENT_DIR_ENV, str(tmp_path))
+    return Writer(oracle.python, tenx_postgres, pg_dsn, tenx_redis.url, tmp_path)
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """tenxgraph's records, the Rust core's included (its level cache is reset)."""
+    caplog.set_level(logging.INFO, logger="tenxgraph")
+    reset_level_cache()
+    yield caplog
+    logging.getLogger("tenxgraph").setLevel(logging.NOTSET)
+    reset_level_cache()
+
+
+def new_thread(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"thread_id": thread, "user_id": USER}
+
+
+def as_json(messages: list[Any]) -> list[dict[str, Any]]:
+    return [m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages]
+
+
+def comparable(messages: list[Any], thread: str) -> list[dict[str, Any]]:
+    """Messages without what differs between two runs of the agent: timestamps, the random ids
+    ToolNode gives tool results, and the thread id inside the scripted ids."""
+    out = []
+    for d in as_json(messages):
+        d = dict(d)
+        d.pop("timestamp", None)
+        if d["role"] == "tool":
+            d.pop("message_id")
+        else:
+            d["message_id"] = str(d["message_id"]).replace(thread, "T")
+        out.append(d)
+    return out
+
+
+def effect_names(w: Writer) -> list[str]:
+    return [e["effect"] for e in w.effects()]
+
+
+def ten_x_pid(w: Writer) -> int:
+    """The pid of the 10xGraph process that was killed (the one that charged)."""
+    (pid,) = {e["pid"] for e in w.effects() if e["effect"] == "charge"}
+    return pid
+
+
+def references(w: Writer, thread: str, tmp_path: Path, *, nondurable: bool = False) -> tuple[dict, dict]:
+    """10xGraph's own results, each on its own effects file: the agent run uncrashed on a new
+    thread, and 10xGraph resuming this crashed thread (on a copy of the database and of its
+    Redis entry, so ours is left alone)."""
+    clean_dir = tmp_path / "ref-clean"
+    clean_dir.mkdir()
+    clean_thread = new_thread("clean")
+    extra = {"NONDURABLE": "1"} if nondurable else {}
+    clean = Writer(w.python, w.pg, w.dsn, w.redis_url, clean_dir).run_to_completion(clean_thread, **extra)
+    clean["thread"] = clean_thread
+    copy_dir = tmp_path / "ref-resume"
+    copy_dir.mkdir()
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = w.copy_database(copy_db)
+    copy_redis = w.redis_copy_to(w.cache_key(thread), 1)
+    try:
+        resumed = Writer(w.python, w.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(thread, "resume")
+    finally:
+        w.pg.drop_database(copy_db)
+    # 10xGraph's resume did not charge again either (its effects file has email and model only).
+    resumed["effects"] = [json.loads(x)["effect"] for x in (copy_dir / "effects.jsonl").read_text().splitlines()]
+    return clean, resumed
+
+
+async def resume_on_tenxgraph(
+    w: Writer, thread: str, *, redis: bool, via: str = "ainvoke"
+) -> tuple[dict[str, Any] | None, Any, PgCheckpointer]:
+    (w.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(w.dsn, redis_url=w.redis_url if redis else None)
+    app = agent.build(cp)
+    out = None
+    if via == "ainvoke":
+        out = await app.ainvoke({}, config=cfg(thread))
+    else:
+        chunks = [c async for c in app.astream({}, config=cfg(thread))]
+        assert chunks
+    state = await cp.aget_state(cfg(thread))
+    return out, state, cp
+
+
+def assert_left_mid_tool_node(left: dict[str, Any]) -> None:
+    """What the kill left is what the issue describes (else the test proves nothing)."""
+    assert left["states"], "10xGraph wrote no state row"
+    assert left["states"][-1]["meta"]["current_node"] == "model"
+    assert left["states"][-1]["meta"]["status"] == "running"
+    cache = json.loads(left["cache"])
+    assert cache["execution_meta"]["current_node"] == "tools"
+    assert cache["__checkpoint_version__"] == left["states"][-1]["version"]
+    assert left["ledger"]["__kind__"] == "message"
+
+
+def assert_finished_like_10xgraph(w: Writer, thread: str, left: dict[str, Any], out: dict[str, Any] | None, state: Any,
+                                  clean: dict[str, Any], resumed: dict[str, Any]) -> None:
+    # charge ran once (in the killed 10xGraph process), email once and the model once more (here).
+    assert effect_names(w) == ["model", "charge", "email", "model"], w.effects()
+    killed = ten_x_pid(w)
+    assert [e["pid"] for e in w.effects()][2:] == [os.getpid(), os.getpid()] and killed != os.getpid()
+    assert resumed["effects"] == ["email", "model"]
+    assert state.execution_meta.status.value == "completed" == resumed["status"] == clean["status"]
+    # The charge result is 10xGraph's ledger row, verbatim (its message id and timestamp too).
+    charge_result = next(m for m in state.context if m.role == "tool" and m.metadata.get("tool_call_id") == "call_1")
+    assert charge_result.model_dump(mode="json") == left["ledger"]["value"]
+    # The thread ends as 10xGraph ends it, uncrashed and resumed.
+    ours = comparable(state.context, thread)
+    assert ours == comparable(clean["context"], clean["thread"])
+    assert ours == comparable(resumed["context"], thread)
+    assert [m["role"] for m in ours] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert ours[-1]["content"][0]["text"] == "all done: charged 42; emailed a@b.c"
+    # What the resume returns is what 10xGraph's resume returns.
+    if out is not None:
+        assert comparable(out["messages"], thread) == comparable(resumed["messages"], thread)
+
+
+async def test_crashed_run_resumes_at_the_tool_node_from_10xgraphs_redis_cache(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    assert effect_names(writer) == ["model", "charge"]
+    clean, resumed = references(writer, thread, tmp_path)
+
+    out, state, cp = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records), "the cache was not read"
+    # 10xGraph's entry is stale once we committed: dropped, so nothing reads it again.
+    assert writer.redis_type(writer.cache_key(thread)) != "string"
+    # A second resume finds the thread finished: nothing runs again.
+    await agent.build(cp).ainvoke({}, config=cfg(thread))
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+
+
+@pytest.mark.parametrize("via", ["ainvoke", "astream"])
+async def test_crashed_run_without_redis_infers_the_tool_node(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture, via: str
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=False, via=via)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("resuming at 'tools'" in r.getMessage() for r in logs.records)
+    assert not any("from its Redis state cache" in r.getMessage() for r in logs.records)
+
+
+async def test_crashed_run_with_a_corrupt_cache_entry_falls_back_to_inference(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+    writer.redis_set(writer.cache_key(thread), '{"context": [ not json')
+    fallbacks = metrics.snapshot()["tenxgraph.storage.redis_fallbacks"]
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    warned = [r for r in logs.records if "state cache entry of this thread is not used" in r.getMessage()]
+    assert warned and warned[0].levelno == logging.WARNING and "not JSON" in warned[0].getMessage()
+    assert any("resuming at 'tools'" in r.getMessage() for r in logs.records)
+    # A bad entry is no Redis failure: Redis stays in use for everything else.
+    assert metrics.snapshot()["tenxgraph.storage.redis_fallbacks"] == fallbacks
+    assert writer.redis_type(writer.cache_key(thread)) != "string"
+
+
+async def test_cache_entry_of_another_version_is_not_used(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """An entry that does not describe the thread's latest row (here: one version behind, as a
+    cache written before a later durable step would be) is not trusted: inference decides."""
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    clean, resumed = references(writer, thread, tmp_path)
+    entry = json.loads(left["cache"])
+    entry["__checkpoint_version__"] -= 1
+    entry["execution_meta"]["current_node"] = "model"  # what using it would do: run model again
+    writer.redis_set(writer.cache_key(thread), json.dumps(entry))
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("cached at version" in r.getMessage() for r in logs.records)
+
+
+async def test_run_without_per_step_checkpoints_resumes_from_the_cache_alone(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """``durable_checkpoint_every_step=False``: 10xGraph wrote no state row before the kill; its
+    Redis entry is the only record of the run. Resumed from it, the model is not called again."""
+    thread = new_thread("nodurable")
+    left = writer.crash_in_tool_node(thread, nondurable=True)
+    assert left["states"] == []
+    assert json.loads(left["cache"])["execution_meta"]["current_node"] == "tools"
+    clean, resumed = references(writer, thread, tmp_path, nondurable=True)
+    # Without Redis there is nothing to resume from: the answer of an unknown thread, no write.
+    (writer.workdir / "email.release").write_text("go")
+    with pytest.raises(ValueError, match="messages"):
+        await agent.build(PgCheckpointer(writer.dsn)).ainvoke({}, config=cfg(thread))
+    assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}'") == "0"
+    assert effect_names(writer) == ["model", "charge"]
+
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert_finished_like_10xgraph(writer, thread, left, out, state, clean, resumed)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
+
+
+async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:
+    """A thread 10xGraph completed: the same state with and without Redis (its Redis entry in
+    10xGraph's format is no Redis failure), and a resume runs nothing."""
+    thread = new_thread("done")
+    theirs = writer.run_to_completion(thread)
+    done = effect_names(writer)  # the tools ran in parallel: either may come first
+    assert done[0] == done[3] == "model" and sorted(done[1:3]) == ["charge", "email"], done
+    assert writer.redis_type(writer.cache_key(thread)) == "string"
+    fallbacks = metrics.snapshot()["tenxgraph.storage.redis_fallbacks"]
+    for redis in (True, False):
+        cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url if redis else None)
+        app = agent.build(cp)
+        state = await cp.aget_state(cfg(thread))
+        assert as_json(state.context) == theirs["context"]
+        assert state.execution_meta.status.value == "completed"
+        cached = await cp.aget_state_cache(cfg(thread))
+        assert cached is not None and as_json(cached.context) == theirs["context"]
+        out = await app.ainvoke({}, config=cfg(thread))
+        assert out["messages"] is not None
+        assert effect_names(writer) == done, "a resume of a finished thread ran"
+        assert as_json((await cp.aget_state(cfg(thread))).context) == theirs["context"]
+    assert metrics.snapshot()["tenxgraph.storage.redis_fallbacks"] == fallbacks
+    assert not any("redis failed" in r.getMessage() for r in logs.records)
+
+
+async def test_10xgraph_itself_without_its_cache_runs_the_completed_node_again(writer: Writer, tmp_path: Path) -> None:
+    """The difference the inference makes, pinned: 10xGraph resuming the same crashed thread
+    after its cache entry is gone (24 h TTL, a Redis restart) takes the row as the node to run
+    and calls the model on its own unanswered tool calls; tenxgraph resumes at the tool node."""
+    thread = new_thread("crash")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = writer.copy_database(copy_db)
+    empty_redis = writer.redis_url_of_db(2)  # a Redis database without the entry (threads are unique)
+    try:
+        theirs = Writer(writer.python, writer.pg, copy_dsn, empty_redis, tmp_path / "theirs")
+        theirs.workdir.mkdir()
+        r = theirs.run(thread, "resume")
+    finally:
+        writer.pg.drop_database(copy_db)
+    assert r.returncode != 0 and "unanswered tool calls: ['call_1', 'call_2']" in r.stdout + r.stderr
+    assert theirs.effects() == []
+
+    _, state, _ = await resume_on_tenxgraph(writer, thread, redis=False)
+    assert state.execution_meta.status.value == "completed"
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+
+
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "no-redis"])
+async def test_recovery_finishes_the_run_10xgraph_left(writer: Writer, redis: bool) -> None:
+    """``arecover()`` finds the thread 10xGraph died in (its row says running) and finishes it
+    the same way: the tool node, charge from the ledger, email once."""
+    thread = new_thread("recover")
+    left = writer.crash_in_tool_node(thread)
+    assert_left_mid_tool_node(left)
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url if redis else None)
+    report = await agent.build(cp).arecover()
+    assert report.ok, report.failed
+    assert [(r.thread_id, r.status) for r in report.resumed] == [(thread, "completed")]
+    assert effect_names(writer) == ["model", "charge", "email", "model"]
+    state = await cp.aget_state(cfg(thread))
+    assert [m.role for m in state.context] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert state.context[2].model_dump(mode="json") == left["ledger"]["value"]
+
+
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "no-redis"])
+async def test_run_killed_in_the_model_after_its_tools_resumes_at_the_model(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture, redis: bool
+) -> None:
+    """The likeliest crash point: the model call after the tools. 10xGraph's row then names the
+    tool node (completed, its results the last messages) and its cache the model. Resumed at the
+    model either way: the tools do not run again (without the cache, running the tool node again
+    could only fail: its last message asks for no tools)."""
+    thread = new_thread("crash-model")
+    left = writer.crash_in_model_node(thread)
+    assert left["states"][-1]["meta"]["current_node"] == "tools"
+    assert [m["role"] for m in left["states"][-1]["context"]] == ["user", "assistant", "tool", "tool"]
+    assert json.loads(left["cache"])["execution_meta"]["current_node"] == "model"
+    # The two tools ran in parallel (either may finish first), each once.
+    done = effect_names(writer)
+    assert done[0] == "model" and sorted(done[1:]) == ["charge", "email"], done
+    clean_dir = tmp_path / "ref-clean"
+    clean_dir.mkdir()
+    clean_thread = new_thread("clean")
+    clean = Writer(writer.python, writer.pg, writer.dsn, writer.redis_url, clean_dir).run_to_completion(clean_thread)
+
+    _, state, _ = await resume_on_tenxgraph(writer, thread, redis=redis)
+
+    assert effect_names(writer) == [*done, "model"]
+    assert state.execution_meta.status.value == "completed"
+    assert comparable(state.context, thread) == comparable(clean["context"], clean_thread)
+    # The tool results are 10xGraph's, unchanged (no second run wrote new ones).
+    assert as_json(state.context)[:4] == left["states"][-1]["context"]
+    said = [r.getMessage() for r in logs.records]
+    if redis:
+        assert any("from its Redis state cache" in m for m in said)
+    else:
+        assert any("after node 'tools' completed: resuming at 'model'" in m for m in said)
+
+
+async def test_thread_10xgraph_paused_at_interrupt_before_resumes_like_10xgraph(writer: Writer, tmp_path: Path) -> None:
+    """A thread 10xGraph paused by ``interrupt_before=["tools"]`` (not a crash: its row is
+    ``interrupted_before``): resumed with ``ainvoke({})`` it runs the tools once and completes as
+    10xGraph's own resume of the same thread does."""
+    thread = new_thread("paused")
+    paused = writer.run_to_completion(thread, INTERRUPT_BEFORE="tools")
+    assert paused["status"] == "interrupted_before"
+    assert effect_names(writer) == ["model"]
+    copy_dir = tmp_path / "ref-resume"
+    copy_dir.mkdir()
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = writer.copy_database(copy_db)
+    copy_redis = writer.redis_copy_to(writer.cache_key(thread), 3)
+    try:
+        theirs = Writer(writer.python, writer.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(
+            thread, "resume", INTERRUPT_BEFORE="tools")
+    finally:
+        writer.pg.drop_database(copy_db)
+    assert theirs["status"] == "completed"
+
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    out = await agent.build(cp, interrupt_before=["tools"]).ainvoke({}, config=cfg(thread))
+    state = await cp.aget_state(cfg(thread))
+
+    done = effect_names(writer)
+    assert done[0] == done[3] == "model" and sorted(done[1:3]) == ["charge", "email"] and len(done) == 4, done
+    assert state.execution_meta.status.value == "completed"
+    assert comparable(state.context, thread) == comparable(theirs["context"], thread)
+    assert comparable(out["messages"], thread) == comparable(theirs["messages"], thread)
