@@ -91,7 +91,7 @@ impl NodeHost for ToolHost {
     }
     fn finish_tools(&self, _: &str, outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
         *self.outcomes.lock().unwrap() = outcomes;
-        Ok(NodeOutput { goto: None })
+        Ok(NodeOutput::default())
     }
 }
 
