@@ -67,6 +67,7 @@ pub mod _core {
         super::logging::install();
         super::runtime::configure();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("PG_SCHEMA_VERSION", crate::store::postgres::CURRENT_VERSION)?;
         Ok(())
     }
 }
