@@ -19,6 +19,7 @@ from tenxgraph._live_states import LiveStates
 from tenxgraph._runtime import Run
 from tenxgraph._stream import Emitter
 from tenxgraph.logs import log_fields, run_logger
+from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
@@ -171,6 +172,7 @@ class CompiledGraph(Generic[StateT]):
         self.interrupt_after = interrupt_after
         self.shutdown_timeout = shutdown_timeout
         self._closed = False
+        self._task_manager = BackgroundTaskManager(default_shutdown_timeout=shutdown_timeout)
         self._recover_on_start = _recovery_options(recover_on_start)
         self.recovery: asyncio.Task[Any] | None = None
         edges = []
@@ -446,17 +448,35 @@ class CompiledGraph(Generic[StateT]):
     # -- lifecycle and introspection -------------------------------------------------------
 
     async def aclose(self) -> dict[str, Any]:
+        """Closes the graph: background tasks, then the checkpointer, the publisher and the store,
+        each within a third of ``shutdown_timeout``. Returns 10xGraph's statistics (one entry per
+        component, ``total_duration``) plus ``"status": "closed"``; never raises. A second call
+        returns ``{"status": "already_closed"}``."""
+        from tenxgraph.utils.shutdown import shutdown_with_timeout
+
         if self._closed:
             return {"status": "already_closed"}
+        started = time.perf_counter()
         await self._finish_recovery()
         self._closed = True
         self._live.clear()
+        share = max(self.shutdown_timeout / 3, 0.1)
+        stats: dict[str, Any] = {"status": "closed"}
         try:
-            await asyncio.wait_for(self._checkpointer.arelease(), timeout=max(self.shutdown_timeout / 3, 0.1))
+            stats["background_tasks"] = await self._task_manager.shutdown(timeout=self.shutdown_timeout)
         except Exception as exc:  # closing must not raise past the caller's cleanup
-            _log.warning("checkpointer release failed: %s", exc)
-            return {"status": "closed", "checkpointer": f"error: {exc}"}
-        return {"status": "closed", "checkpointer": "released"}
+            stats["background_tasks"] = {"status": "error", "error": str(exc)}
+        stats["checkpointer"] = await shutdown_with_timeout(self._checkpointer.arelease(), share, "checkpointer")
+        if stats["checkpointer"]["status"] != "completed":
+            _log.warning("checkpointer release failed: %s", stats["checkpointer"])
+        publisher = getattr(self, "_publisher", None)
+        stats["publisher"] = (await shutdown_with_timeout(publisher.close(), share, "publisher") if publisher
+                              else {"status": "skipped", "reason": "no publisher"})
+        release = getattr(self._store, "arelease", None)
+        stats["store"] = (await shutdown_with_timeout(release(), share, "store") if callable(release)
+                          else {"status": "skipped", "reason": "no store"})
+        stats["total_duration"] = time.perf_counter() - started
+        return stats
 
     async def _finish_recovery(self) -> None:
         task = self.recovery
