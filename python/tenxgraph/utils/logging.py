@@ -138,7 +138,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)
         for key, value in vars(record).items():
-            if key in _STANDARD_KEYS or key in payload:
+            if key in _STANDARD_KEYS or key in payload or key in _CORRELATION_FIELDS:
                 continue
             try:
                 json.dumps(value)
