@@ -256,3 +256,50 @@ async def test_a_tool_emits_progress_into_the_stream_and_gets_none_under_invoke(
     assert isinstance(seen[0], StreamEmitter)
     await app.ainvoke({"messages": [Message.text_message("again")]}, {"thread_id": "s2"})
     assert seen[1] is None
+
+
+# -- token usage ----------------------------------------------------------------------------
+
+TOKENS = """
+import asyncio
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.core.state import AgentState, Message, TokenUsages
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+from tenxgraph.utils import END
+
+def model(state):
+    m = Message.text_message("answer", role="assistant")
+    m.usages = TokenUsages(completion_tokens=7, prompt_tokens=11, total_tokens=18, reasoning_tokens=2,
+                           cache_read_input_tokens=3)
+    return [m]
+
+def model2(state):
+    m = Message.text_message("second", role="assistant")
+    m.usages = TokenUsages(completion_tokens=1, prompt_tokens=2, total_tokens=3)
+    return [m]
+
+async def main():
+    g = StateGraph(AgentState)
+    g.add_node("model", model); g.add_node("model2", model2)
+    g.set_entry_point("model"); g.add_edge("model", "model2"); g.add_edge("model2", END)
+    app = g.compile(checkpointer=InMemoryCheckpointer())
+    out = {}
+    for gran in ("low", "partial", "full"):
+        r = await app.ainvoke({"messages": [Message.text_message("q")]}, {"thread_id": "t-" + gran}, response_granularity=gran)
+        out[gran] = {"keys": sorted(r), "token_usage": r.get("token_usage")}
+    again = await app.ainvoke({"messages": [Message.text_message("q2")]}, {"thread_id": "t-low"})
+    out["second_turn"] = again["token_usage"]
+    chunks = [c async for c in app.astream({"messages": [Message.text_message("q")]}, {"thread_id": "s"})]
+    return out
+
+emit(asyncio.run(main()))
+"""
+
+
+def test_token_usage_is_reported_as_10xgraph(oracle: Any) -> None:
+    """A regression pin (it already matched when written): token_usage of each granularity, and of
+    a second turn on the same thread (only that run's messages count)."""
+    theirs, ours = oracle.run_both(TOKENS)
+    assert ours == theirs
+    assert ours["low"]["token_usage"] == {"total_input_tokens": 13, "total_output_tokens": 8,
+                                          "total_reasoning_tokens": 2, "total_tokens": 21}
