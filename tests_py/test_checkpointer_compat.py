@@ -9,6 +9,7 @@ same script on 10xGraph 0.10.0).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -277,13 +278,90 @@ async def test_a_subclass_of_a_builtin_overriding_aget_state_is_seen_by_get_stat
     assert seen == ["t"]
 
 
-def test_compiling_a_python_checkpointer_is_refused_with_a_typed_error() -> None:
-    """The Rust loop cannot drive a checkpointer written in Python yet: running its graph anyway
-    would give up step commits and replay safety, so compile() says so instead."""
+def test_a_python_checkpointer_without_a_ledger_is_refused_at_compile() -> None:
+    """Without aget_tool_result / aput_tool_result a replay would run finished tools again: the
+    graph is refused with a typed error instead of running unsafe."""
     with pytest.raises(GraphError) as info:
         _echo_graph(DictCheckpointer())
     assert info.value.error_code == "GRAPH_CHECKPOINTER_001"
-    assert "DictCheckpointer" in str(info.value)
+    assert "DictCheckpointer" in str(info.value) and "aget_tool_result and aput_tool_result" in str(info.value)
+
+
+# -- c. a checkpointer written in Python, driven by the Rust loop ---------------------------
+
+
+class LedgerDictCheckpointer(DictCheckpointer):
+    """DictCheckpointer plus the tool ledger: what a graph needs from a Python checkpointer."""
+
+    def __init__(self, db: dict[str, Any]) -> None:
+        super().__init__()
+        self.db = db
+        self.states = db.setdefault("states", {})
+
+    async def aput_state(self, config: dict[str, Any], state: AgentState) -> AgentState:
+        self.calls.append("aput_state")
+        self.states[config["thread_id"]] = state.model_dump_json()  # a copy, as a real store keeps
+        return state
+
+    async def aget_state(self, config: dict[str, Any]) -> AgentState | None:
+        raw = self.states.get(config["thread_id"])
+        return None if raw is None else self.state_type.model_validate_json(raw)
+
+    async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+        return self.db.setdefault("ledger", {}).get((config["thread_id"], tool_call_id))
+
+    async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
+        self.db.setdefault("ledger", {}).setdefault((config["thread_id"], tool_call_id), result)
+        return True
+
+
+@pytest.mark.asyncio
+async def test_a_python_checkpointer_runs_a_graph_and_holds_its_state_and_ledger(tmp_path: Path) -> None:
+    from tests_py.crash_agents import file_checkpointer_agent as agent
+
+    os.environ["PYCP_EFFECTS"] = str(tmp_path / "effects.log")
+    db: dict[str, Any] = {}
+    app = agent.build_graph(LedgerDictCheckpointer(db))
+    out = await app.ainvoke({"messages": [Message.text_message("pay", message_id="u1")]}, {"thread_id": "t1"})
+    assert [m.text() for m in out["messages"]] == ["pay", "", "charged 42", "done: charged 42"]
+    # Everything is in the user's store: a fresh instance on the same dicts sees the thread.
+    state = await LedgerDictCheckpointer(db).aget_state({"thread_id": "t1"})
+    assert [m.text() for m in state.context] == ["pay", "", "charged 42", "done: charged 42"]
+    assert state.execution_meta.status == "completed"
+    (key,) = [k for (tid, k) in db["ledger"] if tid == "t1"]
+    assert key == f"{out['messages'][1].message_id}:call_1"  # 10xGraph's ledger key form
+    # A second turn on a new graph (a new process, as far as the working copy knows) goes on.
+    app2 = agent.build_graph(LedgerDictCheckpointer(db))
+    out2 = await app2.ainvoke({"messages": [Message.text_message("again", message_id="u2")]}, {"thread_id": "t1"})
+    assert [m.text() for m in out2["messages"]][-1] == "done: charged 42"
+    state = await LedgerDictCheckpointer(db).aget_state({"thread_id": "t1"})
+    assert [m.text() for m in state.context][:5] == ["pay", "", "charged 42", "done: charged 42", "again"]
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["charge 42", "charge 42"]  # one per turn
+
+
+def test_crash_after_the_ledger_record_on_a_python_checkpointer_does_not_charge_twice(tmp_path: Path) -> None:
+    """SIGKILL after charge's result reached the user's file-backed ledger and before the tool
+    step committed; a fresh process resumes the thread from the user's files: the ledger answers
+    charge, which is not run again."""
+    from tenxgraph.testing import CrashKit
+
+    files, effects = tmp_path / "store", tmp_path / "effects.log"
+    kit = CrashKit(tmp_path / "kit")
+    env = {"PYCP_DIR": str(files), "PYCP_EFFECTS": str(effects)}
+    target = "tests_py.crash_agents.file_checkpointer_agent:build"
+    crashed = kit.run_until_crash(target, "t-crash", failpoints="after_record:charge=kill", env=env, input="charge me")
+    assert crashed.killed
+    assert effects.read_text().splitlines() == ["charge 42"]
+    ledger = json.loads((files / "ledger-t-crash.json").read_text())
+    assert len(ledger) == 1 and next(iter(ledger)).endswith(":call_1")
+    resumed = kit.resume(target, "t-crash", env=env)
+    assert resumed.messages[-2:] == ["charged 42", "done: charged 42"], resumed
+    assert effects.read_text().splitlines() == ["charge 42"]  # answered from the ledger, not run again
+    from tests_py.crash_agents.file_checkpointer_agent import FileCheckpointer
+
+    state = FileCheckpointer(files).get_state({"thread_id": "t-crash"})  # the user's own files
+    assert state.execution_meta.status == "completed"
+    assert [m.text() for m in state.context] == ["charge me", "", "charged 42", "done: charged 42"]
 
 
 # -- b. return values, on 10xGraph 0.10.0 and on tenxgraph ----------------------------------

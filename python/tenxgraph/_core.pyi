@@ -37,6 +37,8 @@ class NativeStore:
     @staticmethod
     def sqlite(path: str, enforce_user_isolation: bool, durable_sync: bool) -> NativeStore: ...
     @staticmethod
+    def python(adapter: Any, event_loop: Any, context: Any) -> NativeStore: ...
+    @staticmethod
     def postgres(
         dsn: str,
         redis_url: str | None,

@@ -5,6 +5,7 @@ mod errors;
 mod graph;
 mod host;
 mod logging;
+mod py_store;
 mod runtime;
 mod store;
 mod waiter;

@@ -148,6 +148,15 @@ impl NativeStore {
         Ok(NativeStore::register(Arc::new(LazyStore::new(enforce_user_isolation, open))))
     }
 
+    /// The store of a checkpointer written in Python: `adapter` is a
+    /// `tenxgraph.storage.checkpointer.python_store.PythonStore`, whose coroutines run on
+    /// `event_loop` (its own thread) in `context`.
+    #[staticmethod]
+    fn python(adapter: Py<PyAny>, event_loop: Py<PyAny>, context: Py<PyAny>) -> Self {
+        let locals = super::bridge::Locals { event_loop, context };
+        NativeStore::register(Arc::new(super::py_store::PyStore::new(adapter, locals)))
+    }
+
     /// Version-guarded state cache: `(version, state_json)` or None.
     fn state_cache_get<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();

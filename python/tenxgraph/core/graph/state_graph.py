@@ -148,16 +148,11 @@ class StateGraph(Generic[StateT]):
                 f"checkpointer must be a tenxgraph checkpointer, got {type(checkpointer).__name__}"
             )
         if not hasattr(checkpointer, "_native"):
-            # A checkpointer written in Python: the Rust loop cannot drive it yet, and running its
-            # graph anyway would give up the step commits and the replay-safe tool ledger.
-            raise GraphError(
-                f"{type(checkpointer).__name__} is a checkpointer written in Python; this release runs graphs "
-                "only on InMemoryCheckpointer, SqliteCheckpointer and PgCheckpointer (or subclasses of them). "
-                "Use it directly (await cp.aget_state(...)) or see docs/migrating-from-10xgraph.md, "
-                "'Your own checkpointer'",
-                "GRAPH_CHECKPOINTER_001",
-                {"checkpointer": type(checkpointer).__name__},
-            )
+            # A checkpointer written in Python: the Rust loop drives it through a PythonStore
+            # (refused, GRAPH_CHECKPOINTER_001, when it keeps no tool ledger).
+            from tenxgraph.storage.checkpointer.python_store import attach_python_store
+
+            attach_python_store(checkpointer)
         checkpointer.bind_state_type(type(self._state))
         graph = CompiledGraph(
             self,
