@@ -339,6 +339,41 @@ async def test_a_python_checkpointer_runs_a_graph_and_holds_its_state_and_ledger
     assert (tmp_path / "effects.log").read_text().splitlines() == ["charge 42", "charge 42"]  # one per turn
 
 
+@pytest.mark.asyncio
+async def test_stop_ends_a_hung_run_on_a_python_checkpointer() -> None:
+    entered = asyncio.Event()
+
+    async def hang() -> str:
+        """Never returns."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    def model(state: AgentState) -> list[Message]:
+        return [Message(role="assistant", content=[ToolCallBlock(id="h1", name="hang", args={})],
+                        tools_calls=[{"id": "h1", "type": "function", "function": {"name": "hang", "arguments": "{}"}}])]
+
+    from tenxgraph.core.graph import ToolNode
+    from tenxgraph.core.state import ToolCallBlock
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([hang]))
+    g.set_entry_point("model")
+    g.add_edge("model", "tools")
+    g.add_edge("tools", END)
+    db: dict[str, Any] = {}
+    app = g.compile(checkpointer=LedgerDictCheckpointer(db))
+    cfg = {"thread_id": "t-stop"}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 60)
+    assert (await app.astop(dict(cfg)))["running"] is True
+    await asyncio.wait_for(run, 30)  # ended by the stop (tool_timeout is 300 s)
+    state = await LedgerDictCheckpointer(db).aget_state(cfg)
+    assert state.execution_meta.interrupt_reason == "stop_requested"
+    assert state.execution_meta.stop_current_execution == "stopped"
+
+
 def test_crash_after_the_ledger_record_on_a_python_checkpointer_does_not_charge_twice(tmp_path: Path) -> None:
     """SIGKILL after charge's result reached the user's file-backed ledger and before the tool
     step committed; a fresh process resumes the thread from the user's files: the ledger answers

@@ -439,6 +439,9 @@ class CompiledGraph(Generic[StateT]):
             return {"ok": False, "running": False, "reason": "no-state"}
         if state.execution_meta.status == ExecutionStatus.RUNNING:
             await self._checkpointer.arequest_stop(cfg)
+            if hasattr(self._checkpointer, "_python_store"):
+                # A checkpointer written in Python keeps its own cache: tell the loop directly.
+                await self._checkpointer._native.request_stop(str(cfg["thread_id"]), str(cfg["user_id"]))
             return {"ok": True, "running": True}
         return {"ok": True, "running": False, "reason": "not-running"}
 
