@@ -303,3 +303,44 @@ def test_token_usage_is_reported_as_10xgraph(oracle: Any) -> None:
     assert ours == theirs
     assert ours["low"]["token_usage"] == {"total_input_tokens": 13, "total_output_tokens": 8,
                                           "total_reasoning_tokens": 2, "total_tokens": 21}
+
+
+# -- message ids from an id generator --------------------------------------------------------
+
+IDS = """
+import asyncio, os
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.utils import END
+from tenxgraph.utils.id_generator import BigIntIDGenerator, IntIDGenerator
+
+async def main():
+    out = {}
+    for gen in (BigIntIDGenerator(), IntIDGenerator()):
+        for name, cp in (("memory", InMemoryCheckpointer()), ("sqlite", SqliteCheckpointer(os.environ["IDS_DB"] + type(gen).__name__))):
+            g = StateGraph(AgentState, id_generator=gen)
+            g.add_node("a", lambda s: [Message.text_message("x", role="assistant")])
+            g.set_entry_point("a")
+            g.add_edge("a", END)
+            app = g.compile(checkpointer=cp)
+            r = await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t"})
+            st = await cp.aget_state({"thread_id": "t"})
+            out[type(gen).__name__ + "/" + name] = {"returned": [type(m.message_id).__name__ for m in r["messages"]],
+                                                    "stored": [type(m.message_id).__name__ for m in st.context]}
+    return out
+
+emit(asyncio.run(main()))
+"""
+
+
+def test_int_and_bigint_message_ids_run_and_persist(oracle: Any, tmp_path: Path) -> None:
+    """StateGraph(id_generator=BigIntIDGenerator()) gives int message ids that persist as ints.
+    Pinned difference: 10xGraph 0.10 uses the same generator for run ids and then fails its own
+    run (EventModel.run_id must be a str)."""
+    env = {"IDS_DB": str(tmp_path / "ids-")}
+    ours = oracle.run_ours(IDS, env=env)
+    assert all(v == {"returned": ["int", "int"], "stored": ["int", "int"]} for v in ours.values()), ours
+    assert len(ours) == 4
+    with pytest.raises(AssertionError, match="EventModel"):
+        oracle.run_theirs(IDS, env=env)
