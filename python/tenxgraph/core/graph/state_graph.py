@@ -10,6 +10,7 @@ from tenxgraph.core.exceptions import GraphError
 from tenxgraph.core.graph.edge import Edge
 from tenxgraph.core.graph.node import Node
 from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.graph.injection import activate_container, bind_graph_services
 from tenxgraph.core.state.message import set_id_generator
 from tenxgraph.utils.constants import END, START
 
@@ -57,6 +58,8 @@ class StateGraph(Generic[StateT]):
         self.context_manager = context_manager
         self.publisher = publisher
         self.container = container
+        self._id_generator = id_generator
+        activate_container(container)
         if id_generator is not None:
             set_id_generator(id_generator.generate)
         self.nodes: dict[str, Node] = {START: Node(START, _identity), END: Node(END, _identity)}
@@ -164,5 +167,7 @@ class StateGraph(Generic[StateT]):
             live_states=live_limit,
             recover_on_start=recover_on_start,
         )
+        bind_graph_services(self.container, checkpointer=checkpointer, graph=self, app=graph,
+                            id_generator=self._id_generator)
         self.compiled = True
         return graph
