@@ -508,3 +508,41 @@ def test_aclose_reports_as_10xgraph(oracle: Any) -> None:
     assert [k for k in ours["keys"] if k != "status"] == theirs["keys"]
     assert {k: v for k, v in ours["components"].items()} == theirs["components"]
     assert ours["background"] == theirs["background"] and ours["second"] == theirs["second"]
+
+
+SHAPES = """
+from tenxgraph.core.state import AgentState
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
+
+class Billing(AgentState):
+    invoice: str = ""
+
+out = {}
+for cls in (BaseCheckpointer, InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer):
+    out[cls.__name__ + "_subscripts"] = cls[Billing].__origin__ is cls
+try:
+    BaseCheckpointer()
+    out["base"] = "instantiated"
+except TypeError:
+    out["base"] = "abstract"
+out["abstract_methods"] = sorted(BaseCheckpointer.__abstractmethods__)
+
+seen = []
+class Audited(InMemoryCheckpointer[Billing]):
+    async def aget_state(self, config):
+        seen.append(config["thread_id"])
+        return await super().aget_state(config)
+
+cp = Audited()
+cp.put_state({"thread_id": "t", "user_id": "u"}, Billing(invoice="I-1"))
+got = cp.get_state({"thread_id": "t", "user_id": "u"})
+out["sync_twin_saw_override"] = seen
+out["sync_twin_state"] = [type(got).__name__, got.invoice]
+emit(out)
+"""
+
+
+def test_class_shapes_and_sync_twins_as_10xgraph(oracle: Any) -> None:
+    theirs, ours = oracle.run_both(SHAPES)
+    assert ours == theirs
+    assert ours["base"] == "abstract" and ours["sync_twin_saw_override"] == ["t"]

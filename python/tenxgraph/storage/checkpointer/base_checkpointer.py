@@ -54,9 +54,13 @@ class BaseCheckpointer(ABC, Generic[StateT]):
 
     def _declared_state_type(self) -> type[AgentState] | None:
         # ``InMemoryCheckpointer[MyState]()``: typing sets ``__orig_class__`` after __init__.
-        declared = get_args(getattr(self, "__orig_class__", None))
-        if declared and isinstance(declared[0], type) and issubclass(declared[0], AgentState):
-            return declared[0]
+        candidates = [getattr(self, "__orig_class__", None)]
+        # ``class Audited(InMemoryCheckpointer[MyState])``: the class's own generic bases.
+        candidates += [base for klass in type(self).__mro__ for base in klass.__dict__.get("__orig_bases__", ())]
+        for alias in candidates:
+            declared = get_args(alias)
+            if declared and isinstance(declared[0], type) and issubclass(declared[0], AgentState):
+                return declared[0]
         return None
 
     @property
