@@ -23,7 +23,11 @@ def make_checkpointer(kind: str, request: pytest.FixtureRequest, tmp_path: Path,
     pg = request.getfixturevalue("tenx_postgres")
     redis_url = request.getfixturevalue("tenx_redis").url if kind == "postgres+redis" else None
     kw.setdefault("enforce_user_isolation", False)  # the embedded defaults, so one suite fits all
-    return PgCheckpointer(pg.dsn, redis_url=redis_url, schema=f"t_{uuid.uuid4().hex[:16]}", **kw)
+    cp = PgCheckpointer(pg.dsn, redis_url=redis_url, schema=f"t_{uuid.uuid4().hex[:16]}", **kw)
+    # Connected and migrated here, as the constructor used to: tests that time a run's first
+    # steps must not include opening the pool and creating the schema.
+    cp.setup()
+    return cp
 
 
 @pytest.fixture(params=BACKENDS, ids=BACKENDS)

@@ -223,6 +223,7 @@ async def test_pg_connections_cut_by_proxy_mid_run(
     p, proxied_dsn = proxy
     schema = "fault_" + fault.replace("-", "_")
     cp = PgCheckpointer(proxied_dsn, schema=schema, pool_config={"timeout": 5}, enforce_user_isolation=False)
+    await cp.asetup()  # connects (the constructor does not)
     assert p.accepted >= 1, "the checkpointer did not connect through the proxy"
     effects = EffectCounter(tmp_path / "effects.jsonl")
     started = threading.Event()

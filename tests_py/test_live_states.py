@@ -255,7 +255,7 @@ async def test_messages_changed_outside_a_run_are_seen_by_the_next_turn(checkpoi
     assert delta(before) == (1, 0)
     assert await texts(checkpointer, t) == ["one", "reply 1 to one", "added by an operator", "two", "reply 2 to two"]
     first = (await checkpointer.aget_state({"thread_id": t})).context[0]
-    assert await checkpointer.adelete_message({"thread_id": t}, first.message_id)
+    await checkpointer.adelete_message({"thread_id": t}, first.message_id)  # returns None on Postgres, as 10xGraph
     before = counters()
     out = await app.ainvoke({"messages": [user("three")]}, {"thread_id": t})
     assert delta(before) == (1, 0) and out["messages"][-1].text() == "reply 3 to three"
@@ -280,7 +280,7 @@ async def test_messages_changed_while_a_run_is_in_flight_are_seen_by_the_next_tu
     run = asyncio.create_task(app.ainvoke({"messages": [user("two")]}, {"thread_id": t}))
     await gate.wait()
     first = (await checkpointer.aget_state({"thread_id": t})).context[0]
-    assert await checkpointer.adelete_message({"thread_id": t}, first.message_id)
+    await checkpointer.adelete_message({"thread_id": t}, first.message_id)  # returns None on Postgres, as 10xGraph
     await run
     before = counters()
     out = await app.ainvoke({"messages": [user("three")]}, {"thread_id": t})

@@ -351,6 +351,7 @@ def legacy_v3(tenx_postgres: Any, pg_dsn: str) -> Legacy:
 
 def open_cp(dsn: str, **kw: Any) -> PgCheckpointer:
     cp = PgCheckpointer(dsn, **kw)
+    cp.setup()  # connects and migrates (the constructor does not)
     cp.bind_state_type(BillingState)
     return cp
 
@@ -624,7 +625,9 @@ def _construct_concurrently(dsn: str, n: int = 2) -> list[Any]:
     def worker(i: int) -> None:
         barrier.wait()
         try:
-            results[i] = PgCheckpointer(dsn)
+            cp = PgCheckpointer(dsn)
+            cp.setup()  # connects and migrates: the constructor does not
+            results[i] = cp
         except BaseException as exc:  # collected and asserted on below
             results[i] = exc
 
@@ -833,7 +836,7 @@ def test_invalid_schema_name_is_rejected_and_creates_nothing(tenx_postgres: Any,
 def test_valid_custom_schema_is_created(tenx_postgres: Any, pg_dsn: str) -> None:
     """The control for the test above: a valid name does create objects (so 'nothing created' means something)."""
     dbname = dbname_of(pg_dsn)
-    PgCheckpointer(pg_dsn, schema="_Tenant_01")
+    PgCheckpointer(pg_dsn, schema="_Tenant_01").setup()
     created = _user_objects(tenx_postgres, dbname)
     assert ["schema", "_tenant_01"] in created or ["schema", "_Tenant_01"] in created
     assert any(kind == "table" and name.endswith(".schema_version") for kind, name in created)
@@ -875,8 +878,9 @@ UNREACHABLE = f"postgresql://app:{SECRET}@127.0.0.1:1/x"
 @pytest.mark.timeout(90)
 def test_unreachable_database_fails_within_a_bounded_time_with_defaults() -> None:
     t0 = time.monotonic()
+    cp = PgCheckpointer(UNREACHABLE)  # the constructor does not connect
     with pytest.raises(TransientStorageError) as info:
-        PgCheckpointer(UNREACHABLE)
+        cp.setup()
     elapsed = time.monotonic() - t0
     assert info.value.error_code == "STORAGE_TRANSIENT_001"
     assert elapsed < 15, f"took {elapsed:.1f}s"
@@ -886,9 +890,10 @@ def test_unreachable_database_is_transient_and_redacted(caplog: pytest.LogCaptur
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="tenxgraph")
     t0 = time.monotonic()
+    # A short acquire timeout keeps this test fast (the default-timeout case is tested above).
+    cp = PgCheckpointer(UNREACHABLE, pool_config={"timeout": 1.0})
     with pytest.raises(TransientStorageError) as info:
-        # A short acquire timeout keeps this test fast (the default-timeout case is tested above).
-        PgCheckpointer(UNREACHABLE, pool_config={"timeout": 1.0})
+        cp.setup()
     elapsed = time.monotonic() - t0
     assert elapsed < 15, f"took {elapsed:.1f}s"
     exc = info.value

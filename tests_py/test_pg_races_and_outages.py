@@ -128,7 +128,7 @@ def test_process_killed_inside_the_step_transaction(
     """
     pg, schema, thread, db = tenx_postgres, "killtx", "t-kill", _dbname(pg_dsn)
     effects_path = tmp_path / "effects.log"
-    PgCheckpointer(pg_dsn, schema=schema)  # creates the schema
+    PgCheckpointer(pg_dsn, schema=schema).setup()  # creates the schema (the constructor does not connect)
     if server == "checks-dead-clients":
         pg.psql(f'ALTER DATABASE "{db}" SET client_connection_check_interval = 100', dbname=db)
 

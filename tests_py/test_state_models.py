@@ -583,7 +583,8 @@ def test_command() -> None:
 
 def test_thread_info() -> None:
     info = ThreadInfo(thread_id=12, user_id="u", created_at="2024-05-01T10:00:00Z")
-    assert info.thread_id == 12 and info.metadata == {} and info.thread_name is None
+    assert info.thread_id == 12 and info.metadata is None and info.thread_name is None  # as 10xGraph's
+    assert info.updated_at is not None
     assert info.created_at == datetime(2024, 5, 1, 10, tzinfo=UTC)
     assert ThreadInfo.model_validate(info.model_dump(mode="json")) == info
     with pytest.raises(ValidationError):

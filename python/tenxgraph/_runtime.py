@@ -407,6 +407,8 @@ class Run:
     async def run_tool(self, name: str, index: int, idempotency_key: str | None,
                        ledger_key: str | None = None) -> tuple[str, bool, bool]:
         config = dict(self.config, _node_name=name)
+        if self.emitter is not None:  # a streamed run: tools may emit progress chunks (StreamEmitter)
+            config["_tenx_stream"] = (self.emitter.queue, self.emitter.loop)
         step = self._tool_steps[name]
         events = self.events
         call = step.calls[index]

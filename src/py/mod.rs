@@ -5,6 +5,7 @@ mod errors;
 mod graph;
 mod host;
 mod logging;
+mod py_store;
 mod runtime;
 mod store;
 mod waiter;
@@ -67,6 +68,7 @@ pub mod _core {
         super::logging::install();
         super::runtime::configure();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("PG_SCHEMA_VERSION", crate::store::postgres::CURRENT_VERSION)?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 use super::errors::store_err;
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
 use crate::store::{
-    Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow,
+    Checkpointer, LazyStore, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::BoundObject;
@@ -100,12 +100,13 @@ impl NativeStore {
         Ok(NativeStore::register(Arc::new(store)))
     }
 
-    /// Connects to Postgres (and Redis when a URL is given) and migrates the schema.
+    /// A Postgres store (with Redis when a URL is given) that connects and migrates on first use,
+    /// not here: a module-level checkpointer must import while the database is down. The DSN,
+    /// schema name and Redis URL are checked now (no I/O), so a typo still fails at once.
     #[staticmethod]
     #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0))]
     #[allow(clippy::too_many_arguments)]
     fn postgres(
-        py: Python<'_>,
         dsn: String,
         redis_url: Option<String>,
         schema: String,
@@ -118,6 +119,15 @@ impl NativeStore {
         if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) {
             return Err(PyValueError::new_err("max_connections, acquire_timeout and cache_ttl must be positive"));
         }
+        crate::store::postgres::validate_schema(&schema).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(&dsn).map_err(|e| {
+            PyValueError::new_err(format!("invalid postgres_dsn: {}", crate::store::postgres::redact(&e.to_string())))
+        })?;
+        if let Some(url) = redis_url.as_deref() {
+            redis::Client::open(url).map_err(|e| {
+                PyValueError::new_err(format!("invalid redis_url: {}", crate::store::postgres::redact(&e.to_string())))
+            })?;
+        }
         let opts = PgOptions {
             schema,
             max_connections,
@@ -126,15 +136,25 @@ impl NativeStore {
             enforce_user_isolation,
             ..PgOptions::default()
         };
-        let opened = py.detach(|| {
-            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+        let ttl = std::time::Duration::from_secs_f64(cache_ttl);
+        let open: Opener = Box::new(move || {
+            let (dsn, redis_url, opts) = (dsn.clone(), redis_url.clone(), opts.clone());
+            Box::pin(async move {
                 let mut store = PgStore::connect(&dsn, redis_url.as_deref(), opts).await?;
-                store.set_cache_ttl(std::time::Duration::from_secs_f64(cache_ttl));
-                Ok::<_, StoreError>(store)
+                store.set_cache_ttl(ttl);
+                Ok(Arc::new(store) as Arc<dyn Checkpointer>)
             })
         });
-        let store = opened.map_err(|e| store_err(py, e))?;
-        Ok(NativeStore::register(Arc::new(store)))
+        Ok(NativeStore::register(Arc::new(LazyStore::new(enforce_user_isolation, open))))
+    }
+
+    /// The store of a checkpointer written in Python: `adapter` is a
+    /// `tenxgraph.storage.checkpointer.python_store.PythonStore`, whose coroutines run on
+    /// `event_loop` (its own thread) in `context`.
+    #[staticmethod]
+    fn python(adapter: Py<PyAny>, event_loop: Py<PyAny>, context: Py<PyAny>) -> Self {
+        let locals = super::bridge::Locals { event_loop, context };
+        NativeStore::register(Arc::new(super::py_store::PyStore::new(adapter, locals)))
     }
 
     /// Version-guarded state cache: `(version, state_json)` or None.
@@ -461,6 +481,12 @@ impl NativeStore {
             let report = s.prune(&rules).await?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         })
+    }
+
+    /// Opens a lazily opened store (connect, migrate) and runs its migrations; resolves to True.
+    fn setup<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.setup().await.map(|_| true) })
     }
 
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -5,6 +5,7 @@
 //! ledger keeps the first recorded result, and ledger rows go with their thread.
 
 mod error;
+mod lazy;
 mod lease;
 mod memory;
 pub mod postgres;
@@ -19,6 +20,7 @@ pub use lease::{
     is_running_state,
     may_take,
 };
+pub use lazy::{LazyStore, Opener};
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;

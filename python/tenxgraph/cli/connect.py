@@ -92,7 +92,10 @@ def open_store(target: Target) -> BaseCheckpointer:
     from tenxgraph.core.exceptions import StorageError
 
     try:
-        return target.open()
+        cp = target.open()
+        if isinstance(cp, PgCheckpointer):
+            cp.setup()  # PgCheckpointer connects on first use: the CLI wants the failure here
+        return cp
     except ConfigError as exc:
         raise CliError(redact(str(exc)), EXIT_CONFIG) from None
     except (StorageError, ValueError, TypeError, OSError) as exc:

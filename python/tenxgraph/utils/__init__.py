@@ -41,6 +41,37 @@ from tenxgraph.utils.tool_decorator import get_tool_metadata, has_tool_decorator
 # the function (10xGraph's API), not the module `tenxgraph.utils.interrupt` of the same name.
 from tenxgraph.utils.interrupt import GraphInterrupt, Interrupt, interrupt, pending_interrupt  # noqa: E402
 
+# Utilities of 10xGraph's tenxgraph.utils (issue 14, item 8).
+from tenxgraph.utils.background_task_manager import BackgroundTaskManager, TaskMetadata  # noqa: E402
+from tenxgraph.utils.id_generator import (  # noqa: E402
+    AsyncIDGenerator,
+    BaseIDGenerator,
+    BigIntIDGenerator,
+    DefaultIDGenerator,
+    HexIDGenerator,
+    IDType,
+    IntIDGenerator,
+    ShortIDGenerator,
+    TimestampIDGenerator,
+    UUIDGenerator,
+)
+from tenxgraph.utils.logging import SecretRedactionFilter, install_secret_redaction, logger, mask_secrets  # noqa: E402
+from tenxgraph.utils.shutdown import (  # noqa: E402
+    DelayedKeyboardInterrupt,
+    GracefulShutdownManager,
+    delayed_keyboard_interrupt,
+    setup_exception_handler,
+    shutdown_with_timeout,
+)
+
+_ITEM8 = [
+    "AsyncIDGenerator", "BackgroundTaskManager", "BaseIDGenerator", "BigIntIDGenerator", "DefaultIDGenerator",
+    "DelayedKeyboardInterrupt", "GracefulShutdownManager", "HexIDGenerator", "IDType", "IntIDGenerator",
+    "SecretRedactionFilter", "ShortIDGenerator", "TaskMetadata", "TimestampIDGenerator", "UUIDGenerator",
+    "delayed_keyboard_interrupt", "install_secret_redaction", "logger", "mask_secrets", "setup_exception_handler",
+    "shutdown_with_timeout",
+]
+
 __all__ = [
     "AfterInvokeCallback",
     "BaseValidator",
@@ -51,6 +82,7 @@ __all__ = [
     "GraphLifecycleHook",
     "InvocationType",
     "OnErrorCallback",
+    *_ITEM8,
     "GraphInterrupt",
     "Interrupt",
     "interrupt",

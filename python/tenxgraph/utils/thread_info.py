@@ -14,7 +14,8 @@ class ThreadInfo(BaseModel):
     thread_id: str | int
     thread_name: str | None = None
     user_id: str | int | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    # As 10xGraph's: no metadata is None (not {}), and a new ThreadInfo is stamped now.
+    metadata: dict[str, Any] | None = None
     run_id: str | None = None
-    updated_at: datetime | None = None
+    updated_at: datetime | None = Field(default_factory=datetime.now)
     created_at: datetime | None = None

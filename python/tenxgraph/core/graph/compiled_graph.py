@@ -24,6 +24,7 @@ from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
+from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
@@ -172,6 +173,7 @@ class CompiledGraph(Generic[StateT]):
         self.interrupt_after = interrupt_after
         self.shutdown_timeout = shutdown_timeout
         self._closed = False
+        self._task_manager = BackgroundTaskManager(default_shutdown_timeout=shutdown_timeout)
         self._recover_on_start = _recovery_options(recover_on_start)
         self._publisher = getattr(builder, "publisher", None)
         self._outbox = outbox_for(self._publisher) if self._publisher is not None else None
@@ -492,6 +494,9 @@ class CompiledGraph(Generic[StateT]):
             return {"ok": False, "running": False, "reason": "no-state"}
         if state.execution_meta.status == ExecutionStatus.RUNNING:
             await self._checkpointer.arequest_stop(cfg)
+            if hasattr(self._checkpointer, "_python_store"):
+                # A checkpointer written in Python keeps its own cache: tell the loop directly.
+                await self._checkpointer._native.request_stop(str(cfg["thread_id"]), str(cfg["user_id"]))
             return {"ok": True, "running": True}
         return {"ok": True, "running": False, "reason": "not-running"}
 
@@ -501,34 +506,44 @@ class CompiledGraph(Generic[StateT]):
     # -- lifecycle and introspection -------------------------------------------------------
 
     async def aclose(self) -> dict[str, Any]:
+        """Closes the graph: the publisher (its queued events delivered), background tasks, the
+        checkpointer and the store,
+        each within a third of ``shutdown_timeout``. Returns 10xGraph's statistics (one entry per
+        component, ``total_duration``) plus ``"status": "closed"``; never raises. A second call
+        returns ``{"status": "already_closed"}``."""
+        from tenxgraph.utils.shutdown import shutdown_with_timeout
+
         if self._closed:
             return {"status": "already_closed"}
+        started = time.perf_counter()
         await self._finish_recovery()
         self._closed = True
         self._live.clear()
-        result: dict[str, Any] = {"status": "closed"}
-        if self._publisher is not None:
-            result["publisher"] = await self._close_publisher(max(self.shutdown_timeout / 3, 0.1))
+        share = max(self.shutdown_timeout / 3, 0.1)
+        stats: dict[str, Any] = {"status": "closed"}
+        # The publisher first: the run's last events go out while everything else is still open.
+        stats["publisher"] = (await shutdown_with_timeout(self._close_publisher(share), share, "publisher")
+                              if self._publisher is not None else {"status": "skipped", "reason": "no publisher"})
         try:
-            await asyncio.wait_for(self._checkpointer.arelease(), timeout=max(self.shutdown_timeout / 3, 0.1))
+            stats["background_tasks"] = await self._task_manager.shutdown(timeout=self.shutdown_timeout)
         except Exception as exc:  # closing must not raise past the caller's cleanup
-            _log.warning("checkpointer release failed: %s", exc)
-            result["checkpointer"] = f"error: {exc}"
-            return result
-        result["checkpointer"] = "released"
-        return result
+            stats["background_tasks"] = {"status": "error", "error": str(exc)}
+        stats["checkpointer"] = await shutdown_with_timeout(self._checkpointer.arelease(), share, "checkpointer")
+        if stats["checkpointer"]["status"] != "completed":
+            _log.warning("checkpointer release failed: %s", stats["checkpointer"])
+        release = getattr(self._store, "arelease", None)
+        stats["store"] = (await shutdown_with_timeout(release(), share, "store") if callable(release)
+                          else {"status": "skipped", "reason": "no store"})
+        stats["total_duration"] = time.perf_counter() - started
+        return stats
 
-    async def _close_publisher(self, bound: float) -> str:
-        """Delivers what is still queued, then closes the publisher: both within ``bound``."""
+    async def _close_publisher(self, bound: float) -> None:
+        """Delivers what is still queued (within half of ``bound``), then closes the publisher;
+        the caller bounds the whole."""
         assert self._outbox is not None and self._publisher is not None
-        deadline = time.monotonic() + bound
-        delivered = await self._outbox.flush(bound)
-        try:
-            await asyncio.wait_for(self._publisher.close(), timeout=max(deadline - time.monotonic(), 0.01))
-        except Exception as exc:  # noqa: BLE001 - a publisher never fails the caller's cleanup
-            _log.warning("publisher close failed: %r", exc)
-            return f"error: {exc!r}"
-        return "closed" if delivered else "closed (undelivered events dropped)"
+        if not await self._outbox.flush(bound / 2):
+            _log.warning("publisher: events still queued at close were dropped")
+        await self._publisher.close()
 
     async def _finish_recovery(self) -> None:
         task = self.recovery

@@ -10,6 +10,7 @@ from tenxgraph.core.exceptions import GraphError
 from tenxgraph.core.graph.edge import Edge
 from tenxgraph.core.graph.node import Node
 from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.graph.injection import activate_container, bind_graph_services
 from tenxgraph.core.state.message import set_id_generator
 from tenxgraph.utils.constants import END, START
 
@@ -80,6 +81,8 @@ class StateGraph(Generic[StateT]):
         self.context_manager = context_manager
         self.publisher = _as_publisher(publisher)
         self.container = container
+        self._id_generator = id_generator
+        activate_container(container)
         if id_generator is not None:
             set_id_generator(id_generator.generate)
         self.nodes: dict[str, Node] = {START: Node(START, _identity), END: Node(END, _identity)}
@@ -180,6 +183,12 @@ class StateGraph(Generic[StateT]):
             raise TypeError(
                 f"callback_manager must be a tenxgraph.utils.CallbackManager, got {type(callback_manager).__name__}"
             )
+        if not hasattr(checkpointer, "_native"):
+            # A checkpointer written in Python: the Rust loop drives it through a PythonStore
+            # (refused, GRAPH_CHECKPOINTER_001, when it keeps no tool ledger).
+            from tenxgraph.storage.checkpointer.python_store import attach_python_store
+
+            attach_python_store(checkpointer)
         checkpointer.bind_state_type(type(self._state))
         graph = CompiledGraph(
             self,
@@ -192,5 +201,7 @@ class StateGraph(Generic[StateT]):
             recover_on_start=recover_on_start,
             callback_manager=callback_manager,
         )
+        bind_graph_services(self.container, checkpointer=checkpointer, graph=self, app=graph,
+                            id_generator=self._id_generator)
         self.compiled = True
         return graph

@@ -506,7 +506,8 @@ class ToolNode:
             "tool_call_id": tool_call_id,
             "state": state,
             "config": config,
-            "emit": emit,
+            # A caller's own emit (ToolNode.stream), else the run's stream emitter (None under invoke).
+            "emit": emit if emit is not None else _stream_emitter(config, name, tool_call_id),
             "idempotency_key": idempotency_key,
         }
         if callback_manager is not None and callback_manager.wraps(_TOOL):
@@ -725,3 +726,15 @@ class ToolNode:
             call_id=tool_call_id, output=_normalise_output(result), status="completed"
         )
         return ToolOutcome(Message.tool_message([block], meta=meta)), False
+
+
+def _stream_emitter(config: dict[str, Any] | None, tool: str, tool_call_id: str) -> Any:
+    """The tool's ``emit``: a StreamEmitter on a streamed run, None under invoke."""
+    stream = (config or {}).get("_tenx_stream")
+    if stream is None:
+        return None
+    from tenxgraph.core.state.stream_emitter import StreamEmitter
+
+    queue, loop = stream
+    return StreamEmitter(tool_name=tool, tool_call_id=str(tool_call_id), node_name=str(config.get("_node_name", "")),
+                         thread_id=config.get("thread_id"), run_id=config.get("run_id"), queue=queue, loop=loop)

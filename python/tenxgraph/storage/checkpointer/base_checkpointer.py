@@ -1,17 +1,17 @@
-"""BaseCheckpointer: 10xGraph's checkpointer method set over a Rust store (``_core.NativeStore``).
+"""BaseCheckpointer: the abstract checkpointer contract, as 10xGraph 0.10 defines it.
 
-Every backend gives the same guarantees, which 10xGraph's InMemory and SQLite did not: versioned
-writes (``StaleStateError`` STORAGE_CONFLICT_001), a durable tool ledger (first result wins),
-messages deduplicated by id, and JSON copies instead of live object references.
+The built-in backends (``InMemoryCheckpointer``, ``SqliteCheckpointer``, ``PgCheckpointer``) derive
+from ``NativeCheckpointer``, which implements every method over a Rust store. A user's own
+subclass implements the abstract methods below in Python; see docs/migrating-from-10xgraph.md
+("Your own checkpointer") for what the Rust loop needs from it.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, Generic, TypeVar
+from abc import ABC, abstractmethod
+from typing import Any, Generic, TypeVar, get_args
 
-from tenxgraph import _core
-from tenxgraph._state_codec import STATE_META_KEY, encode_state
+from tenxgraph._state_codec import STATE_META_KEY
 from tenxgraph._sync import run_sync
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
@@ -30,88 +30,90 @@ StateT = TypeVar("StateT", bound=AgentState)
 STOP_REQUEST_NAMESPACE = "stop_request"
 STOP_REQUEST_TTL_SECONDS = 3600
 STATE_FORMAT_VERSION = 1
-_VERSION_KEY = "_checkpoint_version"
 _log = run_logger("tenxgraph.checkpointer")
 
 
-def _ids(config: dict[str, Any]) -> tuple[str, str]:
-    if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict, got {type(config).__name__}")
-    thread_id = config.get("thread_id")
-    if thread_id is None or thread_id == "":
-        raise ValueError("config must contain a thread_id")
-    return str(thread_id), _user(config)
+def _run_sync(coro: Any) -> Any:
+    return run_sync(coro)
 
 
-def _user(config: dict[str, Any] | None) -> str:
-    """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
-    if config is not None and not isinstance(config, dict):
-        raise TypeError(f"config must be a dict, got {type(config).__name__}")
-    return str((config or {}).get("user_id") or "anonymous")
+class BaseCheckpointer(ABC, Generic[StateT]):
+    """Threads, state, messages and the tool ledger of a graph. Async first: each ``aX`` has a sync
+    twin ``X`` that runs the instance's own ``aX`` (so a subclass overriding ``aget_state`` is what
+    ``get_state`` calls)."""
 
-
-def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
-    rows = []
-    for m in messages:
-        if not isinstance(m, Message):
-            raise TypeError(f"expected Message, got {type(m).__name__}")
-        rows.append((str(m.message_id), m.model_dump_json()))
-    return rows
-
-
-class BaseCheckpointer(Generic[StateT]):
-    """The storage API nodes, tools and operators use. Async first; each ``aX`` has a sync ``X``."""
-
-    _native: Any
-    enforce_user_isolation: bool = False
+    # A class attribute, so a subclass that never calls ``super().__init__()`` has it too.
+    _state_type: type[AgentState] = AgentState
+    _state_type_bound: bool = False
 
     def __init__(self) -> None:
-        self._state_type: type[AgentState] = AgentState
+        pass
 
     # -- state typing ----------------------------------------------------------------------
 
+    def _declared_state_type(self) -> type[AgentState] | None:
+        # ``InMemoryCheckpointer[MyState]()``: typing sets ``__orig_class__`` after __init__.
+        candidates = [getattr(self, "__orig_class__", None)]
+        # ``class Audited(InMemoryCheckpointer[MyState])``: the class's own generic bases.
+        candidates += [base for klass in type(self).__mro__ for base in klass.__dict__.get("__orig_bases__", ())]
+        for alias in candidates:
+            declared = get_args(alias)
+            if declared and isinstance(declared[0], type) and issubclass(declared[0], AgentState):
+                return declared[0]
+        return None
+
     @property
     def state_type(self) -> type[AgentState]:
+        """The state class rows are restored into: the graph's (bound by ``compile()``), else the
+        class the instance was declared for (``PgCheckpointer[MyState](...)``), else AgentState."""
+        if not self._state_type_bound:
+            return self._declared_state_type() or self._state_type
         return self._state_type
 
     def bind_state_type(self, cls: type[AgentState]) -> None:
         if not (isinstance(cls, type) and issubclass(cls, AgentState)):
             raise TypeError(f"state type must be an AgentState subclass, got {cls!r}")
-        if self._state_type is not AgentState and self._state_type is not cls:
+        declared = self._declared_state_type()
+        if declared is not None and not issubclass(cls, declared):
+            raise ValueError(
+                f"{type(self).__name__} was declared for state class {declared.__name__!r}, "
+                f"but the graph uses {cls.__name__!r}"
+            )
+        # Rebinding from plain AgentState stays allowed: rows of a plain graph lose nothing.
+        if self._state_type_bound and self._state_type not in (cls, AgentState):
             raise ValueError(
                 f"checkpointer is already bound to {self._state_type.__name__}; cannot rebind to {cls.__name__}"
             )
         self._state_type = cls
+        self._state_type_bound = True
 
     def _encode_state(self, state: AgentState) -> dict[str, Any]:
-        return encode_state(state, with_context=True)
+        data = state.model_dump(mode="json")
+        data[STATE_META_KEY] = {"format": STATE_FORMAT_VERSION, "class": type(state).__name__}
+        return data
 
     def _decode_state(self, row: dict[str, Any]) -> AgentState:
         data = dict(row)
         meta = data.pop(STATE_META_KEY, None) or {}
         data.pop("__class_path__", None)
-        if meta.get("class") and meta["class"] != self._state_type.__name__:
-            _log.warning("stored state class %s differs from bound %s", meta["class"], self._state_type.__name__)
-        return self._state_type.model_validate(data)
+        target = self.state_type
+        if meta.get("class") and meta["class"] != target.__name__:
+            _log.warning("stored state class %s differs from bound %s", meta["class"], target.__name__)
+        return target.model_validate(data)
 
-    # -- state -----------------------------------------------------------------------------
+    # -- the contract ----------------------------------------------------------------------
 
-    async def asetup(self) -> bool:
-        return True  # the Rust store migrates when it opens
+    @abstractmethod
+    async def asetup(self) -> Any: ...
 
-    async def aget_state(self, config: dict[str, Any]) -> StateT | None:
-        thread_id, user_id = _ids(config)
-        row = await self._native.load(thread_id, user_id)
-        if row is None:
-            return None
-        version, state_json, messages = row
-        data = json.loads(state_json)
-        data["context"] = [json.loads(m) for m in messages]
-        config[_VERSION_KEY] = version
-        return self._decode_state(data)  # type: ignore[return-value]
+    @abstractmethod
+    async def aput_state(self, config: dict[str, Any], state: StateT) -> StateT: ...
 
-    async def aput_state(self, config: dict[str, Any], state: StateT) -> StateT:
-        return await self.aput_checkpoint(config, state)
+    @abstractmethod
+    async def aget_state(self, config: dict[str, Any]) -> StateT | None: ...
+
+    @abstractmethod
+    async def aclear_state(self, config: dict[str, Any]) -> Any: ...
 
     async def aput_checkpoint(
         self,
@@ -120,257 +122,189 @@ class BaseCheckpointer(Generic[StateT]):
         messages: list[Message] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> StateT:
-        """Writes the state (its context replaces the stored messages) plus ``messages`` in one
-        versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
-        a write over a newer version raises StaleStateError and writes nothing."""
-        thread_id, user_id = _ids(config)
-        if not isinstance(state, AgentState):
-            raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
-        expected = config.get(_VERSION_KEY)
-        if expected is None:
-            row = await self._native.load(thread_id, user_id)
-            expected = row[0] if row is not None else 0
-        data = encode_state(state, with_context=False)
-        rows = _msg_rows(list(state.context))
-        known = {r[0] for r in rows}
-        rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
-        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True)
-        config[_VERSION_KEY] = version
+        """One step's write: the state, then the step's new messages. Backends that can do it in
+        one transaction override this."""
+        await self.aput_state(config, state)
+        if messages:
+            await self.aput_messages(config, messages, metadata)
         return state
 
-    async def aclear_state(self, config: dict[str, Any]) -> bool:
-        thread_id, user_id = _ids(config)
-        await self._native.clear_state(thread_id, user_id)
-        await self._native.state_cache_clear(thread_id, user_id)
-        config.pop(_VERSION_KEY, None)
-        return True
+    @abstractmethod
+    async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> Any | None: ...
 
-    async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
-        """Caches the whole state under the version in ``config`` (set by reads and writes); an
-        older version never replaces a newer cached one."""
-        thread_id, user_id = _ids(config)
-        version = int(config.get(_VERSION_KEY) or 0)
-        await self._native.state_cache_put(thread_id, user_id, version, json.dumps(self._encode_state(state)))
-        return state
-
-    async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
-        thread_id, user_id = _ids(config)
-        hit = await self._native.state_cache_get(thread_id, user_id)
-        if hit is not None:
-            version, raw = hit
-            config[_VERSION_KEY] = version
-            return self._decode_state(json.loads(raw))  # type: ignore[return-value]
-        return await self.aget_state(config)
-
-    # -- generic cache and stop requests ---------------------------------------------------
+    @abstractmethod
+    async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None: ...
 
     async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
-        await self._native.cache_put(namespace, key, json.dumps(value), ttl_seconds)
-        return value
+        return None
 
-    async def aget_cache_value(self, namespace: str, key: str) -> Any:
-        raw = await self._native.cache_get(namespace, key)
-        return None if raw is None else json.loads(raw)
+    async def aget_cache_value(self, namespace: str, key: str) -> Any | None:
+        return None
 
-    async def aclear_cache_value(self, namespace: str, key: str) -> bool:
-        return bool(await self._native.cache_clear(namespace, key))
+    async def aclear_cache_value(self, namespace: str, key: str) -> Any | None:
+        return None
 
     async def alist_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
-        return list(await self._native.cache_keys(namespace, prefix))
+        return []
 
-    async def arequest_stop(self, config: dict[str, Any]) -> bool:
-        thread_id, user_id = _ids(config)
-        return bool(await self._native.request_stop(thread_id, user_id))
+    def _stop_request_key(self, config: dict[str, Any]) -> str:
+        return f"{config.get('thread_id')}:{config.get('user_id') or 'anonymous'}"
+
+    async def arequest_stop(self, config: dict[str, Any]) -> Any | None:
+        return await self.aput_cache_value(
+            STOP_REQUEST_NAMESPACE, self._stop_request_key(config), True, STOP_REQUEST_TTL_SECONDS
+        )
 
     async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
-        thread_id, user_id = _ids(config)
-        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}"))
+        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, self._stop_request_key(config)))
 
-    async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
-        thread_id, user_id = _ids(config)
-        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}")
-
-    # -- tool ledger -----------------------------------------------------------------------
+    async def aclear_stop_request(self, config: dict[str, Any]) -> Any | None:
+        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, self._stop_request_key(config))
 
     async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
-        """The recorded result under a ledger key, or None. A read failure counts as no record, and
-        so does an intent record (the call started, its result was never recorded)."""
-        row = await self._ledger_row(config, tool_call_id)
-        return None if row is None or _is_intent(row) else row
+        """The result recorded under a ledger key (``"<message id>:<call id>"``), or None. The
+        default keeps no ledger: a subclass without one cannot be compiled into a graph (see
+        ``StateGraph.compile``), because its tools would run again on every replay."""
+        return None
 
-    async def aget_tool_status(self, config: dict[str, Any], tool_call_id: str) -> str | None:
-        """``"completed"`` (a result is recorded), ``"started"`` (an intent record only: the call
-        began and its outcome is unknown), ``"paused"`` (the call is waiting at ``interrupt()``
-        with its thread: it runs again on resume) or None (no row, or the ledger could not be
-        read). ``tool_call_id`` is a ledger key as stored (``["<message id>", "<call id>"]``, JSON) or in
-        10xGraph's form ``"<message id>:<call id>"``."""
-        row = await self._ledger_row(config, tool_call_id)
-        if row is None:
-            return None
-        if not _is_intent(row):
-            return "completed"
-        return "paused" if row.get("paused") is True else "started"
+    async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> Any:
+        return None
 
-    async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
-        thread_id, user_id = _ids(config)
-        keys = _core.ledger_lookup_keys(tool_call_id)
-        try:
-            found = await self._native.ledger_get(thread_id, user_id, keys)
-        except Exception as exc:
-            _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
-            return None
-        raw = next((found[k] for k in keys if k in found), None)
-        return None if raw is None else json.loads(raw)
-
-    async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
-        """Records a result; the first one recorded for a key wins. Raises on failure."""
-        thread_id, user_id = _ids(config)
-        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
-
-    # -- messages --------------------------------------------------------------------------
-
+    @abstractmethod
     async def aput_messages(
         self, config: dict[str, Any], messages: list[Message], metadata: dict[str, Any] | None = None
-    ) -> int:
-        thread_id, user_id = _ids(config)
-        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
+    ) -> Any: ...
 
-    async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
-        thread_id, user_id = _ids(config)
-        raw = await self._native.get_message(thread_id, user_id, str(message_id))
-        if raw is None:
-            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
-        return Message.model_validate(json.loads(raw))
+    @abstractmethod
+    async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message: ...
 
+    @abstractmethod
     async def alist_messages(
         self,
         config: dict[str, Any],
         search: str | None = None,
         offset: int | None = None,
         limit: int | None = None,
-    ) -> list[Message]:
-        thread_id, user_id = _ids(config)
-        rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
-        return [Message.model_validate(json.loads(r)) for r in rows]
+    ) -> list[Message]: ...
 
-    async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
-        thread_id, user_id = _ids(config)
-        if not await self._native.delete_message(thread_id, user_id, str(message_id)):
-            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
-        return True
+    @abstractmethod
+    async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> Any | None: ...
 
-    # -- threads ---------------------------------------------------------------------------
+    @abstractmethod
+    async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> Any | None: ...
 
-    async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> bool:
-        thread_id, user_id = _ids(config)
-        if str(thread_info.thread_id) != thread_id:
-            raise ValueError(
-                f"ThreadInfo.thread_id {thread_info.thread_id!r} does not match config thread_id {thread_id!r}"
-            )
-        meta = json.dumps(thread_info.metadata or {})
-        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
+    @abstractmethod
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None: ...
 
-    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
-        thread_id, user_id = _ids(config)
-        row = await self._native.get_thread(thread_id, user_id)
-        return None if row is None else _thread_info(row)
-
+    @abstractmethod
     async def alist_threads(
         self,
         config: dict[str, Any],
         search: str | None = None,
         offset: int | None = None,
         limit: int | None = None,
-    ) -> list[ThreadInfo]:
-        """The caller's threads under user isolation (a config without a ``user_id`` is the
-        anonymous user, as for every other method, so it never lists other users' threads);
-        every thread without isolation."""
-        scope = _user(config) if self._native.isolates_users else None
-        rows = await self._native.list_threads(scope, search, offset, limit)
-        return [_thread_info(r) for r in rows]
+    ) -> list[ThreadInfo]: ...
 
-    async def aclean_thread(self, config: dict[str, Any]) -> bool:
-        thread_id, user_id = _ids(config)
-        await self._native.clean_thread(thread_id, user_id)
-        await self._native.state_cache_clear(thread_id, user_id)
-        return True
+    @abstractmethod
+    async def aclean_thread(self, config: dict[str, Any]) -> Any | None: ...
 
-    async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> str | None:
-        """The user who owns the thread. Under user isolation only the owner is told (the caller
-        is ``config["user_id"]``, the anonymous user without one): anybody else gets None, as
-        for a thread that does not exist."""
-        return await self._native.thread_owner(str(thread_id), _user(config))
+    async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> str | int | None:
+        raise NotImplementedError(f"{type(self).__name__} does not track thread owners")
 
-    async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
-        ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
-        run ever held the thread, and under user isolation when the caller does not own the
-        thread (a thread nobody owns yet included: a run holds it and has not written)."""
-        raw = await self._native.lease_get(*_ids(config))
-        return None if raw is None else dict(json.loads(raw))
+    @abstractmethod
+    async def arelease(self) -> Any | None: ...
 
-    async def aprune(
-        self,
-        *,
-        keep_versions: int | None = None,
-        finished_older_than: float | None = None,
-        ledger_ttl: float | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Retention. ``keep_versions``: at most that many state versions per thread (the latest
-        always stays). ``finished_older_than``: delete completed threads (messages, ledger) not
-        updated for that many seconds. ``ledger_ttl``: delete ledger rows of completed threads
-        recorded more than that many seconds ago. Only threads whose latest state is completed and
-        whose lease is free lose rows or go: a pending interrupt, an unfinished (resumable) run or
-        a running one keeps everything it needs. Returns what was (or, with ``dry_run``, would
-        be) removed: ``{"state_versions", "threads", "ledger_rows", "dry_run"}``."""
-        if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(keep_versions, int)
-                                          or keep_versions < 1):
-            raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
-        for name, value in (("finished_older_than", finished_older_than), ("ledger_ttl", ledger_ttl)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 <= value < float("inf")):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-        raw = await self._native.prune(
-            keep_versions,
-            None if finished_older_than is None else float(finished_older_than),
-            None if ledger_ttl is None else float(ledger_ttl),
-            bool(dry_run),
-        )
-        return dict(json.loads(raw))
+    # -- sync twins: each runs the instance's own async method -----------------------------
 
-    async def arelease(self) -> bool:
-        return bool(await self._native.release())
+    def setup(self) -> Any:
+        return _run_sync(self.asetup())
 
-    # -- sync wrappers ---------------------------------------------------------------------
+    def put_state(self, config: dict[str, Any], state: StateT) -> StateT:
+        return _run_sync(self.aput_state(config, state))
+
+    def get_state(self, config: dict[str, Any]) -> StateT | None:
+        return _run_sync(self.aget_state(config))
+
+    def clear_state(self, config: dict[str, Any]) -> Any:
+        return _run_sync(self.aclear_state(config))
+
+    def put_checkpoint(self, config: dict[str, Any], state: StateT, messages: list[Message] | None = None,
+                       metadata: dict[str, Any] | None = None) -> StateT:
+        return _run_sync(self.aput_checkpoint(config, state, messages, metadata))
+
+    def put_state_cache(self, config: dict[str, Any], state: StateT) -> Any | None:
+        return _run_sync(self.aput_state_cache(config, state))
+
+    def get_state_cache(self, config: dict[str, Any]) -> StateT | None:
+        return _run_sync(self.aget_state_cache(config))
+
+    def put_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
+        return _run_sync(self.aput_cache_value(namespace, key, value, ttl_seconds))
+
+    def get_cache_value(self, namespace: str, key: str) -> Any | None:
+        return _run_sync(self.aget_cache_value(namespace, key))
+
+    def clear_cache_value(self, namespace: str, key: str) -> Any | None:
+        return _run_sync(self.aclear_cache_value(namespace, key))
+
+    def list_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
+        return _run_sync(self.alist_cache_keys(namespace, prefix))
+
+    def request_stop(self, config: dict[str, Any]) -> Any | None:
+        return _run_sync(self.arequest_stop(config))
+
+    def is_stop_requested(self, config: dict[str, Any]) -> bool:
+        return _run_sync(self.ais_stop_requested(config))
+
+    def clear_stop_request(self, config: dict[str, Any]) -> Any | None:
+        return _run_sync(self.aclear_stop_request(config))
+
+    def get_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+        return _run_sync(self.aget_tool_result(config, tool_call_id))
+
+    def put_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> Any:
+        return _run_sync(self.aput_tool_result(config, tool_call_id, result))
+
+    def put_messages(self, config: dict[str, Any], messages: list[Message],
+                     metadata: dict[str, Any] | None = None) -> Any:
+        return _run_sync(self.aput_messages(config, messages, metadata))
+
+    def get_message(self, config: dict[str, Any], message_id: str | int) -> Message:
+        return _run_sync(self.aget_message(config, message_id))
+
+    def list_messages(self, config: dict[str, Any], search: str | None = None, offset: int | None = None,
+                      limit: int | None = None) -> list[Message]:
+        return _run_sync(self.alist_messages(config, search, offset, limit))
+
+    def delete_message(self, config: dict[str, Any], message_id: str | int) -> Any | None:
+        return _run_sync(self.adelete_message(config, message_id))
+
+    def put_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> Any | None:
+        return _run_sync(self.aput_thread(config, thread_info))
+
+    def get_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        return _run_sync(self.aget_thread(config))
+
+    def list_threads(self, config: dict[str, Any], search: str | None = None, offset: int | None = None,
+                     limit: int | None = None) -> list[ThreadInfo]:
+        return _run_sync(self.alist_threads(config, search, offset, limit))
+
+    def clean_thread(self, config: dict[str, Any]) -> Any | None:
+        return _run_sync(self.aclean_thread(config))
+
+    def release(self) -> Any | None:
+        return _run_sync(self.arelease())
 
     def __getattr__(self, name: str) -> Any:
-        # `setup`, `get_state`, `put_state`, ...: the sync twin of every `aX` method.
+        # The sync twin of any other ``aX`` a backend adds (``aprune`` -> ``prune``, ...).
         if name.startswith("_"):
             raise AttributeError(name)
         target = getattr(type(self), "a" + name, None)
         if target is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
         def sync(*args: Any, **kwargs: Any) -> Any:
-            return run_sync(target(self, *args, **kwargs))
+            return _run_sync(target(self, *args, **kwargs))
 
         sync.__name__ = name
         return sync
-
-
-def _thread_info(row: tuple[str, str, str | None, str, float, float]) -> ThreadInfo:
-    from datetime import datetime, timezone
-
-    thread_id, user_id, name, meta, created, updated = row
-    return ThreadInfo(
-        thread_id=thread_id,
-        thread_name=name,
-        user_id=user_id,
-        metadata=json.loads(meta),
-        created_at=datetime.fromtimestamp(created, tz=timezone.utc),
-        updated_at=datetime.fromtimestamp(updated, tz=timezone.utc),
-    )
-
-
-def _is_intent(row: Any) -> bool:
-    return isinstance(row, dict) and row.get("__kind__") == "started"

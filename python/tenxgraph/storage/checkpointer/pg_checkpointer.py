@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from tenxgraph import _core
-from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
+from tenxgraph.core.state.message import Message
+from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
 
-__all__ = ["PgCheckpointer"]
+__all__ = ["CURRENT_SCHEMA_VERSION", "PgCheckpointer"]
+
+# The schema version this release migrates a database to: 10xGraph 0.10's v1-v3, then ours.
+CURRENT_SCHEMA_VERSION: int = _core.PG_SCHEMA_VERSION
 
 _UNSUPPORTED_OBJECTS = ("pg_pool", "redis", "redis_pool")
 
 
-class PgCheckpointer(BaseCheckpointer[Any]):
+StateT = TypeVar("StateT")
+
+
+class PgCheckpointer(NativeCheckpointer[StateT]):
     """Durable checkpoints on PostgreSQL, in Rust (sqlx).
 
     Upgrades a database created by 10xGraph 0.10 (schema v1-v3) in place, under an advisory lock.
@@ -22,7 +29,12 @@ class PgCheckpointer(BaseCheckpointer[Any]):
 
     Threads belong to the user who created them (``enforce_user_isolation=True``, as in 10xGraph):
     another user's read sees nothing and a write raises STORAGE_FORBIDDEN_001.
+
+    Nothing connects here: a module-level checkpointer imports while the database is down. The
+    first call that needs the database (``asetup()``, a run, a read) connects and migrates, and
+    raises there when it cannot; a later call tries again.
     """
+
 
     def __init__(
         self,
@@ -72,3 +84,43 @@ class PgCheckpointer(BaseCheckpointer[Any]):
 
     def __repr__(self) -> str:
         return f"PgCheckpointer(schema={self.schema!r}, redis={'on' if self.redis_url else 'off'})"
+
+    # -- return values as 10xGraph's PgCheckpointer gives them ------------------------------
+
+    async def asetup(self) -> bool:
+        """Connects (on first use) and migrates the schema; True. Raises the typed storage error
+        (``TransientStorageError`` STORAGE_TRANSIENT_001 when the database is unreachable)."""
+        return bool(await self._native.setup())
+
+    async def aclear_state(self, config: dict[str, Any]) -> None:
+        await super().aclear_state(config)
+
+    async def aput_state_cache(self, config: dict[str, Any], state: Any) -> bool:
+        await super().aput_state_cache(config, state)
+        return True
+
+    async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> bool:
+        await super().aput_cache_value(namespace, key, value, ttl_seconds)
+        return True
+
+    async def aclear_cache_value(self, namespace: str, key: str) -> int:
+        """How many keys were removed (1 or 0), as Redis' DEL answers."""
+        existed = await self.aget_cache_value(namespace, key) is not None
+        await super().aclear_cache_value(namespace, key)
+        return 1 if existed else 0
+
+    async def aclear_stop_request(self, config: dict[str, Any]) -> int:
+        return await super().aclear_stop_request(config)  # type: ignore[return-value]
+
+    async def aput_messages(self, config: dict[str, Any], messages: list[Message],
+                            metadata: dict[str, Any] | None = None) -> None:
+        await super().aput_messages(config, messages, metadata)
+
+    async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> None:
+        await super().adelete_message(config, message_id)
+
+    async def aclean_thread(self, config: dict[str, Any]) -> None:
+        await super().aclean_thread(config)
+
+    async def arelease(self) -> None:
+        await super().arelease()

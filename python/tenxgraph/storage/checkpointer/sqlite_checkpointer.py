@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tenxgraph import _core
-from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
+from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
 
 __all__ = ["SqliteCheckpointer", "DEFAULT_SQLITE_PATH"]
 
 DEFAULT_SQLITE_PATH = os.path.join(os.path.expanduser("~"), ".agentflow", "checkpointer.db")
 
 
-class SqliteCheckpointer(BaseCheckpointer[Any]):
+StateT = TypeVar("StateT")
+
+
+class SqliteCheckpointer(NativeCheckpointer[StateT]):
     """SQLite in WAL mode; several processes may share one file.
 
     ``synchronous="full"`` (default) fsyncs every commit, so a committed step and a recorded tool

@@ -1,0 +1,60 @@
+"""Dependency injection with InjectQ, as 10xGraph 0.10 wires it (``pip install "10xgraph[di]"``).
+
+``StateGraph(container=...)`` activates that container; without one the process-wide
+``InjectQ.get_instance()`` is used. ``compile()`` binds the graph's own objects there
+(``BaseCheckpointer``, ``StateGraph``, ``CompiledGraph``, ``BackgroundTaskManager``,
+``BaseIDGenerator`` and ``"generated_id_type"``), so a node or tool parameter with an
+``Inject[Service]`` default gets the bound service when it uses it (the default is InjectQ's
+proxy, resolved from the active container). Without injectq installed nothing is bound and a
+``container`` argument is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["activate_container", "bind_graph_services"]
+
+_log = logging.getLogger("tenxgraph.graph")
+
+
+def _injectq() -> Any:
+    try:
+        import injectq
+    except ImportError:
+        return None
+    return injectq
+
+
+def activate_container(container: Any) -> None:
+    if container is None:
+        return
+    if _injectq() is None or not hasattr(container, "activate"):
+        raise TypeError(
+            f"container must be an injectq.InjectQ (pip install \"10xgraph[di]\"), got {type(container).__name__}"
+        )
+    container.activate()
+
+
+def bind_graph_services(container: Any, *, checkpointer: Any, graph: Any, app: Any, id_generator: Any) -> None:
+    injectq = _injectq()
+    if injectq is None:
+        return
+    from tenxgraph.core.graph.compiled_graph import CompiledGraph
+    from tenxgraph.core.graph.state_graph import StateGraph
+    from tenxgraph.storage.checkpointer import BaseCheckpointer
+    from tenxgraph.utils.background_task_manager import BackgroundTaskManager
+    from tenxgraph.utils.id_generator import BaseIDGenerator, DefaultIDGenerator
+
+    target = container if container is not None else injectq.InjectQ.get_instance()
+    gen = id_generator if id_generator is not None else DefaultIDGenerator()
+    try:
+        target.bind_instance(BaseCheckpointer, checkpointer, allow_concrete=True)
+        target.bind_instance(StateGraph, graph)
+        target.bind_instance(CompiledGraph, app)
+        target.bind_instance(BackgroundTaskManager, app._task_manager)
+        target.bind_instance(BaseIDGenerator, gen, allow_concrete=True)
+        target.bind("generated_id_type", gen.id_type)
+    except Exception as exc:  # a frozen (compiled) container: the graph runs; Inject of these fails later
+        _log.warning("could not bind the graph's services into the InjectQ container: %s", exc)

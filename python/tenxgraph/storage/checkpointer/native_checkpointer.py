@@ -1,0 +1,337 @@
+"""NativeCheckpointer: 10xGraph's checkpointer method set over a Rust store (``_core.NativeStore``),
+the base of the built-in backends (in-memory, SQLite, Postgres).
+
+Every backend gives the same guarantees, which 10xGraph's InMemory and SQLite did not: versioned
+writes (``StaleStateError`` STORAGE_CONFLICT_001), a durable tool ledger (first result wins),
+messages deduplicated by id, and JSON copies instead of live object references.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from tenxgraph import _core
+from tenxgraph._state_codec import STATE_META_KEY, encode_state
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
+from tenxgraph.logs import run_logger
+from tenxgraph.storage.checkpointer.base_checkpointer import STOP_REQUEST_NAMESPACE, BaseCheckpointer
+from tenxgraph.utils.thread_info import ThreadInfo
+
+__all__ = ["NativeCheckpointer"]
+
+StateT = TypeVar("StateT", bound=AgentState)
+_VERSION_KEY = "_checkpoint_version"
+_log = run_logger("tenxgraph.checkpointer")
+
+
+def _ids(config: dict[str, Any]) -> tuple[str, str]:
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    thread_id = config.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise ValueError("config must contain a thread_id")
+    return str(thread_id), _user(config)
+
+
+def _user(config: dict[str, Any] | None) -> str:
+    """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
+    if config is not None and not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    return str((config or {}).get("user_id") or "anonymous")
+
+
+def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
+    rows = []
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"expected Message, got {type(m).__name__}")
+        rows.append((str(m.message_id), m.model_dump_json()))
+    return rows
+
+
+class NativeCheckpointer(BaseCheckpointer[StateT]):
+    """The storage API nodes, tools and operators use, over a Rust store the Rust loop drives
+    directly. Async first; each ``aX`` has a sync ``X``."""
+
+    _native: Any
+    enforce_user_isolation: bool = False
+    # Whether ThreadInfo.metadata read back keeps "run_id" (10xGraph's PgCheckpointer leaks it
+    # there; none of ours does: it is ThreadInfo.run_id).
+    _run_id_in_metadata: bool = False
+
+    def _encode_state(self, state: AgentState) -> dict[str, Any]:
+        return encode_state(state, with_context=True)
+
+    # -- state -----------------------------------------------------------------------------
+
+    async def asetup(self) -> bool:
+        return True  # the Rust store migrates when it opens
+
+    async def aget_state(self, config: dict[str, Any]) -> StateT | None:
+        thread_id, user_id = _ids(config)
+        row = await self._native.load(thread_id, user_id)
+        if row is None:
+            return None
+        version, state_json, messages = row
+        data = json.loads(state_json)
+        data["context"] = [json.loads(m) for m in messages]
+        config[_VERSION_KEY] = version
+        return self._decode_state(data)  # type: ignore[return-value]
+
+    async def aput_state(self, config: dict[str, Any], state: StateT) -> StateT:
+        return await self.aput_checkpoint(config, state)
+
+    async def aput_checkpoint(
+        self,
+        config: dict[str, Any],
+        state: StateT,
+        messages: list[Message] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> StateT:
+        """Writes the state (its context replaces the stored messages) plus ``messages`` in one
+        versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
+        a write over a newer version raises StaleStateError and writes nothing."""
+        thread_id, user_id = _ids(config)
+        if not isinstance(state, AgentState):
+            raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
+        expected = config.get(_VERSION_KEY)
+        if expected is None:
+            row = await self._native.load(thread_id, user_id)
+            expected = row[0] if row is not None else 0
+        data = encode_state(state, with_context=False)
+        rows = _msg_rows(list(state.context))
+        known = {r[0] for r in rows}
+        rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
+        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True)
+        config[_VERSION_KEY] = version
+        return state
+
+    async def aclear_state(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        await self._native.clear_state(thread_id, user_id)
+        await self._native.state_cache_clear(thread_id, user_id)
+        config.pop(_VERSION_KEY, None)
+        return True
+
+    async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
+        """Caches the whole state under the version in ``config`` (set by reads and writes); an
+        older version never replaces a newer cached one."""
+        thread_id, user_id = _ids(config)
+        version = int(config.get(_VERSION_KEY) or 0)
+        await self._native.state_cache_put(thread_id, user_id, version, json.dumps(self._encode_state(state)))
+        return state
+
+    async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
+        thread_id, user_id = _ids(config)
+        hit = await self._native.state_cache_get(thread_id, user_id)
+        if hit is not None:
+            version, raw = hit
+            config[_VERSION_KEY] = version
+            return self._decode_state(json.loads(raw))  # type: ignore[return-value]
+        return await self.aget_state(config)
+
+    # -- generic cache and stop requests ---------------------------------------------------
+
+    async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
+        await self._native.cache_put(namespace, key, json.dumps(value), ttl_seconds)
+        return value
+
+    async def aget_cache_value(self, namespace: str, key: str) -> Any:
+        raw = await self._native.cache_get(namespace, key)
+        return None if raw is None else json.loads(raw)
+
+    async def aclear_cache_value(self, namespace: str, key: str) -> bool:
+        return bool(await self._native.cache_clear(namespace, key))
+
+    async def alist_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
+        return list(await self._native.cache_keys(namespace, prefix))
+
+    async def arequest_stop(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return bool(await self._native.request_stop(thread_id, user_id))
+
+    async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}"))
+
+    async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}")
+
+    # -- tool ledger -----------------------------------------------------------------------
+
+    async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+        """The recorded result under a ledger key, or None. A read failure counts as no record, and
+        so does an intent record (the call started, its result was never recorded)."""
+        row = await self._ledger_row(config, tool_call_id)
+        return None if row is None or _is_intent(row) else row
+
+    async def aget_tool_status(self, config: dict[str, Any], tool_call_id: str) -> str | None:
+        """``"completed"`` (a result is recorded), ``"started"`` (an intent record only: the call
+        began and its outcome is unknown), ``"paused"`` (the call is waiting at ``interrupt()``
+        with its thread: it runs again on resume) or None (no row, or the ledger could not be
+        read). ``tool_call_id`` is a ledger key as stored (``["<message id>", "<call id>"]``, JSON) or in
+        10xGraph's form ``"<message id>:<call id>"``."""
+        row = await self._ledger_row(config, tool_call_id)
+        if row is None:
+            return None
+        if not _is_intent(row):
+            return "completed"
+        return "paused" if row.get("paused") is True else "started"
+
+    async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
+        thread_id, user_id = _ids(config)
+        keys = _core.ledger_lookup_keys(tool_call_id)
+        try:
+            found = await self._native.ledger_get(thread_id, user_id, keys)
+        except Exception as exc:
+            _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
+            return None
+        raw = next((found[k] for k in keys if k in found), None)
+        return None if raw is None else json.loads(raw)
+
+    async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
+        """Records a result; the first one recorded for a key wins. Raises on failure."""
+        thread_id, user_id = _ids(config)
+        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def aput_messages(
+        self, config: dict[str, Any], messages: list[Message], metadata: dict[str, Any] | None = None
+    ) -> int:
+        thread_id, user_id = _ids(config)
+        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
+
+    async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
+        thread_id, user_id = _ids(config)
+        raw = await self._native.get_message(thread_id, user_id, str(message_id))
+        if raw is None:
+            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+        return Message.model_validate(json.loads(raw))
+
+    async def alist_messages(
+        self,
+        config: dict[str, Any],
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        thread_id, user_id = _ids(config)
+        rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
+        return [Message.model_validate(json.loads(r)) for r in rows]
+
+    async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
+        thread_id, user_id = _ids(config)
+        if not await self._native.delete_message(thread_id, user_id, str(message_id)):
+            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+        return True
+
+    # -- threads ---------------------------------------------------------------------------
+
+    async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> bool:
+        thread_id, user_id = _ids(config)
+        if str(thread_info.thread_id) != thread_id:
+            raise ValueError(
+                f"ThreadInfo.thread_id {thread_info.thread_id!r} does not match config thread_id {thread_id!r}"
+            )
+        # run_id rides in the metadata, where 10xGraph's Postgres schema keeps it too.
+        meta = json.dumps({**(thread_info.metadata or {}), "run_id": thread_info.run_id})
+        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
+
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        thread_id, user_id = _ids(config)
+        row = await self._native.get_thread(thread_id, user_id)
+        return None if row is None else _thread_info(row, self._run_id_in_metadata)
+
+    async def alist_threads(
+        self,
+        config: dict[str, Any],
+        search: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> list[ThreadInfo]:
+        """The caller's threads under user isolation (a config without a ``user_id`` is the
+        anonymous user, as for every other method, so it never lists other users' threads);
+        every thread without isolation."""
+        scope = _user(config) if self._native.isolates_users else None
+        rows = await self._native.list_threads(scope, search, offset, limit)
+        return [_thread_info(r, self._run_id_in_metadata) for r in rows]
+
+    async def aclean_thread(self, config: dict[str, Any]) -> bool:
+        thread_id, user_id = _ids(config)
+        await self._native.clean_thread(thread_id, user_id)
+        await self._native.state_cache_clear(thread_id, user_id)
+        return True
+
+    async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> str | None:
+        """The user who owns the thread. Under user isolation only the owner is told (the caller
+        is ``config["user_id"]``, the anonymous user without one): anybody else gets None, as
+        for a thread that does not exist."""
+        return await self._native.thread_owner(str(thread_id), _user(config))
+
+    async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
+        ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
+        run ever held the thread, and under user isolation when the caller does not own the
+        thread (a thread nobody owns yet included: a run holds it and has not written)."""
+        raw = await self._native.lease_get(*_ids(config))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def aprune(
+        self,
+        *,
+        keep_versions: int | None = None,
+        finished_older_than: float | None = None,
+        ledger_ttl: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Retention. ``keep_versions``: at most that many state versions per thread (the latest
+        always stays). ``finished_older_than``: delete completed threads (messages, ledger) not
+        updated for that many seconds. ``ledger_ttl``: delete ledger rows of completed threads
+        recorded more than that many seconds ago. Only threads whose latest state is completed and
+        whose lease is free lose rows or go: a pending interrupt, an unfinished (resumable) run or
+        a running one keeps everything it needs. Returns what was (or, with ``dry_run``, would
+        be) removed: ``{"state_versions", "threads", "ledger_rows", "dry_run"}``."""
+        if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(keep_versions, int)
+                                          or keep_versions < 1):
+            raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
+        for name, value in (("finished_older_than", finished_older_than), ("ledger_ttl", ledger_ttl)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < float("inf")):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        raw = await self._native.prune(
+            keep_versions,
+            None if finished_older_than is None else float(finished_older_than),
+            None if ledger_ttl is None else float(ledger_ttl),
+            bool(dry_run),
+        )
+        return dict(json.loads(raw))
+
+    async def arelease(self) -> bool:
+        return bool(await self._native.release())
+
+
+def _thread_info(row: tuple[str, str, str | None, str, float, float], keep_run_id: bool) -> ThreadInfo:
+    from datetime import datetime, timezone
+
+    thread_id, user_id, name, meta, created, updated = row
+    metadata = json.loads(meta)
+    run_id = metadata.get("run_id") if isinstance(metadata, dict) else None
+    if not keep_run_id and isinstance(metadata, dict):
+        metadata.pop("run_id", None)
+    return ThreadInfo(
+        thread_id=thread_id,
+        thread_name=name,
+        user_id=user_id,
+        metadata=metadata,
+        run_id=run_id,
+        created_at=datetime.fromtimestamp(created, tz=timezone.utc),
+        updated_at=datetime.fromtimestamp(updated, tz=timezone.utc),
+    )
+
+
+def _is_intent(row: Any) -> bool:
+    return isinstance(row, dict) and row.get("__kind__") == "started"

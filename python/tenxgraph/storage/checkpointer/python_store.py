@@ -1,0 +1,101 @@
+"""PythonStore: how the Rust loop drives a checkpointer written in Python.
+
+``compile(checkpointer=MyCheckpointer())`` with a ``BaseCheckpointer`` subclass of your own
+attaches one of these. The Rust side (``src/py/py_store.rs``) keeps a working copy in memory for
+versioning, leases and intent records, and calls the coroutines below: ``load`` at each run start
+(your ``aget_state``), ``save`` after each committed step (your ``aput_checkpoint``: the state with
+its whole context, plus the step's new messages), ``ledger_get`` / ``ledger_put`` for the tool
+ledger (your ``aget_tool_result`` / ``aput_tool_result``, keys in 10xGraph's
+``"<message id>:<call id>"`` form).
+
+Your coroutines run on a private event loop in a thread of their own, never on the loop of the
+caller of ``ainvoke``: do not share loop-bound clients (an asyncpg pool made on your app's loop)
+with the checkpointer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from typing import Any
+
+from tenxgraph import _core
+from tenxgraph._state_codec import encode_state
+from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.state.message import Message
+from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
+
+__all__ = ["PythonStore", "attach_python_store"]
+
+_LEDGER_METHODS = ("aget_tool_result", "aput_tool_result")
+
+
+def _ledger_key(key: str) -> str:
+    """A stored key (``["<message id>", "<call id>"]``) in 10xGraph's form; others as they are."""
+    try:
+        parts = json.loads(key)
+    except (TypeError, ValueError):
+        return key
+    if isinstance(parts, list) and len(parts) == 2:
+        return f"{parts[0]}:{parts[1]}"
+    return key
+
+
+class PythonStore:
+    def __init__(self, checkpointer: BaseCheckpointer[Any]) -> None:
+        self.checkpointer = checkpointer
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tenxgraph-python-store", daemon=True)
+        self._thread.start()
+        self.native = _core.NativeStore.python(self, self.loop, contextvars.copy_context())
+
+    @staticmethod
+    def _config(thread_id: str, user_id: str) -> dict[str, Any]:
+        return {"thread_id": thread_id, "user_id": user_id}
+
+    async def load(self, thread_id: str, user_id: str) -> tuple[str, list[str]] | None:
+        state = await self.checkpointer.aget_state(self._config(thread_id, user_id))
+        if state is None:
+            return None
+        return json.dumps(encode_state(state, with_context=False)), [m.model_dump_json() for m in state.context]
+
+    async def save(self, thread_id: str, user_id: str, state_json: str, messages: list[str], new: list[str]) -> None:
+        data = json.loads(state_json)
+        data["context"] = [json.loads(m) for m in messages]
+        state = self.checkpointer._decode_state(data)
+        await self.checkpointer.aput_checkpoint(self._config(thread_id, user_id), state,
+                                                [Message.model_validate_json(m) for m in new])
+
+    async def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> dict[str, str]:
+        config = self._config(thread_id, user_id)
+        found: dict[str, str] = {}
+        for key in keys:
+            result = await self.checkpointer.aget_tool_result(config, _ledger_key(key))
+            if isinstance(result, dict):
+                found[key] = json.dumps(result)
+        return found
+
+    async def ledger_put(self, thread_id: str, user_id: str, entries: list[tuple[str, str]]) -> None:
+        config = self._config(thread_id, user_id)
+        for key, result_json in entries:
+            await self.checkpointer.aput_tool_result(config, _ledger_key(key), json.loads(result_json))
+
+
+def attach_python_store(checkpointer: BaseCheckpointer[Any]) -> None:
+    """Makes a Python checkpointer drivable by the Rust loop; refuses one without a tool ledger
+    (``GraphError`` GRAPH_CHECKPOINTER_001): its graph would run finished tools again on every
+    replay."""
+    missing = [m for m in _LEDGER_METHODS if getattr(type(checkpointer), m) is getattr(BaseCheckpointer, m)]
+    if missing:
+        raise GraphError(
+            f"{type(checkpointer).__name__} does not implement {' and '.join(missing)} (the tool ledger): a replay "
+            "of its graph would run tools that already finished again. Implement both, or use "
+            "InMemoryCheckpointer, SqliteCheckpointer or PgCheckpointer",
+            "GRAPH_CHECKPOINTER_001",
+            {"checkpointer": type(checkpointer).__name__, "missing": missing},
+        )
+    store = PythonStore(checkpointer)
+    checkpointer._python_store = store  # type: ignore[attr-defined]
+    checkpointer._native = store.native  # type: ignore[attr-defined]

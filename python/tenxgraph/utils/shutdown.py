@@ -1,0 +1,152 @@
+"""Graceful shutdown helpers, as 10xGraph's ``tenxgraph.utils.shutdown`` offers them.
+
+``GracefulShutdownManager`` turns SIGINT/SIGTERM into a flag an asyncio app polls (or callbacks);
+``DelayedKeyboardInterrupt`` holds those signals back over a critical section and delivers them
+at its end; ``shutdown_with_timeout`` awaits one cleanup step within a deadline and reports how it
+went instead of raising, so one stuck component never blocks the others' cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = [
+    "DelayedKeyboardInterrupt",
+    "GracefulShutdownManager",
+    "delayed_keyboard_interrupt",
+    "setup_exception_handler",
+    "shutdown_with_timeout",
+]
+
+_log = logging.getLogger("tenxgraph.utils.shutdown")
+SIGNAL_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+class DelayedKeyboardInterrupt:
+    """Holds SIGINT/SIGTERM back while the block runs; on exit the previous handler gets the
+    signal (for SIGINT by default: KeyboardInterrupt). Main thread only, as ``signal.signal``."""
+
+    def __init__(self) -> None:
+        self._received: tuple[int, Any] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> DelayedKeyboardInterrupt:
+        self._previous = {sig: signal.signal(sig, self._hold) for sig in SIGNAL_NAMES}
+        return self
+
+    def _hold(self, sig: int, frame: Any) -> None:
+        self._received = (sig, frame)
+        _log.warning("%s received; delivering it when the critical section ends", SIGNAL_NAMES.get(sig, sig))
+
+    def __exit__(self, *exc: object) -> bool:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        if self._received is not None:
+            sig, frame = self._received
+            handler = self._previous.get(sig)
+            if callable(handler):
+                handler(sig, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(sig)
+        return False
+
+
+@contextlib.contextmanager
+def delayed_keyboard_interrupt() -> Iterator[DelayedKeyboardInterrupt]:
+    with DelayedKeyboardInterrupt() as held:
+        yield held
+
+
+class GracefulShutdownManager:
+    """SIGINT/SIGTERM set ``shutdown_requested`` and run the registered callbacks, on the event
+    loop, instead of killing the process mid-step."""
+
+    def __init__(self, shutdown_timeout: float = 30.0) -> None:
+        self.shutdown_requested = False
+        self.shutdown_timeout = shutdown_timeout
+        self._callbacks: list[Callable[[], Any]] = []
+        self._previous: dict[int, Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def register_signal_handlers(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = asyncio.get_event_loop()
+        self._loop = loop
+        for sig in SIGNAL_NAMES:
+            try:
+                self._previous[sig] = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (ValueError, NotImplementedError, RuntimeError) as exc:  # not the main thread, Windows
+                _log.warning("could not register a handler for %s: %s", SIGNAL_NAMES[sig], exc)
+
+    def unregister_signal_handlers(self) -> None:
+        for sig, handler in self._previous.items():
+            with contextlib.suppress(Exception):
+                if self._loop is not None:
+                    self._loop.remove_signal_handler(sig)
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError, TypeError) as exc:
+                _log.warning("could not restore the handler for %s: %s", SIGNAL_NAMES[sig], exc)
+        self._previous.clear()
+
+    def _on_signal(self, sig: int) -> None:
+        _log.info("%s received: shutting down gracefully", SIGNAL_NAMES.get(sig, sig))
+        self.shutdown_requested = True
+        for cb in list(self._callbacks):
+            try:
+                cb()
+            except Exception:  # one failing callback must not stop the others
+                _log.exception("shutdown callback %r failed", cb)
+
+    def add_shutdown_callback(self, callback: Callable[[], Any]) -> None:
+        self._callbacks.append(callback)
+
+    def protect_section(self) -> DelayedKeyboardInterrupt:
+        return DelayedKeyboardInterrupt()
+
+    async def wait_for_shutdown(self, check_interval: float = 0.1) -> None:
+        while not self.shutdown_requested:
+            await asyncio.sleep(check_interval)
+
+
+def setup_exception_handler(loop: asyncio.AbstractEventLoop) -> None:
+    """Quiets the connection-reset noise a loop reports while sockets close at shutdown; every
+    other unhandled exception is logged at error level."""
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and getattr(exc, "winerror", None) == 6):
+            _log.debug("ignored during shutdown: %s", context.get("message"))
+            return
+        _log.error("unhandled exception in event loop: %s", context.get("message", "no message"), exc_info=exc)
+
+    loop.set_exception_handler(handler)
+
+
+async def shutdown_with_timeout(coro_or_task: Any, timeout: float, task_name: str = "task") -> dict[str, Any]:
+    """Awaits one cleanup step for at most ``timeout`` seconds. Returns ``{"status": "completed",
+    "duration"}``, ``{"status": "timeout", "duration"}`` (the step is cancelled) or ``{"status":
+    "error", "error", "duration"}``; never raises (except when the caller itself is cancelled)."""
+    started = time.monotonic()
+    task = asyncio.ensure_future(coro_or_task)
+    try:
+        await asyncio.wait_for(task, timeout=timeout)
+    except asyncio.TimeoutError:
+        _log.warning("shutdown of %s timed out after %.2fs", task_name, time.monotonic() - started)
+        return {"status": "timeout", "duration": time.monotonic() - started}
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        _log.warning("shutdown of %s failed: %s", task_name, exc)
+        return {"status": "error", "error": str(exc), "duration": time.monotonic() - started}
+    return {"status": "completed", "duration": time.monotonic() - started}

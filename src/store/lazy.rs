@@ -1,0 +1,185 @@
+//! `LazyStore`: a store that opens its backend on first use, not when it is made.
+//!
+//! 10xGraph's `PgCheckpointer(...)` does not connect in its constructor, so a module-level
+//! checkpointer (the one `10xgraph.json` names) imports while the database is down. The backend
+//! is opened by the first call that needs it (`setup()` included); an open that fails is not
+//! remembered, so the next call tries again and a database started later is picked up.
+
+use super::{
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, PruneReport, PruneRules, StateVersion,
+    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+};
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// Opens the backend (connect, migrate). Called again after a failure.
+pub type Opener = Box<dyn Fn() -> BoxFuture<'static, StoreResult<Arc<dyn Checkpointer>>> + Send + Sync>;
+
+pub struct LazyStore {
+    cell: OnceCell<Arc<dyn Checkpointer>>,
+    open: Opener,
+    // Known without connecting: the engine asks it synchronously.
+    isolates_users: bool,
+}
+
+impl LazyStore {
+    pub fn new(isolates_users: bool, open: Opener) -> Self {
+        LazyStore { cell: OnceCell::new(), open, isolates_users }
+    }
+
+    /// Whether the backend has been opened.
+    pub fn is_open(&self) -> bool {
+        self.cell.initialized()
+    }
+
+    async fn get(&self) -> StoreResult<&Arc<dyn Checkpointer>> {
+        // Concurrent first users wait for one open; a failed open leaves the cell empty.
+        self.cell.get_or_try_init(|| (self.open)()).await
+    }
+}
+
+#[async_trait]
+impl Checkpointer for LazyStore {
+    async fn setup(&self) -> StoreResult<()> {
+        // Opening runs the migrations; `setup` on the opened store is then a cheap re-check.
+        self.get().await?.setup().await
+    }
+    async fn load(&self, t: &ThreadRef) -> StoreResult<Option<Checkpoint>> {
+        self.get().await?.load(t).await
+    }
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        self.get().await?.load_with(t, known).await
+    }
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        self.get().await?.put_step(t, w).await
+    }
+    async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.get().await?.clear_state(t).await
+    }
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        self.get().await?.put_messages(t, msgs).await
+    }
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        self.get().await?.get_message(t, message_id).await
+    }
+    async fn list_messages(
+        &self,
+        t: &ThreadRef,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<Value>> {
+        self.get().await?.list_messages(t, search, offset, limit).await
+    }
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        self.get().await?.delete_message(t, message_id).await
+    }
+    async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        self.get().await?.put_thread(t, name, meta).await
+    }
+    async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        self.get().await?.get_thread(t).await
+    }
+    async fn list_threads(
+        &self,
+        user_id: Option<&str>,
+        search: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> StoreResult<Vec<ThreadRow>> {
+        self.get().await?.list_threads(user_id, search, offset, limit).await
+    }
+    async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.get().await?.clean_thread(t).await
+    }
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        self.get().await?.thread_owner(thread_id).await
+    }
+    async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        self.get().await?.running_threads(after, limit).await
+    }
+    fn isolates_users(&self) -> bool {
+        self.isolates_users
+    }
+    async fn is_owner(&self, t: &ThreadRef) -> StoreResult<bool> {
+        self.get().await?.is_owner(t).await
+    }
+    async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
+        self.get().await?.cache_put(ns, key, value, ttl).await
+    }
+    async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
+        self.get().await?.cache_get(ns, key).await
+    }
+    async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
+        self.get().await?.cache_clear(ns, key).await
+    }
+    async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>> {
+        self.get().await?.cache_keys(ns, prefix).await
+    }
+    async fn state_cache_put(&self, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
+        self.get().await?.state_cache_put(t, version, state).await
+    }
+    async fn state_cache_get(&self, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
+        self.get().await?.state_cache_get(t).await
+    }
+    async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.get().await?.state_cache_clear(t).await
+    }
+    async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        self.get().await?.ledger_get(t, keys).await
+    }
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.get().await?.ledger_put_many(t, entries, fence).await
+    }
+    async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.get().await?.ledger_mark(t, marks, fence).await
+    }
+    async fn ledger_begin(
+        &self,
+        t: &ThreadRef,
+        intents: &[(String, Value)],
+        also_read: &[String],
+        fence: Option<i64>,
+    ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
+        self.get().await?.ledger_begin(t, intents, also_read, fence).await
+    }
+    async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
+        self.get().await?.ledger_put(t, key, result).await
+    }
+    async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        self.get().await?.lease_acquire(thread_id, req).await
+    }
+    async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        self.get().await?.lease_renew(thread_id, token, ttl).await
+    }
+    async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        self.get().await?.lease_release(thread_id, token).await
+    }
+    async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        self.get().await?.lease_get(thread_id).await
+    }
+    async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        self.get().await?.prune(rules).await
+    }
+    async fn release(&self) -> StoreResult<()> {
+        // Never connects just to close.
+        match self.cell.get() {
+            Some(s) => s.release().await,
+            None => Ok(()),
+        }
+    }
+    async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<LedgerEntry>> {
+        self.get().await?.ledger_list(t).await
+    }
+    async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<StateVersion>> {
+        self.get().await?.state_versions(t).await
+    }
+    async fn schema_version(&self) -> StoreResult<Option<i64>> {
+        self.get().await?.schema_version().await
+    }
+}
