@@ -6,7 +6,7 @@
 //! remembered, so the next call tries again and a database started later is picked up.
 
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, PruneReport, PruneRules, StateVersion,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LegacyCache, LeaseInfo, LeaseRequest, LedgerEntry, PruneReport, PruneRules, StateVersion,
     StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
@@ -129,6 +129,14 @@ impl Checkpointer for LazyStore {
     }
     async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
         self.get().await?.state_cache_clear(t).await
+    }
+    async fn legacy_state_cache(&self, t: &ThreadRef) -> LegacyCache {
+        // A default-bodied trait method: a wrapper that does not forward it silently answers with
+        // the default (here: no 10xGraph entry, so a run 10xGraph died in resumed at the wrong node).
+        match self.get().await {
+            Ok(store) => store.legacy_state_cache(t).await,
+            Err(e) => LegacyCache::Unreadable(format!("the store could not be opened: {e}")),
+        }
     }
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         self.get().await?.ledger_get(t, keys).await
