@@ -72,6 +72,79 @@ class Node:
             result = await result
         return result
 
+    async def execute(self, config: dict[str, Any], state: Any, callback_mgr: Any = None) -> dict[str, Any]:
+        """Runs this function node once, outside a graph, as 10xGraph's ``Node.execute`` does.
+
+        Returns ``{"state", "messages", "next_node"}``: the node's messages are appended to
+        ``state.context`` in place (or its returned state is taken), ``next_node`` is a Command's
+        goto. AI callbacks of ``callback_mgr`` wrap the call, as in a run. A failure is a
+        ``NodeError`` ``NODE_001`` caused by the original exception. Nothing is persisted: there
+        is no checkpointer here, so ``interrupt()`` and tool replay-safety do not apply.
+        """
+        from tenxgraph._runtime import _added, _require_state, _to_message
+        from tenxgraph.core.exceptions import NodeError
+        from tenxgraph.core.state.agent_state import AgentState
+        from tenxgraph.core.state.reducers import add_messages
+        from tenxgraph.utils.callbacks import CallbackContext, InvocationType
+        from tenxgraph.utils.command import Command
+
+        if not callable(self.func) or _is_graph_node_object(self.func):
+            # A ToolNode or an Agent needs the run around it (the ledger, the model client).
+            raise TypeError(
+                f"Node.execute runs a function node; '{self.name}' holds a "
+                f"{type(self.func).__name__}: run it inside a compiled graph (or ToolNode.invoke)"
+            )
+        if not isinstance(state, AgentState):
+            raise TypeError(f"Node.execute needs an AgentState, got {type(state).__name__}")
+        if not isinstance(config, dict):
+            raise TypeError(f"Node.execute needs a config dict, got {type(config).__name__}")
+        pre_len = len(state.context)
+        pre_last = state.context[-1].message_id if pre_len else None
+        try:
+            if callback_mgr is not None and callback_mgr.wraps(InvocationType.AI):
+                ctx = CallbackContext(
+                    invocation_type=InvocationType.AI,
+                    node_name=self.name,
+                    function_name=getattr(self.func, "__name__", str(self.func)),
+                    metadata={"config": config},
+                )
+                input_data = self.input_data(state, config)
+                try:
+                    input_data = await callback_mgr.execute_before_invoke(ctx, input_data)
+                    result = await self.call_with(input_data)
+                    result = await callback_mgr.execute_after_invoke(ctx, input_data, result)
+                except Exception as exc:
+                    recovery = await callback_mgr.execute_on_error(ctx, input_data, exc)
+                    if recovery is None:
+                        raise
+                    result = [recovery]
+            else:
+                result = await self.call(state, config)
+            if result is None:
+                raise ValueError("the node returned None: return a str, a Message, a list of them, the state, or a Command")
+            next_node: str | None = None
+            messages: list[Any] = []
+            if isinstance(result, Command):
+                next_node = result.goto
+                if result.state is not None:
+                    state = _require_state(result.state)
+                    messages = _added(state, pre_len, pre_last)
+                result = result.update
+            if isinstance(result, AgentState):
+                state = result
+                messages = _added(state, pre_len, pre_last)
+            elif result is not None:
+                items = result if isinstance(result, list) else [result]
+                messages = [_to_message(item) for item in items]
+                state.context = add_messages(state.context, messages)
+        except Exception as exc:
+            raise NodeError(
+                f"Error in node '{self.name}': {exc}",
+                "NODE_001",
+                {"node_name": self.name, "error_type": type(exc).__name__},
+            ) from exc
+        return {"state": state, "messages": messages, "next_node": next_node}
+
     def _single_name(self) -> str:
         try:
             params = [
@@ -85,6 +158,15 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.name!r})"
+
+
+def _is_graph_node_object(func: Any) -> bool:
+    from tenxgraph.core.graph.tool_node import ToolNode
+
+    return isinstance(func, ToolNode) or hasattr(func, "_tenxgraph_agent_node") or type(func).__name__ in (
+        "Agent",
+        "BaseAgent",
+    )
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
