@@ -201,3 +201,44 @@ def test_node_execute_refuses_what_it_cannot_run() -> None:
         assert [m.text() for m in state.context] == ["kept"]
 
     asyncio.run(go())
+
+
+# The shutdown helpers examples/graceful_shutdown wraps its service in, around a function node
+# (the example's own node is an Agent, which needs a model).
+GRACEFUL = """
+import asyncio
+from tenxgraph.core import StateGraph
+from tenxgraph.core.state import Message
+from tenxgraph.utils import END
+from tenxgraph.utils.shutdown import GracefulShutdownManager
+
+def answer(state):
+    return [Message.text_message("done", role="assistant")]
+
+async def main():
+    manager = GracefulShutdownManager(shutdown_timeout=20.0)
+    g = StateGraph()
+    g.add_node("MAIN", answer)
+    g.set_entry_point("MAIN")
+    g.add_edge("MAIN", END)
+    app = g.compile(shutdown_timeout=20.0)
+    manager.register_signal_handlers()
+    entered = False
+    with manager.protect_section():
+        entered = True
+    res = await app.ainvoke({"messages": [Message.text_message("go", role="user")]},
+                            config={"thread_id": "svc-1"})
+    stats = await app.aclose()
+    manager.unregister_signal_handlers()
+    last = res["messages"][-1]
+    return {"entered": entered, "requested": manager.shutdown_requested, "last": [last.role, last.text()],
+            "stat_types": {k: type(stats.get(k)).__name__ for k in ("background_tasks", "checkpointer", "total_duration")}}
+
+emit(asyncio.run(main()))
+"""
+
+
+def test_graceful_shutdown_helpers_match_10xgraph(oracle) -> None:
+    theirs, ours = oracle.run_both(GRACEFUL)
+    assert ours == theirs, (theirs, ours)
+    assert ours["last"] == ["assistant", "done"] and ours["requested"] is False and ours["entered"] is True
