@@ -46,6 +46,8 @@ CLEAN = [
     "Please ignore the typo in my last message, I meant Tuesday.",
     "The sha256 is 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08.",
     "My order id is QWxhZGRpbjpvcGVuIHNlc2FtZQ and it has not arrived.",
+    "\ufeffMy family \U0001f468\u200d\U0001f469\u200d\U0001f467 says hi",  # BOM, emoji joined by ZWJ
+    "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 \u0628\u0631\u0648\u0645",  # Persian with a ZWNJ
 ]
 
 

@@ -129,9 +129,16 @@ _SYMBOL_RUN = re.compile(r"[^\w\s]{10,}")
 _SYMBOL_DISTINCT = 5
 
 
+# Format characters that ordinary text needs: the soft hyphen, and the zero-width (non-)joiner
+# that emoji sequences and Persian or Indic scripts use.
+_ORDINARY_FORMAT = frozenset("\u00ad\u200c\u200d")
+
+
 def _invisible_controls(text: str) -> int:
     """Zero-width and bidirectional-override characters hide words from a reader (and a regex)."""
-    return sum(1 for ch in text if unicodedata.category(ch) == "Cf" and ch not in "\u00ad")
+    # A leading byte-order mark is what some editors put at the start of pasted text.
+    body = text[1:] if text.startswith("\ufeff") else text
+    return sum(1 for ch in body if unicodedata.category(ch) == "Cf" and ch not in _ORDINARY_FORMAT)
 
 
 class PromptInjectionValidator(BaseValidator):
