@@ -63,6 +63,12 @@ from tenxgraph.utils.shutdown import (  # noqa: E402
     setup_exception_handler,
     shutdown_with_timeout,
 )
+from tenxgraph.utils.validators import (  # noqa: E402
+    MessageContentValidator,
+    PromptInjectionValidator,
+    ValidationError,
+    register_default_validators,
+)
 
 _ITEM8 = [
     "AsyncIDGenerator", "BackgroundTaskManager", "BaseIDGenerator", "BigIntIDGenerator", "DefaultIDGenerator",
@@ -70,6 +76,7 @@ _ITEM8 = [
     "SecretRedactionFilter", "ShortIDGenerator", "TaskMetadata", "TimestampIDGenerator", "UUIDGenerator",
     "delayed_keyboard_interrupt", "install_secret_redaction", "logger", "mask_secrets", "setup_exception_handler",
     "shutdown_with_timeout",
+    "MessageContentValidator", "PromptInjectionValidator", "ValidationError", "register_default_validators",
 ]
 
 __all__ = [
