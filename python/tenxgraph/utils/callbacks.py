@@ -294,12 +294,13 @@ class CallbackManager:
 
     # -- lifecycle hooks ------------------------------------------------------------------
 
-    async def _fire_chain(self, method: str, context: GraphLifecycleContext, state: Any, *rest: Any) -> Any:
-        """Each hook sees the state the previous one returned; a failing hook is logged, skipped."""
+    async def _fire_chain(self, method: str, state: Any, call: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+        """Each hook sees the state the previous one returned (``call(bound_method, state)`` puts
+        it where that hook method takes it); a failing hook is logged and skipped."""
         current = state
         for hook in self._lifecycle_hooks:
             try:
-                changed = await getattr(hook, method)(context, current, *rest)
+                changed = await call(getattr(hook, method), current)
             except Exception:
                 logger.exception("lifecycle hook %s.%s failed", type(hook).__name__, method)
                 continue
@@ -308,11 +309,11 @@ class CallbackManager:
         return current
 
     async def fire_on_graph_start(self, context: GraphLifecycleContext, state: Any) -> Any:
-        return await self._fire_chain("on_graph_start", context, state)
+        return await self._fire_chain("on_graph_start", state, lambda f, s: f(context, s))
 
     async def fire_on_graph_end(self, context: GraphLifecycleContext, final_state: Any,
                                 messages: list[Message], total_steps: int) -> Any:
-        return await self._fire_chain("on_graph_end", context, final_state, messages, total_steps)
+        return await self._fire_chain("on_graph_end", final_state, lambda f, s: f(context, s, messages, total_steps))
 
     async def fire_on_graph_error(self, context: GraphLifecycleContext, error: Exception, partial_state: Any,
                                   messages: list[Message], step: int, node_name: str) -> tuple[Any, str]:
@@ -329,29 +330,13 @@ class CallbackManager:
 
     async def fire_on_interrupt(self, context: GraphLifecycleContext, interrupted_node: str,
                                 interrupt_type: str, state: Any) -> Any:
-        current = state
-        for hook in self._lifecycle_hooks:
-            try:
-                changed = await hook.on_interrupt(context, interrupted_node, interrupt_type, current)
-            except Exception:
-                logger.exception("lifecycle hook %s.on_interrupt failed", type(hook).__name__)
-                continue
-            if changed is not None:
-                current = changed
-        return current
+        return await self._fire_chain(
+            "on_interrupt", state, lambda f, s: f(context, interrupted_node, interrupt_type, s))
 
     async def fire_on_resume(self, context: GraphLifecycleContext, resumed_node: str, state: Any,
                              resume_data: dict[str, Any]) -> Any:
-        current = state
-        for hook in self._lifecycle_hooks:
-            try:
-                changed = await hook.on_resume(context, resumed_node, current, resume_data)
-            except Exception:
-                logger.exception("lifecycle hook %s.on_resume failed", type(hook).__name__)
-                continue
-            if changed is not None:
-                current = changed
-        return current
+        return await self._fire_chain(
+            "on_resume", state, lambda f, s: f(context, resumed_node, s, resume_data))
 
     async def fire_on_checkpoint(self, context: GraphLifecycleContext, state: Any, messages: list[Message],
                                  is_context_trimmed: bool) -> tuple[Any, list[Message]]:
@@ -370,19 +355,11 @@ class CallbackManager:
 
     async def fire_on_state_update(self, context: GraphLifecycleContext, node_name: str, old_state: Any,
                                    new_state: Any, step: int) -> Any:
-        current = new_state
-        for hook in self._lifecycle_hooks:
-            try:
-                changed = await hook.on_state_update(context, node_name, old_state, current, step)
-            except Exception:
-                logger.exception("lifecycle hook %s.on_state_update failed", type(hook).__name__)
-                continue
-            if changed is not None:
-                current = changed
-        return current
+        return await self._fire_chain(
+            "on_state_update", new_state, lambda f, s: f(context, node_name, old_state, s, step))
 
     async def fire_on_turn_start(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
-        return await self._fire_chain("on_turn_start", context, state, turn_index)
+        return await self._fire_chain("on_turn_start", state, lambda f, s: f(context, s, turn_index))
 
     async def fire_on_turn_end(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
-        return await self._fire_chain("on_turn_end", context, state, turn_index)
+        return await self._fire_chain("on_turn_end", state, lambda f, s: f(context, s, turn_index))
