@@ -44,6 +44,9 @@ def _ledger_key(key: str) -> str:
 
 
 class PythonStore:
+    """The adapter between the Rust loop and a Python ``BaseCheckpointer``: owns a private event
+    loop on a daemon thread, where every call into the checkpointer runs. Made by
+    ``attach_python_store``; not for direct use."""
     def __init__(self, checkpointer: BaseCheckpointer[Any]) -> None:
         self.checkpointer = checkpointer
         self.loop = asyncio.new_event_loop()
@@ -56,12 +59,17 @@ class PythonStore:
         return {"thread_id": thread_id, "user_id": user_id}
 
     async def load(self, thread_id: str, user_id: str) -> tuple[str, list[str]] | None:
+        """The thread's state as ``(state JSON without context, [message JSON, ...])`` from the
+        checkpointer's ``aget_state``, or None when it has none."""
         state = await self.checkpointer.aget_state(self._config(thread_id, user_id))
         if state is None:
             return None
         return json.dumps(encode_state(state, with_context=False)), [m.model_dump_json() for m in state.context]
 
     async def save(self, thread_id: str, user_id: str, state_json: str, messages: list[str], new: list[str]) -> None:
+        """Writes one committed step through the checkpointer's ``aput_checkpoint``: the state with
+        its whole context (``messages``) plus the step's new messages (``new``). Raises what the
+        checkpointer raises; the step write then fails and the Rust working copy drops the step."""
         data = json.loads(state_json)
         data["context"] = [json.loads(m) for m in messages]
         state = self.checkpointer._decode_state(data)
@@ -69,6 +77,9 @@ class PythonStore:
                                                 [Message.model_validate_json(m) for m in new])
 
     async def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> dict[str, str]:
+        """The recorded results among ``keys`` (ledger keys as stored), read one by one through
+        ``aget_tool_result`` in 10xGraph's ``"<message id>:<call id>"`` form; a key whose result is
+        not a dict counts as not recorded."""
         config = self._config(thread_id, user_id)
         found: dict[str, str] = {}
         for key in keys:
@@ -78,6 +89,8 @@ class PythonStore:
         return found
 
     async def ledger_put(self, thread_id: str, user_id: str, entries: list[tuple[str, str]]) -> None:
+        """Records each ``(key, result JSON)`` through ``aput_tool_result``, in order; the first
+        failure propagates and the rest are not written."""
         config = self._config(thread_id, user_id)
         for key, result_json in entries:
             await self.checkpointer.aput_tool_result(config, _ledger_key(key), json.loads(result_json))
