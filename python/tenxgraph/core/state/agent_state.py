@@ -36,28 +36,39 @@ class AgentState(BaseModel):
         status: ExecutionStatus | str,
         data: dict[str, Any] | None = None,
     ) -> None:
+        """Marks the thread paused at ``node`` (``ExecutionState.set_interrupt`` on ``execution_meta``).
+        Raises ValueError when ``status`` is not an ``ExecutionStatus`` value."""
         self.execution_meta.set_interrupt(node, reason, status, data)
 
     def clear_interrupt(self) -> None:
+        """Clears the pause and sets the status back to RUNNING (``ExecutionState.clear_interrupt``)."""
         self.execution_meta.clear_interrupt()
 
     def is_running(self) -> bool:
+        """True only while ``execution_meta.status`` is RUNNING."""
         return self.execution_meta.is_running()
 
     def is_interrupted(self) -> bool:
+        """True while paused before or after a node (INTERRUPTED_BEFORE / INTERRUPTED_AFTER)."""
         return self.execution_meta.is_interrupted()
 
     def advance_step(self) -> None:
+        """Adds one to ``execution_meta.step``. The run loop counts steps itself; this is for nodes
+        and tests that keep their own count."""
         self.execution_meta.advance_step()
 
     def set_current_node(self, node: str) -> None:
+        """Sets ``execution_meta.current_node``."""
         self.execution_meta.set_current_node(node)
 
     def complete(self) -> None:
+        """Sets the status to COMPLETED."""
         self.execution_meta.complete()
 
     def error(self, error_msg: str) -> None:
+        """Sets the status to ERROR and keeps ``error_msg`` in ``execution_meta.internal_data["error"]``."""
         self.execution_meta.error(error_msg)
 
     def is_stopped_requested(self) -> bool:
+        """True while a stop request is pending (``ExecutionState.is_stopped_requested``)."""
         return self.execution_meta.is_stopped_requested()

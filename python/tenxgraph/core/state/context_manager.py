@@ -22,6 +22,8 @@ class BaseContextManager(ABC, Generic[S]):
         """Return the state with its context trimmed (in place or as a new object)."""
 
     def trim_context(self, state: S) -> S:
+        """Blocking twin of ``atrim_context`` (``asyncio.run``): raises RuntimeError when called
+        from inside a running event loop; use ``atrim_context`` there."""
         return asyncio.run(self.atrim_context(state))
 
 

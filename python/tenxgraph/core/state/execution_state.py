@@ -13,6 +13,7 @@ __all__ = ["ExecutionState", "ExecutionStatus", "StopRequestStatus"]
 
 
 class ExecutionStatus(StrEnum):
+    """Where a thread's run stands; stored as its string value, 10xGraph's names and values."""
     RUNNING = "running"
     INTERRUPTED_BEFORE = "interrupted_before"
     INTERRUPTED_AFTER = "interrupted_after"
@@ -21,6 +22,7 @@ class ExecutionStatus(StrEnum):
 
 
 class StopRequestStatus(StrEnum):
+    """A thread's stop request: none, requested (pending until the next step boundary), stopped."""
     NONE = "none"
     STOP_REQUESTED = "stop_requested"
     STOPPED = "stopped"
@@ -54,12 +56,16 @@ class ExecutionState(BaseModel):
         status: ExecutionStatus | str,
         data: dict[str, Any] | None = None,
     ) -> None:
+        """Records a pause at ``node`` with ``reason``, ``status`` (INTERRUPTED_BEFORE or _AFTER) and
+        ``data``. Raises ValueError when ``status`` is not an ``ExecutionStatus`` value; nothing is set
+        then except the node and reason already assigned."""
         self.interrupted_node = node
         self.interrupt_reason = reason
         self.status = ExecutionStatus(status)
         self.interrupt_data = data
 
     def clear_interrupt(self) -> None:
+        """Forgets the pause (node, reason, data) and sets the status to RUNNING."""
         self.interrupted_node = None
         self.interrupt_reason = None
         self.interrupt_data = None
@@ -70,18 +76,23 @@ class ExecutionState(BaseModel):
         return self.status == ExecutionStatus.RUNNING
 
     def is_interrupted(self) -> bool:
+        """True while INTERRUPTED_BEFORE or INTERRUPTED_AFTER."""
         return self.status in _INTERRUPTED
 
     def advance_step(self) -> None:
+        """Adds one to ``step``."""
         self.step += 1
 
     def set_current_node(self, node: str) -> None:
+        """Sets ``current_node``."""
         self.current_node = node
 
     def complete(self) -> None:
+        """Sets the status to COMPLETED."""
         self.status = ExecutionStatus.COMPLETED
 
     def error(self, error_msg: str) -> None:
+        """Sets the status to ERROR and keeps ``error_msg`` under ``internal_data["error"]``."""
         self.status = ExecutionStatus.ERROR
         self.internal_data["error"] = error_msg
 

@@ -45,6 +45,7 @@ def set_id_generator(fn: IdGenerator | None) -> None:
 
 
 def get_id_generator() -> IdGenerator | None:
+    """The message id generator installed for this process (see ``generate_id``), or None."""
     return _id_generator
 
 
@@ -82,6 +83,7 @@ def generate_id(default_id: MessageId | None = None) -> MessageId:
 
 
 class TokenUsages(BaseModel):
+    """Token counts a provider reported for one model reply (10xGraph's field names)."""
     completion_tokens: int
     prompt_tokens: int
     total_tokens: int
@@ -137,6 +139,8 @@ class Message(BaseModel):
 
     @staticmethod
     def generate_id(default_id: MessageId | None = None) -> MessageId:
+        """Same as the module's ``generate_id``: the installed generator's truthy value first,
+        then ``default_id`` unless None or "", else a fresh uuid4 string."""
         return generate_id(default_id)
 
     @classmethod
@@ -146,6 +150,8 @@ class Message(BaseModel):
         role: Literal["user", "assistant", "system", "tool"] = "user",
         message_id: MessageId | None = None,
     ) -> Message:
+        """A message of ``role`` holding one ``TextBlock`` with ``content``; its id from
+        ``generate_id(message_id)``."""
         return cls(
             message_id=generate_id(message_id),
             role=role,
@@ -159,6 +165,8 @@ class Message(BaseModel):
         message_id: MessageId | None = None,
         meta: dict[str, Any] | None = None,
     ) -> Message:
+        """A ``role="tool"`` message with ``content`` (a string or blocks, copied into a list) and
+        ``meta`` copied into ``metadata``; its id from ``generate_id(message_id)``."""
         return cls(
             message_id=generate_id(message_id),
             role="tool",

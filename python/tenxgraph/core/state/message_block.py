@@ -57,12 +57,14 @@ class AnnotationRef(BaseModel):
 
 
 class TextBlock(BaseModel):
+    """Plain text, optionally with citation ``annotations``."""
     type: Literal["text"] = "text"
     text: str
     annotations: list[AnnotationRef] = Field(default_factory=list)
 
 
 class ImageBlock(BaseModel):
+    """An image by reference (``media``), with optional alt text and bounding box."""
     type: Literal["image"] = "image"
     media: MediaRef
     alt_text: str | None = None
@@ -70,6 +72,7 @@ class ImageBlock(BaseModel):
 
 
 class AudioBlock(BaseModel):
+    """Audio by reference, with optional transcript, sample rate and channel count."""
     type: Literal["audio"] = "audio"
     media: MediaRef
     transcript: str | None = None
@@ -78,12 +81,14 @@ class AudioBlock(BaseModel):
 
 
 class VideoBlock(BaseModel):
+    """Video by reference, with an optional thumbnail."""
     type: Literal["video"] = "video"
     media: MediaRef
     thumbnail: MediaRef | None = None
 
 
 class DocumentBlock(BaseModel):
+    """A document (PDF, ...) by reference, optionally limited to ``pages`` or an ``excerpt``."""
     type: Literal["document"] = "document"
     media: MediaRef
     pages: list[int] | None = None
@@ -91,6 +96,7 @@ class DocumentBlock(BaseModel):
 
 
 class DataBlock(BaseModel):
+    """Arbitrary data of ``mime_type``, inline as base64 or by reference."""
     type: Literal["data"] = "data"
     mime_type: str
     data_base64: str | None = None
@@ -98,6 +104,8 @@ class DataBlock(BaseModel):
 
 
 class ToolCallBlock(BaseModel):
+    """A tool call the model asked for: ``id`` (the call id the ledger key is built from),
+    ``name`` and ``args``."""
     type: Literal["tool_call"] = "tool_call"
     id: str
     name: str
@@ -116,6 +124,8 @@ class RemoteToolCallBlock(BaseModel):
 
 
 class ToolResultBlock(BaseModel):
+    """The answer to the tool call ``call_id``: ``output``, ``is_error`` and an optional
+    ``status`` (completed / failed)."""
     type: Literal["tool_result"] = "tool_result"
     call_id: str
     output: Any = None
@@ -136,6 +146,7 @@ class ReasoningBlock(BaseModel):
 
 
 class AnnotationBlock(BaseModel):
+    """Citations or notes, with the text ``spans`` they refer to."""
     type: Literal["annotation"] = "annotation"
     kind: Literal["citation", "note"] = "citation"
     refs: list[AnnotationRef] = Field(default_factory=list)
@@ -143,6 +154,7 @@ class AnnotationBlock(BaseModel):
 
 
 class ErrorBlock(BaseModel):
+    """An error shown in the conversation: ``message``, optional ``code`` and ``data``."""
     type: Literal["error"] = "error"
     message: str
     code: str | None = None

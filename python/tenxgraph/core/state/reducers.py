@@ -72,6 +72,7 @@ def add_messages(
 
 
 def replace_messages(left: Sequence[Message] | None, right: list[Message]) -> list[Message]:
+    """Reducer that keeps the node's list as it is, replacing the old one (no merge, no dedup)."""
     return right
 
 
@@ -97,6 +98,7 @@ def append_items(left: Sequence[T] | None, right: Iterable[T] | None) -> list[T]
 
 
 def replace_value(left: T | None, right: T) -> T:
+    """Reducer that keeps the node's value, replacing the old one."""
     return right
 
 

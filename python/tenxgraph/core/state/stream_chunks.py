@@ -15,6 +15,7 @@ __all__ = ["StreamChunk", "StreamEvent"]
 
 
 class StreamEvent(StrEnum):
+    """The kind of a ``StreamChunk``: message, state, updates or error (10xGraph's values)."""
     MESSAGE = "message"
     STATE = "state"
     UPDATES = "updates"

@@ -17,6 +17,9 @@ __all__ = ["StreamEmitter"]
 
 
 class StreamEmitter:
+    """Puts a running tool's chunks into the stream, tagged with the tool name, call id and
+    node. Thread-safe: a sync tool may call it from its worker thread. Made by the tool node;
+    not constructed by users."""
     def __init__(
         self,
         *,
@@ -53,6 +56,7 @@ class StreamEmitter:
         self._send(StreamEvent.ERROR, data, status="tool_failed", message=message)
 
     def message(self, message: str, data: dict[str, Any] | None = None) -> None:
+        """A ``message`` chunk with ``status="tool_message"``."""
         self._send(StreamEvent.MESSAGE, data, status="tool_message", message=message)
 
     def update(self, data: dict[str, Any]) -> None:
