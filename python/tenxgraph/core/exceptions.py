@@ -90,6 +90,10 @@ class _StructuredError(Exception):
 
 
 class GraphError(_StructuredError):
+    """A graph was built or run wrongly: GRAPH_002-004 (entry point, unreachable or unknown
+    nodes), GRAPH_CHECKPOINTER_001 (a Python checkpointer without a tool ledger), GRAPH_ROUTING_001/002
+    (a condition raised or named an unknown node). Base of the node, recursion, LLM and failpoint
+    errors; see docs/error-codes.md. Picklable without logging again."""
     default_code = "GRAPH_000"
 
     def __init__(
@@ -99,6 +103,8 @@ class GraphError(_StructuredError):
 
 
 class NodeError(GraphError):
+    """A node failed: NODE_001 (it raised, or returned what a node may not; the original is the
+    ``__cause__``), NODE_002/003 (a ToolNode with no tool calls to run)."""
     default_code = "NODE_000"
 
     def __init__(
@@ -108,6 +114,8 @@ class NodeError(GraphError):
 
 
 class GraphRecursionError(GraphError):
+    """RECURSION_001: the run reached ``recursion_limit`` node executions. What the run had
+    committed stays; the next run gets a fresh budget."""
     default_code = "RECURSION_000"
 
     def __init__(
@@ -120,6 +128,8 @@ class GraphRecursionError(GraphError):
 
 
 class NodeTimeoutError(NodeError):
+    """NODE_TIMEOUT_001: a node exceeded ``node_timeout`` and was cancelled; its step was not
+    committed, so ``ainvoke({}, config)`` resumes it."""
     default_code = "NODE_TIMEOUT_000"
 
     def __init__(
@@ -146,6 +156,9 @@ class FailpointError(GraphError):
 
 
 class StorageError(_StructuredError):
+    """A store refused or failed an operation: STORAGE_001 (the step was not written),
+    STORAGE_FORBIDDEN_001/002 (another user's thread; a message id used in another thread). Base
+    of the other storage errors."""
     default_code = "STORAGE_000"
 
     def __init__(
@@ -169,6 +182,7 @@ class TransientStorageError(StorageError):
 
 
 class SerializationError(StorageError):
+    """Kept for 10xGraph compatibility; the runtime does not raise it (STORAGE_SERIALIZATION_000)."""
     default_code = "STORAGE_SERIALIZATION_000"
 
     def __init__(
@@ -181,6 +195,8 @@ class SerializationError(StorageError):
 
 
 class SchemaVersionError(StorageError):
+    """STORAGE_SCHEMA_001: a schema migration failed (the message says why); ``tenxgraph migrate``
+    retries it."""
     default_code = "STORAGE_SCHEMA_000"
 
     def __init__(
@@ -242,6 +258,7 @@ class LeaseLostError(StorageError):
 
 
 class ResourceNotFoundError(StorageError):
+    """Kept for 10xGraph compatibility; the runtime does not raise it (STORAGE_NOT_FOUND_000)."""
     default_code = "STORAGE_NOT_FOUND_000"
 
     def __init__(
@@ -254,6 +271,7 @@ class ResourceNotFoundError(StorageError):
 
 
 class MetricsError(_StructuredError):
+    """Kept for 10xGraph compatibility; the runtime does not raise it (METRICS_000)."""
     default_code = "METRICS_000"
 
     def __init__(

@@ -23,6 +23,8 @@ _DROP_WARNING_EVERY_SECONDS = 5.0
 
 @dataclass
 class TaskMetadata:
+    """What the manager keeps about one task in flight: name, creation time (epoch seconds),
+    timeout and the caller's context dict (logged with a failure)."""
     name: str
     created_at: float
     timeout: float | None = None
@@ -30,6 +32,9 @@ class TaskMetadata:
 
 
 class BackgroundTaskManager:
+    """Tracks fire-and-forget asyncio tasks (see the module docstring): bounded by
+    ``max_pending_tasks``, each with an optional timeout, failures logged and never raised.
+    Not thread-safe: use it from one event loop."""
     def __init__(self, default_shutdown_timeout: float = 30.0,
                  max_pending_tasks: int = DEFAULT_MAX_PENDING_TASKS) -> None:
         self._meta: dict[asyncio.Task[Any], TaskMetadata] = {}
@@ -42,10 +47,12 @@ class BackgroundTaskManager:
 
     @property
     def pending_count(self) -> int:
+        """Tasks in flight now (created, not yet finished)."""
         return len(self._meta)
 
     @property
     def dropped_count(self) -> int:
+        """Tasks refused since creation because ``max_pending_tasks`` were in flight."""
         return self._dropped
 
     def create_task(self, coro: Coroutine[Any, Any, Any], *, name: str = "background_task",
@@ -88,6 +95,7 @@ class BackgroundTaskManager:
                        extra={"task_context": meta.context if meta else {}})
 
     async def cancel_all(self) -> None:
+        """Cancels every task in flight and waits until each has ended; their errors are swallowed."""
         tasks = [t for t in self._meta if not t.done()]
         for t in tasks:
             t.cancel()
@@ -111,9 +119,11 @@ class BackgroundTaskManager:
             next(iter(done)).result()
 
     def get_task_count(self) -> int:
+        """Tasks in flight now (same as ``pending_count``)."""
         return len(self._meta)
 
     def get_task_info(self) -> list[dict[str, Any]]:
+        """One dict per task in flight: name, age_seconds, timeout, context, done, cancelled."""
         now = time.time()
         return [{"name": m.name, "age_seconds": now - m.created_at, "timeout": m.timeout, "context": m.context,
                  "done": t.done(), "cancelled": t.cancelled() if t.done() else False}

@@ -116,10 +116,12 @@ class GraphLifecycleContext:
 
     @property
     def thread_id(self) -> str:
+        """``config["thread_id"]``, or "" when absent."""
         return self.config.get("thread_id", "")
 
     @property
     def run_id(self) -> str:
+        """``config["run_id"]``, or "" when absent."""
         return self.config.get("run_id", "")
 
 
@@ -179,9 +181,13 @@ class GraphLifecycleHook(Generic[StateT]):
         return None
 
     async def on_turn_start(self, context: GraphLifecycleContext, state: StateT, turn_index: int) -> StateT | None:
+        """Never fired by tenxgraph (10xGraph's realtime sessions only); kept so hooks written for
+        10xGraph still subclass cleanly."""
         return None
 
     async def on_turn_end(self, context: GraphLifecycleContext, state: StateT, turn_index: int) -> StateT | None:
+        """Never fired by tenxgraph (10xGraph's realtime sessions only); kept so hooks written for
+        10xGraph still subclass cleanly."""
         return None
 
 
@@ -205,21 +211,31 @@ class CallbackManager:
     # -- registration ---------------------------------------------------------------------
 
     def register_before_invoke(self, invocation_type: InvocationType, callback: BeforeInvokeCallbackType) -> None:
+        """Adds a before-invoke callback for ``invocation_type`` (callbacks chain in registration
+        order). Raises ValueError for an unknown invocation type."""
         self._before_callbacks[InvocationType(invocation_type)].append(callback)
 
     def register_after_invoke(self, invocation_type: InvocationType, callback: AfterInvokeCallbackType) -> None:
+        """Adds an after-invoke callback for ``invocation_type``. Raises ValueError for an unknown
+        invocation type."""
         self._after_callbacks[InvocationType(invocation_type)].append(callback)
 
     def register_on_error(self, invocation_type: InvocationType, callback: OnErrorCallbackType) -> None:
+        """Adds an on-error callback for ``invocation_type``. Raises ValueError for an unknown
+        invocation type."""
         self._error_callbacks[InvocationType(invocation_type)].append(callback)
 
     def register_input_validator(self, validator: BaseValidator) -> None:
+        """Adds a validator run on every run's input messages before anything is merged or persisted."""
         self._validators.append(validator)
 
     def register_lifecycle_hook(self, hook: GraphLifecycleHook[Any]) -> None:
+        """Adds a lifecycle hook; hooks fire in registration order."""
         self._lifecycle_hooks.append(hook)
 
     def clear_callbacks(self, invocation_type: InvocationType | None = None) -> None:
+        """Removes the before/after/on-error callbacks of ``invocation_type`` (of every type when
+        None). Validators and lifecycle hooks stay."""
         kinds = [InvocationType(invocation_type)] if invocation_type else list(InvocationType)
         for kind in kinds:
             self._before_callbacks[kind].clear()
@@ -227,6 +243,7 @@ class CallbackManager:
             self._error_callbacks[kind].clear()
 
     def get_callback_counts(self) -> dict[str, dict[str, int]]:
+        """``{invocation type: {"before_invoke": n, "after_invoke": n, "on_error": n}}`` for every type."""
         return {
             kind.value: {
                 "before_invoke": len(self._before_callbacks[kind]),
@@ -309,14 +326,21 @@ class CallbackManager:
         return current
 
     async def fire_on_graph_start(self, context: GraphLifecycleContext, state: Any) -> Any:
+        """Runs every lifecycle hook's ``on_graph_start`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
         return await self._fire_chain("on_graph_start", state, lambda f, s: f(context, s))
 
     async def fire_on_graph_end(self, context: GraphLifecycleContext, final_state: Any,
                                 messages: list[Message], total_steps: int) -> Any:
+        """Runs every lifecycle hook's ``on_graph_end`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
         return await self._fire_chain("on_graph_end", final_state, lambda f, s: f(context, s, messages, total_steps))
 
     async def fire_on_graph_error(self, context: GraphLifecycleContext, error: Exception, partial_state: Any,
                                   messages: list[Message], step: int, node_name: str) -> tuple[Any, str]:
+        """Runs every hook's ``on_graph_error``; a hook returning ``(state, message)`` replaces both
+        for the next hook. Returns ``(state, message)`` (``str(error)`` unless a hook changed it); a
+        hook that raises is logged and skipped."""
         state, message = partial_state, str(error)
         for hook in self._lifecycle_hooks:
             try:
@@ -330,16 +354,23 @@ class CallbackManager:
 
     async def fire_on_interrupt(self, context: GraphLifecycleContext, interrupted_node: str,
                                 interrupt_type: str, state: Any) -> Any:
+        """Runs every lifecycle hook's ``on_interrupt`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
         return await self._fire_chain(
             "on_interrupt", state, lambda f, s: f(context, interrupted_node, interrupt_type, s))
 
     async def fire_on_resume(self, context: GraphLifecycleContext, resumed_node: str, state: Any,
                              resume_data: dict[str, Any]) -> Any:
+        """Runs every lifecycle hook's ``on_resume`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
         return await self._fire_chain(
             "on_resume", state, lambda f, s: f(context, resumed_node, s, resume_data))
 
     async def fire_on_checkpoint(self, context: GraphLifecycleContext, state: Any, messages: list[Message],
                                  is_context_trimmed: bool) -> tuple[Any, list[Message]]:
+        """Runs every hook's ``on_checkpoint``; a returned ``(state, messages)`` replaces both, a
+        returned state only the state. Returns ``(state, messages)``; a hook that raises is logged
+        and skipped."""
         current, msgs = state, messages
         for hook in self._lifecycle_hooks:
             try:
@@ -355,11 +386,20 @@ class CallbackManager:
 
     async def fire_on_state_update(self, context: GraphLifecycleContext, node_name: str, old_state: Any,
                                    new_state: Any, step: int) -> Any:
+        """Runs every lifecycle hook's ``on_state_update`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
+        The chain runs over ``new_state``."""
         return await self._fire_chain(
             "on_state_update", new_state, lambda f, s: f(context, node_name, old_state, s, step))
 
     async def fire_on_turn_start(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
+        """Runs every lifecycle hook's ``on_turn_start`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
+        The runtime never calls it."""
         return await self._fire_chain("on_turn_start", state, lambda f, s: f(context, s, turn_index))
 
     async def fire_on_turn_end(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
+        """Runs every lifecycle hook's ``on_turn_end`` in registration order, each seeing the state the previous
+        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
+        The runtime never calls it."""
         return await self._fire_chain("on_turn_end", state, lambda f, s: f(context, s, turn_index))

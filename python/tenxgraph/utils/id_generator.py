@@ -28,18 +28,24 @@ _SHORT_ALPHABET = string.ascii_letters + string.digits
 
 
 class IDType(str, Enum):
+    """The kind of id a generator makes: string, integer or bigint (10xGraph's values)."""
     STRING = "string"
     INTEGER = "integer"
     BIGINT = "bigint"
 
 
 class BaseIDGenerator(ABC):
+    """An id generator: ``id_type`` says what it makes, ``generate()`` makes one (or an awaitable
+    of one). ``StateGraph(id_generator=...)`` makes its ``generate`` the message id generator of
+    the process (see ``tenxgraph.core.state.message.generate_id``)."""
     @property
     @abstractmethod
-    def id_type(self) -> IDType: ...
+    def id_type(self) -> IDType:
+        """The ``IDType`` of the ids ``generate()`` returns."""
 
     @abstractmethod
-    def generate(self) -> str | int | Awaitable[str | int]: ...
+    def generate(self) -> str | int | Awaitable[str | int]:
+        """A new id (a str or int, or an awaitable of one)."""
 
 
 class UUIDGenerator(BaseIDGenerator):

@@ -26,6 +26,11 @@ RESUME_ANSWERS_KEY = "interrupt_resume"
 
 
 class Interrupt(BaseModel):
+    """One pending ``interrupt()`` of a thread: ``key`` (``"<prefix>:<n>"``, the n-th call with that
+    prefix in the node, which is how a resume answer finds its call), ``node``, the ``value`` and
+    ``message`` shown to the user, ``reason``, an optional ``response_schema`` the answer is checked
+    against, and ``tool_call_id`` when raised inside a tool. Persisted in the state, so it survives
+    a restart."""
     id: str = Field(default_factory=lambda: "int_" + uuid.uuid4().hex)
     key: str
     node: str

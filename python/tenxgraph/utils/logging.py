@@ -104,6 +104,8 @@ def set_log_context(run_id: str | None = None, thread_id: str | None = None, use
 
 
 def bind_log_context_from_config(config: dict[str, Any]) -> None:
+    """``set_log_context`` with the ``run_id``, ``thread_id`` and ``user_id`` of a run config
+    (absent keys are left as they are)."""
     set_log_context(run_id=config.get("run_id"), thread_id=config.get("thread_id"), user_id=config.get("user_id"))
 
 

@@ -59,6 +59,7 @@ class DelayedKeyboardInterrupt:
 
 @contextlib.contextmanager
 def delayed_keyboard_interrupt() -> Iterator[DelayedKeyboardInterrupt]:
+    """``with delayed_keyboard_interrupt():`` runs the block under ``DelayedKeyboardInterrupt``."""
     with DelayedKeyboardInterrupt() as held:
         yield held
 
@@ -75,6 +76,9 @@ class GracefulShutdownManager:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def register_signal_handlers(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Routes SIGINT/SIGTERM to this manager through ``loop.add_signal_handler`` (the running
+        loop when None). Where that is impossible (not the main thread, Windows) it logs a warning
+        and leaves the signal's handler alone; it never raises for that."""
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -89,6 +93,8 @@ class GracefulShutdownManager:
                 _log.warning("could not register a handler for %s: %s", SIGNAL_NAMES[sig], exc)
 
     def unregister_signal_handlers(self) -> None:
+        """Removes the loop handlers and restores the handlers found at registration; a handler that
+        cannot be restored is logged, not raised."""
         for sig, handler in self._previous.items():
             with contextlib.suppress(Exception):
                 if self._loop is not None:
@@ -109,12 +115,17 @@ class GracefulShutdownManager:
                 _log.exception("shutdown callback %r failed", cb)
 
     def add_shutdown_callback(self, callback: Callable[[], Any]) -> None:
+        """Adds a callback run (on the loop, in registration order) when a signal arrives; one that
+        raises is logged and the others still run."""
         self._callbacks.append(callback)
 
     def protect_section(self) -> DelayedKeyboardInterrupt:
+        """A new ``DelayedKeyboardInterrupt``: ``with manager.protect_section(): ...`` holds the signals
+        back over the block."""
         return DelayedKeyboardInterrupt()
 
     async def wait_for_shutdown(self, check_interval: float = 0.1) -> None:
+        """Returns once ``shutdown_requested`` is set, polling every ``check_interval`` seconds."""
         while not self.shutdown_requested:
             await asyncio.sleep(check_interval)
 
