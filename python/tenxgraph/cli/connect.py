@@ -52,6 +52,8 @@ class Target:
         self._opener = opener
 
     def open(self) -> BaseCheckpointer:
+        """Opens the checkpointer this target names (SQLite, Postgres or a config's); raises what opening
+        raises (``open_store`` turns that into a redacted ``CliError``)."""
         return self._opener()
 
 

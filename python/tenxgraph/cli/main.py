@@ -103,6 +103,8 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``tenxgraph`` argument parser: the common store options (``--dsn``, ``--sqlite``,
+    ``--config``, ``--json``, ...) accepted before or after the subcommand."""
     common = _common()
     # Its own copy of the options: set_defaults() below changes the defaults of the parser's
     # actions, and the commands' copies must keep SUPPRESS.
@@ -194,6 +196,9 @@ def _setup_logging(verbose: bool, err: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Runs the CLI and returns its exit code (never raises for a command's failure: it prints
+    ``tenxgraph: error: ...`` and returns the code). Everything written to ``out``/``err`` (stdout
+    and stderr by default) passes ``redact`` first; a closed pipe (``| head``) ends it quietly."""
     # Everything the command writes passes `redact`, whatever path wrote it: results, errors,
     # argparse's usage messages (which echo arguments), warnings and log lines.
     out_r = RedactingStream(out or sys.stdout)

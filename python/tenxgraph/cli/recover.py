@@ -118,6 +118,9 @@ def _rows(report: Any) -> list[dict[str, Any]]:
 
 
 async def recover_command(args: Any, io: Any) -> int:
+    """``tenxgraph recover``: loads the graph named by the arguments, resumes its unfinished
+    threads (``arecover``, at most ``--concurrency`` at once) and prints the report; the graph is
+    closed even when recovery fails. Returns the exit code."""
     graph = await _graph_from(args)
     try:
         if io.progress:

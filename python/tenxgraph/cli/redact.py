@@ -70,6 +70,7 @@ class RedactingStream:
         self._pending = ""
 
     def write(self, text: str) -> int:
+        """Buffers ``text`` and passes on every completed line, redacted. Returns ``len(text)``."""
         self._pending += text
         cut = self._pending.rfind("\n") + 1
         if cut:
@@ -78,12 +79,14 @@ class RedactingStream:
         return len(text)
 
     def flush(self) -> None:
+        """Passes on the held partial line (redacted), then flushes the wrapped stream."""
         if self._pending:
             self._target.write(redact(self._pending))
             self._pending = ""
         self._target.flush()
 
     def isatty(self) -> bool:
+        """Whether the wrapped stream is a terminal (False when it cannot say)."""
         return bool(getattr(self._target, "isatty", lambda: False)())
 
     def __getattr__(self, name: str):  # encoding, fileno, ... of the wrapped stream

@@ -40,6 +40,8 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], wi
 
 
 def emit_json(obj: Any, out: TextIO) -> None:
+    """Writes ``obj`` to ``out`` as indented JSON, pydantic models dumped in JSON mode, non-ASCII
+    kept as is, one trailing newline."""
     def plain(o: Any) -> Any:
         if isinstance(o, BaseModel):
             return o.model_dump(mode="json")

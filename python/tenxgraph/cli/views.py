@@ -36,12 +36,15 @@ STARTED_KIND = "started"
 
 
 class ThreadNotFound(LookupError):
+    """No thread with that id in the store (the CLI exits with its not-found code)."""
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {thread_id!r} not found")
         self.thread_id = thread_id
 
 
 class ThreadSummary(BaseModel):
+    """One thread in ``tenxgraph threads``: ids, name, and its latest state's status, node, step
+    and version (None while the thread has no state)."""
     thread_id: str
     user_id: str
     name: str | None
@@ -53,6 +56,7 @@ class ThreadSummary(BaseModel):
 
 
 class VersionRow(BaseModel):
+    """One stored state version of a thread, with the status, node and step it recorded."""
     version: int
     created_at: datetime | None
     status: str | None
@@ -61,6 +65,8 @@ class VersionRow(BaseModel):
 
 
 class LeaseView(BaseModel):
+    """Who holds a thread's lease: the run id, the fencing token, seconds left (negative once
+    expired), and the holder's host and pid."""
     holder: str  # the run id
     token: int  # the fencing token
     expires_in: float  # seconds
@@ -69,6 +75,8 @@ class LeaseView(BaseModel):
 
 
 class ThreadDetail(ThreadSummary):
+    """``tenxgraph thread``: the summary plus creation time, the error of a failed run, a pending
+    ``interrupt()``, the interrupt reason, the lease and every stored version (newest first)."""
     created_at: datetime
     error: str | None
     pending_interrupt: dict[str, Any] | None
@@ -78,6 +86,7 @@ class ThreadDetail(ThreadSummary):
 
 
 class MessageRow(BaseModel):
+    """One stored message: id, role, its text, its tool calls as ``name(call id)``, and the raw message."""
     message_id: str
     role: str
     text: str
@@ -86,6 +95,9 @@ class MessageRow(BaseModel):
 
 
 class LedgerRow(BaseModel):
+    """One tool-ledger row: its key, the tool (from the issuing message, else the result), status
+    (``completed``; ``started``: outcome unknown; ``paused``: waiting at ``interrupt()``; or
+    ``malformed``), when it was recorded and its size."""
     key: str
     tool: str | None
     status: str  # completed | started | malformed
@@ -118,6 +130,7 @@ def _version_row(version: int, created_at: float | None, state: dict[str, Any]) 
 
 
 async def thread_owner(cp: BaseCheckpointer, thread_id: str) -> str:
+    """The user id owning ``thread_id``; raises ``ThreadNotFound`` when there is no such thread."""
     owner = await cp._native.thread_owner(thread_id)
     if owner is None:
         raise ThreadNotFound(thread_id)
@@ -198,6 +211,7 @@ async def lease_holder(cp: BaseCheckpointer, thread_id: str, owner: str) -> Leas
 
 
 async def thread_detail(cp: BaseCheckpointer, thread_id: str) -> ThreadDetail:
+    """The ``ThreadDetail`` of ``thread_id``, read as its owner; raises ``ThreadNotFound``."""
     owner = await thread_owner(cp, thread_id)
     row = await cp._native.get_thread(thread_id, owner)
     if row is None:
@@ -238,6 +252,8 @@ def _call_names(message: dict[str, Any]) -> list[tuple[str | None, str | None]]:
 
 
 async def message_rows(cp: BaseCheckpointer, thread_id: str, limit: int | None = None) -> list[MessageRow]:
+    """The thread's messages in order (the last ``limit`` when given; none for ``limit <= 0``),
+    read as its owner; raises ``ThreadNotFound``."""
     owner = await thread_owner(cp, thread_id)
     raw = await cp._native.list_messages(thread_id, owner, None, None, None)
     messages = [json.loads(m) for m in raw]
@@ -304,6 +320,7 @@ def _tool_from_result(result: Any) -> str | None:
 
 
 async def ledger_rows(cp: BaseCheckpointer, thread_id: str) -> list[LedgerRow]:
+    """Every ledger row of the thread, read as its owner; raises ``ThreadNotFound``."""
     owner = await thread_owner(cp, thread_id)
     names = await _tool_names(cp, thread_id, owner)
     rows = []
