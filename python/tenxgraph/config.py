@@ -64,6 +64,8 @@ class TenxConfig(BaseModel):
 
     @property
     def root(self) -> Path:
+        """The directory holding the config file: ``env`` resolves from it, and graph modules are
+        imported with it on ``sys.path``."""
         return self.path.parent
 
     def load_env(self) -> dict[str, str]:

@@ -41,6 +41,8 @@ class TenxgraphCollector:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
+        """One family per metric of the current snapshot: each duration as a Summary (count and sum
+        in seconds), every other value as a Counter, names with dots made underscores."""
         snap = self._snapshot()
         durations = metrics.duration_names(snap)
         in_pairs = {f"{d}_sum" for d in durations} | {f"{d}_count" for d in durations}
@@ -56,6 +58,8 @@ class TenxgraphCollector:
                 yield CounterMetricFamily(prometheus_name(name), metrics.describe(name), value=value)
 
     def describe(self) -> Iterator[Metric]:
+        """The same families as ``collect``, so the registry checks names at ``register()`` time
+        (a second collector on one registry is refused)."""
         # The same families with their current values; lets the registry check names at
         # register() time (a second TenxgraphCollector on one registry is refused).
         return self.collect()

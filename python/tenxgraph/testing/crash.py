@@ -91,6 +91,7 @@ class CrashResult:
 
     @property
     def crashed(self) -> bool:
+        """True when the child was killed or its run raised (a failpoint fired either way)."""
         return self.killed or self.exception is not None
 
 
@@ -109,6 +110,7 @@ class ResumeResult:
 
     @property
     def last(self) -> str | None:
+        """The last result message's text, or None when there was none."""
         return self.messages[-1] if self.messages else None
 
 
@@ -246,16 +248,20 @@ class CrashKit:
 
     def run_until_crash(self, target: str, thread_id: str, *, failpoints: str, db: str | os.PathLike[str] | None = None,
                         env: Mapping[str, str] | None = None, **kw: Any) -> CrashResult:
+        """``run_until_crash`` with this kit's workdir, effects environment and default database."""
         return run_until_crash(target, thread_id, failpoints=failpoints, db=db if db is not None else self.db,
                                env=self._env(env), workdir=self.workdir, **kw)
 
     def resume(self, target: str, thread_id: str, *, db: str | os.PathLike[str] | None = None,
                env: Mapping[str, str] | None = None, **kw: Any) -> ResumeResult:
+        """``resume`` with this kit's workdir, effects environment and default database."""
         return resume(target, thread_id, db=db if db is not None else self.db, env=self._env(env),
                       workdir=self.workdir, **kw)
 
     def race(self, target: str, thread_id: str, *, inputs: Any, db: str | os.PathLike[str] | None = None,
              env: Mapping[str, str] | None = None, **kw: Any) -> list[Any]:
+        """``tenxgraph.testing.race.race`` with this kit's workdir, effects environment and default
+        database."""
         from tenxgraph.testing.race import race
 
         return race(target, thread_id, db=db if db is not None else self.db, inputs=inputs, env=self._env(env),

@@ -63,14 +63,17 @@ class WorkerResult:
 
     @property
     def completed(self) -> bool:
+        """Whether the worker's run returned."""
         return self.outcome == "completed"
 
     @property
     def error_type(self) -> str | None:
+        """The class name of the exception the worker's run raised, or None."""
         return self.exception.type if self.exception else None
 
     @property
     def error_code(self) -> str | None:
+        """The ``error_code`` of the exception the worker's run raised, or None."""
         return self.exception.error_code if self.exception else None
 
     def __str__(self) -> str:

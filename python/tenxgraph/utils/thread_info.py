@@ -11,6 +11,9 @@ __all__ = ["ThreadInfo"]
 
 
 class ThreadInfo(BaseModel):
+    """A thread's row as 10xGraph's checkpointers give it: id, name, owner, metadata (None when
+    there is none), the id of the run that last wrote it, and its times (``updated_at`` defaults to
+    now)."""
     thread_id: str | int
     thread_name: str | None = None
     user_id: str | int | None = None

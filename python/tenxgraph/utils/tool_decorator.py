@@ -109,6 +109,7 @@ class NotCallableToolError(TypeError, ValueError):
 
 
 def has_tool_decorator(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` was decorated with ``@tool``."""
     return hasattr(func, "_py_tool_name")
 
 

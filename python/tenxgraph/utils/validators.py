@@ -52,6 +52,7 @@ class ValidationError(Exception):
         self.details: dict[str, Any] = details if details is not None else {}
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"error_type", "error_code" (VALIDATION_001), "message", "violation_type", "details"}``."""
         return {
             "error_type": type(self).__name__,
             "error_code": self.error_code,

@@ -22,9 +22,11 @@ class CompositePublisher(BasePublisher):
         self._publishers = publishers
 
     def add_publisher(self, publisher: BasePublisher) -> None:
+        """Adds a publisher; every later event goes to it too."""
         self._publishers.append(publisher)
 
     def remove_publisher(self, publisher: BasePublisher) -> None:
+        """Removes a publisher; raises ValueError when it was never added."""
         self._publishers.remove(publisher)
 
     async def publish(self, event: EventModel) -> None:

@@ -75,6 +75,7 @@ class EventOutbox:
 
     @property
     def pending_count(self) -> int:
+        """Events queued or being delivered now, over every loop. Thread-safe."""
         with self._lock:
             return sum(len(q.events) + (q.task is not None) for q in self._queues.values())
 

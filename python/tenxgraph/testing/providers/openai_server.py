@@ -66,10 +66,12 @@ class RecordedRequest:
 
     @property
     def stream(self) -> bool:
+        """Whether the request asked for a streamed reply (``"stream": true``)."""
         return bool(self.body.get("stream"))
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        """The request's ``messages`` (chat completions), [] when absent."""
         return list(self.body.get("messages") or [])
 
 
@@ -116,6 +118,7 @@ class OpenAIStandIn:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> OpenAIStandIn:
+        """Starts serving on a daemon thread (idempotent) and returns self."""
         if self._server is not None:
             return self
         stand_in = self
@@ -130,6 +133,7 @@ class OpenAIStandIn:
         return self
 
     def close(self) -> None:
+        """Releases held (``hang``) requests and stops the server; safe to call twice."""
         self._released.set()  # hung requests return (their clients get a dropped connection)
         if self._server is not None:
             self._server.shutdown()
@@ -144,11 +148,13 @@ class OpenAIStandIn:
 
     @property
     def port(self) -> int:
+        """The port served on (the one picked when constructed with 0). Fails before ``start()``."""
         assert self._server is not None, "start() the stand-in first"
         return int(self._server.server_address[1])
 
     @property
     def base_url(self) -> str:
+        """``http://<host>:<port>/v1``, the SDK's ``base_url``."""
         return f"http://{self._host}:{self.port}/v1"
 
     @property
@@ -163,6 +169,8 @@ class OpenAIStandIn:
     # -- scripting -------------------------------------------------------------------------
 
     def script(self, reply: Reply, *, model: str | None = None) -> Reply:
+        """Queues ``reply`` for the next request (for the next request naming ``model`` when given);
+        replies are used once, in order. Returns the reply. Thread-safe."""
         with self._lock:
             (self._by_model.setdefault(model, deque()) if model else self._queue).append(reply)
         return reply
