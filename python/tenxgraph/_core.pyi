@@ -12,32 +12,61 @@ __version__: str
 
 PG_SCHEMA_VERSION: int
 
-def metrics_snapshot() -> dict[str, float]: ...
-def ledger_lookup_keys(key: str) -> list[str]: ...
-def reset_log_cache() -> None: ...
-def shutdown() -> None: ...
+def metrics_snapshot() -> dict[str, float]:
+    """The process-wide counters and durations as ``{metric name: value}`` (durations as
+    ``<name>_sum`` seconds and ``<name>_count``). Lock-free; safe from any thread."""
+def ledger_lookup_keys(key: str) -> list[str]:
+    """The stored ledger keys ``key`` may name, most literal first: 10xGraph's
+    ``"<message id>:<call id>"`` form finds rows recorded under today's keys too."""
+def reset_log_cache() -> None:
+    """Forgets the cached Python loggers and levels, so Rust records follow a logging
+    configuration changed after the first Rust record of a logger."""
+def shutdown() -> None:
+    """Called at interpreter exit (``atexit``): stops Rust logs reaching Python and closes every
+    open store (at most 2 s each). Stores are unusable afterwards."""
 
 @final
 class Completion:
-    def __call__(self, ok: bool, value: Any) -> None: ...
+    """The done-callback of a coroutine the Rust loop submitted to asyncio; only the first call
+    counts."""
+    def __call__(self, ok: bool, value: Any) -> None:
+        """Hands the coroutine's outcome to the waiting Rust side: ``ok`` with the value, else
+        ``value`` is the exception to raise there."""
 
 @final
 class Waiter:
     """A Rust future, awaitable from asyncio (see src/py/waiter.rs)."""
 
-    def fileno(self) -> int: ...
-    def take(self) -> Any: ...
-    def cancel(self) -> None: ...
-    def __await__(self) -> Generator[Any, None, Any]: ...
+    def fileno(self) -> int:
+        """The socket the event loop watches (``add_reader``); readable once the result is stored."""
+    def take(self) -> Any:
+        """The result, or raises the exception, once ``fileno`` is readable; RuntimeError when not
+        ready or already taken."""
+    def cancel(self) -> None:
+        """Drops the Rust future, and with it any Python work it awaits; the waiter still wakes."""
+    def __await__(self) -> Generator[Any, None, Any]:
+        """Awaits the result on the running loop (cancelling the await cancels the Rust future and
+        waits until it has ended)."""
 
 @final
 class NativeStore:
+    """A Rust checkpointer store (memory, SQLite, Postgres or a Python adapter). Methods returning
+    an awaitable run on the tokio runtime and fail with the typed storage errors:
+    ``StaleStateError`` STORAGE_CONFLICT_001, ``StorageError`` STORAGE_001 / STORAGE_FORBIDDEN_001 /
+    STORAGE_FORBIDDEN_002, ``TransientStorageError`` STORAGE_TRANSIENT_001, ``SchemaVersionError``
+    STORAGE_SCHEMA_001, ``LeaseLostError`` STORAGE_FENCED_001; ValueError for invalid input
+    (malformed JSON is refused before anything is written). Thread-safe."""
     @staticmethod
-    def memory(enforce_user_isolation: bool) -> NativeStore: ...
+    def memory(enforce_user_isolation: bool) -> NativeStore:
+        """A process-local store; nothing survives the process."""
     @staticmethod
-    def sqlite(path: str, enforce_user_isolation: bool, durable_sync: bool) -> NativeStore: ...
+    def sqlite(path: str, enforce_user_isolation: bool, durable_sync: bool) -> NativeStore:
+        """Opens the SQLite file (or ``":memory:"``) and applies migrations before returning;
+        ``durable_sync`` makes each commit fsync."""
     @staticmethod
-    def python(adapter: Any, event_loop: Any, context: Any) -> NativeStore: ...
+    def python(adapter: Any, event_loop: Any, context: Any) -> NativeStore:
+        """The store of a checkpointer written in Python: ``adapter`` is a ``PythonStore``, whose
+        coroutines run on ``event_loop`` (its own thread) in ``context``."""
     @staticmethod
     def postgres(
         dsn: str,
@@ -48,11 +77,18 @@ class NativeStore:
         state_history_limit: int = 20,
         enforce_user_isolation: bool = True,
         cache_ttl: float = 86400.0,
-    ) -> NativeStore: ...
-    def state_cache_get(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str] | None]: ...
-    def state_cache_put(self, thread_id: str, user_id: str, version: int, state_json: str) -> Awaitable[bool]: ...
-    def state_cache_clear(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
-    def load(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str, list[str]] | None]: ...
+    ) -> NativeStore:
+        """A Postgres store (Redis as cache and signal bus when ``redis_url`` is given) that connects
+        and migrates on first use, not here; the DSN, schema name and Redis URL are checked now (no
+        I/O), so a typo fails at once."""
+    def state_cache_get(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str] | None]:
+        """The cached ``(version, state_json)`` of the thread, or None."""
+    def state_cache_put(self, thread_id: str, user_id: str, version: int, state_json: str) -> Awaitable[bool]:
+        """Caches a state under ``version``; never replaces a newer cached version."""
+    def state_cache_clear(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+        """Drops the thread's cached state; True."""
+    def load(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str, list[str]] | None]:
+        """``(version, state_json, [message_json, ...])`` of the thread's latest state, or None."""
     def put_step(
         self,
         thread_id: str,
@@ -61,10 +97,18 @@ class NativeStore:
         state_json: str,
         messages: list[tuple[str, str]],
         replace_messages: bool = False,
-    ) -> Awaitable[int]: ...
-    def clear_state(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
-    def put_messages(self, thread_id: str, user_id: str, messages: list[tuple[str, str]]) -> Awaitable[int]: ...
-    def get_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[str | None]: ...
+    ) -> Awaitable[int]:
+        """Commits one versioned step outside a run: the state plus ``messages`` (``(id, json)``
+        pairs; with ``replace_messages`` they replace the stored history) in one transaction. Raises
+        ``StaleStateError`` and writes nothing when the thread is no longer at ``expected_version``.
+        Resolves to the new version."""
+    def clear_state(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+        """Drops the thread's state rows and messages (the thread row and ledger stay); True."""
+    def put_messages(self, thread_id: str, user_id: str, messages: list[tuple[str, str]]) -> Awaitable[int]:
+        """Upserts ``(id, json)`` messages by id, keeping first-insertion order; resolves to how many
+        were given."""
+    def get_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[str | None]:
+        """The message's JSON, or None."""
     def list_messages(
         self,
         thread_id: str,
@@ -72,54 +116,89 @@ class NativeStore:
         search: str | None = None,
         offset: int | None = None,
         limit: int | None = None,
-    ) -> Awaitable[list[str]]: ...
-    def delete_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[bool]: ...
-    def put_thread(self, thread_id: str, user_id: str, name: str | None, meta_json: str) -> Awaitable[bool]: ...
+    ) -> Awaitable[list[str]]:
+        """The thread's messages as JSON, in order, filtered by ``search`` and paged."""
+    def delete_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[bool]:
+        """True when the message existed and was deleted."""
+    def put_thread(self, thread_id: str, user_id: str, name: str | None, meta_json: str) -> Awaitable[bool]:
+        """Inserts or updates the thread row; True when it was inserted."""
     def get_thread(
         self, thread_id: str, user_id: str
-    ) -> Awaitable[tuple[str, str, str | None, str, float, float] | None]: ...
+    ) -> Awaitable[tuple[str, str, str | None, str, float, float] | None]:
+        """``(thread_id, user_id, name, meta_json, created_at, updated_at)``, or None."""
     def list_threads(
         self,
         user_id: str | None = None,
         search: str | None = None,
         offset: int | None = None,
         limit: int | None = None,
-    ) -> Awaitable[list[tuple[str, str, str | None, str, float, float]]]: ...
-    def clean_thread(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
-    def thread_owner(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]: ...
+    ) -> Awaitable[list[tuple[str, str, str | None, str, float, float]]]:
+        """Thread rows (as ``get_thread``), only ``user_id``'s when given, matching ``search``, paged."""
+    def clean_thread(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+        """Deletes the thread with its states, messages and ledger rows; True."""
+    def thread_owner(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]:
+        """The thread's owner. With ``user_id``, as that user may see it (under isolation None to
+        anybody but the owner); without, for operators."""
     @property
-    def isolates_users(self) -> bool: ...
+    def isolates_users(self) -> bool:
+        """Whether threads are private to their owner."""
     def cache_put(
         self, namespace: str, key: str, value_json: str, ttl_seconds: float | None = None
-    ) -> Awaitable[bool]: ...
-    def cache_get(self, namespace: str, key: str) -> Awaitable[str | None]: ...
-    def cache_clear(self, namespace: str, key: str) -> Awaitable[bool]: ...
-    def cache_keys(self, namespace: str, prefix: str | None = None) -> Awaitable[list[str]]: ...
-    def request_stop(self, thread_id: str, user_id: str) -> Awaitable[bool]: ...
-    def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> Awaitable[dict[str, str]]: ...
-    def lease_get(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]: ...
+    ) -> Awaitable[bool]:
+        """Stores a JSON value under ``(namespace, key)``, expiring after ``ttl_seconds`` (never when
+        None); True."""
+    def cache_get(self, namespace: str, key: str) -> Awaitable[str | None]:
+        """The value's JSON, or None when absent or expired."""
+    def cache_clear(self, namespace: str, key: str) -> Awaitable[bool]:
+        """Deletes the value; True whether or not it existed."""
+    def cache_keys(self, namespace: str, prefix: str | None = None) -> Awaitable[list[str]]:
+        """The live keys of ``namespace`` (those starting with ``prefix`` when given)."""
+    def request_stop(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+        """Records a stop request for the thread (one hour) and wakes a run of this process at once; True."""
+    def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> Awaitable[dict[str, str]]:
+        """``{key: result_json}`` for those of ``keys`` with a row (results and intent records);
+        empty for a non-owner under isolation."""
+    def lease_get(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]:
+        """The thread's lease as JSON, or None when it never had one (or, with ``user_id``, when
+        that user may not see it)."""
     def recovery_candidates(
         self, after: str | None = None, limit: int = 100
-    ) -> Awaitable[list[tuple[str, str, str | None]]]: ...
+    ) -> Awaitable[list[tuple[str, str, str | None]]]:
+        """One page of threads whose latest state is running, by thread id after ``after``:
+        ``[(thread_id, owner, live_holder_json | None)]``; None means no live run holds it."""
     def prune(
         self,
         keep_versions: int | None = None,
         finished_older_than: float | None = None,
         ledger_ttl: float | None = None,
         dry_run: bool = False,
-    ) -> Awaitable[str]: ...
-    def ledger_put(self, thread_id: str, user_id: str, key: str, result_json: str) -> Awaitable[bool]: ...
+    ) -> Awaitable[str]:
+        """Retention: never touches a thread that is not completed or whose lease is held, and keeps
+        each thread's latest state. Resolves to the report as JSON (nothing removed with ``dry_run``)."""
+    def ledger_put(self, thread_id: str, user_id: str, key: str, result_json: str) -> Awaitable[bool]:
+        """Records one tool result; True when this call inserted it (False: a result was already
+        there, and it stays: the first result wins)."""
     def ledger_put_blocking(
         self, thread_id: str, user_id: str, key: str, result_json: str, timeout: float = 30.0
-    ) -> bool: ...
-    def setup(self) -> Awaitable[bool]: ...
-    def release(self) -> Awaitable[bool]: ...
-    def ledger_list(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[str, str | None, float | None]]]: ...
-    def state_versions(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[int, float | None, str]]]: ...
-    def schema_version(self) -> Awaitable[int | None]: ...
+    ) -> bool:
+        """``ledger_put`` for a worker thread without an event loop; blocks for at most ``timeout``
+        seconds (never call it on a loop's thread). Unfenced: the side effect happened whoever holds
+        the thread now. True when this call inserted the result."""
+    def setup(self) -> Awaitable[bool]:
+        """Opens a lazily opened store (connect, migrate) and runs its migrations; True."""
+    def release(self) -> Awaitable[bool]:
+        """Closes the store's connections; True."""
+    def ledger_list(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[str, str | None, float | None]]]:
+        """Every ledger row, oldest first: ``[(key, result_json | None, created_at | None)]``; empty
+        for a non-owner under isolation."""
+    def state_versions(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[int, float | None, str]]]:
+        """Stored state versions, newest first: ``[(version, created_at | None, state_json)]``."""
+    def schema_version(self) -> Awaitable[int | None]:
+        """The applied schema version; None for the in-memory store."""
 
 @final
 class NativeGraph:
+    """A validated graph topology bound to a store; ``run`` drives one call through the Rust loop."""
     def __new__(
         cls,
         nodes: list[str],
@@ -129,7 +208,8 @@ class NativeGraph:
         interrupt_after: list[str],
         tool_nodes: list[str],
         store: NativeStore,
-    ) -> NativeGraph: ...
+    ) -> NativeGraph:
+        """Validates the topology (``GraphError`` GRAPH_002/003/004) and binds it to ``store``."""
     def run(
         self,
         run: Any,
@@ -153,4 +233,9 @@ class NativeGraph:
         known_version: int | None = None,
         known_mark: str | None = None,
         resume_only: bool = False,
-    ) -> Awaitable[str]: ...
+    ) -> Awaitable[str]:
+        """Runs the loop for one call; node and tool code is called back through ``run`` on
+        ``event_loop`` in ``context``. Resolves to JSON ``{exec, version, stopped, mark,
+        nothing_to_resume}``, or raises the run's typed error (``GraphError``, ``NodeError``,
+        ``NodeTimeoutError``, the storage errors, ``ThreadBusyError``, ``LeaseLostError``). Every step
+        it reports is committed before it returns."""
