@@ -13,17 +13,24 @@
 //! The intent window of an at-most-once tool is `after_tool` (it ran; only its intent record is
 //! in the ledger); `before_tool` fires after the intent record, before the tool is called.
 
+#![warn(missing_docs)]
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// Every failpoint name a spec may use.
 pub const POINTS: &[&str] =
     &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew", "after_lease"];
 
+/// What a failpoint does when it fires.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
+    /// SIGKILL this process: no destructor, flush or atexit runs.
     Kill,
+    /// Fail with `Fired` (Python: `FailpointError` FAILPOINT_001).
     Raise,
+    /// Sleep this long, then go on.
     Delay(Duration),
 }
 
@@ -46,11 +53,15 @@ pub struct Failpoints {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("failpoint {point} fired{}", target.as_ref().map(|t| format!(" at {t}")).unwrap_or_default())]
 pub struct Fired {
+    /// The failpoint that fired.
     pub point: String,
+    /// The tool, node or thread it fired at.
     pub target: Option<String>,
 }
 
 impl Failpoints {
+    /// Parses `point[:target][@n]=action;...`; an unknown point, a bad `@n` or action is an error
+    /// naming the entry.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let mut entries = vec![];
         for raw in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
@@ -127,14 +138,18 @@ pub struct Armed {
 }
 
 impl Armed {
+    /// The environment's set and the run's, checked in that order.
     pub fn new(env: Option<Arc<Failpoints>>, run: Option<Arc<Failpoints>>) -> Self {
         Armed { sets: env.into_iter().chain(run).collect() }
     }
 
+    /// No failpoint is armed (every `hit` returns at once).
     pub fn is_off(&self) -> bool {
         self.sets.is_empty()
     }
 
+    /// Fires every matching armed entry: `kill` ends the process with SIGKILL, `raise` returns
+    /// `Fired`, `delay` sleeps.
     pub async fn hit(&self, point: &str, target: &str) -> Result<(), Fired> {
         for s in &self.sets {
             s.hit(point, target).await?;

@@ -1,6 +1,8 @@
 //! Process-wide counters and durations, cheap enough for every node and tool call (relaxed
 //! atomics). Read with `snapshot()`; exporters (Prometheus, OTel) are built on that in Python.
 
+#![warn(missing_docs)]
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -9,10 +11,11 @@ macro_rules! metrics {
         durations { $($dfield:ident => $dname:literal),* $(,)? }
         $($field:ident => $name:literal),* $(,)?
     ) => {
+        /// Every counter and duration of the process (see the field list in the `metrics!` call).
         #[derive(Default)]
         pub struct Metrics {
-            $(pub $dfield: DurationStat,)*
-            $(pub $field: AtomicU64,)*
+            $(#[doc = concat!("The `", $dname, "` duration.")] pub $dfield: DurationStat,)*
+            $(#[doc = concat!("The `", $name, "` counter.")] pub $field: AtomicU64,)*
         }
         impl Metrics {
             /// `(metric name, value)`: every counter, each duration as a `<name>_sum` (seconds) /
@@ -35,7 +38,9 @@ macro_rules! metrics {
 /// publish a summary (sum and count) and a reader can compute the mean.
 #[derive(Default)]
 pub struct DurationStat {
+    /// Total, in microseconds.
     pub sum_us: AtomicU64,
+    /// How many durations were added.
     pub count: AtomicU64,
 }
 
@@ -71,15 +76,18 @@ metrics! {
     live_state_reuses => "tenxgraph.storage.live_state_reuses",
 }
 
+/// The process-wide metrics.
 pub fn metrics() -> &'static Metrics {
     static M: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
     M.get_or_init(Metrics::default)
 }
 
+/// Adds one to a counter (relaxed: counts are exact, their order with other memory is not).
 pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
 
+/// Adds one duration (whole microseconds).
 pub fn add_duration(c: &DurationStat, d: Duration) {
     c.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
     c.count.fetch_add(1, Relaxed);

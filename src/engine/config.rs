@@ -6,13 +6,17 @@ use std::time::Duration;
 /// Per-run settings, already resolved from the caller's config dict.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
+    /// The thread and the user the run acts for.
     pub thread: ThreadRef,
+    /// This run's id: the lease holder's name and a log field.
     pub run_id: String,
+    /// Node executions this run may make before `EngineError::Recursion` (10xGraph's default: 25).
     pub recursion_limit: i64,
     /// `None` disables the deadline.
     pub node_timeout: Option<Duration>,
     /// Per tool call; `None` disables it.
     pub tool_timeout: Option<Duration>,
+    /// Commit after every node (true), or only at the run's exits: a pause, a stop, an error, END.
     pub durable_every_step: bool,
     /// How often a running node checks the store for a stop request from another process.
     /// Stops from this process arrive at once through `StopSignals`.
@@ -24,6 +28,8 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// 10xGraph's defaults: recursion limit 25, node timeout 900 s, tool timeout 300 s, a commit per
+    /// step, the default lease, and the failpoints of `TENXGRAPH_FAILPOINTS`.
     pub fn new(thread: ThreadRef) -> Self {
         RunConfig {
             thread,

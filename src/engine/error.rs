@@ -2,6 +2,7 @@ use crate::store::StoreError;
 use serde_json::{Value, json};
 use thiserror::Error;
 
+/// Any error of host code, carried as the cause of an `EngineError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a run can fail with. Each variant maps to one exception class and code in `py/errors.rs`.
@@ -9,25 +10,73 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum EngineError {
     /// Graph misuse: GRAPH_002/003/004, GRAPH_ROUTING_001/002.
     #[error("{message}")]
-    Graph { code: &'static str, message: String, context: Value, #[source] cause: Option<BoxError> },
+    Graph {
+        /// The error code (`GRAPH_002`, ...).
+        code: &'static str,
+        /// The message, as the exception's.
+        message: String,
+        /// The exception's `context` dict.
+        context: Value,
+        /// The original error, if any.
+        #[source]
+        cause: Option<BoxError>,
+    },
     /// A node raised (NODE_001); `cause` is the original error.
     #[error("{message}")]
-    Node { code: &'static str, message: String, context: Value, #[source] cause: Option<BoxError> },
+    Node {
+        /// The error code (`NODE_001`, ...).
+        code: &'static str,
+        /// The message, as the exception's.
+        message: String,
+        /// The exception's `context` dict.
+        context: Value,
+        /// The original error, if any.
+        #[source]
+        cause: Option<BoxError>,
+    },
+    /// The run reached its recursion limit (RECURSION_001); the steps before it are committed.
     #[error("Graph execution exceeded recursion limit: {limit}")]
-    Recursion { limit: i64, step: i64, node: String },
+    Recursion {
+        /// The run's `recursion_limit`.
+        limit: i64,
+        /// The thread's step when it stopped.
+        step: i64,
+        /// The node that would have run next.
+        node: String,
+    },
+    /// A node exceeded `node_timeout` and was cancelled (NODE_TIMEOUT_001); its step was not
+    /// committed.
     #[error("Node '{node}' exceeded its timeout of {timeout}s and was cancelled")]
-    NodeTimeout { node: String, timeout: f64 },
+    NodeTimeout {
+        /// The node.
+        node: String,
+        /// The timeout, in seconds.
+        timeout: f64,
+    },
+    /// The store failed or refused a read or write (each `StoreError` has its own class and code).
     #[error(transparent)]
     Store(#[from] StoreError),
     /// New input for a thread whose last run has not finished (crashed mid-run, or running in
     /// another process): ThreadBusyError. Nothing was written.
     #[error("thread '{thread_id}' has an unfinished run at node '{node}'; resume it with ainvoke({{}}, config) (or wait for it) before sending new input")]
-    Busy { thread_id: String, node: String },
+    Busy {
+        /// The thread.
+        thread_id: String,
+        /// The node its unfinished run is at.
+        node: String,
+    },
     /// Another execution holds the thread's lease and the run's `on_busy` policy gave up
     /// (`reject`, or `wait`/`interrupt` past `busy_timeout`): ThreadBusyError. Nothing ran.
     /// `holder` is None when the caller may not see it (user isolation, not the owner).
     #[error("thread '{thread_id}' is busy: another execution {}holds it{}", holder.as_ref().map_or(String::new(), |h| format!("(run {}, lease token {}) ", h.holder, h.token)), if *waited > 0.0 { format!("; waited {waited:.1}s") } else { String::new() })]
-    LeaseBusy { thread_id: String, holder: Option<crate::store::LeaseInfo>, waited: f64 },
+    LeaseBusy {
+        /// The thread.
+        thread_id: String,
+        /// Who holds the lease, when the caller may see it.
+        holder: Option<crate::store::LeaseInfo>,
+        /// Seconds the run waited for the lease (0 with `reject`).
+        waited: f64,
+    },
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
@@ -40,6 +89,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// A `Graph` error without a cause.
     pub fn graph(code: &'static str, message: impl Into<String>, context: Value) -> Self {
         EngineError::Graph { code, message: message.into(), context, cause: None }
     }

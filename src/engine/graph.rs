@@ -2,11 +2,15 @@ use super::EngineError;
 use serde_json::json;
 use std::collections::HashSet;
 
+/// The virtual entry node (10xGraph's `START`).
 pub const START: &str = "__start__";
+/// The virtual exit node (10xGraph's `END`): routing there completes the run.
 pub const END: &str = "__end__";
 
+/// One edge of the topology: fixed, or one answer of a condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EdgeSpec {
+    /// The node the edge leaves.
     pub from: String,
     /// Empty for a conditional edge without a path map (the condition names the target).
     pub to: String,
@@ -17,6 +21,7 @@ pub struct EdgeSpec {
 }
 
 impl EdgeSpec {
+    /// An unconditional edge.
     pub fn fixed(from: &str, to: &str) -> Self {
         EdgeSpec { from: from.into(), to: to.into(), condition: None, condition_result: None }
     }
@@ -25,16 +30,22 @@ impl EdgeSpec {
 /// The compiled topology. Node bodies live in the host; the engine knows only their names.
 #[derive(Debug, Clone, Default)]
 pub struct GraphSpec {
+    /// Node names, without `START` and `END`.
     pub nodes: Vec<String>,
+    /// Every edge, in the order they were added (the first fixed edge of a node wins).
     pub edges: Vec<EdgeSpec>,
+    /// The first node (`set_entry_point` or `add_edge(START, node)`).
     pub entry: Option<String>,
+    /// Nodes the run pauses before.
     pub interrupt_before: Vec<String>,
+    /// Nodes the run pauses after (their step committed).
     pub interrupt_after: Vec<String>,
     /// Nodes run by the replay-safe tool handler instead of `NodeHost::run_node`.
     pub tool_nodes: Vec<String>,
 }
 
 impl GraphSpec {
+    /// Whether `name` is a node of the graph (`START` and `END` included).
     pub fn has_node(&self, name: &str) -> bool {
         name == START || name == END || self.nodes.iter().any(|n| n == name)
     }

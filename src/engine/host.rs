@@ -7,6 +7,7 @@ use serde_json::Value;
 /// Result of a node: an explicit next node (`Command(goto=...)`) or none (follow the edges).
 #[derive(Debug, Clone, Default)]
 pub struct NodeOutput {
+    /// The next node the node named (`Command(goto=...)`), instead of its edges.
     pub goto: Option<String>,
     /// The run pauses after this node, with this reason (a tool node whose calls the client runs:
     /// `remote_tool_call`). The node's step is committed; the next node is worked out when the
@@ -17,7 +18,9 @@ pub struct NodeOutput {
 /// What a condition returned, reduced to what routing needs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RouteValue {
+    /// A node name or a path-map key.
     Str(String),
+    /// A bool, or the truthiness of any other value (a path-map key `True` / `False`).
     Truthy(bool),
 }
 
@@ -25,19 +28,31 @@ pub enum RouteValue {
 #[derive(Debug)]
 pub enum HostFailure {
     /// An ordinary exception: the loop wraps it as NodeError NODE_001.
-    Raised { error_type: String, message: String, cause: BoxError },
+    Raised {
+        /// The exception's class name.
+        error_type: String,
+        /// Its message.
+        message: String,
+        /// The exception itself, chained as the NodeError's cause.
+        cause: BoxError,
+    },
     /// An error that must reach the caller unchanged (already a graph error, or not an Exception).
     Passthrough(BoxError),
     /// User code asked for a human answer (`interrupt()`): the run pauses at this node and the
     /// node runs again on resume. `payload` describes the question.
-    Interrupt { payload: serde_json::Value },
+    Interrupt {
+        /// The pending interrupt, stored with the paused state.
+        payload: serde_json::Value,
+    },
 }
 
 /// How many stored messages the live context starts with, and the id of the last one. A context
 /// that still starts with them has only grown (the common case); otherwise it was rewritten.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MsgCursor {
+    /// Stored messages the live context starts with.
     pub len: usize,
+    /// The id of the last of them.
     pub last_id: Option<String>,
 }
 
@@ -57,6 +72,7 @@ pub enum Stored<'a> {
 pub struct Snapshot {
     /// The state without `context`.
     pub state: Value,
+    /// Messages added since the last commit (all of the context when `replace_messages`).
     pub new_messages: Vec<StoredMessage>,
     /// The context was rewritten: `new_messages` is all of it.
     pub replace_messages: bool,
@@ -71,9 +87,17 @@ pub enum Lifecycle<'a> {
     /// The state is loaded and the input merged, before the first commit and the first node.
     Start,
     /// `node` finished and its result is merged, before routing and before its step commits.
-    NodeDone { node: &'a str },
+    NodeDone {
+        /// The node.
+        node: &'a str,
+    },
     /// The run pauses at `node`: `kind` is "before", "after", "interrupt" or "stop".
-    Interrupt { node: &'a str, kind: &'a str },
+    Interrupt {
+        /// The node.
+        node: &'a str,
+        /// "before", "after", "interrupt" or "stop".
+        kind: &'a str,
+    },
     /// The run reached END, before its final commit.
     End,
     /// The run failed (in `exec.error`), before the failed state is committed.

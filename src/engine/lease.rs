@@ -23,6 +23,7 @@ pub enum OnBusy {
 }
 
 impl OnBusy {
+    /// `"reject"`, `"wait"` or `"interrupt"`; None for anything else.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "reject" => Some(OnBusy::Reject),
@@ -39,7 +40,9 @@ pub struct LeasePolicy {
     /// How long a lease lasts after its last renewal; a crashed holder on another machine is
     /// taken over this long after it stopped renewing. Renewed every `ttl / 3`.
     pub ttl: Duration,
+    /// What to do when another execution holds the thread.
     pub on_busy: OnBusy,
+    /// How long `Wait` / `Interrupt` wait for the lease before `EngineError::LeaseBusy`.
     pub busy_timeout: Duration,
 }
 
@@ -146,7 +149,10 @@ pub(super) fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo
 
 /// The lease a run holds.
 pub struct Lease {
+    /// The thread leased.
     pub thread_id: String,
+    /// The fencing token: every write of the run carries it, and the store refuses it once a newer
+    /// holder took the thread.
     pub token: i64,
     ttl: Duration,
     next_renewal: Mutex<Instant>,
@@ -203,10 +209,12 @@ impl Lease {
         }
     }
 
+    /// Records that the run's last commit freed the lease in its own transaction.
     pub fn mark_released(&self) {
         self.released.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Whether the lease was freed by the run's last commit (nothing left to release).
     pub fn released(&self) -> bool {
         self.released.load(std::sync::atomic::Ordering::Acquire)
     }

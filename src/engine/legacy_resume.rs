@@ -111,6 +111,7 @@ pub enum RouteOn {
 }
 
 impl RouteOn {
+    /// Whether routing from the completed node to `next` is a resume this rule allows.
     pub fn accepts(self, graph: &GraphSpec, next: &str) -> bool {
         match self {
             RouteOn::ToToolNode => is_tool_node(graph, next),

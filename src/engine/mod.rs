@@ -1,6 +1,8 @@
 //! The graph loop. No Python types: nodes, conditions and the live state are reached through the
 //! `NodeHost` trait, so the loop is tested with Rust closures and a real store.
 
+#![warn(missing_docs)]
+
 mod config;
 mod error;
 mod exec;

@@ -17,7 +17,9 @@ use tokio::time::{Instant, sleep, sleep_until};
 /// What the caller handed the run, as far as the loop cares.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunInput<'a> {
+    /// The input brought messages (a new turn, not a resume).
     pub has_messages: bool,
+    /// The input brought a state update.
     pub has_state_update: bool,
     /// `input["state"]["current_node"]`: where to start instead of the saved node.
     pub start_node: Option<&'a str>,
@@ -27,10 +29,14 @@ pub struct RunInput<'a> {
     pub resume_only: bool,
 }
 
+/// How a run ended; every step it reports is committed.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
+    /// The thread's execution meta at the end (completed, paused, or as stored).
     pub exec: ExecMeta,
+    /// The thread's version after the run's last commit.
     pub version: i64,
+    /// The run ended on a stop request.
     pub stopped: bool,
     /// The write mark of the run's last commit (None when it committed nothing): a host that
     /// keeps the live state names it as its `known_head` at the thread's next run.

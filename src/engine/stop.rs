@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::Notify;
 
+/// The cache namespace stop requests are stored under (10xGraph's).
 pub const STOP_NAMESPACE: &str = "stop_request";
 
+/// The key of a stop request: `"<thread_id>:<user_id>"`, as 10xGraph writes it.
 pub fn stop_key(thread_id: &str, user_id: &str) -> String {
     format!("{thread_id}:{user_id}")
 }
@@ -16,6 +18,7 @@ pub fn stop_key(thread_id: &str, user_id: &str) -> String {
 /// The in-process half of a stop request for one `thread_id:user_id`.
 #[derive(Default)]
 pub struct StopSignal {
+    /// Woken by `StopSignals::signal`.
     pub notify: Notify,
     raised: AtomicBool,
 }
@@ -34,11 +37,13 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
+    /// The registry of this process.
     pub fn global() -> &'static StopSignals {
         static G: OnceLock<StopSignals> = OnceLock::new();
         G.get_or_init(StopSignals::default)
     }
 
+    /// The signal a run on `key` waits on; runs on the same key share one.
     pub fn subscribe(&self, key: &str) -> Arc<StopSignal> {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(key.to_owned()).or_default().clone()
@@ -53,6 +58,7 @@ impl StopSignals {
         }
     }
 
+    /// A run on `key` ended; the entry goes when no other run still holds it.
     pub fn release(&self, key: &str, s: &Arc<StopSignal>) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         // Only drop the entry if no other run of the same key still holds it.

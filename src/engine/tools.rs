@@ -26,6 +26,7 @@ pub enum SideEffects {
 }
 
 impl SideEffects {
+    /// `"idempotent"`, `"at_most_once"` or `"pure"`; None for anything else.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "idempotent" => Some(SideEffects::Idempotent),
@@ -41,7 +42,9 @@ impl SideEffects {
 pub struct ToolCall {
     /// As the model gave it: a JSON string or number (None or "" when it gave none).
     pub call_id: Option<Value>,
+    /// The tool's name.
     pub name: String,
+    /// What running it twice would do: decides its ledger handling.
     pub effects: SideEffects,
 }
 
@@ -59,6 +62,7 @@ pub enum UnknownAnswer {
 pub struct ToolBatch {
     /// The assistant message's id: a JSON string or number.
     pub origin_message_id: Option<Value>,
+    /// The calls, in the message's order.
     pub calls: Vec<ToolCall>,
 }
 
@@ -89,16 +93,29 @@ pub struct ToolRun {
     pub envelope: Value,
     /// False for answers that must not be replayed (e.g. malformed arguments: the tool never ran).
     pub record: bool,
+    /// The answer is a tool error (still recorded, so a replay gives the same error).
     pub is_error: bool,
 }
 
 /// How each call of a node settled, in call order.
 #[derive(Debug, Clone)]
 pub enum ToolOutcome {
+    /// Answered from the ledger (the tool did not run); the recorded envelope.
     Replayed(Value),
+    /// The tool ran to this answer (recorded in the ledger when the run's `record` says so; a
+    /// failed record is logged, and a replay may run the call again).
     Ran(Value),
-    TimedOut { secs: f64 },
-    Failed { message: String },
+    /// The tool exceeded `tool_timeout` and was cancelled (NODE_TIMEOUT_002 for the model).
+    TimedOut {
+        /// The timeout, in seconds.
+        secs: f64,
+    },
+    /// No answer to record: the tool raised, was refused (an at-most-once tool whose ledger
+    /// could not be read or written does not run), or a sibling call's interrupt ended the node.
+    Failed {
+        /// What the model is told.
+        message: String,
+    },
 }
 
 /// Runs a tool node. Every call settles before this returns (no orphaned task); dropping the
