@@ -179,23 +179,55 @@ def _rust_files(root: Path, entries: list[str]) -> list[Path]:
     return out
 
 
+STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+BLOCK_OPEN = re.compile(r"^\s*pub(?!\s*\()\s+(enum|trait)\b")
+VARIANT = re.compile(r"^\s*[A-Z][A-Za-z0-9_]*\s*[({,]?")
+TRAIT_FN = re.compile(r"^\s*(?:async\s+)?fn\s")
+FIELD = re.compile(r"^\s*[a-z_][a-z0-9_]*\s*:")
+
+
+def _documented(lines: list[str], i: int) -> bool:
+    j = i - 1
+    while j >= 0 and (ATTRIBUTE.match(lines[j]) or lines[j].strip().startswith("//") and not lines[j].strip().startswith("///")):
+        if lines[j].strip().startswith("#[doc"):
+            return True
+        j -= 1
+    return j >= 0 and (lines[j].strip().startswith("///") or lines[j].strip().startswith("#[doc"))
+
+
 def missing_rust_docs(root: Path, entries: list[str]) -> list[str]:
-    """Public items with no `///` (or `#[doc]`) above them, attributes skipped. Items inside
-    `#[cfg(test)]` modules are skipped: they are test helpers, not API."""
+    """Public items with no `///` (or `#[doc]`) above them, attributes skipped: `pub` items and
+    fields, the variants of a `pub enum` and their fields, the methods of a `pub trait` (what
+    rustc's `missing_docs` asks for). Items inside `#[cfg(test)]` modules are skipped: they are
+    test helpers, not API."""
     missing = []
     for f in _rust_files(root, entries):
         lines = f.read_text().splitlines()
         test_from = next((i for i, line in enumerate(lines) if re.match(r"^\s*#\[cfg\(test\)\]", line)), len(lines))
+        depth = 0
+        blocks: list[tuple[str, int]] = []  # (enum | trait, depth inside its braces)
         for i, line in enumerate(lines[:test_from]):
-            if not PUB_ITEM.search(line) or line.lstrip().startswith("pub mod") and line.rstrip().endswith(";") and _inner_doc(root, f, line):
-                continue
-            j = i - 1
-            while j >= 0 and (ATTRIBUTE.match(lines[j]) or lines[j].strip().startswith("//") and not lines[j].strip().startswith("///")):
-                if lines[j].strip().startswith("#[doc"):
-                    break
-                j -= 1
-            if j < 0 or not (lines[j].strip().startswith("///") or lines[j].strip().startswith("#[doc")):
+            code = "" if line.strip().startswith(("//", "#[")) else STRING.sub('""', line.split("//", 1)[0])
+            kind = blocks[-1] if blocks else None
+            need = False
+            if PUB_ITEM.search(line):
+                need = not (line.lstrip().startswith("pub mod") and line.rstrip().endswith(";") and _inner_doc(root, f, line))
+            elif kind and kind[0] == "enum" and depth == kind[1] and VARIANT.match(code):
+                need = True
+                if "{" in code and ":" in code.split("{", 1)[1]:
+                    missing.append(f"{f.relative_to(root)}:{i + 1}: fields of {code.strip()} (one per line, each with ///)")
+            elif kind and kind[0] == "enum" and depth == kind[1] + 1 and FIELD.match(code):
+                need = True
+            elif kind and kind[0] == "trait" and depth == kind[1] and TRAIT_FN.match(code):
+                need = True
+            if need and not _documented(lines, i):
                 missing.append(f"{f.relative_to(root)}:{i + 1}: {line.strip()}")
+            m = BLOCK_OPEN.match(code)
+            depth += code.count("{") - code.count("}")
+            if m and "{" in code and depth > 0:
+                blocks.append((m.group(1), depth))
+            while blocks and depth < blocks[-1][1]:
+                blocks.pop()
     return missing
 
 
@@ -254,5 +286,11 @@ def test_stub_and_rust_checks_report_gaps(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.rs").write_text(
         "/// Documented.\n#[derive(Debug)]\npub struct A {\n    /// Field.\n    pub x: u8,\n    pub y: u8,\n}\n"
-        "pub(crate) fn hidden() {}\npub fn bare() {}\n#[cfg(test)]\nmod tests {\n    pub fn helper() {}\n}\n")
-    assert missing_rust_docs(tmp_path, ["src"]) == ["src/a.rs:6: pub y: u8,", "src/a.rs:9: pub fn bare() {}"]
+        "pub(crate) fn hidden() {}\npub fn bare() {}\n"
+        "/// Doc.\npub enum E {\n    /// Doc.\n    A,\n    B(u8),\n    /// Doc.\n    #[error(\"{x}\")]\n    C {\n        x: u8,\n    },\n"
+        "    /// Doc.\n    D { y: u8 },\n}\n/// Doc.\npub trait T {\n    fn m(&self);\n}\n"
+        "#[cfg(test)]\nmod tests {\n    pub fn helper() {}\n}\n")
+    assert missing_rust_docs(tmp_path, ["src"]) == [
+        "src/a.rs:6: pub y: u8,", "src/a.rs:9: pub fn bare() {}", "src/a.rs:14: B(u8),",
+        "src/a.rs:18: x: u8,", "src/a.rs:21: fields of D { y: u8 }, (one per line, each with ///)",
+        "src/a.rs:25: fn m(&self);"]

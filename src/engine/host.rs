@@ -62,7 +62,12 @@ pub enum Stored<'a> {
     /// A new thread: the graph's prototype state.
     Fresh,
     /// The thread's latest state row and every message of it.
-    Loaded { state: &'a Value, messages: &'a [Value] },
+    Loaded {
+        /// The state row.
+        state: &'a Value,
+        /// The thread's messages, in order.
+        messages: &'a [Value],
+    },
     /// The thread is still at the host's `known_head`: the host's own live state is current.
     Known,
 }

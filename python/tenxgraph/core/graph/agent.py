@@ -161,6 +161,8 @@ class Agent(BaseAgent):
     # -- tools ---------------------------------------------------------------------------------
 
     def get_tool_node(self) -> ToolNode | None:
+        """The ``ToolNode`` given as ``tool_node=``, else None (also when it was given by name: that
+        one is looked up in the running graph at each turn, not kept here)."""
         return self._tool_node
 
     def _resolve_tool_node(self) -> ToolNode | None:

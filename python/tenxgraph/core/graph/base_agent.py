@@ -43,6 +43,7 @@ class BaseAgent(ABC):
         """The provider request (what a test agent replaces)."""
 
     def get_tool_node(self) -> ToolNode | None:
+        """The agent's ``ToolNode``, if it has one; None here."""
         return None
 
     async def __call__(self, state: AgentState, config: dict[str, Any]) -> Any:

@@ -463,6 +463,8 @@ class CompiledGraph(Generic[StateT]):
         config: dict[str, Any] | None = None,
         response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
     ) -> dict[str, Any]:
+        """Blocking twin of ``ainvoke`` (same guarantees, same errors); callable from inside a running
+        event loop too (the run then has a private loop in a worker thread)."""
         return run_sync(self._ainvoke_delivered(input_data, config, response_granularity))
 
     async def _ainvoke_delivered(self, input_data: dict[str, Any], config: dict[str, Any] | None,
@@ -501,6 +503,7 @@ class CompiledGraph(Generic[StateT]):
         return {"ok": True, "running": False, "reason": "not-running"}
 
     def stop(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Blocking twin of ``astop``."""
         return run_sync(self.astop(config))
 
     # -- lifecycle and introspection -------------------------------------------------------
@@ -569,6 +572,8 @@ class CompiledGraph(Generic[StateT]):
         await self.aclose()
 
     def override_node(self, name: str, func: Any) -> CompiledGraph[StateT]:
+        """Replaces the body of an existing node for later runs (KeyError when there is none);
+        the topology compiled into the Rust loop stays as it is. Returns self."""
         from tenxgraph.core.graph.node import Node
 
         if name not in self._nodes:
@@ -577,6 +582,9 @@ class CompiledGraph(Generic[StateT]):
         return self
 
     def generate_graph(self) -> dict[str, Any]:
+        """The topology as a dict: ``info`` (counts, entry point, state class, checkpointer class,
+        interrupt lists), ``nodes`` and ``edges`` (a conditional edge without a path map has no
+        target)."""
         b = self._builder
         return {
             "info": {

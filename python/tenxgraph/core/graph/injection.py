@@ -28,6 +28,8 @@ def _injectq() -> Any:
 
 
 def activate_container(container: Any) -> None:
+    """Makes ``container`` (an ``injectq.InjectQ``) the active one; nothing for None. TypeError
+    when injectq is not installed or ``container`` is not a container."""
     if container is None:
         return
     if _injectq() is None or not hasattr(container, "activate"):
@@ -38,6 +40,9 @@ def activate_container(container: Any) -> None:
 
 
 def bind_graph_services(container: Any, *, checkpointer: Any, graph: Any, app: Any, id_generator: Any) -> None:
+    """Binds the graph's checkpointer, builder, compiled graph, background task manager and id
+    generator into ``container`` (the global InjectQ instance when None), as 10xGraph does. No-op
+    without injectq; a container that refuses the bindings is logged, not raised."""
     injectq = _injectq()
     if injectq is None:
         return

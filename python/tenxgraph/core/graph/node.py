@@ -25,6 +25,8 @@ class Node:
         self.is_async = _is_async(func)
 
     def arguments(self, state: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The ``(args, kwargs)`` the node function is called with: the state, the config, or both, by
+        its signature. TypeError naming the node when it has other required parameters."""
         kind, extra = self._plan
         if kind == "single":
             return [state], {}
@@ -41,6 +43,9 @@ class Node:
         return [], kwargs
 
     async def call(self, state: Any, config: dict[str, Any]) -> Any:
+        """Calls the node function with its arguments: a coroutine function awaited on the loop, a sync
+        one in a worker thread (``asyncio.to_thread``, with the caller's contextvars); an awaitable it
+        returns is awaited. Raises what the function raises."""
         args, kwargs = self.arguments(state, config)
         if self.is_async:
             return await self.func(*args, **kwargs)

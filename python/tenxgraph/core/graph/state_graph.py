@@ -91,6 +91,9 @@ class StateGraph(Generic[StateT]):
         self.compiled = False
 
     def add_node(self, name_or_func: str | Callable[..., Any], func: Any = None) -> StateGraph[StateT]:
+        """Adds a node: ``add_node(func)`` (named ``func.__name__``) or ``add_node(name, func)`` with
+        a callable or a ``ToolNode``; a second node of the same name replaces the first. Raises
+        ValueError for other arguments and for the reserved ``START``/``END`` names. Returns self."""
         if callable(name_or_func) and func is None:
             name = getattr(name_or_func, "__name__", None)
             if not name:
@@ -106,6 +109,8 @@ class StateGraph(Generic[StateT]):
         return self
 
     def add_edge(self, from_node: str, to_node: str) -> StateGraph[StateT]:
+        """Adds a fixed edge (from ``START`` it also sets the entry point). Names are checked by
+        ``compile()`` (``GraphError`` GRAPH_004). Returns self."""
         self.edges.append(Edge(from_node, to_node))
         if from_node == START:
             self.entry_point = to_node
@@ -117,6 +122,10 @@ class StateGraph(Generic[StateT]):
         condition: Callable[..., Any],
         path_map: dict[str, str] | None = None,
     ) -> StateGraph[StateT]:
+        """Routes from ``from_node`` by ``condition(state)``: its result is looked up in ``path_map``
+        when given, else taken as the next node's name (``END`` allowed). An unknown result raises
+        ``GraphError`` GRAPH_ROUTING_002 at run time; TypeError here when ``condition`` is not callable.
+        Returns self."""
         if not callable(condition):
             raise TypeError("condition must be callable")
         if path_map:
@@ -129,11 +138,14 @@ class StateGraph(Generic[StateT]):
         return self
 
     def set_entry_point(self, node_name: str) -> StateGraph[StateT]:
+        """Makes ``node_name`` the first node (the same as ``add_edge(START, node_name)``). Returns self."""
         self.entry_point = node_name
         self.add_edge(START, node_name)
         return self
 
     def override_node(self, name: str, func: Callable[..., Any]) -> StateGraph[StateT]:
+        """Replaces the body of an existing node, keeping its edges; KeyError when there is no such
+        node. Returns self."""
         if name not in self.nodes:
             raise KeyError(f"Node '{name}' does not exist")
         self.nodes[name] = Node(name, func)

@@ -21,6 +21,8 @@ _MISSING = object()
 
 
 def field_reducer(model: type[BaseModel], name: str) -> Any:
+    """The reducer declared on ``model``'s field ``name`` (the first callable in its ``Annotated``
+    metadata), or None."""
     info = model.model_fields.get(name)
     if info is None:
         return None

@@ -330,9 +330,11 @@ class ToolNode:
 
     @property
     def tool_names(self) -> list[str]:
+        """The names of the local tools, in registration order."""
         return list(self._funcs)
 
     def get_tool(self, name: str) -> Callable[..., Any] | None:
+        """The local tool function named ``name``, or None."""
         return self._funcs.get(name)
 
     def takes_state(self, name: str) -> bool:
@@ -349,6 +351,8 @@ class ToolNode:
         return getattr(self._funcs.get(name), "_py_tool_on_unknown", None) or "error"
 
     def get_local_tool(self, tags: set[str] | None = None) -> list[dict[str, Any]]:
+        """The OpenAI-style schemas of the local tools (deep copies: callers may edit them); with
+        ``tags``, only tools with one of them (untagged tools always)."""
         tools: list[dict[str, Any]] = []
         for name, fn in self._funcs.items():
             tool_tags = getattr(fn, "_py_tool_tags", None)
@@ -379,6 +383,7 @@ class ToolNode:
     async def all_tools(
         self, tags: set[str] | None = None, config: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
+        """``all_tools_sync`` as a coroutine (10xGraph's async name)."""
         return self.all_tools_sync(tags, config)
 
     def _is_remote(self, name: str, config: dict[str, Any] | None) -> bool:

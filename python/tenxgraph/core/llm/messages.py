@@ -54,6 +54,10 @@ def _message_dict(message: Message) -> dict[str, Any] | None:
 
 def to_provider_messages(system_prompts: list[dict[str, Any]], state: AgentState | None,
                          extra_messages: list[Message] | None = None) -> list[dict[str, Any]]:
+    """The chat-completions ``messages`` of a turn: the system prompts (interpolated with the
+    state), the context summary as an assistant message, then the context and ``extra_messages``
+    as role/content dicts (tool calls and tool-call ids kept). Messages holding a remote tool
+    call are left out: the client answered those."""
     out = interpolate_system_prompts(system_prompts, state)
     if state is not None and state.context_summary:
         out.append({"role": "assistant", "content": state.context_summary})

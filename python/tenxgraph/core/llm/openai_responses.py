@@ -138,6 +138,10 @@ async def _consume(stream: Any, on_delta: DeltaSink | None) -> Message:
 async def call_responses(client: Any, *, model: str, messages: list[dict[str, Any]],
                          tools: list[dict[str, Any]] | None, stream: bool, call_kwargs: dict[str, Any],
                          reasoning: dict[str, Any] | None, on_delta: DeltaSink | None = None) -> Message:
+    """One request to the OpenAI Responses API, built from chat-completions ``messages`` and
+    ``tools``, answered as one assistant ``Message``. Streamed when ``stream``: each text and
+    reasoning-summary delta goes to ``on_delta`` as a partial message, and the stream is closed
+    however it ends. Raises what the SDK raises."""
     kwargs = dict(call_kwargs)
     kwargs.pop("reasoning_effort", None)  # a chat option; the Responses API takes ``reasoning``
     instructions, items, flat = to_responses_request(messages, tools)

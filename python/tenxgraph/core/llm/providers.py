@@ -34,6 +34,9 @@ DEFAULT_LLM_TIMEOUT_SECONDS = 600.0
 
 
 def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
+    """The provider a model name belongs to, as 10xGraph decides it: a known ``provider/`` prefix,
+    else ``claude-``/``anthropic.`` is anthropic, ``gemini-`` and the other Google families (or
+    ``use_vertex_ai``) google, anything else openai."""
     if "/" in model:
         prefix, rest = model.split("/", 1)
         if prefix.lower() in _PREFIXES:
@@ -48,6 +51,8 @@ def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
 
 
 def resolve_provider_and_model(model: str, use_vertex_ai: bool = False) -> tuple[str, str]:
+    """``(provider, model name without a known provider prefix)``. ``ModelConfigError``
+    LLM_CONFIG_003 for an empty or non-string model."""
     if not isinstance(model, str) or not model.strip():
         raise ModelConfigError(f"model must be a non-empty string such as 'openai/gpt-4o-mini', got {model!r}",
                                "LLM_CONFIG_003")

@@ -58,6 +58,8 @@ def status_code(exc: BaseException) -> int | None:
 
 
 def is_retryable(exc: BaseException, cfg: RetryConfig) -> bool:
+    """Whether ``exc`` is transient under ``cfg``: an HTTP status in ``retryable_status_codes``, or,
+    without a status, a connection error or timeout (by class or class name)."""
     status = status_code(exc)
     if status is not None:
         return status in cfg.retryable_status_codes
@@ -90,19 +92,24 @@ class CircuitBreaker:
         self.opened_at: float | None = None
 
     def allow(self) -> bool:
+        """Whether a call may go to the model: closed, or open for at least ``reset_timeout`` (a trial).
+        Not thread-safe: one breaker per agent on one loop."""
         if self.opened_at is None:
             return True
         return time.monotonic() - self.opened_at >= self.reset_timeout
 
     def retry_after(self) -> float:
+        """Seconds until an open breaker allows a trial; 0 when closed."""
         if self.opened_at is None:
             return 0.0
         return max(0.0, self.reset_timeout - (time.monotonic() - self.opened_at))
 
     def success(self) -> None:
+        """Closes the breaker and forgets the failures."""
         self.failures, self.opened_at = 0, None
 
     def failure(self) -> None:
+        """Counts one failed cycle; opens (or, half-open, re-opens) the breaker at ``threshold``."""
         self.failures += 1
         if self.opened_at is not None or self.failures >= self.threshold:
             self.opened_at = time.monotonic()
