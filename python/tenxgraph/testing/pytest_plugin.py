@@ -33,6 +33,8 @@ __all__ = ["crash_kit", "effects", "pg_dsn", "sqlite_db", "tenx_postgres", "tenx
 
 @pytest.fixture(scope="session")
 def tenx_postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the session (``start_postgres``; the server of
+    ``TENXGRAPH_TEST_PG_DSN`` when set), stopped at the session's end."""
     server = start_postgres()
     try:
         yield server
@@ -42,6 +44,8 @@ def tenx_postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def tenx_redis() -> Iterator[RedisServer]:
+    """A throwaway Redis server for the session (``start_redis``; the server of
+    ``TENXGRAPH_TEST_REDIS_URL`` when set), stopped at the session's end."""
     server = start_redis()
     try:
         yield server
@@ -51,6 +55,8 @@ def tenx_redis() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def pg_dsn(tenx_postgres: PostgresServer) -> Iterator[str]:
+    """The DSN of a fresh database ``tenx_<uuid>`` on ``tenx_postgres``, dropped after the test (a
+    failed drop is a warning, never a test error)."""
     name = f"tenx_{uuid.uuid4().hex}"
     dsn = tenx_postgres.create_database(name)
     try:
