@@ -22,7 +22,7 @@ class ExecutionStatus(StrEnum):
 
 
 class StopRequestStatus(StrEnum):
-    """A thread's stop request: none, requested (pending until the next step boundary), stopped."""
+    """A thread's stop request: none, requested (pending: the run has not honoured it yet), stopped."""
     NONE = "none"
     STOP_REQUESTED = "stop_requested"
     STOPPED = "stopped"

@@ -170,9 +170,10 @@ class BaseCheckpointer(ABC, Generic[StateT]):
         return f"{config.get('thread_id')}:{config.get('user_id') or 'anonymous'}"
 
     async def arequest_stop(self, config: dict[str, Any]) -> Any | None:
-        """Asks the thread's running run to stop at its next step boundary (a flag under the
-        ``stop_request`` namespace, per thread and user, for ``STOP_REQUEST_TTL_SECONDS``). A stop
-        never interrupts a tool mid-call."""
+        """Asks the thread's running run to stop: a flag under the ``stop_request`` namespace, per
+        thread and user, for ``STOP_REQUEST_TTL_SECONDS``. A run sees it while a node runs (at once
+        in this process, at its next poll of the store in another), cancels that node and pauses
+        (see ``CompiledGraph.astop``)."""
         return await self.aput_cache_value(
             STOP_REQUEST_NAMESPACE, self._stop_request_key(config), True, STOP_REQUEST_TTL_SECONDS
         )
