@@ -53,16 +53,18 @@ class AgentState(BaseModel):
         return self.execution_meta.is_interrupted()
 
     def advance_step(self) -> None:
-        """Adds one to ``execution_meta.step``. The run loop counts steps itself; this is for nodes
-        and tests that keep their own count."""
+        """Adds one to ``execution_meta.step``. Inside a run the loop counts steps itself and
+        rewrites ``execution_meta`` before each commit, so a node's call is not stored."""
         self.execution_meta.advance_step()
 
     def set_current_node(self, node: str) -> None:
-        """Sets ``execution_meta.current_node``."""
+        """Sets ``execution_meta.current_node``. Inside a run the loop owns ``execution_meta`` and
+        rewrites it before each commit, so a node's call is not stored."""
         self.execution_meta.set_current_node(node)
 
     def complete(self) -> None:
-        """Sets the status to COMPLETED."""
+        """Sets the status to COMPLETED. Inside a run the loop owns ``execution_meta`` and rewrites
+        it before each commit, so a node's call is not stored."""
         self.execution_meta.complete()
 
     def error(self, error_msg: str) -> None:
