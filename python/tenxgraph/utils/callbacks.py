@@ -326,14 +326,16 @@ class CallbackManager:
         return current
 
     async def fire_on_graph_start(self, context: GraphLifecycleContext, state: Any) -> Any:
-        """Runs every lifecycle hook's ``on_graph_start`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
+        """Runs every lifecycle hook's ``on_graph_start`` in registration order, each seeing the state
+        the previous one returned (None keeps it); a hook that raises is logged and skipped. Returns
+        the final state."""
         return await self._fire_chain("on_graph_start", state, lambda f, s: f(context, s))
 
     async def fire_on_graph_end(self, context: GraphLifecycleContext, final_state: Any,
                                 messages: list[Message], total_steps: int) -> Any:
-        """Runs every lifecycle hook's ``on_graph_end`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
+        """Runs every lifecycle hook's ``on_graph_end`` in registration order, each seeing the state
+        the previous one returned (None keeps it); a hook that raises is logged and skipped. Returns
+        the final state."""
         return await self._fire_chain("on_graph_end", final_state, lambda f, s: f(context, s, messages, total_steps))
 
     async def fire_on_graph_error(self, context: GraphLifecycleContext, error: Exception, partial_state: Any,
@@ -354,15 +356,17 @@ class CallbackManager:
 
     async def fire_on_interrupt(self, context: GraphLifecycleContext, interrupted_node: str,
                                 interrupt_type: str, state: Any) -> Any:
-        """Runs every lifecycle hook's ``on_interrupt`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
+        """Runs every lifecycle hook's ``on_interrupt`` in registration order, each seeing the state
+        the previous one returned (None keeps it); a hook that raises is logged and skipped. Returns
+        the final state."""
         return await self._fire_chain(
             "on_interrupt", state, lambda f, s: f(context, interrupted_node, interrupt_type, s))
 
     async def fire_on_resume(self, context: GraphLifecycleContext, resumed_node: str, state: Any,
                              resume_data: dict[str, Any]) -> Any:
-        """Runs every lifecycle hook's ``on_resume`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state."""
+        """Runs every lifecycle hook's ``on_resume`` in registration order, each seeing the state the
+        previous one returned (None keeps it); a hook that raises is logged and skipped. Returns the
+        final state."""
         return await self._fire_chain(
             "on_resume", state, lambda f, s: f(context, resumed_node, s, resume_data))
 
@@ -386,20 +390,20 @@ class CallbackManager:
 
     async def fire_on_state_update(self, context: GraphLifecycleContext, node_name: str, old_state: Any,
                                    new_state: Any, step: int) -> Any:
-        """Runs every lifecycle hook's ``on_state_update`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
-        The chain runs over ``new_state``."""
+        """Runs every lifecycle hook's ``on_state_update`` in registration order, each seeing the state
+        the previous one returned (None keeps it); a hook that raises is logged and skipped. Returns
+        the final state. The chain runs over ``new_state``."""
         return await self._fire_chain(
             "on_state_update", new_state, lambda f, s: f(context, node_name, old_state, s, step))
 
     async def fire_on_turn_start(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
-        """Runs every lifecycle hook's ``on_turn_start`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
-        The runtime never calls it."""
+        """Runs every lifecycle hook's ``on_turn_start`` in registration order, each seeing the state
+        the previous one returned (None keeps it); a hook that raises is logged and skipped. Returns
+        the final state. The runtime never calls it."""
         return await self._fire_chain("on_turn_start", state, lambda f, s: f(context, s, turn_index))
 
     async def fire_on_turn_end(self, context: GraphLifecycleContext, state: Any, turn_index: int) -> Any:
-        """Runs every lifecycle hook's ``on_turn_end`` in registration order, each seeing the state the previous
-        one returned (None keeps it); a hook that raises is logged and skipped. Returns the final state.
-        The runtime never calls it."""
+        """Runs every lifecycle hook's ``on_turn_end`` in registration order, each seeing the state the
+        previous one returned (None keeps it); a hook that raises is logged and skipped. Returns the
+        final state. The runtime never calls it."""
         return await self._fire_chain("on_turn_end", state, lambda f, s: f(context, s, turn_index))

@@ -263,157 +263,157 @@ class BaseCheckpointer(ABC, Generic[StateT]):
     # -- sync twins: each runs the instance's own async method -----------------------------
 
     def setup(self) -> Any:
-        """Blocking twin of ``asetup``: runs this instance's own ``asetup`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``asetup``: runs this instance's own ``asetup`` to completion and returns
+        or raises what it does. Callable from inside a running event loop too (it then runs on a
+        private loop in a worker thread)."""
         return _run_sync(self.asetup())
 
     def put_state(self, config: dict[str, Any], state: StateT) -> StateT:
-        """Blocking twin of ``aput_state``: runs this instance's own ``aput_state`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_state``: runs this instance's own ``aput_state`` to completion and
+        returns or raises what it does. Callable from inside a running event loop too (it then runs
+        on a private loop in a worker thread)."""
         return _run_sync(self.aput_state(config, state))
 
     def get_state(self, config: dict[str, Any]) -> StateT | None:
-        """Blocking twin of ``aget_state``: runs this instance's own ``aget_state`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_state``: runs this instance's own ``aget_state`` to completion and
+        returns or raises what it does. Callable from inside a running event loop too (it then runs
+        on a private loop in a worker thread)."""
         return _run_sync(self.aget_state(config))
 
     def clear_state(self, config: dict[str, Any]) -> Any:
-        """Blocking twin of ``aclear_state``: runs this instance's own ``aclear_state`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aclear_state``: runs this instance's own ``aclear_state`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.aclear_state(config))
 
     def put_checkpoint(self, config: dict[str, Any], state: StateT, messages: list[Message] | None = None,
                        metadata: dict[str, Any] | None = None) -> StateT:
-        """Blocking twin of ``aput_checkpoint``: runs this instance's own ``aput_checkpoint`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_checkpoint``: runs this instance's own ``aput_checkpoint`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aput_checkpoint(config, state, messages, metadata))
 
     def put_state_cache(self, config: dict[str, Any], state: StateT) -> Any | None:
-        """Blocking twin of ``aput_state_cache``: runs this instance's own ``aput_state_cache`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_state_cache``: runs this instance's own ``aput_state_cache`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aput_state_cache(config, state))
 
     def get_state_cache(self, config: dict[str, Any]) -> StateT | None:
-        """Blocking twin of ``aget_state_cache``: runs this instance's own ``aget_state_cache`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_state_cache``: runs this instance's own ``aget_state_cache`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aget_state_cache(config))
 
     def put_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
-        """Blocking twin of ``aput_cache_value``: runs this instance's own ``aput_cache_value`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_cache_value``: runs this instance's own ``aput_cache_value`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aput_cache_value(namespace, key, value, ttl_seconds))
 
     def get_cache_value(self, namespace: str, key: str) -> Any | None:
-        """Blocking twin of ``aget_cache_value``: runs this instance's own ``aget_cache_value`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_cache_value``: runs this instance's own ``aget_cache_value`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aget_cache_value(namespace, key))
 
     def clear_cache_value(self, namespace: str, key: str) -> Any | None:
-        """Blocking twin of ``aclear_cache_value``: runs this instance's own ``aclear_cache_value`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aclear_cache_value``: runs this instance's own ``aclear_cache_value`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aclear_cache_value(namespace, key))
 
     def list_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
-        """Blocking twin of ``alist_cache_keys``: runs this instance's own ``alist_cache_keys`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``alist_cache_keys``: runs this instance's own ``alist_cache_keys`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.alist_cache_keys(namespace, prefix))
 
     def request_stop(self, config: dict[str, Any]) -> Any | None:
-        """Blocking twin of ``arequest_stop``: runs this instance's own ``arequest_stop`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``arequest_stop``: runs this instance's own ``arequest_stop`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.arequest_stop(config))
 
     def is_stop_requested(self, config: dict[str, Any]) -> bool:
-        """Blocking twin of ``ais_stop_requested``: runs this instance's own ``ais_stop_requested`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``ais_stop_requested``: runs this instance's own ``ais_stop_requested`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.ais_stop_requested(config))
 
     def clear_stop_request(self, config: dict[str, Any]) -> Any | None:
-        """Blocking twin of ``aclear_stop_request``: runs this instance's own ``aclear_stop_request`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aclear_stop_request``: runs this instance's own ``aclear_stop_request``
+        to completion and returns or raises what it does. Callable from inside a running event loop
+        too (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aclear_stop_request(config))
 
     def get_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
-        """Blocking twin of ``aget_tool_result``: runs this instance's own ``aget_tool_result`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_tool_result``: runs this instance's own ``aget_tool_result`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aget_tool_result(config, tool_call_id))
 
     def put_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> Any:
-        """Blocking twin of ``aput_tool_result``: runs this instance's own ``aput_tool_result`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_tool_result``: runs this instance's own ``aput_tool_result`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.aput_tool_result(config, tool_call_id, result))
 
     def put_messages(self, config: dict[str, Any], messages: list[Message],
                      metadata: dict[str, Any] | None = None) -> Any:
-        """Blocking twin of ``aput_messages``: runs this instance's own ``aput_messages`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_messages``: runs this instance's own ``aput_messages`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.aput_messages(config, messages, metadata))
 
     def get_message(self, config: dict[str, Any], message_id: str | int) -> Message:
-        """Blocking twin of ``aget_message``: runs this instance's own ``aget_message`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_message``: runs this instance's own ``aget_message`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.aget_message(config, message_id))
 
     def list_messages(self, config: dict[str, Any], search: str | None = None, offset: int | None = None,
                       limit: int | None = None) -> list[Message]:
-        """Blocking twin of ``alist_messages``: runs this instance's own ``alist_messages`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``alist_messages``: runs this instance's own ``alist_messages`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.alist_messages(config, search, offset, limit))
 
     def delete_message(self, config: dict[str, Any], message_id: str | int) -> Any | None:
-        """Blocking twin of ``adelete_message``: runs this instance's own ``adelete_message`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``adelete_message``: runs this instance's own ``adelete_message`` to
+        completion and returns or raises what it does. Callable from inside a running event loop too
+        (it then runs on a private loop in a worker thread)."""
         return _run_sync(self.adelete_message(config, message_id))
 
     def put_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> Any | None:
-        """Blocking twin of ``aput_thread``: runs this instance's own ``aput_thread`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aput_thread``: runs this instance's own ``aput_thread`` to completion and
+        returns or raises what it does. Callable from inside a running event loop too (it then runs
+        on a private loop in a worker thread)."""
         return _run_sync(self.aput_thread(config, thread_info))
 
     def get_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
-        """Blocking twin of ``aget_thread``: runs this instance's own ``aget_thread`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aget_thread``: runs this instance's own ``aget_thread`` to completion and
+        returns or raises what it does. Callable from inside a running event loop too (it then runs
+        on a private loop in a worker thread)."""
         return _run_sync(self.aget_thread(config))
 
     def list_threads(self, config: dict[str, Any], search: str | None = None, offset: int | None = None,
                      limit: int | None = None) -> list[ThreadInfo]:
-        """Blocking twin of ``alist_threads``: runs this instance's own ``alist_threads`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``alist_threads``: runs this instance's own ``alist_threads`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.alist_threads(config, search, offset, limit))
 
     def clean_thread(self, config: dict[str, Any]) -> Any | None:
-        """Blocking twin of ``aclean_thread``: runs this instance's own ``aclean_thread`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``aclean_thread``: runs this instance's own ``aclean_thread`` to completion
+        and returns or raises what it does. Callable from inside a running event loop too (it then
+        runs on a private loop in a worker thread)."""
         return _run_sync(self.aclean_thread(config))
 
     def release(self) -> Any | None:
-        """Blocking twin of ``arelease``: runs this instance's own ``arelease`` to completion and returns or raises
-        what it does. Callable from inside a running event loop too (it then runs on a private loop in a
-        worker thread)."""
+        """Blocking twin of ``arelease``: runs this instance's own ``arelease`` to completion and
+        returns or raises what it does. Callable from inside a running event loop too (it then runs
+        on a private loop in a worker thread)."""
         return _run_sync(self.arelease())
 
     def __getattr__(self, name: str) -> Any:
