@@ -58,7 +58,10 @@ def _find_def(body: list[ast.stmt], qualname: list[str]) -> ast.ClassDef | ast.F
             inner = _find_def(node.body + node.orelse, qualname)
             found = inner or found
         elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == qualname[0]:
-            found = node if len(qualname) == 1 else _find_def(node.body, qualname[1:]) if isinstance(node, ast.ClassDef) else None
+            if len(qualname) == 1:
+                found = node
+            else:
+                found = _find_def(node.body, qualname[1:]) if isinstance(node, ast.ClassDef) else None
     return found
 
 
@@ -83,8 +86,9 @@ def _inherited_doc(cls: type, name: str) -> bool:
     for base in cls.__mro__[1:]:
         if name in vars(base):
             attr = vars(base)[name]
-            doc = getattr(attr, "__doc__", None) if not isinstance(attr, (staticmethod, classmethod)) else attr.__func__.__doc__
-            found = _source_doc(getattr(attr, "fget", None) or getattr(attr, "__func__", None) or attr)
+            target = _method_target(attr) or attr
+            doc = getattr(target, "__doc__", None)
+            found = _source_doc(target)
             if found is not None:
                 doc = found[1]
             if doc and doc.strip():
