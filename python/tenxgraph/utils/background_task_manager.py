@@ -58,7 +58,13 @@ class BackgroundTaskManager:
     def create_task(self, coro: Coroutine[Any, Any, Any], *, name: str = "background_task",
                     timeout: float | None = None, context: dict[str, Any] | None = None) -> asyncio.Task[Any] | None:
         """Starts ``coro`` in the background; None (and the coroutine closed, never run) when
-        ``max_pending_tasks`` are already in flight (0 disables the bound)."""
+        ``max_pending_tasks`` are already in flight (0 disables the bound), or after ``shutdown()``:
+        a task started then would outlive the shutdown that was meant to wait for it (10xGraph
+        0.10 still started it)."""
+        if self._is_shutdown:
+            coro.close()
+            _log.warning("background task %r refused: the manager has been shut down", name)
+            return None
         if self._max_pending and len(self._meta) >= self._max_pending:
             self._dropped += 1
             coro.close()

@@ -342,7 +342,7 @@ class CallbackManager:
                                   messages: list[Message], step: int, node_name: str) -> tuple[Any, str]:
         """Runs every hook's ``on_graph_error``; a hook returning ``(state, message)`` replaces both
         for the next hook. Returns ``(state, message)`` (``str(error)`` unless a hook changed it); a
-        hook that raises is logged and skipped."""
+        hook that raises, or returns something other than a 2-tuple, is logged and skipped."""
         state, message = partial_state, str(error)
         for hook in self._lifecycle_hooks:
             try:
@@ -350,8 +350,14 @@ class CallbackManager:
             except Exception:
                 logger.exception("lifecycle hook %s.on_graph_error failed", type(hook).__name__)
                 continue
-            if result is not None:
-                state, message = result
+            if result is None:
+                continue
+            # A hook must never fail the run: a return of the wrong shape is logged and ignored.
+            if not (isinstance(result, tuple) and len(result) == 2):
+                logger.error("lifecycle hook %s.on_graph_error returned %s, not (state, message): ignored",
+                             type(hook).__name__, type(result).__name__)
+                continue
+            state, message = result
         return state, message
 
     async def fire_on_interrupt(self, context: GraphLifecycleContext, interrupted_node: str,
@@ -383,6 +389,10 @@ class CallbackManager:
                 logger.exception("lifecycle hook %s.on_checkpoint failed", type(hook).__name__)
                 continue
             if isinstance(result, tuple):
+                if len(result) != 2:
+                    logger.error("lifecycle hook %s.on_checkpoint returned a tuple of %d, not (state, messages): "
+                                 "ignored", type(hook).__name__, len(result))
+                    continue
                 current, msgs = result
             elif result is not None:
                 current = result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from tenxgraph._sync import run_sync
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
@@ -22,9 +22,9 @@ class BaseContextManager(ABC, Generic[S]):
         """Return the state with its context trimmed (in place or as a new object)."""
 
     def trim_context(self, state: S) -> S:
-        """Blocking twin of ``atrim_context`` (``asyncio.run``): raises RuntimeError when called
-        from inside a running event loop; use ``atrim_context`` there."""
-        return asyncio.run(self.atrim_context(state))
+        """Blocking twin of ``atrim_context``; inside a running event loop it runs on a private loop
+        in a worker thread (as every sync twin here does) instead of failing."""
+        return run_sync(self.atrim_context(state))
 
 
 class MessageContextManager(BaseContextManager[S]):

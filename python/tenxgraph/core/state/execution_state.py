@@ -57,11 +57,12 @@ class ExecutionState(BaseModel):
         data: dict[str, Any] | None = None,
     ) -> None:
         """Records a pause at ``node`` with ``reason``, ``status`` (INTERRUPTED_BEFORE or _AFTER) and
-        ``data``. Raises ValueError when ``status`` is not an ``ExecutionStatus`` value; nothing is set
-        then except the node and reason already assigned."""
+        ``data``. Raises ValueError when ``status`` is not an ``ExecutionStatus`` value, and then
+        sets nothing."""
+        checked = ExecutionStatus(status)
         self.interrupted_node = node
         self.interrupt_reason = reason
-        self.status = ExecutionStatus(status)
+        self.status = checked
         self.interrupt_data = data
 
     def clear_interrupt(self) -> None:
