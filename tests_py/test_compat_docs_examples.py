@@ -165,6 +165,102 @@ def test_node_execute_matches_10xgraph(oracle) -> None:
     assert ours["failing"] == {"type": "NodeError", "code": "NODE_001", "cause": "KeyError", "names_node": True}
 
 
+NODE_STREAM = """
+import asyncio
+from tenxgraph.core.graph import Node
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.core.state.stream_chunks import StreamChunk
+
+def keep_state(state):
+    state.context.append(Message.text_message("kept"))
+    return state
+
+async def async_reply(state, config):
+    return [Message.text_message("from " + config["thread_id"], role="assistant")]
+
+def failing(state):
+    raise KeyError("missing")
+
+returns = {
+    "a_list": lambda state, config: [Message.text_message("one"), Message.text_message("two")],
+    "a_string": lambda state: "plain",
+    "the_state": keep_state,
+    "async_node": async_reply,
+    "failing": failing,
+}
+
+def describe(item):
+    if isinstance(item, dict):
+        return {"result": sorted(item), "is_non_streaming": item["is_non_streaming"],
+                "messages": [m.text() for m in item["messages"]], "next_node": item["next_node"],
+                "state_texts": [m.text() for m in item["state"].context]}
+    if isinstance(item, StreamChunk):
+        return {"chunk": str(item.event.value if hasattr(item.event, "value") else item.event),
+                "data": item.data, "metadata": item.metadata or {}, "text": item.message.text() if item.message else None,
+                "ids": [item.thread_id, item.run_id]}
+    return {"message": [item.role, item.text()]}
+
+async def main():
+    out = {}
+    for name, fn in returns.items():
+        state = AgentState(context=[Message.text_message("start")])
+        seen = []
+        try:
+            async for item in Node(name, fn).stream({"thread_id": "th-1", "run_id": "r-1"}, state):
+                seen.append(describe(item))
+        except Exception as exc:
+            seen.append({"raised": type(exc).__name__, "code": exc.error_code, "cause": type(exc.__cause__).__name__})
+        out[name] = seen
+    emit(out)
+
+asyncio.run(main())
+"""
+
+
+def test_node_stream_matches_10xgraph(oracle) -> None:
+    theirs, ours = oracle.run_both(NODE_STREAM)
+    assert ours == theirs, (theirs, ours)
+    upd = {"chunk": "updates", "metadata": {}, "text": None, "ids": ["th-1", "r-1"]}
+    assert ours["a_string"] == [
+        {**upd, "data": {"status": "invoking_node", "tool_name": "<lambda>", "node": "a_string"}},
+        {**upd, "data": {"status": "node_invoked", "tool_name": "<lambda>", "node": "a_string"}},
+        {"message": ["assistant", "plain"]},
+        {"chunk": "message", "data": None, "metadata": {"node": "a_string", "function_name": "<lambda>"},
+         "text": "plain", "ids": ["th-1", "r-1"]},
+        {"result": ["is_non_streaming", "messages", "next_node", "state"], "is_non_streaming": True,
+         "messages": ["plain"], "next_node": None, "state_texts": ["start", "plain"]},
+    ]
+    assert ours["failing"][-1] == {"raised": "NodeError", "code": "NODE_001", "cause": "KeyError"}
+    assert ours["a_list"][-1]["messages"] == ["one", "two"]
+
+
+def test_node_stream_differences_from_10xgraph() -> None:
+    """An async-generator node (the shape 10xGraph's docstring shows) streams its messages here;
+    10xGraph 0.10 yielded none of them. A Command's goto is the result's next_node, as execute's
+    (10xGraph's stream dropped it)."""
+    from tenxgraph.core.state.stream_chunks import StreamChunk
+    from tenxgraph.utils import Command
+
+    async def processor(state, config):
+        for item in ("a", "b"):
+            yield Message.text_message(f"Processed item: {item}", role="assistant")
+
+    async def go() -> None:
+        state = AgentState(context=[Message.text_message("start")])
+        items = [o async for o in Node("stream_processor", processor).stream({"thread_id": "t"}, state)]
+        texts = [o.text() for o in items if isinstance(o, Message)]
+        assert texts == ["Processed item: a", "Processed item: b"]
+        chunks = [o.message.text() for o in items if isinstance(o, StreamChunk) and o.message is not None]
+        assert chunks == texts
+        assert items[-1]["is_non_streaming"] is False and [m.text() for m in items[-1]["messages"]] == texts
+        assert [m.text() for m in state.context] == ["start", *texts]
+        cmd = Node("c", lambda s: Command(update=Message.text_message("u"), goto="NEXT"))
+        last = [o async for o in cmd.stream({"thread_id": "t"}, AgentState())][-1]
+        assert last["next_node"] == "NEXT"
+
+    asyncio.run(go())
+
+
 def test_tool_decorator_example_api_matches_10xgraph(oracle) -> None:
     theirs, ours = oracle.run_both(TOOL_DECORATOR)
     assert ours == theirs, (theirs, ours)
