@@ -13,7 +13,7 @@ import pytest
 
 from tenxgraph.core.authz import build_authz
 from tenxgraph.core.exceptions import StorageError
-from tenxgraph.core.state import Message
+from tenxgraph.core.state import AgentState, Message
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
 from tests_py.publisher_graphs import tool_graph
@@ -109,7 +109,7 @@ async def test_another_user_is_refused_everywhere_and_changes_nothing(checkpoint
 
 
 async def test_a_new_thread_becomes_the_callers(make_thread) -> None:
-    cp = InMemoryCheckpointer()
+    cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer()
     app = tool_graph(checkpointer=cp)
     tid = make_thread("new")
     await app.ainvoke({"messages": [Message.text_message("add")]}, owner_cfg(tid, MALLORY))
@@ -120,7 +120,7 @@ async def test_a_new_thread_becomes_the_callers(make_thread) -> None:
 
 
 async def test_scope_none_does_not_loosen_an_isolating_checkpointer(make_thread) -> None:
-    cp = InMemoryCheckpointer(enforce_user_isolation=True)
+    cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer(enforce_user_isolation=True)
     app = tool_graph(checkpointer=cp)
     tid = make_thread("iso")
     await app.ainvoke({"messages": [Message.text_message("add")]}, {"thread_id": tid, "user_id": ALICE})
@@ -137,7 +137,7 @@ async def test_scope_none_does_not_loosen_an_isolating_checkpointer(make_thread)
     ("owner", "must be a dict"),
 ])
 async def test_a_malformed_or_contradicting_block_is_refused_before_anything(make_thread, authz, why) -> None:
-    cp = InMemoryCheckpointer()
+    cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer()
     app = tool_graph(checkpointer=cp)
     tid = make_thread("bad")
     bad = {"thread_id": tid, "user_id": MALLORY, "authz": authz}

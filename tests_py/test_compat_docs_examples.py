@@ -220,7 +220,7 @@ asyncio.run(main())
 def test_node_stream_matches_10xgraph(oracle) -> None:
     theirs, ours = oracle.run_both(NODE_STREAM)
     assert ours == theirs, (theirs, ours)
-    upd = {"chunk": "updates", "metadata": {}, "text": None, "ids": ["th-1", "r-1"]}
+    upd: dict[str, object] = {"chunk": "updates", "metadata": {}, "text": None, "ids": ["th-1", "r-1"]}
     assert ours["a_string"] == [
         {**upd, "data": {"status": "invoking_node", "tool_name": "<lambda>", "node": "a_string"}},
         {**upd, "data": {"status": "node_invoked", "tool_name": "<lambda>", "node": "a_string"}},

@@ -106,7 +106,7 @@ async def test_pubsub_mode_publishes_to_the_default_channel(tenx_redis) -> None:
 
 
 class _Gate:
-    """A node that reports it started (a file) and then waits until the test lets it go."""
+    """A node that reports it started and then waits until the test lets it go (asyncio events)."""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
@@ -143,7 +143,7 @@ async def test_redis_stopped_mid_run_costs_events_not_steps() -> None:
                           "socket_timeout": 2.0, "socket_connect_timeout": 2.0})
     box = outbox_for(pub)
     gate = _Gate()
-    cp = InMemoryCheckpointer()
+    cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer()
     app = _two_step_graph(pub, gate, cp)
     try:
         run = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"}))
@@ -156,6 +156,7 @@ async def test_redis_stopped_mid_run_costs_events_not_steps() -> None:
         out = await asyncio.wait_for(run, GUARD)
         assert [m.text() for m in out["messages"]] == ["go", "first", "second"]
         state = await cp.aget_state({"thread_id": "t"})
+        assert state is not None
         assert state.execution_meta.status == "completed"
         assert [m.text() for m in state.context] == ["go", "first", "second"]
         assert await box.flush(GUARD)
@@ -174,6 +175,7 @@ async def test_a_hung_redis_does_not_hold_up_the_run() -> None:
                           "socket_timeout": 1.0, "socket_connect_timeout": 1.0})
     box = outbox_for(pub)
     app = tool_graph(pub, checkpointer=InMemoryCheckpointer())
+    assert server.pid is not None
     os.kill(server.pid, signal.SIGSTOP)  # accepts connections (kernel backlog), never answers
     try:
         out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("add")]},
