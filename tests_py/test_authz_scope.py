@@ -18,8 +18,6 @@ from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
 from tests_py.publisher_graphs import tool_graph
 
-pytestmark = pytest.mark.asyncio
-
 ALICE, MALLORY = "alice", "mallory"
 
 
@@ -53,6 +51,7 @@ def _forbidden(exc: BaseException) -> bool:
     return isinstance(exc, StorageError) and exc.error_code == "STORAGE_FORBIDDEN_001"
 
 
+@pytest.mark.asyncio
 async def test_another_user_is_refused_everywhere_and_changes_nothing(checkpointer, make_thread) -> None:
     cp = checkpointer
     app, tid, before = await _alice_thread(cp, make_thread)
@@ -108,6 +107,7 @@ async def test_another_user_is_refused_everywhere_and_changes_nothing(checkpoint
     assert out["messages"][-1].text() == "sum is 3"
 
 
+@pytest.mark.asyncio
 async def test_a_new_thread_becomes_the_callers(make_thread) -> None:
     cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer()
     app = tool_graph(checkpointer=cp)
@@ -119,6 +119,7 @@ async def test_a_new_thread_becomes_the_callers(make_thread) -> None:
     assert _forbidden(err.value)
 
 
+@pytest.mark.asyncio
 async def test_scope_none_does_not_loosen_an_isolating_checkpointer(make_thread) -> None:
     cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer(enforce_user_isolation=True)
     app = tool_graph(checkpointer=cp)
@@ -131,6 +132,7 @@ async def test_scope_none_does_not_loosen_an_isolating_checkpointer(make_thread)
     assert err.value.error_code == "STORAGE_FORBIDDEN_001"
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("authz, why", [
     (build_authz(ALICE, scope="owner"), "another user"),        # claims Alice, config says Mallory
     ({"user_id": MALLORY, "scope": "owners"}, "scope"),          # a typo must not mean "no policy"
@@ -147,3 +149,52 @@ async def test_a_malformed_or_contradicting_block_is_refused_before_anything(mak
     with pytest.raises(StorageError):
         await cp.aget_state(dict(bad))
     assert await cp.aget_state({"thread_id": tid}) is None  # nothing was written
+
+
+DIFF = """
+import asyncio
+from tenxgraph.core.authz import build_authz
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+from tenxgraph.utils import END
+
+def cfg(user):
+    return {"thread_id": "t1", "user_id": user, "authz": build_authz(user, scope="owner")}
+
+async def outcome(coro):
+    try:
+        value = await coro
+    except Exception as exc:
+        return ["raised", type(exc).__name__]
+    return ["returned", None if value is None else type(value).__name__]
+
+async def main():
+    cp = InMemoryCheckpointer()
+    g = StateGraph(AgentState)
+    g.add_node("n", lambda state: [Message.text_message("reply", role="assistant")])
+    g.set_entry_point("n"); g.add_edge("n", END)
+    app = g.compile(checkpointer=cp)
+    await app.ainvoke({"messages": [Message.text_message("alice says")]}, cfg("alice"))
+    out = {
+        "invoke": await outcome(app.ainvoke({"messages": [Message.text_message("mallory says")]}, cfg("mallory"))),
+        "aput_state": await outcome(cp.aput_state(cfg("mallory"), AgentState())),
+        "aget_state": await outcome(cp.aget_state(cfg("mallory"))),
+    }
+    state = await cp.aget_state({"thread_id": "t1", "user_id": "alice"})
+    out["alice_context"] = [m.text() for m in state.context]
+    emit(out)
+
+asyncio.run(main())
+"""
+
+
+def test_owner_scope_refuses_writes_as_10xgraph_and_reads_too(oracle) -> None:
+    theirs, ours = oracle.run_both(DIFF)
+    # Writes: both refuse another user under the owner scope, and Alice's thread is unchanged.
+    for key in ("invoke", "aput_state", "alice_context"):
+        assert ours[key] == theirs[key], key
+    assert ours["invoke"] == ["raised", "StorageError"] and ours["alice_context"] == ["alice says", "reply"]
+    # Reads: 10xGraph answers None (as for no thread); ours refuses (documented difference).
+    assert theirs["aget_state"] == ["returned", None]
+    assert ours["aget_state"] == ["raised", "StorageError"]
