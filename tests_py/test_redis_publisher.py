@@ -190,6 +190,34 @@ async def test_a_hung_redis_does_not_hold_up_the_run() -> None:
         await app.aclose()
 
 
+def _publisher_threads() -> int:
+    import threading
+
+    return sum(t.name == "tenxgraph-redis-publisher" for t in threading.enumerate())
+
+
+def test_one_publisher_serves_runs_on_many_event_loops_and_close_stops_it(tenx_redis) -> None:
+    # Each asyncio.run is a loop of its own, as each sync invoke is.
+    stream = f"events-{uuid.uuid4().hex}"
+    pub = RedisPublisher({"url": tenx_redis.url, "mode": "stream", "stream": stream})
+    app = tool_graph(pub, checkpointer=InMemoryCheckpointer())
+    before = _publisher_threads()
+
+    async def one(i: int) -> None:
+        await app.ainvoke({"messages": [Message.text_message("add")]}, {"thread_id": f"loop-{i}"})
+        assert await outbox_for(pub).flush(GUARD)
+
+    for i in range(3):
+        asyncio.run(one(i))
+    assert _publisher_threads() == before + 1
+    assert outbox_for(pub).delivered_count == 45 and outbox_for(pub).failed_count == 0
+    xlen = redis_command(tenx_redis.port, "XLEN", stream)
+    assert xlen.startswith(b":45")
+    pub.sync_close()
+    assert _publisher_threads() == before
+    pub.sync_close()  # idempotent
+
+
 def test_constructor_defaults_and_bad_config() -> None:
     pub = RedisPublisher()
     assert (pub.url, pub.mode, pub.channel, pub.stream, pub.maxlen, pub.encoding) == (

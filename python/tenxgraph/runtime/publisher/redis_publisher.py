@@ -12,7 +12,9 @@ Each event is one message: the JSON of ``event.model_dump(mode="json")`` encoded
 Delivery follows the outbox's rules (:mod:`tenxgraph.runtime.publisher.publish`): a Redis that is
 down, stopped or slow makes ``publish`` fail or time out (``socket_timeout``, and the outbox's own
 deadline), which costs those events, counted, never a step of the run. The client reconnects by
-itself on the next event once Redis is back.
+itself on the next event once Redis is back. Its connections live on a private event loop
+thread (started by the first event, stopped by ``close()`` / ``sync_close()``), so one pool serves
+every run, sync ``invoke`` included, whatever loop the run is on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import importlib
 import json
 import logging
+import threading
 from typing import Any
 
 from tenxgraph.runtime.publisher.base_publisher import BasePublisher
@@ -74,16 +77,28 @@ class RedisPublisher(BasePublisher):
                 "RedisPublisher needs the 'redis' package: pip install \"10xgraph[redis]\"",
                 "PUBLISHER_002", {"package": "redis", "extra": "redis"},
             ) from exc
-        # One client per event loop: redis.asyncio connections belong to the loop that opened
-        # them, and a graph's sync invoke runs each call on a loop of its own.
-        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        # One client on one private loop thread, started with the first event: redis.asyncio
+        # connections belong to the loop that opened them, and a graph's runs come from many
+        # loops (each sync invoke has one of its own), so they cannot live on the run's loop.
+        self._io_loop: asyncio.AbstractEventLoop | None = None
+        self._io_thread: threading.Thread | None = None
+        self._io_lock = threading.Lock()
+        self._client: Any = None
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            for stale in [lp for lp in self._clients if lp.is_closed()]:
-                self._clients.pop(stale, None)
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        with self._io_lock:
+            if self._is_closed:
+                raise RuntimeError("Cannot publish to closed RedisPublisher")
+            if self._io_loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="tenxgraph-redis-publisher", daemon=True)
+                thread.start()
+                self._io_loop, self._io_thread = loop, thread
+            return self._io_loop
+
+    async def _send(self, payload: bytes) -> Any:
+        """Runs on the private loop."""
+        if self._client is None:
             pool = self._redis_asyncio.ConnectionPool.from_url(
                 self.url,
                 encoding=self.encoding,
@@ -94,8 +109,34 @@ class RedisPublisher(BasePublisher):
                 socket_keepalive=self.socket_keepalive,
                 health_check_interval=self.health_check_interval,
             )
-            client = self._clients[loop] = self._redis_asyncio.Redis(connection_pool=pool)
-        return client
+            self._client = self._redis_asyncio.Redis(connection_pool=pool)
+        if self.mode == "stream":
+            if self.maxlen is not None:
+                return await self._client.xadd(self.stream, {"data": payload}, maxlen=self.maxlen, approximate=True)
+            return await self._client.xadd(self.stream, {"data": payload})
+        return await self._client.publish(self.channel, payload)
+
+    async def _close_client(self) -> None:
+        """Runs on the private loop."""
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await client.aclose()
+                # A client given its pool leaves the pool's connections open on aclose().
+                await client.connection_pool.disconnect()
+            except Exception:  # noqa: BLE001 - closing is best effort (Redis may be down)
+                _log.debug("RedisPublisher close failed", exc_info=True)
+
+    def _stop_loop(self) -> tuple[asyncio.AbstractEventLoop | None, threading.Thread | None]:
+        """Marks the publisher closed and takes its loop, under the lock ``_loop`` starts one with."""
+        with self._io_lock:
+            self._is_closed = True
+            loop, thread = self._io_loop, self._io_thread
+            self._io_loop = self._io_thread = None
+        return loop, thread
+
+    def _close_bound(self) -> float:
+        return float(self.socket_timeout or 5.0) + 1.0
 
     async def publish(self, event: EventModel) -> Any:
         """Sends ``event``; returns Redis's answer (subscribers reached, or the stream entry id).
@@ -104,31 +145,38 @@ class RedisPublisher(BasePublisher):
         if self._is_closed:
             raise RuntimeError("Cannot publish to closed RedisPublisher")
         payload = json.dumps(event.model_dump(mode="json")).encode(self.encoding)
-        client = self._client()
-        if self.mode == "stream":
-            if self.maxlen is not None:
-                return await client.xadd(self.stream, {"data": payload}, maxlen=self.maxlen, approximate=True)
-            return await client.xadd(self.stream, {"data": payload})
-        return await client.publish(self.channel, payload)
+        # Cancelling this await (the outbox's deadline) cancels the send on the private loop.
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._send(payload), self._loop()))
 
     async def close(self) -> None:
-        """Closes this loop's connections (others are dropped with their loops); idempotent."""
+        """Closes the connections and stops the private loop thread; idempotent."""
         if self._is_closed:
             return
-        self._is_closed = True
+        loop, thread = self._stop_loop()
+        if loop is None or thread is None:
+            return
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        clients, self._clients = self._clients, {}
-        for client_loop, client in clients.items():
-            if client_loop is loop:
-                try:
-                    await client.aclose()
-                except Exception:  # noqa: BLE001 - closing is best effort (Redis may be down)
-                    _log.debug("RedisPublisher close failed", exc_info=True)
+            await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_client(), loop)),
+                                   self._close_bound())
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - best effort
+            _log.debug("RedisPublisher close did not finish", exc_info=True)
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join, self._close_bound())
+        if not thread.is_alive():
+            loop.close()
 
     def sync_close(self) -> None:
-        """Marks the publisher closed from sync code; connections go with their event loops."""
-        self._is_closed = True
-        self._clients = {}
+        """:meth:`close` from sync code (not from inside a running event loop's thread)."""
+        if self._is_closed:
+            return
+        loop, thread = self._stop_loop()
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._close_client(), loop).result(self._close_bound())
+        except Exception:  # noqa: BLE001 - best effort
+            _log.debug("RedisPublisher close did not finish", exc_info=True)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(self._close_bound())
+        if not thread.is_alive():
+            loop.close()
