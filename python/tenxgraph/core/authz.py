@@ -5,8 +5,10 @@ and gets the permissive defaults.
 
     config["authz"] = {"user_id": "u1", "scope": "owner" | "none", "scopes": ["graph:invoke", ...]}
 
-In tenxgraph the checkpointers' isolation is set per instance (``enforce_user_isolation``); a
-per-call ``scope`` does not change it (docs/migrating-from-10xgraph.md).
+A block with ``scope: "owner"`` scopes the call to its caller on every built-in checkpointer and
+on ``invoke`` / ``stream`` / ``stop``, whatever the checkpointer's ``enforce_user_isolation``;
+``scope: "none"`` never loosens an isolating checkpointer, and a contradicting or malformed block
+is refused (``tenxgraph.storage.checkpointer.authz_guard``, docs/migrating-from-10xgraph.md).
 """
 
 from __future__ import annotations

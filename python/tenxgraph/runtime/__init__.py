@@ -18,6 +18,9 @@ _LAZY = {
     "Event": "tenxgraph.runtime.publisher.events",
     "EventModel": "tenxgraph.runtime.publisher.events",
     "EventType": "tenxgraph.runtime.publisher.events",
+    "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "RabbitMQPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "RedisPublisher": "tenxgraph.runtime.publisher.redis_publisher",
     "publish_event": "tenxgraph.runtime.publisher.publish",
 }
 

@@ -24,6 +24,7 @@ from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
+from tenxgraph.storage.checkpointer.authz_guard import check_authz
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -246,8 +247,10 @@ class CompiledGraph(Generic[StateT]):
         return response
 
     async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
-        """The callback manager's input validators, on the run's new messages, before anything
-        is merged or persisted: a refused input leaves the thread as it was."""
+        """The config's authz policy, then the callback manager's input validators on the run's
+        new messages, before anything is merged or persisted: a refused input leaves the thread
+        as it was."""
+        await check_authz(self._checkpointer, cfg)
         if run.input_messages and self._callbacks._validators:
             await self._callbacks.execute_validators(run.input_messages, config=cfg)
 

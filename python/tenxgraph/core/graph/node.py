@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 __all__ = ["Node"]
@@ -149,6 +149,80 @@ class Node:
                 {"node_name": self.name, "error_type": type(exc).__name__},
             ) from exc
         return {"state": state, "messages": messages, "next_node": next_node}
+
+    async def stream(self, config: dict[str, Any], state: Any, callback_mgr: Any = None) -> AsyncIterator[Any]:
+        """Runs this function node once, outside a graph, as 10xGraph's ``Node.stream`` does: yields
+        an ``updates`` ``StreamChunk`` (``data["status"] == "invoking_node"``), then one
+        (``"node_invoked"``), then each new message twice (the ``Message``, then a ``message``
+        chunk), and last the result dict of :meth:`execute` plus ``is_non_streaming``.
+
+        A node written as an async generator streams: each item it yields (a ``Message`` or a
+        str; a ``StreamChunk`` is passed through) comes out as it is produced, is appended to
+        ``state.context``, and the result dict has ``is_non_streaming`` False. A failure raises
+        ``NodeError`` ``NODE_001`` after the first chunk. Nothing is persisted (no checkpointer).
+        """
+        from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+
+        fname = getattr(self.func, "__name__", self.name)
+
+        def update(status: str) -> StreamChunk:
+            return StreamChunk(event=StreamEvent.UPDATES, data={"status": status, "tool_name": fname, "node": self.name},
+                               thread_id=config.get("thread_id") if isinstance(config, dict) else None,
+                               run_id=config.get("run_id") if isinstance(config, dict) else None)
+
+        def message_chunk(m: Any) -> StreamChunk:
+            return StreamChunk(event=StreamEvent.MESSAGE, message=m, thread_id=config.get("thread_id"),
+                               run_id=config.get("run_id"),
+                               metadata={"node": self.name, "function_name": fname})
+
+        yield update("invoking_node")
+        if inspect.isasyncgenfunction(self.func) or inspect.isasyncgenfunction(getattr(self.func, "__call__", None)):
+            async for item in self._stream_generator(config, state, fname):
+                yield item
+                if not isinstance(item, (dict, StreamChunk)):
+                    yield message_chunk(item)
+            return
+        result = await self.execute(config, state, callback_mgr)
+        yield update("node_invoked")
+        for m in result["messages"]:
+            yield m
+            yield message_chunk(m)
+        yield {"is_non_streaming": True, **result}
+
+    async def _stream_generator(self, config: dict[str, Any], state: Any, fname: str) -> AsyncIterator[Any]:
+        """The async-generator branch of :meth:`stream`: items as they come, then the result.
+        (10xGraph 0.10 yielded none of such a node's messages.)"""
+        from tenxgraph._runtime import _to_message
+        from tenxgraph.core.exceptions import NodeError
+        from tenxgraph.core.state.agent_state import AgentState
+        from tenxgraph.core.state.reducers import add_messages
+        from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+
+        if not isinstance(state, AgentState):
+            raise TypeError(f"Node.stream needs an AgentState, got {type(state).__name__}")
+        if not isinstance(config, dict):
+            raise TypeError(f"Node.stream needs a config dict, got {type(config).__name__}")
+        messages: list[Any] = []
+        args, kwargs = self.arguments(state, config)
+        try:
+            async for item in self.func(*args, **kwargs):
+                if isinstance(item, StreamChunk):
+                    yield item
+                    continue
+                m = _to_message(item)
+                messages.append(m)
+                state.context = add_messages(state.context, [m])
+                yield m
+        except Exception as exc:
+            raise NodeError(
+                f"Error in node '{self.name}': {exc}",
+                "NODE_001",
+                {"node_name": self.name, "error_type": type(exc).__name__},
+            ) from exc
+        yield StreamChunk(event=StreamEvent.UPDATES,
+                          data={"status": "node_invoked", "tool_name": fname, "node": self.name},
+                          thread_id=config.get("thread_id"), run_id=config.get("run_id"))
+        yield {"is_non_streaming": False, "state": state, "messages": messages, "next_node": None}
 
     def _single_name(self) -> str:
         try:

@@ -214,6 +214,7 @@ class StateGraph(Generic[StateT]):
             callback_manager=callback_manager,
         )
         bind_graph_services(self.container, checkpointer=checkpointer, graph=self, app=graph,
-                            id_generator=self._id_generator)
+                            id_generator=self._id_generator, publisher=self.publisher,
+                            callback_manager=callback_manager, context_manager=self.context_manager)
         self.compiled = True
         return graph

@@ -16,6 +16,7 @@ from tenxgraph._state_codec import STATE_META_KEY, encode_state
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
+from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz
 from tenxgraph.storage.checkpointer.base_checkpointer import STOP_REQUEST_NAMESPACE, BaseCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
 
@@ -70,6 +71,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return True  # the Rust store migrates when it opens
 
     async def aget_state(self, config: dict[str, Any]) -> StateT | None:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         row = await self._native.load(thread_id, user_id)
         if row is None:
@@ -93,6 +95,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """Writes the state (its context replaces the stored messages) plus ``messages`` in one
         versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
         a write over a newer version raises StaleStateError and writes nothing."""
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         if not isinstance(state, AgentState):
             raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
@@ -109,6 +112,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return state
 
     async def aclear_state(self, config: dict[str, Any]) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         await self._native.clear_state(thread_id, user_id)
         await self._native.state_cache_clear(thread_id, user_id)
@@ -118,12 +122,14 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
         """Caches the whole state under the version in ``config`` (set by reads and writes); an
         older version never replaces a newer cached one."""
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         version = int(config.get(_VERSION_KEY) or 0)
         await self._native.state_cache_put(thread_id, user_id, version, json.dumps(self._encode_state(state)))
         return state
 
     async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         hit = await self._native.state_cache_get(thread_id, user_id)
         if hit is not None:
@@ -149,14 +155,17 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return list(await self._native.cache_keys(namespace, prefix))
 
     async def arequest_stop(self, config: dict[str, Any]) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return bool(await self._native.request_stop(thread_id, user_id))
 
     async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}"))
 
     async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}")
 
@@ -165,6 +174,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_tool_result(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
         """The recorded result under a ledger key, or None. A read failure counts as no record, and
         so does an intent record (the call started, its result was never recorded)."""
+        await check_authz(self, config)
         row = await self._ledger_row(config, tool_call_id)
         return None if row is None or _is_intent(row) else row
 
@@ -174,6 +184,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         with its thread: it runs again on resume) or None (no row, or the ledger could not be
         read). ``tool_call_id`` is a ledger key as stored (``["<message id>", "<call id>"]``, JSON) or in
         10xGraph's form ``"<message id>:<call id>"``."""
+        await check_authz(self, config)
         row = await self._ledger_row(config, tool_call_id)
         if row is None:
             return None
@@ -194,6 +205,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
 
     async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
         """Records a result; the first one recorded for a key wins. Raises on failure."""
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
 
@@ -202,10 +214,12 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aput_messages(
         self, config: dict[str, Any], messages: list[Message], metadata: dict[str, Any] | None = None
     ) -> int:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
 
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         raw = await self._native.get_message(thread_id, user_id, str(message_id))
         if raw is None:
@@ -219,11 +233,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         offset: int | None = None,
         limit: int | None = None,
     ) -> list[Message]:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
         return [Message.model_validate(json.loads(r)) for r in rows]
 
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         if not await self._native.delete_message(thread_id, user_id, str(message_id)):
             raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
@@ -232,6 +248,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     # -- threads ---------------------------------------------------------------------------
 
     async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         if str(thread_info.thread_id) != thread_id:
             raise ValueError(
@@ -242,6 +259,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
 
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         row = await self._native.get_thread(thread_id, user_id)
         return None if row is None else _thread_info(row, self._run_id_in_metadata)
@@ -256,11 +274,12 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """The caller's threads under user isolation (a config without a ``user_id`` is the
         anonymous user, as for every other method, so it never lists other users' threads);
         every thread without isolation."""
-        scope = _user(config) if self._native.isolates_users else None
+        scope = _user(config) if self._native.isolates_users or authz_owner_scoped(config) else None
         rows = await self._native.list_threads(scope, search, offset, limit)
         return [_thread_info(r, self._run_id_in_metadata) for r in rows]
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
+        await check_authz(self, config)
         thread_id, user_id = _ids(config)
         await self._native.clean_thread(thread_id, user_id)
         await self._native.state_cache_clear(thread_id, user_id)
@@ -269,7 +288,10 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> str | None:
         """The user who owns the thread. Under user isolation only the owner is told (the caller
         is ``config["user_id"]``, the anonymous user without one): anybody else gets None, as
-        for a thread that does not exist."""
+        for a thread that does not exist. Under a ``config["authz"]`` owner scope another
+        user's thread raises ``StorageError`` ``STORAGE_FORBIDDEN_001``."""
+        if config is not None:
+            await check_authz(self, config, thread_id)
         return await self._native.thread_owner(str(thread_id), _user(config))
 
     async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
@@ -277,6 +299,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
         run ever held the thread, and under user isolation when the caller does not own the
         thread (a thread nobody owns yet included: a run holds it and has not written)."""
+        await check_authz(self, config)
         raw = await self._native.lease_get(*_ids(config))
         return None if raw is None else dict(json.loads(raw))
 
