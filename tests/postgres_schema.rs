@@ -87,3 +87,62 @@ async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(sa.pool()).await.unwrap();
     }
 }
+
+/// A database that tenxgraph created before its migrations became `.sql` files (functions that
+/// name their schema and pin no path) is at version 7 already: nothing is re-applied, and every
+/// kind of write and read goes on working on it.
+#[tokio::test]
+async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
+    use tenxgraph::store::{LeaseAttempt, LeaseRequest, PruneRules, StoredMessage, is_intent};
+    let Some(dsn) = common::pg_dsn() else { return };
+    let pool = sqlx::PgPool::connect(&dsn).await.expect("connect to the test Postgres");
+    sqlx::raw_sql("DROP SCHEMA IF EXISTS pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql(include_str!("fixtures/postgres_v7_before_sql_files.sql")).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let pinned = "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                  WHERE n.nspname = 'pre_sql_files_v7' AND p.proconfig IS NOT NULL";
+    let s = store(&dsn, "pre_sql_files_v7").await;
+    assert_eq!(s.schema_version().await.unwrap(), Some(7));
+    // Opened and migrated, yet its functions are the old ones: nothing was applied again.
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 0);
+
+    let t = ThreadRef::new("old-db", "u");
+    let req = LeaseRequest {
+        holder: "run-1".into(),
+        host: "h".into(),
+        pid: 1,
+        pid_start: 1,
+        ttl: std::time::Duration::from_secs(60),
+        steal: None,
+        user_id: None,
+    };
+    let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else { panic!("lease held") };
+    let m = StoredMessage { id: "old-db-m1".into(), data: json!({"message_id": "old-db-m1", "role": "user", "content": []}) };
+    let running = json!({"execution_meta": {"status": "running"}});
+    let mut w = step(0, &running);
+    let msgs = [m];
+    w.new_messages = &msgs;
+    w.fence = Some(token);
+    assert_eq!(s.put_step(&t, w).await.unwrap(), 1);
+    let (found, written) = s.ledger_begin(&t, &[("k1".into(), json!({"__kind__": "started"}))], &[], Some(token)).await.unwrap();
+    assert!(found.is_empty() && written.is_ok());
+    assert_eq!(s.ledger_put_many(&t, &[("k1".into(), json!({"__kind__": "raw", "value": 1}))], Some(token)).await.unwrap(), 1);
+    assert_eq!(s.ledger_mark(&t, &[("k1".into(), json!({"__kind__": "started"}))], Some(token)).await.unwrap(), 0);
+    let completed = json!({"execution_meta": {"status": "completed"}});
+    let mut last = step(1, &completed);
+    last.fence = Some(token);
+    last.release_lease = true;
+    assert_eq!(s.put_step(&t, last).await.unwrap(), 2);
+    assert!(s.lease_get(&t.thread_id).await.unwrap().unwrap().released);
+    let cp = s.load(&t).await.unwrap().unwrap();
+    assert_eq!((cp.version, cp.messages.len()), (2, 1));
+    assert!(!is_intent(&s.ledger_get(&t, &["k1".into()]).await.unwrap()["k1"]));
+    let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: None, dry_run };
+    let dry = s.prune(&rules(true)).await.unwrap();
+    let real = s.prune(&rules(false)).await.unwrap();
+    assert_eq!((dry.state_versions, dry.threads, dry.ledger_rows), (1, 1, 1));
+    assert_eq!((real.state_versions, real.threads, real.ledger_rows), (1, 1, 1));
+    assert!(s.load(&t).await.unwrap().is_none());
+    sqlx::raw_sql("DROP SCHEMA pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
+}
