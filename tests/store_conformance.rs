@@ -432,6 +432,47 @@ async fn prune_keeps_what_unfinished_threads_need() {
     }
 }
 
+/// All three rules at once: the thread rule takes a finished thread with its ledger rows, and the
+/// ledger rule must not count those rows again; a dry run reports the same numbers as the real
+/// run and changes nothing.
+#[tokio::test]
+async fn prune_dry_run_reports_what_every_rule_together_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let done = ThreadRef::new(format!("all-rules-done-{name}"), "u");
+        let open = ThreadRef::new(format!("all-rules-open-{name}"), "u");
+        let completed = json!({"execution_meta": {"status": "completed"}});
+        let running = json!({"execution_meta": {"status": "running"}});
+        for v in 0..3 {
+            s.put_step(&done, step(v, &completed, &[])).await.unwrap();
+            s.put_step(&open, step(v, &running, &[])).await.unwrap();
+        }
+        for k in ["m:1", "m:2"] {
+            s.ledger_put(&done, k, &json!({"__kind__": "raw", "value": 1})).await.unwrap();
+            s.ledger_put(&open, k, &json!({"__kind__": "raw", "value": 1})).await.unwrap();
+        }
+        let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: Some(0.0), dry_run };
+        let dry = s.prune(&rules(true)).await.unwrap();
+        // Nothing changed: the thread, its versions and its ledger are all still there.
+        assert_eq!(s.load(&done).await.unwrap().unwrap().version, 3, "{name}");
+        assert_eq!(s.state_versions(&done).await.unwrap().len(), 3, "{name}");
+        assert_eq!(s.ledger_get(&done, &["m:1".into(), "m:2".into()]).await.unwrap().len(), 2, "{name}");
+        let real = s.prune(&rules(false)).await.unwrap();
+        assert!(dry.dry_run && !real.dry_run, "{name}");
+        assert_eq!(
+            (dry.state_versions, dry.threads, dry.ledger_rows),
+            (real.state_versions, real.threads, real.ledger_rows),
+            "{name}: {dry:?} {real:?}"
+        );
+        // Two old versions per thread; one finished thread; its two ledger rows counted once.
+        assert_eq!((real.threads, real.ledger_rows), (1, 2), "{name}: {real:?}");
+        assert_eq!(real.state_versions, 4, "{name}: {real:?}");
+        assert!(s.load(&done).await.unwrap().is_none(), "{name}");
+        assert_eq!(s.ledger_get(&open, &["m:1".into(), "m:2".into()]).await.unwrap().len(), 2, "{name}");
+        assert_eq!(s.load(&open).await.unwrap().unwrap().version, 3, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn load_with_skips_the_messages_only_while_the_known_commit_is_the_latest() {
     let dir = tempfile::tempdir().unwrap();

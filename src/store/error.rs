@@ -12,6 +12,7 @@ pub enum StoreError {
     /// A message id already used by another thread (STORAGE_FORBIDDEN_002).
     #[error("Message '{message_id}' belongs to another thread")]
     MessageInOtherThread { message_id: String },
+    /// A bad argument (schema name, DSN, URL) refused before anything was written; the text says which.
     #[error("{0}")]
     InvalidInput(String),
     /// The run's lease on the thread was taken over by another execution: this write, and every
@@ -27,14 +28,17 @@ pub enum StoreError {
     /// A failpoint armed with `raise` fired inside the transaction (nothing was committed).
     #[error("{0}")]
     Failpoint(String),
+    /// A schema migration failed; nothing of it was applied (one transaction).
     #[error("migration failed: {0}")]
     Schema(String),
 }
 
 impl StoreError {
+    /// A `Backend` error for operation `op`, keeping `e` as its source.
     pub fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
         StoreError::Backend { op, source: Box::new(e) }
     }
 }
 
+/// Every store operation's result.
 pub type StoreResult<T> = Result<T, StoreError>;

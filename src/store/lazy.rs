@@ -20,6 +20,8 @@ use tokio::sync::OnceCell;
 /// Opens the backend (connect, migrate). Called again after a failure.
 pub type Opener = Box<dyn Fn() -> BoxFuture<'static, StoreResult<Arc<dyn Checkpointer>>> + Send + Sync>;
 
+/// A store opened on first use: every method opens the backend (through `Opener`) if it is not
+/// open yet, and a failed open is retried by the next call instead of being remembered.
 pub struct LazyStore {
     cell: OnceCell<Arc<dyn Checkpointer>>,
     open: Opener,
@@ -28,6 +30,7 @@ pub struct LazyStore {
 }
 
 impl LazyStore {
+    /// A store not yet opened; `isolates_users` is answered without opening it.
     pub fn new(isolates_users: bool, open: Opener) -> Self {
         LazyStore { cell: OnceCell::new(), open, isolates_users }
     }

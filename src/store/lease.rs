@@ -13,10 +13,15 @@ use std::time::Duration;
 /// machine can be checked for liveness by `pid` and `pid_start` (its start time in clock ticks).
 #[derive(Debug, Clone)]
 pub struct LeaseRequest {
+    /// Who holds it: the run's id, shown to the thread's owner when the thread is busy.
     pub holder: String,
+    /// The machine and PID namespace of the holder's process.
     pub host: String,
+    /// The holder's process id on `host`.
     pub pid: i64,
+    /// The holder's process start time (clock ticks), so a reused pid is not taken for it.
     pub pid_start: i64,
+    /// How long the lease lasts unless renewed.
     pub ttl: Duration,
     /// Take the lease even though it has not expired, if its token is still this one (the engine
     /// found its holder dead).
@@ -31,13 +36,19 @@ pub struct LeaseRequest {
 /// The lease row as seen now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LeaseInfo {
+    /// The fencing token: rises by one with every new holder, never reused for the thread.
     pub token: i64,
+    /// The holder's id (`LeaseRequest::holder`).
     pub holder: String,
+    /// The holder's machine (`LeaseRequest::host`).
     pub host: String,
+    /// The holder's process id.
     pub pid: i64,
+    /// The holder's process start time (clock ticks).
     pub pid_start: i64,
     /// Seconds until expiry (negative once expired).
     pub expires_in: f64,
+    /// Freed by its holder (the run ended); a released lease is free at once.
     pub released: bool,
 }
 
@@ -48,9 +59,12 @@ impl LeaseInfo {
     }
 }
 
+/// The answer to `lease_acquire`: taken, with the new token, or held by somebody else.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseAttempt {
+    /// The lease is the caller's until it expires; every write of the run carries `token`.
     Acquired { token: i64 },
+    /// Somebody else holds it (live and not stolen): nothing changed.
     Held(LeaseInfo),
 }
 
@@ -85,11 +99,16 @@ pub struct PruneRules {
     pub dry_run: bool,
 }
 
+/// What `prune` removed or, with `dry_run`, would remove: exactly the same numbers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PruneReport {
+    /// State rows deleted by `keep_versions`.
     pub state_versions: u64,
+    /// Threads deleted by `finished_older_than` (with their states, messages and ledger).
     pub threads: u64,
+    /// Ledger rows deleted, by either rule, each counted once.
     pub ledger_rows: u64,
+    /// True when nothing was deleted (the rules' `dry_run`).
     pub dry_run: bool,
 }
 
@@ -98,6 +117,7 @@ pub struct PruneReport {
 /// started but cannot know whether it took effect.
 pub const INTENT_KIND: &str = "started";
 
+/// True for an intent record (`__kind__` is `INTENT_KIND`): a call that started and has no result.
 pub fn is_intent(v: &serde_json::Value) -> bool {
     v.get("__kind__").and_then(serde_json::Value::as_str) == Some(INTENT_KIND)
 }

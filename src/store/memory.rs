@@ -53,12 +53,15 @@ impl Inner {
     }
 }
 
+/// The in-process store: the same contract as the durable backends (conformance suite), nothing
+/// survives the process.
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     enforce_user_isolation: bool,
 }
 
 impl MemoryStore {
+    /// An empty store; `enforce_user_isolation` as in `PgOptions`.
     pub fn new(enforce_user_isolation: bool) -> Self {
         Self { inner: Mutex::new(Inner::default()), enforce_user_isolation }
     }

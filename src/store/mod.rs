@@ -60,7 +60,11 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Upserts messages by id (outside a step; order of first insertion is kept).
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()>;
+    /// One message of the thread by id; None when absent, in another thread, or (under isolation)
+    /// the thread is another user's.
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>>;
+    /// The thread's messages in order, those containing `search` in their text only, paged by
+    /// `offset`/`limit`; empty for another user's thread under isolation.
     async fn list_messages(
         &self,
         t: &ThreadRef,
@@ -68,11 +72,16 @@ pub trait Checkpointer: Send + Sync + 'static {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<Value>>;
+    /// Deletes one message of the thread; true when it existed. Another user's thread under
+    /// isolation is `StoreError::Forbidden`, nothing deleted.
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool>;
 
     /// Inserts or updates the thread row; true when it was inserted.
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool>;
+    /// The thread row; None when absent or (under isolation) another user's.
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>>;
+    /// Threads, newest update first: those of `user_id` when given, those whose name or id contains
+    /// `search`, paged by `offset`/`limit`.
     async fn list_threads(
         &self,
         user_id: Option<&str>,
@@ -109,8 +118,11 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Generic key/value cache with optional expiry (seconds). Used for stop requests.
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()>;
+    /// The unexpired value under `ns`/`key`, or None.
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>>;
+    /// Removes the value under `ns`/`key` (absent is fine).
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()>;
+    /// The unexpired keys of `ns` starting with `prefix`, sorted, each once.
     async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>>;
 
     /// The state cache: a whole encoded state with its version. A write never replaces a newer
@@ -118,9 +130,11 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn state_cache_put(&self, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
         generic_state_cache::put(self, t, version, state).await
     }
+    /// The cached version and state of the thread; None on a miss.
     async fn state_cache_get(&self, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
         generic_state_cache::get(self, t).await
     }
+    /// Drops the thread's state cache entry, so the next read goes to the rows.
     async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
         self.cache_clear(STATE_CACHE_NS, &generic_state_cache::key(t)).await
     }
@@ -189,12 +203,14 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool>;
     /// Frees the lease at once if `token` still holds it.
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()>;
+    /// The thread's lease row as it is now (live, expired or released); None when never taken.
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>>;
 
     /// Retention (see `PruneRules`): never touches a thread that is not completed or whose lease
     /// is held, and always keeps each thread's latest state.
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport>;
 
+    /// Closes connections; the store must not be used afterwards.
     async fn release(&self) -> StoreResult<()>;
 
     /// Every ledger row of the thread, oldest first (the CLI's `ledger` command). A non-owner
@@ -218,10 +234,12 @@ pub(crate) mod generic_state_cache {
     use super::{Checkpointer, STATE_CACHE_NS, StoreResult, ThreadRef};
     use serde_json::{Value, json};
 
+    /// The cache key of the thread's state entry (per thread and user).
     pub fn key(t: &ThreadRef) -> String {
         format!("{}:{}", t.thread_id, t.user_id)
     }
 
+    /// Writes the entry unless a newer version is cached; false when it was not written.
     pub async fn put<S: Checkpointer + ?Sized>(s: &S, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
         if let Some((cur, _)) = get(s, t).await? {
             if cur > version {
@@ -232,11 +250,13 @@ pub(crate) mod generic_state_cache {
         Ok(true)
     }
 
+    /// The cached version and state; None when absent or unreadable.
     pub async fn get<S: Checkpointer + ?Sized>(s: &S, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
         Ok(s.cache_get(STATE_CACHE_NS, &key(t)).await?.and_then(|e| Some((e.get("v")?.as_i64()?, e.get("d")?.clone()))))
     }
 }
 
+/// Seconds since the epoch (0 if the clock is before it).
 pub(crate) fn now_secs() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

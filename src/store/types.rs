@@ -3,11 +3,14 @@ use serde_json::Value;
 /// Identifies a thread and the user acting on it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ThreadRef {
+    /// The thread's id.
     pub thread_id: String,
+    /// The user acting (the anonymous user's id when the config names none).
     pub user_id: String,
 }
 
 impl ThreadRef {
+    /// The thread `thread_id` as seen by `user_id`.
     pub fn new(thread_id: impl Into<String>, user_id: impl Into<String>) -> Self {
         Self { thread_id: thread_id.into(), user_id: user_id.into() }
     }
@@ -16,16 +19,20 @@ impl ThreadRef {
 /// A message as persisted: its id and its full JSON (pydantic `model_dump(mode="json")`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredMessage {
+    /// The message id; a thread's messages are upserted by it.
     pub id: String,
+    /// The message as JSON, stored and returned unchanged.
     pub data: Value,
 }
 
 /// What a run resumes from.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
+    /// The version of the latest state row (the version a run's first step expects).
     pub version: i64,
     /// The state without its `context` (messages live in their own rows).
     pub state: Value,
+    /// Every message of the thread, in order (empty when `messages_known`).
     pub messages: Vec<Value>,
     /// The messages came from a state row written by 10xGraph (whole context inside the state):
     /// the next step must rewrite the thread's message rows from the live context.
@@ -83,11 +90,14 @@ pub fn chained_state<'a>(w: &StepWrite<'a>, latest_mark: Option<&str>) -> std::b
 /// thread's latest row is still this one.
 #[derive(Debug, Clone, Copy)]
 pub struct KnownHead<'a> {
+    /// The version of the commit the caller holds.
     pub version: i64,
+    /// That commit's write mark.
     pub mark: &'a str,
 }
 
 impl KnownHead<'_> {
+    /// True when a row at `version` carrying `state` is the commit the caller holds.
     pub fn matches(&self, version: i64, state: &Value) -> bool {
         self.version == version && write_mark(state) == Some(self.mark)
     }
@@ -96,6 +106,7 @@ impl KnownHead<'_> {
 /// Called inside a step's transaction after its writes and before COMMIT (failpoints).
 #[async_trait::async_trait]
 pub trait TxHook: Send + Sync {
+    /// Runs before COMMIT; an error rolls the step back and is returned as `StoreError::Failpoint`.
     async fn in_transaction(&self) -> Result<(), String>;
 }
 
@@ -104,9 +115,13 @@ pub trait TxHook: Send + Sync {
 /// context and replaces the stored list.
 #[derive(Clone, Copy)]
 pub struct StepWrite<'a> {
+    /// The version the run read; the write fails with `StoreError::Stale` when the thread moved on.
     pub expected_version: i64,
+    /// The new state, without its messages.
     pub state: &'a Value,
+    /// The messages the step added (the whole context with `replace_messages`).
     pub new_messages: &'a [StoredMessage],
+    /// Replace the thread's stored messages with `new_messages` instead of appending.
     pub replace_messages: bool,
     /// The run's lease token: the write is refused (`StoreError::Fenced`) once a newer holder
     /// exists. None for writes from outside a run.
@@ -121,13 +136,20 @@ pub struct StepWrite<'a> {
     pub previous_mark: Option<&'a str>,
 }
 
+/// A thread row as `get_thread` and `list_threads` return it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadRow {
+    /// The thread's id.
     pub thread_id: String,
+    /// Its owner: the user who created it.
     pub user_id: String,
+    /// The name given by `put_thread`, if any.
     pub thread_name: Option<String>,
+    /// The metadata given by `put_thread` (`{}` when none).
     pub meta: Value,
+    /// When the thread was created, seconds since the epoch.
     pub created_at: f64,
+    /// When it was last written, seconds since the epoch.
     pub updated_at: f64,
 }
 

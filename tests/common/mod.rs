@@ -1,17 +1,20 @@
 //! Shared by the integration tests: where the PostgreSQL cases get their database.
 
+use std::collections::HashSet;
 use std::io::Write;
-use std::sync::Once;
+use std::sync::Mutex;
 
 /// Set by `scripts/test.sh` (and so by CI) once it has started a throwaway PostgreSQL: from then
 /// on a missing `TENXGRAPH_TEST_PG_DSN` is a failure, not a skip.
 const REQUIRE_ENV: &str = "TENXGRAPH_REQUIRE_PG";
 
-static SKIP_NOTE: Once = Once::new();
+/// Tests that already said they skip (a test may ask for a database more than once).
+static SKIPPED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// The test database's DSN, or None when the PostgreSQL cases are to be skipped. A skip says so on
-/// stderr (once per test binary, written past libtest's output capture so `cargo test` shows it);
-/// under `TENXGRAPH_REQUIRE_PG=1` there is no skip: the test panics.
+/// The test database's DSN, or None when the PostgreSQL cases are to be skipped. Each test that
+/// skips says so on stderr, once, by name (written past libtest's output capture so `cargo test`
+/// shows it); under `TENXGRAPH_REQUIRE_PG=1` there is no skip: the test panics. A DSN that is set
+/// but unreachable fails the test where it connects, with or without the variable.
 pub fn pg_dsn() -> Option<String> {
     match std::env::var("TENXGRAPH_TEST_PG_DSN") {
         Ok(dsn) if !dsn.is_empty() => Some(dsn),
@@ -19,15 +22,15 @@ pub fn pg_dsn() -> Option<String> {
             "{REQUIRE_ENV}=1 but TENXGRAPH_TEST_PG_DSN is not set: the PostgreSQL cases cannot run"
         ),
         _ => {
-            SKIP_NOTE.call_once(|| {
-                let exe = std::env::args().next().unwrap_or_default();
-                let name = std::path::Path::new(&exe).file_name().map(|n| n.to_string_lossy().into_owned());
+            // libtest runs each test on a thread named after it.
+            let test = std::thread::current().name().unwrap_or("?").to_owned();
+            let mut seen = SKIPPED.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.get_or_insert_with(HashSet::new).insert(test.clone()) {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "note: {}: PostgreSQL cases SKIPPED (TENXGRAPH_TEST_PG_DSN is not set; scripts/test.sh starts a throwaway server)",
-                    name.unwrap_or_default()
+                    "SKIPPED {test}: its PostgreSQL cases did not run (TENXGRAPH_TEST_PG_DSN is not set; scripts/test.sh starts a throwaway server)"
                 );
-            });
+            }
             None
         }
     }

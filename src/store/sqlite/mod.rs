@@ -32,6 +32,8 @@ mod tx;
 use lease::{check_fence, release_in};
 use tx::{BUSY_TIMEOUT, WriteTx, is_locked};
 
+/// A `Checkpointer` on one SQLite file (or `:memory:`), safe to share between processes on one
+/// machine: writes serialise (`BEGIN IMMEDIATE`), a commit survives a process crash.
 pub struct SqliteStore {
     pool: SqlitePool,
     enforce_user_isolation: bool,

@@ -1,0 +1,65 @@
+-- Ours: paused calls and 10xGraph's old-format ledger keys. tenx_ledger_mark replaces intent
+-- records with intent records only (a call marked paused at interrupt(), or started again on
+-- resume); tenx_ledger_begin gains p_read, keys read along with the node's own but never written
+-- (the "<message id>:<call id>" rows a 10xGraph 0.10 database holds). The fence and owner checks
+-- are written out as in version 6.
+
+CREATE OR REPLACE FUNCTION tenx_ledger_mark(
+  p_thread TEXT, p_user TEXT, p_isolate BOOLEAN, p_keys TEXT[], p_marks JSONB[], p_fence BIGINT
+) RETURNS INT LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE v_token BIGINT; v_owner TEXT; v_written INT;
+BEGIN
+  IF p_fence IS NOT NULL THEN
+    SELECT l.token INTO v_token FROM tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
+    IF v_token IS DISTINCT FROM p_fence THEN
+      RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
+    END IF;
+  END IF;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  END IF;
+  IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
+    RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
+  END IF;
+  UPDATE tool_executions x SET result = u.r, created_at = NOW()
+  FROM UNNEST(p_keys, p_marks) AS u(k, r)
+  WHERE x.thread_id = p_thread AND x.tool_call_id = u.k
+    AND x.result->>'__kind__' = 'started' AND u.r->>'__kind__' = 'started';
+  GET DIAGNOSTICS v_written = ROW_COUNT;
+  RETURN v_written;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION tenx_ledger_begin(
+  p_thread TEXT, p_user TEXT, p_isolate BOOLEAN, p_keys TEXT[], p_intents JSONB[], p_fence BIGINT, p_read TEXT[]
+) RETURNS TABLE (tool_call_id TEXT, result JSONB) LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+#variable_conflict use_column
+DECLARE v_token BIGINT; v_owner TEXT;
+BEGIN
+  IF p_fence IS NOT NULL THEN
+    SELECT l.token INTO v_token FROM tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
+    IF v_token IS DISTINCT FROM p_fence THEN
+      RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
+    END IF;
+  END IF;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  END IF;
+  IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
+    RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
+  END IF;
+  RETURN QUERY
+    WITH found AS (
+      SELECT x.tool_call_id::TEXT AS k, x.result AS r FROM tool_executions x
+      WHERE x.thread_id = p_thread AND (x.tool_call_id = ANY(p_keys) OR x.tool_call_id = ANY(p_read))
+    ), written AS (
+      INSERT INTO tool_executions AS l (thread_id, tool_call_id, result)
+      SELECT p_thread, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
+      ON CONFLICT (thread_id, tool_call_id) DO NOTHING
+      RETURNING 1
+    )
+    SELECT f.k, f.r FROM found f;
+END $fn$;

@@ -1,0 +1,78 @@
+//! Opening a store: the DSN checked, the server probed with retries, the pool built, the schema
+//! migrated, Redis attached.
+
+use super::errors::{map_err, redact};
+use super::ident::quote_schema;
+use super::{PgOptions, PgStore, RedisCache, Sql, migrate};
+use crate::store::{StoreError, StoreResult};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use std::str::FromStr;
+use std::time::Duration;
+
+impl PgStore {
+    /// Connects (retrying a refused or timed-out connection `connect_retries` times with backoff)
+    /// and migrates to `CURRENT_VERSION`; `redis_url` is optional, and an unreachable Redis is not
+    /// an error. A bad schema name or DSN is `StoreError::InvalidInput` before anything is
+    /// created; an unreachable server after the retries is `StoreError::Transient`. No message
+    /// carries the DSN's password.
+    pub async fn connect(dsn: &str, redis_url: Option<&str>, opts: PgOptions) -> StoreResult<Self> {
+        let schema = quote_schema(&opts.schema)?;
+        let connect = PgConnectOptions::from_str(dsn)
+            .map_err(|e| StoreError::InvalidInput(format!("invalid postgres_dsn: {}", redact(&e.to_string()))))?
+            .application_name("tenxgraph");
+        // Probe with one plain connection first: a pool retries a refused connection until its
+        // acquire timeout and then reports only "timed out", hiding the cause.
+        let mut attempt = 0;
+        loop {
+            let probe = tokio::time::timeout(opts.acquire_timeout, <sqlx::PgConnection as sqlx::Connection>::connect_with(&connect)).await;
+            let err = match probe {
+                Ok(Ok(c)) => {
+                    let _ = sqlx::Connection::close(c).await;
+                    break;
+                }
+                Ok(Err(e)) => map_err("connect", e, None),
+                Err(_) => StoreError::Transient { op: "connect", message: "timed out".into() },
+            };
+            attempt += 1;
+            if !matches!(err, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {
+                return Err(err);
+            }
+            tracing::warn!("postgres connect failed (attempt {attempt}), retrying: {err}");
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(opts.acquire_timeout)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // A killed client's transaction must end, not wait for a lock and commit
+                    // later: let the server notice dead clients (PostgreSQL 14+; older servers
+                    // reject the setting, which is then skipped).
+                    let _ = sqlx::Executor::execute(&mut *conn, "SET client_connection_check_interval = 1000").await;
+                    Ok(())
+                })
+            })
+            .connect_with(connect.clone())
+            .await
+            .map_err(|e| map_err("connect", e, None))?;
+        migrate(&pool, &opts.schema).await?;
+        let redis = match redis_url {
+            Some(url) => Some(RedisCache::connect(url).await?),
+            None => None,
+        };
+        Ok(PgStore { pool, sql: Sql::new(&schema), opts, redis })
+    }
+
+    /// Sets how long Redis keeps a state cache entry; without Redis it does nothing.
+    pub fn set_cache_ttl(&mut self, ttl: Duration) {
+        if let Some(r) = self.redis.as_mut() {
+            r.state_ttl = ttl;
+        }
+    }
+
+    /// The store's connection pool (for callers that read the tables themselves).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}

@@ -1,0 +1,88 @@
+//! What a Postgres failure becomes: our RAISE codes as their `StoreError` variants, connection
+//! trouble as `Transient`, and never a password in the text.
+
+use crate::store::{StoreError, ThreadRef};
+
+/// Maps sqlx errors: connection trouble is transient, our RAISE codes become their variants.
+pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -> StoreError {
+    let tid = || t.map(|t| t.thread_id.clone()).unwrap_or_default();
+    if let Some(db) = e.as_database_error() {
+        let detail = || {
+            db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().and_then(|p| p.detail().map(str::to_owned)).unwrap_or_default()
+        };
+        match db.code().as_deref() {
+            Some("TX001") => {
+                let detail = detail();
+                let mut parts = detail.split(',').map(|x| x.trim().parse::<i64>().unwrap_or(-1));
+                let (expected, current) = (parts.next().unwrap_or(-1), parts.next().unwrap_or(-1));
+                return StoreError::Stale { thread_id: tid(), expected, current };
+            }
+            Some("TX002") => return StoreError::Forbidden { thread_id: tid() },
+            Some("TX003") => return StoreError::MessageInOtherThread { message_id: String::new() },
+            Some("TX004") => {
+                let detail = detail();
+                let mut parts = detail.split(',').map(|x| x.trim().parse::<i64>().ok());
+                let token = parts.next().flatten().unwrap_or(-1);
+                return StoreError::Fenced { thread_id: tid(), token, current: parts.next().flatten() };
+            }
+            _ => {}
+        }
+    }
+    if matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03")
+    {
+        return StoreError::Transient { op, message: redact(&e.to_string()) };
+    }
+    StoreError::Backend { op, source: redact(&e.to_string()).into() }
+}
+
+/// Returns `text` with the password of every `scheme://user:password@host` in it replaced by
+/// `***` (a password may hold spaces or `@`): no DSN password reaches a message or a log line.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        // The credentials run to the last '@' of the line, not to the first space: a password
+        // may hold spaces or '@' (unencoded, as users paste them), and the host never has '@'.
+        let line_end = rest.find('\n').unwrap_or(rest.len());
+        let end = match rest[..line_end].rfind('@') {
+            Some(at) => at + rest[at..line_end].find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(line_end - at),
+            None => rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len()),
+        };
+        let token = &rest[..end];
+        match token.rfind('@') {
+            Some(at) => {
+                let cred = &token[..at];
+                match cred.find(':') {
+                    Some(colon) => {
+                        out.push_str(&cred[..colon]);
+                        out.push_str(":***");
+                    }
+                    None => out.push_str(cred),
+                }
+                out.push_str(&token[at..]);
+            }
+            None => out.push_str(token),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("postgresql://app:s3cret@db:5432/x failed"), "postgresql://app:***@db:5432/x failed");
+        assert_eq!(redact("redis://:pw@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(redact("postgresql://app@db/x"), "postgresql://app@db/x");
+        assert_eq!(redact("postgresql://app:pa ss@db/x failed"), "postgresql://app:***@db/x failed");
+        assert_eq!(redact("postgresql://app:p@ss w@db/x: bad"), "postgresql://app:***@db/x: bad");
+    }
+}

@@ -1,0 +1,141 @@
+//! Messages outside a step: upsert, read one, list (with search and paging), delete. Changing a
+//! thread's messages here takes the write mark off its latest state row (see `unmark_latest`).
+
+use super::nul::strip_nul;
+use super::{PgStore, Stmt, map_err, threads};
+use crate::store::{MESSAGES_CHANGED, StoreError, StoreResult, StoredMessage, ThreadRef};
+use serde_json::Value;
+
+/// A message row as the JSON the engine stores: `message_data` when we wrote the row, rebuilt from
+/// the columns for a row 10xGraph wrote.
+pub(super) fn message_json() -> &'static str {
+    "COALESCE(message_data, jsonb_build_object('message_id', message_id, 'role', role::text, \
+     'content', COALESCE(content, '[]')::jsonb, 'tools_calls', tool_calls, 'reasoning', reasoning, \
+     'usages', NULLIF(usages, '{}'::jsonb), 'metadata', COALESCE(meta, '{}'::jsonb)))"
+}
+
+/// The messages as the JSON array `tenx_upsert_messages` and `tenx_put_step` take: each row keyed
+/// by the id the engine tracks, NULs replaced.
+pub(super) fn message_rows(msgs: &[StoredMessage]) -> Value {
+    Value::Array(
+        msgs.iter()
+            .map(|m| {
+                let mut v = m.data.clone();
+                if let Some(o) = v.as_object_mut() {
+                    // The row's key is the id the engine tracks, whatever type the JSON used.
+                    o.insert("message_id".into(), Value::String(m.id.clone()));
+                }
+                strip_nul(&mut v);
+                v
+            })
+            .collect(),
+    )
+}
+
+pub(super) struct Stmts {
+    upsert: Stmt,
+    unmark: Stmt,
+    get: Stmt,
+    list: Stmt,
+    delete: Stmt,
+}
+
+impl Stmts {
+    pub(super) fn new(s: &str) -> Self {
+        let m = message_json();
+        Stmts {
+            upsert: Stmt::new(format!("SELECT {s}.tenx_upsert_messages($1, $2)")),
+            unmark: Stmt::new(format!(
+                "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{__state_meta__}}', \
+                   COALESCE(state_data->'__state_meta__', '{{}}'::jsonb) || jsonb_build_object('write', $2::text)) \
+                 WHERE thread_id = $1 AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
+            )),
+            get: Stmt::new(format!("SELECT {m} AS m FROM {s}.messages WHERE thread_id = $1 AND message_id = $2 ORDER BY seq, created_at")),
+            list: Stmt::new(format!(
+                "SELECT {m} AS m FROM {s}.messages \
+                 WHERE thread_id = $1 AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
+                 ORDER BY seq, created_at OFFSET $3 LIMIT $4"
+            )),
+            delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1 AND message_id = $2")),
+        }
+    }
+}
+
+/// Messages changed outside a step: the latest state row no longer describes them (see
+/// `clear_write_mark`).
+async fn unmark_latest(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> StoreResult<()> {
+    sqlx::query(s.sql.messages.unmark.q())
+        .bind(&t.thread_id)
+        .bind(MESSAGES_CHANGED)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("write messages", e, Some(t)))?;
+    Ok(())
+}
+
+pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    // Outside a step (no new state version): the same upsert, under the thread lock.
+    let mut tx = s.pool.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
+    threads::lock_thread(s, &mut tx, t, "write messages").await?;
+    sqlx::query(s.sql.messages.upsert.q())
+        .bind(&t.thread_id)
+        .bind(message_rows(msgs))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("write messages", e, Some(t)))?;
+    if !msgs.is_empty() {
+        unmark_latest(s, &mut tx, t).await?;
+    }
+    tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
+}
+
+pub(super) async fn get_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    if !s.readable(t).await? {
+        return Ok(None);
+    }
+    sqlx::query_scalar(s.sql.messages.get.q())
+        .bind(&t.thread_id)
+        .bind(message_id)
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(|e| map_err("read message", e, Some(t)))
+}
+
+pub(super) async fn list_messages(
+    s: &PgStore,
+    t: &ThreadRef,
+    search: Option<&str>,
+    offset: Option<i64>,
+    limit: Option<i64>,
+) -> StoreResult<Vec<Value>> {
+    if !s.readable(t).await? {
+        return Ok(vec![]);
+    }
+    sqlx::query_scalar(s.sql.messages.list.q())
+        .bind(&t.thread_id)
+        .bind(search)
+        .bind(offset.unwrap_or(0).max(0))
+        .bind(limit)
+        .fetch_all(&s.pool)
+        .await
+        .map_err(|e| map_err("list messages", e, Some(t)))
+}
+
+pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    let mut tx = s.pool.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+    let r = sqlx::query(s.sql.messages.delete.q())
+        .bind(&t.thread_id)
+        .bind(message_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("delete message", e, Some(t)))?;
+    let deleted = r.rows_affected() > 0;
+    if deleted {
+        unmark_latest(s, &mut tx, t).await?;
+    }
+    tx.commit().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+    Ok(deleted)
+}

@@ -1,0 +1,123 @@
+//! Durable steps: the one-round-trip load of a thread (state row and messages), the step commit
+//! (`tenx_put_step`), and dropping a thread's state.
+
+use super::messages::{message_json, message_rows};
+use super::nul::strip_nul;
+use super::{PgStore, Stmt, map_err};
+use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef};
+use serde_json::Value;
+use sqlx::Row;
+
+pub(super) struct Stmts {
+    load: Stmt,
+    put_step: Stmt,
+    clear_states: Stmt,
+    clear_messages: Stmt,
+}
+
+impl Stmts {
+    pub(super) fn new(s: &str) -> Self {
+        let message_json = message_json();
+        Stmts {
+            // One round trip: the owner check, the latest state and the thread's messages as one
+            // array (NULL for a row written by 10xGraph, whose context is inside the state).
+            // With $4/$5 naming the row the caller still holds (KnownHead), the messages are
+            // not read and `known` is true.
+            load: Stmt::new(format!(
+                // The latest row is picked first (LIMIT 1 in a subquery): with the CASE on the
+                // outer level it runs for that row only. At the level of the ORDER BY it ran for
+                // every kept state row, and any older row made it read all the messages.
+                "SELECT st.version, st.state_data, st.known, \
+                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' OR st.known THEN NULL ELSE \
+                     (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
+                       (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
+                   END AS msgs \
+                 FROM (SELECT version, state_data, \
+                         COALESCE(version = $4 AND state_data->'__state_meta__'->>'write' = $5, false) AS known \
+                       FROM {s}.states WHERE thread_id = $1 \
+                         AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
+                       ORDER BY version DESC, state_id DESC LIMIT 1) st"
+            )),
+            put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")),
+            clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1")),
+            clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1")),
+        }
+    }
+}
+
+pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+    let row = sqlx::query(s.sql.steps.load.q())
+        .bind(&t.thread_id)
+        .bind(s.opts.enforce_user_isolation)
+        .bind(&t.user_id)
+        .bind(known.map(|k| k.version))
+        .bind(known.map(|k| k.mark))
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(|e| map_err("load", e, Some(t)))?;
+    // A non-owner reads nothing (writes are what raise).
+    let Some(row) = row else { return Ok(None) };
+    let mut state: Value = row.get("state_data");
+    let messages_known: bool = row.get("known");
+    // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
+    let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
+    let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Value>, _>("msgs")) {
+        (Some(Value::Array(ctx)), _) => (ctx, true),
+        (_, Some(Value::Array(msgs))) => (msgs, false),
+        _ => (Vec::new(), false),
+    };
+    Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known }))
+}
+
+pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+    let mut state = w.state.clone();
+    strip_nul(&mut state);
+    let step = sqlx::query_scalar(s.sql.steps.put_step.q())
+        .bind(&t.thread_id)
+        .bind(&t.user_id)
+        .bind(w.expected_version)
+        .bind(&state)
+        .bind(message_rows(w.new_messages))
+        .bind(w.replace_messages)
+        .bind(s.opts.state_history_limit)
+        .bind(s.opts.enforce_user_isolation)
+        .bind(w.fence)
+        .bind(w.release_lease)
+        .bind(w.previous_mark);
+    let r: Result<i64, sqlx::Error> = match w.in_tx {
+        None => step.fetch_one(&s.pool).await,
+        // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
+        Some(h) => {
+            let mut tx = s.pool.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
+            let v = step.fetch_one(&mut *tx).await;
+            if v.is_ok() {
+                h.in_transaction().await.map_err(StoreError::Failpoint)?;
+                tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
+            }
+            v
+        }
+    };
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let err = map_err("write step", e, Some(t));
+            if matches!(err, StoreError::Stale { .. }) {
+                if let Some(r) = s.redis() {
+                    r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
+                }
+            }
+            Err(err)
+        }
+    }
+}
+
+pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    let mut tx = s.pool.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
+    for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
+        sqlx::query(q.q()).bind(&t.thread_id).execute(&mut *tx).await.map_err(|e| map_err("clear state", e, Some(t)))?;
+    }
+    tx.commit().await.map_err(|e| map_err("clear state", e, Some(t)))
+}

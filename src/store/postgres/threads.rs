@@ -1,0 +1,154 @@
+//! Thread rows: create or update, read, list (by user, search, paging), delete with everything
+//! that hangs off them (cascade), the owner, the thread lock, and the threads with a run under way.
+
+use super::{PgStore, Stmt, map_err};
+use crate::store::{StoreError, StoreResult, ThreadRef, ThreadRow};
+use serde_json::Value;
+use sqlx::Row;
+
+pub(super) struct Stmts {
+    lock_thread: Stmt,
+    exists: Stmt,
+    update: Stmt,
+    get: Stmt,
+    list: Stmt,
+    delete: Stmt,
+    owner: Stmt,
+    running: Stmt,
+}
+
+impl Stmts {
+    pub(super) fn new(s: &str) -> Self {
+        let columns = "SELECT thread_id, user_id, thread_name, COALESCE(meta, '{}'::jsonb) AS meta, \
+             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at";
+        Stmts {
+            lock_thread: Stmt::new(format!("SELECT {s}.tenx_lock_thread($1, $2, $3)")),
+            exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1)")),
+            update: Stmt::new(format!(
+                "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1"
+            )),
+            get: Stmt::new(format!("{columns} FROM {s}.threads WHERE thread_id = $1")),
+            list: Stmt::new(format!(
+                "{columns} FROM {s}.threads \
+                 WHERE ($1::text IS NULL OR user_id = $1) AND ($2::text IS NULL OR thread_name ILIKE $2 OR thread_id ILIKE $2) \
+                 ORDER BY updated_at DESC OFFSET $3 LIMIT $4"
+            )),
+            delete: Stmt::new(format!("DELETE FROM {s}.threads WHERE thread_id = $1")),
+            owner: Stmt::new(format!("SELECT user_id FROM {s}.threads WHERE thread_id = $1")),
+            // One index lookup (thread_id, version DESC) per thread for its latest row.
+            running: Stmt::new(format!(
+                "SELECT t.thread_id, t.user_id FROM {s}.threads t \
+                 CROSS JOIN LATERAL (SELECT state_data FROM {s}.states st WHERE st.thread_id = t.thread_id \
+                                     ORDER BY version DESC, state_id DESC LIMIT 1) st \
+                 WHERE st.state_data->'execution_meta'->>'status' = 'running' \
+                   AND ($1::text IS NULL OR t.thread_id > $1) \
+                 ORDER BY t.thread_id LIMIT $2"
+            )),
+        }
+    }
+}
+
+fn thread_row(r: &sqlx::postgres::PgRow) -> ThreadRow {
+    ThreadRow {
+        thread_id: r.get("thread_id"),
+        user_id: r.get("user_id"),
+        thread_name: r.get("thread_name"),
+        meta: r.get("meta"),
+        created_at: r.get::<Option<f64>, _>("created_at").unwrap_or(0.0),
+        updated_at: r.get::<Option<f64>, _>("updated_at").unwrap_or(0.0),
+    }
+}
+
+/// Ensures and locks the thread row inside `tx`, checking the owner (`StoreError::Forbidden`).
+pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef, op: &'static str) -> StoreResult<()> {
+    sqlx::query(s.sql.threads.lock_thread.q())
+        .bind(&t.thread_id)
+        .bind(&t.user_id)
+        .bind(s.opts.enforce_user_isolation)
+        .execute(tx)
+        .await
+        .map_err(|e| map_err(op, e, Some(t)))?;
+    Ok(())
+}
+
+pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+    let mut tx = s.pool.begin().await.map_err(|e| map_err("write thread", e, Some(t)))?;
+    let existed: bool = sqlx::query_scalar(s.sql.threads.exists.q())
+        .bind(&t.thread_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_err("write thread", e, Some(t)))?;
+    lock_thread(s, &mut tx, t, "write thread").await?;
+    sqlx::query(s.sql.threads.update.q())
+        .bind(&t.thread_id)
+        .bind(name)
+        .bind(meta)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("write thread", e, Some(t)))?;
+    tx.commit().await.map_err(|e| map_err("write thread", e, Some(t)))?;
+    Ok(!existed)
+}
+
+pub(super) async fn get_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+    if !s.readable(t).await? {
+        return Ok(None);
+    }
+    let row = sqlx::query(s.sql.threads.get.q())
+        .bind(&t.thread_id)
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(|e| map_err("read threads", e, None))?;
+    Ok(row.as_ref().map(thread_row))
+}
+
+pub(super) async fn list_threads(
+    s: &PgStore,
+    user_id: Option<&str>,
+    search: Option<&str>,
+    offset: Option<i64>,
+    limit: Option<i64>,
+) -> StoreResult<Vec<ThreadRow>> {
+    let rows = sqlx::query(s.sql.threads.list.q())
+        .bind(user_id)
+        .bind(search.map(|s| format!("%{s}%")))
+        .bind(offset.unwrap_or(0).max(0))
+        .bind(limit)
+        .fetch_all(&s.pool)
+        .await
+        .map_err(|e| map_err("read threads", e, None))?;
+    Ok(rows.iter().map(thread_row).collect())
+}
+
+pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
+    if !s.readable(t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
+    sqlx::query(s.sql.threads.delete.q())
+        .bind(&t.thread_id)
+        .execute(&s.pool)
+        .await
+        .map_err(|e| map_err("delete thread", e, Some(t)))?;
+    if let Some(r) = s.redis() {
+        r.clear_state_cache(t).await;
+    }
+    Ok(())
+}
+
+pub(super) async fn thread_owner(s: &PgStore, thread_id: &str) -> StoreResult<Option<String>> {
+    sqlx::query_scalar(s.sql.threads.owner.q())
+        .bind(thread_id)
+        .fetch_optional(&s.pool)
+        .await
+        .map_err(|e| map_err("read thread owner", e, None))
+}
+
+pub(super) async fn running_threads(s: &PgStore, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+    let rows = sqlx::query(s.sql.threads.running.q())
+        .bind(after)
+        .bind(limit.max(0))
+        .fetch_all(&s.pool)
+        .await
+        .map_err(|e| map_err("list running threads", e, None))?;
+    Ok(rows.iter().map(|r| ThreadRef::new(r.get::<String, _>("thread_id"), r.get::<String, _>("user_id"))).collect())
+}

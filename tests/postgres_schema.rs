@@ -1,0 +1,148 @@
+//! The configured schema on PostgreSQL: how its name reaches SQL (quoted, folded to the schema
+//! an unquoted name named) and that the functions the migrations create read their own schema's
+//! tables whatever `search_path` the calling connection has.
+
+mod common;
+
+use serde_json::json;
+use tenxgraph::store::{Checkpointer, PgOptions, PgStore, StepWrite, ThreadRef};
+
+fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
+    StepWrite {
+        expected_version: expected,
+        state,
+        new_messages: &[],
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    }
+}
+
+async fn store(dsn: &str, schema: &str) -> PgStore {
+    let opts = PgOptions { schema: schema.to_owned(), enforce_user_isolation: false, ..PgOptions::default() };
+    PgStore::connect(dsn, None, opts).await.expect("connect to the test Postgres")
+}
+
+async fn schemas_like(s: &PgStore, pattern: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname ILIKE $1 ORDER BY 1")
+        .bind(pattern)
+        .fetch_all(s.pool())
+        .await
+        .unwrap()
+}
+
+/// A reserved word spliced in unquoted was a syntax error at the first migration.
+#[tokio::test]
+async fn a_reserved_word_is_a_usable_schema() {
+    let Some(dsn) = common::pg_dsn() else { return };
+    let s = store(&dsn, "user").await;
+    let t = ThreadRef::new(format!("t-{}", uuid::Uuid::new_v4().simple()), "u");
+    assert_eq!(s.put_step(&t, step(0, &json!({"n": 1}))).await.unwrap(), 1);
+    assert_eq!(s.load(&t).await.unwrap().unwrap().state["n"], 1);
+    assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
+    s.clean_thread(&t).await.unwrap();
+}
+
+/// Earlier releases spliced the name in unquoted, so PostgreSQL folded it to lower case: the same
+/// configuration must keep finding the same schema.
+#[tokio::test]
+async fn a_mixed_case_name_names_the_lower_case_schema() {
+    let Some(dsn) = common::pg_dsn() else { return };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let s = store(&dsn, &format!("Mixed_{id}")).await;
+    assert_eq!(schemas_like(&s, &format!("mixed_{id}")).await, vec![format!("mixed_{id}")]);
+    let t = ThreadRef::new("t", "u");
+    s.put_step(&t, step(0, &json!({"n": 1}))).await.unwrap();
+    let again = store(&dsn, &format!("mixed_{id}")).await;
+    assert_eq!(again.load(&t).await.unwrap().unwrap().version, 1);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA mixed_{id} CASCADE"))).execute(s.pool()).await.unwrap();
+}
+
+/// The migrations name no schema; each function pins the path it was created with. Called from a
+/// connection whose path leads to another schema with the same tables, it must still write its own.
+#[tokio::test]
+async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
+    let Some(dsn) = common::pg_dsn() else { return };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (a, b) = (format!("fa_{id}"), format!("fb_{id}"));
+    let sa = store(&dsn, &a).await;
+    let sb = store(&dsn, &b).await;
+    let mut conn = sa.pool().acquire().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET search_path TO {b}"))).execute(&mut *conn).await.unwrap();
+    let v: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT {a}.tenx_put_step('t', 'u', 0, '{{\"n\": 1}}'::jsonb, '[]'::jsonb, false, 20, false, NULL, false, NULL)"
+    )))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(v, 1);
+    sqlx::raw_sql("RESET search_path").execute(&mut *conn).await.unwrap();
+    drop(conn);
+    let t = ThreadRef::new("t", "u");
+    assert_eq!(sa.load(&t).await.unwrap().unwrap().version, 1);
+    assert!(sb.load(&t).await.unwrap().is_none());
+    for schema in [a, b] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(sa.pool()).await.unwrap();
+    }
+}
+
+/// A database that tenxgraph created before its migrations became `.sql` files (functions that
+/// name their schema and pin no path) is at version 7 already: nothing is re-applied, and every
+/// kind of write and read goes on working on it.
+#[tokio::test]
+async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
+    use tenxgraph::store::{LeaseAttempt, LeaseRequest, PruneRules, StoredMessage, is_intent};
+    let Some(dsn) = common::pg_dsn() else { return };
+    let pool = sqlx::PgPool::connect(&dsn).await.expect("connect to the test Postgres");
+    sqlx::raw_sql("DROP SCHEMA IF EXISTS pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql(include_str!("fixtures/postgres_v7_before_sql_files.sql")).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let pinned = "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                  WHERE n.nspname = 'pre_sql_files_v7' AND p.proconfig IS NOT NULL";
+    let s = store(&dsn, "pre_sql_files_v7").await;
+    assert_eq!(s.schema_version().await.unwrap(), Some(7));
+    // Opened and migrated, yet its functions are the old ones: nothing was applied again.
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 0);
+
+    let t = ThreadRef::new("old-db", "u");
+    let req = LeaseRequest {
+        holder: "run-1".into(),
+        host: "h".into(),
+        pid: 1,
+        pid_start: 1,
+        ttl: std::time::Duration::from_secs(60),
+        steal: None,
+        user_id: None,
+    };
+    let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else { panic!("lease held") };
+    let m = StoredMessage { id: "old-db-m1".into(), data: json!({"message_id": "old-db-m1", "role": "user", "content": []}) };
+    let running = json!({"execution_meta": {"status": "running"}});
+    let mut w = step(0, &running);
+    let msgs = [m];
+    w.new_messages = &msgs;
+    w.fence = Some(token);
+    assert_eq!(s.put_step(&t, w).await.unwrap(), 1);
+    let (found, written) = s.ledger_begin(&t, &[("k1".into(), json!({"__kind__": "started"}))], &[], Some(token)).await.unwrap();
+    assert!(found.is_empty() && written.is_ok());
+    assert_eq!(s.ledger_put_many(&t, &[("k1".into(), json!({"__kind__": "raw", "value": 1}))], Some(token)).await.unwrap(), 1);
+    assert_eq!(s.ledger_mark(&t, &[("k1".into(), json!({"__kind__": "started"}))], Some(token)).await.unwrap(), 0);
+    let completed = json!({"execution_meta": {"status": "completed"}});
+    let mut last = step(1, &completed);
+    last.fence = Some(token);
+    last.release_lease = true;
+    assert_eq!(s.put_step(&t, last).await.unwrap(), 2);
+    assert!(s.lease_get(&t.thread_id).await.unwrap().unwrap().released);
+    let cp = s.load(&t).await.unwrap().unwrap();
+    assert_eq!((cp.version, cp.messages.len()), (2, 1));
+    assert!(!is_intent(&s.ledger_get(&t, &["k1".into()]).await.unwrap()["k1"]));
+    let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: None, dry_run };
+    let dry = s.prune(&rules(true)).await.unwrap();
+    let real = s.prune(&rules(false)).await.unwrap();
+    assert_eq!((dry.state_versions, dry.threads, dry.ledger_rows), (1, 1, 1));
+    assert_eq!((real.state_versions, real.threads, real.ledger_rows), (1, 1, 1));
+    assert!(s.load(&t).await.unwrap().is_none());
+    sqlx::raw_sql("DROP SCHEMA pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
+}
