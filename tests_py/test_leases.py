@@ -62,7 +62,8 @@ ROUNDS = 100
 def test_two_processes_start_the_same_thread_at_once(db: str, effects: EffectCounter, tmp_path: Path,
                                                      on_busy: str) -> None:
     """Each round both workers send a turn to a fresh thread at the same moment (file barrier).
-    reject: exactly one runs, the other gets ThreadBusyError before any of its tools fire. wait:
+    reject: exactly one runs, the other gets ThreadBusyError before any of its tools fire (the
+    winner holds its lease until the loser's turn has ended, so they overlap whatever the load). wait:
     both turns complete, one after the other, every tool once per turn."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()

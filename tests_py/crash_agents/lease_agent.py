@@ -57,6 +57,11 @@ def charge_tool(side_effects: Any, on_unknown: Any = "error") -> Any:
 
 
 _first_model_call = True
+# Set by ``rounds`` in reject mode: the file the other worker writes when its turn of this round has
+# ended. The winner holds its lease inside the model call until then, so the two turns overlap on
+# any machine load (a sleep only made overlap likely; under load the loser could arrive after the
+# winner had finished).
+_hold_until: Path | None = None
 
 
 async def model(state: AgentState) -> Message:
@@ -72,6 +77,11 @@ async def model(state: AgentState) -> Message:
             await asyncio.sleep(float(os.environ.get("LEASE_MODEL_SLEEP", "0")))
         # Every turn's first model call takes this long, so two racing turns overlap.
         await asyncio.sleep(float(os.environ.get("LEASE_TURN_SLEEP", "0")))
+        hold = _hold_until
+        if hold is not None:
+            deadline = time.monotonic() + 60  # a bound, not a margin: a broken lease fails the assert
+            while not hold.exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.002)
         order = last.text().split()[-1]
         msg = Message.text_message("Let me take care of that.", role="assistant")
         msg.tools_calls = [
@@ -123,6 +133,7 @@ def _outcome(result: Any = None, exc: BaseException | None = None) -> dict[str, 
 
 
 async def rounds(db: str, worker: str, barrier: Path, n: int, on_busy: str) -> dict[str, Any]:
+    global _hold_until
     app = build_at_most_once(open_db(db))
     other = "b" if worker == "a" else "a"
     out = []
@@ -134,12 +145,14 @@ async def rounds(db: str, worker: str, barrier: Path, n: int, on_busy: str) -> d
                 raise RuntimeError(f"worker {worker}: barrier of round {r} timed out")
             await asyncio.sleep(0.0005)
         cfg = {"thread_id": f"round-{r}", "on_busy": on_busy, "busy_timeout": 30}
+        _hold_until = barrier / f"{r}.{other}.done" if on_busy == "reject" else None
         started = time.time()
         try:
             res = _outcome(await app.ainvoke({"messages": [Message.text_message(f"charge order {r}")]}, cfg,
                                              response_granularity="full"))
         except Exception as exc:  # the outcome is the result: the parent asserts on it
             res = _outcome(exc=exc)
+        (barrier / f"{r}.{worker}.done").touch()
         out.append({"round": r, "outcome": res["outcome"], "started": started, "finished": time.time()})
     return {"worker": worker, "pid": os.getpid(), "rounds": out}
 
