@@ -204,9 +204,10 @@ def test_missing_api_key_is_refused_before_any_request(llm: OpenAIStandIn, monke
 
 
 @pytest.mark.parametrize(("kwargs", "code"), [
-    ({"model": "gemini/gemini-2.5-flash"}, "LLM_CONFIG_002"),
-    ({"model": "claude-sonnet-5"}, "LLM_CONFIG_002"),
-    ({"model": "gpt-4o", "fallback_models": [("gemini-2.0-flash", "google")]}, "LLM_CONFIG_002"),
+    ({"model": "gemini/gemini-2.5-flash", "use_vertex_ai": True}, "LLM_CONFIG_002"),
+    ({"model": "claude-sonnet-5", "anthropic_backend": "vertex"}, "LLM_CONFIG_002"),
+    ({"model": "gpt-4o", "fallback_models": [("mistral-large", "mistral")]}, "LLM_CONFIG_002"),
+    ({"model": "gpt-4o", "provider": "mistral"}, "LLM_CONFIG_002"),
     ({"model": "gpt-4o", "api_style": "soap"}, "LLM_CONFIG_003"),
     ({"model": "gpt-4o", "output_type": "image"}, "LLM_CONFIG_003"),
     ({"model": "gpt-4o", "output_type": "hologram"}, "LLM_CONFIG_003"),
