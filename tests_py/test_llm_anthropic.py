@@ -278,3 +278,23 @@ def test_sigkill_after_the_refund_then_resume_does_not_refund_again(llm: Anthrop
     assert last[-1] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_r", "content": "Refunded $42.0 for order A-1001."}]}
     assert llm.pending == 0 and llm.unscripted == 0
+
+
+def test_a_stream_cut_before_message_stop_is_retried_and_never_committed(llm: AnthropicStandIn) -> None:
+    llm.reply_cut_stream("A partial answer that never")
+    llm.reply_text("The whole answer.")
+    cp = InMemoryCheckpointer()
+    app = react().compile(checkpointer=cp)
+
+    async def run():
+        return [c async for c in app.astream({"messages": [Message.text_message("hi")]}, {"thread_id": "cut"})]
+
+    msgs = [c.message for c in asyncio.run(run()) if c.event == StreamEvent.MESSAGE and c.message is not None]
+    finals = [m for m in msgs if not m.delta and m.role == "assistant"]
+    assert [m.text() for m in finals] == ["The whole answer."]
+    # The broken attempt's deltas were shown under another message id than the retry's.
+    broken = {m.message_id for m in msgs if m.delta and m.text() in "A partial answer that never"}
+    assert broken and finals[0].message_id not in broken
+    stored = asyncio.run(cp.aget_state({"thread_id": "cut"})).context
+    assert [m.text() for m in stored if m.role == "assistant"] == ["The whole answer."]
+    assert [r.reply for r in llm.requests] == ["text", "text"]

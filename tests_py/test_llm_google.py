@@ -262,3 +262,20 @@ def test_readme_quick_start_killed_after_the_refund_resumes_without_refunding_ag
     assert answer == {"role": "user", "parts": [{"functionResponse": {
         "name": "refund_order", "response": {"result": "Refunded $42.0 for order A-1001."}}}]}
     assert llm.pending == 0 and llm.unscripted == 0
+
+
+def test_a_stream_cut_before_its_finish_is_retried_and_never_committed(llm: GoogleStandIn) -> None:
+    llm.reply_cut_stream("A partial answer that never")
+    llm.reply_text("The whole answer.")
+    cp = InMemoryCheckpointer()
+    app = react().compile(checkpointer=cp)
+
+    async def run():
+        return [c async for c in app.astream({"messages": [Message.text_message("hi")]}, {"thread_id": "cut"})]
+
+    msgs = [c.message for c in asyncio.run(run()) if c.event == StreamEvent.MESSAGE and c.message is not None]
+    finals = [m for m in msgs if not m.delta and m.role == "assistant"]
+    assert [m.text() for m in finals] == ["The whole answer."]
+    stored = asyncio.run(cp.aget_state({"thread_id": "cut"})).context
+    assert [m.text() for m in stored if m.role == "assistant"] == ["The whole answer."]
+    assert len(llm.requests) == 2

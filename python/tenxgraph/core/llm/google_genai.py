@@ -242,16 +242,16 @@ async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) 
     if finish is None:
         # A stream cut short is a failed request (retried), never a partial turn committed.
         raise ConnectionError("the Google GenAI stream ended without a finish reason")
-    blocks: list[Any] = []
+    final: list[Any] = []
     if text:
-        blocks.append(TextBlock(text=text))
+        final.append(TextBlock(text=text))
     if reasoning:
-        blocks.append(ReasoningBlock(summary=reasoning))
+        final.append(ReasoningBlock(summary=reasoning))
     for call in calls:
-        blocks.append(ToolCallBlock(id=call["id"], name=call["function"]["name"],
-                                    args=json.loads(call["function"]["arguments"])))
+        final.append(ToolCallBlock(id=call["id"], name=call["function"]["name"],
+                                   args=json.loads(call["function"]["arguments"])))
     parsed = _parsed(output_schema, text) if output_schema is not None and not calls else None
-    return Message(message_id=generate_id(response_id), role="assistant", content=blocks, delta=False,
+    return Message(message_id=generate_id(response_id), role="assistant", content=final, delta=False,
                    reasoning=reasoning, timestamp=datetime.now().timestamp(),
                    metadata={"provider": "google_genai", "model": model, "finish_reason": str(finish)},
                    usages=_usage(usage_meta) if usage_meta is not None else None,

@@ -37,6 +37,8 @@ DEFAULT_LLM_TIMEOUT_SECONDS = 600.0
 
 
 def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
+    """The provider a model string names (``openai``, ``anthropic`` or ``google``), by 10xGraph's
+    rules (see the module's docstring); ``use_vertex_ai`` makes a non-Claude model Google's."""
     if "/" in model:
         prefix, rest = model.split("/", 1)
         if prefix.lower() in _PREFIXES:
@@ -51,6 +53,8 @@ def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
 
 
 def resolve_provider_and_model(model: str, use_vertex_ai: bool = False) -> tuple[str, str]:
+    """``(provider, model to send)``: a known prefix is stripped, an unknown one kept; an empty or
+    non-string model is a ``ModelConfigError`` ``LLM_CONFIG_003``."""
     if not isinstance(model, str) or not model.strip():
         raise ModelConfigError(f"model must be a non-empty string such as 'openai/gpt-4o-mini', got {model!r}",
                                "LLM_CONFIG_003")
@@ -71,6 +75,7 @@ def default_timeout() -> float:
 
 
 def check_supported(provider: str, model: str) -> None:
+    """Raises ``ModelConfigError`` ``LLM_CONFIG_002`` for a provider tenxgraph cannot call."""
     if provider not in SUPPORTED_PROVIDERS:
         raise ModelConfigError(
             f"model {model!r} needs the {provider!r} provider, which tenxgraph does not support yet "
@@ -170,7 +175,7 @@ def _google_client(*, model: str, base_url: str | None, api_key: str | None, opt
     seconds = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else default_timeout()
     # google-genai takes its timeout in milliseconds; its base URL is an HttpOptions field (else the
     # SDK reads GOOGLE_GEMINI_BASE_URL).
-    http = {"timeout": int(seconds * 1000)}
+    http: dict[str, Any] = {"timeout": int(seconds * 1000)}
     if base_url:
         http["base_url"] = base_url
     # vertexai=False: else the SDK would read GOOGLE_GENAI_USE_VERTEXAI and switch backends.

@@ -116,4 +116,4 @@ class AnthropicStandIn(ScriptedStandIn):
             out.append(event("content_block_stop", {"index": index}))
         out.append(event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage}))
         out.append(event("message_stop", {}))
-        handler.send_events(out)
+        handler.send_events(out, closing=2, cut=reply.cut)

@@ -106,4 +106,5 @@ class GoogleStandIn(ScriptedStandIn):
             chunks.append(response(calls, last=True))
         else:
             chunks[-1] = response([{"text": pieces[-1]}], last=True)
-        handler.send_events([b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks])
+        handler.send_events([b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks], closing=1,
+                            cut=reply.cut)

@@ -103,11 +103,13 @@ class OpenAIStandIn(ScriptedStandIn):
         if api == "responses":
             response = _responses_object(self._response_id(n), body, reply, usage)
             if stream:
-                handler.send_events(_responses_frames(_responses_events(response)))
+                handler.send_events(_responses_frames(_responses_events(response)), closing=1, cut=reply.cut)
             else:
                 handler.send_json(200, response)
         elif stream:
-            handler.send_events(self._chat_frames(body, reply, n, usage))
+            frames = self._chat_frames(body, reply, n, usage)
+            # The finish chunk, the usage chunk if asked, [DONE].
+            handler.send_events(frames, closing=len(frames) - 1 - self._content_frames(reply), cut=reply.cut)
         else:
             handler.send_json(200, self._completion(body, reply, n, usage))
 
@@ -124,6 +126,12 @@ class OpenAIStandIn(ScriptedStandIn):
                          "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
             "usage": usage,
         }
+
+    @staticmethod
+    def _content_frames(reply: Reply) -> int:
+        text = len(split_text(reply.text, reply.pieces)) if reply.text else 0
+        calls = sum(1 + len(split_text(c["function"]["arguments"], reply.pieces)) for c in reply.tool_calls)
+        return text + calls
 
     def _chat_frames(self, body: dict[str, Any], reply: Reply, n: int, usage: dict[str, int]) -> list[bytes]:
         """The reply as chat-completion chunks: text in pieces; each tool call's id and name

@@ -39,6 +39,9 @@ class Reply:
     usage: dict[str, int] | None = None
     # Streaming: how many pieces the text and each tool call's arguments are cut into.
     pieces: int = 3
+    # The connection drops before the reply ends: streamed, before its closing events (finish
+    # reason, usage, end marker); plain, before any response.
+    cut: bool = False
 
 
 @dataclass
@@ -198,6 +201,12 @@ class ScriptedStandIn:
         return self.script(Reply("error", status=status, error=message or f"stand-in error {status}",
                                  headers=headers), model=model)
 
+    def reply_cut_stream(self, text: str, *, model: str | None = None, pieces: int = 3) -> Reply:
+        """A reply whose connection drops before it ends: a streamed request gets the text's
+        deltas but not the closing events (finish reason, usage, end marker); a plain one gets
+        no response at all. What a client sees when a provider or a proxy dies mid-reply."""
+        return self.script(Reply("text", text=text, pieces=pieces, cut=True), model=model)
+
     def reply_hang(self, *, model: str | None = None) -> Reply:
         """Holds the request open until :meth:`release` or :meth:`close` (a client timeout fires)."""
         return self.script(Reply("hang"), model=model)
@@ -293,6 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.kind == "error":
             self.send_json(reply.status, owner._error_body(reply.status, reply.error), reply.headers)
             return
+        if reply.cut and not stream:
+            self.close_connection = True  # no response: the client sees the connection drop
+            return
         owner._serve(self, api, body, reply, n, stream)
 
     def send_json(self, status: int, obj: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -306,8 +318,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_events(self, events: list[bytes]) -> None:
-        """Server-sent events, already framed; the body ends when the connection closes."""
+    def send_events(self, events: list[bytes], closing: int = 0, cut: bool = False) -> None:
+        """Server-sent events, already framed; the body ends when the connection closes. With
+        ``cut`` the last ``closing`` events (a reply's finish) are not sent."""
+        if cut and closing:
+            events = events[:-closing]
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
