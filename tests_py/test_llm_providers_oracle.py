@@ -97,3 +97,67 @@ def test_quick_start_same_requests_and_messages(oracle, case: str) -> None:
     assert len(their_requests) == 3
     assert our_requests == their_requests
     assert ours == theirs
+
+
+STREAM = """
+import asyncio
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import ReactAgent
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+
+def lookup_order(order_id: str) -> str:
+    \"\"\"Look up an order by id.\"\"\"
+    return f"order {order_id}: delivered"
+
+
+app = ReactAgent(model=MODEL, system_prompt=[{"role": "system", "content": "S"}],
+                 tools=[lookup_order]).compile(checkpointer=InMemoryCheckpointer())
+ids = {}
+
+
+async def main():
+    out = []
+    async for c in app.astream({"messages": [Message.text_message("Where is A-1001?")]}, {"thread_id": "2"}):
+        m = c.message
+        if m is None or m.role == "user":
+            continue
+        calls = []
+        for call in m.tools_calls or []:
+            ids.setdefault(call["id"], f"call-{len(ids) + 1}")
+            calls.append({**call, "id": ids[call["id"]]})
+        out.append({"role": m.role, "delta": m.delta, "text": m.text(), "calls": calls or None,
+                    "node": (c.metadata or {}).get("node")})
+    return out
+
+emit(asyncio.run(main()))
+"""
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_streamed_tool_turn_same_deltas_and_messages(oracle, case: str) -> None:
+    stand_in, model, sdk, _ = CASES[case]
+    if not oracle.run_theirs(f"import importlib.util as u\nemit(u.find_spec({sdk!r}) is not None)"):
+        pytest.skip(f"the 10xGraph venv has no {sdk} SDK")
+    runs = {}
+    for side in ("theirs", "ours"):
+        with stand_in(id_prefix="oracle") as llm:
+            llm.reply_tool_calls(("lookup_order", {"order_id": "A-1001"}, "toolu_1"))
+            llm.reply_text("It was delivered yesterday.", pieces=3)
+            run = oracle.run_theirs if side == "theirs" else oracle.run_ours
+            runs[side] = (run(f"MODEL = {model!r}\n" + STREAM, env=llm.env),
+                          [(r.path, r.body) for r in llm.requests])
+    (theirs, their_requests), (ours, our_requests) = runs["theirs"], runs["ours"]
+    assert len(their_requests) == 2 and our_requests == their_requests
+
+    def deltas(chunks):  # text deltas (10xGraph also yields some empty ones)
+        return [c["text"] for c in chunks if c["delta"] and c["text"]]
+
+    def finals(chunks):
+        return [(c["role"], c["text"], c["calls"]) for c in chunks if not c["delta"]]
+
+    assert deltas(ours) == deltas(theirs) == ["It was de", "livered y", "esterday."]
+    assert finals(ours) == finals(theirs)
+    assert [f[0] for f in finals(ours)] == ["assistant", "tool", "assistant"]
+    shown = [c for c in ours + theirs if c["role"] == "assistant" and (not c["delta"] or c["text"])]
+    assert shown and all(c["node"] == "MAIN" for c in shown)
