@@ -172,7 +172,8 @@ def _google_client(*, model: str, base_url: str | None, api_key: str | None, opt
     if not key:
         raise _missing_key("google", model, "set GEMINI_API_KEY or GOOGLE_API_KEY, or pass api_key= to the agent")
     timeout = options.get("timeout")
-    seconds = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else default_timeout()
+    numeric = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    seconds = float(timeout) if numeric else default_timeout()
     # google-genai takes its timeout in milliseconds; its base URL is an HttpOptions field (else the
     # SDK reads GOOGLE_GEMINI_BASE_URL).
     http: dict[str, Any] = {"timeout": int(seconds * 1000)}

@@ -103,7 +103,8 @@ class AnthropicStandIn(ScriptedStandIn):
                                                    "usage": start_usage}})]
         for index, block in enumerate(blocks):
             if block["type"] == "text":
-                out.append(event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}))
+                out.append(event("content_block_start",
+                                 {"index": index, "content_block": {"type": "text", "text": ""}}))
                 for piece in split_text(block["text"], reply.pieces):
                     out.append(event("content_block_delta",
                                      {"index": index, "delta": {"type": "text_delta", "text": piece}}))
