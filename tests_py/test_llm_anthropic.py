@@ -298,3 +298,29 @@ def test_a_stream_cut_before_message_stop_is_retried_and_never_committed(llm: An
     stored = asyncio.run(cp.aget_state({"thread_id": "cut"})).context
     assert [m.text() for m in stored if m.role == "assistant"] == ["The whole answer."]
     assert [r.reply for r in llm.requests] == ["text", "text"]
+
+
+def test_sync_invoke_twice_on_one_agent(llm) -> None:
+    """Each sync invoke runs on a loop of its own; the agent's SDK client follows it."""
+    llm.reply_text("one")
+    llm.reply_text("two")
+    app = react().compile(checkpointer=InMemoryCheckpointer())
+    assert app.invoke({"messages": [Message.text_message("a")]}, {"thread_id": "s"})["messages"][-1].text() == "one"
+    assert app.invoke({"messages": [Message.text_message("b")]}, {"thread_id": "s"})["messages"][-1].text() == "two"
+
+
+def test_streamed_tool_input_that_is_not_json_becomes_a_tool_error_the_model_reads(llm: AnthropicStandIn) -> None:
+    """As 10xGraph: input that is not JSON at content_block_stop becomes ``{}`` (with a warning);
+    the ToolNode then answers the model that the tool's argument is missing."""
+    llm.reply_tool_calls(("weather", '{"city": "Par', "toolu_bad"))
+    llm.reply_text("Sorry, which city?")
+    app = react().compile(checkpointer=InMemoryCheckpointer())
+
+    async def run():
+        return [c async for c in app.astream({"messages": [Message.text_message("weather?")]}, {"thread_id": "b"})]
+
+    asyncio.run(run())
+    call = [m for m in llm.requests[1].body["messages"] if m["role"] == "assistant"][0]["content"][0]
+    assert call == {"type": "tool_use", "id": "toolu_bad", "name": "weather", "input": {}}
+    [result] = llm.requests[1].body["messages"][-1]["content"]
+    assert result["tool_use_id"] == "toolu_bad" and "city" in result["content"], result

@@ -279,3 +279,12 @@ def test_a_stream_cut_before_its_finish_is_retried_and_never_committed(llm: Goog
     stored = asyncio.run(cp.aget_state({"thread_id": "cut"})).context
     assert [m.text() for m in stored if m.role == "assistant"] == ["The whole answer."]
     assert len(llm.requests) == 2
+
+
+def test_sync_invoke_twice_on_one_agent(llm) -> None:
+    """Each sync invoke runs on a loop of its own; the agent's SDK client follows it."""
+    llm.reply_text("one")
+    llm.reply_text("two")
+    app = react().compile(checkpointer=InMemoryCheckpointer())
+    assert app.invoke({"messages": [Message.text_message("a")]}, {"thread_id": "s"})["messages"][-1].text() == "one"
+    assert app.invoke({"messages": [Message.text_message("b")]}, {"thread_id": "s"})["messages"][-1].text() == "two"
