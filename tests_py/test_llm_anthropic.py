@@ -324,3 +324,13 @@ def test_streamed_tool_input_that_is_not_json_becomes_a_tool_error_the_model_rea
     assert call == {"type": "tool_use", "id": "toolu_bad", "name": "weather", "input": {}}
     [result] = llm.requests[1].body["messages"][-1]["content"]
     assert result["tool_use_id"] == "toolu_bad" and "city" in result["content"], result
+
+
+def test_a_fallback_on_another_provider_without_its_key_is_refused_at_construction(
+        llm: AnthropicStandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ModelConfigError) as err:
+        react(fallback_models=[("gpt-4o-mini", "openai")])
+    assert err.value.error_code == "LLM_CONFIG_001" and "OPENAI_API_KEY" in str(err.value)
+    assert "gpt-4o-mini" in str(err.value)
+    assert llm.requests == []

@@ -158,6 +158,10 @@ class Agent(BaseAgent):
             raise ModelConfigError(f"fallback_models entries are 'model' or ('model', 'provider'), got {entry!r}",
                                    "LLM_CONFIG_003", {"option": "fallback_models"})
         check_supported(resolved[1] or self.provider, resolved[0])
+        if resolved[1] not in (None, self.provider):
+            # Another provider's SDK and key are checked now, before any request, like the agent's
+            # own; the client itself is made per event loop when the fallback is first needed.
+            self._new_client(resolved[1], resolved[0])
         return resolved
 
     # -- tools ---------------------------------------------------------------------------------
@@ -281,12 +285,12 @@ class Agent(BaseAgent):
             "available. Read usage from the response after the call instead (Message.usages), or count "
             "client-side with the tokenizer matching your model.")
 
-    def _new_client(self, provider: str | None = None) -> Any:
+    def _new_client(self, provider: str | None = None, model: str | None = None) -> Any:
         provider = provider or self.provider
         # A fallback on another provider gets that provider's SDK defaults (its env vars), not
         # the agent's base URL and key, which belong to the agent's own provider.
         own = provider == self.provider
-        return create_client(provider, model=self.model, base_url=self.base_url if own else None,
+        return create_client(provider, model=model or self.model, base_url=self.base_url if own else None,
                              api_key=self.llm_kwargs.get("api_key") if own else None, options=self.llm_kwargs,
                              use_vertex_ai=self.use_vertex_ai)
 
