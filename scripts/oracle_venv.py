@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 ORACLE_VERSION = "0.10.0"
-# 10xGraph with its Postgres/Redis/SQLite drivers and the OpenAI SDK its Agent calls (the
+# 10xGraph with its Postgres/Redis/SQLite drivers and the provider SDKs its Agent calls (the
 # differential LLM tests point both runtimes at the same local stand-in).
-ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite", "openai>=1.40"]
+ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite", "openai>=1.40",
+                   "anthropic>=1.0.0", "google-genai>=1.56.0"]
 
 
 def _venv_dir() -> Path:

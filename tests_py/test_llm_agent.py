@@ -204,9 +204,10 @@ def test_missing_api_key_is_refused_before_any_request(llm: OpenAIStandIn, monke
 
 
 @pytest.mark.parametrize(("kwargs", "code"), [
-    ({"model": "gemini/gemini-2.5-flash"}, "LLM_CONFIG_002"),
-    ({"model": "claude-sonnet-5"}, "LLM_CONFIG_002"),
-    ({"model": "gpt-4o", "fallback_models": [("gemini-2.0-flash", "google")]}, "LLM_CONFIG_002"),
+    ({"model": "gemini/gemini-2.5-flash", "use_vertex_ai": True}, "LLM_CONFIG_002"),
+    ({"model": "claude-sonnet-5", "anthropic_backend": "vertex"}, "LLM_CONFIG_002"),
+    ({"model": "gpt-4o", "fallback_models": [("mistral-large", "mistral")]}, "LLM_CONFIG_002"),
+    ({"model": "gpt-4o", "provider": "mistral"}, "LLM_CONFIG_002"),
     ({"model": "gpt-4o", "api_style": "soap"}, "LLM_CONFIG_003"),
     ({"model": "gpt-4o", "output_type": "image"}, "LLM_CONFIG_003"),
     ({"model": "gpt-4o", "output_type": "hologram"}, "LLM_CONFIG_003"),
@@ -592,3 +593,21 @@ def test_count_tokens_is_not_available_for_openai(llm: OpenAIStandIn) -> None:
     with pytest.raises(NotImplementedError, match="no server-side token counting"):
         asyncio.run(Agent(model="gpt-4o-mini").count_tokens([{"role": "user", "content": "hi"}]))
     assert llm.requests == []
+
+
+def test_a_stream_cut_before_its_finish_reason_is_retried_and_never_committed(llm: OpenAIStandIn) -> None:
+    """Before the fix, a chat stream that lost its connection after some text was committed as
+    the turn's answer (the SDK ends such a stream quietly, without ``[DONE]``)."""
+    llm.reply_cut_stream("A partial answer that never")
+    llm.reply_text("The whole answer.")
+    cp = InMemoryCheckpointer()
+    app = react().compile(checkpointer=cp)
+
+    async def run():
+        return [c async for c in app.astream({"messages": [Message.text_message("hi")]}, {"thread_id": "cut"})]
+
+    msgs = [c.message for c in asyncio.run(run()) if c.event == StreamEvent.MESSAGE and c.message is not None]
+    assert [m.text() for m in msgs if not m.delta and m.role == "assistant"] == ["The whole answer."]
+    stored = asyncio.run(cp.aget_state({"thread_id": "cut"})).context
+    assert [m.text() for m in stored if m.role == "assistant"] == ["The whole answer."]
+    assert len(llm.requests) == 2

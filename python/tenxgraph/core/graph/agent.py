@@ -25,7 +25,7 @@ from typing import Any
 from tenxgraph import _node_context
 from tenxgraph.core.graph.base_agent import BaseAgent
 from tenxgraph.core.graph.tool_node import ToolNode
-from tenxgraph.core.llm import openai_chat, openai_responses
+from tenxgraph.core.llm import anthropic_messages, google_genai, openai_chat, openai_responses
 from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError
 from tenxgraph.core.llm.messages import to_provider_messages
 from tenxgraph.core.llm.providers import CLIENT_KWARGS, check_supported, create_client, resolve_provider_and_model
@@ -63,7 +63,9 @@ class Agent(BaseAgent):
 
     ``model``: ``"provider/model"`` or a bare name (the provider is detected as 10xGraph does;
     ``provider=`` overrides). ``base_url=`` / ``api_key=`` / ``timeout=`` / ``organization=``
-    configure the client (else the SDK's env vars: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``);
+    configure the client (else the SDK's env vars: ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``,
+    ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``, ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY`` /
+    ``GOOGLE_GEMINI_BASE_URL``);
     other keyword arguments (``temperature``, ``max_tokens``, ...) go with every request.
     ``client=``: a ready SDK client to use as is.
     """
@@ -118,7 +120,7 @@ class Agent(BaseAgent):
         self._own_client = client is None
         self.client = client if client is not None else self._new_client()
         # loop -> (client, the async generator that closes it when the loop shuts down)
-        self._loop_clients: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
+        self._loop_clients: dict[tuple[asyncio.AbstractEventLoop, str], tuple[Any, Any]] = {}
         self._constructed_client_taken = False
         if tool_node is not None and not isinstance(tool_node, (str, ToolNode)):
             raise ModelConfigError(f"tool_node must be a ToolNode or the name of one, got {type(tool_node).__name__}",
@@ -156,6 +158,10 @@ class Agent(BaseAgent):
             raise ModelConfigError(f"fallback_models entries are 'model' or ('model', 'provider'), got {entry!r}",
                                    "LLM_CONFIG_003", {"option": "fallback_models"})
         check_supported(resolved[1] or self.provider, resolved[0])
+        if resolved[1] not in (None, self.provider):
+            # Another provider's SDK and key are checked now, before any request, like the agent's
+            # own; the client itself is made per event loop when the fallback is first needed.
+            self._new_client(resolved[1], resolved[0])
         return resolved
 
     # -- tools ---------------------------------------------------------------------------------
@@ -230,7 +236,17 @@ class Agent(BaseAgent):
                                    kwargs.pop("on_delta", None))
 
     async def _request(self, model: str, client: Any, messages: list[dict[str, Any]], tools: list | None,
-                       stream: bool, on_delta: Any) -> Message:
+                       stream: bool, on_delta: Any, provider: str | None = None) -> Message:
+        provider = provider or self.provider
+        if provider == "anthropic":
+            return await anthropic_messages.call_anthropic(
+                client, model=model, messages=messages, tools=tools, stream=stream, options=self.llm_kwargs,
+                reasoning=self.reasoning_config, output_schema=self.output_schema, on_delta=on_delta)
+        if provider == "google":
+            return await google_genai.call_google(
+                client, model=model, messages=messages, tools=tools, stream=stream,
+                options={k: v for k, v in self.llm_kwargs.items() if k not in _NOT_SENT},
+                reasoning=self.reasoning_config, output_schema=self.output_schema, on_delta=on_delta)
         # Structured output goes through chat completions' parse on either API style (10xGraph's rule).
         if self.api_style == "responses" and self.output_schema is None:
             try:
@@ -250,36 +266,60 @@ class Agent(BaseAgent):
                                            on_delta=on_delta)
 
     async def count_tokens(self, messages: list[dict[str, Any]], tools: list | None = None, **kwargs: Any) -> int:
-        """10xGraph counts tokens through the provider's own endpoint, which OpenAI does not have."""
+        """The input tokens of a request, counted by the provider's own endpoint (Anthropic's
+        ``messages.count_tokens``, Google's ``count_tokens``, as 10xGraph does); OpenAI has none:
+        ``NotImplementedError``."""
+        if self.provider in ("anthropic", "google"):
+            client = await self._client_for(self.provider)
+            if self.provider == "anthropic":
+                request = anthropic_messages.build_request(
+                    model=self.model, messages=messages, tools=tools, stream=False,
+                    options={**self.llm_kwargs, **kwargs}, reasoning=self.reasoning_config, output_schema=None)
+                for key in ("max_tokens", "stream", "output_config", "temperature", "top_p", "top_k"):
+                    request.pop(key, None)  # generation options; count_tokens refuses them
+                return getattr(await client.messages.count_tokens(**request), "input_tokens", 0) or 0
+            contents, _ = google_genai.build_request(messages=messages, tools=None, options={}, reasoning=None,
+                                                     output_schema=None)
+            return getattr(await client.aio.models.count_tokens(model=self.model, contents=contents),
+                           "total_tokens", 0) or 0
         raise NotImplementedError(
             f"Provider '{self.provider}' has no server-side token counting endpoint, so an exact count is not "
             "available. Read usage from the response after the call instead (Message.usages), or count "
             "client-side with the tokenizer matching your model.")
 
-    def _new_client(self) -> Any:
-        return create_client(self.provider, model=self.model, base_url=self.base_url,
-                             api_key=self.llm_kwargs.get("api_key"), options=self.llm_kwargs)
+    def _new_client(self, provider: str | None = None, model: str | None = None) -> Any:
+        provider = provider or self.provider
+        # A fallback on another provider gets that provider's SDK defaults (its env vars), not
+        # the agent's base URL and key, which belong to the agent's own provider.
+        own = provider == self.provider
+        return create_client(provider, model=model or self.model, base_url=self.base_url if own else None,
+                             api_key=self.llm_kwargs.get("api_key") if own else None, options=self.llm_kwargs,
+                             use_vertex_ai=self.use_vertex_ai)
 
     async def _client_for(self, provider: str) -> Any:
         """The agent's client on the running event loop. An SDK client's connections belong to
         the loop that opened them, and sync ``invoke`` runs each call on a loop of its own
         (``asyncio.run``): a client made by the agent gets one instance per loop, closed when
-        that loop shuts down. (Only OpenAI today: fallbacks share the agent's client and base URL.)"""
+        that loop shuts down. A fallback on another provider gets a client of that provider."""
         check_supported(provider, self.model)
-        if not self._own_client:
+        if not self._own_client and provider == self.provider:
             return self.client
         loop = asyncio.get_running_loop()
-        entry = self._loop_clients.get(loop)
+        key = (loop, provider)
+        entry = self._loop_clients.get(key)
         if entry is not None:
             return entry[0]
-        for old in [lp for lp in self._loop_clients if lp.is_closed()]:
+        for old in [k for k in self._loop_clients if k[0].is_closed()]:
             del self._loop_clients[old]  # a loop that closed without shutting its generators down
-        # The first loop takes the client made by the constructor; later ones get their own.
-        client = self._new_client() if self._constructed_client_taken else self.client
-        self._constructed_client_taken = True
+        if provider != self.provider:
+            client = self._new_client(provider)
+        else:
+            # The first loop takes the client made by the constructor; later ones get their own.
+            client = self._new_client() if self._constructed_client_taken else self.client
+            self._constructed_client_taken = True
         closer = _close_at_loop_shutdown(client)
         await closer.__anext__()  # now known to the loop: asyncio.run closes it before closing the loop
-        self._loop_clients[loop] = (client, closer)
+        self._loop_clients[key] = (client, closer)
         return client
 
     def _breaker(self, provider: str, model: str) -> CircuitBreaker | None:
@@ -309,7 +349,7 @@ class Agent(BaseAgent):
             client = await self._client_for(provider)
             for retry in range(retries + 1):
                 try:
-                    reply = await self._request(model, client, messages, tools, stream, on_delta)
+                    reply = await self._request(model, client, messages, tools, stream, on_delta, provider)
                 except Exception as exc:  # noqa: BLE001 - classified below; cancellation passes through
                     last = exc
                     attempts.append({"model": model, **describe(exc)})
@@ -355,7 +395,8 @@ async def _close_at_loop_shutdown(client: Any) -> Any:
         # Without this a finished loop leaves the client's keep-alive sockets open (unclosed
         # transports) and the client itself referenced for ever.
         with contextlib.suppress(Exception):
-            await client.close()
+            aio = getattr(client, "aio", None)  # google-genai: the async side closes on its own
+            await (aio.aclose() if aio is not None else client.close())
 
 
 def _check_prompts(system_prompt: Any, extra_messages: Any) -> None:
@@ -373,9 +414,20 @@ def _check_prompts(system_prompt: Any, extra_messages: Any) -> None:
                                {"option": "extra_messages"})
 
 
+def _provider_error_types() -> tuple[type[BaseException], ...]:
+    """The errors an installed SDK raises for a failed request (google-genai lets its HTTP
+    library's transport errors through, so those count too)."""
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module, names in (("openai", ("APIError",)), ("anthropic", ("APIError",)),
+                          ("google.genai.errors", ("APIError",)), ("httpx", ("TransportError",)),
+                          ("httpx2", ("TransportError",))):
+        try:
+            mod = __import__(module, fromlist=list(names))
+        except ImportError:
+            continue
+        found += [getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type)]
+    return tuple(found)
+
+
 def _is_provider_error(exc: BaseException) -> bool:
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - the Agent needs it
-        return False
-    return isinstance(exc, (openai.APIError, ConnectionError, TimeoutError))
+    return isinstance(exc, _provider_error_types())

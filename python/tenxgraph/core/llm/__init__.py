@@ -1,4 +1,5 @@
-"""The model layer under ``Agent``: provider detection and clients, the OpenAI chat adapter,
+"""The model layer under ``Agent``: provider detection and clients, the OpenAI (chat and
+Responses), Anthropic (Messages) and Google GenAI adapters,
 retries and fallbacks, and the errors a model call ends in."""
 
 from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError, ProviderNotInstalledError

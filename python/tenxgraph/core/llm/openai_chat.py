@@ -163,6 +163,10 @@ async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -
                 blocks.append(ReasoningBlock(summary=str(thought)))
             on_delta(Message(message_id=generate_id(chunk.id), role="assistant", content=blocks,
                              reasoning="".join(reasoning), delta=True))
+    if finish is None and response_id is not None:
+        # No chunk said the reply was finished: the connection dropped mid-reply. A failed
+        # request (retried per retry_config), never a partial turn committed as the answer.
+        raise ConnectionError("the chat completions stream ended before its finish_reason")
     meta = {"provider": "openai", "model": served_model, "finish_reason": finish or "UNKNOWN"}
     ordered = [calls[i] for i in sorted(calls)]
     return _build(message_id=response_id, content="".join(text), reasoning="".join(reasoning), calls=ordered,

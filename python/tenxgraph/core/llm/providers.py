@@ -26,17 +26,19 @@ __all__ = [
 
 _PREFIXES = {"gemini": "google", "google": "google", "openai": "openai", "gpt": "openai",
              "anthropic": "anthropic", "claude": "anthropic"}
-SUPPORTED_PROVIDERS = ("openai",)
+SUPPORTED_PROVIDERS = ("openai", "anthropic", "google")
 # Client constructor options; never sent with a request.
 CLIENT_KWARGS = frozenset({"organization", "project", "timeout", "max_retries", "default_headers",
                            "default_query", "http_client"})
+# Anthropic's constructor takes no organization/project, and takes an auth token.
+_ANTHROPIC_CLIENT_KWARGS = frozenset({"timeout", "max_retries", "default_headers", "default_query", "http_client",
+                                      "auth_token"})
 DEFAULT_LLM_TIMEOUT_SECONDS = 600.0
 
 
 def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
-    """The provider a model name belongs to, as 10xGraph decides it: a known ``provider/`` prefix,
-    else ``claude-``/``anthropic.`` is anthropic, ``gemini-`` and the other Google families (or
-    ``use_vertex_ai``) google, anything else openai."""
+    """The provider a model string names (``openai``, ``anthropic`` or ``google``), by 10xGraph's
+    rules (see the module's docstring); ``use_vertex_ai`` makes a non-Claude model Google's."""
     if "/" in model:
         prefix, rest = model.split("/", 1)
         if prefix.lower() in _PREFIXES:
@@ -51,8 +53,8 @@ def detect_provider(model: str, use_vertex_ai: bool = False) -> str:
 
 
 def resolve_provider_and_model(model: str, use_vertex_ai: bool = False) -> tuple[str, str]:
-    """``(provider, model name without a known provider prefix)``. ``ModelConfigError``
-    LLM_CONFIG_003 for an empty or non-string model."""
+    """``(provider, model to send)``: a known prefix is stripped, an unknown one kept; an empty or
+    non-string model is a ``ModelConfigError`` ``LLM_CONFIG_003``."""
     if not isinstance(model, str) or not model.strip():
         raise ModelConfigError(f"model must be a non-empty string such as 'openai/gpt-4o-mini', got {model!r}",
                                "LLM_CONFIG_003")
@@ -73,33 +75,47 @@ def default_timeout() -> float:
 
 
 def check_supported(provider: str, model: str) -> None:
+    """Raises ``ModelConfigError`` ``LLM_CONFIG_002`` for a provider tenxgraph cannot call."""
     if provider not in SUPPORTED_PROVIDERS:
         raise ModelConfigError(
             f"model {model!r} needs the {provider!r} provider, which tenxgraph does not support yet "
-            f"(supported: {', '.join(SUPPORTED_PROVIDERS)}); use an OpenAI or OpenAI-compatible model, "
-            "e.g. 'openai/gpt-4o-mini' (with base_url= for other servers)",
+            f"(supported: {', '.join(SUPPORTED_PROVIDERS)}); for other servers use an OpenAI-compatible "
+            "model, e.g. 'openai/gpt-4o-mini' with base_url=",
             "LLM_CONFIG_002", {"provider": provider, "model": model},
         )
 
 
 def create_client(provider: str, *, model: str, base_url: str | None, api_key: str | None,
-                  options: dict[str, Any]) -> Any:
-    """The async SDK client. A missing API key is refused here, before any request is sent."""
+                  options: dict[str, Any], use_vertex_ai: bool = False) -> Any:
+    """The async SDK client. A missing API key is refused here, before any request is sent.
+
+    Retries inside the SDKs are off: ``retry_config`` is the whole retry policy."""
     check_supported(provider, model)
+    if provider == "anthropic":
+        return _anthropic_client(model=model, base_url=base_url, api_key=api_key, options=options)
+    if provider == "google":
+        return _google_client(model=model, base_url=base_url, api_key=api_key, options=options,
+                              use_vertex_ai=use_vertex_ai)
+    return _openai_client(model=model, base_url=base_url, api_key=api_key, options=options)
+
+
+def _missing_key(provider: str, model: str, where: str) -> ModelConfigError:
+    return ModelConfigError(f"no API key for model {model!r}: {where}", "LLM_CONFIG_001",
+                            {"provider": provider, "model": model})
+
+
+def _openai_client(*, model: str, base_url: str | None, api_key: str | None, options: dict[str, Any]) -> Any:
     try:
         from openai import AsyncOpenAI
     except ImportError as exc:
         raise ProviderNotInstalledError(
             "the OpenAI provider needs the openai SDK: pip install \"10xgraph[openai]\"", "LLM_CONFIG_004",
-            {"provider": provider},
+            {"provider": "openai"},
         ) from exc
     key = api_key or os.environ.get("OPENAI_API_KEY")
     if not key:
-        raise ModelConfigError(
-            f"no API key for model {model!r}: set OPENAI_API_KEY or pass api_key= to the agent "
-            "(a local server without authentication still needs a placeholder key)",
-            "LLM_CONFIG_001", {"provider": provider, "model": model},
-        )
+        raise _missing_key("openai", model, "set OPENAI_API_KEY or pass api_key= to the agent "
+                           "(a local server without authentication still needs a placeholder key)")
     kwargs = {k: v for k, v in options.items() if k in CLIENT_KWARGS}
     kwargs.setdefault("timeout", default_timeout())
     # retry_config is the retry policy; the SDK's own silent retries would multiply it.
@@ -107,3 +123,61 @@ def create_client(provider: str, *, model: str, base_url: str | None, api_key: s
     if base_url:
         kwargs["base_url"] = base_url
     return AsyncOpenAI(api_key=key, **kwargs)
+
+
+def _anthropic_client(*, model: str, base_url: str | None, api_key: str | None, options: dict[str, Any]) -> Any:
+    backend = options.get("anthropic_backend")
+    if backend:
+        raise ModelConfigError(
+            f"anthropic_backend={backend!r} (Claude on Vertex AI or Bedrock) is not supported by tenxgraph yet; "
+            "use the direct Anthropic API", "LLM_CONFIG_002", {"provider": "anthropic", "option": "anthropic_backend"})
+    try:
+        from anthropic import AsyncAnthropic
+    except ImportError as exc:
+        raise ProviderNotInstalledError(
+            "the Anthropic provider needs the anthropic SDK: pip install \"10xgraph[anthropic]\"", "LLM_CONFIG_004",
+            {"provider": "anthropic"},
+        ) from exc
+    key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+    token = options.get("auth_token") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
+    if not key and not token:
+        raise _missing_key("anthropic", model, "set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) or pass api_key= "
+                           "to the agent")
+    kwargs = {k: v for k, v in options.items() if k in _ANTHROPIC_CLIENT_KWARGS}
+    kwargs.setdefault("timeout", default_timeout())
+    kwargs.setdefault("max_retries", 0)
+    if key:
+        kwargs["api_key"] = key
+    if base_url:
+        kwargs["base_url"] = base_url  # else the SDK reads ANTHROPIC_BASE_URL
+    return AsyncAnthropic(**kwargs)
+
+
+def _google_client(*, model: str, base_url: str | None, api_key: str | None, options: dict[str, Any],
+                   use_vertex_ai: bool) -> Any:
+    if use_vertex_ai:
+        raise ModelConfigError(
+            "Gemini on Vertex AI (use_vertex_ai=True or GOOGLE_GENAI_USE_VERTEXAI=true) is not supported by "
+            "tenxgraph yet; use the Gemini API with GEMINI_API_KEY", "LLM_CONFIG_002",
+            {"provider": "google", "option": "use_vertex_ai"})
+    try:
+        from google import genai
+        from google.genai import types
+    except ImportError as exc:
+        raise ProviderNotInstalledError(
+            "the Google provider needs the google-genai SDK: pip install \"10xgraph[google-genai]\"",
+            "LLM_CONFIG_004", {"provider": "google"},
+        ) from exc
+    key = api_key or os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+    if not key:
+        raise _missing_key("google", model, "set GEMINI_API_KEY or GOOGLE_API_KEY, or pass api_key= to the agent")
+    timeout = options.get("timeout")
+    numeric = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    seconds = float(timeout) if numeric else default_timeout()
+    # google-genai takes its timeout in milliseconds; its base URL is an HttpOptions field (else the
+    # SDK reads GOOGLE_GEMINI_BASE_URL).
+    http: dict[str, Any] = {"timeout": int(seconds * 1000)}
+    if base_url:
+        http["base_url"] = base_url
+    # vertexai=False: else the SDK would read GOOGLE_GENAI_USE_VERTEXAI and switch backends.
+    return genai.Client(vertexai=False, api_key=key, http_options=types.HttpOptions(**http))

@@ -51,7 +51,10 @@ DEFAULT_RETRY_CONFIG = RetryConfig()
 
 def status_code(exc: BaseException) -> int | None:
     """The HTTP status of an SDK error, from its structured fields only (never its text)."""
-    for value in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)):
+    values = [getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)]
+    if type(exc).__module__.startswith("google."):
+        values.append(getattr(exc, "code", None))  # google-genai's APIError carries the status as ``code``
+    for value in values:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -66,7 +69,8 @@ def is_retryable(exc: BaseException, cfg: RetryConfig) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     name = type(exc).__name__.lower()
-    return any(word in name for word in ("timeout", "connection", "unavailable"))
+    # "connect": httpx's ConnectError, which google-genai lets through, is not a ConnectionError.
+    return any(word in name for word in ("timeout", "connect", "unavailable"))
 
 
 def backoff_delay(exc: BaseException, cfg: RetryConfig, retry: int) -> float:
