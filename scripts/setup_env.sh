@@ -14,4 +14,5 @@ fi
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check \
   "maturin>=1.9.4,<2" "pydantic>=2,<3" "pytest>=8" "pytest-asyncio>=1.2,<2" "pytest-timeout" "mypy" \
-  "prometheus_client>=0.17" "opentelemetry-api>=1.20" "opentelemetry-sdk>=1.20" "openai>=1.40" "injectq>=0.4.0,<0.5"
+  "prometheus_client>=0.17" "opentelemetry-api>=1.20" "opentelemetry-sdk>=1.20" "openai>=1.40" "injectq>=0.4.0,<0.5" \
+  "fastmcp>=2.11.3,<5"
