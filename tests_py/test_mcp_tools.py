@@ -111,6 +111,16 @@ def test_tool_calling_turn_through_the_server(checkpointer: Any, server: Server,
     assert [c["amount"] for c in server.calls("charge_card")] == [5]
 
 
+def test_parallel_calls_to_one_server_each_get_their_answer(server: Server) -> None:
+    calls = [("charge_card", {"amount": 3}), ("get_weather", {"city": "Oslo"}), ("charge_card", {"amount": 4})]
+    app = build_graph(InMemoryCheckpointer(), Client(server.url), calls)
+    out = app.invoke({"messages": [Message.text_message("go")]}, config={"thread_id": "parallel"})
+    texts = {m.metadata["tool_call_id"]: _result(m).output[0]["text"] for m in _tool_messages(out["messages"])}
+    assert texts == {"call_1": "charged 3", "call_2": '{"city":"Oslo","temp_c":21}', "call_3": "charged 4"}
+    assert sorted(c["amount"] for c in server.calls("charge_card")) == [3, 4]
+    assert [c["city"] for c in server.calls("get_weather")] == ["Oslo"]
+
+
 def test_server_tools_are_listed_after_the_local_ones(server: Server) -> None:
     node = ToolNode([_note], client=Client(server.url))
     tools = asyncio.run(node.all_tools())
@@ -211,6 +221,11 @@ def _in_process_server(seen: list[Any]) -> FastMCP:
         seen.append(("boom", x))
         raise ValueError("kaput")
 
+    @mcp.tool(tags={"math"})
+    def mul(a: int, b: int) -> int:
+        """Multiply two numbers."""
+        return a * b
+
     @mcp.tool
     def whoami(user: dict) -> str:
         """Who is calling."""
@@ -250,6 +265,14 @@ def test_a_server_tool_named_like_a_local_tool_is_a_clear_error() -> None:
     with pytest.raises(McpToolNameClashError) as err:
         asyncio.run(node.all_tools())
     assert err.value.error_code == "MCP_001" and err.value.context == {"tools": ["add"]}
+
+
+def test_tags_select_the_server_tools_with_one_of_them() -> None:
+    node = ToolNode([_note], client=Client(_in_process_server([])))
+    tagged = asyncio.run(node.all_tools(tags={"math"}))
+    # As 10xGraph: an untagged local tool stays, an untagged server tool does not.
+    assert [t["function"]["name"] for t in tagged] == ["_note", "mul"]
+    assert node.mcp_tools == ["add", "boom", "mul", "whoami"]  # every listed name can be called
 
 
 def test_pass_user_info_to_mcp_sends_the_user_argument() -> None:
@@ -329,7 +352,7 @@ def test_react_agent_with_an_mcp_client(monkeypatch: pytest.MonkeyPatch) -> None
         out = app.invoke({"messages": [Message.text_message("20+1?")]}, config={"thread_id": "react-mcp"})
         assert out["messages"][-1].text() == "It is 21."
         first = llm.requests[0].body
-        assert [t["function"]["name"] for t in first["tools"]] == ["_note", "add", "boom", "whoami"]
+        assert [t["function"]["name"] for t in first["tools"]] == ["_note", "add", "boom", "mul", "whoami"]
         tool_turn = [m for m in llm.requests[1].messages if m["role"] == "tool"]
         assert len(tool_turn) == 1 and "21" in tool_turn[0]["content"]
     assert seen == [("add", 20, 1)]
