@@ -190,6 +190,25 @@ def test_a_hung_server_is_bounded_by_tool_timeout(server: Server) -> None:
     assert out["messages"][-1].role == "assistant"  # the model got its turn after the timeout
 
 
+def test_the_client_still_works_after_a_call_was_cancelled(server: Server) -> None:
+    node = ToolNode([], client=Client(server.url))
+
+    async def scenario() -> Message:
+        hung = asyncio.ensure_future(node.invoke("hang", {}, "c1", {}, None))
+        deadline = time.monotonic() + 60
+        while not server.calls("hang"):  # cancel once the server holds the request
+            assert time.monotonic() < deadline, "the hang call never reached the server"
+            await asyncio.sleep(0.02)
+        hung.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hung
+        return await node.invoke("charge_card", {"amount": 9}, "c2", {}, None)
+
+    after = asyncio.run(scenario())
+    assert _result(after).output[0]["text"] == "charged 9"
+    assert [c["amount"] for c in server.calls("charge_card")] == [9]
+
+
 def test_a_server_that_is_down_gives_a_tool_error_the_model_reads() -> None:
     node = ToolNode([_note], client=Client(_down_url()))
     # Listing: the model sees the local tools only, and the turn is not failed.
