@@ -118,6 +118,9 @@ def test_parallel_calls_to_one_server_each_get_their_answer(server: Server) -> N
     texts = {m.metadata["tool_call_id"]: _result(m).output[0]["text"] for m in _tool_messages(out["messages"])}
     assert texts == {"call_1": "charged 3", "call_2": '{"city":"Oslo","temp_c":21}', "call_3": "charged 4"}
     assert sorted(c["amount"] for c in server.calls("charge_card")) == [3, 4]
+    # Each request carries its call's idempotency key in _meta, one per call.
+    keys = [c["idempotency_key"] for c in server.calls("charge_card")]
+    assert all(isinstance(k, str) and k for k in keys) and len(set(keys)) == 2, keys
     assert [c["city"] for c in server.calls("get_weather")] == ["Oslo"]
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 
 CALLS = os.environ["MCP_CALLS"]
 server = FastMCP("tenxgraph-test-server")
@@ -26,10 +26,16 @@ def _count(tool: str, **fields: object) -> None:
         os.fsync(f.fileno())
 
 
+def _idempotency_key(ctx: Context) -> object:
+    # The request's _meta: a dict on fastmcp 3+, an object with attributes on fastmcp 2.
+    meta = ctx.request_context.meta
+    return meta.get("idempotency_key") if isinstance(meta, dict) else getattr(meta, "idempotency_key", None)
+
+
 @server.tool
-def charge_card(amount: int) -> str:
+def charge_card(amount: int, ctx: Context) -> str:
     """Charge the customer's card."""
-    _count("charge_card", amount=amount)
+    _count("charge_card", amount=amount, idempotency_key=_idempotency_key(ctx))
     return f"charged {amount}"
 
 
