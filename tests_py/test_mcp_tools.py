@@ -124,6 +124,19 @@ def test_parallel_calls_to_one_server_each_get_their_answer(server: Server) -> N
     assert [c["city"] for c in server.calls("get_weather")] == ["Oslo"]
 
 
+def test_a_streamed_run_calls_the_server_once_and_shows_the_result() -> None:
+    seen: list[Any] = []
+    app = build_graph(InMemoryCheckpointer(), Client(_in_process_server(seen)), [("add", {"a": 4, "b": 5})])
+
+    async def run() -> list[Any]:
+        return [c async for c in app.astream({"messages": [Message.text_message("go")]}, {"thread_id": "streamed"})]
+
+    chunks = asyncio.run(run())
+    tool_chunks = [c.message for c in chunks if c.message is not None and c.message.role == "tool"]
+    assert [_result(m).output[0]["text"] for m in tool_chunks] == ["9"]
+    assert seen == [("add", 4, 5)]
+
+
 def test_server_tools_are_listed_after_the_local_ones(server: Server) -> None:
     node = ToolNode([_note], client=Client(server.url))
     tools = asyncio.run(node.all_tools())
