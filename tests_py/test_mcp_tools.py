@@ -1,6 +1,6 @@
 """MCP tools (``ToolNode(tools, client=fastmcp.Client(...))``) through the replay-safe handler.
 
-A real fastmcp server (tests_py/mcp/server.py) runs in a child process on a loopback HTTP port
+A real fastmcp server (tests_py/mcp_kit/server.py) runs in a child process on a loopback HTTP port
 and counts every call it receives in a file, so "never sent to the server twice" is counted
 where it matters: on the server. Tests that are not about processes use fastmcp's in-process
 transport.
@@ -32,7 +32,7 @@ from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock  # no
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer  # noqa: E402
 from tenxgraph.testing import CrashKit  # noqa: E402
 from tenxgraph.utils import CallbackManager, InvocationType  # noqa: E402
-from tests_py.mcp.agent import PAY, build_graph  # noqa: E402
+from tests_py.mcp_kit.agent import PAY, build_graph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def _server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     calls = tmp_path_factory.mktemp("mcp") / "calls.jsonl"
     port = _free_port()
     env = dict(os.environ, MCP_CALLS=str(calls), PYTHONPATH=str(ROOT))
-    child = subprocess.Popen([sys.executable, "-m", "tests_py.mcp.server", str(port)], cwd=ROOT, env=env,
+    child = subprocess.Popen([sys.executable, "-m", "tests_py.mcp_kit.server", str(port)], cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -174,14 +174,14 @@ def test_sigkill_after_the_mcp_call_returned_resume_does_not_call_the_server_aga
     kit = CrashKit(tmp_path / "kit", db=db)
     cb_log = tmp_path / "callbacks.jsonl"
     env = {"MCP_URL": server.url, "MCP_CB_LOG": str(cb_log)}
-    crashed = kit.run_until_crash("tests_py.mcp.agent:build", "t-mcp", input="pay",
+    crashed = kit.run_until_crash("tests_py.mcp_kit.agent:build", "t-mcp", input="pay",
                                   failpoints="after_record:charge_card=kill", env=env)
     assert crashed.killed
     assert [c["amount"] for c in server.calls("charge_card")] == [5]  # it reached the server once
     before_crash = [json.loads(x) for x in cb_log.read_text().splitlines()]
     assert {"what": "before_mcp", "fn": "charge_card"} in [{k: r[k] for k in ("what", "fn")} for r in before_crash]
 
-    resumed = kit.resume("tests_py.mcp.agent:build", "t-mcp", env=env)
+    resumed = kit.resume("tests_py.mcp_kit.agent:build", "t-mcp", env=env)
     assert resumed.status == "completed", resumed.stderr[-2000:]
     assert [c["amount"] for c in server.calls("charge_card")] == [5]  # answered from the ledger
     results = json.loads(resumed.last)

@@ -1,5 +1,5 @@
 """A model -> tools -> model graph whose ToolNode has one local tool and the MCP server of
-tests_py/mcp/server.py (at ``MCP_URL``), as a factory for the crash kit's child processes.
+tests_py/mcp_kit/server.py (at ``MCP_URL``), as a factory for the crash kit's child processes.
 
 The "model" is scripted: its first turn calls ``charge_card`` (on the MCP server) and the local
 ``note`` in parallel; its second turn answers with the tool results. Every MCP and TOOL callback

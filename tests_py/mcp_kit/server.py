@@ -3,7 +3,7 @@ loopback HTTP port. It counts on the server side: every tool call appends one JS
 file named by ``MCP_CALLS`` (flushed and fsynced before the tool answers), so a test can count
 what reached the server across killed client processes.
 
-    python -m tests_py.mcp.server PORT
+    python -m tests_py.mcp_kit.server PORT
 """
 
 from __future__ import annotations
