@@ -455,3 +455,61 @@ def test_differential_listing_results_errors_and_callbacks(oracle: Any) -> None:
     for key in ("names", "descriptions", "properties", "mcp_tools", "log"):
         assert ours[key] == theirs[key], (key, theirs[key], ours[key])
     assert ours["results"] == theirs["results"], json.dumps({"theirs": theirs["results"], "ours": ours["results"]})
+
+
+GRAPH_SCRIPT = """
+import json
+from fastmcp import FastMCP, Client
+from tenxgraph.core.graph import StateGraph, ToolNode
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+from tenxgraph.utils import END
+
+mcp = FastMCP("diff")
+
+@mcp.tool
+def add(a: int, b: int) -> int:
+    '''Add two numbers.'''
+    return a + b
+
+def add_local(a: int, b: int) -> int:
+    '''A local tool with the server tool's name.'''
+    return a - b
+add_local.__name__ = "add"
+
+def model(state):
+    if state.context[-1].role == "tool":
+        return Message.text_message("done", role="assistant")
+    return Message(role="assistant", content=[], tools_calls=[
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}])
+
+g = StateGraph(AgentState)
+g.add_node("model", model)
+g.add_node("tools", ToolNode([], client=Client(mcp)))
+g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END, {"tools": "tools", END: END})
+g.add_edge("tools", "model")
+g.set_entry_point("model")
+out = g.compile(checkpointer=InMemoryCheckpointer()).invoke({"messages": [Message.text_message("go")]},
+                                                            config={"thread_id": "t"})
+tool = [m for m in out["messages"] if m.role == "tool"][0]
+result = [b for b in tool.content if b.type == "tool_result"][0]
+clash = ToolNode([add_local], client=Client(mcp))
+import asyncio
+try:
+    names = [t["function"]["name"] for t in asyncio.run(clash.all_tools())]
+except Exception as exc:
+    names = type(exc).__name__
+emit({"output": result.output, "is_error": result.is_error, "clash": names})
+"""
+
+
+def test_differential_pinned_differences_a_first_call_and_a_name_clash(oracle: Any) -> None:
+    theirs, ours = oracle.run_both(GRAPH_SCRIPT)
+    # A tool node whose server no model turn listed in this process (a resume in a fresh one):
+    # 10xGraph answers "not found"; we list the server and make the call.
+    assert (theirs["output"], theirs["is_error"]) == ("Tool 'add' not found.", True)
+    assert (ours["output"], ours["is_error"]) == (
+        [{"type": "text", "text": "5", "annotations": None, "meta": None}], False)
+    # A server tool named like a local one: 10xGraph lists both; we refuse it (MCP_001).
+    assert theirs["clash"] == ["add", "add"]
+    assert ours["clash"] == "McpToolNameClashError"
