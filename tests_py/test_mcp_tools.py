@@ -269,6 +269,29 @@ def _in_process_server(seen: list[Any]) -> FastMCP:
     return mcp
 
 
+def test_a_server_that_never_answers_the_listing_is_bounded_by_tool_timeout() -> None:
+    from fastmcp.server.middleware import Middleware
+
+    class NeverList(Middleware):
+        async def on_list_tools(self, context: Any, call_next: Any) -> Any:
+            await asyncio.Event().wait()
+
+    seen: list[Any] = []
+    mcp = _in_process_server(seen)
+    mcp.add_middleware(NeverList())
+    node = ToolNode([_note], client=Client(mcp))
+    # The model turn goes on with the local tools, as for a server that is down.
+    tools = asyncio.run(node.all_tools(config={"tool_timeout": 1}))
+    assert [t["function"]["name"] for t in tools] == ["_note"]
+    # In a graph, a call to such a server ends at tool_timeout: fastmcp's call_tool lists the
+    # tools too (for their output schemas), before or after the server ran the tool.
+    app = build_graph(InMemoryCheckpointer(), Client(mcp), [("add", {"a": 1, "b": 1})])
+    out = app.invoke({"messages": [Message.text_message("go")]}, config={"thread_id": "no-list", "tool_timeout": 1})
+    block = _result(_tool_messages(out["messages"])[0])
+    assert block.is_error and "NODE_TIMEOUT_002" in block.output
+    assert out["messages"][-1].role == "assistant"
+
+
 def test_a_failing_tool_and_bad_arguments_are_tool_errors() -> None:
     seen: list[Any] = []
     node = ToolNode([], client=Client(_in_process_server(seen)))

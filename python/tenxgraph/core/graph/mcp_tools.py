@@ -18,6 +18,7 @@ Differences from 10xGraph 0.10, on purpose (see docs/mcp.md):
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 from typing import Any
@@ -117,13 +118,21 @@ class McpTools:
         self.pass_user_info = pass_user_info
         self.names: list[str] = []  # every name the server listed, in order, once each
 
-    async def list_tools(self, tags: set[str] | None, local_names: set[str]) -> list[dict[str, Any]]:
-        """The server's tools in OpenAI form (those with one of ``tags``, when given). A server
-        that cannot be reached gives none (logged), as in 10xGraph: the model then sees only the
-        local tools. A name clash with a local tool raises :class:`McpToolNameClashError`."""
-        try:
+    async def _fetch(self, timeout: float | None) -> list[Any]:
+        async def listing() -> list[Any]:
             async with self.client:
-                listed = await self.client.list_tools()
+                return list(await self.client.list_tools())
+
+        return await asyncio.wait_for(listing(), timeout)
+
+    async def list_tools(self, tags: set[str] | None, local_names: set[str],
+                         timeout: float | None = None) -> list[dict[str, Any]]:
+        """The server's tools in OpenAI form (those with one of ``tags``, when given). A server
+        that cannot be reached, or does not answer within ``timeout`` seconds, gives none
+        (logged), as in 10xGraph: the model then sees only the local tools. A name clash with a
+        local tool raises :class:`McpToolNameClashError`."""
+        try:
+            listed = await self._fetch(timeout)
         except Exception as exc:  # noqa: BLE001 - a server that is down must not fail the model turn
             _log.warning("could not list the MCP server's tools: %r", exc, extra={"event": "mcp_list_failed"})
             return []
@@ -143,15 +152,14 @@ class McpTools:
                 "name": tool.name, "description": tool.description, "parameters": _input_schema(tool)}})
         return tools
 
-    async def knows(self, name: str, local_names: set[str]) -> bool:
+    async def knows(self, name: str, local_names: set[str], timeout: float | None = None) -> bool:
         """Whether ``name`` is one of the server's tools; a name not listed yet in this process
         makes it list them. When the server cannot be listed the call is tried anyway, so the
         model gets the server's own error rather than "not found"."""
         if name in self.names:
             return True
         try:
-            async with self.client:
-                listed = await self.client.list_tools()
+            listed = await self._fetch(timeout)
         except Exception:  # noqa: BLE001 - the call itself reports the outage
             return True
         for tool in listed:

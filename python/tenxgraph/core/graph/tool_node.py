@@ -398,10 +398,12 @@ class ToolNode:
     ) -> list[dict[str, Any]]:
         """Local tools, then the MCP server's (with a client), then attached remote tools, then
         the run's ``config["remote_tools"]``, in OpenAI form. A server tool named like a local
-        one raises ``McpToolNameClashError`` (``MCP_001``); a server that is down lists none."""
+        one raises ``McpToolNameClashError`` (``MCP_001``); a server that is down, or does not
+        answer within the config's ``tool_timeout``, lists none."""
         if self._mcp is None:
             return self.all_tools_sync(tags, config)
-        return self._merge(self.get_local_tool(tags) + await self._mcp.list_tools(tags, set(self._funcs)), config)
+        listed = await self._mcp.list_tools(tags, set(self._funcs), _listing_timeout(config))
+        return self._merge(self.get_local_tool(tags) + listed, config)
 
     def _is_remote(self, name: str, config: dict[str, Any] | None) -> bool:
         per_run = (config or {}).get("remote_tools") or []
@@ -513,7 +515,7 @@ class ToolNode:
                     metadata={"is_remote": True},
                 )
                 return ToolOutcome(placeholder, None, recordable=False), False
-            if self._mcp is not None and await self._mcp.knows(name, set(self._funcs)):
+            if self._mcp is not None and await self._mcp.knows(name, set(self._funcs), _listing_timeout(config)):
                 # The result is what any tool's is: the handler records it in the ledger.
                 result = await self._mcp.call(name, args or {}, tool_call_id, config or {}, idempotency_key,
                                               callback_manager)
@@ -753,6 +755,14 @@ class ToolNode:
             call_id=tool_call_id, output=_normalise_output(result), status="completed"
         )
         return ToolOutcome(Message.tool_message([block], meta=meta)), False
+
+
+def _listing_timeout(config: dict[str, Any] | None) -> float | None:
+    """A listing of the MCP server is bounded like a tool call: by the run's ``tool_timeout``."""
+    from tenxgraph.core.graph.compiled_graph import resolve_timeout
+    from tenxgraph.utils.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+
+    return resolve_timeout(dict(config or {}), "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
 
 
 def _run_coroutine(coro: Any) -> Any:
