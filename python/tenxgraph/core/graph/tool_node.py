@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from tenxgraph.core.graph.mcp_tools import INSTALL_HINT, McpTools, fastmcp_installed
 from tenxgraph.core.graph.tool_schema import (
     INJECTABLE_PARAMS,
     UnsupportedToolParameterError,
@@ -50,8 +51,8 @@ __all__ = [
     "UnsupportedToolParameterError",
 ]
 
-HAS_MCP = False
-HAS_FASTMCP = False
+# Whether ToolNode(client=...) can work here; read when a ToolNode gets a client.
+HAS_MCP = HAS_FASTMCP = fastmcp_installed()
 
 _log = run_logger("tenxgraph.graph.tool_node")
 _TOOL = InvocationType.TOOL
@@ -274,7 +275,12 @@ def _to_openai(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 class ToolNode:
-    """The local tools of a graph: their schemas for the model, and their execution."""
+    """The tools of a graph: their schemas for the model, and their execution.
+
+    ``client``: a ``fastmcp.Client``; its server's tools are listed with the local ones and
+    called through the same replay-safe handler (see docs/mcp.md). It needs ``10xgraph[mcp]``:
+    without fastmcp the constructor raises ImportError. ``pass_user_info_to_mcp``: each MCP call
+    gets a ``user`` argument, the run config's ``user`` dict or ``{"user_id": ...}``."""
 
     def __init__(
         self,
@@ -282,10 +288,10 @@ class ToolNode:
         client: Any = None,
         pass_user_info_to_mcp: bool = False,
     ) -> None:
-        if client is not None:
-            raise ImportError("MCP tools need the mcp extra, which tenxgraph does not ship yet")
+        if client is not None and not (HAS_FASTMCP and HAS_MCP):
+            raise ImportError(INSTALL_HINT)
         self.pass_user_info_to_mcp = pass_user_info_to_mcp
-        self.mcp_tools: list[str] = []
+        self._mcp = McpTools(client, pass_user_info_to_mcp) if client is not None else None
         self.remote_tools: list[dict[str, Any]] = []
         self.remote_tool_names: list[str] = []
         self._funcs: dict[str, Callable[..., Any]] = {}
@@ -333,6 +339,12 @@ class ToolNode:
         """The names of the local tools, in registration order."""
         return list(self._funcs)
 
+    @property
+    def mcp_tools(self) -> list[str]:
+        """The names of the MCP server's tools this ToolNode has listed so far (10xGraph's
+        attribute; empty without a client, or before the first listing)."""
+        return list(self._mcp.names) if self._mcp is not None else []
+
     def get_tool(self, name: str) -> Callable[..., Any] | None:
         """The local tool function named ``name``, or None."""
         return self._funcs.get(name)
@@ -364,8 +376,13 @@ class ToolNode:
     def all_tools_sync(
         self, tags: set[str] | None = None, config: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """Local tools, then attached remote tools, then the run's ``config["remote_tools"]``."""
-        tools = self.get_local_tool(tags)
+        """:meth:`all_tools` without a loop of your own; inside a running event loop the MCP
+        server is listed on a worker thread (10xGraph's ``asyncio.run`` would fail there)."""
+        if self._mcp is not None:
+            return _run_coroutine(self.all_tools(tags, config))
+        return self._merge(self.get_local_tool(tags), config)
+
+    def _merge(self, tools: list[dict[str, Any]], config: dict[str, Any] | None) -> list[dict[str, Any]]:
         seen = {t["function"]["name"] for t in tools}
         per_run = (config or {}).get("remote_tools") or []
         for schema in [*self.remote_tools, *per_run]:
@@ -383,8 +400,14 @@ class ToolNode:
     async def all_tools(
         self, tags: set[str] | None = None, config: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """``all_tools_sync`` as a coroutine (10xGraph's async name)."""
-        return self.all_tools_sync(tags, config)
+        """Local tools, then the MCP server's (with a client), then attached remote tools, then
+        the run's ``config["remote_tools"]``, in OpenAI form. A server tool named like a local
+        one raises ``McpToolNameClashError`` (``MCP_001``); a server that is down, or does not
+        answer within the config's ``tool_timeout``, lists none."""
+        if self._mcp is None:
+            return self.all_tools_sync(tags, config)
+        listed = await self._mcp.list_tools(tags, set(self._funcs), _listing_timeout(config))
+        return self._merge(self.get_local_tool(tags) + listed, config)
 
     def _is_remote(self, name: str, config: dict[str, Any] | None) -> bool:
         per_run = (config or {}).get("remote_tools") or []
@@ -496,6 +519,11 @@ class ToolNode:
                     metadata={"is_remote": True},
                 )
                 return ToolOutcome(placeholder, None, recordable=False), False
+            if self._mcp is not None and await self._mcp.knows(name, set(self._funcs), _listing_timeout(config)):
+                # The result is what any tool's is: the handler records it in the ledger.
+                result = await self._mcp.call(name, args or {}, tool_call_id, config or {}, idempotency_key,
+                                              callback_manager)
+                return self._map_result(result, tool_call_id, meta)
             text = f"Tool '{name}' not found."
             missing = Message.tool_message(
                 [
@@ -731,6 +759,27 @@ class ToolNode:
             call_id=tool_call_id, output=_normalise_output(result), status="completed"
         )
         return ToolOutcome(Message.tool_message([block], meta=meta)), False
+
+
+def _listing_timeout(config: dict[str, Any] | None) -> float | None:
+    """A listing of the MCP server is bounded like a tool call: by the run's ``tool_timeout``."""
+    from tenxgraph.core.graph.compiled_graph import resolve_timeout
+    from tenxgraph.utils.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+
+    return resolve_timeout(dict(config or {}), "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """``asyncio.run(coro)``, on a worker thread when this thread already runs a loop."""
+    import asyncio
+    import concurrent.futures
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _stream_emitter(config: dict[str, Any] | None, tool: str, tool_call_id: str) -> Any:

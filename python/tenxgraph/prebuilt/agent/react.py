@@ -36,7 +36,8 @@ class ReactAgent(Generic[StateT]):
     """``ReactAgent(model=..., system_prompt=[...], tools=[...]).compile(checkpointer=...)``.
 
     Keyword arguments not named here go to the :class:`Agent` (``base_url``, ``api_key``,
-    ``temperature``, ...). ``client`` (an MCP client) is not supported yet."""
+    ``temperature``, ...). ``client``: a ``fastmcp.Client`` whose server's tools join ``tools`` in the
+    ToolNode (``pass_user_info_to_mcp`` as for ToolNode; see docs/mcp.md)."""
 
     def __init__(  # noqa: PLR0913 - 10xGraph's signature
         self,
