@@ -5,6 +5,7 @@
 //! `tenx_cache` table does.
 
 mod cache;
+mod input_lease;
 mod ledger;
 mod lease;
 mod schema;
@@ -395,6 +396,16 @@ impl Checkpointer for PgStore {
             _ => (Vec::new(), false),
         };
         Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known }))
+    }
+
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<crate::store::StopKey<'_>>,
+    ) -> StoreResult<crate::store::LeasedInput> {
+        self.input_leased(t, req, w, stop).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {

@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 
 /// 10xGraph's lock key (ASCII "AGNTFLW!"), so we also serialise against its own migrator.
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
-pub const CURRENT_VERSION: i32 = 7;
+pub const CURRENT_VERSION: i32 = 8;
 
 /// `[a-zA-Z_][a-zA-Z0-9_]*`, at most 63 bytes: the only text ever spliced into SQL.
 pub fn validate_schema(schema: &str) -> StoreResult<()> {
@@ -457,7 +457,8 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
         .fetch_one(&mut *tx)
         .await
         .map_err(err)?;
-    let steps: [(i32, fn(&str) -> String); 7] = [(1, v1), (2, v2), (3, v3), (4, v4), (5, v5), (6, v6), (7, v7)];
+    let steps: [(i32, fn(&str) -> String); 8] =
+        [(1, v1), (2, v2), (3, v3), (4, v4), (5, v5), (6, v6), (7, v7), (8, super::input_lease::v8)];
     for (version, sql) in steps {
         if version <= current {
             continue;
