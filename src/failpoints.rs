@@ -7,7 +7,9 @@
 //! (ledger row committed, step not yet committed), `after_step`, `in_step_tx` (inside the step's
 //! transaction, before COMMIT), `mid_stream`, `lease_renew` (before each lease renewal; `raise`
 //! skips that renewal, as a network partition would, so the lease can expire under a live run),
-//! `after_lease` (the run's lease is committed; the run has not loaded the thread yet).
+//! `after_lease` (the run's lease is committed; the run has not loaded the thread yet; a run with
+//! it armed takes its lease before it loads), `before_input_tx` (the run loaded the thread without
+//! its lease and is about to take the lease and commit its input in one transaction).
 //! Target: a tool name for the tool points, the thread id for the lease points, a node name for the
 //! others. `@n`: the n-th matching hit (default 1). Actions: `kill`, `raise`, `delay(MS)`.
 //! The intent window of an at-most-once tool is `after_tool` (it ran; only its intent record is
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 /// Every failpoint name a spec may use.
 pub const POINTS: &[&str] =
-    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew", "after_lease"];
+    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew", "after_lease", "before_input_tx"];
 
 /// What a failpoint does when it fires.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +113,11 @@ impl Failpoints {
         .clone()
     }
 
+    /// Whether an entry names `point` for `target` (or for every target).
+    fn arms(&self, point: &str, target: &str) -> bool {
+        self.entries.iter().any(|e| e.point == point && e.target.as_deref().is_none_or(|t| t == target))
+    }
+
     /// Fires the matching entries: kills the process, returns `Err(Fired)`, or sleeps.
     pub async fn hit(&self, point: &str, target: &str) -> Result<(), Fired> {
         for e in &self.entries {
@@ -146,6 +153,11 @@ impl Armed {
     /// No failpoint is armed (every `hit` returns at once).
     pub fn is_off(&self) -> bool {
         self.sets.is_empty()
+    }
+
+    /// Whether `point` is armed for `target` in any set.
+    pub fn arms(&self, point: &str, target: &str) -> bool {
+        self.sets.iter().any(|s| s.arms(point, target))
     }
 
     /// Fires every matching armed entry: `kill` ends the process with SIGKILL, `raise` returns

@@ -4,7 +4,7 @@
 mod common;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

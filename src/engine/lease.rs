@@ -228,22 +228,52 @@ impl Lease {
 }
 
 
-/// Takes the thread's lease for this run, following `cfg.lease.on_busy` when it is held.
-pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease, EngineError> {
-    let policy = &cfg.lease;
-    let thread_id = cfg.thread.thread_id.clone();
+/// What this run asks of the store when it takes the thread's lease.
+pub(super) fn request(cfg: &RunConfig) -> LeaseRequest {
     let me = me();
-    let mut req = LeaseRequest {
+    LeaseRequest {
         holder: cfg.run_id.clone(),
         host: me.host.clone(),
         pid: me.pid,
         pid_start: me.pid_start,
-        ttl: policy.ttl,
+        ttl: cfg.lease.ttl,
         steal: None,
         // The owner check happens in the take itself, so another user's run never moves the
         // owner's lease row (fencing token, holder).
         user_id: Some(cfg.thread.user_id.clone()),
-    };
+    }
+}
+
+/// A run about to take its lease together with its input (`Checkpointer::put_input_leased`):
+/// entered in `live_runs` before the take reaches the store, as `acquire` does.
+pub struct Taking(LiveRun);
+
+pub(super) fn taking(cfg: &RunConfig) -> Taking {
+    Taking(LiveRun::enter(&cfg.thread.thread_id, &cfg.run_id))
+}
+
+impl Taking {
+    /// The lease the store granted with the run's input.
+    pub(super) fn taken(self, cfg: &RunConfig, token: i64) -> Lease {
+        inc(&metrics().leases_acquired);
+        let next_renewal = Mutex::new(Instant::now() + cfg.lease.ttl / 3);
+        Lease {
+            thread_id: cfg.thread.thread_id.clone(),
+            token,
+            ttl: cfg.lease.ttl,
+            next_renewal,
+            cut_off: Default::default(),
+            released: Default::default(),
+            _live: self.0,
+        }
+    }
+}
+
+/// Takes the thread's lease for this run, following `cfg.lease.on_busy` when it is held.
+pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease, EngineError> {
+    let policy = &cfg.lease;
+    let thread_id = cfg.thread.thread_id.clone();
+    let mut req = request(cfg);
     let started = Instant::now();
     let deadline = started + policy.busy_timeout;
     let mut pause = Duration::from_millis(10);

@@ -8,7 +8,7 @@ use super::{
 use super::lease::{self, Lease};
 use super::legacy_resume;
 use crate::failpoints::Armed;
-use crate::store::{Checkpointer, StepWrite, StoreError, TxHook};
+use crate::store::{Checkpointer, LeasedInput, StepWrite, StopKey, StoreError, TxHook};
 use serde_json::{Value, json};
 use super::stop::StopSignal;
 use std::sync::Arc;
@@ -85,7 +85,10 @@ struct Run<'a, H: NodeHost + ?Sized> {
     rewrite: bool,
     /// The node whose step the next commit writes (`__input__` before the first node).
     step_node: String,
-    lease: &'a Lease,
+    /// The run's lease: empty until the input commit takes it (see `Optimistic`).
+    lease: &'a std::sync::OnceLock<Lease>,
+    /// Set while the run has loaded the thread without its lease.
+    optimistic: Option<&'a Optimistic>,
     /// The next commit is the run's last (see `commit_final`).
     finishing: bool,
     /// A preemption was requested: stop before the next node that is not a tool node.
@@ -129,14 +132,65 @@ pub async fn run<H: NodeHost + ?Sized>(
     cfg: &RunConfig,
     input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
-    // The lease comes first: what is loaded next is what the previous holder left.
-    let lease = lease::acquire(store, cfg).await?;
-    let result = run_leased(graph, store, host, cfg, input, &lease).await;
+    let cell = std::sync::OnceLock::new();
+    let mut done = None;
+    let mut refused = false;
+    if optimistic_start(cfg, &input) {
+        let opt = Optimistic::default();
+        let r = run_leased(graph, store, host, cfg, input, &cell, Some(&opt), false).await;
+        refused = opt.refused.load(std::sync::atomic::Ordering::Acquire);
+        if refused {
+            tracing::debug!(thread_id = %cfg.thread.thread_id, "the thread was busy or moved since it was loaded; taking its lease first");
+        } else {
+            done = Some(r);
+        }
+    }
+    let result = match done {
+        Some(r) => r,
+        None => {
+            // The lease comes first: what is loaded next is what the previous holder left.
+            let lease = lease::acquire(store, cfg).await?;
+            let _ = cell.set(lease);
+            run_leased(graph, store, host, cfg, input, &cell, None, refused).await
+        }
+    };
     // The last commit released it in its own transaction unless the run ended without one.
-    if !lease.released() && !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. }))) {
+    if let Some(lease) = cell.get()
+        && !lease.released()
+        && !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. })))
+    {
         lease.release(store).await;
     }
     result
+}
+
+/// A run that loads its thread before it holds the lease and takes the lease with its input
+/// commit (`Checkpointer::put_input_leased`): one commit instead of two. `refused`: the thread's
+/// lease was live or its version moved, nothing was written, and the run starts again the usual
+/// way (lease first, then a fresh load).
+#[derive(Default)]
+struct Optimistic {
+    refused: std::sync::atomic::AtomicBool,
+}
+
+impl Optimistic {
+    fn refuse(&self) {
+        self.refused.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What a refused optimistic start returns to `run`, which drops it and starts again.
+fn refused_start() -> EngineError {
+    EngineError::InvalidInput("the thread was busy or moved since it was loaded".into())
+}
+
+/// Only a turn that brings messages always commits its input; every other start (a resume, a
+/// recovery, a state update) decides under the lease whether it writes at all. `after_lease`
+/// armed: the test wants the lease taken before the load.
+fn optimistic_start(cfg: &RunConfig, input: &RunInput<'_>) -> bool {
+    input.has_messages
+        && !input.resume_only
+        && (cfg.failpoints.is_off() || !cfg.failpoints.arms("after_lease", &cfg.thread.thread_id))
 }
 
 async fn run_leased<H: NodeHost + ?Sized>(
@@ -145,14 +199,30 @@ async fn run_leased<H: NodeHost + ?Sized>(
     host: &H,
     cfg: &RunConfig,
     input: RunInput<'_>,
-    lease: &Lease,
+    lease: &std::sync::OnceLock<Lease>,
+    optimistic: Option<&Optimistic>,
+    reload: bool,
 ) -> Result<RunOutcome, EngineError> {
     let t = &cfg.thread;
     let entry = graph
         .entry
         .clone()
         .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
-    let mut stored = store.load_with(t, host.known_head()).await?;
+    // After a refused start the host's live state already has the input merged: load it all.
+    let known = if reload { None } else { host.known_head() };
+    let mut stored = match optimistic {
+        None => store.load_with(t, known).await?,
+        Some(opt) => {
+            // The lease row is read alongside: a live holder means waiting (or refusing) under the
+            // run's policy, decided before any of the input's work.
+            let (held, loaded) = tokio::join!(store.lease_get(&t.thread_id), store.load_with(t, known));
+            if matches!(held, Ok(Some(ref info)) if info.is_live()) {
+                opt.refuse();
+                return Err(refused_start());
+            }
+            loaded?
+        }
+    };
     // A run 10xGraph 0.10 left unfinished: its row names the node that completed, its Redis
     // cache the node in flight (see `legacy_resume`). Only a resume asks; a new turn is refused
     // below as for any run under way.
@@ -215,6 +285,10 @@ async fn run_leased<H: NodeHost + ?Sized>(
     if previous == ExecStatus::Running && stored.is_some() && (input.has_messages || input.start_node.is_some())
         && exec.current_node != super::START
     {
+        // Without the lease, "running" may be a live run's: its lease decides, under the policy.
+        if let Some(opt) = optimistic {
+            opt.refuse();
+        }
         return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone() });
     }
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
@@ -253,8 +327,11 @@ async fn run_leased<H: NodeHost + ?Sized>(
     exec.thread_id = Some(t.thread_id.clone());
 
     let key = stop_key(&t.thread_id, &t.user_id);
-    // A stop request left from an earlier run must not stop this one.
-    if let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await {
+    // A stop request left from an earlier run must not stop this one (an optimistic start clears
+    // it in its input commit).
+    if optimistic.is_none()
+        && let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await
+    {
         tracing::warn!(thread_id = %t.thread_id, "could not clear an old stop request: {e}");
     }
     let stored_parts = match &stored {
@@ -320,6 +397,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         rewrite,
         step_node: "__input__".into(),
         lease,
+        optimistic,
         finishing: false,
         preempt: Default::default(),
         mark: None,
@@ -336,6 +414,11 @@ async fn run_leased<H: NodeHost + ?Sized>(
         || previous != ExecStatus::Running
     {
         if let Err(e) = run.commit(true).await {
+            if let (Some(opt), true) = (optimistic, run.unserialisable) {
+                // The error state is written under the lease, by the start that takes it first.
+                opt.refuse();
+                return Err(e);
+            }
             return if run.unserialisable { run.fail(e).await } else { Err(e) };
         }
     }
@@ -374,6 +457,35 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         RunOutcome { exec: self.exec.clone(), version: self.version, stopped, mark: self.mark.clone(), nothing_to_resume: false }
     }
 
+    /// The run's lease. Every caller runs after the input commit, which takes it when the run
+    /// started without it (a refused start returns before any node).
+    fn lease(&self) -> &Lease {
+        self.lease.get().expect("the lease is taken before the first node")
+    }
+
+    /// The input commit of an optimistic start: the lease and the step in one transaction. The
+    /// outer error ends the run as it is (a failpoint, a refusal marked on `opt`: nothing was
+    /// written); the inner one is the store's, handled as `put_step`'s.
+    async fn commit_input(&self, w: StepWrite<'_>, opt: &Optimistic) -> Result<Result<i64, StoreError>, EngineError> {
+        let cfg = self.cfg;
+        if !cfg.failpoints.is_off() {
+            cfg.failpoints.hit("before_input_tx", &cfg.thread.thread_id).await?;
+        }
+        let taking = lease::taking(cfg);
+        let stop = StopKey { namespace: STOP_NAMESPACE, key: &self.stop_key };
+        match self.store.put_input_leased(&cfg.thread, &lease::request(cfg), w, Some(stop)).await {
+            Ok(LeasedInput::Committed { token, version }) => {
+                let _ = self.lease.set(taking.taken(cfg, token));
+                Ok(Ok(version))
+            }
+            Ok(LeasedInput::Held(_)) | Err(StoreError::Stale { .. }) => {
+                opt.refuse();
+                Err(refused_start())
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     /// The run's last commit: it also frees the thread's lease, in the same transaction.
     async fn commit_final(&mut self) -> Result<(), EngineError> {
         self.finishing = true;
@@ -406,12 +518,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             state: &snap.state,
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages || self.rewrite,
-            fence: Some(self.lease.token),
+            fence: self.lease.get().map(|l| l.token),
             release_lease: self.finishing,
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
             previous_mark: self.seen_mark.as_deref(),
         };
-        self.version = match self.store.put_step(&self.cfg.thread, w).await {
+        let written = match (self.lease.get(), self.optimistic) {
+            (None, Some(opt)) => self.commit_input(w, opt).await?,
+            _ => self.store.put_step(&self.cfg.thread, w).await,
+        };
+        self.version = match written {
             Ok(v) => v,
             Err(e) => {
                 match e {
@@ -424,7 +540,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         };
         crate::metrics::inc(&crate::metrics::metrics().steps_committed);
         if self.finishing {
-            self.lease.mark_released();
+            self.lease().mark_released();
         }
         self.cursor = snap.cursor;
         self.last_state = Some(snap.state);
@@ -509,7 +625,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// Renews the lease when due; a lost lease ends the run without another write.
     async fn keep_lease(&self) -> Result<(), EngineError> {
-        if self.lease.renew(self.store, self.cfg).await {
+        if self.lease().renew(self.store, self.cfg).await {
             Ok(())
         } else {
             Err(self.lease_lost())
@@ -519,7 +635,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     fn lease_lost(&self) -> EngineError {
         EngineError::Store(StoreError::Fenced {
             thread_id: self.cfg.thread.thread_id.clone(),
-            token: self.lease.token,
+            token: self.lease().token,
             current: None,
         })
     }
@@ -668,7 +784,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         crate::metrics::inc(&m.node_executions);
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
             if self.graph.tool_nodes.iter().any(|n| n == node) {
-                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease.token)))
+                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease().token)))
             } else {
                 self.host.run_node(node, &self.exec)
             };
@@ -695,7 +811,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     crate::metrics::inc(&m.node_stopped);
                     return Err(Guard::Stopped);
                 },
-                _ = sleep_until(self.lease.renewal_due()) => if !self.lease.renew(self.store, self.cfg).await {
+                _ = sleep_until(self.lease().renewal_due()) => if !self.lease().renew(self.store, self.cfg).await {
                     return Err(Guard::LeaseLost);
                 },
             }

@@ -139,6 +139,27 @@ impl Checkpointer for PyStore {
         }
         Ok(version)
     }
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<crate::store::StopKey<'_>>,
+    ) -> StoreResult<crate::store::LeasedInput> {
+        // Leases live in the working copy, so the take and the step are one change of it; the
+        // Python checkpointer then gets the step as from `put_step`.
+        self.hydrate(t).await?;
+        let done = self.mem.put_input_leased(t, req, w, stop).await?;
+        if let crate::store::LeasedInput::Committed { token, .. } = done {
+            if let Err(e) = self.save(t, w.new_messages).await {
+                let _ = self.mem.clear_state(t).await;
+                self.forget(t);
+                let _ = self.mem.lease_release(&t.thread_id, token).await;
+                return Err(e);
+            }
+        }
+        Ok(done)
+    }
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.forget(t);
         self.mem.clear_state(t).await

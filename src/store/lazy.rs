@@ -61,6 +61,15 @@ impl Checkpointer for LazyStore {
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         self.get().await?.put_step(t, w).await
     }
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<super::StopKey<'_>>,
+    ) -> StoreResult<super::LeasedInput> {
+        self.get().await?.put_input_leased(t, req, w, stop).await
+    }
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.get().await?.clear_state(t).await
     }

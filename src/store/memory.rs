@@ -123,39 +123,9 @@ fn page<T: Clone>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Op
     }
 }
 
-#[async_trait]
-impl Checkpointer for MemoryStore {
-    fn isolates_users(&self) -> bool {
-        self.enforce_user_isolation
-    }
-
-    async fn setup(&self) -> StoreResult<()> {
-        Ok(())
-    }
-
-    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
-        let inner = self.lock();
-        // A non-owner reads nothing (writes are what raise).
-        let Some(d) = self.readable(&inner, t) else { return Ok(None) };
-        Ok(d.states.last().map(|(v, s)| {
-            let messages_known = known.is_some_and(|k| k.matches(*v, s));
-            Checkpoint {
-                version: *v,
-                state: s.clone(),
-                messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.data.clone()).collect() },
-                rewrite_messages: false,
-                messages_known,
-            }
-        }))
-    }
-
-    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
-        // No transaction to be inside of: the hook runs before anything changes, which is what a
-        // crash inside a transaction leaves behind.
-        if let Some(h) = w.in_tx {
-            h.in_transaction().await.map_err(StoreError::Failpoint)?;
-        }
-        let mut inner = self.lock();
+impl MemoryStore {
+    /// The step write under the store's lock (see `put_step`).
+    fn step_locked(&self, inner: &mut Inner, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         inner.fence(&t.thread_id, w.fence)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
@@ -191,6 +161,96 @@ impl Checkpointer for MemoryStore {
             }
         }
         Ok(new_version)
+    }
+
+    /// The lease take under the store's lock (see `lease_acquire`).
+    fn take_locked(&self, inner: &mut Inner, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
+            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()))?;
+        }
+        let cur = inner.leases.get(thread_id).map(LeaseRow::view);
+        if !may_take(cur.as_ref(), req) {
+            return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
+        }
+        let token = cur.map(|c| c.token).unwrap_or(0) + 1;
+        let info = LeaseInfo {
+            token,
+            holder: req.holder.clone(),
+            host: req.host.clone(),
+            pid: req.pid,
+            pid_start: req.pid_start,
+            expires_in: req.ttl.as_secs_f64(),
+            released: false,
+        };
+        inner.leases.insert(thread_id.to_owned(), LeaseRow { info, expires_at: now_secs() + req.ttl.as_secs_f64() });
+        Ok(LeaseAttempt::Acquired { token })
+    }
+}
+
+#[async_trait]
+impl Checkpointer for MemoryStore {
+    fn isolates_users(&self) -> bool {
+        self.enforce_user_isolation
+    }
+
+    async fn setup(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        let inner = self.lock();
+        // A non-owner reads nothing (writes are what raise).
+        let Some(d) = self.readable(&inner, t) else { return Ok(None) };
+        Ok(d.states.last().map(|(v, s)| {
+            let messages_known = known.is_some_and(|k| k.matches(*v, s));
+            Checkpoint {
+                version: *v,
+                state: s.clone(),
+                messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.data.clone()).collect() },
+                rewrite_messages: false,
+                messages_known,
+            }
+        }))
+    }
+
+    async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        // No transaction to be inside of: the hook runs before anything changes, which is what a
+        // crash inside a transaction leaves behind.
+        if let Some(h) = w.in_tx {
+            h.in_transaction().await.map_err(StoreError::Failpoint)?;
+        }
+        let mut inner = self.lock();
+        self.step_locked(&mut inner, t, w)
+    }
+
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<super::StopKey<'_>>,
+    ) -> StoreResult<super::LeasedInput> {
+        if let Some(h) = w.in_tx {
+            h.in_transaction().await.map_err(StoreError::Failpoint)?;
+        }
+        // One lock: every check comes before the first change, so a refusal changes nothing.
+        let mut inner = self.lock();
+        let current = inner.threads.get(&t.thread_id).and_then(|d| d.states.last()).map_or(0, |(v, _)| *v);
+        if current != w.expected_version {
+            return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
+        }
+        if let Some(d) = inner.threads.get(&t.thread_id) {
+            self.check_owner(d, t)?;
+        }
+        let token = match self.take_locked(&mut inner, &t.thread_id, req)? {
+            LeaseAttempt::Acquired { token } => token,
+            LeaseAttempt::Held(info) => return Ok(super::LeasedInput::Held(info)),
+        };
+        let version = self.step_locked(&mut inner, t, StepWrite { fence: Some(token), release_lease: false, ..w })?;
+        if let Some(k) = stop {
+            inner.cache.remove(&(k.namespace.to_owned(), k.key.to_owned()));
+        }
+        Ok(super::LeasedInput::Committed { token, version })
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
@@ -407,25 +467,7 @@ impl Checkpointer for MemoryStore {
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         let mut inner = self.lock();
-        if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
-            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()))?;
-        }
-        let cur = inner.leases.get(thread_id).map(LeaseRow::view);
-        if !may_take(cur.as_ref(), req) {
-            return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
-        }
-        let token = cur.map(|c| c.token).unwrap_or(0) + 1;
-        let info = LeaseInfo {
-            token,
-            holder: req.holder.clone(),
-            host: req.host.clone(),
-            pid: req.pid,
-            pid_start: req.pid_start,
-            expires_in: req.ttl.as_secs_f64(),
-            released: false,
-        };
-        inner.leases.insert(thread_id.to_owned(), LeaseRow { info, expires_at: now_secs() + req.ttl.as_secs_f64() });
-        Ok(LeaseAttempt::Acquired { token })
+        self.take_locked(&mut inner, thread_id, req)
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool> {

@@ -5,6 +5,7 @@
 //! ledger keeps the first recorded result, and ledger rows go with their thread.
 
 mod error;
+mod input_lease;
 mod lazy;
 mod lease;
 mod memory;
@@ -20,6 +21,7 @@ pub use lease::{
     is_running_state,
     may_take,
 };
+pub use input_lease::{LeasedInput, StopKey};
 pub use lazy::{LazyStore, Opener};
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
@@ -54,6 +56,22 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// Commits one step atomically. Fails with `StoreError::Stale` and writes nothing when the
     /// thread's version is no longer `w.expected_version`. Returns the new version.
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64>;
+
+    /// A run's first commit: takes the thread's lease for `req` (as `lease_acquire` would: free,
+    /// expired, released, or `req.steal` naming its token) and commits `w` fenced by the new token,
+    /// in one transaction, clearing the stop request `stop` in it where the store keeps its cache
+    /// in the same database (else right after). `w.fence` and `w.release_lease` are ignored.
+    /// Refused with nothing written: `Held` when another lease is live, `StoreError::Stale` when
+    /// the thread is no longer at `w.expected_version`, `StoreError::Forbidden` for another user's
+    /// thread under isolation. No default body: every store, and every wrapper that forwards to
+    /// one, says how it keeps this atomic.
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<StopKey<'_>>,
+    ) -> StoreResult<LeasedInput>;
 
     /// Drops the thread's state rows and messages (the thread row and its ledger stay).
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()>;

@@ -41,7 +41,7 @@ __all__ = [
 
 FAILPOINTS_ENV = "TENXGRAPH_FAILPOINTS"
 FAILPOINT_POINTS = ("before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream",
-                    "lease_renew", "after_lease")
+                    "lease_renew", "after_lease", "before_input_tx")
 DEFAULT_TEXT = "hello"
 
 _ENTRY_RE = re.compile(

@@ -7,7 +7,8 @@
 //! One file per concept: `options` and `connect` (how a store is configured and opened),
 //! `errors` (error mapping, password redaction), `ident` (the schema name, checked and quoted),
 //! `nul` (U+0000), `migrations` (the `.sql` files of `migrations/postgres`), `steps`, `messages`,
-//! `threads`, `ledger`, `lease`, `prune`, `cache` (the generic and state caches, Redis first),
+//! `threads`, `ledger`, `lease`, `prune`, `cache` (the generic and state caches, Redis first), `input_lease` (a run's first
+//! commit: lease, input step and stop-key clear in one statement),
 //! `redis_cache` (the Redis side) and `versions` (state versions, schema version). Each concept
 //! file holds its statements, built once at connect with the quoted schema in them, and the
 //! bodies of its trait methods under the trait's names. Here: the store, the ownership check the
@@ -17,6 +18,7 @@ mod cache;
 mod connect;
 mod errors;
 mod ident;
+mod input_lease;
 mod ledger;
 mod lease;
 mod messages;
@@ -82,6 +84,7 @@ struct Sql {
     prune: prune::Stmts,
     cache: cache::Stmts,
     versions: versions::Stmts,
+    input_lease: input_lease::Stmts,
 }
 
 impl Sql {
@@ -96,6 +99,7 @@ impl Sql {
             prune: prune::Stmts::new(s),
             cache: cache::Stmts::new(s),
             versions: versions::Stmts::new(s),
+            input_lease: input_lease::Stmts::new(s),
         }
     }
 }
@@ -128,6 +132,16 @@ impl Checkpointer for PgStore {
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         steps::load_with(self, t, known).await
+    }
+
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<crate::store::StopKey<'_>>,
+    ) -> StoreResult<crate::store::LeasedInput> {
+        input_lease::put_input_leased(self, t, req, w, stop).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {

@@ -47,11 +47,20 @@ pub(super) const LEASE_COLUMNS: &str = "SELECT token, holder, host, pid, pid_sta
 
 pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "acquire lease").await?;
+    let attempt = take_in(s, tx.conn(), thread_id, req).await?;
+    if matches!(attempt, LeaseAttempt::Acquired { .. }) {
+        tx.commit("acquire lease").await?;
+    }
+    Ok(attempt)
+}
+
+/// The take inside the caller's write transaction (BEGIN IMMEDIATE).
+pub(super) async fn take_in(s: &SqliteStore, c: &mut SqliteConnection, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
     if let Some(user) = req.user_id.as_deref().filter(|_| s.enforce_user_isolation) {
         // Inside BEGIN IMMEDIATE: no writer can create or hand over the thread in between.
         let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
             .bind(thread_id)
-            .fetch_optional(tx.conn())
+            .fetch_optional(&mut *c)
             .await
             .map_err(be("read thread"))?;
         if owner.is_some_and(|o| o != user) {
@@ -61,7 +70,7 @@ pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseR
     let now = now_secs();
     let cur = sqlx::query(LEASE_COLUMNS)
         .bind(thread_id)
-        .fetch_optional(tx.conn())
+        .fetch_optional(&mut *c)
         .await
         .map_err(be("read lease"))?
         .map(|r| lease_info(&r, now));
@@ -83,10 +92,9 @@ pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseR
     .bind(req.pid_start)
     .bind(now + req.ttl.as_secs_f64())
     .bind(now)
-    .execute(tx.conn())
+    .execute(&mut *c)
     .await
     .map_err(be("acquire lease"))?;
-    tx.commit("acquire lease").await?;
     Ok(LeaseAttempt::Acquired { token })
 }
 

@@ -20,6 +20,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod cache;
+mod input_lease;
 mod ledger;
 mod lease;
 mod messages;
@@ -148,6 +149,16 @@ impl Checkpointer for SqliteStore {
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         steps::put_step(self, t, w).await
+    }
+
+    async fn put_input_leased(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<super::StopKey<'_>>,
+    ) -> StoreResult<super::LeasedInput> {
+        input_lease::put_input_leased(self, t, req, w, stop).await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {

@@ -40,14 +40,24 @@ pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<Know
 
 pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "begin step").await?;
-    check_fence(tx.conn(), &t.thread_id, w.fence).await?;
-    s.own_thread(tx.conn(), t).await?;
+    let new_version = step_in(s, tx.conn(), t, w).await?;
+    if let Some(h) = w.in_tx {
+        h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
+    }
+    tx.commit("commit step").await?;
+    Ok(new_version)
+}
+
+/// The step's writes inside the caller's write transaction (which rolls back on an error).
+pub(super) async fn step_in(s: &SqliteStore, c: &mut SqliteConnection, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+    check_fence(&mut *c, &t.thread_id, w.fence).await?;
+    s.own_thread(&mut *c, t).await?;
     let latest: Option<(i64, Option<String>)> = sqlx::query_as(
         "SELECT version, json_extract(state_data, '$.__state_meta__.write') FROM states WHERE thread_id = ? \
          ORDER BY version DESC LIMIT 1",
     )
     .bind(&t.thread_id)
-    .fetch_optional(tx.conn())
+    .fetch_optional(&mut *c)
     .await
     .map_err(be("read version"))?;
     let current = latest.as_ref().map_or(0, |(v, _)| *v);
@@ -62,36 +72,32 @@ pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>) -
         .bind(new_version)
         .bind(to_text(&crate::store::chained_state(&w, latest.as_ref().and_then(|(_, m)| m.as_deref()))))
         .bind(now)
-        .execute(tx.conn())
+        .execute(&mut *c)
         .await
         .map_err(be("write state"))?;
     sqlx::query("DELETE FROM states WHERE thread_id = ? AND version <= ?")
         .bind(&t.thread_id)
         .bind(new_version - STATE_HISTORY)
-        .execute(tx.conn())
+        .execute(&mut *c)
         .await
         .map_err(be("prune states"))?;
     if w.replace_messages {
         sqlx::query("DELETE FROM messages WHERE thread_id = ?")
             .bind(&t.thread_id)
-            .execute(tx.conn())
+            .execute(&mut *c)
             .await
             .map_err(be("replace messages"))?;
     }
-    super::messages::upsert_messages(tx.conn(), t, w.new_messages).await?;
+    super::messages::upsert_messages(&mut *c, t, w.new_messages).await?;
     sqlx::query("UPDATE threads SET updated_at = ? WHERE thread_id = ?")
         .bind(now)
         .bind(&t.thread_id)
-        .execute(tx.conn())
+        .execute(&mut *c)
         .await
         .map_err(be("touch thread"))?;
     if let (true, Some(token)) = (w.release_lease, w.fence) {
-        release_in(tx.conn(), &t.thread_id, token).await?;
+        release_in(&mut *c, &t.thread_id, token).await?;
     }
-    if let Some(h) = w.in_tx {
-        h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
-    }
-    tx.commit("commit step").await?;
     Ok(new_version)
 }
 
