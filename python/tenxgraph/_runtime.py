@@ -312,7 +312,10 @@ class Run:
     def _run_messages(self, state: AgentState) -> list[Message]:
         """The run's messages as 10xGraph hands them to hooks: the turn's user message, then
         what the run produced (the same list a response carries)."""
-        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        # The caller's message, not a user-role message a node produced (a prebuilt agent's
+        # repair prompt): that one is listed in order among the produced ones.
+        produced = {id(m) for m in self.produced}
+        last_user = next((m for m in reversed(state.context) if m.role == "user" and id(m) not in produced), None)
         return ([last_user] if last_user is not None else []) + [m for m in self.produced if m is not last_user]
 
     def _adopt(self, state: Any, point: str) -> None:
@@ -483,7 +486,10 @@ class Run:
         state = self.state
         assert state is not None
         messages: list[Message] = []
-        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        # The caller's message, not a user-role message a node produced (a prebuilt agent's
+        # repair prompt): that one is listed in order among the produced ones.
+        produced = {id(m) for m in self.produced}
+        last_user = next((m for m in reversed(state.context) if m.role == "user" and id(m) not in produced), None)
         if last_user is not None:
             messages.append(last_user)
         messages.extend(m for m in self.produced if m is not last_user)
