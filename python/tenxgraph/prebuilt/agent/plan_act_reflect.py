@@ -19,7 +19,7 @@ from tenxgraph.core.state.message import Message
 from tenxgraph.prebuilt.agent._base import PrebuiltGraph, build_tool_node, wants_tools
 from tenxgraph.utils.constants import END
 
-__all__ = ["DEFAULT_PLAN_SYSTEM_PROMPT", "DEFAULT_REFLECT_SYSTEM_PROMPT", "PlanActReflectAgent"]
+__all__ = ["DEFAULT_PLAN_SYSTEM_PROMPT", "DEFAULT_REFLECT_SYSTEM_PROMPT", "PlanActReflectAgent", "reflector_view"]
 
 _log = logging.getLogger("tenxgraph.prebuilt.plan_act_reflect")
 StateT = TypeVar("StateT", bound=AgentState)
@@ -43,11 +43,27 @@ DEFAULT_REFLECT_SYSTEM_PROMPT: list[dict[str, str]] = [{
 }]
 
 
+def reflector_view(context: list[Message]) -> list[Message]:
+    """The messages REFLECT's model sees: no tool results (they can be long), and the tool
+    calls that asked for them taken off the assistant messages (an assistant message whose
+    calls go unanswered is refused by providers; 10xGraph sends it as is). An assistant
+    message that was only tool calls is left out. The thread keeps every message."""
+    view: list[Message] = []
+    for m in context:
+        if m.role == "tool":
+            continue
+        if m.role == "assistant" and m.tools_calls:
+            if not m.text().strip():
+                continue
+            m = m.model_copy(update={"tools_calls": None})
+        view.append(m)
+    return view
+
+
 def _reflect_node(agent: Agent) -> Callable[..., Any]:
-    # Tool results are hidden from the reflector (they can be long); the thread keeps them.
     async def reflect(state: AgentState, config: dict[str, Any]) -> Message:
         full = state.context
-        state.context = [m for m in full or [] if m.role != "tool"]
+        state.context = reflector_view(list(full or []))
         try:
             return await agent.execute(state, config)
         finally:

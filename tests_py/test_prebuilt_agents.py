@@ -1,0 +1,241 @@
+"""The prebuilt agents against the local OpenAI stand-in: a full run of each on every backend,
+and a SIGKILL in the middle of each whose resume does not repeat a side effect that happened
+(the charge, or RAG's search), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tenxgraph.core.state import Message
+from tenxgraph.testing import CrashKit, EffectCounter
+from tenxgraph.testing.providers import OpenAIStandIn
+from tests_py.llm_agents import prebuilt as agents
+
+PKG = "tests_py.llm_agents.prebuilt"
+CHARGE = ("charge_card", {"order_id": "A1", "amount": 5.0})
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch):
+    with OpenAIStandIn() as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, sqlite_db: str) -> str:
+    return request.getfixturevalue("pg_dsn") if request.param == "postgres" else sqlite_db
+
+
+def _invoke(app, text: str, thread: str = "t1") -> list[Message]:
+    return app.invoke({"messages": [Message.text_message(text)]}, config={"thread_id": thread})["messages"]
+
+
+def _texts(messages: list[Message]) -> list[tuple[str, str]]:
+    return [(m.role, m.text()) for m in messages]
+
+
+def _roles(request_messages: list[dict]) -> list[str]:
+    return [m["role"] for m in request_messages]
+
+
+# -- full runs ------------------------------------------------------------------------------
+
+
+def test_plan_act_reflect_full_run(checkpointer, llm: OpenAIStandIn, effects: EffectCounter) -> None:
+    llm.reply_tool_calls(CHARGE)                        # PLAN
+    llm.reply_text("The charge is not confirmed yet.")  # REFLECT: not done -> INCREMENT -> PLAN
+    llm.reply_text("Confirmed: A1 was charged $5.")     # PLAN, no tools -> REFLECT
+    llm.reply_text("A1 charged $5. [DONE]")             # REFLECT -> END
+    app = agents.build_plan_act_reflect(checkpointer)
+    out = _invoke(app, "Charge A1 $5")
+    assert _texts(out)[-1] == ("assistant", "A1 charged $5. [DONE]")
+    assert effects.count("charge_card") == 1
+    state = checkpointer.get_state({"thread_id": "t1"})
+    assert state.execution_meta.internal_data["par_iterations"] == 1
+    # The reflector sees neither the tool result nor the unanswered call that asked for it.
+    reflect_first = llm.requests[1].messages
+    assert _roles(reflect_first) == ["system", "user"]
+    assert "[DONE]" in reflect_first[0]["content"]
+    # The planner sees everything, the tool round included.
+    assert _roles(llm.requests[2].messages) == ["system", "user", "assistant", "tool", "assistant"]
+    assert llm.pending == 0 and llm.unscripted == 0
+
+
+def test_plan_act_reflect_stops_at_max_iterations(checkpointer, llm: OpenAIStandIn, effects: EffectCounter) -> None:
+    for _ in range(4):  # PLAN, REFLECT x 4: max_iterations=3 ends after the fourth REFLECT
+        llm.reply_text("working")
+        llm.reply_text("still not done")
+    app = agents.build_plan_act_reflect(checkpointer)
+    _invoke(app, "Never finish")
+    assert len(llm.requests) == 8
+    assert checkpointer.get_state({"thread_id": "t1"}).execution_meta.internal_data["par_iterations"] == 3
+    assert effects.count("charge_card") == 0
+
+
+def test_structured_output_full_run_with_tool_and_repair(checkpointer, llm: OpenAIStandIn,
+                                                         effects: EffectCounter) -> None:
+    llm.reply_tool_calls(CHARGE)            # GENERATE -> TOOL
+    llm.reply_text("Charged it, all good")  # GENERATE: not JSON -> REPAIR
+    llm.reply_json({"order_id": "A1", "amount": 5.0})
+    app = agents.build_structured_output(checkpointer)
+    out = _invoke(app, "Invoice for A1")
+    assert json.loads(out[-1].text()) == {"order_id": "A1", "amount": 5.0}
+    assert effects.count("charge_card") == 1
+    # The repair prompt is a user message in the thread, in its place, with the error and the schema.
+    roles = [m.role for m in out]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert out[0].text() == "Invoice for A1"
+    repair = out[4].text()
+    assert "not valid JSON" in repair and '"order_id"' in repair
+    assert checkpointer.get_state({"thread_id": "t1"}).execution_meta.internal_data["soa_attempts"] == 1
+    assert llm.requests[0].body["response_format"]["type"] == "json_schema"
+
+
+def test_structured_output_gives_up_after_max_attempts(checkpointer, llm: OpenAIStandIn) -> None:
+    for _ in range(3):
+        llm.reply_text("no json here")
+    app = agents.build_structured_output(checkpointer)
+    out = _invoke(app, "Invoice for A1")
+    assert out[-1].text() == "no json here"
+    assert len(llm.requests) == 3  # the first try and max_attempts=2 repairs
+    assert llm.pending == 0
+
+
+def test_rag_full_run(checkpointer, llm: OpenAIStandIn, effects: EffectCounter) -> None:
+    llm.reply_text("Refunds take 5 business days.")
+    app = agents.build_rag(checkpointer)
+    out = _invoke(app, "How long do refunds take and what do charges look like?")
+    assert out[-1].text() == "Refunds take 5 business days."
+    assert effects.count("kb_search") == 1
+    # RERANK (the user's own BaseReranker) reversed the hits; the model got them numbered.
+    sent = llm.requests[0].messages[-1]["content"]
+    assert sent == ("<context>\n[1] Charges appear as TENX on statements.\n[2] Refunds take 5 business days.\n"
+                    "</context>\n\nHow long do refunds take and what do charges look like?")
+    data = checkpointer.get_state({"thread_id": "t1"}).execution_meta.internal_data
+    assert data["rag_docs"] == ["Charges appear as TENX on statements.", "Refunds take 5 business days."]
+
+
+def test_supervisor_full_run(checkpointer, llm: OpenAIStandIn, effects: EffectCounter) -> None:
+    llm.reply_text("BILLER")
+    llm.reply_tool_calls(CHARGE)
+    llm.reply_text("Charged A1.")
+    llm.reply_text("WRITER.")
+    llm.reply_text("Dear customer, we charged $5.")
+    llm.reply_text("FINISH")
+    app = agents.build_supervisor(checkpointer)
+    out = _invoke(app, "Charge A1 and tell the customer")
+    # The routing words never enter the conversation.
+    assert _texts(out)[-2:] == [("assistant", "Charged A1."), ("assistant", "Dear customer, we charged $5.")]
+    assert all(m.text() not in ("BILLER", "WRITER.", "FINISH") for m in out)
+    assert effects.count("charge_card") == 1
+    data = checkpointer.get_state({"thread_id": "t1"}).execution_meta.internal_data
+    assert data["sta_route_history"] == ["BILLER", "WRITER"] and data["sta_rounds"] == 2
+    # The supervisor is reminded of its past decisions, privately.
+    third_decision = llm.requests[5].messages
+    assert [m["content"] for m in third_decision[-2:]] == ["BILLER", "WRITER"]
+    assert "- BILLER: Charges cards." in llm.requests[0].messages[0]["content"]
+
+
+def test_swarm_full_run_answers_the_handoff(checkpointer, llm: OpenAIStandIn, effects: EffectCounter) -> None:
+    llm.reply_tool_calls(("transfer_to_biller", {}))
+    llm.reply_tool_calls(CHARGE)
+    llm.reply_text("Charged.")
+    app = agents.build_swarm(checkpointer)
+    out = _invoke(app, "Charge A1")
+    assert out[-1].text() == "Charged."
+    assert effects.count("charge_card") == 1
+    assert [t["function"]["name"] for t in llm.requests[0].body["tools"]] == ["transfer_to_biller"]
+    assert [t["function"]["name"] for t in llm.requests[1].body["tools"]] == ["charge_card"]
+    # BILLER's first request: the handoff call has its answer (10xGraph leaves it unanswered).
+    biller = llm.requests[1].messages
+    assert _roles(biller) == ["user", "assistant", "tool"]
+    assert biller[-1]["content"] == "Handoff to BILLER"
+
+
+# -- SIGKILL and resume ---------------------------------------------------------------------
+
+
+def _kit(tmp_path, db: str, effects: EffectCounter) -> CrashKit:
+    return CrashKit(tmp_path / "kit", db=db, effects=effects)
+
+
+def test_plan_act_reflect_killed_after_the_charge(db: str, llm: OpenAIStandIn, tmp_path,
+                                                  effects: EffectCounter) -> None:
+    kit = _kit(tmp_path, db, effects)
+    llm.reply_tool_calls(CHARGE)
+    crashed = kit.run_until_crash(f"{PKG}:build_plan_act_reflect", "t", input="Charge A1 $5",
+                                  failpoints="after_record:charge_card=kill", env=llm.env)
+    assert crashed.killed and effects.count("charge_card") == 1
+    llm.reply_text("Charged. [DONE]")
+    resumed = kit.resume(f"{PKG}:build_plan_act_reflect", "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "Charged. [DONE]"
+    assert effects.count("charge_card") == 1
+    assert len(llm.requests) == 2 and llm.unscripted == 0
+
+
+def test_structured_output_killed_after_the_charge(db: str, llm: OpenAIStandIn, tmp_path,
+                                                   effects: EffectCounter) -> None:
+    kit = _kit(tmp_path, db, effects)
+    llm.reply_tool_calls(CHARGE)
+    crashed = kit.run_until_crash(f"{PKG}:build_structured_output", "t", input="Invoice A1",
+                                  failpoints="after_record:charge_card=kill", env=llm.env)
+    assert crashed.killed and effects.count("charge_card") == 1
+    llm.reply_json({"order_id": "A1", "amount": 5.0})
+    resumed = kit.resume(f"{PKG}:build_structured_output", "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert json.loads(resumed.last) == {"order_id": "A1", "amount": 5.0}
+    assert effects.count("charge_card") == 1
+    assert _roles(llm.requests[-1].messages) == ["system", "user", "assistant", "tool"]
+
+
+def test_rag_killed_after_retrieve_does_not_search_again(db: str, llm: OpenAIStandIn, tmp_path,
+                                                         effects: EffectCounter) -> None:
+    kit = _kit(tmp_path, db, effects)
+    crashed = kit.run_until_crash(f"{PKG}:build_rag", "t", input="How long do refunds take?",
+                                  failpoints="after_step:RERANK=kill", env=llm.env)
+    assert crashed.killed and effects.count("kb_search") == 1 and not llm.requests
+    llm.reply_text("5 business days.")
+    resumed = kit.resume(f"{PKG}:build_rag", "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "5 business days."
+    assert effects.count("kb_search") == 1
+    assert "[1] Refunds take 5 business days." in llm.requests[0].messages[-1]["content"]
+
+
+def test_supervisor_killed_after_the_workers_charge(db: str, llm: OpenAIStandIn, tmp_path,
+                                                    effects: EffectCounter) -> None:
+    kit = _kit(tmp_path, db, effects)
+    llm.reply_text("BILLER")
+    llm.reply_tool_calls(CHARGE)
+    crashed = kit.run_until_crash(f"{PKG}:build_supervisor", "t", input="Charge A1",
+                                  failpoints="after_record:charge_card=kill", env=llm.env)
+    assert crashed.killed and effects.count("charge_card") == 1
+    llm.reply_text("Charged A1.")
+    llm.reply_text("FINISH")
+    resumed = kit.resume(f"{PKG}:build_supervisor", "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "Charged A1."
+    assert effects.count("charge_card") == 1
+    # Not asked again who acts: the supervisor's decision was committed before the kill.
+    assert len(llm.requests) == 4 and llm.pending == 0
+
+
+def test_swarm_killed_after_the_charge_resumes_in_the_target(db: str, llm: OpenAIStandIn, tmp_path,
+                                                             effects: EffectCounter) -> None:
+    kit = _kit(tmp_path, db, effects)
+    llm.reply_tool_calls(("transfer_to_biller", {}))
+    llm.reply_tool_calls(CHARGE)
+    crashed = kit.run_until_crash(f"{PKG}:build_swarm", "t", input="Charge A1",
+                                  failpoints="after_record:charge_card=kill", env=llm.env)
+    assert crashed.killed and effects.count("charge_card") == 1
+    llm.reply_text("Charged.")
+    resumed = kit.resume(f"{PKG}:build_swarm", "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "Charged."
+    assert effects.count("charge_card") == 1
+    assert [t["function"]["name"] for t in llm.requests[-1].body["tools"]] == ["charge_card"]
