@@ -79,7 +79,5 @@ def safe_calculator(expression: str, precision: int | None = None) -> str:
         if precision is not None and isinstance(result, float):
             result = round(result, max(0, min(int(precision), 12)))
         return json.dumps({"result": result})
-    except SyntaxError as exc:
-        return json.dumps({"error": f"malformed expression: {exc.msg}"})
     except Exception as exc:  # noqa: BLE001 - every failure is an answer the model can read
         return json.dumps({"error": str(exc)})
