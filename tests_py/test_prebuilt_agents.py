@@ -239,3 +239,35 @@ def test_swarm_killed_after_the_charge_resumes_in_the_target(db: str, llm: OpenA
     assert resumed.last == "Charged."
     assert effects.count("charge_card") == 1
     assert [t["function"]["name"] for t in llm.requests[-1].body["tools"]] == ["charge_card"]
+
+
+USER_MESSAGE_FROM_A_NODE = """
+from tenxgraph.core.state import Message
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.utils import END
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+async def first(state, config):
+    return Message.text_message("first", role="assistant")
+
+async def repair(state, config):
+    return [Message.text_message("repair", role="user")]
+
+async def second(state, config):
+    return Message.text_message("second", role="assistant")
+
+g = StateGraph()
+g.add_node("A", first); g.add_node("U", repair); g.add_node("B", second)
+g.set_entry_point("A"); g.add_edge("A", "U"); g.add_edge("U", "B"); g.add_edge("B", END)
+out = g.compile(checkpointer=InMemoryCheckpointer()).invoke({"messages": [Message.text_message("hi")]},
+                                                            config={"thread_id": "t"})
+emit([[m.role, m.text()] for m in out["messages"]])
+"""
+
+
+def test_a_user_message_a_node_adds_is_returned_in_its_place_as_in_10xgraph(oracle) -> None:
+    """StructuredOutputAgent's REPAIR adds a user message: invoke's result keeps the caller's
+    message first and the added one in order (it used to replace the caller's and move first)."""
+    theirs, ours = oracle.run_both(USER_MESSAGE_FROM_A_NODE)
+    assert theirs == [["user", "hi"], ["assistant", "first"], ["user", "repair"], ["assistant", "second"]]
+    assert ours == theirs
