@@ -237,3 +237,33 @@ def test_a_bad_path_reaches_the_model_as_a_tool_error(tmp_path: Path, monkeypatc
         assert json.loads(tool_results[0]["content"]) == {
             "error": f"path must stay within the configured root: {tmp_path.resolve()}"}
         assert "error" in json.loads(tool_results[1]["content"])
+
+
+@pytest.mark.parametrize(("failpoint", "outcome_known"), [("after_record:file_write=kill", True),
+                                                          ("after_tool:file_write=kill", False)],
+                         ids=["after_its_ledger_row", "before_its_ledger_row"])
+def test_file_write_is_never_run_twice_across_a_kill(failpoint: str, outcome_known: bool, tmp_path: Path,
+                                                     crash_kit) -> None:
+    """file_write is at_most_once: killed after it appended, the resume does not append again;
+    either its result comes from the ledger, or (killed before the result was recorded) the
+    model is told the outcome is unknown."""
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "log.txt").write_text("start\n")
+    target = "tests_py.llm_agents.prebuilt:build_file_writer"
+    cfg = {"file_tool_root": str(root)}
+    with OpenAIStandIn() as llm:
+        llm.reply_tool_calls(("file_write", {"path": "log.txt", "content": "charged A1\n", "mode": "append"}))
+        crashed = crash_kit.run_until_crash(target, "t", input="log the charge", failpoints=failpoint,
+                                            env=llm.env, config=cfg)
+        assert crashed.killed
+        assert (root / "log.txt").read_text() == "start\ncharged A1\n"
+        llm.reply_text("Logged.")
+        resumed = crash_kit.resume(target, "t", env=llm.env, config=cfg)
+        assert resumed.status == "completed", resumed.stderr[-2000:]
+        assert (root / "log.txt").read_text() == "start\ncharged A1\n"  # not appended twice
+        answer = [m for m in llm.requests[-1].messages if m["role"] == "tool"][-1]["content"]
+        if outcome_known:
+            assert json.loads(answer) == {"status": "written", "path": "log.txt", "bytes": 11, "mode": "append"}
+        else:
+            assert "[TOOL_OUTCOME_UNKNOWN]" in answer

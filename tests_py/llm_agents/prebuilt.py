@@ -93,3 +93,11 @@ def build_swarm(checkpointer: Any):
         },
         entry="TRIAGE",
     ).compile(checkpointer=checkpointer)
+
+
+def build_file_writer(checkpointer: Any):
+    """A ReactAgent with the prebuilt file tools; the root comes from the run config."""
+    from tenxgraph.prebuilt.agent import ReactAgent
+    from tenxgraph.prebuilt.tools import file_read, file_write
+
+    return ReactAgent(model=MODEL, tools=[file_read, file_write]).compile(checkpointer=checkpointer)
