@@ -271,3 +271,45 @@ def test_a_user_message_a_node_adds_is_returned_in_its_place_as_in_10xgraph(orac
     theirs, ours = oracle.run_both(USER_MESSAGE_FROM_A_NODE)
     assert theirs == [["user", "hi"], ["assistant", "first"], ["user", "repair"], ["assistant", "second"]]
     assert ours == theirs
+
+
+def test_an_interrupt_in_a_workers_tool_pauses_and_resumes(db: str, llm: OpenAIStandIn, tmp_path,
+                                                            effects: EffectCounter) -> None:
+    """interrupt() inside a SupervisorTeamAgent worker's tool pauses the thread; a fresh process
+    resumes it with the approval, and a kill after the charge does not charge twice."""
+    target = f"{PKG}:build_supervisor_with_approval"
+    kit = _kit(tmp_path, db, effects)
+    llm.reply_text("BILLER")
+    llm.reply_tool_calls(("approve_charge", {"order_id": "A1", "amount": 5.0}))
+    paused = kit.resume(target, "t", input="Charge A1", env=llm.env)
+    assert paused.status.startswith("interrupted"), paused.status
+    assert effects.count("charge_card") == 0 and len(llm.requests) == 2
+    crashed = kit.run_until_crash(target, "t", input={"resume": {"approved": True}},
+                                  failpoints="after_record:approve_charge=kill", env=llm.env)
+    assert crashed.killed and effects.count("charge_card") == 1
+    llm.reply_text("Charged A1.")
+    llm.reply_text("FINISH")
+    resumed = kit.resume(target, "t", env=llm.env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert resumed.last == "Charged A1."
+    assert effects.count("charge_card") == 1 and llm.pending == 0
+
+
+def test_the_supervisors_routing_word_is_never_streamed(checkpointer, llm: OpenAIStandIn) -> None:
+    import asyncio
+
+    llm.reply_text("WRITER")
+    llm.reply_text("Dear customer, all done.")
+    llm.reply_text("FINISH")
+    app = agents.build_supervisor(checkpointer)
+
+    async def collect() -> list:
+        return [c async for c in app.astream({"messages": [Message.text_message("Write to the customer")]},
+                                             {"thread_id": "t-stream"})]
+
+    chunks = asyncio.run(collect())
+    # Every message and delta the caller was shown (node names aside); deltas come in pieces.
+    messages = [c.message for c in chunks if c.message is not None]
+    assert [m.text() for m in messages if not m.delta] == ["Write to the customer", "Dear customer, all done."]
+    assert "".join(m.text() for m in messages if m.delta) == "Dear customer, all done."
+    assert [r.stream for r in llm.requests] == [False, True, False]

@@ -101,3 +101,23 @@ def build_file_writer(checkpointer: Any):
     from tenxgraph.prebuilt.tools import file_read, file_write
 
     return ReactAgent(model=MODEL, tools=[file_read, file_write]).compile(checkpointer=checkpointer)
+
+
+def approve_charge(order_id: str, amount: float) -> str:
+    """Charge a card after a reviewer approves."""
+    from tenxgraph.utils import interrupt
+
+    decision = interrupt({"amount": amount}, message=f"Charge ${amount}?")
+    if not decision.get("approved"):
+        return "Charge declined by reviewer."
+    EffectCounter.from_env().record("charge_card", order_id=order_id, amount=amount)
+    return f"Charged ${amount} for {order_id}."
+
+
+def build_supervisor_with_approval(checkpointer: Any):
+    return SupervisorTeamAgent(
+        supervisor_model=MODEL,
+        workers={"BILLER": WorkerConfig(agent=Agent(model=MODEL, tool_node=ToolNode([approve_charge])),
+                                        description="Charges cards.")},
+        max_rounds=2,
+    ).compile(checkpointer=checkpointer)
