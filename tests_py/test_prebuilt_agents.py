@@ -313,3 +313,76 @@ def test_the_supervisors_routing_word_is_never_streamed(checkpointer, llm: OpenA
     assert [m.text() for m in messages if not m.delta] == ["Write to the customer", "Dear customer, all done."]
     assert "".join(m.text() for m in messages if m.delta) == "Dear customer, all done."
     assert [r.stream for r in llm.requests] == [False, True, False]
+
+
+RUNS_ON_BOTH = """
+from tenxgraph.core.graph import Agent
+from tenxgraph.core.state import Message
+from tenxgraph.prebuilt.agent import PlanActReflectAgent, RAGAgent, SupervisorTeamAgent, WorkerConfig
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+M = "openai/gpt-4o-mini"
+
+class Hit:
+    def __init__(self, content):
+        self.content = content
+
+class Store:
+    async def asearch(self, config, query, **kw):
+        return [Hit("Refunds take 5 business days."), Hit("Support is open 9-5.")]
+
+class Reverse:
+    async def arerank(self, query, documents, top_n):
+        return list(reversed(documents))[:top_n]
+
+def texts(messages):
+    return [[m.role, m.text()] for m in messages]
+
+out = {}
+# One checkpointer for the three graphs: 10xGraph binds the first one it sees process-wide.
+cp = InMemoryCheckpointer()
+app = RAGAgent(store=Store(), agent=Agent(model=M, system_prompt=[{"role": "system", "content": "Answer."}]),
+               reranker=Reverse(), top_k=2, top_n=2).compile(checkpointer=cp)
+res = app.invoke({"messages": [Message.text_message("How long do refunds take?")]}, config={"thread_id": "r"})
+out["rag"] = texts(res["messages"])
+out["rag_thread"] = texts(cp.get_state({"thread_id": "r"}).context)
+app = PlanActReflectAgent(model=M, plan_system_prompt=[{"role": "system", "content": "Plan."}],
+                          reflect_system_prompt=[{"role": "system", "content": "Reflect."}]).compile(checkpointer=cp)
+out["par"] = texts(app.invoke({"messages": [Message.text_message("Refund policy?")]},
+                              config={"thread_id": "p"})["messages"])
+out["par_internal"] = cp.get_state({"thread_id": "p"}).execution_meta.internal_data
+app = SupervisorTeamAgent(supervisor_model=M, supervisor_system_prompt=[{"role": "system", "content": "Route."}],
+                          workers={"WRITER": WorkerConfig(agent=Agent(model=M), description="Writes.")}
+                          ).compile(checkpointer=cp)
+out["sup"] = texts(app.invoke({"messages": [Message.text_message("Write to them")]},
+                              config={"thread_id": "s"})["messages"])
+out["sup_internal"] = cp.get_state({"thread_id": "s"}).execution_meta.internal_data
+emit(out)
+"""
+
+
+def _script_both_sides(llm: OpenAIStandIn) -> None:
+    llm.reply_text("Refunds take 5 days.")                                   # RAG: SYNTHESIZE
+    for text in ("Plan: check the policy.", "Not yet.", "Policy: 5 days.", "Done. [DONE]"):
+        llm.reply_text(text)                                                 # PLAN, REFLECT, PLAN, REFLECT
+    for text in ("WRITER", "Dear customer.", "FINISH"):
+        llm.reply_text(text)                                                 # SUPERVISOR, WRITER, SUPERVISOR
+
+
+def test_runs_match_10xgraph(oracle) -> None:
+    """RAGAgent, PlanActReflectAgent and SupervisorTeamAgent (tool-free, so none of our documented
+    differences applies) on 10xGraph 0.10 and on tenxgraph, each against its own stand-in
+    scripted alike: the same results, stored threads, counters, and the same requests."""
+    sides = {}
+    for side in ("theirs", "ours"):
+        with OpenAIStandIn() as llm:
+            _script_both_sides(llm)
+            result = getattr(oracle, f"run_{side}")(RUNS_ON_BOTH, env=llm.env)
+            sides[side] = (result, [r.messages for r in llm.requests], llm.pending)
+    (theirs, their_requests, their_pending), (ours, our_requests, our_pending) = sides["theirs"], sides["ours"]
+    assert their_pending == 0 and our_pending == 0
+    assert theirs["rag"][0] == ["user", "How long do refunds take?"]
+    assert theirs["rag_thread"][0][1].startswith("<context>\n[1] Support is open 9-5.")
+    assert theirs["sup_internal"] == {"sta_route_history": ["WRITER"], "sta_rounds": 1}
+    assert ours == theirs
+    assert our_requests == their_requests
