@@ -309,10 +309,21 @@ class Run:
         self._adopt(state, point)
         return message
 
+    def _caller_message(self, state: AgentState) -> Message | None:
+        """The user message a response starts with: the caller's, as sent (10xGraph's), even
+        when a node replaced it in the context (RAGAgent's SYNTHESIZE); without input (a
+        resume), the thread's last user message that no node of this run produced (a
+        StructuredOutputAgent's repair prompt is listed in order among the produced ones)."""
+        sent = next((m for m in reversed(self.input_messages) if m.role == "user"), None)
+        if sent is not None:
+            return sent
+        produced = {id(m) for m in self.produced}
+        return next((m for m in reversed(state.context) if m.role == "user" and id(m) not in produced), None)
+
     def _run_messages(self, state: AgentState) -> list[Message]:
         """The run's messages as 10xGraph hands them to hooks: the turn's user message, then
         what the run produced (the same list a response carries)."""
-        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        last_user = self._caller_message(state)
         return ([last_user] if last_user is not None else []) + [m for m in self.produced if m is not last_user]
 
     def _adopt(self, state: Any, point: str) -> None:
@@ -483,7 +494,7 @@ class Run:
         state = self.state
         assert state is not None
         messages: list[Message] = []
-        last_user = next((m for m in reversed(state.context) if m.role == "user"), None)
+        last_user = self._caller_message(state)
         if last_user is not None:
             messages.append(last_user)
         messages.extend(m for m in self.produced if m is not last_user)

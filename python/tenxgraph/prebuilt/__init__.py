@@ -9,8 +9,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_FROM = {"ReactAgent": "tenxgraph.prebuilt.agent", "create_handoff_tool": "tenxgraph.prebuilt.tools",
-         "is_handoff_tool": "tenxgraph.prebuilt.tools"}
+_AGENTS = ("AudioAgent", "BaseReranker", "CohereReranker", "CrossEncoderReranker", "PlanActReflectAgent", "RAGAgent",
+           "ReactAgent", "StructuredOutputAgent", "SupervisorTeamAgent", "SwarmAgent", "SwarmMemberConfig",
+           "WorkerConfig")
+_TOOLS = ("create_handoff_tool", "fetch_url", "file_read", "file_search", "file_write", "google_web_search",
+          "is_handoff_tool", "make_agent_memory_tool", "make_user_memory_tool", "memory_tool", "safe_calculator",
+          "vertex_ai_search")
+# 10xGraph re-exports its context managers here too; SummaryContextManager has no tenxgraph
+# counterpart (docs/migrating-from-10xgraph.md).
+_FROM = {**dict.fromkeys(_AGENTS, "tenxgraph.prebuilt.agent"), **dict.fromkeys(_TOOLS, "tenxgraph.prebuilt.tools"),
+         "MessageContextManager": "tenxgraph.core.state.context_manager"}
 
 __all__ = sorted(_FROM)
 

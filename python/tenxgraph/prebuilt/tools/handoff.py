@@ -78,7 +78,9 @@ def handoff_call_target(tool_node: Any, name: str) -> str | None:
     fn = tool_node.get_tool(name)
     if fn is not None and not getattr(fn, "__handoff_tool__", False):
         return None
-    return target
+    # A SwarmAgent names its tools in lower case (10xGraph's names) for members whose node
+    # names are upper case; the tool carries the node it goes to.
+    return getattr(fn, "__target_node__", None) or target
 
 
 def handoff_target(step: Any) -> str | None:
