@@ -7,9 +7,9 @@ Compatible with the core API of 10xGraph 0.10: ``StateGraph``, ``AgentState``, `
 from __future__ import annotations
 
 import atexit
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 try:
     __version__ = version("10xgraph")
@@ -36,10 +36,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tenxgraph' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 from tenxgraph.core.exceptions import (
     GraphError,
@@ -61,16 +61,7 @@ _GRAPH_NAMES = frozenset({"StateGraph", "CompiledGraph", "Edge", "Node", "Remote
                           "BaseAgent"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _GRAPH_NAMES:
-        value = getattr(importlib.import_module("tenxgraph.core.graph"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _GRAPH_NAMES)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_GRAPH_NAMES, "tenxgraph.core.graph"))
 
 
 __all__ = [

@@ -6,8 +6,8 @@ The names 10xGraph 0.10 re-exports here load on first access (PEP 562), so impor
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 _AGENTS = ("AudioAgent", "BaseReranker", "CohereReranker", "CrossEncoderReranker", "PlanActReflectAgent", "RAGAgent",
            "ReactAgent", "StructuredOutputAgent", "SupervisorTeamAgent", "SwarmAgent", "SwarmMemberConfig",
@@ -23,8 +23,4 @@ _FROM = {**dict.fromkeys(_AGENTS, "tenxgraph.prebuilt.agent"), **dict.fromkeys(_
 __all__ = sorted(_FROM)
 
 
-def __getattr__(name: str) -> Any:
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tenxgraph.prebuilt' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _FROM)

@@ -7,8 +7,8 @@ Names load lazily (PEP 562), so ``tenxgraph.runtime`` and its submodules import 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 _LAZY = {
     "BasePublisher": "tenxgraph.runtime.publisher.base_publisher",
@@ -27,16 +27,4 @@ _LAZY = {
 __all__ = sorted([*_LAZY, "publisher"])
 
 
-def __getattr__(name: str) -> Any:
-    if name == "publisher":
-        return importlib.import_module("tenxgraph.runtime.publisher")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tenxgraph.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, {"publisher": "tenxgraph.runtime.publisher"})

@@ -3,8 +3,8 @@ submodule such as ``tool_node`` does not pull in the whole runtime."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 _LAZY = {
     "Agent": "tenxgraph.core.graph.agent",
@@ -21,10 +21,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tenxgraph.core.graph' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

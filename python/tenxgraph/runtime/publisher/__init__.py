@@ -12,8 +12,8 @@ outbox, its deadlines and its counters. Names load lazily, so any submodule impo
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+
+from tenxgraph._lazy import lazy_exports
 
 _LAZY = {
     "BasePublisher": "tenxgraph.runtime.publisher.base_publisher",
@@ -34,14 +34,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tenxgraph.runtime.publisher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
