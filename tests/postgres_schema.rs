@@ -89,11 +89,12 @@ async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
 }
 
 /// A database that tenxgraph created before its migrations became `.sql` files (functions that
-/// name their schema and pin no path) is at version 7 already: nothing is re-applied, and every
-/// kind of write and read goes on working on it.
+/// name their schema and pin no path) is at version 7: only the later files are applied (0008's
+/// `tenx_put_input`, which calls the old v5/v6 functions by the path it pins), and every kind of
+/// write and read goes on working on it.
 #[tokio::test]
 async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
-    use tenxgraph::store::{LeaseAttempt, LeaseRequest, PruneRules, StoredMessage, is_intent};
+    use tenxgraph::store::{LeaseAttempt, LeaseRequest, LeasedInput, PruneRules, StoredMessage, is_intent};
     let Some(dsn) = common::pg_dsn() else { return };
     let pool = sqlx::PgPool::connect(&dsn).await.expect("connect to the test Postgres");
     sqlx::raw_sql("DROP SCHEMA IF EXISTS pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
@@ -103,9 +104,10 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     let pinned = "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
                   WHERE n.nspname = 'pre_sql_files_v7' AND p.proconfig IS NOT NULL";
     let s = store(&dsn, "pre_sql_files_v7").await;
-    assert_eq!(s.schema_version().await.unwrap(), Some(7));
-    // Opened and migrated, yet its functions are the old ones: nothing was applied again.
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 0);
+    assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
+    // Opened and migrated, yet its functions of versions 1-7 are the old ones: only 0008's
+    // function (pinned) is new.
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 1);
 
     let t = ThreadRef::new("old-db", "u");
     let req = LeaseRequest {
@@ -117,6 +119,14 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
         steal: None,
         user_id: None,
     };
+    // A run's first commit through 0008 on the old functions: lease and input in one statement.
+    let t2 = ThreadRef::new("old-db-2", "u");
+    let first = json!({"execution_meta": {"status": "running"}});
+    match s.put_input_leased(&t2, &req, step(0, &first), None).await.unwrap() {
+        LeasedInput::Committed { version, .. } => assert_eq!(version, 1),
+        other => panic!("not committed: {other:?}"),
+    }
+    assert!(!s.lease_get(&t2.thread_id).await.unwrap().unwrap().released);
     let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else { panic!("lease held") };
     let m = StoredMessage { id: "old-db-m1".into(), data: json!({"message_id": "old-db-m1", "role": "user", "content": []}) };
     let running = json!({"execution_meta": {"status": "running"}});
@@ -141,6 +151,7 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: None, dry_run };
     let dry = s.prune(&rules(true)).await.unwrap();
     let real = s.prune(&rules(false)).await.unwrap();
+    // Thread "old-db" (completed, two versions, one ledger row); "old-db-2" is still running.
     assert_eq!((dry.state_versions, dry.threads, dry.ledger_rows), (1, 1, 1));
     assert_eq!((real.state_versions, real.threads, real.ledger_rows), (1, 1, 1));
     assert!(s.load(&t).await.unwrap().is_none());
