@@ -192,6 +192,35 @@ def test_sigkill_after_the_mcp_call_returned_resume_does_not_call_the_server_aga
     assert not [r for r in after if r["fn"] == "charge_card"], after
 
 
+@pytest.mark.parametrize("factory, sent_again", [("build", True), ("build_at_most_once", False)])
+def test_sigkill_before_the_mcp_result_was_recorded_follows_the_configured_class(
+        server: Server, sqlite_db: str, tmp_path: Path, factory: str, sent_again: bool) -> None:
+    """Killed after the server answered but before the ledger row committed (the intent window):
+    an idempotent MCP tool (the default) is sent again on resume; one configured at_most_once is
+    not, and the model reads that its outcome is unknown."""
+    kit = CrashKit(tmp_path / "kit", db=sqlite_db)
+    env = {"MCP_URL": server.url}
+    crashed = kit.run_until_crash(f"tests_py.mcp_kit.agent:{factory}", "t-window", input="pay",
+                                  failpoints="after_tool:charge_card=kill", env=env)
+    assert crashed.killed
+    assert len(server.calls("charge_card")) == 1
+    resumed = kit.resume(f"tests_py.mcp_kit.agent:{factory}", "t-window", env=env)
+    assert resumed.status == "completed", resumed.stderr[-2000:]
+    assert len(server.calls("charge_card")) == (2 if sent_again else 1)
+    results = json.dumps(json.loads(resumed.last))
+    if sent_again:
+        assert "charged 5" in results
+    else:
+        assert "charged 5" not in results and "never recorded" in results, results
+
+
+def test_mcp_side_effects_rejects_an_unknown_class() -> None:
+    with pytest.raises(ValueError, match="mcp_side_effects"):
+        ToolNode([], mcp_side_effects="sometimes")
+    with pytest.raises(ValueError, match="mcp_side_effects"):
+        ToolNode([], mcp_side_effects={"charge_card": "twice"})
+
+
 # ------------------------------------------------------------------------- hung, down, errors
 
 

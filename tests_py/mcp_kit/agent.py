@@ -79,3 +79,9 @@ def build_graph(checkpointer: Any, client: Any, calls: list[tuple[str, dict[str,
 def build(checkpointer: Any):
     """The crash kit's factory: PAY against the server at ``MCP_URL``."""
     return build_graph(checkpointer, Client(os.environ["MCP_URL"]), PAY)
+
+
+def build_at_most_once(checkpointer: Any):
+    """PAY as ``build``, with the server's ``charge_card`` classed at-most-once in the ledger."""
+    return build_graph(checkpointer, Client(os.environ["MCP_URL"]), PAY,
+                       mcp_side_effects={"charge_card": "at_most_once"})

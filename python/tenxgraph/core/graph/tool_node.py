@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import math
 import reprlib
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
+from tenxgraph.utils.tool_decorator import SIDE_EFFECTS
 
 __all__ = [
     "HAS_FASTMCP",
@@ -274,22 +275,45 @@ def _to_openai(schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _mcp_effects(spec: str | Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+    """``(default class, class by tool name)`` from ``ToolNode(mcp_side_effects=...)``."""
+    if spec is None:
+        return "idempotent", {}
+    if isinstance(spec, str):
+        default, by_name = spec, {}
+    elif isinstance(spec, Mapping):
+        default, by_name = "idempotent", dict(spec)
+    else:
+        raise ValueError(f"mcp_side_effects must be a side-effect class or a dict by tool name, got {type(spec).__name__}")
+    for name, cls in [("*", default), *by_name.items()]:
+        if not isinstance(name, str) or cls not in SIDE_EFFECTS:
+            raise ValueError(f"mcp_side_effects: {name!r} -> {cls!r}: a class must be one of {sorted(SIDE_EFFECTS)}")
+    return default, by_name
+
+
 class ToolNode:
     """The tools of a graph: their schemas for the model, and their execution.
 
     ``client``: a ``fastmcp.Client``; its server's tools are listed with the local ones and
     called through the same replay-safe handler (see docs/mcp.md). It needs ``10xgraph[mcp]``:
     without fastmcp the constructor raises ImportError. ``pass_user_info_to_mcp``: each MCP call
-    gets a ``user`` argument, the run config's ``user`` dict or ``{"user_id": ...}``."""
+    gets a ``user`` argument, the run config's ``user`` dict or ``{"user_id": ...}``.
+    ``mcp_side_effects``: the ledger class of the server's tools, one class for all
+    (``"at_most_once"``) or a dict by tool name (others ``"idempotent"``, 10xGraph's behaviour).
+    It is configuration, not something the server says, so every process classifies a call the
+    same way: an ``at_most_once`` MCP call cut off by a crash before it returned is not sent again
+    on resume (the model gets a tool error), an idempotent one is. ValueError for an unknown class."""
 
     def __init__(
         self,
         tools: Iterable[Callable[..., Any]],
         client: Any = None,
         pass_user_info_to_mcp: bool = False,
+        mcp_side_effects: str | Mapping[str, str] | None = None,
     ) -> None:
         if client is not None and not (HAS_FASTMCP and HAS_MCP):
             raise ImportError(INSTALL_HINT)
+        self._mcp_effects = _mcp_effects(mcp_side_effects)
         self.pass_user_info_to_mcp = pass_user_info_to_mcp
         self._mcp = McpTools(client, pass_user_info_to_mcp) if client is not None else None
         self.remote_tools: list[dict[str, Any]] = []
@@ -354,8 +378,15 @@ class ToolNode:
         return any(p.name == "state" and p.source == "supplied" for p in self._plans.get(name, ()))
 
     def side_effects(self, name: str) -> str:
-        """``"idempotent"``, ``"at_most_once"`` or ``"pure"``; unknown tools count as idempotent."""
-        return getattr(self._funcs.get(name), "_py_tool_side_effects", None) or "idempotent"
+        """``"idempotent"``, ``"at_most_once"`` or ``"pure"``: a local tool's own class, else (an
+        MCP tool, or a name no tool has) the ``mcp_side_effects`` class, else idempotent."""
+        fn = self._funcs.get(name)
+        if fn is not None:
+            return getattr(fn, "_py_tool_side_effects", None) or "idempotent"
+        if self._mcp is None:
+            return "idempotent"
+        default, by_name = self._mcp_effects
+        return by_name.get(name, default)
 
     def on_unknown(self, name: str) -> str:
         """What an at-most-once tool's unknown outcome becomes: ``"error"`` (a tool error message
