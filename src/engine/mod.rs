@@ -1,7 +1,7 @@
 //! The graph loop. No Python types: nodes, conditions and the live state are reached through the
 //! `NodeHost` trait, so the loop is tested with Rust closures and a real store.
 
-mod config;
+pub mod config;
 mod error;
 mod exec;
 mod graph;
