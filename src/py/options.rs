@@ -171,13 +171,23 @@ impl RunOptions {
             None => true,
             Some(v) => v.is_truthy()?,
         };
+        let (thread_id, user_id, run_id) =
+            (required_str(config, "thread_id")?, required_str(config, "user_id")?, required_str(config, "run_id")?);
+        // A bad timeout's warning is a line of this run: it carries the run's log fields.
+        let span = super::logging::run_span(&thread_id, &run_id);
+        let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {
+            Ok((
+                timeout_from(config, "node_timeout", Some(defaults::DEFAULT_NODE_TIMEOUT_SECONDS))?,
+                timeout_from(config, "tool_timeout", Some(defaults::DEFAULT_TOOL_TIMEOUT_SECONDS))?,
+            ))
+        })?;
         Ok(RunOptions {
-            thread_id: required_str(config, "thread_id")?,
-            user_id: required_str(config, "user_id")?,
-            run_id: required_str(config, "run_id")?,
+            thread_id,
+            user_id,
+            run_id,
             recursion_limit: limit,
-            node_timeout: timeout_from(config, "node_timeout", Some(defaults::DEFAULT_NODE_TIMEOUT_SECONDS))?,
-            tool_timeout: timeout_from(config, "tool_timeout", Some(defaults::DEFAULT_TOOL_TIMEOUT_SECONDS))?,
+            node_timeout,
+            tool_timeout,
             durable,
             on_busy,
             busy_timeout: seconds_setting(config, "busy_timeout", MIN_BUSY_TIMEOUT, defaults::DEFAULT_BUSY_TIMEOUT_SECONDS)?,
