@@ -54,7 +54,6 @@ def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> 
     return _core.resolve_timeout(config, key, default)
 
 
-ON_BUSY = ("reject", "wait", "interrupt")  # checked by _core.RunOptions; named here for docs and tests
 # How long a sync invoke() waits for its run's last events to reach a slow publisher.
 SYNC_EVENT_FLUSH_SECONDS = 1.0
 DEFAULT_BUSY_TIMEOUT_SECONDS: float = _core.DEFAULT_BUSY_TIMEOUT_SECONDS
