@@ -212,7 +212,7 @@ impl NodeHost for PyHost {
         super::logging::enter_node(node);
         Python::attach(|py| -> PyResult<ToolBatch> {
             let r = self.run.bind(py).call_method1("begin_tools", (node, exec_view(py, exec)?))?;
-            let (origin, calls): (Bound<'_, PyAny>, Vec<(Bound<'_, PyAny>, String, String)>) = r.extract()?;
+            let (origin, calls): PyBatch<'_> = r.extract()?;
             let mut out = Vec::with_capacity(calls.len());
             for (call_id, name, fx) in calls {
                 // The decorator validates the class; anything else is treated as the default.
@@ -297,6 +297,9 @@ impl NodeHost for PyHost {
         .map_err(classify)
     }
 }
+
+/// `begin_tools`' answer: the origin message id and `(call id, name, side effects)` per call.
+type PyBatch<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, String, String)>);
 
 /// A node's Python result: None, a goto name, or a `NodeResult`.
 fn node_output(r: &Bound<'_, PyAny>) -> PyResult<NodeOutput> {
