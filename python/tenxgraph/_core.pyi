@@ -6,6 +6,9 @@ from typing import Any, final
 
 __all__ = [
     "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Waiter", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+    "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
+    "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
+    "resolve_timeout", "stop_key",
 ]
 
 __version__: str
@@ -24,6 +27,82 @@ def reset_log_cache() -> None:
 def shutdown() -> None:
     """Called at interpreter exit (``atexit``): stops Rust logs reaching Python and closes every
     open store (at most 2 s each). Stores are unusable afterwards."""
+
+# Rules the engine or the store own, exported so the Python side asks instead of restating them.
+DEFAULT_NODE_TIMEOUT_SECONDS: float
+DEFAULT_TOOL_TIMEOUT_SECONDS: float
+DEFAULT_BUSY_TIMEOUT_SECONDS: float
+DEFAULT_LEASE_TTL_SECONDS: float
+DEFAULT_RECURSION_LIMIT: int
+STATE_META_KEY: str
+INTENT_KIND: str
+STOP_NAMESPACE: str
+
+def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> float | None:
+    """10xGraph's timeout rule, the one the loop applies: missing -> ``default``; None or <= 0 ->
+    no deadline; a bool, a non-number or NaN -> a warning and ``default``."""
+def stop_key(thread_id: str, user_id: str) -> str:
+    """The cache key of a thread's stop request (under ``STOP_NAMESPACE``)."""
+
+@final
+class RunOptions:
+    """One run's settings, resolved and validated from its config dict (ValueError for a bad
+    ``recursion_limit``, ``on_busy``, ``busy_timeout``, ``lease_ttl`` or ``failpoints``; timeouts
+    follow the lenient rule of ``resolve_timeout``). Immutable."""
+
+    thread_id: str
+    user_id: str
+    run_id: str
+    recursion_limit: int
+    node_timeout: float | None
+    tool_timeout: float | None
+    durable: bool
+    on_busy: str
+    busy_timeout: float
+    lease_ttl: float
+    failpoints: str | None
+    has_messages: bool
+    has_state_update: bool
+    start_node: str | None
+    streaming: bool
+    known_version: int | None
+    known_mark: str | None
+    resume_only: bool
+    def __new__(cls, config: dict[str, Any]) -> RunOptions: ...
+    def for_run(
+        self,
+        *,
+        has_messages: bool,
+        has_state_update: bool,
+        start_node: str | None = None,
+        streaming: bool = False,
+        known_version: int | None = None,
+        known_mark: str | None = None,
+        resume_only: bool = False,
+    ) -> RunOptions:
+        """These settings with the facts of one call."""
+
+@final
+class ExecView:
+    """The loop's execution metadata at one point of a run, as the engine holds it. Read-only."""
+
+    current_node: str
+    step: int
+    status: str
+    interrupted_node: str | None
+    interrupt_reason: str | None
+    interrupt_data: Any
+    thread_id: str | None
+    stop_current_execution: str
+    error: str | None
+
+@final
+class NodeResult:
+    """A node call's result when it is more than a goto: the next node and a pause reason."""
+
+    goto: str | None
+    pause: str | None
+    def __new__(cls, goto: str | None = None, pause: str | None = None) -> NodeResult: ...
 
 @final
 class Completion:
@@ -215,27 +294,11 @@ class NativeGraph:
         run: Any,
         event_loop: Any,
         context: Any,
-        thread_id: str,
-        user_id: str,
-        run_id: str,
-        recursion_limit: int,
-        node_timeout: float | None,
-        tool_timeout: float | None,
-        durable: bool,
-        has_messages: bool,
-        has_state_update: bool,
-        start_node: str | None = None,
-        streaming: bool = False,
-        failpoints: str | None = None,
-        on_busy: str | None = None,
-        busy_timeout: float = 30.0,
-        lease_ttl: float = 5.0,
-        known_version: int | None = None,
-        known_mark: str | None = None,
-        resume_only: bool = False,
+        options: RunOptions,
     ) -> Awaitable[str]:
-        """Runs the loop for one call; node and tool code is called back through ``run`` on
-        ``event_loop`` in ``context``. Resolves to JSON ``{exec, version, stopped, mark,
-        nothing_to_resume}``, or raises the run's typed error (``GraphError``, ``NodeError``,
-        ``NodeTimeoutError``, the storage errors, ``ThreadBusyError``, ``LeaseLostError``). Every step
-        it reports is committed before it returns."""
+        """Runs the loop for one call, with the settings ``options`` resolved once for the run;
+        node and tool code is called back through ``run`` on ``event_loop`` in ``context``.
+        Resolves to JSON ``{exec, version, stopped, mark, nothing_to_resume}``, or raises the run's
+        typed error (``GraphError``, ``NodeError``, ``NodeTimeoutError``, the storage errors,
+        ``ThreadBusyError``, ``LeaseLostError``). Every step it reports is committed before it
+        returns."""

@@ -24,6 +24,7 @@ from tenxgraph.core.state.message_block import RemoteToolCallBlock
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
+from tenxgraph._core import NodeResult
 from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
@@ -32,6 +33,7 @@ from tenxgraph.utils.callbacks import CallbackContext, GraphLifecycleContext, In
 from tenxgraph.utils.command import Command
 
 if TYPE_CHECKING:
+    from tenxgraph._core import ExecView, RunOptions
     from tenxgraph._live_states import Held
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
 
@@ -108,6 +110,8 @@ class Run:
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
         self.known: Held | None = None
+        # The run's settings as the engine resolved them from ``config`` (a _core.RunOptions).
+        self.options: RunOptions | None = None
         self._callbacks = graph._callbacks
         # Only lifecycle hooks make the loop call back at its lifecycle points (see lifecycle()).
         self.has_lifecycle_hooks = bool(self._callbacks._lifecycle_hooks)
@@ -124,7 +128,7 @@ class Run:
 
     # -- called by the Rust loop -----------------------------------------------------------
 
-    def prepare(self, state_json: str | None, stored_class: str | None, exec_json: str,
+    def prepare(self, state_json: str | None, stored_class: str | None, exec_view: ExecView,
                 known: bool = False) -> tuple[int, str | None]:
         """Builds the live state and merges the input. Returns the cursor of stored messages.
 
@@ -161,8 +165,7 @@ class Run:
         if self.events is not None and self.input_messages and not self.has_resume:
             # A turn that starts at the entry point (10xGraph ran START as a node first); the
             # stored status is the core's, so this reads where the core is about to start.
-            meta = json.loads(exec_json)
-            if meta["current_node"] == self.graph._builder.entry_point and meta["step"] == 0:
+            if exec_view.current_node == self.graph._builder.entry_point and exec_view.step == 0:
                 self.events.start_node_ran(0)
         stored_len = len(state.context)
         self._committed = list(state.context)
@@ -179,7 +182,7 @@ class Run:
                     "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,
                     extra=self._log_fields(),
                 )
-        self._apply_exec(state, exec_json)
+        self._apply_exec(state, exec_view)
         if state.execution_meta.status == ExecutionStatus.COMPLETED:
             # Only a finished thread asked to finish is prepared completed: nothing runs, and the
             # response is the stored last turn.
@@ -188,10 +191,10 @@ class Run:
         self.state = state
         return stored_len, last_id
 
-    async def run_node(self, name: str, exec_json: str) -> str | None:
+    async def run_node(self, name: str, exec_view: ExecView) -> str | None:
         state = self.state
         assert state is not None, "prepare() runs first"
-        self._apply_exec(state, exec_json)
+        self._apply_exec(state, exec_view)
         node = self.graph._nodes[name]
         config = dict(self.config, _node_name=name)
         if self.emitter is not None:
@@ -260,16 +263,16 @@ class Run:
                 raise
             return [recovery]
 
-    def lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> Any:
+    def lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> Any:
         """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
         await); returns the error message to persist at ``error`` (None keeps it)."""
-        return self._fire_lifecycle(point, node, kind, exec_json)
+        return self._fire_lifecycle(point, node, kind, exec_view)
 
-    async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_json: str) -> str | None:
+    async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> str | None:
         state = self.state
         if state is None:
             return None
-        self._apply_exec(state, exec_json)
+        self._apply_exec(state, exec_view)
         mgr = self._callbacks
         ctx = GraphLifecycleContext(config=self.config)
         step = state.execution_meta.step
@@ -354,12 +357,12 @@ class Run:
         result = self.graph._conditions[index](self.state)
         return result if isinstance(result, str) else bool(result)
 
-    def snapshot(self, exec_json: str, cursor_len: int, cursor_last_id: str | None) -> tuple[
+    def snapshot(self, exec_view: ExecView, cursor_len: int, cursor_last_id: str | None) -> tuple[
         str, list[tuple[str, str]], bool, int, str | None
     ]:
         state = self.state
         assert state is not None, "prepare() runs first"
-        self._apply_exec(state, exec_json)
+        self._apply_exec(state, exec_view)
         data = encode_state(state, with_context=False)
         ctx = state.context
         n = len(ctx)
@@ -376,10 +379,10 @@ class Run:
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 
-    def begin_tools(self, name: str, exec_json: str) -> str:
+    def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]]]:
         state = self.state
         assert state is not None, "prepare() runs first"
-        self._apply_exec(state, exec_json)
+        self._apply_exec(state, exec_view)
         events = self.events
         if events is not None:
             events.node_start(name, state.execution_meta.step)
@@ -401,8 +404,9 @@ class Run:
         if not isinstance(origin, (str, int)) or isinstance(origin, bool):
             origin = None if origin is None else str(origin)
         tools = step.tool_node
-        # JSON keeps the ids' types for the ledger keys: [origin, [[call id, name, side effects]...]]
-        return json.dumps([None if origin == "" else origin, [[c.raw_id, c.name, tools.side_effects(c.name)] for c in step.calls]])
+        # The ids keep their Python types (123 and "123" are different ledger keys):
+        # (origin, [(call id, name, side effects), ...])
+        return None if origin == "" else origin, [(c.raw_id, c.name, tools.side_effects(c.name)) for c in step.calls]
 
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
         # Called from a Rust thread, outside the run's context: its log fields are set here.
@@ -436,11 +440,12 @@ class Run:
             step.pending_stream[index] = out[0]
         return out
 
-    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:
-        """An at-most-once call found started but never completed (see ToolStep.unknown)."""
+    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
+        """An at-most-once call found started but never completed (see ToolStep.unknown): None
+        runs it again, else its answer as a tool result ``(envelope, record, is_error)``."""
         out = self._tool_steps[name].unknown(index, idempotency_key)
-        if self.emitter is not None and out[0] == "answer":
-            self._tool_steps[name].pending_stream[index] = out[1]
+        if self.emitter is not None and out is not None:
+            self._tool_steps[name].pending_stream[index] = out[0]
         return out
 
     def tool_settled(self, name: str, index: int) -> None:
@@ -452,7 +457,7 @@ class Run:
         self.emitter.message(Message.model_validate(value), "tool_result", name, now=True)
         step.streamed.add(index)
 
-    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | tuple[str | None, str | None] | None:
+    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
         step = self._tool_steps.pop(name)
         messages = step.finish(items)
         state = self.state
@@ -485,7 +490,7 @@ class Run:
             self._stream_update("node_invoked", name, now=False)
         if remote:
             self.remote_calls = remote
-            return (goto, REMOTE_TOOL_REASON)
+            return NodeResult(goto, REMOTE_TOOL_REASON)
         return goto
 
     # -- results ---------------------------------------------------------------------------
@@ -572,19 +577,20 @@ class Run:
         return goto
 
     @staticmethod
-    def _apply_exec(state: AgentState, exec_json: str) -> None:
-        meta = json.loads(exec_json)
+    def _apply_exec(state: AgentState, view: ExecView) -> None:
+        """Mirrors the loop's execution metadata (owned by the Rust engine) into the live state
+        before user code or a snapshot sees it."""
         em = state.execution_meta
-        em.current_node = meta["current_node"]
-        em.step = meta["step"]
-        em.status = ExecutionStatus(meta["status"])
-        em.interrupted_node = meta.get("interrupted_node")
-        em.interrupt_reason = meta.get("interrupt_reason")
-        em.interrupt_data = meta.get("interrupt_data")
-        em.thread_id = meta.get("thread_id")
-        em.stop_current_execution = StopRequestStatus(meta.get("stop_current_execution", "none"))
-        if meta.get("error") is not None:
-            em.internal_data["error"] = meta["error"]
+        em.current_node = view.current_node
+        em.step = view.step
+        em.status = ExecutionStatus(view.status)
+        em.interrupted_node = view.interrupted_node
+        em.interrupt_reason = view.interrupt_reason
+        em.interrupt_data = view.interrupt_data
+        em.thread_id = view.thread_id
+        em.stop_current_execution = StopRequestStatus(view.stop_current_execution)
+        if view.error is not None:
+            em.internal_data["error"] = view.error
 
 
 def _added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:

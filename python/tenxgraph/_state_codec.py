@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
 
 __all__ = ["STATE_META_KEY", "encode_state", "encode_state_meta"]
 
-STATE_META_KEY = "__state_meta__"
+# The stores read it (the write mark lives in it), so the key is theirs.
+STATE_META_KEY: str = _core.STATE_META_KEY
 
 
 def encode_state_meta(state: AgentState) -> dict[str, Any]:

@@ -197,10 +197,10 @@ class ToolStep:
                     "error": f"its state update is not JSON-serialisable: {exc}"})
         return json.dumps(env), record
 
-    def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, str, bool, bool]:
+    def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
         """An at-most-once call that an earlier attempt started and never recorded: it may or may
-        not have taken effect, so it is not run again. Returns ``("retry", ...)`` or
-        ``("answer", envelope, record, is_error)``.
+        not have taken effect, so it is not run again. Returns None (run it again) or the answer
+        as a tool result: ``(envelope, record, is_error)``.
 
         With ``on_unknown="interrupt"`` a human decides: resume with ``"retry"`` (or
         ``{"action": "retry"}``) to run it again, or with the call's result (any JSON, or
@@ -210,7 +210,7 @@ class ToolStep:
         if flight_key is not None and _sync_calls.in_flight(flight_key):
             # Not unknown at all: the earlier attempt's thread is still running in this process.
             # "retry" makes the handler run the call, which waits for that thread.
-            return "retry", "", False, False
+            return None
         if self.tool_node.on_unknown(call.name) == "interrupt":
             answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
             # Its own interrupt key, apart from interrupt() calls inside the tool itself.
@@ -226,14 +226,14 @@ class ToolStep:
             finally:
                 deactivate(token)
             if answer == "retry" or (isinstance(answer, dict) and answer.get("action") == "retry"):
-                return "retry", "", False, False
+                return None
             output = answer["result"] if isinstance(answer, dict) and "result" in answer else answer
-            return "answer", _envelope(_result_message(call, output, False)), True, False
+            return _envelope(_result_message(call, output, False)), True, False
         text = (f"The outcome of tool '{call.name}' (call {call.call_id}) is unknown: it started earlier but "
                 "its result was never recorded, and it must run at most once, so it was not run again. "
                 f"Check whether it took effect (idempotency key {idempotency_key}) before trying again. "
                 "[TOOL_OUTCOME_UNKNOWN]")
-        return "answer", _envelope(_result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
+        return _envelope(_result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
 
     def finish(self, items: list[tuple[str, str]]) -> list[Message]:
         messages: list[Message] = []

@@ -3,6 +3,19 @@ use super::LeasePolicy;
 use crate::store::ThreadRef;
 use std::time::Duration;
 
+/// A node's deadline when the config names none (10xGraph's `DEFAULT_NODE_TIMEOUT_SECONDS`).
+pub const DEFAULT_NODE_TIMEOUT_SECONDS: f64 = 900.0;
+/// A tool call's deadline when the config names none (10xGraph's `DEFAULT_TOOL_TIMEOUT_SECONDS`).
+pub const DEFAULT_TOOL_TIMEOUT_SECONDS: f64 = 300.0;
+/// Steps a run may take when the config names no `recursion_limit`.
+pub const DEFAULT_RECURSION_LIMIT: i64 = 25;
+/// How long `on_busy="wait"` waits for a held thread by default.
+pub const DEFAULT_BUSY_TIMEOUT_SECONDS: f64 = 30.0;
+/// A lease's life after its last renewal, by default.
+pub const DEFAULT_LEASE_TTL_SECONDS: f64 = 5.0;
+/// Longer deadlines are cut to this (about 31 years): a `Duration` cannot hold infinity.
+pub const MAX_TIMEOUT_SECONDS: f64 = 1e9;
+
 /// Per-run settings, already resolved from the caller's config dict.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -34,9 +47,9 @@ impl RunConfig {
         RunConfig {
             thread,
             run_id: String::new(),
-            recursion_limit: 25,
-            node_timeout: Some(Duration::from_secs(900)),
-            tool_timeout: Some(Duration::from_secs(300)),
+            recursion_limit: DEFAULT_RECURSION_LIMIT,
+            node_timeout: Some(Duration::from_secs_f64(DEFAULT_NODE_TIMEOUT_SECONDS)),
+            tool_timeout: Some(Duration::from_secs_f64(DEFAULT_TOOL_TIMEOUT_SECONDS)),
             durable_every_step: true,
             stop_poll: Duration::from_millis(500),
             lease: LeasePolicy::default(),
@@ -52,10 +65,10 @@ pub fn resolve_timeout(raw: Option<Option<f64>>, key: &str, default: f64) -> Opt
         None => Some(Duration::from_secs_f64(default)),
         Some(None) => None,
         Some(Some(v)) if v.is_nan() => {
-            tracing::warn!("invalid {key} value NaN; using the default of {default}s");
+            tracing::warn!("invalid {key} nan; using the default of {default:?}s");
             Some(Duration::from_secs_f64(default))
         }
         Some(Some(v)) if v <= 0.0 => None,
-        Some(Some(v)) => Some(Duration::from_secs_f64(v.min(1e9))),
+        Some(Some(v)) => Some(Duration::from_secs_f64(v.min(MAX_TIMEOUT_SECONDS))),
     }
 }

@@ -48,7 +48,11 @@ pub struct LeasePolicy {
 
 impl Default for LeasePolicy {
     fn default() -> Self {
-        LeasePolicy { ttl: Duration::from_secs(5), on_busy: OnBusy::Reject, busy_timeout: Duration::from_secs(30) }
+        LeasePolicy {
+            ttl: Duration::from_secs_f64(super::config::DEFAULT_LEASE_TTL_SECONDS),
+            on_busy: OnBusy::Reject,
+            busy_timeout: Duration::from_secs_f64(super::config::DEFAULT_BUSY_TIMEOUT_SECONDS),
+        }
     }
 }
 

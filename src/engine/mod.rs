@@ -3,7 +3,8 @@
 
 #![warn(missing_docs)]
 
-mod config;
+/// Run settings and their defaults: the one place each default is written (Python asks `_core`).
+pub mod config;
 mod error;
 mod exec;
 mod graph;

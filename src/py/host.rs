@@ -1,12 +1,13 @@
 //! `NodeHost` over a Python `tenxgraph._runtime.Run` object: the live pydantic state stays in
 //! Python; what crosses is the node name, the loop's `ExecMeta` and JSON text for persistence.
 
+use super::boundary::{ExecView, NodeResult};
 use super::bridge::{Locals, PyTask};
 use crate::engine::{
     BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
     ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
-use crate::store::{KnownHead, StoredMessage};
+use crate::store::{KnownHead, STATE_META_KEY, StoredMessage};
 use async_trait::async_trait;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -29,8 +30,8 @@ fn host_err(e: PyErr) -> EngineError {
     EngineError::Host(Box::new(e))
 }
 
-fn exec_text(exec: &ExecMeta) -> String {
-    serde_json::to_string(exec).unwrap_or_else(|_| "{}".into())
+fn exec_view(py: Python<'_>, exec: &ExecMeta) -> PyResult<Py<ExecView>> {
+    ExecView::new(py, exec)
 }
 
 fn parse(what: &str, s: &str) -> Result<Value, EngineError> {
@@ -93,7 +94,6 @@ fn state_document(state: &Value, messages: &[Value]) -> (String, Option<String>)
     (text, class)
 }
 
-const STATE_META_KEY: &str = "__state_meta__";
 const LEGACY_CLASS_PATH_KEY: &str = "__class_path__";
 
 #[async_trait]
@@ -111,9 +111,8 @@ impl NodeHost for PyHost {
             Stored::Fresh | Stored::Known => (None, None),
         };
         let known = matches!(stored, Stored::Known);
-        let exec = exec_text(exec);
         Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec, known))?;
+            let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec_view(py, exec)?, known))?;
             let (len, last_id): (usize, Option<String>) = r.extract()?;
             Ok(MsgCursor { len, last_id })
         })
@@ -122,9 +121,8 @@ impl NodeHost for PyHost {
 
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {
         super::logging::enter_node(node);
-        let exec = exec_text(exec);
         let task = Python::attach(|py| {
-            let coro = self.run.bind(py).call_method1("run_node", (node, exec))?;
+            let coro = self.run.bind(py).call_method1("run_node", (node, exec_view(py, exec)?))?;
             PyTask::start(py, &self.locals, coro)
         })
         .map_err(classify)?;
@@ -144,10 +142,9 @@ impl NodeHost for PyHost {
     }
 
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
-        let exec = exec_text(exec);
         // Copy the text out while attached, parse after: JSON parsing needs no interpreter.
         let (state, msgs, replace, len, last_id) = Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("snapshot", (exec, cursor.len, cursor.last_id.clone()))?;
+            let r = self.run.bind(py).call_method1("snapshot", (exec_view(py, exec)?, cursor.len, cursor.last_id.clone()))?;
             r.extract::<(String, Vec<(String, String)>, bool, usize, Option<String>)>()
         })
         .map_err(host_err)?;
@@ -172,9 +169,8 @@ impl NodeHost for PyHost {
             return None;
         }
         let (name, node, kind) = point.parts();
-        let exec = exec_text(exec);
         let task = Python::attach(|py| {
-            let coro = self.run.bind(py).call_method1("lifecycle", (name, node, kind, exec))?;
+            let coro = self.run.bind(py).call_method1("lifecycle", (name, node, kind, exec_view(py, exec)?))?;
             PyTask::start(py, &self.locals, coro)
         });
         // The Python side logs and absorbs a failing hook (10xGraph's rule); what reaches here is
@@ -214,34 +210,31 @@ impl NodeHost for PyHost {
 
     fn begin_tools(&self, node: &str, exec: &ExecMeta) -> Result<ToolBatch, HostFailure> {
         super::logging::enter_node(node);
-        let exec = exec_text(exec);
-        let text = Python::attach(|py| self.run.bind(py).call_method1("begin_tools", (node, exec))?.extract::<String>())
-            // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
-            .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))?;
-        // JSON, so the ids keep their types (the ledger keeps 123 and "123" apart).
-        let (origin, calls): (Option<Value>, Vec<(Option<Value>, String, String)>) = serde_json::from_str(&text)
-            .map_err(|e| HostFailure::Passthrough(format!("begin_tools returned a malformed batch: {e}").into()))?;
-        Ok(ToolBatch {
-            origin_message_id: origin,
-            calls: calls
-                .into_iter()
+        Python::attach(|py| -> PyResult<ToolBatch> {
+            let r = self.run.bind(py).call_method1("begin_tools", (node, exec_view(py, exec)?))?;
+            let (origin, calls): PyBatch<'_> = r.extract()?;
+            let mut out = Vec::with_capacity(calls.len());
+            for (call_id, name, fx) in calls {
                 // The decorator validates the class; anything else is treated as the default.
-                .map(|(call_id, name, fx)| ToolCall { call_id, name, effects: SideEffects::parse(&fx).unwrap_or_default() })
-                .collect(),
+                out.push(ToolCall { call_id: ledger_id(&call_id)?, name, effects: SideEffects::parse(&fx).unwrap_or_default() });
+            }
+            Ok(ToolBatch { origin_message_id: ledger_id(&origin)?, calls: out })
         })
+        // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
+        .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
     }
 
     fn unknown_outcome(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
-        let (kind, envelope, record, is_error) = Python::attach(|py| {
+        let answer = Python::attach(|py| {
             self.run
                 .bind(py)
                 .call_method1("unknown_outcome", (node, index, idempotency_key))?
-                .extract::<(String, String, bool, bool)>()
+                .extract::<Option<(String, bool, bool)>>()
         })
         .map_err(classify)?;
-        if kind == "retry" {
+        let Some((envelope, record, is_error)) = answer else {
             return Ok(UnknownAnswer::Retry);
-        }
+        };
         let envelope = serde_json::from_str(&envelope)
             .map_err(|e| HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) })?;
         Ok(UnknownAnswer::Answer(ToolRun { envelope, record, is_error }))
@@ -305,10 +298,35 @@ impl NodeHost for PyHost {
     }
 }
 
-/// A node's Python result: None, a goto name, or `(goto or None, pause reason or None)`.
+/// `begin_tools`' answer: the origin message id and `(call id, name, side effects)` per call.
+type PyBatch<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, String, String)>);
+
+/// A node's Python result: None, a goto name, or a `NodeResult`.
 fn node_output(r: &Bound<'_, PyAny>) -> PyResult<NodeOutput> {
-    if let Ok((goto, pause)) = r.extract::<(Option<String>, Option<String>)>() {
-        return Ok(NodeOutput { goto, pause });
+    if let Ok(res) = r.cast::<NodeResult>() {
+        let res = res.get();
+        return Ok(NodeOutput { goto: res.goto.clone(), pause: res.pause.clone() });
     }
     Ok(NodeOutput { goto: r.extract()?, pause: None })
+}
+
+/// A message or call id as the ledger keys it: its type is kept (123 and "123" are different
+/// keys), None stays None, anything else (the Python side has already narrowed ids to str, int or
+/// None) becomes its str.
+fn ledger_id(v: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Some(Value::String(s.to_str()?.to_owned())));
+    }
+    if v.is_instance_of::<pyo3::types::PyInt>() && !v.is_instance_of::<pyo3::types::PyBool>() {
+        if let Ok(n) = v.extract::<i64>() {
+            return Ok(Some(Value::from(n)));
+        }
+        if let Ok(n) = v.extract::<u64>() {
+            return Ok(Some(Value::from(n)));
+        }
+    }
+    Ok(Some(Value::String(v.str()?.to_string())))
 }

@@ -1,10 +1,12 @@
 //! PyO3 bindings: the `tenxgraph._core` extension module.
 
+mod boundary;
 mod bridge;
 mod errors;
 mod graph;
 mod host;
 mod logging;
+mod options;
 mod py_store;
 mod runtime;
 mod store;
@@ -17,7 +19,11 @@ pub mod _core {
     use pyo3::prelude::*;
 
     #[pymodule_export]
+    use super::boundary::{ExecView, NodeResult};
+    #[pymodule_export]
     use super::bridge::Completion;
+    #[pymodule_export]
+    use super::options::RunOptions;
     #[pymodule_export]
     use super::graph::NativeGraph;
     #[pymodule_export]
@@ -37,6 +43,21 @@ pub mod _core {
     #[pyfunction]
     fn ledger_lookup_keys(key: &str) -> Vec<String> {
         crate::engine::ledger::lookup_keys(key)
+    }
+
+    /// 10xGraph's timeout rule, the one the loop applies (`engine::resolve_timeout`): missing ->
+    /// `default`; None or <= 0 -> no deadline; a bool, a non-number or NaN -> a warning and
+    /// `default`.
+    #[pyfunction]
+    #[pyo3(signature = (config, key, default))]
+    fn resolve_timeout(config: &Bound<'_, pyo3::types::PyDict>, key: &str, default: Option<f64>) -> PyResult<Option<f64>> {
+        super::options::timeout_from(config, key, default)
+    }
+
+    /// The cache key of a thread's stop request, under `STOP_NAMESPACE`.
+    #[pyfunction]
+    fn stop_key(thread_id: &str, user_id: &str) -> String {
+        crate::engine::stop_key(thread_id, user_id)
     }
 
     /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so
@@ -69,6 +90,16 @@ pub mod _core {
         super::runtime::configure();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("PG_SCHEMA_VERSION", crate::store::postgres::CURRENT_VERSION)?;
+        // Rules the engine or the store own; the Python side reads them here.
+        use crate::engine::config as c;
+        m.add("DEFAULT_NODE_TIMEOUT_SECONDS", c::DEFAULT_NODE_TIMEOUT_SECONDS)?;
+        m.add("DEFAULT_TOOL_TIMEOUT_SECONDS", c::DEFAULT_TOOL_TIMEOUT_SECONDS)?;
+        m.add("DEFAULT_BUSY_TIMEOUT_SECONDS", c::DEFAULT_BUSY_TIMEOUT_SECONDS)?;
+        m.add("DEFAULT_LEASE_TTL_SECONDS", c::DEFAULT_LEASE_TTL_SECONDS)?;
+        m.add("DEFAULT_RECURSION_LIMIT", c::DEFAULT_RECURSION_LIMIT)?;
+        m.add("STATE_META_KEY", crate::store::STATE_META_KEY)?;
+        m.add("INTENT_KIND", crate::store::INTENT_KIND)?;
+        m.add("STOP_NAMESPACE", crate::engine::STOP_NAMESPACE)?;
         Ok(())
     }
 }

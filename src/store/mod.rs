@@ -15,6 +15,10 @@ mod sqlite_locks;
 mod types;
 mod inspect;
 
+/// The key of the header a stored state carries (class, format, and the write mark the stores
+/// compare). The stores' SQL names it too.
+pub const STATE_META_KEY: &str = "__state_meta__";
+
 pub use error::{StoreError, StoreResult};
 pub use lease::{
     INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent, is_paused,

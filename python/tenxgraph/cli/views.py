@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tenxgraph import _core
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
 __all__ = [
@@ -31,8 +32,9 @@ __all__ = [
     "thread_owner",
 ]
 
-# The `__kind__` of a ledger row written when a tool call starts, before its result exists.
-STARTED_KIND = "started"
+# The `__kind__` of a ledger row written when a tool call starts, before its result exists
+# (the store's constant: it writes those rows).
+STARTED_KIND: str = _core.INTENT_KIND
 
 
 class ThreadNotFound(LookupError):

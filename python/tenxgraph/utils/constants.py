@@ -5,6 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
+from tenxgraph import _core
+
 __all__ = [
     "DEFAULT_ANONYMOUS_USER_ID",
     "DEFAULT_NODE_TIMEOUT_SECONDS",
@@ -19,8 +21,9 @@ __all__ = [
 START: Final = "__start__"
 END: Final = "__end__"
 
-DEFAULT_NODE_TIMEOUT_SECONDS: Final = 900.0
-DEFAULT_TOOL_TIMEOUT_SECONDS: Final = 300.0
+# The engine applies the deadlines, so it owns their defaults; these are its values.
+DEFAULT_NODE_TIMEOUT_SECONDS: Final[float] = _core.DEFAULT_NODE_TIMEOUT_SECONDS
+DEFAULT_TOOL_TIMEOUT_SECONDS: Final[float] = _core.DEFAULT_TOOL_TIMEOUT_SECONDS
 DEFAULT_ANONYMOUS_USER_ID: Final = "anonymous"
 
 # Input key that answers a pending interrupt(): ainvoke({"resume": value}, config).

@@ -31,8 +31,6 @@ from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
-    DEFAULT_NODE_TIMEOUT_SECONDS,
-    DEFAULT_TOOL_TIMEOUT_SECONDS,
     END,
     START,
     ResponseGranularity,
@@ -49,47 +47,18 @@ _log = run_logger("tenxgraph.graph")
 _MISSING = object()
 
 
-def resolve_timeout(config: dict[str, Any], key: str, default: float) -> float | None:
-    """10xGraph's rule: missing -> default; None or <= 0 -> no deadline; invalid -> warn, default."""
-    raw = config.get(key, _MISSING)
-    if raw is _MISSING:
-        return default
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
-        return default
-    if value != value:  # NaN
-        _log.warning("invalid %s %r; using the default of %ss", key, raw, default)
-        return default
-    return None if value <= 0 else value
+def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> float | None:
+    """10xGraph's rule: missing -> default; None or <= 0 -> no deadline; invalid -> warn, default.
+
+    The rule is the engine's (``_core.resolve_timeout``): the deadlines a run gets are resolved by
+    the same code."""
+    return _core.resolve_timeout(config, key, default)
 
 
-ON_BUSY = ("reject", "wait", "interrupt")
 # How long a sync invoke() waits for its run's last events to reach a slow publisher.
 SYNC_EVENT_FLUSH_SECONDS = 1.0
-DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
-DEFAULT_LEASE_TTL_SECONDS = 5.0
-
-
-def _check_lease_config(cfg: dict[str, Any]) -> None:
-    """The single-writer settings. Unlike the timeouts (whose lenient rule is 10xGraph's), these
-    are ours and a wrong value is refused: silently running with another policy than the one asked
-    for could let two workers act on one thread."""
-    on_busy = cfg.get("on_busy", "reject")
-    if on_busy not in ON_BUSY:
-        raise ValueError(f"on_busy must be one of {', '.join(repr(o) for o in ON_BUSY)}, got {on_busy!r}")
-    for key, low in (("busy_timeout", 0.0), ("lease_ttl", 0.1)):
-        if key not in cfg:
-            continue
-        value = cfg[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value <= 86400):
-            raise ValueError(f"{key} must be a number of seconds in ({low:g}, 86400], got {value!r}")
+DEFAULT_BUSY_TIMEOUT_SECONDS: float = _core.DEFAULT_BUSY_TIMEOUT_SECONDS
+DEFAULT_LEASE_TTL_SECONDS: float = _core.DEFAULT_LEASE_TTL_SECONDS
 
 
 def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: float) -> list[StreamChunk]:
@@ -128,13 +97,6 @@ def _recovery_options(value: Any) -> dict[str, Any] | None:
             raise ValueError(f"recover_on_start options are concurrency, limit and config; got {sorted(unknown)}")
         return dict(value)
     raise TypeError(f"recover_on_start must be a bool or a dict of arecover() options, got {type(value).__name__}")
-
-
-def _failpoints(cfg: dict[str, Any]) -> str | None:
-    spec = cfg.get("failpoints")
-    if spec is not None and not isinstance(spec, str):
-        raise ValueError("config['failpoints'] must be a string like 'after_tool:charge_card=kill'")
-    return spec
 
 
 def _is_tool_node(func: Any) -> bool:
@@ -201,7 +163,10 @@ class CompiledGraph(Generic[StateT]):
 
     # -- running ---------------------------------------------------------------------------
 
-    def _prepare_config(self, config: dict[str, Any] | None) -> dict[str, Any]:
+    def _prepare_config(self, config: dict[str, Any] | None) -> tuple[dict[str, Any], _core.RunOptions]:
+        """The run's config dict with 10xGraph's defaults filled in (what nodes see), and the
+        run's settings resolved and validated from it by the engine (``_core.RunOptions``: the
+        rules for timeouts, limits, leases and failpoints live there, once)."""
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         cfg = dict(config or {})
@@ -216,11 +181,7 @@ class CompiledGraph(Generic[StateT]):
         cfg.setdefault("run_id", str(uuid.uuid4()))
         cfg.setdefault("timestamp", datetime.now().isoformat())
         cfg.setdefault("is_stream", False)
-        limit = cfg.get("recursion_limit", 25)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"recursion_limit must be a positive int, got {limit!r}")
-        _check_lease_config(cfg)
-        return cfg
+        return cfg, _core.RunOptions(cfg)
 
     async def ainvoke(
         self,
@@ -234,8 +195,9 @@ class CompiledGraph(Generic[StateT]):
         transaction; a crashed run resumes with ``ainvoke({}, config)`` at the node in flight.
         """
         granularity = ResponseGranularity(response_granularity).value
-        cfg = self._prepare_config(config)
+        cfg, options = self._prepare_config(config)
         run = Run(self, cfg, input_data)
+        run.options = options
         key = (str(cfg["thread_id"]), str(cfg["user_id"]))
         await self._validate_input(run, cfg)
         run.known = self._live.take(key)
@@ -266,8 +228,6 @@ class CompiledGraph(Generic[StateT]):
 
     async def _execute_in_context(self, run: Run, cfg: dict[str, Any], streaming: bool,
                                   resume_only: bool = False) -> dict[str, Any]:
-        node_timeout = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
-        tool_timeout = resolve_timeout(cfg, "tool_timeout", DEFAULT_TOOL_TIMEOUT_SECONDS)
         loop = asyncio.get_running_loop()
         if self._outbox is not None:
             run.events = RunEvents(self._outbox, loop, cfg)
@@ -276,7 +236,7 @@ class CompiledGraph(Generic[StateT]):
         # publisher through publish_event(event).
         token = activate_publisher(self._outbox, loop)
         try:
-            outcome = await self._run_native(run, cfg, node_timeout, tool_timeout, streaming, resume_only)
+            outcome = await self._run_native(run, cfg, streaming, resume_only)
         except Exception as exc:
             if run.events is not None:
                 run.events.graph_error(run.state, exc)
@@ -287,30 +247,23 @@ class CompiledGraph(Generic[StateT]):
             run.events.graph_end(run.state, run.response("full")["messages"], outcome)
         return outcome
 
-    async def _run_native(self, run: Run, cfg: dict[str, Any], node_timeout: float | None,
-                          tool_timeout: float | None, streaming: bool, resume_only: bool) -> dict[str, Any]:
+    async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
+        options = run.options if run.options is not None else _core.RunOptions(cfg)
+        known = run.known
         raw = await self._native.run(
             run,
             asyncio.get_running_loop(),
             contextvars.copy_context(),
-            str(cfg["thread_id"]),
-            str(cfg["user_id"]),
-            str(cfg["run_id"]),
-            cfg.get("recursion_limit", 25),
-            node_timeout,
-            tool_timeout,
-            bool(cfg.get("durable_checkpoint_every_step", True)),
-            bool(run.input_messages),
-            bool(run.state_update) or run.has_resume,  # a resume answer is committed before the node
-            run.start_node,
-            streaming,
-            _failpoints(cfg),
-            cfg.get("on_busy", "reject"),
-            float(cfg.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_SECONDS)),
-            float(cfg.get("lease_ttl", DEFAULT_LEASE_TTL_SECONDS)),
-            run.known[0] if run.known else None,
-            run.known[1] if run.known else None,
-            resume_only,
+            options.for_run(
+                has_messages=bool(run.input_messages),
+                # A resume answer is committed before the node, like a state update.
+                has_state_update=bool(run.state_update) or run.has_resume,
+                start_node=run.start_node,
+                streaming=streaming,
+                known_version=known[0] if known else None,
+                known_mark=known[1] if known else None,
+                resume_only=resume_only,
+            ),
         )
         outcome: dict[str, Any] = json.loads(raw)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
@@ -328,9 +281,10 @@ class CompiledGraph(Generic[StateT]):
         consuming task cancelled) cancels the run's in-flight Python work; committed steps stay.
         """
         granularity = ResponseGranularity(response_granularity).value
-        cfg = self._prepare_config(config)
+        cfg, options = self._prepare_config(config)
         cfg["is_stream"] = True
         run = Run(self, cfg, input_data)
+        run.options = options
         await self._validate_input(run, cfg)
         # A streamed run hands its messages out as they are: its state is not kept afterwards.
         run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
@@ -419,8 +373,9 @@ class CompiledGraph(Generic[StateT]):
     async def _aresume(self, config: dict[str, Any]) -> dict[str, Any]:
         """Recovery's ``ainvoke({}, config)``: under the lease, continues the thread only if it is
         still running; the outcome says ``nothing_to_resume`` otherwise (nothing ran or changed)."""
-        cfg = self._prepare_config(config)
+        cfg, options = self._prepare_config(config)
         run = Run(self, cfg, {})
+        run.options = options
         run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         return await self._execute(run, cfg, resume_only=True)
 
@@ -493,7 +448,7 @@ class CompiledGraph(Generic[StateT]):
 
     async def astop(self, config: dict[str, Any]) -> dict[str, Any]:
         """Asks the run on this thread (and user) to stop; a node in flight is cancelled."""
-        cfg = self._prepare_config(config)
+        cfg, _ = self._prepare_config(config)
         state = await self._checkpointer.aget_state(cfg)
         if state is None:
             return {"ok": False, "running": False, "reason": "no-state"}

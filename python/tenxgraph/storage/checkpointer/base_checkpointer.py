@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Generic, TypeVar, get_args
 
+from tenxgraph import _core
 from tenxgraph._state_codec import STATE_META_KEY
 from tenxgraph._sync import run_sync
 from tenxgraph.core.state.agent_state import AgentState
@@ -27,7 +28,8 @@ __all__ = [
 ]
 
 StateT = TypeVar("StateT", bound=AgentState)
-STOP_REQUEST_NAMESPACE = "stop_request"
+# The engine polls for stop requests, so the namespace and the key format are its own.
+STOP_REQUEST_NAMESPACE: str = _core.STOP_NAMESPACE
 STOP_REQUEST_TTL_SECONDS = 3600
 STATE_FORMAT_VERSION = 1
 _log = run_logger("tenxgraph.checkpointer")
@@ -167,7 +169,7 @@ class BaseCheckpointer(ABC, Generic[StateT]):
         return []
 
     def _stop_request_key(self, config: dict[str, Any]) -> str:
-        return f"{config.get('thread_id')}:{config.get('user_id') or 'anonymous'}"
+        return _core.stop_key(str(config.get("thread_id")), str(config.get("user_id") or "anonymous"))
 
     async def arequest_stop(self, config: dict[str, Any]) -> Any | None:
         """Asks the thread's running run to stop: a flag under the ``stop_request`` namespace, per

@@ -357,4 +357,4 @@ def _thread_info(row: tuple[str, str, str | None, str, float, float], keep_run_i
 
 
 def _is_intent(row: Any) -> bool:
-    return isinstance(row, dict) and row.get("__kind__") == "started"
+    return isinstance(row, dict) and row.get("__kind__") == _core.INTENT_KIND

@@ -1,0 +1,278 @@
+//! `RunOptions`: one run's settings, resolved from the caller's config dict once, in Rust (the
+//! layer that applies them), and handed to `NativeGraph.run` as one typed object.
+
+use crate::engine::{self, RunConfig, config as defaults};
+use crate::failpoints::{Armed, Failpoints};
+use crate::store::ThreadRef;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease settings' bounds: `(low, 86400]` seconds. Ours, not 10xGraph's: a wrong value is
+/// refused rather than replaced, since another policy than the one asked for could let two workers
+/// act on one thread.
+const MAX_SECONDS: f64 = 86400.0;
+const MIN_BUSY_TIMEOUT: f64 = 0.0;
+const MIN_LEASE_TTL: f64 = 0.1;
+
+/// One run's settings. Built from the run's config dict (`RunOptions(config)`), which validates
+/// every setting the loop applies; `for_run` adds the facts of one call (its input, streaming,
+/// the live state it holds). Immutable.
+#[pyclass(module = "tenxgraph._core", frozen)]
+#[derive(Clone)]
+pub struct RunOptions {
+    #[pyo3(get)]
+    thread_id: String,
+    #[pyo3(get)]
+    user_id: String,
+    #[pyo3(get)]
+    run_id: String,
+    #[pyo3(get)]
+    recursion_limit: i64,
+    /// Seconds; None: no deadline.
+    #[pyo3(get)]
+    node_timeout: Option<f64>,
+    /// Seconds per tool call; None: no deadline.
+    #[pyo3(get)]
+    tool_timeout: Option<f64>,
+    #[pyo3(get)]
+    durable: bool,
+    #[pyo3(get)]
+    on_busy: &'static str,
+    #[pyo3(get)]
+    busy_timeout: f64,
+    #[pyo3(get)]
+    lease_ttl: f64,
+    #[pyo3(get)]
+    failpoints: Option<String>,
+    #[pyo3(get)]
+    has_messages: bool,
+    #[pyo3(get)]
+    has_state_update: bool,
+    #[pyo3(get)]
+    start_node: Option<String>,
+    #[pyo3(get)]
+    streaming: bool,
+    #[pyo3(get)]
+    known_version: Option<i64>,
+    #[pyo3(get)]
+    known_mark: Option<String>,
+    #[pyo3(get)]
+    resume_only: bool,
+    parsed_failpoints: Option<Arc<Failpoints>>,
+}
+
+fn item<'py>(config: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    config.get_item(key)
+}
+
+fn required_str(config: &Bound<'_, PyDict>, key: &str) -> PyResult<String> {
+    match item(config, key)? {
+        Some(v) if !v.is_none() => Ok(v.str()?.to_string()),
+        _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
+    }
+}
+
+/// 10xGraph's lenient timeout rule (`engine::resolve_timeout`), from a Python value: missing ->
+/// `default`; None or <= 0 -> no deadline; a bool, a non-number or NaN -> a warning and `default`.
+pub fn timeout_from(config: &Bound<'_, PyDict>, key: &str, default: Option<f64>) -> PyResult<Option<f64>> {
+    let raw = match item(config, key)? {
+        None => return Ok(default),
+        Some(v) => v,
+    };
+    if raw.is_none() {
+        return Ok(None);
+    }
+    let number = if raw.is_instance_of::<PyBool>() {
+        None
+    } else if raw.is_instance_of::<PyInt>() || raw.is_instance_of::<PyFloat>() {
+        raw.extract::<f64>().ok()
+    } else if raw.is_instance_of::<PyString>() {
+        // Python's float(): surrounding whitespace and digit underscores are accepted.
+        let text = raw.extract::<String>()?;
+        text.trim().replace('_', "").parse::<f64>().ok()
+    } else {
+        None
+    };
+    let Some(default) = default else {
+        return Ok(match number {
+            Some(v) if v.is_nan() || v <= 0.0 => None,
+            Some(v) => Some(v.min(defaults::MAX_TIMEOUT_SECONDS)),
+            None => None,
+        });
+    };
+    match number {
+        None => {
+            tracing::warn!("invalid {key} {}; using the default of {default:?}s", raw.repr()?);
+            Ok(Some(default))
+        }
+        Some(v) => Ok(engine::resolve_timeout(Some(Some(v)), key, default).map(|d| d.as_secs_f64())),
+    }
+}
+
+fn seconds_setting(config: &Bound<'_, PyDict>, key: &str, low: f64, default: f64) -> PyResult<f64> {
+    let Some(v) = item(config, key)? else { return Ok(default) };
+    let value = if v.is_instance_of::<PyBool>() || !(v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>()) {
+        None
+    } else {
+        v.extract::<f64>().ok()
+    };
+    match value {
+        Some(x) if low < x && x <= MAX_SECONDS => Ok(x),
+        _ => Err(PyValueError::new_err(format!("{key} must be a number of seconds in ({low}, 86400], got {}", v.repr()?))),
+    }
+}
+
+#[pymethods]
+impl RunOptions {
+    /// Resolves and validates the settings of a run from its config dict (`thread_id`,
+    /// `user_id`, `run_id`, `recursion_limit`, `node_timeout`, `tool_timeout`,
+    /// `durable_checkpoint_every_step`, `on_busy`, `busy_timeout`, `lease_ttl`, `failpoints`).
+    /// Timeouts follow 10xGraph's lenient rule (a bad value warns and gives the default); any other
+    /// bad value raises ValueError and nothing runs.
+    #[new]
+    fn new(config: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let limit = match item(config, "recursion_limit")? {
+            None => defaults::DEFAULT_RECURSION_LIMIT,
+            Some(v) => match (v.is_instance_of::<PyBool>(), v.extract::<i64>()) {
+                (false, Ok(n)) if n >= 1 && v.is_instance_of::<PyInt>() => n,
+                _ => return Err(PyValueError::new_err(format!("recursion_limit must be a positive int, got {}", v.repr()?))),
+            },
+        };
+        let on_busy = match item(config, "on_busy")? {
+            None => "reject",
+            Some(v) => match v.extract::<String>().ok().and_then(|s| engine::OnBusy::parse(&s)) {
+                Some(engine::OnBusy::Reject) => "reject",
+                Some(engine::OnBusy::Wait) => "wait",
+                Some(engine::OnBusy::Interrupt) => "interrupt",
+                None => {
+                    return Err(PyValueError::new_err(format!(
+                        "on_busy must be one of 'reject', 'wait', 'interrupt', got {}",
+                        v.repr()?
+                    )));
+                }
+            },
+        };
+        let failpoints = match item(config, "failpoints")? {
+            None => None,
+            Some(v) if v.is_none() => None,
+            Some(v) => match v.extract::<String>() {
+                Ok(s) => Some(s),
+                Err(_) => return Err(PyValueError::new_err("config['failpoints'] must be a string like 'after_tool:charge_card=kill'")),
+            },
+        };
+        let parsed_failpoints = match failpoints.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(spec) => Some(Arc::new(Failpoints::parse(spec).map_err(PyValueError::new_err)?)),
+            None => None,
+        };
+        let durable = match item(config, "durable_checkpoint_every_step")? {
+            None => true,
+            Some(v) => v.is_truthy()?,
+        };
+        let (thread_id, user_id, run_id) =
+            (required_str(config, "thread_id")?, required_str(config, "user_id")?, required_str(config, "run_id")?);
+        // A bad timeout's warning is a line of this run: it carries the run's log fields.
+        let span = super::logging::run_span(&thread_id, &run_id);
+        let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {
+            Ok((
+                timeout_from(config, "node_timeout", Some(defaults::DEFAULT_NODE_TIMEOUT_SECONDS))?,
+                timeout_from(config, "tool_timeout", Some(defaults::DEFAULT_TOOL_TIMEOUT_SECONDS))?,
+            ))
+        })?;
+        Ok(RunOptions {
+            thread_id,
+            user_id,
+            run_id,
+            recursion_limit: limit,
+            node_timeout,
+            tool_timeout,
+            durable,
+            on_busy,
+            busy_timeout: seconds_setting(config, "busy_timeout", MIN_BUSY_TIMEOUT, defaults::DEFAULT_BUSY_TIMEOUT_SECONDS)?,
+            lease_ttl: seconds_setting(config, "lease_ttl", MIN_LEASE_TTL, defaults::DEFAULT_LEASE_TTL_SECONDS)?,
+            failpoints,
+            has_messages: false,
+            has_state_update: false,
+            start_node: None,
+            streaming: false,
+            known_version: None,
+            known_mark: None,
+            resume_only: false,
+            parsed_failpoints,
+        })
+    }
+
+    /// These settings with the facts of one call: whether it brings messages or a state update
+    /// (or a resume answer), where it starts, whether it is streamed, the commit (version, write
+    /// mark) of the live state it holds, and whether it is recovery's resume-only pass.
+    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn for_run(
+        &self,
+        has_messages: bool,
+        has_state_update: bool,
+        start_node: Option<String>,
+        streaming: bool,
+        known_version: Option<i64>,
+        known_mark: Option<String>,
+        resume_only: bool,
+    ) -> Self {
+        RunOptions {
+            has_messages,
+            has_state_update,
+            start_node,
+            streaming,
+            known_version,
+            known_mark,
+            resume_only,
+            ..self.clone()
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RunOptions(thread_id={:?}, user_id={:?}, run_id={:?}, recursion_limit={}, node_timeout={:?}, tool_timeout={:?}, on_busy={:?})",
+            self.thread_id, self.user_id, self.run_id, self.recursion_limit, self.node_timeout, self.tool_timeout, self.on_busy
+        )
+    }
+}
+
+impl RunOptions {
+    /// The engine's `RunConfig` for these settings.
+    pub fn run_config(&self) -> RunConfig {
+        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()));
+        cfg.run_id = self.run_id.clone();
+        cfg.recursion_limit = self.recursion_limit;
+        cfg.node_timeout = self.node_timeout.map(Duration::from_secs_f64);
+        cfg.tool_timeout = self.tool_timeout.map(Duration::from_secs_f64);
+        cfg.durable_every_step = self.durable;
+        cfg.lease = engine::LeasePolicy {
+            ttl: Duration::from_secs_f64(self.lease_ttl),
+            on_busy: engine::OnBusy::parse(self.on_busy).unwrap_or(engine::OnBusy::Reject),
+            busy_timeout: Duration::from_secs_f64(self.busy_timeout),
+        };
+        if let Some(points) = &self.parsed_failpoints {
+            cfg.failpoints = Armed::new(Failpoints::from_env(), Some(points.clone()));
+        }
+        cfg
+    }
+
+    pub fn input(&self) -> engine::RunInput<'_> {
+        engine::RunInput {
+            has_messages: self.has_messages,
+            has_state_update: self.has_state_update,
+            start_node: self.start_node.as_deref(),
+            resume_only: self.resume_only,
+        }
+    }
+
+    pub fn streaming(&self) -> bool {
+        self.streaming
+    }
+
+    pub fn known(&self) -> Option<(i64, String)> {
+        self.known_version.zip(self.known_mark.clone())
+    }
+}
