@@ -80,3 +80,22 @@ def test_task_manager_refuses_tasks_after_shutdown() -> None:
 
     task, closed = asyncio.run(main())
     assert task is None and closed and ran == []
+
+
+def test_checkpointer_config_and_missing_message_errors_are_typed(checkpointer) -> None:  # type: ignore[no-untyped-def]
+    """A config that names no thread, and a message the thread does not hold, get coded errors
+    (still the ValueError / TypeError / IndexError 10xGraph raised) and write nothing."""
+    from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError
+
+    for bad in ({}, {"thread_id": ""}, "t-1", None):
+        with pytest.raises(InvalidConfigError) as info:
+            checkpointer.get_state(bad)
+        assert info.value.error_code == "STORAGE_CONFIG_001"
+        assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+    with pytest.raises(MessageNotFoundError) as missing:
+        checkpointer.get_message({"thread_id": "t-none"}, "m-404")
+    assert isinstance(missing.value, IndexError) and missing.value.error_code == "STORAGE_NOT_FOUND_001"
+    assert missing.value.context == {"thread_id": "t-none", "message_id": "m-404"}
+    with pytest.raises(MessageNotFoundError):
+        checkpointer.delete_message({"thread_id": "t-none"}, "m-404")
+    assert checkpointer.list_threads({}) == []

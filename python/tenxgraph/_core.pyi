@@ -68,7 +68,10 @@ class RunOptions:
     known_version: int | None
     known_mark: str | None
     resume_only: bool
-    def __new__(cls, config: dict[str, Any]) -> RunOptions: ...
+    def __new__(cls, config: dict[str, Any]) -> RunOptions:
+        """Resolves the run settings of ``config`` once (ids, recursion limit, timeouts,
+        durability, busy policy, lease TTL, failpoints); ValueError for a bad value, before
+        anything is written."""
     def for_run(
         self,
         *,
@@ -102,7 +105,8 @@ class NodeResult:
 
     goto: str | None
     pause: str | None
-    def __new__(cls, goto: str | None = None, pause: str | None = None) -> NodeResult: ...
+    def __new__(cls, goto: str | None = None, pause: str | None = None) -> NodeResult:
+        """The next node (None: follow the edges) and the reason to pause after the node."""
 
 @final
 class Completion:

@@ -20,6 +20,8 @@ __all__ = [
     "GraphError",
     "GraphRecursionError",
     "GraphStopRequested",
+    "InvalidConfigError",
+    "MessageNotFoundError",
     "MetricsError",
     "NodeError",
     "NodeTimeoutError",
@@ -265,6 +267,35 @@ class ResourceNotFoundError(StorageError):
         self,
         message: str,
         error_code: str = "STORAGE_NOT_FOUND_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class MessageNotFoundError(ResourceNotFoundError, IndexError):
+    """``aget_message`` / ``adelete_message`` of a message the thread does not hold
+    (STORAGE_NOT_FOUND_001). An ``IndexError`` too, which is what 10xGraph 0.10 raised there."""
+    default_code = "STORAGE_NOT_FOUND_001"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_NOT_FOUND_001",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class InvalidConfigError(StorageError, ValueError, TypeError):
+    """A checkpointer call's ``config`` cannot name a thread: not a dict, or without a
+    ``thread_id`` (STORAGE_CONFIG_001). Raised before anything is read or written. A
+    ``ValueError`` and a ``TypeError`` too, the two 10xGraph 0.10 raised for these cases."""
+    default_code = "STORAGE_CONFIG_001"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "STORAGE_CONFIG_001",
         context: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, error_code, context)

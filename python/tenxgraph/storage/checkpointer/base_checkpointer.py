@@ -209,7 +209,7 @@ class BaseCheckpointer(ABC, Generic[StateT]):
 
     @abstractmethod
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
-        """The thread's message with ``message_id``; the built-in backends raise IndexError when
+        """The thread's message with ``message_id``; the built-in backends raise MessageNotFoundError (an IndexError) when
         there is none."""
 
     @abstractmethod
@@ -225,7 +225,7 @@ class BaseCheckpointer(ABC, Generic[StateT]):
 
     @abstractmethod
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> Any | None:
-        """Deletes one message of the thread; the built-in backends raise IndexError when there is
+        """Deletes one message of the thread; the built-in backends raise MessageNotFoundError (an IndexError) when there is
         none."""
 
     @abstractmethod

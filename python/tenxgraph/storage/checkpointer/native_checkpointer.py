@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._state_codec import STATE_META_KEY, encode_state
+from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
@@ -29,17 +30,17 @@ _log = run_logger("tenxgraph.checkpointer")
 
 def _ids(config: dict[str, Any]) -> tuple[str, str]:
     if not isinstance(config, dict):
-        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
     thread_id = config.get("thread_id")
     if thread_id is None or thread_id == "":
-        raise ValueError("config must contain a thread_id")
+        raise InvalidConfigError("config must contain a thread_id")
     return str(thread_id), _user(config)
 
 
 def _user(config: dict[str, Any] | None) -> str:
     """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
     if config is not None and not isinstance(config, dict):
-        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
     return str((config or {}).get("user_id") or "anonymous")
 
 
@@ -223,7 +224,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         raw = await self._native.get_message(thread_id, user_id, str(message_id))
         if raw is None:
-            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+            raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
+                                       context={"thread_id": thread_id, "message_id": str(message_id)})
         return Message.model_validate(json.loads(raw))
 
     async def alist_messages(
@@ -242,7 +244,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         if not await self._native.delete_message(thread_id, user_id, str(message_id)):
-            raise IndexError(f"message {message_id!r} not found in thread {thread_id!r}")
+            raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
+                                       context={"thread_id": thread_id, "message_id": str(message_id)})
         return True
 
     # -- threads ---------------------------------------------------------------------------
