@@ -48,6 +48,8 @@ pub fn status_str(s: ExecStatus) -> &'static str {
 }
 
 impl ExecView {
+    /// A read-only copy of the engine's execution metadata for one node call (the interrupt
+    /// data converted to Python once).
     pub fn new(py: Python<'_>, exec: &ExecMeta) -> PyResult<Py<ExecView>> {
         let interrupt_data = match &exec.interrupt_data {
             None | Some(serde_json::Value::Null) => py.None(),
@@ -82,8 +84,10 @@ impl ExecView {
 /// e.g. "remote_tool_call"). A plain str or None return means a goto and no pause.
 #[pyclass(module = "tenxgraph._core", frozen)]
 pub struct NodeResult {
+    /// The next node; None follows the graph's edges.
     #[pyo3(get)]
     pub goto: Option<String>,
+    /// Why the run pauses after this node's step commits (None: it goes on).
     #[pyo3(get)]
     pub pause: Option<String>,
 }

@@ -34,10 +34,14 @@ impl Completion {
 
 /// The event loop and contextvars of the Python call that started a run.
 pub struct Locals {
+    /// The asyncio loop node and tool coroutines are submitted to.
     pub event_loop: Py<PyAny>,
+    /// The `contextvars.Context` they run in.
     pub context: Py<PyAny>,
 }
 
+/// A Python coroutine running as an asyncio task, awaited from Rust: its outcome arrives through a
+/// oneshot, and dropping this before it finished cancels the task (timeouts and stop rely on it).
 pub struct PyTask {
     rx: oneshot::Receiver<Outcome>,
     submission: Option<Py<PyAny>>,

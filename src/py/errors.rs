@@ -30,10 +30,13 @@ fn with_cause(py: Python<'_>, err: PyErr, cause: Option<Box<dyn std::error::Erro
     err
 }
 
+/// A store failure as the Python exception and error code `engine_err` gives it.
 pub fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
     engine_err(py, EngineError::Store(e))
 }
 
+/// An engine failure as its typed Python exception (`tenxgraph.core.exceptions`), with the error
+/// code and context the docs list for it.
 pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
     let context = e.context();
     let message = e.to_string();

@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 use serde_json::json;
 use std::sync::Arc;
 
+/// A compiled graph's spec bound to its store: `run` drives one call of the loop, with every
+/// step committed before it is reported.
 #[pyclass(module = "tenxgraph._core", frozen)]
 pub struct NativeGraph {
     spec: Arc<GraphSpec>,

@@ -14,8 +14,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 use serde_json::Value;
 
+/// The engine's `NodeHost` for a Python run: node, tool and lifecycle calls go to the Python
+/// `Run` object on its event loop.
 pub struct PyHost {
+    /// The Python `Run` (tenxgraph._runtime) the calls go to.
     pub run: Py<PyAny>,
+    /// Its event loop and contextvars.
     pub locals: Locals,
     /// Only a streaming run wants to hear about commits.
     pub streaming: bool,

@@ -14,6 +14,7 @@ mod waiter;
 
 use pyo3::prelude::*;
 
+/// The extension module `tenxgraph._core`: the graph, the stores, run options and the shared rules.
 #[pymodule]
 pub mod _core {
     use pyo3::prelude::*;

@@ -259,6 +259,7 @@ impl RunOptions {
         cfg
     }
 
+    /// What the call brings: messages, a state update, a start node, resume-only.
     pub fn input(&self) -> engine::RunInput<'_> {
         engine::RunInput {
             has_messages: self.has_messages,
@@ -268,10 +269,12 @@ impl RunOptions {
         }
     }
 
+    /// Whether the call streams (commits are then reported as they happen).
     pub fn streaming(&self) -> bool {
         self.streaming
     }
 
+    /// The commit (version, write mark) whose live state the Python side kept, if any.
     pub fn known(&self) -> Option<(i64, String)> {
         self.known_version.zip(self.known_mark.clone())
     }

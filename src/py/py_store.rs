@@ -20,6 +20,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// A `Checkpointer` over a checkpointer written in Python (see the module comment): a working
+/// copy in memory, written through to Python on every commit.
 pub struct PyStore {
     mem: MemoryStore,
     adapter: Py<PyAny>,
@@ -28,6 +30,7 @@ pub struct PyStore {
 }
 
 impl PyStore {
+    /// A store over the Python adapter `adapter`, called on `locals`' event loop.
     pub fn new(adapter: Py<PyAny>, locals: Locals) -> Self {
         PyStore { mem: MemoryStore::new(false), adapter, locals, hydrated: Mutex::new(HashSet::new()) }
     }

@@ -13,8 +13,11 @@ use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 
+/// A Rust store (memory, SQLite, Postgres, or a Python checkpointer) as the Python checkpointers
+/// call it.
 #[pyclass(module = "tenxgraph._core", frozen)]
 pub struct NativeStore {
+    /// The store every call goes to.
     pub inner: Arc<dyn Checkpointer>,
 }
 

@@ -17,6 +17,8 @@ use std::sync::Mutex;
 
 type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
+/// A Rust future's result waiting for the event loop (see the module comment): set from tokio
+/// without the interpreter, read on the loop thread.
 #[pyclass(module = "tenxgraph._core", frozen)]
 pub struct Waiter {
     reader: UnixStream,

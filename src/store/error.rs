@@ -5,26 +5,57 @@ use thiserror::Error;
 pub enum StoreError {
     /// Another execution committed after this run read the thread (STORAGE_CONFLICT_001).
     #[error("State was modified by another execution (expected version {expected}, found {current})")]
-    Stale { thread_id: String, expected: i64, current: i64 },
+    Stale {
+        /// The thread written.
+        thread_id: String,
+        /// The version the run read and wrote against.
+        expected: i64,
+        /// The version the thread is at now.
+        current: i64,
+    },
     /// The thread belongs to another user and isolation is on (STORAGE_FORBIDDEN_001).
     #[error("Thread '{thread_id}' belongs to another user")]
-    Forbidden { thread_id: String },
+    Forbidden {
+        /// The other user's thread.
+        thread_id: String,
+    },
     /// A message id already used by another thread (STORAGE_FORBIDDEN_002).
     #[error("Message '{message_id}' belongs to another thread")]
-    MessageInOtherThread { message_id: String },
+    MessageInOtherThread {
+        /// The id that is taken.
+        message_id: String,
+    },
     /// A bad argument (schema name, DSN, URL) refused before anything was written; the text says which.
     #[error("{0}")]
     InvalidInput(String),
     /// The run's lease on the thread was taken over by another execution: this write, and every
     /// later one of this run, is refused (STORAGE_FENCED_001).
     #[error("thread '{thread_id}' lease token {token} was superseded (current token {current:?}); this run no longer owns the thread and wrote nothing")]
-    Fenced { thread_id: String, token: i64, current: Option<i64> },
+    Fenced {
+        /// The thread written.
+        thread_id: String,
+        /// The token this run held.
+        token: i64,
+        /// The token that holds the thread now (None: no lease row).
+        current: Option<i64>,
+    },
     /// The backend failed (STORAGE_001); the text says which operation.
     #[error("{op} failed: {source}")]
-    Backend { op: &'static str, #[source] source: Box<dyn std::error::Error + Send + Sync> },
+    Backend {
+        /// The operation that failed.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The database could not be reached (after retries): TransientStorageError.
     #[error("{op} failed: the database is unreachable: {message}")]
-    Transient { op: &'static str, message: String },
+    Transient {
+        /// The operation that could not reach the database.
+        op: &'static str,
+        /// The driver's last error, password redacted.
+        message: String,
+    },
     /// A failpoint armed with `raise` fired inside the transaction (nothing was committed).
     #[error("{0}")]
     Failpoint(String),

@@ -12,7 +12,12 @@ use super::LeaseInfo;
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeasedInput {
     /// The lease is the run's (`token`) and the input step is committed at `version`, together.
-    Committed { token: i64, version: i64 },
+    Committed {
+        /// The run's fencing token.
+        token: i64,
+        /// The thread's version after the input step.
+        version: i64,
+    },
     /// Another holder's lease is live: nothing was written.
     Held(LeaseInfo),
 }
@@ -20,6 +25,8 @@ pub enum LeasedInput {
 /// The stop request the run's start clears: the namespace and key of the store's generic cache.
 #[derive(Debug, Clone, Copy)]
 pub struct StopKey<'a> {
+    /// The cache namespace stop requests live in.
     pub namespace: &'a str,
+    /// The run's key in it (thread and user).
     pub key: &'a str,
 }

@@ -63,7 +63,10 @@ impl LeaseInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseAttempt {
     /// The lease is the caller's until it expires; every write of the run carries `token`.
-    Acquired { token: i64 },
+    Acquired {
+        /// The new fencing token: greater than every earlier one of the thread.
+        token: i64,
+    },
     /// Somebody else holds it (live and not stolen): nothing changed.
     Held(LeaseInfo),
 }

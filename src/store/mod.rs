@@ -4,6 +4,8 @@
 //! messages), writes are versioned (compare-and-swap on the version the run started from), the tool
 //! ledger keeps the first recorded result, and ledger rows go with their thread.
 
+#![warn(missing_docs)]
+
 mod error;
 mod input_lease;
 mod lazy;
