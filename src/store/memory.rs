@@ -1,6 +1,10 @@
 //! In-process backend: the same versioning and ledger rules as SQLite/Postgres, kept in maps.
 //! Values are stored as JSON copies, never live Python objects (10xGraph kept references, which
 //! made snapshots backend-dependent).
+//!
+//! One file (~570 lines) on purpose: every method takes the one `Mutex<Inner>` and does all its
+//! checks before its first change, which is what makes each call atomic here; split by concept,
+//! that discipline would have to be re-read in every file. The concepts are sections below.
 
 use super::{
     Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
