@@ -1,15 +1,12 @@
-"""The floor of bench/compare.py: what a plain client (psycopg 3, async, autocommit) pays for the
-same number of durable commits per turn as tenxgraph makes on PostgreSQL, one transaction (one
-INSERT statement) each, with rows of the same size. No graph, no Python node, no tool: the cost of
-the database alone.
+"""The floor of bench/compare.py: what a plain client (psycopg 3, async, autocommit) pays for a
+number of durable commits per turn, one transaction (one INSERT statement) each, with rows of the
+sizes tenxgraph writes. No graph, no Python node, no tool: the cost of the database alone.
 
-tenxgraph's commits in one turn (counted with pg_stat_wal by the `count` scenario, and in
-src/engine/run_loop.rs and src/engine/tools.rs): the input (state row + the user message), the
-model step (state + the assistant message with three tool calls), the tool ledger (three results;
-the group commit writes the first result to return alone and the two that return while that write
-is in flight together: two transactions), the tools step (state + three tool messages) and the
-final model step (state + the answer). That is 6; ``--floor-commits`` changes the number of
-ledger transactions to match a different count.
+bench/compare.py runs it at the contract's minimum, 4 commits (``CONTRACT_COMMITS``): the input
+(state row + the user message), the model step (state + the assistant message with three tool
+calls), the tools step (state + three tool messages, the ledger rows in the same transaction) and
+the final model step (state + the answer). ``--floor-commits`` above 4 splits the ledger rows into
+transactions of their own, as tenxgraph writes them (the moment the tools return).
 """
 
 from __future__ import annotations
