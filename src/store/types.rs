@@ -46,7 +46,13 @@ pub struct Checkpoint {
 /// unique to that commit, so a process that still holds the live state of its own last run can
 /// tell the row is unchanged without reading the thread's messages. The version alone is not
 /// enough: a thread deleted and written again reaches the same versions.
-pub const WRITE_MARK_PATH: [&str; 2] = ["__state_meta__", "write"];
+pub const WRITE_MARK_PATH: [&str; 2] = [super::STATE_META_KEY, "write"];
+
+/// `WRITE_MARK_PATH` as a SQLite JSON path (`$.__state_meta__.write`), bound into the statements
+/// that read or clear the mark, so the key is spelled only in `STATE_META_KEY`.
+pub fn write_mark_json_path() -> String {
+    format!("$.{}.{}", WRITE_MARK_PATH[0], WRITE_MARK_PATH[1])
+}
 
 /// The write mark of a state row, if the engine committed it.
 pub fn write_mark(state: &Value) -> Option<&str> {

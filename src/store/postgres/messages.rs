@@ -43,11 +43,12 @@ pub(super) struct Stmts {
 impl Stmts {
     pub(super) fn new(s: &str) -> Self {
         let m = message_json();
+        let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
             upsert: Stmt::new(format!("SELECT {s}.tenx_upsert_messages($1, $2)")),
             unmark: Stmt::new(format!(
-                "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{__state_meta__}}', \
-                   COALESCE(state_data->'__state_meta__', '{{}}'::jsonb) || jsonb_build_object('write', $2::text)) \
+                "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{{meta}}}', \
+                   COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', $2::text)) \
                  WHERE thread_id = $1 AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
             )),
             get: Stmt::new(format!("SELECT {m} AS m FROM {s}.messages WHERE thread_id = $1 AND message_id = $2 ORDER BY seq, created_at")),

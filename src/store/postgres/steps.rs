@@ -18,6 +18,7 @@ pub(super) struct Stmts {
 impl Stmts {
     pub(super) fn new(s: &str) -> Self {
         let message_json = message_json();
+        let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
             // One round trip: the owner check, the latest state and the thread's messages as one
             // array (NULL for a row written by 10xGraph, whose context is inside the state).
@@ -33,7 +34,7 @@ impl Stmts {
                        (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
                    END AS msgs \
                  FROM (SELECT version, state_data, \
-                         COALESCE(version = $4 AND state_data->'__state_meta__'->>'write' = $5, false) AS known \
+                         COALESCE(version = $4 AND state_data->'{meta}'->>'{mark}' = $5, false) AS known \
                        FROM {s}.states WHERE thread_id = $1 \
                          AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"

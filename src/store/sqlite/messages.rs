@@ -6,9 +6,10 @@ use super::*;
 /// `clear_write_mark`).
 pub(super) async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<()> {
     sqlx::query(
-        "UPDATE states SET state_data = json_set(state_data, '$.__state_meta__.write', ?) \
+        "UPDATE states SET state_data = json_set(state_data, ?, ?) \
          WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
     )
+    .bind(crate::store::write_mark_json_path())
     .bind(crate::store::MESSAGES_CHANGED)
     .bind(&t.thread_id)
     .bind(&t.thread_id)

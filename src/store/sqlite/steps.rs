@@ -53,9 +53,10 @@ pub(super) async fn step_in(s: &SqliteStore, c: &mut SqliteConnection, t: &Threa
     check_fence(&mut *c, &t.thread_id, w.fence).await?;
     s.own_thread(&mut *c, t).await?;
     let latest: Option<(i64, Option<String>)> = sqlx::query_as(
-        "SELECT version, json_extract(state_data, '$.__state_meta__.write') FROM states WHERE thread_id = ? \
+        "SELECT version, json_extract(state_data, ?) FROM states WHERE thread_id = ? \
          ORDER BY version DESC LIMIT 1",
     )
+    .bind(crate::store::write_mark_json_path())
     .bind(&t.thread_id)
     .fetch_optional(&mut *c)
     .await
