@@ -108,30 +108,8 @@ def test_streamed_turn_deltas_then_the_committed_message(llm: OpenAIStandIn) -> 
     assert finals[-1].usages is not None  # the usage chunk of the stream was kept
 
 
-def test_streamed_final_message_is_not_shown_when_its_step_does_not_commit(llm: OpenAIStandIn) -> None:
-    llm.reply_text("This answer never commits.")
-    app = react().compile(checkpointer=InMemoryCheckpointer())
-    chunks = []
-
-    async def run():
-        async for c in app.astream({"messages": [Message.text_message("hi")]},
-                                   {"thread_id": "s2", "failpoints": "in_step_tx:MAIN=raise"}):
-            chunks.append(c)
-
-    with pytest.raises(Exception) as err:
-        asyncio.run(run())
-    assert "FAILPOINT" in str(err.value)
-    msgs = [c.message for c in chunks if c.message is not None]
-    assert "".join(m.text() for m in msgs if m.delta) == "This answer never commits."
-    assert not [m for m in msgs if not m.delta and m.role == "assistant"]
 
 
-def test_retry_after_429(llm: OpenAIStandIn) -> None:
-    llm.reply_error(429, "slow down")
-    llm.reply_text("ok after a retry")
-    out = ask(react().compile(), "hi")
-    assert out["messages"][-1].text() == "ok after a retry"
-    assert [r.reply for r in llm.requests] == ["error", "text"]
 
 
 def test_permanent_error_is_not_retried_and_is_typed(llm: OpenAIStandIn) -> None:
