@@ -20,6 +20,7 @@ from tenxgraph.core.state.stream_chunks import StreamEvent  # noqa: E402
 from tenxgraph.prebuilt.agent import ReactAgent  # noqa: E402
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer  # noqa: E402
 from tenxgraph.testing import CrashKit, EffectCounter  # noqa: E402
+from tests_py.llm_agents.stand_in_env import serving  # noqa: E402
 from tenxgraph.testing.providers import AnthropicStandIn, OpenAIStandIn  # noqa: E402
 from tenxgraph.utils.constants import END  # noqa: E402
 
@@ -29,11 +30,7 @@ MODEL = "anthropic/claude-sonnet-4-5"
 
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    with AnthropicStandIn() as server:
-        for k, v in server.env.items():
-            monkeypatch.setenv(k, v)
-        yield server
+    yield from serving(AnthropicStandIn, monkeypatch, drop=["ANTHROPIC_AUTH_TOKEN"])
 
 
 def weather(city: str) -> str:

@@ -15,6 +15,7 @@ from tenxgraph.core.graph import RetryConfig  # noqa: E402
 from tenxgraph.core.state import Message  # noqa: E402
 from tenxgraph.prebuilt.agent import ReactAgent  # noqa: E402
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer  # noqa: E402
+from tests_py.llm_agents.stand_in_env import serving  # noqa: E402
 from tenxgraph.testing.providers import AnthropicStandIn, GoogleStandIn, OpenAIStandIn  # noqa: E402
 
 FAST = RetryConfig(max_retries=2, initial_delay=0.01, max_delay=0.05)
@@ -30,11 +31,7 @@ OTHER_ENV = ("ANTHROPIC_AUTH_TOKEN", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXA
 @pytest.fixture(params=sorted(PROVIDERS))
 def provider(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     stand_in, model = PROVIDERS[request.param]
-    for name in OTHER_ENV:
-        monkeypatch.delenv(name, raising=False)
-    with stand_in() as server:
-        for k, v in server.env.items():
-            monkeypatch.setenv(k, v)
+    for server in serving(stand_in, monkeypatch, drop=OTHER_ENV):
         yield server, model
 
 

@@ -20,6 +20,7 @@ from tenxgraph.core.state.stream_chunks import StreamEvent  # noqa: E402
 from tenxgraph.prebuilt.agent import ReactAgent  # noqa: E402
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer  # noqa: E402
 from tenxgraph.testing import CrashKit, EffectCounter  # noqa: E402
+from tests_py.llm_agents.stand_in_env import serving  # noqa: E402
 from tenxgraph.testing.providers import GoogleStandIn  # noqa: E402
 from tenxgraph.utils.constants import END  # noqa: E402
 
@@ -29,12 +30,7 @@ MODEL = "gemini/gemini-2.5-flash"
 
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch):
-    for name in ("GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
-        monkeypatch.delenv(name, raising=False)
-    with GoogleStandIn() as server:
-        for k, v in server.env.items():
-            monkeypatch.setenv(k, v)
-        yield server
+    yield from serving(GoogleStandIn, monkeypatch, drop=["GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"])
 
 
 def weather(city: str) -> str:
