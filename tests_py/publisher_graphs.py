@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from tenxgraph.core.graph import StateGraph, ToolNode
 from tenxgraph.core.state import AgentState, Message
 from tenxgraph.runtime.publisher import BasePublisher, EventModel
 from tenxgraph.utils import END
+
+GUARD = 120.0  # seconds; reached only if something hangs, which is the failure
 
 
 class Recorder(BasePublisher):
@@ -93,3 +96,35 @@ def tool_graph(publisher: Any = None, **compile_kw: Any) -> Any:
     g.add_conditional_edges("model", route, {"tools": "tools", END: END})
     g.add_edge("tools", "model")
     return g.compile(**compile_kw)
+
+
+class Gate:
+    """A node that reports it started and then waits until the test lets it go (asyncio events)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def node(self, state: AgentState) -> list[Message]:
+        self.started.set()
+        await self.go.wait()
+        return [Message.text_message("second", role="assistant")]
+
+
+def two_step_graph(publisher: Any, gate: Gate, checkpointer: Any) -> Any:
+    """first -> second (the gate) -> END."""
+    g = StateGraph(AgentState, publisher=publisher)
+    g.add_node("first", lambda state: [Message.text_message("first", role="assistant")])
+    g.add_node("second", gate.node)
+    g.set_entry_point("first")
+    g.add_edge("first", "second")
+    g.add_edge("second", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+async def until(pred: Any, what: str) -> None:
+    """Polls ``pred`` until true; fails after GUARD seconds."""
+    deadline = time.monotonic() + GUARD
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)

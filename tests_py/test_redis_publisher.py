@@ -27,12 +27,9 @@ from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 from tenxgraph.testing.services import redis_command, start_redis
 from tenxgraph.utils import END
-from tests_py.publisher_graphs import Recorder, tool_graph
+from tests_py.publisher_graphs import GUARD, Gate, Recorder, tool_graph, two_step_graph, until
 
 redis_asyncio = pytest.importorskip("redis.asyncio")
-
-GUARD = 120.0  # seconds; reached only if something hangs, which is the failure
-
 
 async def _stream_payloads(url: str, stream: str) -> list[tuple[list[bytes], dict]]:
     client = redis_asyncio.Redis.from_url(url)
@@ -105,36 +102,6 @@ async def test_pubsub_mode_publishes_to_the_default_channel(tenx_redis) -> None:
     assert _seq(got) == rec.seq()
 
 
-class _Gate:
-    """A node that reports it started and then waits until the test lets it go (asyncio events)."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.go = asyncio.Event()
-
-    async def node(self, state: AgentState) -> list[Message]:
-        self.started.set()
-        await self.go.wait()
-        return [Message.text_message("second", role="assistant")]
-
-
-def _two_step_graph(publisher, gate: _Gate, checkpointer):
-    g = StateGraph(AgentState, publisher=publisher)
-    g.add_node("first", lambda state: [Message.text_message("first", role="assistant")])
-    g.add_node("second", gate.node)
-    g.set_entry_point("first")
-    g.add_edge("first", "second")
-    g.add_edge("second", END)
-    return g.compile(checkpointer=checkpointer)
-
-
-async def _until(pred, what: str) -> None:
-    deadline = time.monotonic() + GUARD
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.asyncio
 async def test_redis_stopped_mid_run_costs_events_not_steps() -> None:
     server = start_redis(use_env=False)  # our own: this test stops it
@@ -142,14 +109,14 @@ async def test_redis_stopped_mid_run_costs_events_not_steps() -> None:
     pub = RedisPublisher({"url": server.url, "mode": "stream", "stream": stream,
                           "socket_timeout": 2.0, "socket_connect_timeout": 2.0})
     box = outbox_for(pub)
-    gate = _Gate()
+    gate = Gate()
     cp: InMemoryCheckpointer[AgentState] = InMemoryCheckpointer()
-    app = _two_step_graph(pub, gate, cp)
+    app = two_step_graph(pub, gate, cp)
     try:
         run = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"}))
         await asyncio.wait_for(gate.started.wait(), GUARD)
         # The events before "second" started reach Redis while it is up.
-        await _until(lambda: box.delivered_count >= 4, "the first events to be delivered")
+        await until(lambda: box.delivered_count >= 4, "the first events to be delivered")
         before = box.delivered_count
         server.stop()
         gate.go.set()
@@ -238,11 +205,10 @@ def test_without_the_redis_package_the_constructor_says_what_to_install(monkeypa
     assert isinstance(err.value, RuntimeError)
 
 
-@pytest.mark.parametrize("cls", [KafkaPublisher, RabbitMQPublisher])
-def test_broker_publishers_we_do_not_implement_refuse_to_construct(cls) -> None:
+def test_the_kafka_publisher_we_do_not_implement_refuses_to_construct() -> None:
     with pytest.raises(PublisherUnavailableError) as err:
-        cls({})
-    assert err.value.error_code == "PUBLISHER_001" and cls.__name__ in str(err.value)
+        KafkaPublisher({})
+    assert err.value.error_code == "PUBLISHER_001" and "KafkaPublisher" in str(err.value)
     from tenxgraph.runtime import KafkaPublisher as K, RabbitMQPublisher as R, RedisPublisher as Rd
 
     assert (K, R, Rd) == (KafkaPublisher, RabbitMQPublisher, RedisPublisher)

@@ -19,7 +19,7 @@ _LAZY = {
     "EventModel": "tenxgraph.runtime.publisher.events",
     "EventType": "tenxgraph.runtime.publisher.events",
     "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
-    "RabbitMQPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "RabbitMQPublisher": "tenxgraph.runtime.publisher.rabbitmq_publisher",
     "RedisPublisher": "tenxgraph.runtime.publisher.redis_publisher",
     "publish_event": "tenxgraph.runtime.publisher.publish",
 }

@@ -43,10 +43,11 @@ import time
 import urllib.parse
 import uuid
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "PG_DSN_ENV",
+    "apt_install",
     "REDIS_URL_ENV",
     "PostgresServer",
     "RedisServer",
@@ -570,7 +571,7 @@ def start_postgres(*, use_env: bool = True) -> PostgresServer:
 
 # --------------------------------------------------------------------------- Redis
 
-_REDIS_INSTALL_LOCK = "/tmp/tenx-redis-install.lock"
+_APT_INSTALL_LOCK = "/tmp/tenx-apt-install.lock"
 _POLICY_RC_D = "/usr/sbin/policy-rc.d"
 
 
@@ -584,16 +585,17 @@ def _which_redis_server() -> str | None:
     return None
 
 
-def _apt_install_redis() -> None:
-    """``apt-get install redis-server`` without starting the system service.
+def apt_install(package: str, installed: Callable[[], object]) -> None:
+    """``apt-get install <package>`` without starting its system service (root only).
 
-    Serialised with a file lock (parallel test processes); ``policy-rc.d`` exit 101
-    keeps the package's postinst from starting a redis on 6379 that would outlive us.
+    Serialised with a file lock (parallel test processes); ``installed()`` is checked again under
+    the lock. ``policy-rc.d`` exit 101 keeps the package's postinst from starting a server that
+    would outlive us.
     """
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    with open(_REDIS_INSTALL_LOCK, "w") as lock:
+    with open(_APT_INSTALL_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _which_redis_server():
+        if installed():
             return
         created_policy = False
         if not os.path.exists(_POLICY_RC_D):
@@ -605,7 +607,7 @@ def _apt_install_redis() -> None:
             apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
             steps = [
                 [*apt, "update", "-qq"],
-                [*apt, "install", "-y", "-qq", "--no-install-recommends", "redis-server"],
+                [*apt, "install", "-y", "-qq", "--no-install-recommends", package],
             ]
             for cmd in steps:
                 res = subprocess.run(
@@ -613,7 +615,7 @@ def _apt_install_redis() -> None:
                 )
                 if res.returncode != 0:
                     raise RuntimeError(
-                        f"`{shlex.join(cmd)}` failed (exit {res.returncode}) while installing redis-server:\n"
+                        f"`{shlex.join(cmd)}` failed (exit {res.returncode}) while installing {package}:\n"
                         f"{(res.stdout + res.stderr).strip()[-4000:]}"
                     )
         finally:
@@ -628,7 +630,7 @@ def find_redis_server(*, install: bool = True) -> str:
     if found:
         return found
     if install and _is_root() and shutil.which("apt-get"):
-        _apt_install_redis()
+        apt_install("redis-server", _which_redis_server)
         found = _which_redis_server()
         if found:
             return found

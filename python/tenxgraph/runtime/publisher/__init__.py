@@ -4,8 +4,9 @@ A publisher receives one ``EventModel`` per point of a run: the graph's start, p
 (or error / interruption), each node's start and end, each tool call's start and end. Give one
 to ``StateGraph(publisher=...)`` (a list becomes a ``CompositePublisher``). ``ConsolePublisher``
 prints each event, for debugging; ``OtelPublisher`` (extra ``otel``) turns them into spans;
-``RedisPublisher`` (extra ``redis``) sends them to a Redis channel or stream. ``KafkaPublisher``
-and ``RabbitMQPublisher`` import but are not supported (``PublisherUnavailableError``).
+``RedisPublisher`` (extra ``redis``) sends them to a Redis channel or stream,
+``RabbitMQPublisher`` (extra ``rabbitmq``) to a RabbitMQ exchange. ``KafkaPublisher`` imports but
+is not supported (``PublisherUnavailableError``).
 Delivery never holds up a run: see :mod:`tenxgraph.runtime.publisher.publish` for the bounded
 outbox, its deadlines and its counters. Names load lazily, so any submodule imports first.
 """
@@ -26,7 +27,7 @@ _LAZY = {
     "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
     "OtelPublisher": "tenxgraph.runtime.publisher.otel_publisher",
     "PublisherUnavailableError": "tenxgraph.runtime.publisher.errors",
-    "RabbitMQPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "RabbitMQPublisher": "tenxgraph.runtime.publisher.rabbitmq_publisher",
     "RedisPublisher": "tenxgraph.runtime.publisher.redis_publisher",
     "publish_event": "tenxgraph.runtime.publisher.publish",
 }

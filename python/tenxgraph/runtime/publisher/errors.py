@@ -13,7 +13,7 @@ class PublisherUnavailableError(GraphError, RuntimeError):
     """Raised by a publisher's constructor when it cannot deliver anything in this install, so a
     deployment fails at start-up rather than dropping every event of every run.
 
-    ``PUBLISHER_001``: the publisher is not implemented by tenxgraph (Kafka, RabbitMQ);
+    ``PUBLISHER_001``: the publisher is not implemented by tenxgraph (Kafka);
     ``PUBLISHER_002``: its client library is not installed (``context["package"]``, the extra).
     A ``RuntimeError`` too, the type 10xGraph 0.10 raised when a client library was missing.
     """

@@ -19,15 +19,11 @@ every run, sync ``invoke`` included, whatever loop the run is on.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import json
 import logging
-import threading
 from typing import Any
 
-from tenxgraph.runtime.publisher.base_publisher import BasePublisher
-from tenxgraph.runtime.publisher.errors import PublisherUnavailableError
+from tenxgraph.runtime.publisher._private_loop import PrivateLoopPublisher, import_client
 from tenxgraph.runtime.publisher.events import EventModel
 
 __all__ = ["RedisPublisher"]
@@ -37,7 +33,7 @@ _log = logging.getLogger("tenxgraph.publisher")
 _MODES = ("pubsub", "stream")
 
 
-class RedisPublisher(BasePublisher):
+class RedisPublisher(PrivateLoopPublisher):
     """Publishes every event to Redis (see the module docstring for the wire format).
 
     ``config`` keys, with 10xGraph's defaults: ``url`` ("redis://localhost:6379/0"), ``mode``
@@ -48,6 +44,8 @@ class RedisPublisher(BasePublisher):
     ``PUBLISHER_002`` when the ``redis`` package is missing and ``ValueError`` for an unknown
     ``mode``.
     """
+
+    _thread_name = "tenxgraph-redis-publisher"
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         super().__init__(dict(config or {}))
@@ -70,31 +68,11 @@ class RedisPublisher(BasePublisher):
         if self.maxlen is not None and (isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int)
                                         or self.maxlen <= 0):
             raise ValueError(f"RedisPublisher maxlen must be a positive int or None, got {self.maxlen!r}")
-        try:
-            self._redis_asyncio = importlib.import_module("redis.asyncio")
-        except ImportError as exc:
-            raise PublisherUnavailableError(
-                "RedisPublisher needs the 'redis' package: pip install \"10xgraph[redis]\"",
-                "PUBLISHER_002", {"package": "redis", "extra": "redis"},
-            ) from exc
-        # One client on one private loop thread, started with the first event: redis.asyncio
-        # connections belong to the loop that opened them, and a graph's runs come from many
-        # loops (each sync invoke has one of its own), so they cannot live on the run's loop.
-        self._io_loop: asyncio.AbstractEventLoop | None = None
-        self._io_thread: threading.Thread | None = None
-        self._io_lock = threading.Lock()
+        self._redis_asyncio = import_client("redis.asyncio", "RedisPublisher", "redis", "redis")
         self._client: Any = None
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        with self._io_lock:
-            if self._is_closed:
-                raise RuntimeError("Cannot publish to closed RedisPublisher")
-            if self._io_loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="tenxgraph-redis-publisher", daemon=True)
-                thread.start()
-                self._io_loop, self._io_thread = loop, thread
-            return self._io_loop
+    def _encode(self, event: EventModel) -> bytes:
+        return json.dumps(event.model_dump(mode="json")).encode(self.encoding)
 
     async def _send(self, payload: bytes) -> Any:
         """Runs on the private loop."""
@@ -127,14 +105,6 @@ class RedisPublisher(BasePublisher):
             except Exception:  # noqa: BLE001 - closing is best effort (Redis may be down)
                 _log.debug("RedisPublisher close failed", exc_info=True)
 
-    def _stop_loop(self) -> tuple[asyncio.AbstractEventLoop | None, threading.Thread | None]:
-        """Marks the publisher closed and takes its loop, under the lock ``_loop`` starts one with."""
-        with self._io_lock:
-            self._is_closed = True
-            loop, thread = self._io_loop, self._io_thread
-            self._io_loop = self._io_thread = None
-        return loop, thread
-
     def _close_bound(self) -> float:
         return float(self.socket_timeout or 5.0) + 1.0
 
@@ -142,41 +112,4 @@ class RedisPublisher(BasePublisher):
         """Sends ``event``; returns Redis's answer (subscribers reached, or the stream entry id).
         Raises ``RuntimeError`` once closed, and redis-py's errors when Redis cannot be reached
         (the outbox counts and logs them)."""
-        if self._is_closed:
-            raise RuntimeError("Cannot publish to closed RedisPublisher")
-        payload = json.dumps(event.model_dump(mode="json")).encode(self.encoding)
-        # Cancelling this await (the outbox's deadline) cancels the send on the private loop.
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._send(payload), self._loop()))
-
-    async def close(self) -> None:
-        """Closes the connections and stops the private loop thread; idempotent."""
-        if self._is_closed:
-            return
-        loop, thread = self._stop_loop()
-        if loop is None or thread is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_client(), loop)),
-                                   self._close_bound())
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - best effort
-            _log.debug("RedisPublisher close did not finish", exc_info=True)
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join, self._close_bound())
-        if not thread.is_alive():
-            loop.close()
-
-    def sync_close(self) -> None:
-        """:meth:`close` from sync code (not from inside a running event loop's thread)."""
-        if self._is_closed:
-            return
-        loop, thread = self._stop_loop()
-        if loop is None or thread is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._close_client(), loop).result(self._close_bound())
-        except Exception:  # noqa: BLE001 - best effort
-            _log.debug("RedisPublisher close did not finish", exc_info=True)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(self._close_bound())
-        if not thread.is_alive():
-            loop.close()
+        return await super().publish(event)

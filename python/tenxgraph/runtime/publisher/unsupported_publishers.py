@@ -1,9 +1,10 @@
-"""10xGraph 0.10's broker publishers that tenxgraph does not implement (yet).
+"""10xGraph 0.10's broker publisher that tenxgraph does not implement (yet): Kafka.
 
-They stay importable so ``from tenxgraph.runtime.publisher import KafkaPublisher`` (and a star
+It stays importable so ``from tenxgraph.runtime.publisher import KafkaPublisher`` (and a star
 import) work, but constructing one raises :class:`PublisherUnavailableError` ``PUBLISHER_001``:
 a publisher that could never deliver would otherwise drop every event of every run silently.
-They were not built because no Kafka or RabbitMQ broker was available to test them against.
+It was not built because no Kafka broker can be had here to test it against (Debian does not
+package one).
 Write a ``BasePublisher`` for your broker meanwhile (its ``publish`` is awaited off the run's
 path, under the outbox's deadline).
 """
@@ -14,7 +15,7 @@ from typing import Any, NoReturn
 
 from tenxgraph.runtime.publisher.errors import PublisherUnavailableError
 
-__all__ = ["KafkaPublisher", "RabbitMQPublisher"]
+__all__ = ["KafkaPublisher"]
 
 
 def _refuse(name: str, broker: str) -> NoReturn:
@@ -32,10 +33,3 @@ class KafkaPublisher:
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         _refuse("KafkaPublisher", "Kafka")
 
-
-class RabbitMQPublisher:
-    """10xGraph's RabbitMQ publisher. Not supported: constructing it raises
-    ``PublisherUnavailableError`` ``PUBLISHER_001``."""
-
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
-        _refuse("RabbitMQPublisher", "RabbitMQ")
