@@ -22,7 +22,8 @@ ORACLE_VERSION = "0.10.0"
 # tools: 2.x, because 10xGraph 0.10's MCP code does not work with fastmcp 3+ (it pings, which
 # those servers answer "Method not found", and reads `inputSchema`, which mcp 2.x renamed).
 ORACLE_PACKAGES = [f"10xgraph=={ORACLE_VERSION}", "asyncpg", "redis", "aiosqlite", "openai>=1.40",
-                   "anthropic>=1.0.0", "google-genai>=1.56.0", "fastmcp>=2.11.3,<3", "aio-pika>=9"]
+                   "anthropic>=1.0.0", "google-genai>=1.56.0", "fastmcp>=2.11.3,<3", "aio-pika>=9",
+                   "opentelemetry-sdk>=1.20", "opentelemetry-exporter-otlp-proto-http>=1.20"]
 
 
 def _venv_dir() -> Path:

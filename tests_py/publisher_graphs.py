@@ -88,14 +88,19 @@ def route(state: AgentState) -> str:
     return "tools" if state.context[-1].tools_calls else END
 
 
-def tool_graph(publisher: Any = None, **compile_kw: Any) -> Any:
+def tool_state_graph(publisher: Any = None) -> Any:
+    """model -> tools (one ``add`` call) -> model, not compiled yet."""
     g = StateGraph(AgentState, publisher=publisher)
     g.add_node("model", model)
     g.add_node("tools", ToolNode([add]))
     g.set_entry_point("model")
     g.add_conditional_edges("model", route, {"tools": "tools", END: END})
     g.add_edge("tools", "model")
-    return g.compile(**compile_kw)
+    return g
+
+
+def tool_graph(publisher: Any = None, **compile_kw: Any) -> Any:
+    return tool_state_graph(publisher).compile(**compile_kw)
 
 
 class Gate:

@@ -25,11 +25,18 @@ _LAZY = {
     "EventModel": "tenxgraph.runtime.publisher.events",
     "EventType": "tenxgraph.runtime.publisher.events",
     "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "LangsmithPublisher": "tenxgraph.runtime.publisher.langsmith_publisher",
+    "LogfirePublisher": "tenxgraph.runtime.publisher.logfire_publisher",
+    "ObservabilityLevel": "tenxgraph.runtime.publisher.otel_publisher",
     "OtelPublisher": "tenxgraph.runtime.publisher.otel_publisher",
     "PublisherUnavailableError": "tenxgraph.runtime.publisher.errors",
     "RabbitMQPublisher": "tenxgraph.runtime.publisher.rabbitmq_publisher",
     "RedisPublisher": "tenxgraph.runtime.publisher.redis_publisher",
     "publish_event": "tenxgraph.runtime.publisher.publish",
+    "setup_langsmith": "tenxgraph.runtime.publisher.exporters",
+    "setup_logfire": "tenxgraph.runtime.publisher.exporters",
+    "setup_observability": "tenxgraph.runtime.publisher.exporters",
+    "setup_tracing": "tenxgraph.runtime.publisher.otel_publisher",
 }
 
 __all__ = sorted(_LAZY)
