@@ -43,6 +43,7 @@ from tenxgraph.utils.interrupt import GraphInterrupt, Interrupt, interrupt, pend
 
 # Utilities of 10xGraph's tenxgraph.utils (issue 14, item 8).
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager, TaskMetadata  # noqa: E402
+from tenxgraph.utils.callable_utils import call_sync_or_async, run_coroutine  # noqa: E402
 from tenxgraph.utils.id_generator import (  # noqa: E402
     AsyncIDGenerator,
     BaseIDGenerator,
@@ -77,6 +78,7 @@ _ITEM8 = [
     "delayed_keyboard_interrupt", "install_secret_redaction", "logger", "mask_secrets", "setup_exception_handler",
     "shutdown_with_timeout",
     "MessageContentValidator", "PromptInjectionValidator", "ValidationError", "register_default_validators",
+    "call_sync_or_async", "run_coroutine",
 ]
 
 __all__ = [

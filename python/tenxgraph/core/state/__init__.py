@@ -35,6 +35,7 @@ from tenxgraph.core.state.reducers import (
     replace_value,
 )
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+from tenxgraph.core.state.stream_emitter import StreamEmitter
 from tenxgraph.core.state.tool_result import ToolResult
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "RemoveMessage",
     "StopRequestStatus",
     "StreamChunk",
+    "StreamEmitter",
     "StreamEvent",
     "TextBlock",
     "TokenUsages",
