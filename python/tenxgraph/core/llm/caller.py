@@ -3,6 +3,7 @@ provider adapters (the same request and reply code the Agent uses)."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 from tenxgraph.core.llm.anthropic_messages import call_anthropic
@@ -14,6 +15,14 @@ from tenxgraph.core.llm.openai_responses import call_responses
 from tenxgraph.core.llm.providers import resolve_provider_and_model
 
 __all__ = ["call_llm"]
+
+def _accepts(func: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
 
 _JSON_INSTRUCTION = "\n\nRespond with valid JSON only, no prose and no code fences."
 
@@ -43,6 +52,10 @@ async def call_llm(model: str, prompt: str, *, system_prompt: str | None = None,
     messages.append({"role": "user", "content": prompt})
     options: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, **llm_kwargs}
     if provider == "anthropic":
+        if not _accepts(client.messages.create, "temperature"):
+            # Anthropic's SDK 2.x has no sampling parameters (current models refuse them), so the
+            # default 0.3 cannot be sent; 10xGraph 0.10 sent it and failed with a TypeError.
+            options.pop("temperature", None)
         reply = await call_anthropic(client, model=name, messages=messages, tools=None, stream=False,
                                      options=options, reasoning=None)
     elif provider == "google":
