@@ -134,6 +134,10 @@ def test_create_llm_client_bad_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ModelConfigError) as err:
         create_llm_client("anthropic", api_key="k", anthropic_backend="bedrock")
     assert err.value.error_code == "LLM_CONFIG_002"
+    pytest.importorskip("google.genai")
+    with pytest.raises(ModelConfigError) as err:
+        create_llm_client("google", use_vertex_ai=True)
+    assert err.value.error_code == "LLM_CONFIG_002"
 
 
 # --- call_llm ---------------------------------------------------------------------------------
