@@ -188,3 +188,49 @@ def test_trim_and_summary_request_match_10xgraph(oracle, llm: OpenAIStandIn) -> 
     assert summary_input(llm, 0) == summary_input(llm, 1)
     assert "[Tool calls:" in summary_input(llm, 1)
     assert llm.requests[0].body["max_output_tokens"] == llm.requests[1].body["max_output_tokens"] == 600
+
+
+def test_a_run_killed_after_its_summary_resumes_and_summarises_again(llm: OpenAIStandIn, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+    from tenxgraph.testing.crash import resume, run_until_crash
+    from tests_py.crash_agents.summary_agent import build
+
+    db = str(tmp_path / "summary.db")
+    target = "tests_py.crash_agents.summary_agent:build"
+
+    async def first_turns() -> None:
+        app = build(SqliteCheckpointer(db))
+        for text in ("one", "two"):
+            llm.reply_text(f"re: {text}")
+            await app.ainvoke({"messages": [Message.text_message(text)]}, {"thread_id": "k"})
+        await app.aclose()
+
+    asyncio.run(first_turns())
+    # Turn three: the summary call and the model call are made, then the process is SIGKILLed
+    # inside the step's transaction, before its commit.
+    llm.reply_text("They greeted.")
+    llm.reply_text("re: three (lost)")
+    crashed = run_until_crash(target, "k", failpoints="in_step_tx:MAIN=kill", db=db, input="three",
+                              env=llm.env, timeout=120)
+    assert crashed.killed
+    assert len(llm.requests) == 4
+    # A fresh process resumes the step: the summary is not stored anywhere (derived data), so it is
+    # asked for again, then the model; the thread ends with one answer to "three".
+    llm.reply_text("They greeted again.")
+    llm.reply_text("re: three")
+    resumed = resume(target, "k", db=db, env=llm.env, timeout=120)
+    assert resumed.status == "completed"
+    summary_req, agent_req = llm.requests[4], llm.requests[5]
+    assert summary_req.messages[-1]["content"] == \
+        "Conversation to summarize:\n\nUSER: one\nASSISTANT: re: one\nUSER: two"
+    assert agent_req.messages[1] == {"role": "assistant", "content": "They greeted again."}
+    assert len(llm.requests) == 6
+
+    async def stored() -> list[str]:
+        cp = SqliteCheckpointer(db)
+        try:
+            return texts((await cp.aget_state({"thread_id": "k"})).context)
+        finally:
+            await cp.arelease()
+
+    assert asyncio.run(stored()) == ["one", "re: one", "two", "re: two", "three", "re: three"]

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["Counter", "TimerMetric", "counter", "enable_metrics", "setup_otel_metrics", "snapshot", "timer"]
 
@@ -138,7 +138,7 @@ class _Timing:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         if self._start is not None:
             attrs = dict(self.attributes or {})
             # Split latency by outcome, as 10xGraph does: a p99 mixing failures with successes misleads.
