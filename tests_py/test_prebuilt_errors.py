@@ -93,7 +93,7 @@ def test_every_10xgraph_prebuilt_name_imports() -> None:
     import tenxgraph.prebuilt.agent as agent_pkg
     import tenxgraph.prebuilt.tools as tools_pkg
 
-    # 10xGraph 0.10's lists, except SummaryContextManager (no counterpart; see the migration guide).
+    # 10xGraph 0.10's lists.
     assert set(agent_pkg.__all__) == {
         "AudioAgent", "BaseReranker", "CohereReranker", "CrossEncoderReranker", "PlanActReflectAgent", "RAGAgent",
         "ReactAgent", "StructuredOutputAgent", "SupervisorTeamAgent", "SwarmAgent", "SwarmMemberConfig",
@@ -104,4 +104,4 @@ def test_every_10xgraph_prebuilt_name_imports() -> None:
         "vertex_ai_search"}
     for name in prebuilt.__all__:
         assert getattr(prebuilt, name) is not None
-    assert "SummaryContextManager" not in prebuilt.__all__
+    assert {"MessageContextManager", "SummaryContextManager"} <= set(prebuilt.__all__)

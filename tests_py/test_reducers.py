@@ -236,10 +236,15 @@ def test_message_context_manager_keeps_system_and_last_n() -> None:
     assert ids(trimmed.context) == ["sys", "m3", "m4", "m5"]
 
 
-def test_message_context_manager_drops_orphan_tool_results() -> None:
-    state = AgentState(context=[msg("u"), assistant_call("a1"), tool_reply("t1"), msg("r")])
-    trimmed = MessageContextManager(max_messages=2).trim_context(state)
-    assert ids(trimmed.context) == ["r"]
+def test_message_context_manager_counts_user_turns_and_never_cuts_one() -> None:
+    # 10xGraph's rule: the last max_messages user messages and everything after them, so a
+    # tool exchange is kept whole with the turn that asked for it (no orphan tool result).
+    history = [msg("u"), assistant_call("a1"), tool_reply("t1"), msg("r", role="assistant"), msg("u2")]
+    assert ids(MessageContextManager(max_messages=2).trim_context(AgentState(context=list(history))).context) == \
+        ["u", "a1", "t1", "r", "u2"]
+    assert ids(MessageContextManager(max_messages=1).trim_context(AgentState(context=list(history))).context) == \
+        ["u2"]
+    assert ids(MessageContextManager(max_messages=0).trim_context(AgentState(context=list(history))).context) == []
 
 
 def test_message_context_manager_can_collapse_tool_exchanges() -> None:

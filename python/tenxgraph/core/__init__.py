@@ -63,7 +63,9 @@ _GRAPH_NAMES = frozenset({"StateGraph", "CompiledGraph", "Edge", "Node", "Remote
                           "BaseAgent"})
 
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_GRAPH_NAMES, "tenxgraph.core.graph"))
+# RetryConfig lives with the model layer (10xGraph exports it here too); lazy for the same reason.
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {**dict.fromkeys(_GRAPH_NAMES, "tenxgraph.core.graph"),
+                                                          "RetryConfig": "tenxgraph.core.llm.retry"})
 
 
 __all__ = [
@@ -92,6 +94,7 @@ __all__ = [
     "NodeTimeoutError",
     "ReasoningBlock",
     "ResourceNotFoundError",
+    "RetryConfig",
     "SchemaVersionError",
     "SerializationError",
     "StaleStateError",

@@ -15,10 +15,10 @@ _AGENTS = ("AudioAgent", "BaseReranker", "CohereReranker", "CrossEncoderReranker
 _TOOLS = ("create_handoff_tool", "fetch_url", "file_read", "file_search", "file_write", "google_web_search",
           "is_handoff_tool", "make_agent_memory_tool", "make_user_memory_tool", "memory_tool", "safe_calculator",
           "vertex_ai_search")
-# 10xGraph re-exports its context managers here too; SummaryContextManager has no tenxgraph
-# counterpart (docs/migrating-from-10xgraph.md).
+# 10xGraph re-exports its context managers here too.
 _FROM = {**dict.fromkeys(_AGENTS, "tenxgraph.prebuilt.agent"), **dict.fromkeys(_TOOLS, "tenxgraph.prebuilt.tools"),
-         "MessageContextManager": "tenxgraph.core.state.context_manager"}
+         "MessageContextManager": "tenxgraph.core.state.context_manager",
+         "SummaryContextManager": "tenxgraph.core.state.summary_context_manager"}
 
 __all__ = sorted(_FROM)
 

@@ -18,7 +18,7 @@ _LAZY = {
     "Event": "tenxgraph.runtime.publisher.events",
     "EventModel": "tenxgraph.runtime.publisher.events",
     "EventType": "tenxgraph.runtime.publisher.events",
-    "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "KafkaPublisher": "tenxgraph.runtime.publisher.kafka_publisher",
     "RabbitMQPublisher": "tenxgraph.runtime.publisher.rabbitmq_publisher",
     "RedisPublisher": "tenxgraph.runtime.publisher.redis_publisher",
     "publish_event": "tenxgraph.runtime.publisher.publish",

@@ -11,6 +11,10 @@ _LAZY = {
     "InMemoryCheckpointer": "tenxgraph.storage.checkpointer",
     "PgCheckpointer": "tenxgraph.storage.checkpointer",
     "SqliteCheckpointer": "tenxgraph.storage.checkpointer",
+    # 10xGraph exports its memory tools here too; ours answer "no memory store configured".
+    "make_agent_memory_tool": "tenxgraph.prebuilt.tools",
+    "make_user_memory_tool": "tenxgraph.prebuilt.tools",
+    "memory_tool": "tenxgraph.prebuilt.tools",
 }
 
 __all__ = sorted([*_LAZY, "checkpointer"])

@@ -3,6 +3,7 @@
 As 10xGraph's: at most ``max_pending_tasks`` in flight (the newest is dropped and counted beyond
 that, so a stuck sink sheds load instead of growing memory), a per-task timeout, failures logged
 (never raised into the caller), and ``shutdown()`` cancels what is left within a deadline.
+It records 10xGraph's ``background_task_manager.*`` counters in :mod:`tenxgraph.utils.metrics`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
+
+from tenxgraph.utils import metrics
 
 __all__ = ["BackgroundTaskManager", "TaskMetadata", "DEFAULT_MAX_PENDING_TASKS"]
 
@@ -67,6 +70,7 @@ class BackgroundTaskManager:
             return None
         if self._max_pending and len(self._meta) >= self._max_pending:
             self._dropped += 1
+            metrics.counter("background_task_manager.tasks_dropped").inc()
             coro.close()
             now = time.monotonic()
             if now - self._last_drop_warning >= _DROP_WARNING_EVERY_SECONDS:
@@ -75,6 +79,7 @@ class BackgroundTaskManager:
                              len(self._meta), name, self._dropped)
             return None
         task = asyncio.get_running_loop().create_task(coro, name=name)
+        metrics.counter("background_task_manager.tasks_created").inc()
         self._meta[task] = TaskMetadata(name=name, created_at=time.time(), timeout=timeout, context=context or {})
         task.add_done_callback(self._done)
         if timeout:
@@ -90,13 +95,18 @@ class BackgroundTaskManager:
             meta = self._meta.get(task)
             _log.warning("background task %r timed out after %ss", meta.name if meta else "?", timeout)
             task.cancel()
+            metrics.counter("background_task_manager.tasks_timed_out").inc()
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         meta = self._meta.pop(task, None)
         if task.cancelled():
+            metrics.counter("background_task_manager.tasks_cancelled").inc()
             return
         exc = task.exception()
-        if exc is not None:
+        if exc is None:
+            metrics.counter("background_task_manager.tasks_completed").inc()
+        else:
+            metrics.counter("background_task_manager.tasks_failed").inc()
             _log.error("background task %r failed: %s", meta.name if meta else "?", exc, exc_info=exc,
                        extra={"task_context": meta.context if meta else {}})
 
@@ -121,6 +131,7 @@ class BackgroundTaskManager:
         done, _pending = await asyncio.wait({asyncio.ensure_future(gathered)}, timeout=timeout)
         if not done:
             _log.warning("timed out waiting for %d background tasks; they keep running", len(self._meta))
+            metrics.counter("background_task_manager.wait_timeout").inc()
         else:
             next(iter(done)).result()
 
@@ -151,6 +162,7 @@ class BackgroundTaskManager:
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=limit)
             status = "timeout" if pending else "completed"
+        metrics.counter(f"background_task_manager.shutdown_{status}").inc()
         remaining = sum(1 for t in tasks if not t.done())
         return {"status": status, "initial_tasks": len(tasks), "completed_tasks": len(tasks) - remaining,
                 "remaining_tasks": remaining, "duration_seconds": time.time() - started}

@@ -9,6 +9,7 @@ else OpenAI (10xGraph's rules).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -21,7 +22,9 @@ __all__ = [
     "create_client",
     "default_timeout",
     "detect_provider",
+    "get_default_llm_timeout",
     "resolve_provider_and_model",
+    "set_default_llm_timeout",
 ]
 
 _PREFIXES = {"gemini": "google", "google": "google", "openai": "openai", "gpt": "openai",
@@ -64,14 +67,52 @@ def resolve_provider_and_model(model: str, use_vertex_ai: bool = False) -> tuple
     return provider, model
 
 
-def default_timeout() -> float:
-    """10xGraph's default request timeout (600 s), or ``AGENTFLOW_LLM_TIMEOUT`` seconds."""
-    raw = os.environ.get("AGENTFLOW_LLM_TIMEOUT", "").strip()
+_timeout_override: dict[str, float | None] = {"value": None}
+_log = logging.getLogger("tenxgraph.llm")
+
+
+def _env_timeout() -> float | None:
+    raw = os.environ.get("AGENTFLOW_LLM_TIMEOUT")
+    if raw is None or not raw.strip():
+        return None
     try:
-        value = float(raw) if raw else 0.0
+        value = float(raw)
     except ValueError:
-        value = 0.0
-    return value if value > 0 else DEFAULT_LLM_TIMEOUT_SECONDS
+        _log.warning("AGENTFLOW_LLM_TIMEOUT=%r is not a number of seconds; ignored", raw)
+        return None
+    if not value > 0 or value == float("inf"):
+        _log.warning("AGENTFLOW_LLM_TIMEOUT=%r must be a positive number of seconds; ignored", raw)
+        return None
+    return value
+
+
+def get_default_llm_timeout() -> float:
+    """The request timeout (seconds) of every model client built without an explicit ``timeout``,
+    10xGraph's resolution order: the :func:`set_default_llm_timeout` override, else
+    ``$AGENTFLOW_LLM_TIMEOUT`` (ignored, with a warning, when not a positive number), else
+    :data:`DEFAULT_LLM_TIMEOUT_SECONDS` (600). Read when a client is built, not at import."""
+    override = _timeout_override["value"]
+    if override is not None:
+        return override
+    env = _env_timeout()
+    return env if env is not None else DEFAULT_LLM_TIMEOUT_SECONDS
+
+
+def set_default_llm_timeout(seconds: float | None) -> None:
+    """Override the default model request timeout process-wide; ``None`` removes the override.
+    Anything but a positive finite number of seconds is a ``ModelConfigError`` ``LLM_CONFIG_003``
+    (a ``ValueError``, as 10xGraph raises), and the previous setting stays."""
+    if seconds is not None:
+        numeric = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        if not numeric or not seconds > 0 or seconds == float("inf"):
+            raise ModelConfigError(f"LLM timeout must be a positive number of seconds, got {seconds!r}",
+                                   "LLM_CONFIG_003", {"option": "timeout"})
+        seconds = float(seconds)
+    _timeout_override["value"] = seconds
+
+
+# The clients' one rule for their default timeout (kept under its older name too).
+default_timeout = get_default_llm_timeout
 
 
 def check_supported(provider: str, model: str) -> None:

@@ -38,6 +38,12 @@ from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph.core.state.stream_emitter import StreamEmitter
 from tenxgraph.core.state.tool_result import ToolResult
 
+# The summary manager pulls in the model layer; loaded on first access so state models stay light.
+from tenxgraph._lazy import lazy_exports  # noqa: E402
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "SummaryContextManager": "tenxgraph.core.state.summary_context_manager"})
+
 __all__ = [
     "REMOVE_ALL_MESSAGES",
     "AgentState",
@@ -62,6 +68,7 @@ __all__ = [
     "StreamChunk",
     "StreamEmitter",
     "StreamEvent",
+    "SummaryContextManager",
     "TextBlock",
     "TokenUsages",
     "ToolCallBlock",

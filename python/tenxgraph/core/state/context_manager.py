@@ -28,10 +28,12 @@ class BaseContextManager(ABC, Generic[S]):
 
 
 class MessageContextManager(BaseContextManager[S]):
-    """Keeps system messages plus the last ``max_messages`` other messages.
+    """Keeps the system messages plus everything from the ``max_messages``-th most recent user
+    message on (10xGraph 0.10's rule: it counts user turns, not messages, so a turn is never cut
+    in half); a context with at most ``max_messages`` user messages is left as it is.
 
-    With ``remove_tool_msgs``, completed tool exchanges are collapsed to their final
-    reply first, so old tool traffic does not crowd out conversation turns.
+    With ``remove_tool_msgs``, completed tool exchanges are collapsed to their final reply first,
+    so old tool traffic does not crowd out conversation turns.
     """
 
     def __init__(self, max_messages: int = 10, remove_tool_msgs: bool = False) -> None:
@@ -42,13 +44,16 @@ class MessageContextManager(BaseContextManager[S]):
 
     async def atrim_context(self, state: S) -> S:
         messages = list(state.context)
+        if not messages:
+            return state
         if self.remove_tool_msgs:
             messages = remove_tool_messages(messages)
-        system = [m for m in messages if m.role == "system"]
         others = [m for m in messages if m.role != "system"]
-        recent = others[-self.max_messages :] if self.max_messages else []
-        # A tool result whose call was cut off is rejected by providers; drop the orphans.
-        while recent and recent[0].role == "tool":
-            recent.pop(0)
-        state.context = system + recent
+        users = [i for i, m in enumerate(others) if m.role == "user"]
+        if len(users) <= self.max_messages:
+            if self.remove_tool_msgs:
+                state.context = messages
+            return state
+        start = users[-self.max_messages] if self.max_messages else len(others)
+        state.context = [m for m in messages if m.role == "system"] + others[start:]
         return state

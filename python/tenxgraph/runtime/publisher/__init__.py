@@ -24,7 +24,7 @@ _LAZY = {
     "Event": "tenxgraph.runtime.publisher.events",
     "EventModel": "tenxgraph.runtime.publisher.events",
     "EventType": "tenxgraph.runtime.publisher.events",
-    "KafkaPublisher": "tenxgraph.runtime.publisher.unsupported_publishers",
+    "KafkaPublisher": "tenxgraph.runtime.publisher.kafka_publisher",
     "LangsmithPublisher": "tenxgraph.runtime.publisher.langsmith_publisher",
     "LogfirePublisher": "tenxgraph.runtime.publisher.logfire_publisher",
     "ObservabilityLevel": "tenxgraph.runtime.publisher.otel_publisher",

@@ -32,6 +32,7 @@ except ImportError:  # the module still imports (star imports, listings); constr
     trace = None  # type: ignore[assignment]
     StatusCode = None  # type: ignore[assignment,misc]
 
+from tenxgraph.runtime.publisher import otel_attributes as A
 from tenxgraph.runtime.publisher.base_publisher import BasePublisher
 from tenxgraph.runtime.publisher.events import Event, EventModel, EventType
 
@@ -44,16 +45,6 @@ __all__ = ["ObservabilityLevel", "OtelPublisher", "setup_tracing"]
 
 _log = logging.getLogger("tenxgraph.publisher")
 
-THREAD_ID = "tenxgraph.graph.thread_id"
-RUN_ID = "tenxgraph.graph.run_id"
-USER_ID = "tenxgraph.graph.user_id"
-NODE_NAME = "tenxgraph.node.name"
-NODE_STEP = "tenxgraph.node.step"
-TOOL_NAME = "tenxgraph.tool.name"
-TOOL_CALL_ID = "tenxgraph.tool.call_id"
-TOOL_FROM_LEDGER = "tenxgraph.tool.from_ledger"
-TOOL_TYPE = "tenxgraph.tool.type"
-INTERRUPTED = "tenxgraph.graph.interrupted"
 
 
 class ObservabilityLevel(StrEnum):
@@ -106,13 +97,13 @@ class OtelPublisher(BasePublisher):
                 elif e.event_type == EventType.INTERRUPTED:
                     span = self._runs.get(e.run_id)
                     if span is not None:
-                        span.set_attribute(INTERRUPTED, str(e.metadata.get("interrupt_reason") or ""))
+                        span.set_attribute(A.GRAPH_INTERRUPTED, str(e.metadata.get("interrupt_reason") or ""))
                 elif e.event_type in (EventType.END, EventType.ERROR):
                     self._end_run(e)
             elif e.event == Event.NODE_EXECUTION:
                 if e.event_type == EventType.START:
                     self._start_child(e, f"node:{e.node_name}", "tenxgraph.node", self._runs.get(e.run_id),
-                                      {NODE_NAME: e.node_name, NODE_STEP: int(e.data.get("step") or 0)})
+                                      {A.NODE_NAME: e.node_name, A.NODE_STEP: int(e.data.get("step") or 0)})
                 elif e.event_type in (EventType.END, EventType.ERROR):
                     self._end_child(e, f"node:{e.node_name}")
             elif e.event == Event.TOOL_EXECUTION:
@@ -120,31 +111,31 @@ class OtelPublisher(BasePublisher):
                 if e.event_type == EventType.START:
                     parent = self._children.get((e.run_id, f"node:{e.metadata.get('tool_node')}"))
                     attrs: dict[str, Any] = {
-                        TOOL_NAME: e.node_name, TOOL_CALL_ID: str(e.data.get("tool_call_id") or ""),
-                        TOOL_FROM_LEDGER: bool(e.metadata.get("from_ledger")), TOOL_TYPE: "local",
-                        NODE_NAME: str(e.metadata.get("tool_node") or ""),
+                        A.TOOL_NAME: e.node_name, A.TOOL_CALL_ID: str(e.data.get("tool_call_id") or ""),
+                        A.TOOL_FROM_LEDGER: bool(e.metadata.get("from_ledger")), A.TOOL_TYPE: "local",
+                        A.NODE_NAME: str(e.metadata.get("tool_node") or ""),
                     }
                     if self.level == ObservabilityLevel.FULL:
-                        attrs["tenxgraph.tool.arguments"] = str(e.data.get("args"))
+                        attrs[A.TOOL_ARGUMENTS] = str(e.data.get("args"))
                     self._start_child(e, key, "tenxgraph.tool", parent or self._runs.get(e.run_id), attrs)
                 elif e.event_type in (EventType.END, EventType.ERROR):
                     span = self._children.get((e.run_id, key))
                     if span is not None and self.level == ObservabilityLevel.FULL and "message" in e.data:
-                        span.set_attribute("tenxgraph.tool.result", str(e.data["message"].get("content")))
+                        span.set_attribute(A.TOOL_RESULT, str(e.data["message"].get("content")))
                     self._end_child(e, key)
 
     def _common(self, span: Span, e: EventModel) -> None:
-        span.set_attribute(THREAD_ID, str(e.thread_id))
-        span.set_attribute(RUN_ID, str(e.run_id))
+        span.set_attribute(A.GRAPH_THREAD_ID, str(e.thread_id))
+        span.set_attribute(A.GRAPH_RUN_ID, str(e.run_id))
         if e.user_id is not None:
-            span.set_attribute(USER_ID, str(e.user_id))
+            span.set_attribute(A.GRAPH_USER_ID, str(e.user_id))
 
     def _start_run(self, e: EventModel) -> None:
         span = self._get_tracer().start_span("tenxgraph.graph", start_time=_ns(e.timestamp))
         self._common(span, e)
-        span.set_attribute("gen_ai.system", "10xgraph")
-        span.set_attribute("gen_ai.operation.name", "graph")
-        span.set_attribute("session.id", str(e.thread_id))
+        span.set_attribute(A.GEN_AI_SYSTEM, "10xgraph")
+        span.set_attribute(A.GEN_AI_OPERATION, "graph")
+        span.set_attribute(A.SESSION_ID, str(e.thread_id))
         self._runs[e.run_id] = span
 
     def _end_run(self, e: EventModel) -> None:

@@ -1,4 +1,4 @@
-"""10xGraph 0.10's broker publisher that tenxgraph does not implement (yet): Kafka.
+"""10xGraph 0.10's Kafka publisher, which tenxgraph does not implement (yet).
 
 It stays importable so ``from tenxgraph.runtime.publisher import KafkaPublisher`` (and a star
 import) work, but constructing one raises :class:`PublisherUnavailableError` ``PUBLISHER_001``:
