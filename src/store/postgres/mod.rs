@@ -34,7 +34,7 @@ mod versions;
 pub use errors::redact;
 pub use ident::{quote_schema, validate_schema};
 pub use migrations::{CURRENT_VERSION, migrate};
-pub use options::PgOptions;
+pub use options::{IdType, PgOptions};
 pub use redis_cache::RedisCache;
 
 use super::{
@@ -88,20 +88,32 @@ struct Sql {
 }
 
 impl Sql {
-    /// `s`: the schema as `quote_schema` returns it.
-    fn new(s: &str) -> Self {
+    /// `s`: the schema as `quote_schema` returns it; `ids`: the database's id types (thread and
+    /// message, user), which the statements cast their text parameters to.
+    fn new(s: &str, ids: (options::IdType, options::IdType)) -> Self {
+        let c = Casts { id: ids.0.cast(), user: ids.1.cast(), id_text: ids.0.text(), user_text: ids.1.text() };
         Sql {
-            steps: steps::Stmts::new(s),
-            messages: messages::Stmts::new(s),
-            threads: threads::Stmts::new(s),
-            ledger: ledger::Stmts::new(s),
-            lease: lease::Stmts::new(s),
-            prune: prune::Stmts::new(s),
+            steps: steps::Stmts::new(s, &c),
+            messages: messages::Stmts::new(s, &c),
+            threads: threads::Stmts::new(s, &c),
+            ledger: ledger::Stmts::new(s, &c),
+            lease: lease::Stmts::new(s, &c),
+            prune: prune::Stmts::new(s, &c),
             cache: cache::Stmts::new(s),
-            versions: versions::Stmts::new(s),
+            versions: versions::Stmts::new(s, &c),
             input_lease: input_lease::Stmts::new(s),
         }
     }
+}
+
+/// What a statement splices next to an id: the cast of a text parameter to the column's type, and
+/// the cast of the column back to text (all empty for string ids, so those statements are
+/// unchanged).
+struct Casts {
+    id: &'static str,
+    user: &'static str,
+    id_text: &'static str,
+    user_text: &'static str,
 }
 
 impl PgStore {
@@ -127,7 +139,7 @@ impl Checkpointer for PgStore {
     }
 
     async fn setup(&self) -> StoreResult<()> {
-        migrate(&self.pool, &self.opts.schema).await
+        migrate(&self.pool, &self.opts.schema, (self.opts.id_type, self.opts.user_id_type)).await.map(|_| ())
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
