@@ -283,8 +283,12 @@ async def test_crafted_user_id_and_message_id_are_typed_errors_and_nothing_is_wr
 @pytest.mark.parametrize("bad", ["integer", "uuid", 64, None])
 def test_unknown_id_type_option_is_a_value_error(pg_dsn: str, bad: Any) -> None:
     for key in ("id_type", "user_id_type"):
-        with pytest.raises(ValueError, match=key):
+        with pytest.raises(ValueError, match=f"{key} must be one of 'string', 'int', 'bigint'"):
             PgCheckpointer(pg_dsn, **{key: bad})
+    # The three names, and IDType members by their value, are accepted.
+    from tenxgraph.utils.id_generator import IDType
+
+    assert PgCheckpointer(pg_dsn, id_type=IDType.BIGINT).id_type == "bigint"
 
 
 # -- what reads give back, isolation and the authz owner scope ---------------------------------------
