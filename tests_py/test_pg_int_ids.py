@@ -462,3 +462,30 @@ async def test_same_graph_on_bigint_ids_as_10xgraph(oracle: Any, pg_dsn: str, te
     # compared: 10xGraph names a thread "Thread <id>" on its first write whatever the id type.)
     assert theirs["thread"][:3] == [their_thread, "int", "alice"]
     assert ours["thread"][:3] == [our_thread, "int", "alice"]
+
+
+# -- the command line on an integer schema ----------------------------------------------------------
+
+def test_cli_opens_an_integer_database_with_its_id_types(pg_dsn: str, tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    cp = PgCheckpointer(pg_dsn, id_type="bigint", enforce_user_isolation=False)
+    echo_graph(cp).invoke({"messages": [msg(101, "user", "hello")]}, {"thread_id": 4821})
+    cp.release()
+    env = {k: v for k, v in os.environ.items() if k != "TENXGRAPH_DSN"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tenxgraph", *args, "--dsn", pg_dsn], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, env=env)
+
+    refused = cli("migrate", "--json")
+    assert refused.returncode == 4, refused  # a store it cannot open: says which types the database has
+    assert 'id_type="bigint"' in refused.stderr
+    ok = cli("migrate", "--json", "--id-type", "bigint")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["schema_version"] == CURRENT_SCHEMA_VERSION
+    shown = cli("threads", "messages", "4821", "--json", "--id-type", "bigint")
+    assert shown.returncode == 0, shown.stderr
+    assert "reply to hello" in shown.stdout
