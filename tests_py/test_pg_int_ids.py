@@ -489,3 +489,29 @@ def test_cli_opens_an_integer_database_with_its_id_types(pg_dsn: str, tmp_path: 
     shown = cli("threads", "messages", "4821", "--json", "--id-type", "bigint")
     assert shown.returncode == 0, shown.stderr
     assert "reply to hello" in shown.stdout
+
+
+@pytest.mark.asyncio
+async def test_recover_finishes_crashed_bigint_threads_without_calling_their_tools_again(
+    crash_kit: Any, pg_dsn: str
+) -> None:
+    from tenxgraph.recovery import recover
+    from tests_py.crash_agents.int_id_agent import DONE, build
+
+    target, kw = "tests_py.crash_agents.int_id_agent:build", {"db": pg_dsn, "checkpointer_kwargs": {"id_type": "bigint"}}
+    # Thread ids that sort differently as text and as numbers, so the pass pages in the column's order.
+    threads = ["9", "10", "100"]
+    for i, thread in enumerate(threads):
+        crashed = crash_kit.run_until_crash(target, thread, failpoints="after_record:charge=kill",
+                                            input={"messages": [msg(8000 + i, "user", "charge me")]}, **kw)
+        assert crashed.killed
+    assert crash_kit.effects.count("charge") == 3
+    cp = PgCheckpointer(pg_dsn, id_type="bigint")
+    report = await recover(build(cp), concurrency=2, config={"lease_ttl": 5})
+    assert report.ok, report
+    assert sorted(int(t.thread_id) for t in report.resumed) == [9, 10, 100]
+    assert crash_kit.effects.count("charge") == 3  # every call answered from the ledger
+    for thread in threads:
+        state = await cp.aget_state({"thread_id": int(thread)})
+        assert state.context[-1].text() == DONE
+    await cp.arelease()
