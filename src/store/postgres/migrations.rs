@@ -55,7 +55,7 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> Stor
         .map_err(err)?;
     let current: i32 =
         sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetch_one(&mut *tx).await.map_err(err)?;
-    let ids = existing_id_types(&mut *tx, schema).await?.map_or(Ok(ids), |found| {
+    let ids = existing_id_types(&mut tx, schema).await?.map_or(Ok(ids), |found| {
         if found == ids {
             Ok(found)
         } else {
