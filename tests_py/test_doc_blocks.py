@@ -27,7 +27,7 @@ BLOCK_TIMEOUT = 180  # seconds; a block is a small script, but CI is a loaded 2-
 # block it counts, and give the block its reason.
 NO_RUN_PINNED: dict[str, int] = {
     "docs/observability.md": 1,
-    "docs/postgres.md": 1,
+    "docs/postgres.md": 2,
     "docs/production.md": 1,
 }
 

@@ -6,24 +6,24 @@ DO $$ BEGIN
   CREATE TYPE message_role AS ENUM ('user', 'assistant', 'system', 'tool');
 EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 CREATE TABLE IF NOT EXISTS threads (
-  thread_id VARCHAR(255) PRIMARY KEY,
+  thread_id {{ID_COLUMN}} PRIMARY KEY,
   thread_name VARCHAR(255),
-  user_id VARCHAR(255) NOT NULL,
+  user_id {{USER_ID_COLUMN}} NOT NULL,
   created_at TIMESTAMPTZ DEFAULT NOW(),
   updated_at TIMESTAMPTZ DEFAULT NOW(),
   meta JSONB DEFAULT '{}'::jsonb
 );
 CREATE TABLE IF NOT EXISTS states (
   state_id SERIAL PRIMARY KEY,
-  thread_id VARCHAR(255) NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  thread_id {{ID_COLUMN}} NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
   state_data JSONB NOT NULL,
   created_at TIMESTAMPTZ DEFAULT NOW(),
   updated_at TIMESTAMPTZ DEFAULT NOW(),
   meta JSONB DEFAULT '{}'::jsonb
 );
 CREATE TABLE IF NOT EXISTS messages (
-  message_id VARCHAR(255) PRIMARY KEY,
-  thread_id VARCHAR(255) NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  message_id {{ID_COLUMN}} PRIMARY KEY,
+  thread_id {{ID_COLUMN}} NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
   role message_role NOT NULL,
   content TEXT,
   tool_calls JSONB,

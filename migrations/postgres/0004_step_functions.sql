@@ -22,8 +22,8 @@ CREATE OR REPLACE FUNCTION tenx_lock_thread(p_thread TEXT, p_user TEXT, p_isolat
 RETURNS VOID LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE v_owner TEXT;
 BEGIN
-  INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-  SELECT user_id INTO v_owner FROM threads WHERE thread_id = p_thread FOR UPDATE;
+  INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+  SELECT user_id INTO v_owner FROM threads WHERE thread_id = p_thread{{ID}} FOR UPDATE;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
   END IF;
@@ -36,7 +36,7 @@ DECLARE v_count INT := jsonb_array_length(p_messages); v_written INT;
 BEGIN
   IF v_count = 0 THEN RETURN; END IF;
   INSERT INTO messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data)
-  SELECT e.value->>'message_id', p_thread, (e.value->>'role')::message_role, (e.value->'content')::text,
+  SELECT (e.value->>'message_id'){{ID}}, p_thread{{ID}}, (e.value->>'role')::message_role, (e.value->'content')::text,
          e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{}'::jsonb),
          COALESCE(e.value->'metadata', '{}'::jsonb), e.value
   FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord
@@ -60,19 +60,19 @@ CREATE OR REPLACE FUNCTION tenx_put_step(
 DECLARE v_current BIGINT; v_new BIGINT;
 BEGIN
   PERFORM tenx_lock_thread(p_thread, p_user, p_isolate);
-  SELECT COALESCE(MAX(version), 0) INTO v_current FROM states WHERE thread_id = p_thread;
+  SELECT COALESCE(MAX(version), 0) INTO v_current FROM states WHERE thread_id = p_thread{{ID}};
   IF v_current <> p_expected THEN
     RAISE EXCEPTION 'stale state' USING ERRCODE = 'TX001', DETAIL = p_expected || ',' || v_current;
   END IF;
   v_new := v_current + 1;
-  INSERT INTO states (thread_id, version, state_data) VALUES (p_thread, v_new, p_state);
+  INSERT INTO states (thread_id, version, state_data) VALUES (p_thread{{ID}}, v_new, p_state);
   IF p_history > 0 THEN
-    DELETE FROM states WHERE thread_id = p_thread AND version <= v_new - p_history;
+    DELETE FROM states WHERE thread_id = p_thread{{ID}} AND version <= v_new - p_history;
   END IF;
   IF p_replace THEN
-    DELETE FROM messages WHERE thread_id = p_thread;
+    DELETE FROM messages WHERE thread_id = p_thread{{ID}};
   END IF;
   PERFORM tenx_upsert_messages(p_thread, p_messages);
-  UPDATE threads SET updated_at = NOW() WHERE thread_id = p_thread;
+  UPDATE threads SET updated_at = NOW() WHERE thread_id = p_thread{{ID}};
   RETURN v_new;
 END $fn$;

@@ -52,7 +52,7 @@ BEGIN
   PERFORM tenx_check_fence(p_thread, p_fence);
   PERFORM tenx_lock_thread(p_thread, p_user, p_isolate);
   INSERT INTO tool_executions AS l (thread_id, tool_call_id, result)
-  SELECT p_thread, k, r FROM UNNEST(p_keys, p_results) AS u(k, r)
+  SELECT p_thread{{ID}}, k, r FROM UNNEST(p_keys, p_results) AS u(k, r)
   ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET result = EXCLUDED.result, created_at = NOW()
   WHERE l.result->>'__kind__' = 'started' AND EXCLUDED.result->>'__kind__' IS DISTINCT FROM 'started';
   GET DIAGNOSTICS v_written = ROW_COUNT;

@@ -24,16 +24,16 @@ BEGIN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
     END IF;
   END IF;
-  UPDATE threads SET updated_at = NOW() WHERE thread_id = p_thread RETURNING user_id INTO v_owner;
+  UPDATE threads SET updated_at = NOW() WHERE thread_id = p_thread{{ID}} RETURNING user_id INTO v_owner;
   IF NOT FOUND THEN
-    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   END IF;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
   END IF;
   SELECT st.version, st.state_data->'__state_meta__'->>'write' INTO v_current, v_prev_mark
-  FROM states st WHERE st.thread_id = p_thread ORDER BY st.version DESC, st.state_id DESC LIMIT 1;
+  FROM states st WHERE st.thread_id = p_thread{{ID}} ORDER BY st.version DESC, st.state_id DESC LIMIT 1;
   v_current := COALESCE(v_current, 0);
   IF v_current <> p_expected THEN
     RAISE EXCEPTION 'stale state' USING ERRCODE = 'TX001', DETAIL = p_expected || ',' || v_current;
@@ -44,16 +44,16 @@ BEGIN
   IF (p_state->'__state_meta__') ? 'write' AND v_prev_mark IS DISTINCT FROM p_prev_mark THEN
     p_state := p_state #- '{__state_meta__,write}';
   END IF;
-  INSERT INTO states (thread_id, version, state_data) VALUES (p_thread, v_new, p_state);
+  INSERT INTO states (thread_id, version, state_data) VALUES (p_thread{{ID}}, v_new, p_state);
   IF p_history > 0 THEN
-    DELETE FROM states WHERE thread_id = p_thread AND version <= v_new - p_history;
+    DELETE FROM states WHERE thread_id = p_thread{{ID}} AND version <= v_new - p_history;
   END IF;
   IF p_replace THEN
-    DELETE FROM messages WHERE thread_id = p_thread;
+    DELETE FROM messages WHERE thread_id = p_thread{{ID}};
   END IF;
   IF v_count > 0 THEN
     INSERT INTO messages AS m (message_id, thread_id, role, content, tool_calls, reasoning, usages, meta, message_data)
-    SELECT e.value->>'message_id', p_thread, (e.value->>'role')::message_role, (e.value->'content')::text,
+    SELECT (e.value->>'message_id'){{ID}}, p_thread{{ID}}, (e.value->>'role')::message_role, (e.value->'content')::text,
            e.value->'tools_calls', e.value->>'reasoning', COALESCE(e.value->'usages', '{}'::jsonb),
            COALESCE(e.value->'metadata', '{}'::jsonb), e.value
     FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS e(value, ord) ORDER BY e.ord
@@ -84,16 +84,16 @@ BEGIN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
     END IF;
   END IF;
-  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   IF NOT FOUND THEN
-    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   END IF;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
   END IF;
   INSERT INTO tool_executions AS l (thread_id, tool_call_id, result)
-  SELECT p_thread, k, r FROM UNNEST(p_keys, p_results) AS u(k, r)
+  SELECT p_thread{{ID}}, k, r FROM UNNEST(p_keys, p_results) AS u(k, r)
   ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET result = EXCLUDED.result, created_at = NOW()
   WHERE l.result->>'__kind__' = 'started' AND EXCLUDED.result->>'__kind__' IS DISTINCT FROM 'started';
   GET DIAGNOSTICS v_written = ROW_COUNT;
@@ -115,10 +115,10 @@ BEGIN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
     END IF;
   END IF;
-  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   IF NOT FOUND THEN
-    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   END IF;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
@@ -126,10 +126,10 @@ BEGIN
   RETURN QUERY
     WITH found AS (
       SELECT x.tool_call_id::TEXT AS k, x.result AS r FROM tool_executions x
-      WHERE x.thread_id = p_thread AND x.tool_call_id = ANY(p_keys)
+      WHERE x.thread_id = p_thread{{ID}} AND x.tool_call_id = ANY(p_keys)
     ), written AS (
       INSERT INTO tool_executions AS l (thread_id, tool_call_id, result)
-      SELECT p_thread, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
+      SELECT p_thread{{ID}}, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
       ON CONFLICT (thread_id, tool_call_id) DO NOTHING
       RETURNING 1
     )

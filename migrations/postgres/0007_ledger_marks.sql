@@ -15,17 +15,17 @@ BEGIN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
     END IF;
   END IF;
-  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   IF NOT FOUND THEN
-    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   END IF;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
   END IF;
   UPDATE tool_executions x SET result = u.r, created_at = NOW()
   FROM UNNEST(p_keys, p_marks) AS u(k, r)
-  WHERE x.thread_id = p_thread AND x.tool_call_id = u.k
+  WHERE x.thread_id = p_thread{{ID}} AND x.tool_call_id = u.k
     AND x.result->>'__kind__' = 'started' AND u.r->>'__kind__' = 'started';
   GET DIAGNOSTICS v_written = ROW_COUNT;
   RETURN v_written;
@@ -43,10 +43,10 @@ BEGIN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
     END IF;
   END IF;
-  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+  SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   IF NOT FOUND THEN
-    INSERT INTO threads (thread_id, user_id) VALUES (p_thread, p_user) ON CONFLICT (thread_id) DO NOTHING;
-    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread FOR UPDATE;
+    INSERT INTO threads (thread_id, user_id) VALUES (p_thread{{ID}}, p_user{{USER_ID}}) ON CONFLICT (thread_id) DO NOTHING;
+    SELECT th.user_id INTO v_owner FROM threads th WHERE th.thread_id = p_thread{{ID}} FOR UPDATE;
   END IF;
   IF p_isolate AND v_owner IS DISTINCT FROM p_user THEN
     RAISE EXCEPTION 'thread % belongs to another user', p_thread USING ERRCODE = 'TX002';
@@ -54,10 +54,10 @@ BEGIN
   RETURN QUERY
     WITH found AS (
       SELECT x.tool_call_id::TEXT AS k, x.result AS r FROM tool_executions x
-      WHERE x.thread_id = p_thread AND (x.tool_call_id = ANY(p_keys) OR x.tool_call_id = ANY(p_read))
+      WHERE x.thread_id = p_thread{{ID}} AND (x.tool_call_id = ANY(p_keys) OR x.tool_call_id = ANY(p_read))
     ), written AS (
       INSERT INTO tool_executions AS l (thread_id, tool_call_id, result)
-      SELECT p_thread, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
+      SELECT p_thread{{ID}}, u.k, u.r FROM UNNEST(p_keys, p_intents) AS u(k, r)
       ON CONFLICT (thread_id, tool_call_id) DO NOTHING
       RETURNING 1
     )

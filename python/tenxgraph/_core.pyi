@@ -160,10 +160,14 @@ class NativeStore:
         state_history_limit: int = 20,
         enforce_user_isolation: bool = True,
         cache_ttl: float = 86400.0,
+        id_type: str = "string",
+        user_id_type: str = "string",
     ) -> NativeStore:
         """A Postgres store (Redis as cache and signal bus when ``redis_url`` is given) that connects
         and migrates on first use, not here; the DSN, schema name and Redis URL are checked now (no
-        I/O), so a typo fails at once."""
+        I/O), so a typo fails at once. ``id_type`` / ``user_id_type`` (``"string"``, ``"int"``,
+        ``"bigint"``) are the id column types of a new database; an existing one must match them.
+        Ids still cross as strings (the canonical decimal of an integer id)."""
     def state_cache_get(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str] | None]:
         """The cached ``(version, state_json)`` of the thread, or None."""
     def state_cache_put(self, thread_id: str, user_id: str, version: int, state_json: str) -> Awaitable[bool]:

@@ -119,6 +119,9 @@ impl EngineError {
                 json!({"thread_id": thread_id, "expected_version": expected, "current_version": current})
             }
             EngineError::Store(StoreError::Forbidden { thread_id }) => json!({"thread_id": thread_id}),
+            EngineError::Store(StoreError::BadId { field, value, id_type, .. }) => {
+                json!({"field": field, "value": value, "id_type": id_type})
+            }
             _ => json!({}),
         }
     }

@@ -111,7 +111,7 @@ impl NativeStore {
     /// not here: a module-level checkpointer must import while the database is down. The DSN,
     /// schema name and Redis URL are checked now (no I/O), so a typo still fails at once.
     #[staticmethod]
-    #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0))]
+    #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0, id_type="string", user_id_type="string"))]
     #[allow(clippy::too_many_arguments)]
     fn postgres(
         dsn: String,
@@ -122,7 +122,14 @@ impl NativeStore {
         state_history_limit: i32,
         enforce_user_isolation: bool,
         cache_ttl: f64,
+        id_type: &str,
+        user_id_type: &str,
     ) -> PyResult<Self> {
+        use crate::store::postgres::IdType;
+        let id_type_of = |key: &str, v: &str| {
+            IdType::parse(v).ok_or_else(|| PyValueError::new_err(format!("{key} must be 'string', 'int' or 'bigint', not {v:?}")))
+        };
+        let (id_type, user_id_type) = (id_type_of("id_type", id_type)?, id_type_of("user_id_type", user_id_type)?);
         if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) {
             return Err(PyValueError::new_err("max_connections, acquire_timeout and cache_ttl must be positive"));
         }
@@ -141,6 +148,8 @@ impl NativeStore {
             acquire_timeout: std::time::Duration::from_secs_f64(acquire_timeout),
             state_history_limit,
             enforce_user_isolation,
+            id_type,
+            user_id_type,
             ..PgOptions::default()
         };
         let ttl = std::time::Duration::from_secs_f64(cache_ttl);

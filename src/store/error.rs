@@ -25,6 +25,20 @@ pub enum StoreError {
         /// The id that is taken.
         message_id: String,
     },
+    /// An id that the database's id type cannot hold (a thread, user or message id that is not
+    /// the decimal of a positive integer in range on an int / bigint schema), refused before
+    /// anything was read or written (STORAGE_CONFIG_002).
+    #[error("{field} must be a positive integer (id_type={id_type:?}, at most {max}), got {value:?}")]
+    BadId {
+        /// Which id: `thread_id`, `user_id` or `message_id`.
+        field: &'static str,
+        /// The id as given.
+        value: String,
+        /// The column's id type (`int`, `bigint`).
+        id_type: &'static str,
+        /// The largest id the column holds.
+        max: i64,
+    },
     /// A bad argument (schema name, DSN, URL) refused before anything was written; the text says which.
     #[error("{0}")]
     InvalidInput(String),

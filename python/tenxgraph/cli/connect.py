@@ -75,6 +75,7 @@ def target_from_args(args: Any, *, creating: bool = False) -> Target:
         return Target("postgres", redact(dsn), lambda: PgCheckpointer(
             dsn, redis_url=args.redis_url, schema=args.schema, enforce_user_isolation=False,
             pool_config={"max_size": 2, "timeout": args.connect_timeout},
+            id_type=args.id_type, user_id_type=args.user_id_type,
         ))
     config_path = Path(args.config) if args.config else Path.cwd() / CONFIG_FILE
     if not args.config and not config_path.is_file():

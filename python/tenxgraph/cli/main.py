@@ -92,6 +92,10 @@ def _common() -> argparse.ArgumentParser:
     pg.add_argument("--redis-url", metavar="URL", default=s, help="the Redis the application uses, if any")
     pg.add_argument("--connect-timeout", metavar="SECONDS", type=_positive_float, default=s,
                     help="per connection attempt (default: 5)")
+    pg.add_argument("--id-type", choices=("string", "int", "bigint"), default=s,
+                    help="the thread and message id type the database was created with (default: string)")
+    pg.add_argument("--user-id-type", choices=("string", "int", "bigint"), default=s,
+                    help="the user id type the database was created with (default: string)")
     out = p.add_argument_group("output")
     out.add_argument("--json", dest="as_json", action="store_true", default=s, help="JSON on stdout, for scripts")
     out.add_argument("--progress", dest="progress", action="store_true", default=s,
@@ -115,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                "4 store unreachable or invalid, 5 bad 10xgraph.json.",
     )
     parser.set_defaults(sqlite=None, dsn=None, config=None, schema="public", redis_url=None, connect_timeout=5.0,
+                        id_type="string", user_id_type="string",
                         as_json=False, progress=None, verbose=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

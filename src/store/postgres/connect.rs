@@ -56,12 +56,12 @@ impl PgStore {
             .connect_with(connect.clone())
             .await
             .map_err(|e| map_err("connect", e, None))?;
-        migrate(&pool, &opts.schema).await?;
+        let ids = migrate(&pool, &opts.schema, (opts.id_type, opts.user_id_type)).await?;
         let redis = match redis_url {
             Some(url) => Some(RedisCache::connect(url).await?),
             None => None,
         };
-        Ok(PgStore { pool, sql: Sql::new(&schema), opts, redis })
+        Ok(PgStore { pool, sql: Sql::new(&schema, ids), opts, redis })
     }
 
     /// Sets how long Redis keeps a state cache entry; without Redis it does nothing.

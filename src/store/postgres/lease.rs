@@ -1,6 +1,6 @@
 //! Thread leases on PostgreSQL (`tenx_leases`, `tenx_lease_acquire`): take, renew, free, read.
 
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{LeaseAttempt, LeaseInfo, LeaseRequest, StoreError, StoreResult};
 use sqlx::Row;
 use std::time::Duration;
@@ -13,7 +13,8 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let (t, u) = (c.id, c.user);
         Stmts {
             // $8: the run's user when isolation is on (NULL otherwise). The owner check is a scalar
             // subquery, so it becomes a one-time filter evaluated before the function scan: for
@@ -23,7 +24,7 @@ impl Stmts {
             acquire: Stmt::new(format!(
                 "SELECT * FROM {s}.tenx_lease_acquire($1, $2, $3, $4, $5, $6, $7) \
                  WHERE (SELECT $8::text IS NULL OR NOT EXISTS \
-                   (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $8))"
+                   (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $8{u}))"
             )),
             renew: Stmt::new(format!(
                 "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \

@@ -3,7 +3,7 @@
 //! in one round trip), and the listing.
 
 use super::nul::strip_nul;
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{LedgerEntry, StoreError, StoreResult, ThreadRef};
 use serde_json::Value;
 use sqlx::Row;
@@ -18,19 +18,20 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let (t, u) = (c.id, c.user);
         Stmts {
             // $3: the caller's user when isolation is on (NULL otherwise); a non-owner reads nothing.
             get: Stmt::new(format!(
-                "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1 AND tool_call_id = ANY($2) \
-                 AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3))"
+                "SELECT tool_call_id, result FROM {s}.tool_executions WHERE thread_id = $1{t} AND tool_call_id = ANY($2) \
+                 AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u}))"
             )),
             put: Stmt::new(format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)")),
             mark: Stmt::new(format!("SELECT {s}.tenx_ledger_mark($1, $2, $3, $4::text[], $5::jsonb[], $6)")),
             begin: Stmt::new(format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6, $7::text[])")),
             list: Stmt::new(format!(
                 "SELECT tool_call_id, result, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
-                 FROM {s}.tool_executions WHERE thread_id = $1 ORDER BY created_at, tool_call_id"
+                 FROM {s}.tool_executions WHERE thread_id = $1{t} ORDER BY created_at, tool_call_id"
             )),
         }
     }

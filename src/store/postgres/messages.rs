@@ -2,7 +2,7 @@
 //! thread's messages here takes the write mark off its latest state row (see `unmark_latest`).
 
 use super::nul::strip_nul;
-use super::{PgStore, Stmt, map_err, threads};
+use super::{Casts, PgStore, Stmt, map_err, threads};
 use crate::store::{MESSAGES_CHANGED, StoreError, StoreResult, StoredMessage, ThreadRef};
 use serde_json::Value;
 
@@ -22,8 +22,13 @@ pub(super) fn message_rows(msgs: &[StoredMessage]) -> Value {
             .map(|m| {
                 let mut v = m.data.clone();
                 if let Some(o) = v.as_object_mut() {
-                    // The row's key is the id the engine tracks, whatever type the JSON used.
-                    o.insert("message_id".into(), Value::String(m.id.clone()));
+                    // The row's key is the id the engine tracks, whatever type the JSON used; an
+                    // integer id that is that key stays an integer (an int / bigint schema's
+                    // message ids come back as the ints they were).
+                    let same_int = matches!(o.get("message_id"), Some(Value::Number(n)) if n.is_i64() && n.to_string() == m.id);
+                    if !same_int {
+                        o.insert("message_id".into(), Value::String(m.id.clone()));
+                    }
                 }
                 strip_nul(&mut v);
                 v
@@ -41,7 +46,8 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let t = c.id;
         let m = message_json();
         let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
@@ -49,15 +55,15 @@ impl Stmts {
             unmark: Stmt::new(format!(
                 "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{{meta}}}', \
                    COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', $2::text)) \
-                 WHERE thread_id = $1 AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1)"
+                 WHERE thread_id = $1{t} AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1{t})"
             )),
-            get: Stmt::new(format!("SELECT {m} AS m FROM {s}.messages WHERE thread_id = $1 AND message_id = $2 ORDER BY seq, created_at")),
+            get: Stmt::new(format!("SELECT {m} AS m FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t} ORDER BY seq, created_at")),
             list: Stmt::new(format!(
                 "SELECT {m} AS m FROM {s}.messages \
-                 WHERE thread_id = $1 AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
+                 WHERE thread_id = $1{t} AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
                  ORDER BY seq, created_at OFFSET $3 LIMIT $4"
             )),
-            delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1 AND message_id = $2")),
+            delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t}")),
         }
     }
 }

@@ -5,10 +5,13 @@
 //!
 //! The files name no schema: the transaction sets `search_path` to the configured schema alone,
 //! so every object lands there, and each function pins that path (`SET search_path FROM
-//! CURRENT`), so its body reads the same tables whoever calls it. Nothing in a file is edited at
-//! run time.
+//! CURRENT`), so its body reads the same tables whoever calls it. The one edit at run time is the
+//! id types (10xGraph's `id_type` / `user_id_type`): `{{ID_COLUMN}}` / `{{USER_ID_COLUMN}}` become
+//! the column types 10xGraph creates, `{{ID}}` / `{{USER_ID}}` the casts of text parameters to
+//! them (nothing for the string type, so a string schema gets the files' text unchanged).
 
 use super::ident::quote_schema;
+use super::options::IdType;
 use crate::store::{StoreError, StoreResult};
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -33,7 +36,11 @@ pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// Applies every version the database lacks, in order, in one transaction: either all of them are
 /// recorded in `schema_version` or none is (`StoreError::Schema` names the version that failed).
 /// Idempotent; concurrent callers (ours or 10xGraph's migrator) wait on the advisory lock.
-pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
+///
+/// `ids` (thread/message, user) are the types a new database gets; a database that has its
+/// `threads` table keeps its own, and a different request is `StoreError::InvalidInput` before
+/// anything is written. Returns the types the database has.
+pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> StoreResult<(IdType, IdType)> {
     let ident = quote_schema(schema)?;
     let err = |e: sqlx::Error| StoreError::Schema(e.to_string());
     let mut tx = pool.begin().await.map_err(err)?;
@@ -48,11 +55,25 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
         .map_err(err)?;
     let current: i32 =
         sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetch_one(&mut *tx).await.map_err(err)?;
+    let ids = existing_id_types(&mut tx, schema).await?.map_or(Ok(ids), |found| {
+        if found == ids {
+            Ok(found)
+        } else {
+            Err(StoreError::InvalidInput(format!(
+                "the database's ids are id_type={:?}, user_id_type={:?}; the checkpointer was given id_type={:?}, \
+                 user_id_type={:?} (a schema keeps the id types it was created with)",
+                found.0.name(),
+                found.1.name(),
+                ids.0.name(),
+                ids.1.name()
+            )))
+        }
+    })?;
     for (version, file, sql) in MIGRATIONS {
         if version <= current {
             continue;
         }
-        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(|e| {
+        sqlx::raw_sql(AssertSqlSafe(with_id_types(sql, ids))).execute(&mut *tx).await.map_err(|e| {
             StoreError::Schema(format!("migration to version {version} ({file}) failed: {e}"))
         })?;
         sqlx::query("INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT DO NOTHING")
@@ -61,7 +82,40 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> StoreResult<()> {
             .await
             .map_err(err)?;
     }
-    tx.commit().await.map_err(err)
+    tx.commit().await.map_err(err)?;
+    Ok(ids)
+}
+
+/// A migration's text for these id types (see the module comment).
+fn with_id_types(sql: &str, (id, user): (IdType, IdType)) -> String {
+    sql.replace("{{ID_COLUMN}}", id.column())
+        .replace("{{USER_ID_COLUMN}}", user.column())
+        .replace("{{ID}}", id.cast())
+        .replace("{{USER_ID}}", user.cast())
+}
+
+/// The id types of an existing `threads` table (thread id, user id), None before version 1.
+async fn existing_id_types(tx: &mut sqlx::PgConnection, schema: &str) -> StoreResult<Option<(IdType, IdType)>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = 'threads' AND column_name IN ('thread_id', 'user_id')",
+    )
+    .bind(schema)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(|e| StoreError::Schema(e.to_string()))?;
+    let of = |col: &str| -> StoreResult<Option<IdType>> {
+        match rows.iter().find(|(c, _)| c == col) {
+            None => Ok(None),
+            Some((_, t)) => IdType::from_data_type(t)
+                .map(Some)
+                .ok_or_else(|| StoreError::Schema(format!("threads.{col} has type {t}, which is not an id type 10xGraph creates"))),
+        }
+    };
+    Ok(match (of("thread_id")?, of("user_id")?) {
+        (Some(t), Some(u)) => Some((t, u)),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -94,5 +148,29 @@ mod tests {
             let functions = sql.matches("CREATE OR REPLACE FUNCTION").count();
             assert_eq!(sql.matches("SET search_path FROM CURRENT").count(), functions, "{file}");
         }
+    }
+
+    /// Every placeholder is replaced for every id type; the string type gets 10xGraph's string
+    /// schema (VARCHAR ids, no casts) and the integer types its SERIAL / BIGSERIAL columns.
+    #[test]
+    fn id_type_placeholders_are_all_replaced() {
+        use super::{IdType, with_id_types};
+        for t in [IdType::String, IdType::Int, IdType::BigInt] {
+            for u in [IdType::String, IdType::Int, IdType::BigInt] {
+                for (_, file, sql) in MIGRATIONS {
+                    let out = with_id_types(sql, (t, u));
+                    assert!(!out.contains("{{"), "{file} keeps a placeholder for {t:?}/{u:?}");
+                }
+            }
+        }
+        let v1 = with_id_types(MIGRATIONS[0].2, (IdType::String, IdType::String));
+        assert!(v1.contains("thread_id VARCHAR(255) PRIMARY KEY") && v1.contains("user_id VARCHAR(255) NOT NULL"));
+        let step = with_id_types(MIGRATIONS[5].2, (IdType::String, IdType::String));
+        assert!(!step.contains("::BIGINT,") && step.contains("WHERE thread_id = p_thread;"));
+        let v1 = with_id_types(MIGRATIONS[0].2, (IdType::BigInt, IdType::Int));
+        assert!(v1.contains("thread_id BIGSERIAL PRIMARY KEY") && v1.contains("message_id BIGSERIAL PRIMARY KEY"));
+        assert!(v1.contains("user_id SERIAL NOT NULL"));
+        let step = with_id_types(MIGRATIONS[5].2, (IdType::BigInt, IdType::Int));
+        assert!(step.contains("VALUES (p_thread::BIGINT, p_user::INTEGER)"));
     }
 }

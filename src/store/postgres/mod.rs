@@ -17,6 +17,7 @@
 mod cache;
 mod connect;
 mod errors;
+mod id_check;
 mod ident;
 mod input_lease;
 mod ledger;
@@ -34,7 +35,7 @@ mod versions;
 pub use errors::redact;
 pub use ident::{quote_schema, validate_schema};
 pub use migrations::{CURRENT_VERSION, migrate};
-pub use options::PgOptions;
+pub use options::{IdType, PgOptions};
 pub use redis_cache::RedisCache;
 
 use super::{
@@ -88,20 +89,32 @@ struct Sql {
 }
 
 impl Sql {
-    /// `s`: the schema as `quote_schema` returns it.
-    fn new(s: &str) -> Self {
+    /// `s`: the schema as `quote_schema` returns it; `ids`: the database's id types (thread and
+    /// message, user), which the statements cast their text parameters to.
+    fn new(s: &str, ids: (options::IdType, options::IdType)) -> Self {
+        let c = Casts { id: ids.0.cast(), user: ids.1.cast(), id_text: ids.0.text(), user_text: ids.1.text() };
         Sql {
-            steps: steps::Stmts::new(s),
-            messages: messages::Stmts::new(s),
-            threads: threads::Stmts::new(s),
-            ledger: ledger::Stmts::new(s),
-            lease: lease::Stmts::new(s),
-            prune: prune::Stmts::new(s),
+            steps: steps::Stmts::new(s, &c),
+            messages: messages::Stmts::new(s, &c),
+            threads: threads::Stmts::new(s, &c),
+            ledger: ledger::Stmts::new(s, &c),
+            lease: lease::Stmts::new(s, &c),
+            prune: prune::Stmts::new(s, &c),
             cache: cache::Stmts::new(s),
-            versions: versions::Stmts::new(s),
+            versions: versions::Stmts::new(s, &c),
             input_lease: input_lease::Stmts::new(s),
         }
     }
+}
+
+/// What a statement splices next to an id: the cast of a text parameter to the column's type, and
+/// the cast of the column back to text (all empty for string ids, so those statements are
+/// unchanged).
+struct Casts {
+    id: &'static str,
+    user: &'static str,
+    id_text: &'static str,
+    user_text: &'static str,
 }
 
 impl PgStore {
@@ -127,10 +140,11 @@ impl Checkpointer for PgStore {
     }
 
     async fn setup(&self) -> StoreResult<()> {
-        migrate(&self.pool, &self.opts.schema).await
+        migrate(&self.pool, &self.opts.schema, (self.opts.id_type, self.opts.user_id_type)).await.map(|_| ())
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        self.check_thread(t)?;
         steps::load_with(self, t, known).await
     }
 
@@ -141,22 +155,31 @@ impl Checkpointer for PgStore {
         w: StepWrite<'_>,
         stop: Option<crate::store::StopKey<'_>>,
     ) -> StoreResult<crate::store::LeasedInput> {
+        self.check_thread(t)?;
+        self.check_messages(w.new_messages)?;
         input_lease::put_input_leased(self, t, req, w, stop).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        self.check_thread(t)?;
+        self.check_messages(w.new_messages)?;
         steps::put_step(self, t, w).await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.check_thread(t)?;
         steps::clear_state(self, t).await
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        self.check_thread(t)?;
+        self.check_messages(msgs)?;
         messages::put_messages(self, t, msgs).await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        self.check_thread(t)?;
+        self.check_message_id(message_id)?;
         messages::get_message(self, t, message_id).await
     }
 
@@ -167,18 +190,23 @@ impl Checkpointer for PgStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<Value>> {
+        self.check_thread(t)?;
         messages::list_messages(self, t, search, offset, limit).await
     }
 
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        self.check_thread(t)?;
+        self.check_message_id(message_id)?;
         messages::delete_message(self, t, message_id).await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        self.check_thread(t)?;
         threads::put_thread(self, t, name, meta).await
     }
 
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        self.check_thread(t)?;
         threads::get_thread(self, t).await
     }
 
@@ -189,18 +217,26 @@ impl Checkpointer for PgStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<ThreadRow>> {
+        if let Some(u) = user_id {
+            self.check_user_id(u)?;
+        }
         threads::list_threads(self, user_id, search, offset, limit).await
     }
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.check_thread(t)?;
         threads::clean_thread(self, t).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        self.check_thread_id(thread_id)?;
         threads::thread_owner(self, thread_id).await
     }
 
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        if let Some(a) = after {
+            self.check_thread_id(a)?;
+        }
         threads::running_threads(self, after, limit).await
     }
 
@@ -221,14 +257,17 @@ impl Checkpointer for PgStore {
     }
 
     async fn state_cache_put(&self, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
+        self.check_thread(t)?;
         cache::state_cache_put(self, t, version, state).await
     }
 
     async fn state_cache_get(&self, t: &ThreadRef) -> StoreResult<Option<(i64, Value)>> {
+        self.check_thread(t)?;
         cache::state_cache_get(self, t).await
     }
 
     async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.check_thread(t)?;
         cache::state_cache_clear(self, t).await
     }
 
@@ -237,14 +276,17 @@ impl Checkpointer for PgStore {
     }
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        self.check_thread(t)?;
         ledger::ledger_get(self, t, keys).await
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.check_thread(t)?;
         ledger::ledger_put_many(self, t, entries, fence).await
     }
 
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        self.check_thread(t)?;
         ledger::ledger_mark(self, t, marks, fence).await
     }
 
@@ -255,26 +297,35 @@ impl Checkpointer for PgStore {
         also_read: &[String],
         fence: Option<i64>,
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
+        self.check_thread(t)?;
         ledger::ledger_begin(self, t, intents, also_read, fence).await
     }
 
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<LedgerEntry>> {
+        self.check_thread(t)?;
         ledger::ledger_list(self, t).await
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        self.check_thread_id(thread_id)?;
+        if let Some(u) = &req.user_id {
+            self.check_user_id(u)?;
+        }
         lease::lease_acquire(self, thread_id, req).await
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        self.check_thread_id(thread_id)?;
         lease::lease_renew(self, thread_id, token, ttl).await
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        self.check_thread_id(thread_id)?;
         lease::lease_release(self, thread_id, token).await
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        self.check_thread_id(thread_id)?;
         lease::lease_get(self, thread_id).await
     }
 
@@ -288,6 +339,7 @@ impl Checkpointer for PgStore {
     }
 
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<StateVersion>> {
+        self.check_thread(t)?;
         versions::state_versions(self, t).await
     }
 

@@ -19,6 +19,91 @@ pub struct PgOptions {
     pub enforce_user_isolation: bool,
     /// Connection attempts before `TransientStorageError` (with 0.2 s, 0.4 s, ... backoff).
     pub connect_retries: u32,
+    /// The type of thread and message ids (10xGraph's `id_type`), for a database this store
+    /// creates; an existing database keeps the types it was created with (`migrate`).
+    pub id_type: IdType,
+    /// The type of user ids (10xGraph's `user_id_type`), likewise.
+    pub user_id_type: IdType,
+}
+
+/// An id column type, as 10xGraph 0.10's `PgCheckpointer` creates it. The store's bind
+/// parameters stay text: statements cast them to the column's type (`cast`) and read the column
+/// back as text (`text`), so a string schema runs exactly the statements it always did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdType {
+    /// `VARCHAR(255)`.
+    #[default]
+    String,
+    /// `SERIAL` (a 32-bit integer with a sequence as default).
+    Int,
+    /// `BIGSERIAL` (a 64-bit integer with a sequence as default).
+    BigInt,
+}
+
+impl IdType {
+    /// From 10xGraph's option value: `"string"`, `"int"` or `"bigint"`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "string" => Some(IdType::String),
+            "int" => Some(IdType::Int),
+            "bigint" => Some(IdType::BigInt),
+            _ => None,
+        }
+    }
+
+    /// The option value this type is named by.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdType::String => "string",
+            IdType::Int => "int",
+            IdType::BigInt => "bigint",
+        }
+    }
+
+    /// The column type in `CREATE TABLE`, 10xGraph's `ID_TYPE_MAP`.
+    pub(super) fn column(self) -> &'static str {
+        match self {
+            IdType::String => "VARCHAR(255)",
+            IdType::Int => "SERIAL",
+            IdType::BigInt => "BIGSERIAL",
+        }
+    }
+
+    /// Appended to a text bind parameter compared with or written to such a column.
+    pub(super) fn cast(self) -> &'static str {
+        match self {
+            IdType::String => "",
+            IdType::Int => "::INTEGER",
+            IdType::BigInt => "::BIGINT",
+        }
+    }
+
+    /// Appended to such a column read back (or compared with a text column).
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            IdType::String => "",
+            _ => "::text",
+        }
+    }
+
+    /// From `information_schema.columns.data_type`.
+    pub(super) fn from_data_type(t: &str) -> Option<Self> {
+        match t {
+            "character varying" | "text" => Some(IdType::String),
+            "integer" => Some(IdType::Int),
+            "bigint" => Some(IdType::BigInt),
+            _ => None,
+        }
+    }
+
+    /// The largest id the column holds (ids are positive).
+    pub fn max(self) -> Option<i64> {
+        match self {
+            IdType::String => None,
+            IdType::Int => Some(i32::MAX as i64),
+            IdType::BigInt => Some(i64::MAX),
+        }
+    }
 }
 
 impl Default for PgOptions {
@@ -30,6 +115,8 @@ impl Default for PgOptions {
             state_history_limit: 20,
             enforce_user_isolation: true,
             connect_retries: 3,
+            id_type: IdType::String,
+            user_id_type: IdType::String,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the real run removes (rules that follow see what earlier ones deleted, in both). The numbers
 //! of a rule are bind parameters.
 
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{PruneReport, PruneRules, StoreResult};
 
 pub(super) struct Stmts {
@@ -13,13 +13,14 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let tt = c.id_text;
         // Completed (by their latest state) and not leased: the only threads prune touches.
         let finished = format!(
             "SELECT st.thread_id FROM {s}.states st \
              WHERE st.version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = st.thread_id) \
                AND st.state_data->'execution_meta'->>'status' = 'completed' \
-               AND st.thread_id NOT IN (SELECT thread_id FROM {s}.tenx_leases WHERE NOT released AND expires_at > clock_timestamp())"
+               AND st.thread_id{tt} NOT IN (SELECT thread_id FROM {s}.tenx_leases WHERE NOT released AND expires_at > clock_timestamp())"
         );
         Stmts {
             // $1: versions to keep (at least 1: the latest always stays).

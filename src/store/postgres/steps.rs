@@ -3,7 +3,7 @@
 
 use super::messages::{message_json, message_rows};
 use super::nul::strip_nul;
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef};
 use serde_json::Value;
 use sqlx::Row;
@@ -16,7 +16,8 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let (t, u) = (c.id, c.user);
         let message_json = message_json();
         let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
@@ -31,17 +32,17 @@ impl Stmts {
                 "SELECT st.version, st.state_data, st.known, \
                    CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' OR st.known THEN NULL ELSE \
                      (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
-                       (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1) x) \
+                       (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
                    END AS msgs \
                  FROM (SELECT version, state_data, \
                          COALESCE(version = $4 AND state_data->'{meta}'->>'{mark}' = $5, false) AS known \
-                       FROM {s}.states WHERE thread_id = $1 \
-                         AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1 AND th.user_id <> $3)) \
+                       FROM {s}.states WHERE thread_id = $1{t} \
+                         AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u})) \
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"
             )),
             put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")),
-            clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1")),
-            clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1")),
+            clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1{t}")),
+            clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t}")),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Thread rows: create or update, read, list (by user, search, paging), delete with everything
 //! that hangs off them (cascade), the owner, the thread lock, and the threads with a run under way.
 
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{StoreError, StoreResult, ThreadRef, ThreadRow};
 use serde_json::Value;
 use sqlx::Row;
@@ -18,30 +18,31 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
-        let columns = "SELECT thread_id, user_id, thread_name, COALESCE(meta, '{}'::jsonb) AS meta, \
-             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at";
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let (t, u, tt, ut) = (c.id, c.user, c.id_text, c.user_text);
+        let columns = format!("SELECT thread_id{tt} AS thread_id, user_id{ut} AS user_id, thread_name, COALESCE(meta, '{{}}'::jsonb) AS meta, \
+             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at");
         Stmts {
             lock_thread: Stmt::new(format!("SELECT {s}.tenx_lock_thread($1, $2, $3)")),
-            exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1)")),
+            exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1{t})")),
             update: Stmt::new(format!(
-                "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1"
+                "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1{t}"
             )),
-            get: Stmt::new(format!("{columns} FROM {s}.threads WHERE thread_id = $1")),
+            get: Stmt::new(format!("{columns} FROM {s}.threads WHERE thread_id = $1{t}")),
             list: Stmt::new(format!(
                 "{columns} FROM {s}.threads \
-                 WHERE ($1::text IS NULL OR user_id = $1) AND ($2::text IS NULL OR thread_name ILIKE $2 OR thread_id ILIKE $2) \
+                 WHERE ($1::text IS NULL OR user_id = $1{u}) AND ($2::text IS NULL OR thread_name ILIKE $2 OR thread_id{tt} ILIKE $2) \
                  ORDER BY updated_at DESC OFFSET $3 LIMIT $4"
             )),
-            delete: Stmt::new(format!("DELETE FROM {s}.threads WHERE thread_id = $1")),
-            owner: Stmt::new(format!("SELECT user_id FROM {s}.threads WHERE thread_id = $1")),
+            delete: Stmt::new(format!("DELETE FROM {s}.threads WHERE thread_id = $1{t}")),
+            owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
             running: Stmt::new(format!(
-                "SELECT t.thread_id, t.user_id FROM {s}.threads t \
+                "SELECT t.thread_id{tt} AS thread_id, t.user_id{ut} AS user_id FROM {s}.threads t \
                  CROSS JOIN LATERAL (SELECT state_data FROM {s}.states st WHERE st.thread_id = t.thread_id \
                                      ORDER BY version DESC, state_id DESC LIMIT 1) st \
                  WHERE st.state_data->'execution_meta'->>'status' = 'running' \
-                   AND ($1::text IS NULL OR t.thread_id > $1) \
+                   AND ($1::text IS NULL OR t.thread_id > $1{t}) \
                  ORDER BY t.thread_id LIMIT $2"
             )),
         }

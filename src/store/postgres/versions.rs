@@ -1,7 +1,7 @@
 //! What a thread's history and the database's schema are at: the kept state versions of a
 //! thread (the CLI's `history`) and the schema version.
 
-use super::{PgStore, Stmt, map_err};
+use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{StateVersion, StoreResult, ThreadRef};
 use serde_json::Value;
 use sqlx::Row;
@@ -12,11 +12,12 @@ pub(super) struct Stmts {
 }
 
 impl Stmts {
-    pub(super) fn new(s: &str) -> Self {
+    pub(super) fn new(s: &str, c: &Casts) -> Self {
+        let t = c.id;
         Stmts {
             states: Stmt::new(format!(
                 "SELECT version, state_data, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
-                 FROM {s}.states WHERE thread_id = $1 ORDER BY version DESC, state_id DESC"
+                 FROM {s}.states WHERE thread_id = $1{t} ORDER BY version DESC, state_id DESC"
             )),
             schema: Stmt::new(format!("SELECT MAX(version)::int8 FROM {s}.schema_version")),
         }

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from tenxgraph import _core
 from tenxgraph.core.state.message import Message
 from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
+from tenxgraph.utils.thread_info import ThreadInfo
 
 __all__ = ["CURRENT_SCHEMA_VERSION", "PgCheckpointer"]
 
@@ -14,6 +15,23 @@ __all__ = ["CURRENT_SCHEMA_VERSION", "PgCheckpointer"]
 CURRENT_SCHEMA_VERSION: int = _core.PG_SCHEMA_VERSION
 
 _UNSUPPORTED_OBJECTS = ("pg_pool", "redis", "redis_pool")
+_ID_TYPES = ("string", "int", "bigint")
+
+
+def _id_type_option(key: str, value: Any) -> str:
+    """``value`` as one of 10xGraph's id type names (an ``IDType`` member counts by its value)."""
+    name = getattr(value, "value", value)
+    if not isinstance(name, str) or name not in _ID_TYPES:
+        hint = " (10xGraph's PgCheckpointer names the 32-bit type 'int')" if name == "integer" else ""
+        raise ValueError(f"{key} must be one of {', '.join(map(repr, _ID_TYPES))}, got {value!r}{hint}")
+    return name
+
+
+def _as_id(value: Any, id_type: str) -> Any:
+    """An id read back as text, as the column holds it: an int on an int / bigint schema."""
+    if id_type != "string" and isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 StateT = TypeVar("StateT")
@@ -33,6 +51,16 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
     Nothing connects here: a module-level checkpointer imports while the database is down. The
     first call that needs the database (``asetup()``, a run, a read) connects and migrates, and
     raises there when it cannot; a later call tries again.
+
+    ``id_type`` (thread and message ids) and ``user_id_type`` are ``"string"`` (default),
+    ``"int"`` or ``"bigint"``: a new database gets 10xGraph's columns for them (``VARCHAR(255)``,
+    ``SERIAL``, ``BIGSERIAL``); an existing one must have been created with the same types (else
+    the first use raises ``ValueError``). On an integer type an id is a positive int in the
+    column's range, or the decimal string of one (``7`` or ``"7"``); anything else (a bool, a
+    float, ``"007"``, ``"1:2"``, a negative, an int too large) raises ``InvalidConfigError``
+    ``STORAGE_CONFIG_002`` before anything is read or written. Ids read back are ints there.
+    Message ids share ``id_type``: a graph on an integer schema needs integer message ids
+    (``StateGraph(id_generator=BigIntIDGenerator())``, or ids of your own).
     """
 
 
@@ -58,9 +86,8 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
                 )
         if not postgres_dsn:
             raise ValueError("PgCheckpointer needs postgres_dsn")
-        for key in ("user_id_type", "id_type"):
-            if kwargs.get(key, "string") != "string":
-                raise ValueError(f"{key}={kwargs[key]!r} is not supported yet; thread and user ids are strings")
+        self.id_type = _id_type_option("id_type", kwargs.get("id_type", "string"))
+        self.user_id_type = _id_type_option("user_id_type", kwargs.get("user_id_type", "string"))
         unknown = set(kwargs) - {"user_id_type", "id_type", "cache_ttl", "release_resources", "state_history_limit",
                                  "enforce_user_isolation"}
         if unknown:
@@ -80,10 +107,35 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
             self.state_history_limit,
             self.enforce_user_isolation,
             self.cache_ttl,
+            self.id_type,
+            self.user_id_type,
         )
 
     def __repr__(self) -> str:
-        return f"PgCheckpointer(schema={self.schema!r}, redis={'on' if self.redis_url else 'off'})"
+        ids = "" if self.id_type == self.user_id_type == "string" else \
+            f", id_type={self.id_type!r}, user_id_type={self.user_id_type!r}"
+        return f"PgCheckpointer(schema={self.schema!r}, redis={'on' if self.redis_url else 'off'}{ids})"
+
+    # -- ids read back in the column's type ------------------------------------------------
+
+    def _typed_thread(self, info: ThreadInfo) -> ThreadInfo:
+        return info.model_copy(update={"thread_id": _as_id(info.thread_id, self.id_type),
+                                       "user_id": _as_id(info.user_id, self.user_id_type)})
+
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        """The thread's ``ThreadInfo`` (None when absent or another user's); on an integer
+        schema its ``thread_id`` / ``user_id`` are ints, as 10xGraph's."""
+        info = await super().aget_thread(config)
+        return None if info is None else self._typed_thread(info)
+
+    async def alist_threads(self, config: dict[str, Any], search: str | None = None,
+                            offset: int | None = None, limit: int | None = None) -> list[ThreadInfo]:
+        """As ``NativeCheckpointer.alist_threads``; ids typed as in ``aget_thread``."""
+        return [self._typed_thread(t) for t in await super().alist_threads(config, search, offset, limit)]
+
+    async def aget_thread_owner(self, thread_id: str | int, config: dict[str, Any] | None = None) -> Any:
+        """As ``NativeCheckpointer.aget_thread_owner``; an int on an integer ``user_id_type``."""
+        return _as_id(await super().aget_thread_owner(thread_id, config), self.user_id_type)
 
     # -- return values as 10xGraph's PgCheckpointer gives them ------------------------------
 
