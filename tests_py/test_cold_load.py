@@ -167,6 +167,17 @@ def sqlite_set_message(db: Path, message_id: str, text: str) -> None:
         c.close()
 
 
+def stored_rows(db: Path) -> tuple[list[int], int]:
+    """The thread's state versions and its number of messages, read from the file."""
+    c = sqlite3.connect(db)
+    try:
+        versions = [r[0] for r in c.execute("SELECT version FROM states ORDER BY version")]
+        count = c.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        c.close()
+    return versions, count
+
+
 async def odd_row_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path, t: str, text: str) -> Any:
     """A store whose thread ``t`` has three messages, the second one's stored text ``text``."""
     cp = make_checkpointer(kind, request, tmp_path)
@@ -212,17 +223,11 @@ async def test_a_stored_message_that_is_not_json_fails_the_load_and_writes_nothi
     seen = Seen()
     with pytest.raises(StorageError) as err:
         await build(cp, seen).ainvoke({"messages": [Message.text_message("next", role="user")]}, {"thread_id": t})
-    assert "load messages" in str(err.value)
+    assert err.value.error_code == "STORAGE_001" and "load messages" in str(err.value)
     assert seen.dumps == [], "no node ran"
     assert gc.isenabled()
     await cp.arelease()
-    c = sqlite3.connect(tmp_path / "cp.db")
-    try:
-        versions = [r[0] for r in c.execute("SELECT version FROM states ORDER BY version")]
-        count = c.execute("SELECT count(*) FROM messages").fetchone()[0]
-    finally:
-        c.close()
-    assert (versions, count) == ([1], 3), "the input was not committed"
+    assert stored_rows(tmp_path / "cp.db") == ([1], 3), "the input was not committed"
 
 
 
@@ -240,6 +245,8 @@ async def test_a_stored_message_the_model_refuses_fails_the_load_with_the_collec
         await build(cp, seen).ainvoke({"messages": [Message.text_message("next", role="user")]}, {"thread_id": t})
     assert gc.isenabled(), "the collector is enabled again after a failed validation"
     assert seen.dumps == []
+    await cp.arelease()
+    assert stored_rows(tmp_path / "cp.db") == ([1], 3), "the input was not committed"
 
 
 @pytest.mark.asyncio

@@ -29,7 +29,7 @@ __all__ = ["validate_stored_state"]
 S = TypeVar("S", bound=BaseModel)
 
 
-def validate_stored_state(state_type: type[S], text: str) -> S:
+def validate_stored_state(state_type: type[S], text: bytes | str) -> S:
     """``state_type.model_validate_json(text)`` with the load's objects filed in the oldest GC
     generation (see the module notes). The collector is enabled again on every exit, an
     exception included, exactly when it was enabled on entry."""

@@ -128,12 +128,13 @@ class Run:
 
     # -- called by the Rust loop -----------------------------------------------------------
 
-    def prepare(self, state_json: str | None, stored_class: str | None, exec_view: ExecView,
+    def prepare(self, state_json: bytes | str | None, stored_class: str | None, exec_view: ExecView,
                 known: bool = False) -> tuple[int, str | None]:
         """Builds the live state and merges the input. Returns the cursor of stored messages.
 
-        ``state_json``: the stored state with its messages as ``context``, one JSON document
-        (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it named).
+        ``state_json``: the stored state with its messages as ``context``, one JSON document as
+        UTF-8 bytes (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it
+        named).
         ``known``: the thread's latest row is still the commit ``self.known`` was kept from."""
         if known:
             assert self.known is not None, "the store confirmed a state this run does not hold"

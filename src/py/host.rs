@@ -118,6 +118,9 @@ impl NodeHost for PyHost {
         };
         let known = matches!(stored, Stored::Known);
         Python::attach(|py| {
+            // As bytes: pydantic parses UTF-8 bytes directly, a str of a long thread would be
+            // built first and read back.
+            let state = state.map(|t| pyo3::types::PyBytes::new(py, t.as_bytes()));
             let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec_view(py, exec)?, known))?;
             let (len, last_id): (usize, Option<String>) = r.extract()?;
             Ok(MsgCursor { len, last_id })
