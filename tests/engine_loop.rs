@@ -4,7 +4,7 @@
 mod common;
 
 use async_trait::async_trait;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,7 +83,10 @@ impl NodeHost for TestHost {
             live.counter = state["counter"].as_i64().unwrap_or(0);
             live.messages = msgs
                 .iter()
-                .map(|m| StoredMessage { id: m["id"].as_str().unwrap().into(), data: m.clone() })
+                .map(|m| {
+                    let m: Value = serde_json::from_str(m.get()).unwrap();
+                    StoredMessage { id: m["id"].as_str().unwrap().into(), data: m }
+                })
                 .collect();
             cursor = MsgCursor { len: msgs.len(), last_id: live.messages.last().map(|m| m.id.clone()) };
         }
@@ -172,7 +175,8 @@ async fn a_linear_graph_commits_input_and_every_node() {
         // input commit + one per node (the last node's commit is the completed one)
         assert_eq!(out.version, 4);
         let cp = store.load(&ThreadRef::new("t1", "u")).await.unwrap().unwrap();
-        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let msgs = cp.message_values().unwrap();
+        let ids: Vec<&str> = msgs.iter().map(|m| m["id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["in-hi", "a-0", "b-1", "c-2"]);
         assert_eq!(cp.state["execution_meta"]["current_node"], END);
     }
@@ -349,7 +353,8 @@ async fn new_input_while_a_run_is_unfinished_is_rejected_and_writes_nothing() {
         assert!(matches!(err, EngineError::LeaseBusy { waited, .. } if waited == 0.0), "{err:?}");
         assert!(fast.calls().is_empty(), "no node of the rejected run ran");
         let cp = store.load(&ThreadRef::new("two", "u")).await.unwrap().unwrap();
-        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let msgs = cp.message_values().unwrap();
+        let ids: Vec<&str> = msgs.iter().map(|m| m["id"].as_str().unwrap()).collect();
         assert!(ids.contains(&"in-slow") && !ids.contains(&"in-fast"), "{ids:?}");
         assert_eq!(cp.state["execution_meta"]["status"], "completed");
     }
@@ -370,7 +375,8 @@ async fn on_busy_wait_runs_the_second_turn_after_the_first_and_times_out_when_as
         let (v_slow, v_fast) = (r_slow.unwrap().version, r_fast.unwrap().version);
         assert!(v_fast > v_slow, "the waiting turn commits after the holder: {v_slow} {v_fast}");
         let cp = store.load(&ThreadRef::new("wait", "u")).await.unwrap().unwrap();
-        let ids: Vec<&str> = cp.messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let msgs = cp.message_values().unwrap();
+        let ids: Vec<&str> = msgs.iter().map(|m| m["id"].as_str().unwrap()).collect();
         let (i_slow, i_fast) = (ids.iter().position(|i| *i == "in-slow"), ids.iter().position(|i| *i == "in-fast"));
         assert!(i_slow.unwrap() < i_fast.unwrap(), "{ids:?}");
         // A bounded wait gives up with the holder named and nothing run.

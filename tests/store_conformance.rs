@@ -66,7 +66,8 @@ async fn versioned_steps_reject_a_stale_writer_and_write_nothing() {
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.version, 2, "{name}");
         assert_eq!(cp.state, st2, "{name}");
-        let ids: Vec<&str> = cp.messages.iter().map(|m| m["message_id"].as_str().unwrap()).collect();
+        let msgs = cp.message_values().unwrap();
+        let ids: Vec<&str> = msgs.iter().map(|m| m["message_id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["m1", "m2"], "{name}: the stale step's message must not be stored");
     }
 }

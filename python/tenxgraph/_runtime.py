@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
 from tenxgraph._core import NodeResult
+from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
@@ -128,12 +128,13 @@ class Run:
 
     # -- called by the Rust loop -----------------------------------------------------------
 
-    def prepare(self, state_json: str | None, stored_class: str | None, exec_view: ExecView,
+    def prepare(self, state_json: bytes | str | None, stored_class: str | None, exec_view: ExecView,
                 known: bool = False) -> tuple[int, str | None]:
         """Builds the live state and merges the input. Returns the cursor of stored messages.
 
-        ``state_json``: the stored state with its messages as ``context``, one JSON document
-        (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it named).
+        ``state_json``: the stored state with its messages as ``context``, one JSON document as
+        UTF-8 bytes (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it
+        named).
         ``known``: the thread's latest row is still the commit ``self.known`` was kept from."""
         if known:
             assert self.known is not None, "the store confirmed a state this run does not hold"
@@ -141,16 +142,9 @@ class Run:
         elif state_json is None:
             state = self.graph._prototype.model_copy(deep=True)
         else:
-            # One validation from JSON text, with the cyclic GC paused: a long thread's load makes
-            # tens of thousands of objects, none of them garbage, and the collector ran over and
-            # over during it (15-18% of such a load).
-            paused = gc.isenabled()
-            gc.disable()
-            try:
-                state = self.graph._state_type.model_validate_json(state_json)
-            finally:
-                if paused:
-                    gc.enable()
+            # One validation from JSON text, its objects kept out of the cyclic GC's young
+            # generations (see _cold_load).
+            state = validate_stored_state(self.graph._state_type, state_json)
             if stored_class and stored_class != type(state).__name__:
                 self.graph._log.warning(
                     "thread state was written by %s, loading it as %s", stored_class, type(state).__name__,

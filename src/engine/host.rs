@@ -65,8 +65,8 @@ pub enum Stored<'a> {
     Loaded {
         /// The state row.
         state: &'a Value,
-        /// The thread's messages, in order.
-        messages: &'a [Value],
+        /// The thread's messages, in order, as stored text.
+        messages: &'a [crate::store::RawJson],
     },
     /// The thread is still at the host's `known_head`: the host's own live state is current.
     Known,

@@ -83,7 +83,7 @@ pub fn from_cache(
     Ok(Some(Checkpoint {
         version: durable_version.unwrap_or(0),
         state: entry,
-        messages,
+        messages: messages.iter().map(crate::store::raw_json).collect(),
         // The context is the truth: the first commit writes the thread's message rows from it.
         rewrite_messages: true,
         messages_known: false,
@@ -160,7 +160,7 @@ mod tests {
         Checkpoint {
             version,
             state: json!({"execution_meta": {"current_node": "model", "status": "running"}}),
-            messages: vec![json!({"role": "user"})],
+            messages: vec![crate::store::raw_json(&json!({"role": "user"}))],
             rewrite_messages: true,
             messages_known: false,
         }

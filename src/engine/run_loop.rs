@@ -350,7 +350,8 @@ async fn run_leased<H: NodeHost + ?Sized>(
     // again cannot be right, route on from it (the conditions see the loaded state, as they did).
     let route_on = match &stored {
         Some(c) if resuming && !from_legacy_cache && legacy_resume::unfinished_legacy_run(Some(c)) => {
-            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.messages)
+            // Only the last message is looked at: the rest stay undecoded.
+            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.last_message().into_iter().collect::<Vec<_>>())
         }
         _ => None,
     };

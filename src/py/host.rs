@@ -7,7 +7,7 @@ use crate::engine::{
     BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
     ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
-use crate::store::{KnownHead, STATE_META_KEY, StoredMessage};
+use crate::store::{KnownHead, RawJson, STATE_META_KEY, StoredMessage};
 use async_trait::async_trait;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -75,7 +75,7 @@ fn interrupt_payload(py: Python<'_>, e: &PyErr) -> Option<Value> {
 /// `model_validate_json` call (parsing per message in Python was most of a long thread's load),
 /// and the state class it was written by. Our bookkeeping keys are left out: a user's state model
 /// may forbid extra fields.
-fn state_document(state: &Value, messages: &[Value]) -> (String, Option<String>) {
+fn state_document(state: &Value, messages: &[RawJson]) -> (String, Option<String>) {
     let mut state = state.clone();
     let mut class = None;
     if let Some(obj) = state.as_object_mut() {
@@ -84,6 +84,8 @@ fn state_document(state: &Value, messages: &[Value]) -> (String, Option<String>)
         obj.remove("context");
     }
     let mut text = state.to_string();
+    // The stored texts are spliced in as they are (see `RawJson`).
+    text.reserve(messages.iter().map(|m| m.get().len() + 1).sum::<usize>() + 16);
     if text.ends_with('}') {
         text.pop();
         text.push_str(if text.len() > 1 { ",\"context\":[" } else { "\"context\":[" });
@@ -91,7 +93,7 @@ fn state_document(state: &Value, messages: &[Value]) -> (String, Option<String>)
             if i > 0 {
                 text.push(',');
             }
-            text.push_str(&m.to_string());
+            text.push_str(m.get());
         }
         text.push_str("]}");
     }
@@ -116,6 +118,9 @@ impl NodeHost for PyHost {
         };
         let known = matches!(stored, Stored::Known);
         Python::attach(|py| {
+            // As bytes: pydantic parses UTF-8 bytes directly, a str of a long thread would be
+            // built first and read back.
+            let state = state.map(|t| pyo3::types::PyBytes::new(py, t.as_bytes()));
             let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec_view(py, exec)?, known))?;
             let (len, last_id): (usize, Option<String>) = r.extract()?;
             Ok(MsgCursor { len, last_id })

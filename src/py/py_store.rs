@@ -97,7 +97,7 @@ impl PyStore {
     /// Writes the thread's committed state (with its whole context) and the step's new messages.
     async fn save(&self, t: &ThreadRef, new_messages: &[StoredMessage]) -> StoreResult<()> {
         let Some(cp) = self.mem.load(t).await? else { return Ok(()) };
-        let messages: Vec<String> = cp.messages.iter().map(Value::to_string).collect();
+        let messages: Vec<String> = cp.messages.iter().map(|m| m.get().to_owned()).collect();
         let new: Vec<String> = new_messages.iter().map(|m| m.data.to_string()).collect();
         let (tid, uid, state) = (t.thread_id.clone(), t.user_id.clone(), cp.state.to_string());
         self.call("save", move |a| a.call_method1("save", (tid, uid, state, messages, new))).await?;

@@ -204,7 +204,7 @@ impl NativeStore {
         let s = self.inner.clone();
         awaitable(py, async move {
             let cp = s.load(&t(thread_id, user_id)).await?;
-            Ok(cp.map(|c| (c.version, c.state.to_string(), c.messages.iter().map(Value::to_string).collect::<Vec<_>>())))
+            Ok(cp.map(|c| (c.version, c.state.to_string(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())))
         })
     }
 

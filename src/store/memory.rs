@@ -7,7 +7,7 @@
 //! that discipline would have to be re-read in every file. The concepts are sections below.
 
 use super::{
-    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    Checkpoint, KnownHead, Checkpointer, RawJson, raw_json, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, is_running_state, may_take, message_matches,
     now_secs,
 };
@@ -22,9 +22,23 @@ const STATE_HISTORY: usize = 20;
 struct ThreadData {
     row: Option<ThreadRow>,
     states: Vec<(i64, Value)>,
-    messages: Vec<StoredMessage>,
+    messages: Vec<Kept>,
     /// key -> (row, recorded at)
     ledger: HashMap<String, (Value, f64)>,
+}
+
+/// A message with its text, encoded once when it is written: a load copies the texts out, it
+/// does not encode every message of the thread again.
+struct Kept {
+    id: String,
+    data: Value,
+    text: RawJson,
+}
+
+impl Kept {
+    fn new(m: &StoredMessage) -> Self {
+        Kept { id: m.id.clone(), data: m.data.clone(), text: raw_json(&m.data) }
+    }
 }
 
 /// A lease with its absolute expiry (`LeaseInfo::expires_in` is relative to the reader's now).
@@ -112,10 +126,10 @@ fn unmark_latest(d: &mut ThreadData) {
     }
 }
 
-fn upsert(list: &mut Vec<StoredMessage>, m: &StoredMessage) {
+fn upsert(list: &mut Vec<Kept>, m: &StoredMessage) {
     match list.iter_mut().find(|x| x.id == m.id) {
-        Some(x) => x.data = m.data.clone(),
-        None => list.push(m.clone()),
+        Some(x) => *x = Kept::new(m),
+        None => list.push(Kept::new(m)),
     }
 }
 
@@ -210,7 +224,7 @@ impl Checkpointer for MemoryStore {
             Checkpoint {
                 version: *v,
                 state: s.clone(),
-                messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.data.clone()).collect() },
+                messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.text.clone()).collect() },
                 rewrite_messages: false,
                 messages_known,
             }

@@ -25,6 +25,23 @@ pub struct StoredMessage {
     pub data: Value,
 }
 
+/// A stored JSON document kept as its text: a thread's load hands each message's stored text on
+/// to the host unchanged (checked to be one JSON value, never decoded into a `Value` and
+/// re-encoded, which was most of the Rust side of a long thread's load).
+pub type RawJson = Box<serde_json::value::RawValue>;
+
+/// `v` as stored text.
+pub fn raw_json(v: &Value) -> RawJson {
+    // serde_json never fails on a Value.
+    serde_json::value::to_raw_value(v).expect("a serde_json::Value always serialises")
+}
+
+/// The text of one stored document, checked to be a single JSON value (a corrupt row is an
+/// error here, as a decode was before).
+pub fn raw_json_from_text(text: String) -> serde_json::Result<RawJson> {
+    serde_json::value::RawValue::from_string(text)
+}
+
 /// What a run resumes from.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
@@ -32,14 +49,26 @@ pub struct Checkpoint {
     pub version: i64,
     /// The state without its `context` (messages live in their own rows).
     pub state: Value,
-    /// Every message of the thread, in order (empty when `messages_known`).
-    pub messages: Vec<Value>,
+    /// Every message of the thread, in order, as stored text (empty when `messages_known`).
+    pub messages: Vec<RawJson>,
     /// The messages came from a state row written by 10xGraph (whole context inside the state):
     /// the next step must rewrite the thread's message rows from the live context.
     pub rewrite_messages: bool,
     /// The latest row is the one the caller named in `load_with` (`KnownHead`): `messages` is
     /// left empty because the caller still holds them.
     pub messages_known: bool,
+}
+
+impl Checkpoint {
+    /// The messages decoded (for callers that inspect them; a run's load never does).
+    pub fn message_values(&self) -> serde_json::Result<Vec<Value>> {
+        self.messages.iter().map(|m| serde_json::from_str(m.get())).collect()
+    }
+
+    /// The last message decoded; None when there is none or it cannot be read.
+    pub fn last_message(&self) -> Option<Value> {
+        self.messages.last().and_then(|m| serde_json::from_str(m.get()).ok())
+    }
 }
 
 /// Where in a state row the engine marks each commit (`state.__state_meta__.write`): a value

@@ -4,7 +4,7 @@
 use super::messages::{message_json, message_rows};
 use super::nul::strip_nul;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef};
+use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text};
 use serde_json::Value;
 use sqlx::Row;
 
@@ -22,7 +22,9 @@ impl Stmts {
         let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
             // One round trip: the owner check, the latest state and the thread's messages as one
-            // array (NULL for a row written by 10xGraph, whose context is inside the state).
+            // array of their texts (NULL for a row written by 10xGraph, whose context is inside
+            // the state). Texts, not one jsonb array: no aggregate document is built here, and
+            // each text goes on to the host as it is, never decoded into a `Value`.
             // With $4/$5 naming the row the caller still holds (KnownHead), the messages are
             // not read and `known` is true.
             load: Stmt::new(format!(
@@ -31,8 +33,8 @@ impl Stmts {
                 // every kept state row, and any older row made it read all the messages.
                 "SELECT st.version, st.state_data, st.known, \
                    CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' OR st.known THEN NULL ELSE \
-                     (SELECT COALESCE(jsonb_agg(x.m ORDER BY x.seq, x.created_at), '[]'::jsonb) FROM \
-                       (SELECT {message_json} AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
+                     (SELECT COALESCE(array_agg(x.m ORDER BY x.seq, x.created_at), '{{}}'::text[]) FROM \
+                       (SELECT ({message_json})::text AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
                    END AS msgs \
                  FROM (SELECT version, state_data, \
                          COALESCE(version = $4 AND state_data->'{meta}'->>'{mark}' = $5, false) AS known \
@@ -63,9 +65,14 @@ pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHea
     let messages_known: bool = row.get("known");
     // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
     let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
-    let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Value>, _>("msgs")) {
-        (Some(Value::Array(ctx)), _) => (ctx, true),
-        (_, Some(Value::Array(msgs))) => (msgs, false),
+    let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Vec<String>>, _>("msgs")) {
+        (Some(Value::Array(ctx)), _) => (ctx.iter().map(raw_json).collect(), true),
+        (_, Some(msgs)) => (
+            msgs.into_iter()
+                .map(|m| raw_json_from_text(m).map_err(|e| StoreError::backend("load messages", e)))
+                .collect::<StoreResult<_>>()?,
+            false,
+        ),
         _ => (Vec::new(), false),
     };
     Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known }))

@@ -32,7 +32,12 @@ pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<Know
     Ok(Some(Checkpoint {
         version,
         state,
-        messages: msgs.iter().map(|m| parse("load messages", m)).collect::<StoreResult<_>>()?,
+        // Each row's text goes on as stored, checked to be one JSON value (a corrupt row is still
+        // the load's error), not decoded.
+        messages: msgs
+            .into_iter()
+            .map(|m| crate::store::raw_json_from_text(m).map_err(|e| StoreError::backend("load messages", e)))
+            .collect::<StoreResult<_>>()?,
         rewrite_messages: false,
         messages_known: false,
     }))
