@@ -214,3 +214,48 @@ def test_the_interpreter_exits_cleanly_right_after_a_run(backend: str, tmp_path:
                               env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
         assert "Fatal Python error" not in proc.stderr
+
+
+CONDITION_SCRIPT = """
+import asyncio, threading
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.utils import END
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+seen = {}
+
+async def first(state):
+    seen["node"] = threading.get_ident()
+    return [Message.text_message("a", role="assistant")]
+
+async def second(state):
+    return [Message.text_message("b", role="assistant")]
+
+def route(state):
+    seen["condition"] = threading.get_ident()
+    return "second"
+
+g = StateGraph(AgentState)
+g.add_node("first", first)
+g.add_node("second", second)
+g.set_entry_point("first")
+g.add_conditional_edges("first", route, {"second": "second"})
+g.add_edge("second", END)
+app = g.compile(checkpointer=InMemoryCheckpointer())
+
+async def main():
+    loop_thread = threading.get_ident()
+    out = await app.ainvoke({"messages": [Message.text_message("hi")]}, config={"thread_id": "c1"})
+    emit({"texts": [m.text() for m in out["messages"]],
+          "node_on_loop": seen["node"] == loop_thread, "condition_on_loop": seen["condition"] == loop_thread})
+
+asyncio.run(main())
+"""
+
+
+def test_a_conditional_edge_runs_on_the_loop_thread_as_in_10xgraph(oracle) -> None:
+    # Before: the engine called the condition from a tokio worker thread.
+    theirs, ours = oracle.run_both(CONDITION_SCRIPT)
+    assert theirs == {"texts": ["hi", "a", "b"], "node_on_loop": True, "condition_on_loop": True}
+    assert ours == theirs
