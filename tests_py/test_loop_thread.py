@@ -259,3 +259,12 @@ def test_a_conditional_edge_runs_on_the_loop_thread_as_in_10xgraph(oracle) -> No
     theirs, ours = oracle.run_both(CONDITION_SCRIPT)
     assert theirs == {"texts": ["hi", "a", "b"], "node_on_loop": True, "condition_on_loop": True}
     assert ours == theirs
+
+
+@pytest.mark.asyncio
+async def test_a_native_awaitable_awaited_twice_is_a_runtime_error_not_a_hang() -> None:
+    native = InMemoryCheckpointer()._native
+    call = native.thread_owner("never-written", None)
+    assert await call is None
+    with pytest.raises(RuntimeError, match="already awaited"):
+        await asyncio.wait_for(call, 30)
