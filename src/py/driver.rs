@@ -196,11 +196,24 @@ impl Driver {
             let waker = Waker::from(me.shared.clone());
             let mut cx = Context::from_waker(&waker);
             let _enter = pyo3_async_runtimes::tokio::get_runtime().enter();
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Pending => return Ok(()),
-                Poll::Ready(convert) => {
+            // A panic must end the await with an error: raised from a `call_soon` callback it
+            // would only be logged by the loop, and the awaiting task would wait forever.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+                Ok(Poll::Pending) => return Ok(()),
+                Ok(Poll::Ready(convert)) => {
                     *guard = None;
                     convert
+                }
+                Err(panic) => {
+                    *guard = None;
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Box::new(move |_py: Python<'_>| {
+                        Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the native call failed with an internal error: {what}")))
+                    }) as Convert
                 }
             }
         };
