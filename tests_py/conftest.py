@@ -53,3 +53,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 from tests_py.oracle import oracle  # noqa: E402,F401  (the differential fixture, tests_py/oracle.py)
+
+
+@pytest.fixture(autouse=True)
+def _process_wide_id_generator_restored():
+    """``StateGraph(id_generator=...)`` installs a process-wide message id generator (10xGraph's
+    DI-bound "generated_id"); a test that builds such a graph must not decide the ids of the
+    tests after it."""
+    from tenxgraph.core.state.message import get_id_generator, set_id_generator
+
+    before = get_id_generator()
+    yield
+    set_id_generator(before)

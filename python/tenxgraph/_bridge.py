@@ -1,57 +1,45 @@
-"""Starting a coroutine on the caller's event loop for the Rust core, with cancellation.
+"""The asyncio side of the Rust core's futures.
 
-Rust holds a ``Submission`` while it awaits; if Rust stops waiting (node timeout, stop, the run
-was dropped) it calls ``cancel()`` from a tokio thread and the asyncio task is really cancelled,
-so the user's code sees ``CancelledError`` instead of running on unobserved.
+``drive`` awaits a ``_core.Driver``: the Rust future is polled on this loop's thread (see
+src/py/driver.rs); a wake from another thread arrives as a byte on a socket the loop watches.
+Cancelling the await drops the Rust future on the spot, which cancels the Python tasks it awaited.
+
+``Submission`` starts a coroutine on a loop running on another thread (a checkpointer written in
+Python has a loop of its own) and is cancellable from the thread that awaits it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-__all__ = ["Submission", "await_native"]
+__all__ = ["Submission", "drive"]
 
 
-async def await_native(waiter: Any) -> Any:
-    """Awaits a ``_core.Waiter``: the Rust task writes one byte to a socket when done; the loop
-    watches it, so no Rust thread has to call into Python to wake us. Cancelling the await
-    cancels the Rust future."""
+async def drive(driver: Any) -> Any:
+    """Awaits a ``_core.Driver`` on the running loop; cancelling the await drops the Rust future
+    before the cancellation propagates, so the run has really ended when the caller resumes."""
     loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-    fd = waiter.fileno()
-
-    def on_ready() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, on_ready)
+    done = loop.create_future()
+    fd = driver.fileno()
+    loop.add_reader(fd, driver.woken)
     try:
-        await ready
+        driver.start(loop, contextvars.copy_context(), done)
+        await done
     except asyncio.CancelledError:
-        waiter.cancel()
-        # The Rust future is dropped on a tokio thread; wait (briefly) until it is, so that when
-        # the cancelled caller resumes the run has really ended: its lease is free, its Python
-        # tasks are cancelled. The task writes its byte when it is dropped, too.
-        # (`ready` itself was cancelled with us: watch the socket with a new future.)
-        gone = loop.create_future()
-        loop.remove_reader(fd)
-        loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(gone, _CANCEL_GRACE_SECONDS)
+        driver.cancel()
         raise
     finally:
         loop.remove_reader(fd)
-    return waiter.take()
-
-
-_CANCEL_GRACE_SECONDS = 2.0
+    return done.result()
 
 
 class Submission:
+    """A coroutine started as a task on ``loop`` (another thread's) in ``context``; ``done`` gets
+    the task (or a cancelled future when ``cancel`` came first)."""
+
     __slots__ = ("_loop", "_task", "_cancelled", "_done")
 
     def __init__(
@@ -59,7 +47,7 @@ class Submission:
         loop: asyncio.AbstractEventLoop,
         context: contextvars.Context,
         coro: Coroutine[Any, Any, Any],
-        done: Callable[[bool, Any], None],
+        done: Callable[[asyncio.Future[Any]], None],
     ) -> None:
         self._loop = loop
         self._task: asyncio.Task[Any] | None = None
@@ -74,22 +62,12 @@ class Submission:
     def _start(self, context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> None:
         if self._cancelled:
             coro.close()  # never started: avoid "coroutine was never awaited"
-            self._done(False, asyncio.CancelledError())
+            never = self._loop.create_future()
+            never.cancel()
+            self._done(never)
             return
-        # Created inside the caller's context: the task runs on a copy of the contextvars that
-        # were set when the user called ainvoke().
         self._task = context.run(self._loop.create_task, coro)
-        self._task.add_done_callback(self._finish)
-
-    def _finish(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self._done(False, asyncio.CancelledError())
-            return
-        exc = task.exception()
-        if exc is not None:
-            self._done(False, exc)
-        else:
-            self._done(True, task.result())
+        self._task.add_done_callback(self._done)
 
     def cancel(self) -> None:
         """Thread-safe: cancels the task (or prevents its start)."""

@@ -1,11 +1,13 @@
 """Type stubs for the native module built from src/py (PyO3)."""
 
+import asyncio
+import contextvars
 from collections.abc import Awaitable, Generator
 from typing import Any, final
 
 
 __all__ = [
-    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Waiter", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
     "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
     "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
     "resolve_timeout", "stop_key",
@@ -110,26 +112,34 @@ class NodeResult:
 
 @final
 class Completion:
-    """The done-callback of a coroutine the Rust loop submitted to asyncio; only the first call
-    counts."""
-    def __call__(self, ok: bool, value: Any) -> None:
-        """Hands the coroutine's outcome to the waiting Rust side: ``ok`` with the value, else
-        ``value`` is the exception to raise there."""
+    """The done-callback of the asyncio task running a coroutine the Rust loop awaits; only the
+    first call counts."""
+    def __call__(self, task: asyncio.Future[Any]) -> None:
+        """Hands the task's outcome (its result, its exception, or its cancellation) to the
+        waiting Rust side."""
 
 @final
-class Waiter:
-    """A Rust future, awaitable from asyncio (see src/py/waiter.rs)."""
+class Driver:
+    """A Rust future polled on the thread of the event loop that awaits it (see
+    src/py/driver.rs); awaitable once."""
 
     def fileno(self) -> int:
-        """The socket the event loop watches (``add_reader``); readable once the result is stored."""
-    def take(self) -> Any:
-        """The result, or raises the exception, once ``fileno`` is readable; RuntimeError when not
-        ready or already taken."""
+        """The socket the loop watches (``add_reader``): readable when another thread woke the
+        future."""
+    def start(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context,
+              done: asyncio.Future[Any]) -> None:
+        """Binds the driver to the running ``loop`` (polls are scheduled with ``call_soon`` in
+        ``context``) and to ``done``, which gets the result or the exception; polls once.
+        RuntimeError when already started."""
+    def __call__(self) -> None:
+        """One poll, on the loop thread."""
+    def woken(self) -> None:
+        """The reader callback: empties the socket, then polls."""
     def cancel(self) -> None:
-        """Drops the Rust future, and with it any Python work it awaits; the waiter still wakes."""
+        """Drops the Rust future here and now, and with it any Python work it awaits."""
     def __await__(self) -> Generator[Any, None, Any]:
-        """Awaits the result on the running loop (cancelling the await cancels the Rust future and
-        waits until it has ended)."""
+        """Awaits the result on the running loop (cancelling the await drops the Rust future
+        before the cancellation propagates)."""
 
 @final
 class NativeStore:

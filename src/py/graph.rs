@@ -77,7 +77,7 @@ impl NativeGraph {
             engine::run(&spec, &*store, &host, &cfg, input).await
         };
         let fut = tracing::Instrument::instrument(fut, span);
-        let waiter = super::waiter::spawn(py, fut, |py, r| match r {
+        let driver = super::driver::drive(py, fut, |py, r| match r {
             Ok(o) => {
                 let text = json!({
                     "exec": o.exec, "version": o.version, "stopped": o.stopped, "mark": o.mark,
@@ -88,6 +88,6 @@ impl NativeGraph {
             }
             Err(e) => Err(engine_err(py, e)),
         })?;
-        Ok(waiter.into_bound(py).into_any())
+        Ok(driver.into_bound(py).into_any())
     }
 }

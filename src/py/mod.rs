@@ -10,7 +10,7 @@ mod options;
 mod py_store;
 mod runtime;
 mod store;
-mod waiter;
+mod driver;
 
 use pyo3::prelude::*;
 
@@ -30,7 +30,7 @@ pub mod _core {
     #[pymodule_export]
     use super::store::NativeStore;
     #[pymodule_export]
-    use super::waiter::Waiter;
+    use super::driver::Driver;
 
     /// Process-wide counters: `{metric name: value}`.
     #[pyfunction]

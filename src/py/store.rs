@@ -1,5 +1,5 @@
 //! `NativeStore`: the Rust checkpointers behind the Python `*Checkpointer` classes. JSON crosses as
-//! text; every method returns an awaitable that runs on the tokio runtime.
+//! text; every method returns an awaitable polled on the awaiting loop (src/py/driver.rs).
 //!
 //! One file (~530 lines) because pyo3 (without its `multiple-pymethods` feature, which needs
 //! `inventory` and costs start-up time) takes one `#[pymethods]` block per class: each method
@@ -63,11 +63,11 @@ where
     F: Future<Output = Result<T, StoreError>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    let waiter = super::waiter::spawn(py, fut, |py, r| match r {
+    let driver = super::driver::drive(py, fut, |py, r| match r {
         Ok(v) => Ok(v.into_pyobject(py).map_err(Into::into)?.into_any().unbind()),
         Err(e) => Err(store_err(py, e)),
     })?;
-    Ok(waiter.into_bound(py).into_any())
+    Ok(driver.into_bound(py).into_any())
 }
 
 fn json_in(s: &str) -> PyResult<Value> {

@@ -1,0 +1,265 @@
+//! Rust futures driven from the asyncio thread that awaits them.
+//!
+//! A `Driver` holds the future and polls it on the event-loop thread, inside the tokio runtime's
+//! context: sqlx I/O and tokio timers register with the runtime, whose worker threads keep driving
+//! the I/O and timer drivers. Python work the future awaits (node, tool and lifecycle coroutines)
+//! is started on the same loop directly (src/py/bridge.rs), so a node or a tool costs no hop
+//! between threads.
+//!
+//! Waking: on the loop thread (a task's done-callback, the future waking itself) the next poll is
+//! scheduled with `call_soon`. From any other thread (I/O completion, a timer, a task spawned on
+//! the runtime, another loop's thread) the waker writes one byte to a socket the loop watches with
+//! `add_reader`, without touching the interpreter: a runtime thread that re-takes the interpreter
+//! lock during finalization aborts the process, which is what pyo3-async-runtimes'
+//! `call_soon_threadsafe` hand-off did when a program ended right after a run.
+//!
+//! Dropping the future (the awaiting task cancelled, the driver collected) happens on a Python
+//! thread with the interpreter held, in the runtime's context: the Python tasks it awaited are
+//! cancelled there and then, and a store transaction it left open is rolled back by a task on the
+//! runtime.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
+
+type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+type BoxFuture = Pin<Box<dyn Future<Output = Convert> + Send>>;
+
+/// What the waker needs to schedule a poll from the loop thread: `loop.call_soon`, the driver
+/// itself (callable: one poll), and the keyword arguments (`context=`) of the call.
+struct Schedule {
+    call_soon: Py<PyAny>,
+    step: Py<PyAny>,
+    kwargs: Py<PyDict>,
+}
+
+/// The waker's side of a driver; shared with every waker the future hands out.
+struct Shared {
+    loop_thread: OnceLock<ThreadId>,
+    /// A poll is already scheduled: further wakes until it runs are free.
+    scheduled: AtomicBool,
+    writer: UnixStream,
+    /// Set while the driver runs; cleared when it ends, which also breaks the reference cycle
+    /// driver -> shared -> driver. Only read on the loop thread, attached.
+    schedule: Mutex<Option<Schedule>>,
+}
+
+impl Shared {
+    fn wake_here(&self) -> bool {
+        if self.loop_thread.get() != Some(&std::thread::current().id()) {
+            return false;
+        }
+        // On the loop thread every caller of Rust code is Python code, attached: this only
+        // re-enters the interpreter lock the thread already holds.
+        Python::try_attach(|py| {
+            let guard = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_ref() {
+                Some(s) => s.call_soon.bind(py).call((s.step.bind(py),), Some(s.kwargs.bind(py))).is_ok(),
+                None => true, // the driver has ended: nothing to poll
+            }
+        })
+        .unwrap_or(false)
+    }
+}
+
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !self.wake_here() {
+            let _ = (&self.writer).write_all(&[1]); // the reader may be gone: nothing to wake
+        }
+    }
+}
+
+/// A Rust future awaited from asyncio and polled on the awaiting loop's thread (see the module
+/// comment). Awaiting it more than once is an error.
+#[pyclass(module = "tenxgraph._core", frozen)]
+pub struct Driver {
+    fut: Mutex<Option<BoxFuture>>,
+    shared: Arc<Shared>,
+    reader: UnixStream,
+    /// The asyncio future the result goes to.
+    done: Mutex<Option<Py<PyAny>>>,
+}
+
+/// Wraps `fut` in a `Driver`; nothing runs until it is awaited.
+pub fn drive<F, T, C>(py: Python<'_>, fut: F, convert: C) -> PyResult<Py<Driver>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
+    let (reader, writer) = UnixStream::pair().map_err(os_err)?;
+    reader.set_nonblocking(true).map_err(os_err)?;
+    writer.set_nonblocking(true).map_err(os_err)?;
+    let fut: BoxFuture = Box::pin(async move {
+        let out = fut.await;
+        Box::new(move |py: Python<'_>| convert(py, out)) as Convert
+    });
+    let shared = Arc::new(Shared {
+        loop_thread: OnceLock::new(),
+        scheduled: AtomicBool::new(false),
+        writer,
+        schedule: Mutex::new(None),
+    });
+    keep_a_timer_pending();
+    Py::new(py, Driver { fut: Mutex::new(Some(fut)), shared, reader, done: Mutex::new(None) })
+}
+
+fn drive_helper(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static HELPER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    HELPER.import(py, "tenxgraph._bridge", "drive")
+}
+
+impl Driver {
+    /// Drops the future inside the runtime's context (a drop may spawn a rollback).
+    fn drop_future(&self) {
+        let fut = self.fut.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(fut) = fut {
+            let _enter = pyo3_async_runtimes::tokio::get_runtime().enter();
+            drop(fut);
+        }
+    }
+
+    fn finish(&self, py: Python<'_>, outcome: PyResult<Py<PyAny>>) -> PyResult<()> {
+        self.shared.schedule.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let done = done.bind(py);
+        if done.call_method0("done")?.is_truthy()? {
+            return Ok(()); // the awaiting task was cancelled meanwhile
+        }
+        match outcome {
+            Ok(v) => done.call_method1("set_result", (v,))?,
+            Err(e) => done.call_method1("set_exception", (e.into_value(py),))?,
+        };
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Driver {
+    /// The socket the loop watches (`add_reader`): readable when a thread other than the loop's
+    /// woke the future.
+    fn fileno(&self) -> i32 {
+        self.reader.as_raw_fd()
+    }
+
+    /// Binds the driver to the running loop (`call_soon` with `context`) and the asyncio future
+    /// `done` its outcome goes to, then polls once.
+    fn start(slf: &Bound<'_, Self>, event_loop: &Bound<'_, PyAny>, context: &Bound<'_, PyAny>, done: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        if me.shared.loop_thread.set(std::thread::current().id()).is_err() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("this native awaitable was already awaited"));
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("context", context)?;
+        *me.shared.schedule.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Schedule { call_soon: event_loop.getattr("call_soon")?.unbind(), step: slf.clone().into_any().unbind(), kwargs: kwargs.unbind() });
+        *me.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
+        me.shared.scheduled.store(true, Ordering::Release);
+        Self::__call__(slf)
+    }
+
+    /// One poll of the future, on the loop thread; sets the outcome on `done` when it is ready.
+    fn __call__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        me.shared.scheduled.store(false, Ordering::Release);
+        let ready = {
+            // A poll never runs inside another (the loop calls this from its own callbacks), but a
+            // re-entrant call must not deadlock: it is dropped, the outer poll sees the wake.
+            let Ok(mut guard) = me.fut.try_lock() else {
+                return Ok(());
+            };
+            let Some(fut) = guard.as_mut() else {
+                return Ok(());
+            };
+            let waker = Waker::from(me.shared.clone());
+            let mut cx = Context::from_waker(&waker);
+            let _enter = pyo3_async_runtimes::tokio::get_runtime().enter();
+            // A panic must end the await with an error: raised from a `call_soon` callback it
+            // would only be logged by the loop, and the awaiting task would wait forever.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+                Ok(Poll::Pending) => return Ok(()),
+                Ok(Poll::Ready(convert)) => {
+                    *guard = None;
+                    convert
+                }
+                Err(panic) => {
+                    *guard = None;
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Box::new(move |_py: Python<'_>| {
+                        Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the native call failed with an internal error: {what}")))
+                    }) as Convert
+                }
+            }
+        };
+        let outcome = ready(py);
+        me.finish(py, outcome)
+    }
+
+    /// Called by the loop when `fileno` is readable: empties the socket, then polls.
+    fn woken(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let mut buf = [0u8; 64];
+        while matches!((&slf.get().reader).read(&mut buf), Ok(n) if n > 0) {}
+        Self::__call__(slf)
+    }
+
+    /// Drops the Rust future here and now (and with it any Python work it awaits).
+    fn cancel(&self, py: Python<'_>) -> PyResult<()> {
+        self.drop_future();
+        self.finish(py, Err(pyo3::exceptions::asyncio::CancelledError::new_err("the native call was cancelled")))
+    }
+
+    fn __await__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        drive_helper(py)?.call1((slf,))?.call_method0("__await__")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Collected without having finished (never awaited, or its awaiting coroutine was closed).
+        self.drop_future();
+    }
+}
+
+/// Keeps one tokio timer pending at all times, a second ahead at most. The time driver wakes a
+/// parked worker (an eventfd write, then the worker's epoll round) whenever a timer is registered
+/// that is due before every pending one; with the run polled on the loop thread, each node's and
+/// each tool's deadline was such a timer (its predecessor was cancelled when the call returned),
+/// ~5% of the loop thread's samples in a memory-backend turn. A deadline later than the anchor
+/// registers without a wake; the anchor costs one worker wake-up a second.
+fn keep_a_timer_pending() {
+    static ANCHOR: std::sync::Once = std::sync::Once::new();
+    ANCHOR.call_once(|| {
+        pyo3_async_runtimes::tokio::get_runtime().spawn(async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    });
+}
