@@ -3,6 +3,8 @@ its fix. Graph swaps after compile, lifecycle hooks around refused starts."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -165,3 +167,77 @@ async def test_on_graph_start_fires_once_when_the_input_commit_is_refused_in_a_r
     assert texts == ["first", "reply to first", "other", "reply to other", "mine", "hook says hi",
                      "reply to hook says hi"]
     assert state.note == "stamped 3"  # stamped once, after the other turn started
+
+
+def _waiting_app(checkpointer: Any, started: dict[str, asyncio.Event], release: dict[str, asyncio.Event]) -> Any:
+    """One node that signals it started (per thread) and waits for its release."""
+
+    async def work(state: AgentState, config: dict[str, Any]) -> Message:
+        tid = str(config["thread_id"])
+        started[tid].set()
+        await asyncio.wait_for(release[tid].wait(), timeout=120)
+        return Message.text_message(f"finished {tid}", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.asyncio
+async def test_a_stop_for_thread_a_of_user_b_c_does_not_stop_thread_a_b_of_user_c(checkpointer: Any) -> None:
+    """The stop key was ``f"{thread_id}:{user_id}"`` (10xGraph's too): thread ``a`` of user ``b:c``
+    and thread ``a:b`` of user ``c`` shared it, so one user stopping their own run stopped the
+    other user's. Now the parts are escaped when they hold ``:`` (ids without it keep 10xGraph's
+    key, so its stop requests in a shared Redis still reach us)."""
+    sfx = uuid.uuid4().hex[:6]
+    victim = {"thread_id": f"{sfx}:b", "user_id": "c"}
+    attacker = {"thread_id": sfx, "user_id": "b:c"}
+    started = {victim["thread_id"]: asyncio.Event(), attacker["thread_id"]: asyncio.Event()}
+    release = {victim["thread_id"]: asyncio.Event(), attacker["thread_id"]: asyncio.Event()}
+    app = _waiting_app(checkpointer, started, release)
+    runs = {name: asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg), "full"))
+            for name, cfg in (("victim", victim), ("attacker", attacker))}
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started.values())), timeout=60)
+    assert (await app.astop(dict(attacker)))["running"] is True
+    attacker_out = await asyncio.wait_for(runs["attacker"], timeout=60)  # its own run stops
+    assert attacker_out["messages"][-1].text() != f"finished {attacker['thread_id']}"
+    release[victim["thread_id"]].set()
+    victim_out = await asyncio.wait_for(runs["victim"], timeout=60)
+    assert victim_out["messages"][-1].text() == f"finished {victim['thread_id']}"
+    assert str(victim_out["state"].execution_meta.status) == "completed"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("garbage", ["garbage", 42], ids=["str", "int"])
+async def test_a_message_that_would_not_load_back_is_not_stored(checkpointer: Any, make_thread: Any,
+                                                                 garbage: Any) -> None:
+    """A node that sets ``tools_calls`` to something that is not a list of dicts (assignments are
+    not validated; a provider adapter or user code may) used to have it stored with a pydantic
+    warning, and then every load of the thread raised ValidationError: the thread was dead, its
+    earlier turns unreadable. Now the step is refused with a ValueError naming the message, the
+    thread ends in the error status and stays loadable, and the next input runs."""
+    turns = {"n": 0}
+
+    async def model(state: AgentState) -> Message:
+        msg = Message.text_message("calling", role="assistant")
+        turns["n"] += 1
+        if turns["n"] == 2:
+            msg.tools_calls = [garbage]
+        return msg
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, dict(cfg))
+    with pytest.raises(ValueError, match="would not load back"):
+        await app.ainvoke({"messages": [Message.text_message("second")]}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert str(state.execution_meta.status) == "error"
+    assert [m.text() for m in state.context][:2] == ["first", "calling"]
+    out = await app.ainvoke({"messages": [Message.text_message("third")]}, dict(cfg), "full")
+    assert str(out["state"].execution_meta.status) == "completed"

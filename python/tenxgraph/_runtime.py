@@ -25,7 +25,7 @@ from tenxgraph.prebuilt.tools.handoff import handoff_target
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
 from tenxgraph._core import NodeResult
-from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
+from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -423,7 +423,7 @@ class Run:
                  and ctx[:cursor_len] == self._committed[:cursor_len])
         fresh = ctx[cursor_len:] if grown else ctx
         self._committed = list(ctx)
-        messages = [(str(m.message_id), m.model_dump_json()) for m in fresh]
+        messages = [(str(m.message_id), encode_message(m)) for m in fresh]
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
