@@ -2,7 +2,7 @@
 PostgreSQL, resumed in fresh processes (themselves killed at random now and then) until the turn
 completes; the checks are tests_py/redteam/rounds.py's. The model is a stateless OpenAI stand-in
 (the same request always gets the same answer), so a model call a kill repeated shifts nothing.
-Seeded (``TENXGRAPH_REDTEAM_SEED``), 3 rounds per backend (``TENXGRAPH_REDTEAM_ROUNDS``)."""
+Seeded (``TENXGRAPH_REDTEAM_SEED``), 2 rounds per backend (``TENXGRAPH_REDTEAM_ROUNDS``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests_py.redteam.kill_agents import AnsweringStandIn
 from tests_py.redteam.rounds import Call, play
 
 SEED = int(os.environ.get("TENXGRAPH_REDTEAM_SEED", "20261201"))
-ROUNDS = int(os.environ.get("TENXGRAPH_REDTEAM_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("TENXGRAPH_REDTEAM_ROUNDS", "2"))
 CALLS = [Call("call_1", "charge_card", False, "Charged $5.0 for A1."),
          Call("call_2", "send_receipt", True, "Receipt sent for A1.")]
 

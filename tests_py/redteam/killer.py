@@ -30,14 +30,15 @@ class Outcome:
 
 
 def run_once(workdir: Path, label: str, target: str, thread_id: str, db: str, *, text: str | None,
-             kill_after: float | None, env: dict[str, str]) -> Outcome:
-    """Runs ``target`` on ``thread_id`` (a new turn with ``text``, or a resume with None); with
-    ``kill_after``, SIGKILLs it that many seconds after it starts the run."""
+             kill_after: float | None, env: dict[str, str], stream: bool = False) -> Outcome:
+    """Runs ``target`` on ``thread_id`` (a new turn with ``text``, or a resume with None; through
+    ``astream`` with ``stream``); with ``kill_after``, SIGKILLs it that many seconds after it
+    starts the run."""
     workdir.mkdir(parents=True, exist_ok=True)
     barrier = workdir / f"{label}.barrier"
     barrier.mkdir()
     input_data = normalize_input(text, default_text=None)
-    spec = base_spec("run" if text else "resume", target, thread_id, db, input_data, None, False, None, None)
+    spec = base_spec("run" if text else "resume", target, thread_id, db, input_data, None, stream, None, None)
     spec["barrier"] = {"dir": str(barrier), "index": 0, "workers": 1, "timeout": START_TIMEOUT}
     spec_path, result_path = write_spec(workdir, label, spec)
     err_path = workdir / f"{label}.stderr"

@@ -1,7 +1,7 @@
 """Rounds of random-moment SIGKILLs of one turn, resumed until it completes, with the checks of
 the three promises (tests_py/test_redteam_kills_*.py).
 
-Per round: a fresh thread; the first child is killed at a delay drawn over the length of an
+Per round: a fresh thread (odd rounds run through ``astream``); the first child is killed at a delay drawn over the length of an
 uninterrupted run; each resume is killed too with probability ``resume_kill_p`` (at most
 ``max_killed`` of them), the last one runs to the end. After every kill the parent reads, from
 the database, the ledger status of the tool calls of the thread's committed issuing message.
@@ -94,6 +94,7 @@ def play(*, target: str, db: str, workdir: Path, env: dict[str, str], text: str,
         for r in range(rounds):
             reset()
             tid = f"round-{r}"
+            streamed = r % 2 == 1  # every other round through astream, kills and resumes alike
             windows = {c.call_id: 0 for c in calls}
             cut_off: set[str] = set()
             turn: str | None = text
@@ -102,7 +103,8 @@ def play(*, target: str, db: str, workdir: Path, env: dict[str, str], text: str,
                 kill = rng.uniform(0, span * 1.3) if attempt == 0 or (
                     killed <= max_killed and rng.random() < resume_kill_p) else None
                 before = counts()
-                out = run_once(workdir / tid, f"a{attempt}", target, tid, db, text=turn, kill_after=kill, env=env)
+                out = run_once(workdir / tid, f"a{attempt}", target, tid, db, text=turn, kill_after=kill, env=env,
+                               stream=streamed)
                 attempt += 1
                 if not out.killed:
                     assert out.result is not None and out.result["outcome"] == "completed", (
