@@ -232,7 +232,12 @@ class CompiledGraph(Generic[StateT]):
         store's refusal stays the guarantee."""
         if not getattr(self._checkpointer, "enforce_user_isolation", False):
             return
-        owner = await thread_owner(self._checkpointer, str(cfg["thread_id"]))
+        try:
+            owner = await thread_owner(self._checkpointer, str(cfg["thread_id"]))
+        except StorageError as exc:
+            if exc.error_code != "STORAGE_FORBIDDEN_003":
+                raise
+            return  # a checkpointer of the user's that cannot tell: its own refusal decides
         if owner is not None and owner != str(cfg["user_id"]):
             raise StorageError(f"Thread '{cfg['thread_id']}' belongs to another user", "STORAGE_FORBIDDEN_001",
                                {"thread_id": str(cfg["thread_id"])})
