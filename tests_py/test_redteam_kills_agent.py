@@ -37,4 +37,4 @@ def test_random_kills_of_a_prebuilt_react_agent(db: str, llm: AnsweringStandIn, 
     kills = play(target="tests_py.redteam.kill_agents:build_react", db=db, workdir=tmp_path, env=dict(llm.env),
                  text="Charge A1", calls=CALLS, counts=effects.counts, reset=effects.clear, rounds=ROUNDS,
                  seed=SEED + db.startswith("postgres"))
-    assert kills >= 2, f"only {kills} kills landed inside a run: the delays miss the runs"
+    assert kills >= ROUNDS  # every round had one (play() retries a round its kill missed)

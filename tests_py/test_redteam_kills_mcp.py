@@ -37,8 +37,8 @@ def kill_rounds(db: str, server: McpServer, tmp_path: Path, at_most_once: bool) 
     target = "tests_py.redteam.kill_agents:build_mcp" + ("_at_most_once" if at_most_once else "")
     kills = play(target=target, db=db, workdir=tmp_path, env={"MCP_URL": server.url}, text="pay",
                  calls=[Call("call_1", "charge_card", at_most_once, CHARGED)], counts=server.counts,
-                 reset=server.reset, rounds=ROUNDS, seed=SEED + 2 * db.startswith("postgres") + at_most_once)
-    assert kills >= ROUNDS, f"only {kills} kills landed inside a run: the delays miss the runs"
+                 reset=server.reset, rounds=ROUNDS, exact=False, seed=SEED + 2 * db.startswith("postgres") + at_most_once)
+    assert kills >= ROUNDS  # every round had one (play() retries a round its kill missed)
 
 
 def test_random_kills_of_an_mcp_turn(db: str, server: McpServer, tmp_path: Path) -> None:
