@@ -38,7 +38,9 @@ class Result:
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, script: bool = False) -> Result:
-    base = {k: v for k, v in os.environ.items() if k != "TENXGRAPH_DSN"}
+    # AGENT_DB: the projects these tests write name their database in their own .env, which
+    # loses to a variable already set (a leftover in this process must not choose it).
+    base = {k: v for k, v in os.environ.items() if k not in ("TENXGRAPH_DSN", "AGENT_DB")}
     base.update(env or {})
     exe = [str(Path(sys.executable).parent / "tenxgraph")] if script else [sys.executable, "-m", "tenxgraph"]
     p = subprocess.run([*exe, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=base)

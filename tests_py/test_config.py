@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,16 @@ not_a_checkpointer = 42
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.delenv("AGENT_DB", raising=False)
     monkeypatch.delenv("FROM_DOTENV", raising=False)
+    before = set(os.environ)
+    yield
+    # load_env() sets variables in os.environ itself (setdefault), which monkeypatch does not
+    # undo: left behind, AGENT_DB pointed later tests' CLI children (test_cli.py inherits
+    # os.environ) at this test's database.
+    for key in set(os.environ) - before:
+        del os.environ[key]
 
 
 def test_graph_checkpointer_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
 from tenxgraph._core import NodeResult
 from tenxgraph._cold_load import validate_stored_state
-from tenxgraph._state_codec import STATE_META_KEY, encode_state, encode_state_meta
+from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state, encode_state_meta
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -82,11 +82,51 @@ class _ContextIndex:
             ids.add(m.message_id)
 
 
+class _StartEffect:
+    """What ``on_resume``/``on_graph_start`` changed on the state: the fields they set (compared by
+    their JSON dump; ``execution_meta`` is the loop's) and the messages they added. Kept so a start
+    the loop prepares again (a refused optimistic input commit) gets the same changes without the
+    hooks firing a second time for one call."""
+
+    def __init__(self, dumped: dict[str, Any], ids: set[Any]) -> None:
+        self._dumped = dumped
+        self._ids = ids
+        self.fields: dict[str, Any] = {}
+        self.added: list[Message] = []
+
+    @staticmethod
+    def _dump(state: AgentState) -> dict[str, Any]:
+        return state.model_dump(mode="json", exclude={"context", "execution_meta"})
+
+    @classmethod
+    def before(cls, state: AgentState) -> _StartEffect:
+        return cls(cls._dump(state), {m.message_id for m in state.context})
+
+    def after(self, state: Any) -> _StartEffect:
+        if not isinstance(state, AgentState):
+            return self  # ignored by _adopt, with its warning
+        now = self._dump(state)
+        self.fields = {k: copy.deepcopy(getattr(state, k)) for k, v in now.items() if self._dumped.get(k) != v}
+        self.added = [m.model_copy(deep=True) for m in state.context if m.message_id not in self._ids]
+        self._dumped = {}
+        return self
+
+    def apply(self, state: AgentState) -> AgentState:
+        for key, value in self.fields.items():
+            setattr(state, key, copy.deepcopy(value))
+        if self.added:
+            state.context = add_messages(state.context, [m.model_copy(deep=True) for m in self.added])
+        return state
+
+
 class Run:
     """One ``ainvoke`` call. Not reused across calls."""
 
     def __init__(self, graph: CompiledGraph[Any], config: dict[str, Any], input_data: dict[str, Any]) -> None:
         self.graph = graph
+        # The nodes and the topology this run drives, taken together (see override_node).
+        self.nodes = graph._nodes
+        self.native = graph._native
         self.config = config
         self.input_messages = _input_messages(input_data)
         self.state_update = _state_update(input_data)
@@ -120,6 +160,7 @@ class Run:
         self._before_node: AgentState | None = None  # the state a node started from (for hooks)
         self._node_error: BaseException | None = None
         self._initial_commit = False  # see _fire_lifecycle
+        self._start_effect: _StartEffect | None = None  # what the start hooks changed (once per call)
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -189,7 +230,7 @@ class Run:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
-        node = self.graph._nodes[name]
+        node = self.nodes[name]
         config = dict(self.config, _node_name=name)
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
@@ -278,9 +319,17 @@ class Run:
         if point == "checkpoint" and initial and not self.input_messages:
             return None
         if point == "start":
-            if self._resumed_node is not None:
-                state = await mgr.fire_on_resume(ctx, self._resumed_node, state, dict(self._input_data))
-            state = await mgr.fire_on_graph_start(ctx, state)
+            if self._start_effect is not None:
+                # The loop prepared the run again after its optimistic input commit was refused
+                # (another run took or moved the thread): the hooks ran once for this call; what
+                # they changed is put on the state loaded again instead of calling them twice.
+                state = self._start_effect.apply(state)
+            else:
+                before = _StartEffect.before(state)
+                if self._resumed_node is not None:
+                    state = await mgr.fire_on_resume(ctx, self._resumed_node, state, dict(self._input_data))
+                state = await mgr.fire_on_graph_start(ctx, state)
+                self._start_effect = before.after(state)
         elif point == "node_done":
             old = self._before_node if self._before_node is not None else state
             self._before_node = None
@@ -368,7 +417,7 @@ class Run:
                  and ctx[:cursor_len] == self._committed[:cursor_len])
         fresh = ctx[cursor_len:] if grown else ctx
         self._committed = list(ctx)
-        messages = [(str(m.message_id), m.model_dump_json()) for m in fresh]
+        messages = [(str(m.message_id), encode_message(m)) for m in fresh]
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
@@ -384,7 +433,7 @@ class Run:
         if self.has_lifecycle_hooks:
             self._before_node = state.model_copy(deep=True)
         try:
-            step = ToolStep.begin(name, self.graph._nodes[name].func, state)
+            step = ToolStep.begin(name, self.nodes[name].func, state)
         except Exception as exc:
             if events is not None:
                 events.node_error(name, state.execution_meta.step, exc)

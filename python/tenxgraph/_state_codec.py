@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+
 from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_state", "encode_state_meta"]
+__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta"]
+
+# pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
+# (and store what they dumped, as before).
+_STRICT: Any = "error" if tuple(int(p) for p in pydantic.VERSION.split(".")[:2]) >= (2, 7) else True
 
 # The stores read it (the write mark lives in it), so the key is theirs.
 STATE_META_KEY: str = _core.STATE_META_KEY
@@ -22,9 +31,36 @@ def encode_state_meta(state: AgentState) -> dict[str, Any]:
     return {"format": 1, "class": type(state).__name__}
 
 
+def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
+    """A dump pydantic warned about (a field assigned a value of another type: assignments are
+    not validated) is stored only when it loads back; else ValueError, so the run ends like a
+    node that raised instead of leaving a thread no load can read."""
+    try:
+        model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{what} cannot be stored: it would not load back ({exc.error_count()} "
+                         f"invalid field(s)): {exc}") from None
+
+
 def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     """The stored form of a state: its JSON dump plus the class header. Steps store the context
-    as message rows, so they leave it out."""
-    data = state.model_dump(mode="json", exclude=None if with_context else {"context"})
+    as message rows, so they leave it out. ValueError for a state that would not load back."""
+    exclude = None if with_context else {"context"}
+    try:
+        data = state.model_dump(mode="json", exclude=exclude, warnings=_STRICT)
+    except PydanticSerializationError:
+        data = state.model_dump(mode="json", exclude=exclude, warnings=False)
+        _loadable(type(state), data, f"the state ({type(state).__name__})")
     data[STATE_META_KEY] = encode_state_meta(state)
     return data
+
+
+def encode_message(message: Message) -> str:
+    """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
+    assigned something that is not a list of dicts)."""
+    try:
+        return message.model_dump_json(warnings=_STRICT)
+    except PydanticSerializationError:
+        text = message.model_dump_json(warnings=False)
+        _loadable(type(message), text, f"message {message.message_id} ({message.role})")
+        return text

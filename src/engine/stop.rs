@@ -10,9 +10,21 @@ use tokio::sync::Notify;
 /// The cache namespace stop requests are stored under (10xGraph's).
 pub const STOP_NAMESPACE: &str = "stop_request";
 
-/// The key of a stop request: `"<thread_id>:<user_id>"`, as 10xGraph writes it.
+/// The key of a stop request: `"<thread_id>:<user_id>"`, as 10xGraph writes it, for ids without
+/// `:` or `%`. 10xGraph's key is ambiguous: thread `a` of user `b:c` and thread `a:b` of user `c`
+/// shared `a:b:c`, so one user's stop stopped the other's run. An id holding `:` or `%` has them
+/// percent-encoded (`%3A`, `%25`), which makes the key name one (thread, user) pair only and
+/// keeps 10xGraph's key, so its stop requests in a shared cache, for every other id.
 pub fn stop_key(thread_id: &str, user_id: &str) -> String {
-    format!("{thread_id}:{user_id}")
+    format!("{}:{}", escape_key_part(thread_id), escape_key_part(user_id))
+}
+
+fn escape_key_part(part: &str) -> std::borrow::Cow<'_, str> {
+    if part.contains([':', '%']) {
+        std::borrow::Cow::Owned(part.replace('%', "%25").replace(':', "%3A"))
+    } else {
+        std::borrow::Cow::Borrowed(part)
+    }
 }
 
 /// The in-process half of a stop request for one `thread_id:user_id`.
@@ -65,5 +77,22 @@ impl StopSignals {
         if Arc::strong_count(s) <= 2 {
             m.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::stop_key;
+
+    #[test]
+    fn ids_without_colons_keep_10xgraphs_key() {
+        assert_eq!(stop_key("t1", "alice"), "t1:alice");
+    }
+
+    #[test]
+    fn a_colon_in_either_id_cannot_make_two_pairs_share_a_key() {
+        assert_ne!(stop_key("a", "b:c"), stop_key("a:b", "c"));
+        assert_eq!(stop_key("a:b", "c"), "a%3Ab:c");
+        assert_ne!(stop_key("a%3Ab", "c"), stop_key("a:b", "c"));
     }
 }

@@ -26,7 +26,7 @@ from tenxgraph import _node_context
 from tenxgraph.core.graph.base_agent import BaseAgent
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.llm import anthropic_messages, google_genai, openai_chat, openai_responses
-from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError
+from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError, UnreadableReplyError
 from tenxgraph.core.llm.messages import to_provider_messages
 from tenxgraph.core.llm.providers import CLIENT_KWARGS, check_supported, create_client, resolve_provider_and_model
 from tenxgraph.core.llm.retry import (
@@ -380,7 +380,8 @@ class Agent(BaseAgent):
         if not _is_provider_error(last):
             return last  # a bug or a bad option of ours or the caller's: the original error
         name = type(last).__name__.lower()
-        code = ("LLM_PROVIDER_002" if "timeout" in name or isinstance(last, TimeoutError)
+        code = ("LLM_PROVIDER_005" if isinstance(last, UnreadableReplyError)
+                else "LLM_PROVIDER_002" if "timeout" in name or isinstance(last, TimeoutError)
                 else "LLM_PROVIDER_003" if context["status_code"] is None else "LLM_PROVIDER_001")
         err = ModelCallError(f"model call failed after {len(attempts)} request(s) to "
                              f"{', '.join(dict.fromkeys(a['model'] for a in attempts))}: {last}", code, context)

@@ -24,7 +24,8 @@ from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
-from tenxgraph.storage.checkpointer.authz_guard import check_authz
+from tenxgraph.storage.checkpointer.authz_guard import check_authz, thread_owner
+from tenxgraph.core.exceptions import StorageError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -151,14 +152,20 @@ class CompiledGraph(Generic[StateT]):
                     idx = cond_index[id(e.condition)] = len(self._conditions)
                     self._conditions.append(e.condition)
             edges.append((e.from_node, e.to_node, idx, e.condition_result))
-        self._native = _core.NativeGraph(
+        self._edges = edges
+        self._native = self._build_native()
+
+    def _build_native(self) -> Any:
+        """The Rust loop's topology. Which nodes are tool nodes is part of it: the loop drives a
+        tool node through the ledger (begin_tools) and any other node through run_node."""
+        return _core.NativeGraph(
             list(self._nodes),
-            edges,
-            builder.entry_point,
-            interrupt_before,
-            interrupt_after,
+            self._edges,
+            self._builder.entry_point,
+            self.interrupt_before,
+            self.interrupt_after,
             [n for n, node in self._nodes.items() if _is_tool_node(node.func)],
-            checkpointer._native,
+            self._checkpointer._native,
         )
 
     # -- running ---------------------------------------------------------------------------
@@ -213,8 +220,27 @@ class CompiledGraph(Generic[StateT]):
         new messages, before anything is merged or persisted: a refused input leaves the thread
         as it was."""
         await check_authz(self._checkpointer, cfg)
+        if run.has_lifecycle_hooks:
+            await self._refuse_other_owner(cfg)
         if run.input_messages and self._callbacks._validators:
             await self._callbacks.execute_validators(run.input_messages, config=cfg)
+
+    async def _refuse_other_owner(self, cfg: dict[str, Any]) -> None:
+        """With user isolation, a run on another user's thread is refused by the store at its
+        first commit, which comes after ``on_graph_start``: checked here first, so no hook fires
+        for a run that cannot happen. Only with lifecycle hooks (one owner read per run); the
+        store's refusal stays the guarantee."""
+        if not getattr(self._checkpointer, "enforce_user_isolation", False):
+            return
+        try:
+            owner = await thread_owner(self._checkpointer, str(cfg["thread_id"]))
+        except StorageError as exc:
+            if exc.error_code != "STORAGE_FORBIDDEN_003":
+                raise
+            return  # a checkpointer of the user's that cannot tell: its own refusal decides
+        if owner is not None and owner != str(cfg["user_id"]):
+            raise StorageError(f"Thread '{cfg['thread_id']}' belongs to another user", "STORAGE_FORBIDDEN_001",
+                               {"thread_id": str(cfg["thread_id"])})
 
     async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False,
                        resume_only: bool = False) -> dict[str, Any]:
@@ -250,7 +276,7 @@ class CompiledGraph(Generic[StateT]):
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
         known = run.known
-        raw = await self._native.run(
+        raw = await run.native.run(
             run,
             asyncio.get_running_loop(),
             contextvars.copy_context(),
@@ -536,7 +562,15 @@ class CompiledGraph(Generic[StateT]):
 
         if name not in self._nodes:
             raise KeyError(f"Node '{name}' does not exist")
-        self._nodes[name] = Node(name, func)
+        # A new dict and, when the node's kind changes, a new topology: a run holds the pair it
+        # started with (Run.nodes, Run.native), so a run in flight never drives a plain function
+        # as a tool node, nor a ToolNode as a plain node (which would run its tools unrecorded).
+        nodes = dict(self._nodes)
+        nodes[name] = Node(name, func)
+        kind_changed = _is_tool_node(self._nodes[name].func) != _is_tool_node(func)
+        self._nodes = nodes
+        if kind_changed:
+            self._native = self._build_native()
         return self
 
     def generate_graph(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tenxgraph.core.llm.errors import UnreadableReplyError
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -178,6 +179,9 @@ def _parsed(schema: Any, text: str, has_calls: bool) -> Any:
 def response_to_message(response: Any, output_schema: Any = None) -> Message:
     """An Anthropic ``Message`` reply as 10xGraph's assistant ``Message``. A refusal
     (``stop_reason`` ``refusal``) becomes a text message saying so, with ``metadata["refusal"]``."""
+    if getattr(response, "type", None) != "message":
+        raise UnreadableReplyError(f"the Anthropic Messages endpoint answered with something that is not a "
+                                   f"message: {str(response)[:200]!r}")
     stop = getattr(response, "stop_reason", None)
     meta: dict[str, Any] = {"provider": "anthropic", "model": getattr(response, "model", ""),
                             "finish_reason": stop or "UNKNOWN"}

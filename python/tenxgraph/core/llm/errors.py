@@ -10,7 +10,7 @@ from typing import Any
 
 from tenxgraph.core.exceptions import GraphError
 
-__all__ = ["ModelCallError", "ModelConfigError", "ProviderNotInstalledError"]
+__all__ = ["ModelCallError", "ModelConfigError", "ProviderNotInstalledError", "UnreadableReplyError"]
 
 
 class _ModelError(GraphError):
@@ -44,3 +44,11 @@ class ModelCallError(_ModelError):
     request sent: model and error); the last SDK exception is the ``__cause__``."""
 
     default_code = "LLM_PROVIDER_000"
+
+
+class UnreadableReplyError(ConnectionError):
+    """The provider's endpoint answered with something that is not a reply of its API (not
+    JSON of that shape, a stream without a single completion event: a proxy's page, a wrong base
+    URL). Retried like a dropped connection under ``retry_config``; when every attempt ends so,
+    the node fails with ``ModelCallError`` ``LLM_PROVIDER_005`` (never an empty answer stored as
+    the model's turn)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tenxgraph.core.llm.errors import ModelConfigError
+from tenxgraph.core.llm.errors import ModelConfigError, UnreadableReplyError
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -189,6 +189,12 @@ def _parsed(schema: Any, text: str) -> Any:
 def response_to_message(response: Any, output_schema: Any = None) -> Message:
     """A ``GenerateContentResponse`` as 10xGraph's assistant ``Message``."""
     candidates = response.candidates or []
+    if not candidates and getattr(response, "prompt_feedback", None) is None and \
+            getattr(response, "usage_metadata", None) is None:
+        # A blocked prompt has no candidates but says why (prompt_feedback) and counts its
+        # tokens; a reply with none of the three is not Gemini's.
+        raise UnreadableReplyError(f"the Google GenAI endpoint answered with something that is not a "
+                                   f"generate_content reply: {str(response)[:200]!r}")
     if not candidates:
         _log.warning("the Google GenAI reply has no candidates")
         return Message(message_id=generate_id(None), role="assistant", content=[],

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tenxgraph.core.llm.errors import UnreadableReplyError
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -97,6 +98,10 @@ def _calls_of(message: Any) -> list[dict[str, Any]]:
 
 def completion_to_message(response: Any, parsed: Any = None) -> Message:
     """A ``ChatCompletion`` as the assistant ``Message`` 10xGraph builds from it."""
+    if getattr(response, "choices", None) is None:
+        # No choices field at all (an empty list is an OpenAI reply: kept, with a warning).
+        raise UnreadableReplyError(f"the chat completions endpoint answered with something that is not a "
+                                   f"completion: {str(response)[:200]!r}")
     usage = _usage(getattr(response, "usage", None))
     choice = response.choices[0] if response.choices else None
     meta: dict[str, Any] = {"provider": "openai", "model": response.model}
@@ -163,7 +168,10 @@ async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -
                 blocks.append(ReasoningBlock(summary=str(thought)))
             on_delta(Message(message_id=generate_id(chunk.id), role="assistant", content=blocks,
                              reasoning="".join(reasoning), delta=True))
-    if finish is None and response_id is not None:
+    if finish is None and response_id is None:
+        # Not one completion chunk: the endpoint does not speak this API (a proxy, a wrong URL).
+        raise UnreadableReplyError("the chat completions stream ended without a single completion chunk")
+    if finish is None:
         # No chunk said the reply was finished: the connection dropped mid-reply. A failed
         # request (retried per retry_config), never a partial turn committed as the answer.
         raise ConnectionError("the chat completions stream ended before its finish_reason")

@@ -23,7 +23,7 @@ from typing import Any
 from tenxgraph.core.authz import AUTHZ_KEY, SCOPE_NONE, SCOPE_OWNER, get_authz
 from tenxgraph.core.exceptions import StorageError
 
-__all__ = ["authz_owner_scoped", "check_authz"]
+__all__ = ["authz_owner_scoped", "check_authz", "thread_owner"]
 
 _ANONYMOUS = "anonymous"
 
@@ -73,6 +73,13 @@ async def _owner(checkpointer: Any, thread_id: str) -> str | None:
         return None if owner is None else str(owner)
     # Asked without a user: the owner as the store knows it, not as this caller may see it.
     return await checkpointer._native.thread_owner(thread_id)
+
+
+async def thread_owner(checkpointer: Any, thread_id: str) -> str | None:
+    """The user who owns ``thread_id`` as the store knows it (not as one caller may see it), None
+    for a thread nobody owns yet; ``StorageError`` STORAGE_FORBIDDEN_003 for a Python
+    checkpointer that cannot tell."""
+    return await _owner(checkpointer, thread_id)
 
 
 async def check_authz(checkpointer: Any, config: Any, thread_id: Any = None) -> None:

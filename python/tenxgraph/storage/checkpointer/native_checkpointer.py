@@ -163,12 +163,12 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}"))
+        return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id)))
 
     async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, f"{thread_id}:{user_id}")
+        return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id))
 
     # -- tool ledger -----------------------------------------------------------------------
 
