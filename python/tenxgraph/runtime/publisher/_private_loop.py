@@ -95,21 +95,10 @@ class PrivateLoopPublisher(BasePublisher):
         return await self._deliver(self._encode(event))
 
     async def close(self) -> None:
-        """Closes the connections and stops the private loop thread; idempotent."""
-        if self._is_closed:
-            return
-        loop, thread = self._stop_loop()
-        if loop is None or thread is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_client(), loop)),
-                                   self._close_bound())
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - best effort
-            _log.debug("%s close did not finish", type(self).__name__, exc_info=True)
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join, self._close_bound())
-        if not thread.is_alive():
-            loop.close()
+        """Closes the connections and stops the private loop thread; idempotent. The waiting is
+        done in a worker thread, so the caller's loop keeps running meanwhile."""
+        if not self._is_closed:
+            await asyncio.to_thread(self.sync_close)
 
     def sync_close(self) -> None:
         """:meth:`close` from sync code (not from inside a running event loop's thread)."""
