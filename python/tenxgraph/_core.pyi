@@ -126,13 +126,14 @@ class Driver:
     def fileno(self) -> int:
         """The socket the loop watches (``add_reader``): readable when another thread woke the
         future."""
-    def start(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context,
+    def start(self, event_loop: asyncio.AbstractEventLoop, context: contextvars.Context,
               done: asyncio.Future[Any]) -> None:
-        """Binds the driver to the running ``loop`` (polls are scheduled with ``call_soon`` in
+        """Binds the driver to the running ``event_loop`` (polls are scheduled with ``call_soon`` in
         ``context``) and to ``done``, which gets the result or the exception; polls once.
         RuntimeError when already started."""
-    def __call__(self) -> None:
-        """One poll, on the loop thread."""
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """One poll, on the loop thread; called with no arguments (the stub spells the slot as
+        the runtime reports it)."""
     def woken(self) -> None:
         """The reader callback: empties the socket, then polls."""
     def cancel(self) -> None:
