@@ -81,12 +81,17 @@ class Counter:
             return
         with _lock:
             self.value += amount
-        try:
-            inst = _instrument("counter", self.name)
-            if inst is not None:
-                inst.add(amount, attributes or {})
-        except Exception as exc:  # telemetry must never fail the code it measures
-            _log.debug("OTel counter %s failed: %s", self.name, exc)
+        _export("counter", self.name, "add", amount, attributes)
+
+
+def _export(kind: str, name: str, method: str, value: float, attributes: dict[str, Any] | None) -> None:
+    """Mirrors one observation to the OTel instrument of ``name``, when the bridge is installed."""
+    try:
+        inst = _instrument(kind, name)
+        if inst is not None:
+            getattr(inst, method)(value, attributes or {})
+    except Exception as exc:  # telemetry must never fail the code it measures
+        _log.debug("OTel %s %s failed: %s", kind, name, exc)
 
 
 @dataclass
@@ -105,12 +110,7 @@ class TimerMetric:
             self.count += 1
             self.total_ms += duration_ms
             self.max_ms = max(self.max_ms, duration_ms)
-        try:
-            inst = _instrument("histogram", self.name)
-            if inst is not None:
-                inst.record(duration_ms, attributes or {})
-        except Exception as exc:  # telemetry must never fail the code it measures
-            _log.debug("OTel histogram %s failed: %s", self.name, exc)
+        _export("histogram", self.name, "record", duration_ms, attributes)
 
     @property
     def avg_ms(self) -> float:
