@@ -10,6 +10,7 @@ The venv is built once per machine, in ``$TENXGRAPH_ORACLE_VENV`` or
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -54,15 +55,29 @@ def _find_python312() -> str | None:
 def build_oracle_venv() -> tuple[str | None, str]:
     """(python of the reference venv, "") or (None, why it cannot be had)."""
     venv = _venv_dir()
-    py = venv / "bin" / "python"
-    ok = venv / ".complete"
     wanted = " ".join(ORACLE_PACKAGES)
-    if ok.exists() and py.exists() and ok.read_text() == wanted:
-        return str(py), ""
+    if _complete(venv, wanted):
+        return str(venv / "bin" / "python"), ""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers (pytest -n) all ask for it at once: one builds, the others wait on
+    # the lock and then find it complete.
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _complete(venv, wanted):
+            return str(venv / "bin" / "python"), ""
+        return _build(venv, wanted)
+
+
+def _complete(venv: Path, wanted: str) -> bool:
+    ok = venv / ".complete"
+    return ok.exists() and (venv / "bin" / "python").exists() and ok.read_text() == wanted
+
+
+def _build(venv: Path, wanted: str) -> tuple[str | None, str]:
+    py = venv / "bin" / "python"
     base = _find_python312()
     if base is None:
         return None, "no Python >= 3.12 on this machine (10xGraph 0.10 needs it)"
-    venv.parent.mkdir(parents=True, exist_ok=True)
     steps = [[str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ORACLE_PACKAGES]]
     if not py.exists():  # else the venv is kept and only brought up to the package list
         shutil.rmtree(venv, ignore_errors=True)
@@ -72,9 +87,8 @@ def build_oracle_venv() -> tuple[str | None, str]:
         if r.returncode != 0:
             return None, f"could not build the 10xGraph {ORACLE_VERSION} venv ({' '.join(cmd[:3])}...): " \
                          f"{(r.stderr or r.stdout).strip()[-400:]}"
-    ok.write_text(wanted)
+    (venv / ".complete").write_text(wanted)
     return str(py), ""
-
 
 if __name__ == "__main__":
     python, why = build_oracle_venv()

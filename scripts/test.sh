@@ -19,7 +19,10 @@ echo "== cargo test (engine and store, no Python; Postgres from TENXGRAPH_TEST_P
 TENXGRAPH_REQUIRE_PG=1 cargo test --tests --no-fail-fast -q 2>&1 | grep -v '^$' | tail -n 60
 echo "== pytest =="
 set +e
-python -m pytest tests_py -q -p no:cacheprovider "$@"
+# Two workers (pytest-xdist): most tests wait on child processes and servers, so two share the
+# 2-core CI machine well; TENXGRAPH_TEST_WORKERS=0 runs in this process (pdb, -x).
+workers="${TENXGRAPH_TEST_WORKERS:-2}"
+python -m pytest tests_py -q -p no:cacheprovider -n "$workers" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -23,7 +23,7 @@ the database (sqlite3, or psql). Invariants:
    fall between crashes.
 
 Rounds: 12 by default; ``--torture-rounds N`` or ``TENXGRAPH_TORTURE_ROUNDS=N`` for more (with
-``--timeout 0``: a round takes about a second, the suite's per-test timeout is 120 s),
+``--timeout 0``: a round takes about a second, the suite's per-test timeout is 120 s, 600 s for this test),
 ``TENXGRAPH_TORTURE_SEED`` for another seed, ``TENXGRAPH_TORTURE_LOG=<file>`` to append every
 violation in full. A failure names the round's seed;
 ``TENXGRAPH_TORTURE_ONLY=<round seed>`` replays just that round.
@@ -368,6 +368,9 @@ LEAK_REASON = (
 )
 
 
+# Twelve child processes each: ~30 s alone, minutes on a machine loaded by other test workers.
+# The bound is for a hang, not for speed.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "actions",
     [
