@@ -15,7 +15,7 @@ import tempfile
 import time
 import uuid
 
-from tenxgraph.testing.services import (
+from tenxgraph.testing._server import (
     _free_port,
     _is_root,
     _rmtree,
@@ -23,8 +23,8 @@ from tenxgraph.testing.services import (
     _short_tmp_base,
     _tail,
     _Watchdog,
-    apt_install,
 )
+from tenxgraph.testing.services import apt_install
 
 _SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 _EPMD = "/usr/bin/epmd"

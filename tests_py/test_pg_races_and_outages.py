@@ -30,11 +30,10 @@ from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.exceptions import StorageError, TransientStorageError
 from tenxgraph.core.state import ToolResultBlock
 from tenxgraph.storage.checkpointer import PgCheckpointer
+from tenxgraph.testing.postgres_server import _as_pg_user, _pg_env
 from tenxgraph.testing.services import (
     redis_command,
     PostgresServer,
-    _as_pg_user,
-    _pg_env,
     find_pg_binary,
     find_redis_server,
     start_postgres,
