@@ -215,7 +215,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         Some(opt) => {
             // The lease row is read alongside: a live holder means waiting (or refusing) under the
             // run's policy, decided before any of the input's work.
-            let (held, loaded) = tokio::join!(store.lease_get(&t.thread_id), store.load_with(t, known));
+            let (held, loaded) = store.lease_and_load(t, known).await;
             if matches!(held, Ok(Some(ref info)) if info.is_live()) {
                 opt.refuse();
                 return Err(refused_start());

@@ -58,6 +58,17 @@ impl Checkpointer for LazyStore {
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         self.get().await?.load_with(t, known).await
     }
+    async fn lease_and_load(
+        &self,
+        t: &ThreadRef,
+        known: Option<KnownHead<'_>>,
+    ) -> (StoreResult<Option<LeaseInfo>>, StoreResult<Option<Checkpoint>>) {
+        match self.get().await {
+            Ok(s) => s.lease_and_load(t, known).await,
+            // A lease that could not be read is not held; the run fails on the load's error.
+            Err(e) => (Ok(None), Err(e)),
+        }
+    }
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         self.get().await?.put_step(t, w).await
     }

@@ -59,6 +59,17 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// for the state row only, not for the thread's history.
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>>;
 
+    /// The start of a run that takes its lease with its input commit (`put_input_leased`): the
+    /// thread's lease row as `lease_get` reads it and the thread as `load_with` loads it. Both
+    /// reads go out at once; a store that can answer both in one round trip does (PostgreSQL).
+    async fn lease_and_load(
+        &self,
+        t: &ThreadRef,
+        known: Option<KnownHead<'_>>,
+    ) -> (StoreResult<Option<LeaseInfo>>, StoreResult<Option<Checkpoint>>) {
+        futures::join!(self.lease_get(&t.thread_id), self.load_with(t, known))
+    }
+
     /// Commits one step atomically. Fails with `StoreError::Stale` and writes nothing when the
     /// thread's version is no longer `w.expected_version`. Returns the new version.
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64>;

@@ -42,7 +42,7 @@ impl Stmts {
     }
 }
 
-fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
+pub(super) fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
     LeaseInfo {
         token: r.get("token"),
         holder: r.get("holder"),

@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
-const MIGRATIONS: [(i32, &str, &str); 8] = [
+const MIGRATIONS: [(i32, &str, &str); 9] = [
     (1, "0001_threads_states_messages.sql", include_str!("../../../migrations/postgres/0001_threads_states_messages.sql")),
     (2, "0002_state_versions.sql", include_str!("../../../migrations/postgres/0002_state_versions.sql")),
     (3, "0003_tool_executions.sql", include_str!("../../../migrations/postgres/0003_tool_executions.sql")),
@@ -28,6 +28,7 @@ const MIGRATIONS: [(i32, &str, &str); 8] = [
     (6, "0006_inline_step_and_ledger.sql", include_str!("../../../migrations/postgres/0006_inline_step_and_ledger.sql")),
     (7, "0007_ledger_marks.sql", include_str!("../../../migrations/postgres/0007_ledger_marks.sql")),
     (8, "0008_put_input.sql", include_str!("../../../migrations/postgres/0008_put_input.sql")),
+    (9, "0009_lean_step_and_input.sql", include_str!("../../../migrations/postgres/0009_lean_step_and_input.sql")),
 ];
 
 /// The schema version `migrate` brings a database to (the last file of `migrations/postgres`).
@@ -136,7 +137,7 @@ mod tests {
             assert_eq!(*version as usize, i + 1);
             assert!(file.starts_with(&format!("{version:04}_")), "{file} is not version {version}");
         }
-        assert_eq!(CURRENT_VERSION, 8);
+        assert_eq!(CURRENT_VERSION, 9);
     }
 
     /// The files name no schema, so they work in any; and a function that did not pin its

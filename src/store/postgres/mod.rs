@@ -28,6 +28,7 @@ mod nul;
 mod options;
 mod prune;
 mod redis_cache;
+mod start_read;
 mod steps;
 mod threads;
 mod versions;
@@ -86,6 +87,7 @@ struct Sql {
     cache: cache::Stmts,
     versions: versions::Stmts,
     input_lease: input_lease::Stmts,
+    start_read: start_read::Stmts,
 }
 
 impl Sql {
@@ -93,8 +95,10 @@ impl Sql {
     /// message, user), which the statements cast their text parameters to.
     fn new(s: &str, ids: (options::IdType, options::IdType)) -> Self {
         let c = Casts { id: ids.0.cast(), user: ids.1.cast(), id_text: ids.0.text(), user_text: ids.1.text() };
+        let steps = steps::Stmts::new(s, &c);
         Sql {
-            steps: steps::Stmts::new(s, &c),
+            start_read: start_read::Stmts::new(s, &steps.load),
+            steps,
             messages: messages::Stmts::new(s, &c),
             threads: threads::Stmts::new(s, &c),
             ledger: ledger::Stmts::new(s, &c),
@@ -146,6 +150,18 @@ impl Checkpointer for PgStore {
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         self.check_thread(t)?;
         steps::load_with(self, t, known).await
+    }
+
+    async fn lease_and_load(
+        &self,
+        t: &ThreadRef,
+        known: Option<KnownHead<'_>>,
+    ) -> (StoreResult<Option<LeaseInfo>>, StoreResult<Option<Checkpoint>>) {
+        if let Err(e) = self.check_thread(t) {
+            // As with the two reads: the lease is not read, the run fails on the load's error.
+            return (Ok(None), Err(e));
+        }
+        start_read::lease_and_load(self, t, known).await
     }
 
     async fn put_input_leased(

@@ -9,7 +9,8 @@ use serde_json::Value;
 use sqlx::Row;
 
 pub(super) struct Stmts {
-    load: Stmt,
+    /// Also the inner part of `start_read`'s statement.
+    pub(super) load: Stmt,
     put_step: Stmt,
     clear_states: Stmt,
     clear_messages: Stmt,
@@ -61,6 +62,12 @@ pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHea
         .map_err(|e| map_err("load", e, Some(t)))?;
     // A non-owner reads nothing (writes are what raise).
     let Some(row) = row else { return Ok(None) };
+    checkpoint_of(&row).map(Some)
+}
+
+/// A row of the load statement (or of `start_read`'s, which carries its columns) as the
+/// checkpoint it holds.
+pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoint> {
     let mut state: Value = row.get("state_data");
     let messages_known: bool = row.get("known");
     // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
@@ -75,7 +82,7 @@ pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHea
         ),
         _ => (Vec::new(), false),
     };
-    Ok(Some(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known }))
+    Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
 }
 
 pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
