@@ -185,6 +185,22 @@ class Counter(AgentState):
     count: int = 0
 
 
+async def _until(check: Any, what: str, timeout: float = 60.0) -> None:
+    """Polls ``await check()`` until true: the event a test waits for (a lease taken, a step
+    committed) is in another task, and a loaded machine may take seconds to get there."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.005)
+
+
+async def _lease_held(checkpointer: Any, tid: str) -> None:
+    async def held() -> bool:
+        lease = await checkpointer.aget_lease({"thread_id": tid})
+        return lease is not None and not lease["released"]
+    await _until(held, f"the first run takes the lease of {tid}")
+
+
 def _looping_app(checkpointer: Any, steps: int, pause: float) -> Any:
     async def work(state: Counter) -> Counter:
         await asyncio.sleep(pause)
@@ -204,7 +220,7 @@ async def test_on_busy_interrupt_stops_the_holder_at_its_next_step(checkpointer:
     tid = make_thread()
     first = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("start")]},
                                             {"thread_id": tid, "recursion_limit": 100}, response_granularity="full"))
-    await asyncio.sleep(0.3)
+    await _lease_held(checkpointer, tid)
     second = await app.ainvoke({"messages": [Message.text_message("new input")]},
                                {"thread_id": tid, "on_busy": "interrupt", "busy_timeout": 10, "recursion_limit": 100},
                                response_granularity="full")
@@ -230,9 +246,13 @@ async def test_preemption_waits_until_the_tool_calls_are_answered(checkpointer: 
     slow_app = tool_graph(AgentState, [lookup], [[call("c1", "lookup", {"q": "a"})]], checkpointer=checkpointer)
     tid = make_thread()
     first = asyncio.create_task(slow_app.ainvoke({"messages": [Message.text_message("one")]},
-                                                 {"thread_id": tid, "failpoints": "after_step:model=delay(400)"},
+                                                 {"thread_id": tid, "failpoints": "after_step:model=delay(3000)"},
                                                  response_granularity="full"))
-    await asyncio.sleep(0.15)  # the model's tool calls are committed; the tools have not run
+
+    async def calls_committed() -> bool:  # the model's tool calls are committed; the tools have not run
+        state = await checkpointer.aget_state({"thread_id": tid})
+        return state is not None and len(state.context) >= 2
+    await _until(calls_committed, "the model step's commit")
     second = await slow_app.ainvoke({"messages": [Message.text_message("two")]},
                                     {"thread_id": tid, "on_busy": "interrupt"}, response_granularity="full")
     got = await first
@@ -247,11 +267,12 @@ async def test_lease_loss_failpoint_fences_the_holder(checkpointer: Any, make_th
     """`lease_renew=raise` skips renewals (a partition): the lease expires, a waiting resume takes
     over and finishes; the old holder's commit is refused with LeaseLostError."""
     before = metrics.snapshot()
-    app = _looping_app(checkpointer, steps=2, pause=0.6)
+    # Each step outlasts the unrenewed lease, so the holder's first commit comes after it expired.
+    app = _looping_app(checkpointer, steps=2, pause=2.0)
     tid = make_thread()
     holder = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
-                                             {"thread_id": tid, "lease_ttl": 0.3, "failpoints": "lease_renew=raise"}))
-    await asyncio.sleep(0.1)
+                                             {"thread_id": tid, "lease_ttl": 1.0, "failpoints": "lease_renew=raise"}))
+    await _lease_held(checkpointer, tid)
     with pytest.raises(ThreadBusyError) as busy:
         await app.ainvoke({}, {"thread_id": tid})
     assert busy.value.error_code == "STORAGE_BUSY_002" and busy.value.context["lease_token"] >= 1
@@ -278,9 +299,9 @@ async def test_a_lease_just_taken_is_never_taken_over_by_this_process(checkpoint
     app = _looping_app(checkpointer, steps=1, pause=0.0)
     tid = make_thread()
     first = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
-                                            {"thread_id": tid, "failpoints": f"after_lease:{tid}=delay(500)"},
+                                            {"thread_id": tid, "failpoints": f"after_lease:{tid}=delay(3000)"},
                                             response_granularity="full"))
-    await asyncio.sleep(0.2)
+    await _lease_held(checkpointer, tid)
     with pytest.raises(ThreadBusyError) as busy:
         await app.ainvoke({"messages": [Message.text_message("also go")]}, {"thread_id": tid})
     assert busy.value.error_code == "STORAGE_BUSY_002" and busy.value.context["lease_token"] == 1
@@ -319,7 +340,10 @@ async def test_a_cancelled_run_frees_the_thread_at_once(checkpointer: Any, make_
     tid = make_thread()
     task = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
                                            {"thread_id": tid, "lease_ttl": 60}))
-    await asyncio.sleep(0.1)
+
+    async def input_committed() -> bool:
+        return await checkpointer.aget_state({"thread_id": tid}) is not None
+    await _until(input_committed, "the run's input commit")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
