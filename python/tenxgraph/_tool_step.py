@@ -318,9 +318,8 @@ def _apply_update(state: AgentState, update: dict[str, Any]) -> None:
 
 
 def _message_json(msg: Message) -> str:
-    """A result message's JSON as the ledger keeps it. pydantic writes NaN/inf as null here,
-    where ``json.dumps`` of ``model_dump`` wrote ``NaN``, which no JSON reader (the ledger's
-    included) takes: such a result was reported failed and not recorded."""
+    """A result message's JSON as the ledger keeps it: one pydantic call (its outputs are already
+    JSON-safe, see ToolNode), where a dump to Python objects and ``json.dumps`` took two passes."""
     return msg.model_dump_json()
 
 

@@ -247,19 +247,25 @@ impl Drop for Driver {
     }
 }
 
-/// Keeps one tokio timer pending at all times, a second ahead at most. The time driver wakes a
-/// parked worker (an eventfd write, then the worker's epoll round) whenever a timer is registered
-/// that is due before every pending one; with the run polled on the loop thread, each node's and
-/// each tool's deadline was such a timer (its predecessor was cancelled when the call returned),
-/// ~5% of the loop thread's samples in a memory-backend turn. A deadline later than the anchor
-/// registers without a wake; the anchor costs one worker wake-up a second.
+/// Keeps one tokio timer pending at all times, [`ANCHOR_PERIOD`] ahead at most. The time driver
+/// wakes a parked worker (an eventfd write, then the worker's epoll round) whenever a timer is
+/// registered that is due before every pending one; with the run polled on the loop thread, each
+/// node's and each tool's deadline was such a timer (its predecessor was cancelled when the call
+/// returned), ~5% of the loop thread's samples in a memory-backend turn. A deadline later than
+/// the anchor registers without a wake.
 fn keep_a_timer_pending() {
     static ANCHOR: std::sync::Once = std::sync::Once::new();
     ANCHOR.call_once(|| {
         pyo3_async_runtimes::tokio::get_runtime().spawn(async {
             loop {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                tokio::time::sleep(ANCHOR_PERIOD).await;
             }
         });
     });
 }
+
+/// How far ahead the anchor timer is at most. Below the loop's stop poll (500 ms, re-armed at
+/// every node): with a 1 s anchor that timer was due first about half the time, one worker wake
+/// (a write to tokio's eventfd from the loop thread) per node. The anchor costs four worker
+/// wake-ups a second.
+pub const ANCHOR_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
