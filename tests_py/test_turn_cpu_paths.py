@@ -152,3 +152,16 @@ def test_exec_mirror_assigns_only_changed_fields() -> None:
     assert em.interrupt_data is kept  # equal: not assigned again
     assert (em.step, em.status.value, em.stop_current_execution.value) == (2, "completed", "stop_requested")
     assert em.internal_data["error"] == "boom"
+
+
+def test_fresh_message_ids_are_uuid4_strings() -> None:
+    import uuid
+
+    from tenxgraph.core.state.message import generate_id
+
+    ids = {generate_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for text in ids:
+        u = uuid.UUID(text)
+        assert (u.version, u.variant, str(u)) == (4, uuid.RFC_4122, text)
+    assert Message.text_message("x").message_id != Message.text_message("x").message_id
