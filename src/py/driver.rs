@@ -221,10 +221,14 @@ impl Driver {
         me.finish(py, outcome)
     }
 
-    /// Called by the loop when `fileno` is readable: empties the socket, then polls.
+    /// Called by the loop when `fileno` is readable: takes the wake bytes, then polls. One read,
+    /// not a read until the socket is empty: a wake is one byte (`scheduled` drops the rest until
+    /// the poll), so the second read only ever said EAGAIN, a syscall per wake from another
+    /// thread (each database round trip). Bytes left over keep the socket readable: one more
+    /// poll, which finds nothing new.
     fn woken(slf: &Bound<'_, Self>) -> PyResult<()> {
         let mut buf = [0u8; 64];
-        while matches!((&slf.get().reader).read(&mut buf), Ok(n) if n > 0) {}
+        let _ = (&slf.get().reader).read(&mut buf); // WouldBlock: woken with nothing to read
         Self::__call__(slf)
     }
 
