@@ -165,3 +165,58 @@ def test_fresh_message_ids_are_uuid4_strings() -> None:
         u = uuid.UUID(text)
         assert (u.version, u.variant, str(u)) == (4, uuid.RFC_4122, text)
     assert Message.text_message("x").message_id != Message.text_message("x").message_id
+
+
+def _sqlite_app(path: Any) -> Any:
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    async def lookup(x: int) -> str:
+        return f"looked up {x}"
+
+    # SQLite's I/O completes on its driver's thread: every store await is woken from another
+    # thread, through the loop thread's wake socket.
+    return tool_graph(AgentState, [lookup], [[call("c1", "lookup", {"x": 1}), call("c2", "lookup", {"x": 2})]],
+                      checkpointer=SqliteCheckpointer(path))
+
+
+def test_one_loop_driven_from_two_threads_in_turn(tmp_path: Any) -> None:
+    """The wake socket is per thread and watched per loop and thread: a loop that moves to
+    another thread watches that thread's socket too (a wake nobody reads would hang the run)."""
+    app = _sqlite_app(tmp_path / "cp.db")
+    loop = asyncio.new_event_loop()
+    results: dict[str, Any] = {}
+
+    def run_on(name: str) -> None:
+        asyncio.set_event_loop(loop)
+        results[name] = loop.run_until_complete(
+            asyncio.wait_for(app.ainvoke({"messages": [Message.text_message(name)]}, {"thread_id": name}), 120))
+
+    try:
+        for name in ("first", "second"):
+            t = threading.Thread(target=run_on, args=(name,))
+            t.start()
+            t.join(timeout=180)
+            assert not t.is_alive(), f"the run on thread {name} did not finish"
+    finally:
+        loop.close()
+    for name in ("first", "second"):
+        assert tool_texts(results[name]["messages"]) == {"c1": "looked up 1", "c2": "looked up 2"}
+
+
+def test_many_loops_in_turn_on_one_thread(tmp_path: Any) -> None:
+    """Each new loop (asyncio.run) watches the thread's wake socket from its first native await."""
+    app = _sqlite_app(tmp_path / "cp.db")
+    for i in range(5):
+        r = asyncio.run(asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]},
+                                                     {"thread_id": f"loop-{i}"}), 120))
+        assert tool_texts(r["messages"]) == {"c1": "looked up 1", "c2": "looked up 2"}
+
+
+@pytest.mark.asyncio
+async def test_concurrent_runs_woken_from_other_threads(tmp_path: Any) -> None:
+    """Several runs on one loop, all woken through the one socket, each finishes with its own
+    results."""
+    app = _sqlite_app(tmp_path / "cp.db")
+    runs = [app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": f"t{i}"}) for i in range(8)]
+    results = await asyncio.wait_for(asyncio.gather(*runs), 180)
+    assert all(tool_texts(r["messages"]) == {"c1": "looked up 1", "c2": "looked up 2"} for r in results)
