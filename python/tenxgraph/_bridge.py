@@ -1,8 +1,10 @@
 """The asyncio side of the Rust core's futures.
 
 ``drive`` awaits a ``_core.Driver``: the Rust future is polled on this loop's thread (see
-src/py/driver.rs); a wake from another thread arrives as a byte on a socket the loop watches.
-Cancelling the await drops the Rust future on the spot, which cancels the Python tasks it awaited.
+src/py/driver.rs); a wake from another thread arrives as a byte on the thread's wake socket,
+which each loop watches from its first native await on (one ``add_reader`` per loop and thread,
+not one per await). Cancelling the await drops the Rust future on the spot, which cancels the
+Python tasks it awaited.
 
 ``Submission`` starts a coroutine on a loop running on another thread (a checkpointer written in
 Python has a loop of its own) and is cancellable from the thread that awaits it.
@@ -12,27 +14,46 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from tenxgraph import _core
+
 __all__ = ["Submission", "drive"]
+
+
+# The wake sockets each loop watches, as (process, thread, fd): a loop normally runs on one
+# thread of one process, but nothing stops it from moving, and a forked child makes its own.
+_watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int, int]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _watch_wakes(loop: asyncio.AbstractEventLoop) -> None:
+    fd = _core.wake_hub_fileno()
+    key = (os.getpid(), threading.get_ident(), fd)
+    watched = _watching.get(loop)
+    if watched is None:
+        watched = _watching[loop] = set()
+    if key not in watched:
+        loop.add_reader(fd, _core.wake_hub_run)
+        watched.add(key)
 
 
 async def drive(driver: Any) -> Any:
     """Awaits a ``_core.Driver`` on the running loop; cancelling the await drops the Rust future
     before the cancellation propagates, so the run has really ended when the caller resumes."""
     loop = asyncio.get_running_loop()
+    _watch_wakes(loop)
     done = loop.create_future()
-    fd = driver.fileno()
-    loop.add_reader(fd, driver.woken)
     try:
         driver.start(loop, contextvars.copy_context(), done)
         await done
     except asyncio.CancelledError:
         driver.cancel()
         raise
-    finally:
-        loop.remove_reader(fd)
     return done.result()
 
 

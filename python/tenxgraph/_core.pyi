@@ -7,7 +7,7 @@ from typing import Any, final
 
 
 __all__ = [
-    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "wake_hub_fileno", "wake_hub_run", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
     "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
     "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
     "resolve_timeout", "stop_key",
@@ -17,6 +17,12 @@ __version__: str
 
 PG_SCHEMA_VERSION: int
 
+def wake_hub_fileno() -> int:
+    """The socket this thread's event loops watch (``add_reader``, once per loop) for native
+    awaitables woken from another thread; made on first use, one per thread."""
+def wake_hub_run() -> None:
+    """The reader callback of ``wake_hub_fileno()``'s socket: polls every native awaitable of
+    this thread woken from another thread since the last call."""
 def metrics_snapshot() -> dict[str, float]:
     """The process-wide counters and durations as ``{metric name: value}`` (durations as
     ``<name>_sum`` seconds and ``<name>_count``). Lock-free; safe from any thread."""
@@ -123,9 +129,6 @@ class Driver:
     """A Rust future polled on the thread of the event loop that awaits it (see
     src/py/driver.rs); awaitable once."""
 
-    def fileno(self) -> int:
-        """The socket the loop watches (``add_reader``): readable when another thread woke the
-        future."""
     def start(self, event_loop: asyncio.AbstractEventLoop, context: contextvars.Context,
               done: asyncio.Future[Any]) -> None:
         """Binds the driver to the running ``event_loop`` (polls are scheduled with ``call_soon`` in
@@ -134,8 +137,6 @@ class Driver:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """One poll, on the loop thread; called with no arguments (the stub spells the slot as
         the runtime reports it)."""
-    def woken(self) -> None:
-        """The reader callback: empties the socket, then polls."""
     def cancel(self) -> None:
         """Drops the Rust future here and now, and with it any Python work it awaits."""
     def __await__(self) -> Generator[Any, None, Any]:

@@ -475,7 +475,7 @@ class Run:
         with log_fields(node=name, tool=step.calls[index].name):
             out = await step.run(index, config, idempotency_key, ledger_key)
         if events is not None:
-            message = Message.model_validate(json.loads(out[0])["value"])
+            message = step.message_of(index, out[0])
             if not _is_remote_call(message):
                 events.tool_end(name, index, call.call_id, call.name, call.arguments, message, False,
                                 error=message.text() or "tool error" if out[2] else None)
@@ -496,8 +496,8 @@ class Run:
         step = self._tool_steps.get(name)
         if self.emitter is None or step is None or index not in step.pending_stream:
             return
-        value = json.loads(step.pending_stream.pop(index))["value"]
-        self.emitter.message(Message.model_validate(value), "tool_result", name, now=True)
+        message = step.message_of(index, step.pending_stream.pop(index))
+        self.emitter.message(message, "tool_result", name, now=True)
         step.streamed.add(index)
 
     def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
@@ -623,17 +623,26 @@ class Run:
     def _apply_exec(state: AgentState, view: ExecView) -> None:
         """Mirrors the loop's execution metadata (owned by the Rust engine) into the live state
         before user code or a snapshot sees it."""
+        # Assigning a pydantic field runs Python code (BaseModel.__setattr__); between two calls
+        # of one run most of these are unchanged, so only the changed ones are assigned.
         em = state.execution_meta
-        em.current_node = view.current_node
-        em.step = view.step
-        em.status = ExecutionStatus(view.status)
-        em.interrupted_node = view.interrupted_node
-        em.interrupt_reason = view.interrupt_reason
-        em.interrupt_data = view.interrupt_data
-        em.thread_id = view.thread_id
-        em.stop_current_execution = StopRequestStatus(view.stop_current_execution)
+        have = em.__dict__
+        for name in _EXEC_FIELDS:
+            value = getattr(view, name)
+            if have.get(name) != value:
+                setattr(em, name, value)
+        status = view.status
+        if have.get("status") != status:
+            em.status = ExecutionStatus(status)
+        stop = view.stop_current_execution
+        if have.get("stop_current_execution") != stop:
+            em.stop_current_execution = StopRequestStatus(stop)
         if view.error is not None:
             em.internal_data["error"] = view.error
+
+
+# The ExecView fields mirrored as they are (status and stop are enums, converted).
+_EXEC_FIELDS = ("current_node", "step", "interrupted_node", "interrupt_reason", "interrupt_data", "thread_id")
 
 
 def _added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:

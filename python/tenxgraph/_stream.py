@@ -2,9 +2,11 @@
 
 Messages a node produced are held back until the step that produced them is committed (the host
 hears about each commit), so a client never sees a step a crash could undo; tool results are
-streamed the moment each tool returns (their ledger record follows within the same node). The
-callers are the event loop thread and tokio threads, so chunks reach the consumer's queue through
-``call_soon_threadsafe``.
+streamed the moment each tool returns (their ledger record follows within the same node). The run
+is polled on the event loop's thread, so chunks are put on the consumer's queue right there; one
+emitted from any other thread goes through ``call_soon_threadsafe`` (a syscall to wake the loop),
+and while such a hand-off is pending, later chunks queue behind it, so the consumer sees them in
+the order they were emitted.
 """
 
 from __future__ import annotations
@@ -35,6 +37,23 @@ class Emitter:
         self.queue: asyncio.Queue[StreamChunk | None] = asyncio.Queue()
         self._held: list[StreamChunk] = []
         self._lock = threading.Lock()
+        self._loop_thread = threading.get_ident()  # made by the run, on its loop's thread
+        self._in_flight = 0  # chunks handed over with call_soon_threadsafe, not yet queued
+
+    def _put(self, chunk: StreamChunk | None) -> None:
+        with self._lock:
+            direct = self._in_flight == 0 and threading.get_ident() == self._loop_thread
+            if not direct:
+                self._in_flight += 1
+        if direct:
+            self.queue.put_nowait(chunk)
+        else:
+            self.loop.call_soon_threadsafe(self._put_handed_over, chunk)
+
+    def _put_handed_over(self, chunk: StreamChunk | None) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self.queue.put_nowait(chunk)
 
     def wants(self, event: StreamEvent) -> bool:
         return event in self.allowed
@@ -46,7 +65,7 @@ class Emitter:
 
     def emit(self, chunk: StreamChunk) -> None:
         if chunk.event in self.allowed:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+            self._put(chunk)
 
     def hold(self, chunk: StreamChunk) -> None:
         if chunk.event in self.allowed:
@@ -57,7 +76,7 @@ class Emitter:
         with self._lock:
             held, self._held = self._held, []
         for chunk in held:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+            self._put(chunk)
 
     def take_held(self) -> list[StreamChunk]:
         """What is still held back, for the consumer on the loop thread once the run ended."""
@@ -76,7 +95,7 @@ class Emitter:
         return emit
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+        self._put(None)
 
     def message(self, msg: Message, status: str, node: str | None, *, now: bool) -> None:
         failed = any(isinstance(b, ErrorBlock) for b in msg.content)

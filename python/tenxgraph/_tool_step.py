@@ -51,6 +51,10 @@ class ToolStep:
     replayed_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
     streamed: set[int] = field(default_factory=set)
     pending_stream: dict[int, str] = field(default_factory=dict)
+    # The JSON text of each result message this process produced (the "value" of its envelope):
+    # finish() and the streamed/published copies validate from it, instead of parsing the envelope
+    # back from the text the Rust handler returns.
+    texts: dict[int, str] = field(default_factory=dict)
     # ToolResult updates of calls that share the live state: applied when the node succeeds, so a
     # failing node never leaves a half-applied tool node behind.
     deferred_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -149,15 +153,15 @@ class ToolStep:
                 args = json.loads(args or "{}")
             except (json.JSONDecodeError, TypeError) as exc:
                 msg = _result_message(call, f"Invalid tool arguments (not valid JSON): {exc}", True)
-                return _envelope(msg), False, True  # the tool never ran: nothing to record
+                return self._answer(index, msg), False, True  # the tool never ran: nothing to record
         if not isinstance(args, dict):
             msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
-            return _envelope(msg), False, True
+            return self._answer(index, msg), False, True
         target = handoff_call_target(self.tool_node, call.name)
         if target is not None:
             # A handoff: answered here with a tool result, recorded like any call; the node then
             # routes to the target (Run.finish_tools).
-            return _envelope(handoff_message(target, call.call_id or "")), True, False
+            return self._answer(index, handoff_message(target, call.call_id or "")), True, False
         state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)
@@ -175,27 +179,44 @@ class ToolStep:
                 self.deferred_updates[index] = outcome.state_update
             else:
                 _apply_update(state, outcome.state_update)
-        envelope, record = self._envelope_of(index, outcome, ledger_key)
+        text = self.texts[index] = _message_json(outcome.message)
+        envelope, record = self._envelope_of(index, outcome, ledger_key, text)
         return envelope, record, _is_error(outcome.message)
 
-    def _envelope_of(self, index: int, outcome: Any, ledger_key: str | None = None) -> tuple[str, bool]:
+    def _envelope_of(self, index: int, outcome: Any, ledger_key: str | None = None,
+                     message_json: str | None = None) -> tuple[str, bool]:
         """The ledger envelope of an outcome, and whether it may be recorded. Touches no state:
         a sync tool's late result is turned into its record on the worker thread."""
         call = self.calls[index]
-        env: dict[str, Any] = {"__kind__": "message", "value": outcome.message.model_dump(mode="json")}
         record = bool(outcome.recordable)
+        state_json: str | None = None
         if outcome.state_update:
             try:
                 update = _JSON.dump_python(outcome.state_update, mode="json")
                 if not holds_as_json(update):
                     raise ValueError("too deep, NaN/inf, or an int past 64 bits")
-                env["state"] = update
+                state_json = json.dumps(update)
             except Exception as exc:
                 record = False
                 _log.error(NOT_RECORDED_MESSAGE, extra={
                     "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": ledger_key or "",
                     "error": f"its state update is not JSON-serialisable: {exc}"})
-        return json.dumps(env), record
+        if message_json is None:
+            message_json = _message_json(outcome.message)
+        return _envelope_text(message_json, state_json), record
+
+    def _answer(self, index: int, msg: Message) -> str:
+        """The envelope of a result message made here; its text is kept (see ``texts``)."""
+        text = self.texts[index] = _message_json(msg)
+        return _envelope_text(text)
+
+    def message_of(self, index: int, envelope_json: str) -> Message:
+        """A fresh Message of a call's result: from the text kept when this process made it,
+        else from the envelope."""
+        text = self.texts.get(index)
+        if text is not None:
+            return Message.model_validate_json(text)
+        return Message.model_validate(json.loads(envelope_json)["value"])
 
     def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
         """An at-most-once call that an earlier attempt started and never recorded: it may or may
@@ -228,12 +249,12 @@ class ToolStep:
             if answer == "retry" or (isinstance(answer, dict) and answer.get("action") == "retry"):
                 return None
             output = answer["result"] if isinstance(answer, dict) and "result" in answer else answer
-            return _envelope(_result_message(call, output, False)), True, False
+            return self._answer(index, _result_message(call, output, False)), True, False
         text = (f"The outcome of tool '{call.name}' (call {call.call_id}) is unknown: it started earlier but "
                 "its result was never recorded, and it must run at most once, so it was not run again. "
                 f"Check whether it took effect (idempotency key {idempotency_key}) before trying again. "
                 "[TOOL_OUTCOME_UNKNOWN]")
-        return _envelope(_result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
+        return self._answer(index, _result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
 
     def finish(self, items: list[tuple[str, str]]) -> list[Message]:
         messages: list[Message] = []
@@ -242,8 +263,7 @@ class ToolStep:
             if kind == "replayed":
                 messages.append(self.replays[index])
             elif kind == "ran":
-                env = json.loads(payload)
-                messages.append(Message.model_validate(env["value"]))
+                messages.append(self.message_of(index, payload))
             elif kind == "timeout":
                 if self.tool_node.is_sync(call.name):
                     # A thread cannot be cancelled: do not tell the model it was.
@@ -297,8 +317,21 @@ def _apply_update(state: AgentState, update: dict[str, Any]) -> None:
             setattr(state, key, value)
 
 
-def _envelope(msg: Message) -> str:
-    return json.dumps({"__kind__": "message", "value": msg.model_dump(mode="json")})
+def _message_json(msg: Message) -> str:
+    """A result message's JSON as the ledger keeps it: one pydantic call (its outputs are already
+    JSON-safe, see ToolNode), where a dump to Python objects and ``json.dumps`` took two passes."""
+    return msg.model_dump_json()
+
+
+_ENVELOPE_HEAD = '{"__kind__":"message","value":'
+
+
+def _envelope_text(message_json: str, state_json: str | None = None) -> str:
+    """The ledger envelope, ``{"__kind__": "message", "value": <message>[, "state": <update>]}``,
+    spliced from texts already encoded (the envelope is written once per call)."""
+    if state_json is None:
+        return _ENVELOPE_HEAD + message_json + "}"
+    return _ENVELOPE_HEAD + message_json + ',"state":' + state_json + "}"
 
 
 def _is_error(msg: Message) -> bool:

@@ -8,9 +8,12 @@
 //!
 //! Waking: on the loop thread (a task's done-callback, the future waking itself) the next poll is
 //! scheduled with `call_soon`. From any other thread (I/O completion, a timer, a task spawned on
-//! the runtime, another loop's thread) the waker writes one byte to a socket the loop watches with
-//! `add_reader`, without touching the interpreter: a runtime thread that re-takes the interpreter
-//! lock during finalization aborts the process, which is what pyo3-async-runtimes'
+//! the runtime, another loop's thread) the waker queues the driver on its loop thread's [`Hub`]
+//! and writes one byte to the hub's socket, which every loop run on that thread watches with
+//! `add_reader` (registered once per loop by `tenxgraph._bridge`, not once per await: asyncio's
+//! `add_reader`/`remove_reader` and a socket pair per awaited call were ~5% of a memory-backend
+//! turn), without touching the interpreter: a runtime thread that re-takes the interpreter lock
+//! during finalization aborts the process, which is what pyo3-async-runtimes'
 //! `call_soon_threadsafe` hand-off did when a program ended right after a run.
 //!
 //! Dropping the future (the awaiting task cancelled, the driver collected) happens on a Python
@@ -42,12 +45,81 @@ struct Schedule {
     kwargs: Py<PyDict>,
 }
 
+/// The wakes from other threads for the drivers of one loop thread: the drivers woken, and the
+/// socket pair that tells the loop (the reader is watched by every loop run on the thread).
+pub struct Hub {
+    reader: UnixStream,
+    writer: UnixStream,
+    woken: Mutex<Vec<Arc<Shared>>>,
+    /// The process it was made in: a child forked from it makes its own (the inherited sockets
+    /// are shared with the parent, which could read the child's wakes).
+    pid: u32,
+}
+
+thread_local! {
+    static HUB: std::cell::RefCell<Option<Arc<Hub>>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Hub {
+    /// This thread's hub, made on first use (and again in a forked child).
+    fn here() -> PyResult<Arc<Hub>> {
+        HUB.with(|cell| {
+            let pid = std::process::id();
+            if let Some(h) = cell.borrow().as_ref().filter(|h| h.pid == pid) {
+                return Ok(h.clone());
+            }
+            let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
+            let (reader, writer) = UnixStream::pair().map_err(os_err)?;
+            reader.set_nonblocking(true).map_err(os_err)?;
+            writer.set_nonblocking(true).map_err(os_err)?;
+            let hub = Arc::new(Hub { reader, writer, woken: Mutex::new(Vec::new()), pid });
+            *cell.borrow_mut() = Some(hub.clone());
+            Ok(hub)
+        })
+    }
+
+    fn wake(&self, shared: Arc<Shared>) {
+        self.woken.lock().unwrap_or_else(|p| p.into_inner()).push(shared);
+        let _ = (&self.writer).write_all(&[1]); // a full socket is already readable: the loop will look
+    }
+}
+
+/// The socket this thread's loops watch for wakes from other threads (`add_reader`).
+pub fn hub_fileno() -> PyResult<i32> {
+    Ok(Hub::here()?.reader.as_raw_fd())
+}
+
+/// The reader callback of the hub's socket: takes the wake bytes, then polls every driver woken
+/// from another thread since the last call. One read: bytes left over keep the socket readable,
+/// which costs one more call that finds nothing (a read until EAGAIN cost a syscall every time).
+pub fn hub_run(py: Python<'_>) -> PyResult<()> {
+    let hub = Hub::here()?;
+    let mut buf = [0u8; 256];
+    let _ = (&hub.reader).read(&mut buf); // WouldBlock: called with nothing to read
+    let woken = std::mem::take(&mut *hub.woken.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut first_err = None;
+    for shared in woken {
+        let step = {
+            let guard = shared.schedule.lock().unwrap_or_else(|p| p.into_inner());
+            guard.as_ref().map(|s| s.step.clone_ref(py))
+        };
+        // None: the driver has ended since it was woken, nothing to poll.
+        if let Some(step) = step
+            && let Err(e) = step.bind(py).call0()
+        {
+            first_err.get_or_insert(e); // every other woken driver is still polled
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
 /// The waker's side of a driver; shared with every waker the future hands out.
 struct Shared {
     loop_thread: OnceLock<ThreadId>,
     /// A poll is already scheduled: further wakes until it runs are free.
     scheduled: AtomicBool,
-    writer: UnixStream,
+    /// The loop thread's hub, set when the driver starts (no waker exists before its first poll).
+    hub: OnceLock<Arc<Hub>>,
     /// Set while the driver runs; cleared when it ends, which also breaks the reference cycle
     /// driver -> shared -> driver. Only read on the loop thread, attached.
     schedule: Mutex<Option<Schedule>>,
@@ -80,8 +152,10 @@ impl Wake for Shared {
         if self.scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
-        if !self.wake_here() {
-            let _ = (&self.writer).write_all(&[1]); // the reader may be gone: nothing to wake
+        if !self.wake_here()
+            && let Some(hub) = self.hub.get()
+        {
+            hub.wake(self.clone());
         }
     }
 }
@@ -92,7 +166,6 @@ impl Wake for Shared {
 pub struct Driver {
     fut: Mutex<Option<BoxFuture>>,
     shared: Arc<Shared>,
-    reader: UnixStream,
     /// The asyncio future the result goes to.
     done: Mutex<Option<Py<PyAny>>>,
 }
@@ -104,10 +177,6 @@ where
     T: Send + 'static,
     C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
-    let (reader, writer) = UnixStream::pair().map_err(os_err)?;
-    reader.set_nonblocking(true).map_err(os_err)?;
-    writer.set_nonblocking(true).map_err(os_err)?;
     let fut: BoxFuture = Box::pin(async move {
         let out = fut.await;
         Box::new(move |py: Python<'_>| convert(py, out)) as Convert
@@ -115,11 +184,11 @@ where
     let shared = Arc::new(Shared {
         loop_thread: OnceLock::new(),
         scheduled: AtomicBool::new(false),
-        writer,
+        hub: OnceLock::new(),
         schedule: Mutex::new(None),
     });
     keep_a_timer_pending();
-    Py::new(py, Driver { fut: Mutex::new(Some(fut)), shared, reader, done: Mutex::new(None) })
+    Py::new(py, Driver { fut: Mutex::new(Some(fut)), shared, done: Mutex::new(None) })
 }
 
 fn drive_helper(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
@@ -156,12 +225,6 @@ impl Driver {
 
 #[pymethods]
 impl Driver {
-    /// The socket the loop watches (`add_reader`): readable when a thread other than the loop's
-    /// woke the future.
-    fn fileno(&self) -> i32 {
-        self.reader.as_raw_fd()
-    }
-
     /// Binds the driver to the running loop (`call_soon` with `context`) and the asyncio future
     /// `done` its outcome goes to, then polls once.
     fn start(slf: &Bound<'_, Self>, event_loop: &Bound<'_, PyAny>, context: &Bound<'_, PyAny>, done: Py<PyAny>) -> PyResult<()> {
@@ -170,6 +233,7 @@ impl Driver {
         if me.shared.loop_thread.set(std::thread::current().id()).is_err() {
             return Err(pyo3::exceptions::PyRuntimeError::new_err("this native awaitable was already awaited"));
         }
+        let _ = me.shared.hub.set(Hub::here()?);
         let kwargs = PyDict::new(py);
         kwargs.set_item("context", context)?;
         *me.shared.schedule.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -221,13 +285,6 @@ impl Driver {
         me.finish(py, outcome)
     }
 
-    /// Called by the loop when `fileno` is readable: empties the socket, then polls.
-    fn woken(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let mut buf = [0u8; 64];
-        while matches!((&slf.get().reader).read(&mut buf), Ok(n) if n > 0) {}
-        Self::__call__(slf)
-    }
-
     /// Drops the Rust future here and now (and with it any Python work it awaits).
     fn cancel(&self, py: Python<'_>) -> PyResult<()> {
         self.drop_future();
@@ -247,19 +304,25 @@ impl Drop for Driver {
     }
 }
 
-/// Keeps one tokio timer pending at all times, a second ahead at most. The time driver wakes a
-/// parked worker (an eventfd write, then the worker's epoll round) whenever a timer is registered
-/// that is due before every pending one; with the run polled on the loop thread, each node's and
-/// each tool's deadline was such a timer (its predecessor was cancelled when the call returned),
-/// ~5% of the loop thread's samples in a memory-backend turn. A deadline later than the anchor
-/// registers without a wake; the anchor costs one worker wake-up a second.
+/// Keeps one tokio timer pending at all times, [`ANCHOR_PERIOD`] ahead at most. The time driver
+/// wakes a parked worker (an eventfd write, then the worker's epoll round) whenever a timer is
+/// registered that is due before every pending one; with the run polled on the loop thread, each
+/// node's and each tool's deadline was such a timer (its predecessor was cancelled when the call
+/// returned), ~5% of the loop thread's samples in a memory-backend turn. A deadline later than
+/// the anchor registers without a wake.
 fn keep_a_timer_pending() {
     static ANCHOR: std::sync::Once = std::sync::Once::new();
     ANCHOR.call_once(|| {
         pyo3_async_runtimes::tokio::get_runtime().spawn(async {
             loop {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                tokio::time::sleep(ANCHOR_PERIOD).await;
             }
         });
     });
 }
+
+/// How far ahead the anchor timer is at most. Below the loop's stop poll (500 ms, re-armed at
+/// every node): with a 1 s anchor that timer was due first about half the time, one worker wake
+/// (a write to tokio's eventfd from the loop thread) per node. The anchor costs four worker
+/// wake-ups a second.
+pub const ANCHOR_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);

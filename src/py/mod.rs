@@ -32,6 +32,20 @@ pub mod _core {
     #[pymodule_export]
     use super::driver::Driver;
 
+    /// The socket the event loops of this thread watch (`add_reader`, once per loop) for
+    /// native awaitables woken from another thread (see src/py/driver.rs).
+    #[pyfunction]
+    fn wake_hub_fileno() -> PyResult<i32> {
+        super::driver::hub_fileno()
+    }
+
+    /// The reader callback of `wake_hub_fileno()`'s socket: polls every native awaitable of this
+    /// thread woken from another thread since the last call.
+    #[pyfunction]
+    fn wake_hub_run(py: Python<'_>) -> PyResult<()> {
+        super::driver::hub_run(py)
+    }
+
     /// Process-wide counters: `{metric name: value}`.
     #[pyfunction]
     fn metrics_snapshot() -> std::collections::HashMap<&'static str, f64> {

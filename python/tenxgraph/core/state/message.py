@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Literal
-from uuid import uuid4
+import os
 
 from pydantic import (
     BaseModel,
@@ -79,7 +79,18 @@ def generate_id(default_id: MessageId | None = None) -> MessageId:
             return value if isinstance(value, int) else str(value)
     if default_id is not None and default_id != "":
         return default_id
-    return str(uuid4())
+    return _uuid4_text()
+
+
+# The version (4) and RFC 4122 variant bits of a random 128-bit number.
+_UUID4_KEEP = 0xFFFFFFFF_FFFF_0FFF_3FFF_FFFFFFFFFFFF
+_UUID4_SET = 0x00000000_0000_4000_8000_000000000000
+
+
+def _uuid4_text() -> str:
+    """``str(uuid4())`` without building a ``UUID`` (half the time; every new message makes one)."""
+    h = "%032x" % ((int.from_bytes(os.urandom(16), "big") & _UUID4_KEEP) | _UUID4_SET)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class TokenUsages(BaseModel):
