@@ -10,6 +10,7 @@ use crate::store::{StoreError, StoreResult, StoredMessage, ThreadRef};
 
 /// `value` as a `kind` id, or the error naming `field`.
 pub(super) fn check_id(kind: IdType, field: &'static str, value: &str) -> StoreResult<()> {
+    crate::store::id_text::check_text_id(field, value)?;
     let Some(max) = kind.max() else { return Ok(()) };
     let canonical = !value.is_empty() && !value.starts_with('0') && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<i64>() {
