@@ -391,7 +391,7 @@ def resume_graph(cp: PgCheckpointer, calls: dict[str, int]):
 
 
 def assert_migrated(lg: Legacy) -> None:
-    assert [r[0] for r in lg.q("SELECT version FROM schema_version ORDER BY version")] == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    assert [r[0] for r in lg.q("SELECT version FROM schema_version ORDER BY version")] == ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
     cols = {r[0] for r in lg.q(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'messages'"
     )}
