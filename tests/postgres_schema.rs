@@ -90,7 +90,7 @@ async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
 
 /// A database that tenxgraph created before its migrations became `.sql` files (functions that
 /// name their schema and pin no path) is at version 7: only the later files are applied (0008's
-/// `tenx_put_input`, which calls the old v5/v6 functions by the path it pins), and every kind of
+/// `tenx_put_input`, which calls the old v5/v6 functions by the path it pins, and 0009's trigger), and every kind of
 /// write and read goes on working on it.
 #[tokio::test]
 async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
@@ -106,8 +106,8 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     let s = store(&dsn, "pre_sql_files_v7").await;
     assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
     // Opened and migrated, yet its functions of versions 1-7 are the old ones: only 0008's
-    // function (pinned) is new.
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 1);
+    // function and 0009's trigger function (pinned) are new.
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 2);
 
     let t = ThreadRef::new("old-db", "u");
     let req = LeaseRequest {
