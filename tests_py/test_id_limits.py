@@ -58,12 +58,17 @@ async def test_bad_thread_id_is_refused_on_every_entry_point(checkpointer: Any, 
         "aget_state": lambda: checkpointer.aget_state(dict(cfg)),
         "aget_thread": lambda: checkpointer.aget_thread(dict(cfg)),
         "alist_messages": lambda: checkpointer.alist_messages(dict(cfg)),
+        "astop": lambda: echo_app(checkpointer).astop(dict(cfg)),
+        "arequest_stop": lambda: checkpointer.arequest_stop(dict(cfg)),
+        "ais_stop_requested": lambda: checkpointer.ais_stop_requested(dict(cfg)),
+        "aclear_stop_request": lambda: checkpointer.aclear_stop_request(dict(cfg)),
     }
     for name, call in calls.items():
         with pytest.raises(InvalidConfigError) as e:
             await call()
         assert_refused(e, "thread_id", name)
     await nothing_stored(checkpointer)
+    assert await checkpointer.alist_cache_keys("stop_request") == []
     await checkpointer.arelease()
 
 

@@ -7,8 +7,7 @@ Every case fails the model node with a typed error (``NodeError`` ``NODE_001`` w
 and leaves the thread in the error status holding only the input. Before, several were taken as
 an empty assistant answer and the thread completed with it (``SILENT_BEFORE``); the replies the SDK
 itself cannot parse (a body that is not JSON or not text, an event cut in the middle, a body
-shorter than its length) failed the node with the SDK's own exception, not retried
-(``RAW_SDK_ERROR_BEFORE``), and a stream without a single event of the API was taken for a
+shorter than its length) failed the node with the SDK's own exception, not retried, and a stream without a single event of the API was taken for a
 dropped connection (``LLM_PROVIDER_003``)."""
 
 from __future__ import annotations
@@ -51,14 +50,6 @@ SILENT_BEFORE = {("anthropic", "binary", False), ("anthropic", "sse_garbage", Fa
                  ("anthropic", "sse_wrong_shape", False), ("anthropic", "wrong_shape", False),
                  ("google", "wrong_shape", False), ("openai", "wrong_shape", False),
                  ("openai", "not_json", True), ("openai", "sse_wrong_shape", True), ("openai", "wrong_shape", True)}
-# (provider, garbage, streamed) whose cause was the SDK's exception before (JSONDecodeError,
-# UnicodeDecodeError, google-genai's UnknownApiResponseError, httpx's RemoteProtocolError).
-RAW_SDK_ERROR_BEFORE = {("anthropic", "binary", True), ("anthropic", "not_json", False),
-                        ("google", "binary", False), ("google", "binary", True), ("google", "not_json", False),
-                        ("google", "not_json", True), ("google", "sse_garbage", False),
-                        ("google", "sse_garbage", True), ("google", "sse_wrong_shape", False),
-                        ("google", "sse_wrong_shape", True), ("openai", "binary", True),
-                        ("openai", "not_json", False), ("openai", "sse_garbage", True)}
 OTHER_ENV = ("ANTHROPIC_AUTH_TOKEN", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI")
 
 

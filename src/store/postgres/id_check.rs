@@ -2,7 +2,8 @@
 //! so a bad one is `StoreError::BadId` (STORAGE_CONFIG_002) before anything is read or written,
 //! never a cast failing half-way through a statement. Only the canonical decimal of a positive
 //! integer in the column's range passes: one thread has one spelling, so its lease, stop key and
-//! ledger keys (all keyed by the text) cannot split between "7" and "007".
+//! ledger keys (all keyed by the text) cannot split between "7" and "007". Every id, of any
+//! type, first passes `store::id_text` (at most 255 characters, no NUL), the rule of all backends.
 
 use super::PgStore;
 use super::options::IdType;

@@ -179,7 +179,9 @@ class CompiledGraph(Generic[StateT]):
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         cfg = dict(config or {})
-        if not cfg.get("thread_id"):
+        # Only a missing id is generated: a falsy one (0, False) is the caller's and is checked
+        # like any other (a generated id would silently start a new thread).
+        if cfg.get("thread_id") is None or cfg.get("thread_id") == "":
             cfg["thread_id"] = self._new_id()
             _log.warning(
                 "no thread_id in config: generated %s; this run can be neither resumed nor stopped",
