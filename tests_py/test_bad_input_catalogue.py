@@ -298,13 +298,15 @@ async def test_empty_thread_id_runs_on_a_generated_thread(checkpointer, caplog, 
         await checkpointer.aput_state({"thread_id": tid}, AgentState())
 
 
-async def test_thread_id_zero_is_treated_as_missing(checkpointer, caplog) -> None:
-    """``thread_id=0`` is falsy: like "", the run gets a generated thread (pinned, 10xGraph rule)."""
+async def test_thread_id_zero_is_a_thread_id(checkpointer, caplog) -> None:
+    """``thread_id=0`` is the caller's thread ``"0"``, as on 10xGraph (checked on the oracle: its
+    rule is a missing key). Only a missing, None or "" id gets a generated thread."""
     app = echo_graph(checkpointer)
     with caplog.at_level(logging.WARNING):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": 0})
-    assert any("no thread_id in config: generated" in r.getMessage() for r in caplog.records)
-    assert await snapshot(checkpointer, 0) is None
+    assert not any("no thread_id in config: generated" in r.getMessage() for r in caplog.records)
+    snap = await snapshot(checkpointer, 0)
+    assert snap is not None and [r[1:] for r in snap[1]] == [("user", "hi"), ("assistant", "ok")]
 
 
 # -- unknown and foreign threads ------------------------------------------------------------
