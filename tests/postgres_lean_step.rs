@@ -78,7 +78,12 @@ async fn the_input_commit_and_a_step_are_one_plpgsql_call_each() {
         "SELECT * FROM \"{schema}\".tenx_put_input('fc', 'u', 0, {state}, {msgs}, false, 20, true, NULL, \
          'run', 'h', 1, 1, 60, NULL, NULL, NULL)"
     );
-    assert_eq!(functions_called(&s, &schema, &input).await, vec![("tenx_put_input".to_owned(), 1)]);
+    // A thread's first commit also fires 0010's trigger that names the new thread (once per
+    // thread, not per commit).
+    assert_eq!(
+        functions_called(&s, &schema, &input).await,
+        vec![("tenx_name_thread".to_owned(), 1), ("tenx_put_input".to_owned(), 1)]
+    );
     // The thread committed for real now, so a fenced step has a lease to check.
     let st = json!({"execution_meta": {"status": "running"}});
     let LeasedInput::Committed { token, .. } = s.put_input_leased(&ThreadRef::new("fc", "u"), &req("run", MINUTE), step(0, &st, &[]), None).await.unwrap()

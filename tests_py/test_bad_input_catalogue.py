@@ -15,7 +15,7 @@ import pydantic
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import GraphError, NodeError, StorageError
+from tenxgraph.core.exceptions import GraphError, InvalidConfigError, NodeError, StorageError
 from tenxgraph.storage.checkpointer import BaseCheckpointer, PgCheckpointer
 from tenxgraph.utils.tool_decorator import tool
 
@@ -298,13 +298,15 @@ async def test_empty_thread_id_runs_on_a_generated_thread(checkpointer, caplog, 
         await checkpointer.aput_state({"thread_id": tid}, AgentState())
 
 
-async def test_thread_id_zero_is_treated_as_missing(checkpointer, caplog) -> None:
-    """``thread_id=0`` is falsy: like "", the run gets a generated thread (pinned, 10xGraph rule)."""
+async def test_thread_id_zero_is_a_thread_id(checkpointer, caplog) -> None:
+    """``thread_id=0`` is the caller's thread ``"0"``, as on 10xGraph (checked on the oracle: its
+    rule is a missing key). Only a missing, None or "" id gets a generated thread."""
     app = echo_graph(checkpointer)
     with caplog.at_level(logging.WARNING):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": 0})
-    assert any("no thread_id in config: generated" in r.getMessage() for r in caplog.records)
-    assert await snapshot(checkpointer, 0) is None
+    assert not any("no thread_id in config: generated" in r.getMessage() for r in caplog.records)
+    snap = await snapshot(checkpointer, 0)
+    assert snap is not None and [r[1:] for r in snap[1]] == [("user", "hi"), ("assistant", "ok")]
 
 
 # -- unknown and foreign threads ------------------------------------------------------------
@@ -388,26 +390,16 @@ async def test_300_char_thread_id(checkpointer, make_thread) -> None:
     tid = make_thread("long") + "x" * 300
     assert len(tid) > 300
     app = echo_graph(checkpointer)
-    try:
+    # Every backend refuses it before any SQL (threads.thread_id is VARCHAR(255) on Postgres,
+    # and a thread that worked on SQLite or memory would fail there): nothing is written.
+    with pytest.raises(InvalidConfigError) as err:
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
-    except Exception as exc:  # pinned below
-        err: Exception | None = exc
-    else:
-        err = None
-    snap = await snapshot(checkpointer, tid)
-    if _is_pg(checkpointer):
-        # threads.thread_id is VARCHAR(255): the step function fails, nothing is written
-        assert isinstance(err, StorageError)
-        assert err.error_code == "STORAGE_001"
-        assert "value too long for type character varying(255)" in str(err)
-        assert snap is None
-        assert await checkpointer.aget_thread({"thread_id": tid}) is None
-        assert await checkpointer.alist_messages({"thread_id": tid}) == []
-        # the store still works for a normal thread
-        await seeded(checkpointer, make_thread("after-long"))
-    else:
-        assert err is None
-        assert [r[1:] for r in snap[1]] == [("user", "hi"), ("assistant", "ok")]
+    assert err.value.error_code == "STORAGE_CONFIG_002"
+    assert err.value.context["field"] == "thread_id"
+    assert "at most 255 characters" in str(err.value)
+    assert await checkpointer.alist_threads({}) == []
+    # the store still works for a normal thread
+    await seeded(checkpointer, make_thread("after-long"))
 
 
 # -- NUL bytes -------------------------------------------------------------------------------

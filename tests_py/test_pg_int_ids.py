@@ -458,10 +458,10 @@ async def test_same_graph_on_bigint_ids_as_10xgraph(oracle: Any, pg_dsn: str, te
         assert ours[key] == theirs[key], key
     assert theirs["state"] == [[101, "int", "user", "hello"], [9001, "int", "assistant", "reply to hello"],
                                [102, "int", "user", "again"], [9003, "int", "assistant", "reply to again"]]
-    # ThreadInfo: the thread id the int the column holds, the user as given. (thread_name is not
-    # compared: 10xGraph names a thread "Thread <id>" on its first write whatever the id type.)
-    assert theirs["thread"][:3] == [their_thread, "int", "alice"]
-    assert ours["thread"][:3] == [our_thread, "int", "alice"]
+    # ThreadInfo: the thread id the int the column holds, the user as given, and the name both
+    # give a thread on its first write whatever the id type.
+    assert theirs["thread"] == [their_thread, "int", "alice", f"Thread {their_thread}"]
+    assert ours["thread"] == [our_thread, "int", "alice", f"Thread {our_thread}"]
 
 
 # -- the command line on an integer schema ----------------------------------------------------------

@@ -2,10 +2,13 @@
 not the API's JSON, an event stream of non-JSON or of JSON of the wrong shape, binary bytes; on
 OpenAI chat, Anthropic and Google GenAI, plain and streamed, through their real SDKs.
 
-Every case fails the model node with a typed error (``NodeError`` ``NODE_001``; where our
-adapter can tell, its cause is ``ModelCallError`` ``LLM_PROVIDER_005`` after the retries) and
-leaves the thread in the error status holding only the input. Before, several were taken as an
-empty assistant answer and the thread completed with it (``SILENT_BEFORE``)."""
+Every case fails the model node with a typed error (``NodeError`` ``NODE_001`` whose cause is
+``ModelCallError`` ``LLM_PROVIDER_005`` after the retries, an ``UnreadableReplyError`` behind it)
+and leaves the thread in the error status holding only the input. Before, several were taken as
+an empty assistant answer and the thread completed with it (``SILENT_BEFORE``); the replies the SDK
+itself cannot parse (a body that is not JSON or not text, an event cut in the middle, a body
+shorter than its length) failed the node with the SDK's own exception, not retried, and a stream without a single event of the API was taken for a
+dropped connection (``LLM_PROVIDER_003``)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ pytest.importorskip("google.genai")
 
 from tenxgraph.core.exceptions import NodeError  # noqa: E402
 from tenxgraph.core.graph import RetryConfig  # noqa: E402
-from tenxgraph.core.llm.errors import ModelCallError  # noqa: E402
+from tenxgraph.core.llm.errors import ModelCallError, UnreadableReplyError  # noqa: E402
 from tenxgraph.core.state import Message  # noqa: E402
 from tenxgraph.prebuilt.agent import ReactAgent  # noqa: E402
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer  # noqa: E402
@@ -35,7 +38,13 @@ GARBAGE = {
     "sse_garbage": ("text/event-stream", b"data: {not json\n\n"),
     "sse_wrong_shape": ("text/event-stream", b'data: {"foo": 1}\n\ndata: [DONE]\n\n'),
     "binary": ("application/octet-stream", bytes(range(256))),
+    # An event cut in the middle of its JSON, the connection then closed cleanly.
+    "sse_cut": ("text/event-stream", b'data: {"id": "x1", "type": "message_start", "choices": [{"ind'),
+    # A body shorter than its content-length: the connection closes in the middle of the reply.
+    "cut_body": ("application/json", b'{"id": "x1", "object": "chat.completion", "choi'),
 }
+# Sent as the content-length of "cut_body" (more than its bytes).
+CUT_LENGTH = 4096
 # (provider, garbage, streamed) that completed the thread with an empty answer before the fix.
 SILENT_BEFORE = {("anthropic", "binary", False), ("anthropic", "sse_garbage", False),
                  ("anthropic", "sse_wrong_shape", False), ("anthropic", "wrong_shape", False),
@@ -51,9 +60,10 @@ def _garbage_stand_in(base: type, mode: str) -> type:
         def _serve(self, handler: Any, api: str, body: Any, reply: Any, n: int, stream: bool) -> None:
             handler.send_response(200)
             handler.send_header("content-type", ctype)
-            handler.send_header("content-length", str(len(payload)))
+            handler.send_header("content-length", str(CUT_LENGTH if mode == "cut_body" else len(payload)))
             handler.end_headers()
             handler.wfile.write(payload)
+            handler.close_connection = True
 
     return Garbage
 
@@ -81,10 +91,10 @@ def test_a_garbage_reply_fails_the_node_and_is_never_an_answer(provider: str, mo
         with pytest.raises(NodeError) as err:
             asyncio.run(asyncio.wait_for(run(), timeout=120))
         assert err.value.error_code == "NODE_001"
-        if (provider, mode, streamed) in SILENT_BEFORE:
-            cause = err.value.__cause__
-            assert isinstance(cause, ModelCallError) and cause.error_code == "LLM_PROVIDER_005", cause
-            assert len(cause.context["attempts"]) == 2  # retried once, as a dropped connection is
+        cause = err.value.__cause__
+        assert isinstance(cause, ModelCallError) and cause.error_code == "LLM_PROVIDER_005", repr(cause)
+        assert isinstance(cause.__cause__, UnreadableReplyError), repr(cause.__cause__)
+        assert len(cause.context["attempts"]) == 2  # retried once, as a dropped connection is
         state = cp.get_state(dict(cfg))
         assert str(state.execution_meta.status).endswith("error")
         assert [m.role for m in state.context] == ["user"]

@@ -50,7 +50,8 @@ def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> 
     """10xGraph's timeout rule, the one the loop applies: missing -> ``default``; None or <= 0 ->
     no deadline; a bool, a non-number or NaN -> a warning and ``default``."""
 def stop_key(thread_id: str, user_id: str) -> str:
-    """The cache key of a thread's stop request (under ``STOP_NAMESPACE``)."""
+    """The cache key of a thread's stop request (under ``STOP_NAMESPACE``); ids the stores refuse
+    (over 255 characters, NUL) raise ``InvalidConfigError`` ``STORAGE_CONFIG_002``."""
 
 @final
 class RunOptions:

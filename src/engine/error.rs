@@ -122,6 +122,7 @@ impl EngineError {
             EngineError::Store(StoreError::BadId { field, value, id_type, .. }) => {
                 json!({"field": field, "value": value, "id_type": id_type})
             }
+            EngineError::Store(StoreError::BadTextId { field, value, .. }) => json!({"field": field, "value": value}),
             _ => json!({}),
         }
     }

@@ -65,7 +65,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
                 StoreError::Forbidden { .. } => ("StorageError", "STORAGE_FORBIDDEN_001"),
                 StoreError::MessageInOtherThread { .. } => ("StorageError", "STORAGE_FORBIDDEN_002"),
                 StoreError::InvalidInput(m) => return PyValueError::new_err(m.clone()),
-                StoreError::BadId { .. } => ("InvalidConfigError", "STORAGE_CONFIG_002"),
+                StoreError::BadId { .. } | StoreError::BadTextId { .. } => ("InvalidConfigError", "STORAGE_CONFIG_002"),
                 StoreError::Backend { .. } => ("StorageError", "STORAGE_001"),
                 StoreError::Transient { .. } => ("TransientStorageError", "STORAGE_TRANSIENT_001"),
                 StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),

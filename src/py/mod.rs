@@ -69,10 +69,13 @@ pub mod _core {
         super::options::timeout_from(config, key, default)
     }
 
-    /// The cache key of a thread's stop request, under `STOP_NAMESPACE`.
+    /// The cache key of a thread's stop request, under `STOP_NAMESPACE`; ids the stores refuse
+    /// (`store::id_text`) are refused here too, the same way.
     #[pyfunction]
-    fn stop_key(thread_id: &str, user_id: &str) -> String {
-        crate::engine::stop_key(thread_id, user_id)
+    fn stop_key(py: Python<'_>, thread_id: &str, user_id: &str) -> PyResult<String> {
+        crate::store::id_text::check_ref(&crate::store::ThreadRef::new(thread_id, user_id))
+            .map_err(|e| super::errors::store_err(py, e))?;
+        Ok(crate::engine::stop_key(thread_id, user_id))
     }
 
     /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so

@@ -383,6 +383,7 @@ impl NativeStore {
     fn request_stop<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
+            crate::store::id_text::check_ref(&t(thread_id.clone(), user_id.clone()))?;
             let key = stop_key(&thread_id, &user_id);
             s.cache_put(STOP_NAMESPACE, &key, &Value::Bool(true), Some(3600.0)).await?;
             StopSignals::global().signal(&key);

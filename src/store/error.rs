@@ -39,6 +39,17 @@ pub enum StoreError {
         /// The largest id the column holds.
         max: i64,
     },
+    /// A thread, user or message id longer than `store::MAX_ID_CHARS` characters or holding
+    /// U+0000, refused by every backend before anything was read or written (STORAGE_CONFIG_002).
+    #[error("{field} {reason}, got {value:?}")]
+    BadTextId {
+        /// Which id: `thread_id`, `user_id` or `message_id`.
+        field: &'static str,
+        /// The id as given (its first 80 characters).
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A bad argument (schema name, DSN, URL) refused before anything was written; the text says which.
     #[error("{0}")]
     InvalidInput(String),

@@ -6,6 +6,7 @@
 //! checks before its first change, which is what makes each call atomic here; split by concept,
 //! that discipline would have to be re-read in every file. The concepts are sections below.
 
+use super::id_text;
 use super::{
     Checkpoint, KnownHead, Checkpointer, RawJson, raw_json, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, is_running_state, may_take, message_matches,
@@ -110,7 +111,8 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
         d.row = Some(ThreadRow {
             thread_id: t.thread_id.clone(),
             user_id: t.user_id.clone(),
-            thread_name: None,
+            // 10xGraph's name for a thread its first write creates, on every backend.
+            thread_name: Some(id_text::default_thread_name(&t.thread_id)),
             meta: Value::Object(Default::default()),
             created_at: now,
             updated_at: now,
@@ -216,6 +218,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         // A non-owner reads nothing (writes are what raise).
         let Some(d) = self.readable(&inner, t) else { return Ok(None) };
@@ -232,6 +235,8 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
         // No transaction to be inside of: the hook runs before anything changes, which is what a
         // crash inside a transaction leaves behind.
         if let Some(h) = w.in_tx {
@@ -248,6 +253,9 @@ impl Checkpointer for MemoryStore {
         w: StepWrite<'_>,
         stop: Option<super::StopKey<'_>>,
     ) -> StoreResult<super::LeasedInput> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
+        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
         if let Some(h) = w.in_tx {
             h.in_transaction().await.map_err(StoreError::Failpoint)?;
         }
@@ -272,6 +280,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        id_text::check_ref(t)?;
         let mut inner = self.lock();
         if let Some(d) = inner.threads.get_mut(&t.thread_id) {
             self.check_owner(d, t)?;
@@ -282,6 +291,8 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(msgs)?;
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
@@ -296,6 +307,8 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        id_text::check_ref(t)?;
+        id_text::check_text_id("message_id", message_id)?;
         let inner = self.lock();
         Ok(self
             .readable(&inner, t)
@@ -309,6 +322,7 @@ impl Checkpointer for MemoryStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<Value>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
         let it = d
@@ -320,6 +334,8 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        id_text::check_ref(t)?;
+        id_text::check_text_id("message_id", message_id)?;
         let mut inner = self.lock();
         let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(false) };
         self.check_owner(d, t)?;
@@ -333,6 +349,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        id_text::check_ref(t)?;
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
@@ -348,6 +365,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         Ok(self.readable(&inner, t).and_then(|d| d.row.clone()))
     }
@@ -359,6 +377,7 @@ impl Checkpointer for MemoryStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<ThreadRow>> {
+        if let Some(u) = user_id { id_text::check_text_id("user_id", u)?; }
         let inner = self.lock();
         let mut rows: Vec<ThreadRow> = inner
             .threads
@@ -378,6 +397,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        id_text::check_ref(t)?;
         let mut inner = self.lock();
         if let Some(d) = inner.threads.get(&t.thread_id) {
             self.check_owner(d, t)?;
@@ -387,11 +407,13 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        id_text::check_text_id("thread_id", thread_id)?;
         let inner = self.lock();
         Ok(inner.threads.get(thread_id).and_then(|d| d.row.as_ref().map(|r| r.user_id.clone())))
     }
 
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        if let Some(a) = after { id_text::check_text_id("thread_id", a)?; }
         let inner = self.lock();
         let mut out: Vec<ThreadRef> = inner
             .threads
@@ -444,12 +466,14 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(HashMap::new()) };
         Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), v.clone()))).collect())
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
@@ -468,6 +492,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
         let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(0) };
@@ -484,11 +509,14 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        id_text::check_text_id("thread_id", thread_id)?;
+        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
         let mut inner = self.lock();
         self.take_locked(&mut inner, thread_id, req)
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool> {
+        id_text::check_text_id("thread_id", thread_id)?;
         let mut inner = self.lock();
         match inner.leases.get_mut(thread_id) {
             Some(l) if l.info.token == token && !l.info.released => {
@@ -500,6 +528,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        id_text::check_text_id("thread_id", thread_id)?;
         let mut inner = self.lock();
         if let Some(l) = inner.leases.get_mut(thread_id).filter(|l| l.info.token == token) {
             l.info.released = true;
@@ -509,6 +538,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        id_text::check_text_id("thread_id", thread_id)?;
         Ok(self.lock().leases.get(thread_id).map(LeaseRow::view))
     }
 
@@ -563,6 +593,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<super::LedgerEntry>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
         // In recording order (then key, for rows recorded in the same instant).
@@ -576,6 +607,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<super::StateVersion>> {
+        id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
         Ok(d.states

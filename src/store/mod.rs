@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod id_text;
 mod input_lease;
 mod lazy;
 mod lease;
@@ -22,6 +23,7 @@ mod inspect;
 pub const STATE_META_KEY: &str = "__state_meta__";
 
 pub use error::{StoreError, StoreResult};
+pub use id_text::MAX_ID_CHARS;
 pub use lease::{
     INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent, is_paused,
     is_running_state,

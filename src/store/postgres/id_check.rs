@@ -2,7 +2,8 @@
 //! so a bad one is `StoreError::BadId` (STORAGE_CONFIG_002) before anything is read or written,
 //! never a cast failing half-way through a statement. Only the canonical decimal of a positive
 //! integer in the column's range passes: one thread has one spelling, so its lease, stop key and
-//! ledger keys (all keyed by the text) cannot split between "7" and "007".
+//! ledger keys (all keyed by the text) cannot split between "7" and "007". Every id, of any
+//! type, first passes `store::id_text` (at most 255 characters, no NUL), the rule of all backends.
 
 use super::PgStore;
 use super::options::IdType;
@@ -10,6 +11,7 @@ use crate::store::{StoreError, StoreResult, StoredMessage, ThreadRef};
 
 /// `value` as a `kind` id, or the error naming `field`.
 pub(super) fn check_id(kind: IdType, field: &'static str, value: &str) -> StoreResult<()> {
+    crate::store::id_text::check_text_id(field, value)?;
     let Some(max) = kind.max() else { return Ok(()) };
     let canonical = !value.is_empty() && !value.starts_with('0') && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<i64>() {

@@ -9,6 +9,12 @@
 //! id types (10xGraph's `id_type` / `user_id_type`): `{{ID_COLUMN}}` / `{{USER_ID_COLUMN}}` become
 //! the column types 10xGraph creates, `{{ID}}` / `{{USER_ID}}` the casts of text parameters to
 //! them (nothing for the string type, so a string schema gets the files' text unchanged).
+//!
+//! The other edit is the role type. 10xGraph creates `message_role` with an unqualified name on a
+//! connection whose path is the default, so whatever its `schema=`, the type lands in `public`
+//! while its tables land in the schema. A cast `::message_role` under our path (the schema alone)
+//! finds no such type there, so every cast is rewritten to the type `messages.role` actually has,
+//! spelled as our path resolves it (`public.message_role` for such a database, unchanged for ours).
 
 use super::ident::quote_schema;
 use super::options::IdType;
@@ -19,7 +25,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
-const MIGRATIONS: [(i32, &str, &str); 9] = [
+const MIGRATIONS: [(i32, &str, &str); 10] = [
     (1, "0001_threads_states_messages.sql", include_str!("../../../migrations/postgres/0001_threads_states_messages.sql")),
     (2, "0002_state_versions.sql", include_str!("../../../migrations/postgres/0002_state_versions.sql")),
     (3, "0003_tool_executions.sql", include_str!("../../../migrations/postgres/0003_tool_executions.sql")),
@@ -29,6 +35,7 @@ const MIGRATIONS: [(i32, &str, &str); 9] = [
     (7, "0007_ledger_marks.sql", include_str!("../../../migrations/postgres/0007_ledger_marks.sql")),
     (8, "0008_put_input.sql", include_str!("../../../migrations/postgres/0008_put_input.sql")),
     (9, "0009_lean_step_and_input.sql", include_str!("../../../migrations/postgres/0009_lean_step_and_input.sql")),
+    (10, "0010_thread_names.sql", include_str!("../../../migrations/postgres/0010_thread_names.sql")),
 ];
 
 /// The schema version `migrate` brings a database to (the last file of `migrations/postgres`).
@@ -70,11 +77,22 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> Stor
             )))
         }
     })?;
+    let role = existing_role_type(&mut tx, schema).await?;
+    // A database of that kind that an earlier tenxgraph upgraded has functions whose casts find
+    // no type: every run on it failed. Applying again, in order, each version from the first
+    // that casts to the role type rewrites them (the files are idempotent; the later versions
+    // come again so that none of their functions is left replaced by an older one).
+    let repair_from = match role.as_deref() {
+        Some(r) if r != "message_role" && has_unresolvable_role_casts(&mut tx, schema).await? => {
+            MIGRATIONS.iter().find(|(_, _, sql)| sql.contains("::message_role")).map_or(i32::MAX, |m| m.0)
+        }
+        _ => i32::MAX,
+    };
     for (version, file, sql) in MIGRATIONS {
-        if version <= current {
+        if version <= current && version < repair_from {
             continue;
         }
-        sqlx::raw_sql(AssertSqlSafe(with_id_types(sql, ids))).execute(&mut *tx).await.map_err(|e| {
+        sqlx::raw_sql(AssertSqlSafe(with_role_type(&with_id_types(sql, ids), role.as_deref()))).execute(&mut *tx).await.map_err(|e| {
             StoreError::Schema(format!("migration to version {version} ({file}) failed: {e}"))
         })?;
         sqlx::query("INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT DO NOTHING")
@@ -93,6 +111,44 @@ fn with_id_types(sql: &str, (id, user): (IdType, IdType)) -> String {
         .replace("{{USER_ID_COLUMN}}", user.column())
         .replace("{{ID}}", id.cast())
         .replace("{{USER_ID}}", user.cast())
+}
+
+/// `sql` with each cast to the role type naming `role`, the type of an existing `messages.role`
+/// (None before version 1: then version 1 creates `message_role` in the schema and the casts
+/// find it there).
+fn with_role_type(sql: &str, role: Option<&str>) -> String {
+    match role {
+        Some(role) if role != "message_role" => sql.replace("::message_role", &format!("::{role}")),
+        _ => sql.to_owned(),
+    }
+}
+
+/// The type of `messages.role` in `schema`, as `format_type` spells it under this transaction's
+/// path: unqualified when the schema holds it, qualified (and quoted where needed) when it lives
+/// elsewhere, as with a database 10xGraph created in a schema other than `public`.
+async fn existing_role_type(tx: &mut sqlx::PgConnection, schema: &str) -> StoreResult<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a \
+         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'messages' AND c.relkind IN ('r', 'p') \
+         AND a.attname = 'role' AND NOT a.attisdropped",
+    )
+    .bind(schema)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(|e| StoreError::Schema(e.to_string()))
+}
+
+/// Whether a function of `schema` casts to `message_role` unqualified (see `migrate`).
+async fn has_unresolvable_role_casts(tx: &mut sqlx::PgConnection, schema: &str) -> StoreResult<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = $1 AND p.prosrc LIKE '%::message_role%')",
+    )
+    .bind(schema)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| StoreError::Schema(e.to_string()))
 }
 
 /// The id types of an existing `threads` table (thread id, user id), None before version 1.
@@ -137,7 +193,7 @@ mod tests {
             assert_eq!(*version as usize, i + 1);
             assert!(file.starts_with(&format!("{version:04}_")), "{file} is not version {version}");
         }
-        assert_eq!(CURRENT_VERSION, 9);
+        assert_eq!(CURRENT_VERSION, 10);
     }
 
     /// The files name no schema, so they work in any; and a function that did not pin its
@@ -173,5 +229,22 @@ mod tests {
         assert!(v1.contains("user_id SERIAL NOT NULL"));
         let step = with_id_types(MIGRATIONS[5].2, (IdType::BigInt, IdType::Int));
         assert!(step.contains("VALUES (p_thread::BIGINT, p_user::INTEGER)"));
+    }
+
+    /// The role casts follow the column's type; a schema holding its own type keeps the files'
+    /// text. Every migration that casts to the role type does it as `::message_role`, the one
+    /// spelling the rewrite knows (a `CAST(... AS message_role)` would escape it).
+    #[test]
+    fn role_casts_name_the_type_the_column_has() {
+        use super::with_role_type;
+        for (_, file, sql) in MIGRATIONS {
+            assert!(!sql.to_ascii_lowercase().contains("as message_role"), "{file} casts to the role type with CAST");
+            assert_eq!(with_role_type(sql, None), sql, "{file}");
+            assert_eq!(with_role_type(sql, Some("message_role")), sql, "{file}");
+            let out = with_role_type(sql, Some("public.message_role"));
+            assert!(!out.replace("::public.message_role", "").contains("::message_role"), "{file}");
+        }
+        let step = with_role_type(MIGRATIONS[5].2, Some("public.message_role"));
+        assert!(step.contains("(e.value->>'role')::public.message_role"));
     }
 }

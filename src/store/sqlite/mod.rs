@@ -6,6 +6,7 @@
 //! transaction). Here: the store itself, how it opens, the ownership checks every concept shares,
 //! and the `Checkpointer` impl, which only routes each method to its concept.
 
+use super::id_text;
 use super::{
     Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
@@ -111,9 +112,11 @@ impl SqliteStore {
             None => {
                 let now = now_secs();
                 sqlx::query(
-                    "INSERT INTO threads (thread_id, user_id, meta, created_at, updated_at) VALUES (?, ?, '{}', ?, ?)",
+                    "INSERT INTO threads (thread_id, thread_name, user_id, meta, created_at, updated_at) VALUES (?, ?, ?, '{}', ?, ?)",
                 )
                 .bind(&t.thread_id)
+                // 10xGraph's name for a thread its first write creates, on every backend.
+                .bind(id_text::default_thread_name(&t.thread_id))
                 .bind(&t.user_id)
                 .bind(now)
                 .bind(now)
@@ -144,10 +147,13 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+        id_text::check_ref(t)?;
         steps::load_with(self, t, known).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
         steps::put_step(self, t, w).await
     }
 
@@ -158,18 +164,26 @@ impl Checkpointer for SqliteStore {
         w: StepWrite<'_>,
         stop: Option<super::StopKey<'_>>,
     ) -> StoreResult<super::LeasedInput> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
+        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
         input_lease::put_input_leased(self, t, req, w, stop).await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        id_text::check_ref(t)?;
         steps::clear_state(self, t).await
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(msgs)?;
         messages::put_messages(self, t, msgs).await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+        id_text::check_ref(t)?;
+        id_text::check_text_id("message_id", message_id)?;
         messages::get_message(self, t, message_id).await
     }
 
@@ -180,18 +194,23 @@ impl Checkpointer for SqliteStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<Value>> {
+        id_text::check_ref(t)?;
         messages::list_messages(self, t, search, offset, limit).await
     }
 
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+        id_text::check_ref(t)?;
+        id_text::check_text_id("message_id", message_id)?;
         messages::delete_message(self, t, message_id).await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+        id_text::check_ref(t)?;
         threads::put_thread(self, t, name, meta).await
     }
 
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
+        id_text::check_ref(t)?;
         threads::get_thread(self, t).await
     }
 
@@ -202,18 +221,22 @@ impl Checkpointer for SqliteStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<ThreadRow>> {
+        if let Some(u) = user_id { id_text::check_text_id("user_id", u)?; }
         threads::list_threads(self, user_id, search, offset, limit).await
     }
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
+        id_text::check_ref(t)?;
         threads::clean_thread(self, t).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        id_text::check_text_id("thread_id", thread_id)?;
         threads::thread_owner(self, thread_id).await
     }
 
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+        if let Some(a) = after { id_text::check_text_id("thread_id", a)?; }
         threads::running_threads(self, after, limit).await
     }
 
@@ -234,30 +257,38 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
+        id_text::check_ref(t)?;
         ledger::ledger_get(self, t, keys).await
     }
 
     async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        id_text::check_ref(t)?;
         ledger::ledger_put_many(self, t, entries, fence).await
     }
 
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+        id_text::check_ref(t)?;
         ledger::ledger_mark(self, t, marks, fence).await
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+        id_text::check_text_id("thread_id", thread_id)?;
+        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
         lease::lease_acquire(self, thread_id, req).await
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
+        id_text::check_text_id("thread_id", thread_id)?;
         lease::lease_renew(self, thread_id, token, ttl).await
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
+        id_text::check_text_id("thread_id", thread_id)?;
         lease::lease_release(self, thread_id, token).await
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
+        id_text::check_text_id("thread_id", thread_id)?;
         lease::lease_get(self, thread_id).await
     }
 
@@ -271,10 +302,12 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::LedgerEntry>> {
+        id_text::check_ref(t)?;
         ledger::ledger_list(self, t).await
     }
 
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::StateVersion>> {
+        id_text::check_ref(t)?;
         steps::state_versions(self, t).await
     }
 

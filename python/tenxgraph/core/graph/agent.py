@@ -27,6 +27,7 @@ from tenxgraph.core.graph.base_agent import BaseAgent
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.llm import anthropic_messages, google_genai, openai_chat, openai_responses
 from tenxgraph.core.llm.errors import ModelCallError, ModelConfigError, UnreadableReplyError
+from tenxgraph.core.llm.unreadable import as_unreadable
 from tenxgraph.core.llm.messages import to_provider_messages
 from tenxgraph.core.llm.providers import CLIENT_KWARGS, check_supported, create_client, resolve_provider_and_model
 from tenxgraph.core.llm.retry import (
@@ -350,7 +351,8 @@ class Agent(BaseAgent):
             for retry in range(retries + 1):
                 try:
                     reply = await self._request(model, client, messages, tools, stream, on_delta, provider)
-                except Exception as exc:  # noqa: BLE001 - classified below; cancellation passes through
+                except Exception as raw:  # noqa: BLE001 - classified below; cancellation passes through
+                    exc = as_unreadable(raw)
                     last = exc
                     attempts.append({"model": model, **describe(exc)})
                     if cfg is None or not is_retryable(exc, cfg):

@@ -8,7 +8,6 @@ import json
 import queue
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -29,6 +28,7 @@ from tenxgraph.core.exceptions import StorageError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
+from tenxgraph.core.state.message import _reset_run_id_generator, _use_run_id_generator, generate_id
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph.utils.constants import (
     DEFAULT_ANONYMOUS_USER_ID,
@@ -125,6 +125,8 @@ class CompiledGraph(Generic[StateT]):
 
         self._callbacks: CallbackManager = callback_manager if callback_manager is not None else CallbackManager()
         self._builder = builder
+        generator = getattr(builder, "_id_generator", None)
+        self._id_fn: Any = generator.generate if generator is not None else None
         self._live = LiveStates(live_states)
         self._checkpointer = checkpointer
         self._store = store
@@ -177,15 +179,19 @@ class CompiledGraph(Generic[StateT]):
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
         cfg = dict(config or {})
-        if not cfg.get("thread_id"):
-            cfg["thread_id"] = str(uuid.uuid4())
+        # Only a missing id is generated: a falsy one (0, False) is the caller's and is checked
+        # like any other (a generated id would silently start a new thread).
+        if cfg.get("thread_id") is None or cfg.get("thread_id") == "":
+            cfg["thread_id"] = self._new_id()
             _log.warning(
                 "no thread_id in config: generated %s; this run can be neither resumed nor stopped",
                 cfg["thread_id"],
                 extra={"thread_id": cfg["thread_id"]},
             )
         cfg.setdefault("user_id", DEFAULT_ANONYMOUS_USER_ID)
-        cfg.setdefault("run_id", str(uuid.uuid4()))
+        if "run_id" not in cfg:
+            # 10xGraph takes a missing run id (and thread id) from the id generator too.
+            cfg["run_id"] = self._new_id()
         cfg.setdefault("timestamp", datetime.now().isoformat())
         cfg.setdefault("is_stream", False)
         return cfg, _core.RunOptions(cfg)
@@ -242,6 +248,14 @@ class CompiledGraph(Generic[StateT]):
             raise StorageError(f"Thread '{cfg['thread_id']}' belongs to another user", "STORAGE_FORBIDDEN_001",
                                {"thread_id": str(cfg["thread_id"])})
 
+    def _new_id(self) -> str:
+        """A fresh id from this graph's generator (else the process-wide one, else a uuid4)."""
+        token = _use_run_id_generator(self._id_fn)
+        try:
+            return str(generate_id(None))
+        finally:
+            _reset_run_id_generator(token)
+
     async def _execute(self, run: Run, cfg: dict[str, Any], streaming: bool = False,
                        resume_only: bool = False) -> dict[str, Any]:
         """One pass of the Rust loop for ``run``; returns the outcome (exec, version, stopped)."""
@@ -250,7 +264,12 @@ class CompiledGraph(Generic[StateT]):
         # Every tenxgraph log line of this run, here and in the node and tool tasks started from
         # this context, carries the run's fields.
         with log_fields(thread_id=cfg["thread_id"], run_id=cfg["run_id"]):
-            return await self._execute_in_context(run, cfg, streaming, resume_only)
+            # And every message made in them gets this graph's id generator (when it has one).
+            token = _use_run_id_generator(self._id_fn)
+            try:
+                return await self._execute_in_context(run, cfg, streaming, resume_only)
+            finally:
+                _reset_run_id_generator(token)
 
     async def _execute_in_context(self, run: Run, cfg: dict[str, Any], streaming: bool,
                                   resume_only: bool = False) -> dict[str, Any]:

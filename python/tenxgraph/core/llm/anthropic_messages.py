@@ -275,6 +275,9 @@ async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) 
             final_usage = getattr(event, "usage", None) or final_usage
         elif kind == "message_stop":
             stopped = True
+    if not stopped and message_id is None:
+        # Not one event of the API: the endpoint does not speak it (a proxy, a wrong URL, garbage).
+        raise UnreadableReplyError("the Anthropic stream ended without a single message_start event")
     if not stopped:
         # A stream cut short is a failed request (retried), never a partial turn committed.
         raise ConnectionError("the Anthropic stream ended before its message_stop event")

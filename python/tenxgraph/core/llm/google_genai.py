@@ -229,12 +229,14 @@ async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) 
     model = ""
     response_id = None
     finish = None
+    candidates_seen = False
     async for chunk in stream:
         usage_meta = chunk.usage_metadata or usage_meta
         model = chunk.model_version or model
         response_id = response_id or getattr(chunk, "response_id", None)
         if not chunk.candidates:
             continue
+        candidates_seen = True
         candidate = chunk.candidates[0]
         finish = candidate.finish_reason or finish
         parts = (candidate.content.parts or []) if candidate.content else []
@@ -245,6 +247,9 @@ async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) 
         if on_delta is not None and (piece or thought or new_calls):
             on_delta(Message(message_id=generate_id(None), role="assistant", content=blocks, reasoning=reasoning,
                              tools_calls=list(calls) or None, delta=True))
+    if finish is None and not candidates_seen and response_id is None and usage_meta is None:
+        # Not one chunk of the API: the endpoint does not speak it (a proxy, a wrong URL, garbage).
+        raise UnreadableReplyError("the Google GenAI stream ended without a single candidate")
     if finish is None:
         # A stream cut short is a failed request (retried), never a partial turn committed.
         raise ConnectionError("the Google GenAI stream ended without a finish reason")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,16 +38,33 @@ IdGenerator = Callable[[], MessageId | Awaitable[MessageId | None] | None]
 # installs one here. A generator that returns "" or None defers to the explicit/default id.
 _id_generator: IdGenerator | None = None
 
+# The generator of the graph whose run this context belongs to. 10xGraph's container is
+# process-wide, so a second graph's generator named the first graph's messages too; a run's
+# nodes and tools start from a copy of the context its graph set this in, so each graph's runs
+# get its own generator, and code outside any run still gets the process-wide one.
+_run_id_generator: contextvars.ContextVar[IdGenerator | None] = contextvars.ContextVar(
+    "tenxgraph_run_id_generator", default=None)
+
 
 def set_id_generator(fn: IdGenerator | None) -> None:
-    """Install (or with None, remove) the process-wide message id generator."""
+    """Install (or with None, remove) the process-wide message id generator: the one
+    ``generate_id`` uses outside the runs of a graph that has its own."""
     global _id_generator
     _id_generator = fn
 
 
 def get_id_generator() -> IdGenerator | None:
-    """The message id generator installed for this process (see ``generate_id``), or None."""
-    return _id_generator
+    """The message id generator ``generate_id`` uses here: inside a run of a graph built with
+    ``id_generator=``, that graph's; otherwise the process-wide one, or None."""
+    return _run_id_generator.get() or _id_generator
+
+
+def _use_run_id_generator(fn: IdGenerator | None) -> contextvars.Token[IdGenerator | None]:
+    return _run_id_generator.set(fn)
+
+
+def _reset_run_id_generator(token: contextvars.Token[IdGenerator | None]) -> None:
+    _run_id_generator.reset(token)
 
 
 def _resolve_awaitable(awaitable: Awaitable[Any]) -> Any:
@@ -70,7 +88,7 @@ def generate_id(default_id: MessageId | None = None) -> MessageId:
     (10xGraph's precedence, pinned by its tests). Otherwise ``default_id`` is kept unless it
     is None or "", and failing that a fresh ``str(uuid4())`` is returned.
     """
-    generator = _id_generator
+    generator = get_id_generator()
     if generator is not None:
         value = generator()
         if inspect.isawaitable(value):
