@@ -12,16 +12,8 @@ import pytest
 from tenxgraph import AgentState, Message
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph.utils import interrupt, pending_interrupt
-from tests_py.tool_graphs import call, tool_graph, tool_texts
+from tests_py.tool_graphs import call, seen_cancelled, tool_graph, tool_texts
 
-
-async def _seen_cancelled(seen: list[str], timeout: float = 30.0) -> None:
-    """The cancelled coroutine's ``finally`` runs when the loop next gets to it: on a loaded
-    machine that may be after the caller already has its error."""
-    deadline = time.monotonic() + timeout
-    while not seen and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    assert seen == ["cancelled"], seen
 
 
 
@@ -292,4 +284,4 @@ async def test_stream_node_timeout(checkpointer, make_thread) -> None:
     with pytest.raises(NodeTimeoutError) as e:
         await collect(app.astream({"messages": [user("x")]}, {"thread_id": make_thread(), "node_timeout": 0.2}))
     assert e.value.error_code == "NODE_TIMEOUT_001"
-    await _seen_cancelled(seen)
+    await seen_cancelled(seen)

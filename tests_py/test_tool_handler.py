@@ -15,16 +15,8 @@ from tenxgraph import AgentState, Message
 from tenxgraph import metrics
 from tenxgraph.core.exceptions import NodeError, NodeTimeoutError
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
-from tests_py.tool_graphs import call, tool_graph, tool_texts
+from tests_py.tool_graphs import call, seen_cancelled, tool_graph, tool_texts
 
-
-async def _seen_cancelled(seen: list[str], timeout: float = 30.0) -> None:
-    """The cancelled coroutine's ``finally`` runs when the loop next gets to it: on a loaded
-    machine that may be after the caller already has its error."""
-    deadline = time.monotonic() + timeout
-    while not seen and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    assert seen == ["cancelled"], seen
 
 
 
@@ -238,7 +230,7 @@ async def test_tool_timeout_cancels_the_tool(checkpointer, make_thread) -> None:
     out = tool_texts(r["messages"])
     assert "NODE_TIMEOUT_002" in out["c1"] and "timeout" in out["c1"]
     assert out["c2"] == "quick"
-    await _seen_cancelled(seen)  # the timed-out tool must see CancelledError
+    await seen_cancelled(seen)  # the timed-out tool must see CancelledError
 
 
 @pytest.mark.asyncio
@@ -259,7 +251,7 @@ async def test_node_timeout_raises_and_cancels(checkpointer, make_thread) -> Non
         await app.ainvoke({"messages": [user("x")]}, cfg)
     assert e.value.error_code == "NODE_TIMEOUT_001"
     assert e.value.context["node_name"] == "tools"
-    await _seen_cancelled(seen)
+    await seen_cancelled(seen)
     state = await checkpointer.aget_state(cfg)
     assert state.execution_meta.status == "error" and state.execution_meta.current_node == "tools"
 

@@ -3,7 +3,9 @@ and a ToolNode; every tool call is counted in a plain dict the test owns."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,3 +57,12 @@ def tool_texts(messages: list[Message]) -> dict[str, Any]:
             if getattr(b, "type", None) == "tool_result":
                 out[b.call_id] = b.output
     return out
+
+
+async def seen_cancelled(seen: list[str], timeout: float = 30.0) -> None:
+    """Waits until a cancelled coroutine's ``finally`` appended "cancelled" to ``seen``: the loop
+    runs it when it next gets to it, on a loaded machine after the caller already has its error."""
+    deadline = time.monotonic() + timeout
+    while not seen and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    assert seen == ["cancelled"], seen
