@@ -268,3 +268,59 @@ async def test_a_native_awaitable_awaited_twice_is_a_runtime_error_not_a_hang() 
     assert await call is None
     with pytest.raises(RuntimeError, match="already awaited"):
         await asyncio.wait_for(call, 30)
+
+
+WHO: "contextvars.ContextVar[str]" = __import__("contextvars").ContextVar("who", default="nobody")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_each_run_sees_its_callers_contextvars_after_a_wake_from_another_thread(
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Nodes, tools and conditional edges of each run see the contextvars of the task that
+    started it (a request id, a tenant), for runs one after another and at once. A guard: the
+    poll after a wake from another thread once ran in the context of the first run that awaited
+    on the loop; that showed in log fields (test_structured_logs), not here, since node, tool
+    and edge calls are started in the run's own context."""
+    from tests_py.conftest import make_checkpointer
+
+    cp = make_checkpointer(backend, request, tmp_path)
+
+    async def whoami(city: str) -> str:
+        await asyncio.sleep(0.01)  # a timer: the wake comes from another thread
+        return WHO.get()
+
+    async def model(state: AgentState) -> Message:
+        last = state.context[-1]
+        if last.role == "tool":
+            return Message.text_message(f"{WHO.get()}/{last.text()}", role="assistant")
+        return Message(role="assistant", content="", tools_calls=[call("c1", "whoami", {"city": "x"})])
+
+    from tenxgraph.core.graph.tool_node import ToolNode
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([whoami]))
+    g.add_edge(START, "model")
+    routed: dict[str, list[str]] = {}
+
+    def route(state: AgentState) -> str:  # called by the engine's poll itself, not in a task
+        routed.setdefault(state.context[0].text(), []).append(WHO.get())
+        return "tools" if state.context[-1].tools_calls else END
+
+    g.add_conditional_edges("model", route)
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=cp)
+
+    async def as_caller(name: str) -> str:
+        WHO.set(name)
+        out = await app.ainvoke({"messages": [Message.text_message(name)]}, {"thread_id": f"{name}-{tmp_path.name}"})
+        assert routed[name] == [name, name], routed
+        return out["messages"][-1].text()
+
+    # Separate tasks: each has its own copy of the context, as two requests of a server do.
+    assert await asyncio.create_task(as_caller("first")) == "first/first"
+    assert await asyncio.create_task(as_caller("second")) == "second/second"
+    both = await asyncio.gather(as_caller("third"), as_caller("fourth"))
+    assert both == ["third/third", "fourth/fourth"]
+    await cp.arelease()

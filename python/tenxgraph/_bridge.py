@@ -38,7 +38,9 @@ def _watch_wakes(loop: asyncio.AbstractEventLoop) -> None:
     if watched is None:
         watched = _watching[loop] = set()
     if key not in watched:
-        loop.add_reader(fd, _core.wake_hub_run)
+        # Registered in an empty context: the reader outlives the run that first awaited here,
+        # and must not keep that run's context alive (each poll runs in its own run's context).
+        contextvars.Context().run(loop.add_reader, fd, _core.wake_hub_run)
         watched.add(key)
 
 

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 from tenxgraph import _sync_calls
 from tenxgraph.core.exceptions import NodeError
 from tenxgraph.core.graph.tool_merge import merge_tool_state
-from tenxgraph.core.graph.tool_node import holds_as_json
+from tenxgraph.core.graph.tool_output import holds_as_json
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message

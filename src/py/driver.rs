@@ -101,12 +101,18 @@ pub fn hub_run(py: Python<'_>) -> PyResult<()> {
     for shared in woken {
         let step = {
             let guard = shared.schedule.lock().unwrap_or_else(|p| p.into_inner());
-            guard.as_ref().map(|s| s.step.clone_ref(py))
+            guard.as_ref().map(|s| (s.step.clone_ref(py), s.kwargs.clone_ref(py)))
         };
         // None: the driver has ended since it was woken, nothing to poll.
-        if let Some(step) = step
-            && let Err(e) = step.bind(py).call0()
-        {
+        let Some((step, kwargs)) = step else { continue };
+        // In the run's own context, as a `call_soon` poll is: this callback runs in whatever
+        // context the reader was registered in, and a poll there would give the run's Python
+        // code (log fields, contextvars) another run's values.
+        let polled = match kwargs.bind(py).get_item("context")? {
+            Some(context) => context.call_method1("run", (step.bind(py),)).map(drop),
+            None => step.bind(py).call0().map(drop),
+        };
+        if let Err(e) = polled {
             first_err.get_or_insert(e); // every other woken driver is still polled
         }
     }

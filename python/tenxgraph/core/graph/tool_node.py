@@ -11,24 +11,16 @@ Differences from 10xGraph 0.10, on purpose:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
-import math
-import reprlib
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, TypeAdapter
-from pydantic_core import to_jsonable_python
 
 from tenxgraph.core.graph.mcp_tools import INSTALL_HINT, McpTools, fastmcp_installed
 from tenxgraph.core.graph.tool_schema import (
     INJECTABLE_PARAMS,
     UnsupportedToolParameterError,
     function_schema,
-    is_inject_default,
-    resolve_hints,
     tool_name,
 )
 from tenxgraph.core.state.message import Message
@@ -37,6 +29,9 @@ from tenxgraph.core.state.message_block import (
     RemoteToolCallBlock,
     ToolResultBlock,
 )
+# MAX_RESULT_DEPTH is read from here by callers that knew it here.
+from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH, _normalise_output  # noqa: F401
+from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph import _sync_calls
 from tenxgraph.logs import run_logger
@@ -58,17 +53,6 @@ HAS_MCP = HAS_FASTMCP = fastmcp_installed()
 _log = run_logger("tenxgraph.graph.tool_node")
 _TOOL = InvocationType.TOOL
 
-# Injected by name from execute()'s own arguments; the other INJECTABLE_PARAMS are DI
-# services this runtime does not provide, so they must carry a default.
-_SUPPLIED = frozenset({"tool_call_id", "state", "config", "emit", "idempotency_key"})
-_EMPTY = inspect.Parameter.empty
-
-# How deep a tool result may nest and still be kept as JSON. The core's JSON parser stops at 128
-# levels, and a result sits a few levels down in what is stored (ledger envelope, message, state
-# document, cache entry); deeper results are kept as their str().
-MAX_RESULT_DEPTH = 100
-
-
 @dataclass
 class ToolOutcome:
     """One executed call: the tool message, the ToolResult state update (if any), and
@@ -77,159 +61,6 @@ class ToolOutcome:
     message: Message
     state_update: dict[str, Any] | None = None
     recordable: bool = True
-
-
-@dataclass(frozen=True)
-class _Param:
-    """How to fill one parameter, worked out once at registration."""
-
-    name: str
-    kind: inspect._ParameterKind
-    default: Any
-    source: str  # "supplied" | "skipped" | "model"
-    adapter: TypeAdapter[Any] | None = None
-
-
-def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
-    """A validator for model arguments, or None to pass the value through untouched."""
-    if annotation is _EMPTY or isinstance(annotation, str):
-        return None
-    try:
-        if isinstance(annotation, type) and (
-            issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
-        ):
-            return TypeAdapter(annotation)  # pydantic refuses a config for these
-        # Models often send 42 for a str parameter; accept it rather than fail the call.
-        return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
-    except Exception:  # noqa: BLE001 - an annotation pydantic cannot validate: lenient
-        _log.debug("no validator for annotation %r; arguments pass through", annotation)
-        return None
-
-
-def _plan(fn: Callable[..., Any]) -> list[_Param]:
-    hints = resolve_hints(fn)
-    plan: list[_Param] = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind is p.VAR_POSITIONAL:
-            continue
-        if p.kind is p.VAR_KEYWORD:
-            plan.append(_Param(p.name, p.kind, _EMPTY, "model"))
-        elif p.name in _SUPPLIED:
-            plan.append(_Param(p.name, p.kind, p.default, "supplied"))
-        elif p.name in INJECTABLE_PARAMS or is_inject_default(p.default):
-            plan.append(_Param(p.name, p.kind, p.default, "skipped"))
-        else:
-            annotation = hints.get(p.name, p.annotation)
-            plan.append(_Param(p.name, p.kind, p.default, "model", _adapter_for(annotation)))
-    return plan
-
-
-def _json_safe(value: Any) -> Any:
-    """``value`` as plain JSON data; unknown objects inside become their str()."""
-    return to_jsonable_python(value, fallback=str)
-
-
-_PLAIN, _CONVERT, _TEXT = 0, 1, 2
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what the core's JSON numbers hold exactly
-
-
-def _json_verdict(value: Any) -> int:
-    """Whether ``value`` can be stored as JSON and read back equal: ``_PLAIN`` (it is JSON data
-    already), ``_CONVERT`` (it holds objects that pydantic turns into JSON, e.g. datetimes) or
-    ``_TEXT`` (nesting past MAX_RESULT_DEPTH, NaN/inf, a non-str key, which JSON would rename or
-    fold into another key, or an int past 64 bits, which would come back as a float). A cycle
-    counts as too deep. Iterative: a deep value must not exhaust the Python stack here."""
-    verdict = _PLAIN
-    # Containers to look into, with their depth; scalars are checked where they are found, so
-    # the common case (a flat dict of strings and numbers) never touches the stack.
-    stack: list[tuple[Any, int]] = [((value,), -1)]
-    while stack:
-        container, depth = stack.pop()
-        if depth >= MAX_RESULT_DEPTH:
-            return _TEXT
-        if type(container) is dict:
-            for key in container:
-                if type(key) is not str:
-                    return _TEXT
-            children: Any = container.values()
-        else:
-            children = container
-        for child in children:
-            kind = type(child)
-            if kind is str or kind is bool or child is None:
-                continue
-            if kind is int:
-                if not _INT_MIN <= child <= _INT_MAX:
-                    return _TEXT
-            elif kind is float:
-                if not math.isfinite(child):
-                    return _TEXT
-            elif kind is dict or kind is list or kind is tuple:
-                stack.append((child, depth + 1))
-            else:
-                verdict = _CONVERT
-    return verdict
-
-
-# str() of a value too deep for the interpreter's recursion limit fails; a shortened repr does
-# not (reprlib stops at maxlevel).
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel = 20
-_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxset = 100
-_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 2000
-
-
-def holds_as_json(value: Any) -> bool:
-    """Whether ``value`` (plain JSON data) is stored and read back exactly: see _json_verdict."""
-    return _json_verdict(value) == _PLAIN
-
-
-def _as_text(result: Any) -> str:
-    """The documented form of a result JSON cannot hold: its str()."""
-    try:
-        return str(result)
-    except Exception:  # noqa: BLE001 - e.g. RecursionError: still an answer, not a failure
-        try:
-            return _SHORT_REPR.repr(result)
-        except Exception:  # noqa: BLE001
-            return f"<{type(result).__name__} result that has no text form>"
-
-
-def _as_json(result: Any) -> Any:
-    """``result`` as JSON data the store keeps exactly, or None when it cannot be."""
-    if isinstance(result, BaseModel):
-        output: Any = result.model_dump(mode="json")
-    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
-        output = _json_safe(dataclasses.asdict(result))
-    else:
-        verdict = _json_verdict(result)
-        if verdict == _TEXT:
-            return None
-        output = _json_safe(result)  # a copy: the tool may keep changing its own object
-        if verdict == _PLAIN:
-            return output
-    return output if _json_verdict(output) == _PLAIN else None
-
-
-def _normalise_output(result: Any) -> Any:
-    """A tool's return value as a ToolResultBlock output that is always JSON the store keeps
-    exactly: JSON data as such, anything else as its str(). Never raises: the tool already ran,
-    and its answer must reach the model as the success it was."""
-    if isinstance(result, str):
-        return result
-    if result is None:
-        return ""
-    if isinstance(result, BaseModel | dict | list | tuple) or (
-        dataclasses.is_dataclass(result) and not isinstance(result, type)
-    ):
-        try:
-            output = _as_json(result)
-        except Exception:  # noqa: BLE001 - what pydantic cannot dump: the text form
-            output = None
-        if output is not None:
-            return output
-        _log.info("tool result kept as its str(): JSON cannot hold it as it is", extra={"event": "tool_result_as_text"})
-    return _as_text(result)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
