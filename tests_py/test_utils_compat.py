@@ -82,7 +82,10 @@ async def main():
 asyncio.run(main())
 try:
     with delayed_keyboard_interrupt():
-        os.kill(os.getpid(), signal.SIGINT)
+        # To this thread, before raise_signal returns: a kill() to the process may be taken by a
+        # runtime thread, and on a loaded machine the main thread may leave the section before
+        # the interpreter runs the handler.
+        signal.raise_signal(signal.SIGINT)
         print("section finished", flush=True)
 except KeyboardInterrupt:
     print("interrupt delivered after the section", flush=True)

@@ -25,19 +25,26 @@ from tenxgraph import _core
 __all__ = ["Submission", "drive"]
 
 
-# The wake sockets each loop watches, as (process, thread, fd): a loop normally runs on one
-# thread of one process, but nothing stops it from moving, and a forked child makes its own.
-_watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int, int]]] = (
+# The wake sockets each loop watches, as (process, thread, fd, inode): a loop normally runs on one
+# thread of one process, but nothing stops it from moving, and a forked child makes its own. A
+# thread's socket closes when the thread ends, and a later thread (whose ident may be the same)
+# may get the same fd number for its own: the inode tells the two apart.
+_watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int, int, int]]] = (
     weakref.WeakKeyDictionary())
 
 
 def _watch_wakes(loop: asyncio.AbstractEventLoop) -> None:
     fd = _core.wake_hub_fileno()
-    key = (os.getpid(), threading.get_ident(), fd)
+    key = (os.getpid(), threading.get_ident(), fd, os.fstat(fd).st_ino)
     watched = _watching.get(loop)
     if watched is None:
         watched = _watching[loop] = set()
     if key not in watched:
+        # The loop may still list this fd number for a closed socket of an ended thread, which
+        # the OS dropped from the selector: without removing it first, add_reader would only
+        # update asyncio's own record and the new socket would never be polled (a hung run).
+        loop.remove_reader(fd)
+        watched.difference_update({k for k in watched if k[2] == fd})
         # Registered in an empty context: the reader outlives the run that first awaited here,
         # and must not keep that run's context alive (each poll runs in its own run's context).
         contextvars.Context().run(loop.add_reader, fd, _core.wake_hub_run)

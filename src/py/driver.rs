@@ -89,7 +89,7 @@ pub fn hub_fileno() -> PyResult<i32> {
     Ok(Hub::here()?.reader.as_raw_fd())
 }
 
-/// The reader callback of the hub's socket: takes the wake bytes, then polls every driver woken
+/// The reader callback of the hub's socket: takes the wake bytes, then schedules a poll of every driver woken
 /// from another thread since the last call. One read: bytes left over keep the socket readable,
 /// which costs one more call that finds nothing (a read until EAGAIN cost a syscall every time).
 pub fn hub_run(py: Python<'_>) -> PyResult<()> {
@@ -99,21 +99,17 @@ pub fn hub_run(py: Python<'_>) -> PyResult<()> {
     let woken = std::mem::take(&mut *hub.woken.lock().unwrap_or_else(|p| p.into_inner()));
     let mut first_err = None;
     for shared in woken {
-        let step = {
+        let scheduled = {
             let guard = shared.schedule.lock().unwrap_or_else(|p| p.into_inner());
-            guard.as_ref().map(|s| (s.step.clone_ref(py), s.kwargs.clone_ref(py)))
+            guard.as_ref().map(|s| (s.call_soon.clone_ref(py), s.step.clone_ref(py), s.kwargs.clone_ref(py)))
         };
         // None: the driver has ended since it was woken, nothing to poll.
-        let Some((step, kwargs)) = step else { continue };
-        // In the run's own context, as a `call_soon` poll is: this callback runs in whatever
-        // context the reader was registered in, and a poll there would give the run's Python
-        // code (log fields, contextvars) another run's values.
-        let polled = match kwargs.bind(py).get_item("context")? {
-            Some(context) => context.call_method1("run", (step.bind(py),)).map(drop),
-            None => step.bind(py).call0().map(drop),
-        };
-        if let Err(e) = polled {
-            first_err.get_or_insert(e); // every other woken driver is still polled
+        let Some((call_soon, step, kwargs)) = scheduled else { continue };
+        // Scheduled with `call_soon(step, context=...)`, as a wake on the loop thread is: this
+        // callback runs in whatever context the reader was registered in, and a poll made here
+        // would give the run's Python code (log fields, contextvars) another run's values.
+        if let Err(e) = call_soon.bind(py).call((step.bind(py),), Some(kwargs.bind(py))) {
+            first_err.get_or_insert(e); // every other woken driver is still scheduled
         }
     }
     first_err.map_or(Ok(()), Err)
