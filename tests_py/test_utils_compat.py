@@ -69,6 +69,10 @@ SIGNAL_CHILD = """
 import asyncio, os, signal, sys
 from tenxgraph.utils import GracefulShutdownManager, delayed_keyboard_interrupt
 
+# A child of a pytest-xdist worker inherits SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler: give it the one a program started from a terminal has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 async def main():
     m = GracefulShutdownManager()
     m.register_signal_handlers()
