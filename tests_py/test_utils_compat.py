@@ -69,8 +69,9 @@ SIGNAL_CHILD = """
 import asyncio, os, signal, sys
 from tenxgraph.utils import GracefulShutdownManager, delayed_keyboard_interrupt
 
-# A child of a pytest-xdist worker inherits SIGINT ignored, and Python then installs no
-# KeyboardInterrupt handler: give it the one a program started from a terminal has.
+# A suite started as a background job (`cmd &` in a non-interactive shell, as CI may) has SIGINT
+# ignored, every child inherits that, and Python then installs no KeyboardInterrupt handler:
+# give this child the one a program started from a terminal has.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 async def main():
