@@ -43,7 +43,7 @@ pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, t
         .bind(key)
         .bind(value)
         .bind(ttl.filter(|t| *t > 0.0))
-        .execute(&s.pool)
+        .execute(&s.conns)
         .await
         .map_err(|e| map_err("cache write", e, None))?;
     Ok(())
@@ -58,7 +58,7 @@ pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<O
     sqlx::query_scalar(s.sql.cache.get.q())
         .bind(ns)
         .bind(key)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("cache read", e, None))
 }
@@ -71,7 +71,7 @@ pub(super) async fn cache_clear(s: &PgStore, ns: &str, key: &str) -> StoreResult
     sqlx::query(s.sql.cache.clear.q())
         .bind(ns)
         .bind(key)
-        .execute(&s.pool)
+        .execute(&s.conns)
         .await
         .map_err(|e| map_err("cache clear", e, None))?;
     Ok(())
@@ -81,7 +81,7 @@ pub(super) async fn cache_keys(s: &PgStore, ns: &str, prefix: Option<&str>) -> S
     let mut keys: Vec<String> = sqlx::query_scalar(s.sql.cache.keys.q())
         .bind(ns)
         .bind(prefix)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("cache keys", e, None))?;
     if let Some(r) = s.redis() {

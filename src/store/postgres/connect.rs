@@ -61,7 +61,7 @@ impl PgStore {
             Some(url) => Some(RedisCache::connect(url).await?),
             None => None,
         };
-        Ok(PgStore { pool, sql: Sql::new(&schema, ids), opts, redis })
+        Ok(PgStore { conns: super::conns::Conns::new(pool), sql: Sql::new(&schema, ids), opts, redis })
     }
 
     /// Sets how long Redis keeps a state cache entry; without Redis it does nothing.
@@ -71,8 +71,9 @@ impl PgStore {
         }
     }
 
-    /// The store's connection pool (for callers that read the tables themselves).
+    /// The store's connection pool (for callers that read the tables themselves; the
+    /// connections the store keeps aside between statements are given back to it first).
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.conns.pool()
     }
 }

@@ -52,10 +52,10 @@ pub(super) async fn put_input_leased(
         .bind(stop.map(|k| k.namespace))
         .bind(stop.map(|k| k.key));
     let r = match w.in_tx {
-        None => q.fetch_one(&s.pool).await,
+        None => q.fetch_one(&s.conns).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
-            let mut tx = s.pool.begin().await.map_err(|e| map_err("write input", e, Some(t)))?;
+            let mut tx = s.conns.begin().await.map_err(|e| map_err("write input", e, Some(t)))?;
             let row = q.fetch_one(&mut *tx).await;
             if row.as_ref().is_ok_and(|r| r.get::<bool, _>("acquired")) {
                 h.in_transaction().await.map_err(StoreError::Failpoint)?;

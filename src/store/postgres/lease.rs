@@ -65,7 +65,7 @@ pub(super) async fn lease_acquire(s: &PgStore, thread_id: &str, req: &LeaseReque
         .bind(req.ttl.as_secs_f64())
         .bind(req.steal)
         .bind(user)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("acquire lease", e, None))?;
     // No row: the owner check refused the take (the function returns one row whenever it runs).
@@ -79,7 +79,7 @@ pub(super) async fn lease_renew(s: &PgStore, thread_id: &str, token: i64, ttl: D
         .bind(thread_id)
         .bind(token)
         .bind(ttl.as_secs_f64())
-        .execute(&s.pool)
+        .execute(&s.conns)
         .await
         .map_err(|e| map_err("renew lease", e, None))?;
     Ok(r.rows_affected() > 0)
@@ -89,7 +89,7 @@ pub(super) async fn lease_release(s: &PgStore, thread_id: &str, token: i64) -> S
     sqlx::query(s.sql.lease.release.q())
         .bind(thread_id)
         .bind(token)
-        .execute(&s.pool)
+        .execute(&s.conns)
         .await
         .map_err(|e| map_err("release lease", e, None))?;
     Ok(())
@@ -98,7 +98,7 @@ pub(super) async fn lease_release(s: &PgStore, thread_id: &str, token: i64) -> S
 pub(super) async fn lease_get(s: &PgStore, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
     let row = sqlx::query(s.sql.lease.get.q())
         .bind(thread_id)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("read lease", e, None))?;
     Ok(row.as_ref().map(lease_info))

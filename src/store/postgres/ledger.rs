@@ -64,7 +64,7 @@ pub(super) async fn ledger_get(s: &PgStore, t: &ThreadRef, keys: &[String]) -> S
         .bind(&t.thread_id)
         .bind(keys)
         .bind(s.opts.enforce_user_isolation.then_some(&t.user_id))
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("ledger read", e, Some(t)))?;
     Ok(by_key(rows))
@@ -91,7 +91,7 @@ async fn write_rows(s: &PgStore, stmt: &Stmt, t: &ThreadRef, entries: &[(String,
         .bind(&keys)
         .bind(&results)
         .bind(fence)
-        .fetch_one(&s.pool)
+        .fetch_one(&s.conns)
         .await
         .map_err(|e| map_err("ledger write", e, Some(t)))?;
     Ok(written.max(0) as usize)
@@ -117,7 +117,7 @@ pub(super) async fn ledger_begin(
         .bind(&values)
         .bind(fence)
         .bind(&read)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("ledger write", e, Some(t)))?;
     // One transaction: the intents were written if and only if the read succeeded.
@@ -130,7 +130,7 @@ pub(super) async fn ledger_list(s: &PgStore, t: &ThreadRef) -> StoreResult<Vec<L
     }
     let rows = sqlx::query(s.sql.ledger.list.q())
         .bind(&t.thread_id)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("ledger list", e, Some(t)))?;
     Ok(rows

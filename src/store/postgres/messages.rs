@@ -82,7 +82,7 @@ async fn unmark_latest(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) 
 
 pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
     // Outside a step (no new state version): the same upsert, under the thread lock.
-    let mut tx = s.pool.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
+    let mut tx = s.conns.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
     threads::lock_thread(s, &mut tx, t, "write messages").await?;
     sqlx::query(s.sql.messages.upsert.q())
         .bind(&t.thread_id)
@@ -103,7 +103,7 @@ pub(super) async fn get_message(s: &PgStore, t: &ThreadRef, message_id: &str) ->
     sqlx::query_scalar(s.sql.messages.get.q())
         .bind(&t.thread_id)
         .bind(message_id)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("read message", e, Some(t)))
 }
@@ -123,7 +123,7 @@ pub(super) async fn list_messages(
         .bind(search)
         .bind(offset.unwrap_or(0).max(0))
         .bind(limit)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("list messages", e, Some(t)))
 }
@@ -132,7 +132,7 @@ pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str)
     if !s.readable(t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    let mut tx = s.pool.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+    let mut tx = s.conns.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
     let r = sqlx::query(s.sql.messages.delete.q())
         .bind(&t.thread_id)
         .bind(message_id)

@@ -16,6 +16,7 @@
 
 mod cache;
 mod connect;
+mod conns;
 mod errors;
 mod id_check;
 mod ident;
@@ -46,7 +47,7 @@ use super::{
 use async_trait::async_trait;
 use errors::map_err;
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::AssertSqlSafe;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,7 @@ use std::time::Duration;
 /// A `Checkpointer` on PostgreSQL (with Redis as an optional cache): the store 10xGraph 0.10's
 /// `PgCheckpointer` databases are read and written by, same tables, same schema versions 1-3.
 pub struct PgStore {
-    pool: PgPool,
+    conns: conns::Conns,
     opts: PgOptions,
     sql: Sql,
     redis: Option<RedisCache>,
@@ -144,7 +145,7 @@ impl Checkpointer for PgStore {
     }
 
     async fn setup(&self) -> StoreResult<()> {
-        migrate(&self.pool, &self.opts.schema, (self.opts.id_type, self.opts.user_id_type)).await.map(|_| ())
+        migrate(self.conns.pool(), &self.opts.schema, (self.opts.id_type, self.opts.user_id_type)).await.map(|_| ())
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
@@ -350,7 +351,7 @@ impl Checkpointer for PgStore {
     }
 
     async fn release(&self) -> StoreResult<()> {
-        self.pool.close().await;
+        self.conns.close().await;
         Ok(())
     }
 

@@ -50,7 +50,7 @@ impl Stmts {
 pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneReport> {
     let err = |e| map_err("prune", e, None);
     let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
-    let mut tx = s.pool.begin().await.map_err(err)?;
+    let mut tx = s.conns.begin().await.map_err(err)?;
     if let Some(keep) = rules.keep_versions {
         let n: i64 = sqlx::query_scalar(s.sql.prune.states.q()).bind(keep.max(1)).fetch_one(&mut *tx).await.map_err(err)?;
         report.state_versions += n as u64;

@@ -41,7 +41,7 @@ pub(super) async fn lease_and_load(
         .bind(&t.user_id)
         .bind(known.map(|k| k.version))
         .bind(known.map(|k| k.mark))
-        .fetch_one(&s.pool)
+        .fetch_one(&s.conns)
         .await;
     let row = match row {
         Ok(row) => row,

@@ -57,7 +57,7 @@ pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHea
         .bind(&t.user_id)
         .bind(known.map(|k| k.version))
         .bind(known.map(|k| k.mark))
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("load", e, Some(t)))?;
     // A non-owner reads nothing (writes are what raise).
@@ -101,10 +101,10 @@ pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> St
         .bind(w.release_lease)
         .bind(w.previous_mark);
     let r: Result<i64, sqlx::Error> = match w.in_tx {
-        None => step.fetch_one(&s.pool).await,
+        None => step.fetch_one(&s.conns).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
-            let mut tx = s.pool.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
+            let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
             let v = step.fetch_one(&mut *tx).await;
             if v.is_ok() {
                 h.in_transaction().await.map_err(StoreError::Failpoint)?;
@@ -131,7 +131,7 @@ pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
     if !s.readable(t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    let mut tx = s.pool.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
+    let mut tx = s.conns.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
     for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
         sqlx::query(q.q()).bind(&t.thread_id).execute(&mut *tx).await.map_err(|e| map_err("clear state", e, Some(t)))?;
     }

@@ -73,7 +73,7 @@ pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &Th
 }
 
 pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
-    let mut tx = s.pool.begin().await.map_err(|e| map_err("write thread", e, Some(t)))?;
+    let mut tx = s.conns.begin().await.map_err(|e| map_err("write thread", e, Some(t)))?;
     let existed: bool = sqlx::query_scalar(s.sql.threads.exists.q())
         .bind(&t.thread_id)
         .fetch_one(&mut *tx)
@@ -97,7 +97,7 @@ pub(super) async fn get_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<Option
     }
     let row = sqlx::query(s.sql.threads.get.q())
         .bind(&t.thread_id)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("read threads", e, None))?;
     Ok(row.as_ref().map(thread_row))
@@ -115,7 +115,7 @@ pub(super) async fn list_threads(
         .bind(search.map(|s| format!("%{s}%")))
         .bind(offset.unwrap_or(0).max(0))
         .bind(limit)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("read threads", e, None))?;
     Ok(rows.iter().map(thread_row).collect())
@@ -127,7 +127,7 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
     }
     sqlx::query(s.sql.threads.delete.q())
         .bind(&t.thread_id)
-        .execute(&s.pool)
+        .execute(&s.conns)
         .await
         .map_err(|e| map_err("delete thread", e, Some(t)))?;
     if let Some(r) = s.redis() {
@@ -139,7 +139,7 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
 pub(super) async fn thread_owner(s: &PgStore, thread_id: &str) -> StoreResult<Option<String>> {
     sqlx::query_scalar(s.sql.threads.owner.q())
         .bind(thread_id)
-        .fetch_optional(&s.pool)
+        .fetch_optional(&s.conns)
         .await
         .map_err(|e| map_err("read thread owner", e, None))
 }
@@ -148,7 +148,7 @@ pub(super) async fn running_threads(s: &PgStore, after: Option<&str>, limit: i64
     let rows = sqlx::query(s.sql.threads.running.q())
         .bind(after)
         .bind(limit.max(0))
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("list running threads", e, None))?;
     Ok(rows.iter().map(|r| ThreadRef::new(r.get::<String, _>("thread_id"), r.get::<String, _>("user_id"))).collect())

@@ -30,7 +30,7 @@ pub(super) async fn state_versions(s: &PgStore, t: &ThreadRef) -> StoreResult<Ve
     }
     let rows = sqlx::query(s.sql.versions.states.q())
         .bind(&t.thread_id)
-        .fetch_all(&s.pool)
+        .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("state versions", e, Some(t)))?;
     Ok(rows
@@ -48,7 +48,7 @@ pub(super) async fn state_versions(s: &PgStore, t: &ThreadRef) -> StoreResult<Ve
 
 pub(super) async fn schema_version(s: &PgStore) -> StoreResult<Option<i64>> {
     sqlx::query_scalar(s.sql.versions.schema.q())
-        .fetch_one(&s.pool)
+        .fetch_one(&s.conns)
         .await
         .map_err(|e| map_err("read schema version", e, None))
 }

@@ -1,0 +1,249 @@
+//! The store's connections: sqlx's pool, with the connections that just finished a statement
+//! kept aside for the next one.
+//!
+//! Why: sqlx's pool pings a connection (a `Sync` message and its `ReadyForQuery`, one round trip)
+//! when it hands an idle one out (`test_before_acquire`) and again when one comes back (to flush
+//! a rollback left by a dropped transaction). A statement run on `&PgPool` cost three round trips,
+//! one of them on the caller's path: 14 pings in a turn of 7 statements, each a wake of a tokio
+//! worker in this process and of a backend in the server.
+//!
+//! A connection that completed its statement cleanly has nothing to flush and was alive a moment
+//! ago, so it goes on the `spare` list instead of back to the pool, and the next statement takes it
+//! without a ping. Everything else goes back through the pool as before, and so keeps sqlx's
+//! checks:
+//! - a statement that failed, or whose future was dropped mid-flight (a stop, a timeout): its
+//!   connection may be broken or have a response in flight, and the pool's ping on return sorts it
+//!   out (or closes it);
+//! - a spare connection idle for more than [`SPARE_FOR`]: the server may have restarted or ended
+//!   the session since, so it goes back to the pool, whose ping on hand-out finds that out and
+//!   connects anew (what every statement did before);
+//! - after a statement fails with connection trouble (the server restarted, or ended sessions),
+//!   every spare connection goes back too: they are likely dead for the same reason, and the
+//!   statements after the failed one get checked connections;
+//! - transactions are begun on the pool itself (they are the store's rare paths: thread, message
+//!   and prune writes, and armed failpoints).
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr, Transaction};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a spare connection is trusted without a ping. The one case the pool's ping handled
+/// and this does not: the server ends the session (a restart, `pg_terminate_backend`) within this
+/// time after the connection's last statement, and the next statement on it fails with a
+/// transient storage error instead of going to a new connection. A restart takes longer than
+/// this (a shutdown checkpoint, then recovery), and agents' statements follow each other within
+/// it only while nodes take no time at all, which is where the round trip mattered.
+pub(super) const SPARE_FOR: Duration = Duration::from_millis(250);
+
+pub(super) struct Conns {
+    pool: PgPool,
+    /// Connections out of the pool that finished a statement cleanly, the most recent last.
+    spare: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+}
+
+impl std::fmt::Debug for Conns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conns").field("pool", &self.pool).finish_non_exhaustive()
+    }
+}
+
+/// A connection lent to one statement: back on the spare list when [`Lease::keep`] was called,
+/// back to the pool (ping, or close when broken) otherwise.
+struct Lease<'a> {
+    conns: &'a Conns,
+    conn: Option<PoolConnection<Postgres>>,
+    keep: bool,
+}
+
+impl Lease<'_> {
+    fn conn(&mut self) -> &mut sqlx::PgConnection {
+        self.conn.as_deref_mut().expect("a lease holds its connection until dropped")
+    }
+
+    fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        // A closed pool waits for its connections: none may stay spare after `close`.
+        if self.keep && !self.conns.pool.is_closed() {
+            self.conns.lock().push((conn, Instant::now()));
+        }
+        // Otherwise dropped: sqlx returns it to the pool (ping, rollback flushed, or closed).
+    }
+}
+
+impl Conns {
+    pub(super) fn new(pool: PgPool) -> Self {
+        Conns { pool, spare: Mutex::new(Vec::new()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The most recently used spare connection when it is fresh, else one from the pool.
+    async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
+        let fresh = {
+            let mut spare = self.lock();
+            match spare.pop() {
+                Some((conn, since)) if since.elapsed() <= SPARE_FOR => Some(conn),
+                // Stale, and every one below it is older: all go back to the pool. Dropped
+                // outside the lock (a drop spawns sqlx's return task).
+                Some(stale) => {
+                    let rest = std::mem::take(&mut *spare);
+                    drop(spare);
+                    drop(stale);
+                    drop(rest);
+                    None
+                }
+                None => None,
+            }
+        };
+        let conn = match fresh {
+            Some(c) => c,
+            None => self.pool.acquire().await?,
+        };
+        Ok(Lease { conns: self, conn: Some(conn), keep: false })
+    }
+
+    /// Every spare connection back to the pool (before the pool is closed, or lent to a caller
+    /// that uses it directly).
+    pub(super) fn return_spares(&self) {
+        let spare = std::mem::take(&mut *self.lock());
+        drop(spare);
+    }
+
+    /// The pool, for callers that use it directly: the spare connections are given back first,
+    /// so the pool can hand them out.
+    pub(super) fn pool(&self) -> &PgPool {
+        self.return_spares();
+        &self.pool
+    }
+
+    /// A transaction on a connection of the pool. When the pool is at its size with none idle,
+    /// one spare connection is given back to it first: kept aside, the spares could otherwise
+    /// leave the pool with nothing to hand out until `acquire_timeout`.
+    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        if self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections() {
+            let one = self.lock().pop();
+            drop(one);
+        }
+        self.pool.begin().await
+    }
+
+    /// The outcome of a statement; connection trouble sends every spare back to the pool.
+    fn checked<T>(&self, r: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+        if let Err(e) = &r
+            && connection_lost(e)
+        {
+            self.return_spares();
+        }
+        r
+    }
+
+    pub(super) async fn close(&self) {
+        self.return_spares();
+        self.pool.close().await;
+    }
+}
+
+/// The server or the network dropped the connection (as `errors::map_err` counts it transient).
+fn connection_lost(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_))
+        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("08") || c.starts_with("57P"))
+}
+
+/// Single statements run on a lent connection (`.fetch_one(&s.conns)`), with the pool's own
+/// behaviour otherwise.
+impl<'c> Executor<'c> for &'c Conns {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        // Collected before it is handed on: the lease must see the end of the results to know
+        // the connection is clean. No statement of the store streams a large result.
+        futures::stream::once(async move {
+            let mut lease = self.lease().await?;
+            let all: Vec<_> = self.checked(lease.conn().fetch_many(query).try_collect().await)?;
+            lease.keep();
+            Ok::<_, sqlx::Error>(futures::stream::iter(all.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move {
+            let mut lease = self.lease().await?;
+            let row = self.checked(lease.conn().fetch_optional(query).await)?;
+            lease.keep();
+            Ok(row)
+        })
+    }
+
+    fn fetch_all<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Vec<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move {
+            let mut lease = self.lease().await?;
+            let rows = self.checked(lease.conn().fetch_all(query).await)?;
+            lease.keep();
+            Ok(rows)
+        })
+    }
+
+    fn execute<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<PgQueryResult, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move {
+            let mut lease = self.lease().await?;
+            let done = self.checked(lease.conn().execute(query).await)?;
+            lease.keep();
+            Ok(done)
+        })
+    }
+
+    fn prepare_with<'e>(self, sql: SqlStr, parameters: &'e [PgTypeInfo]) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        Box::pin(async move {
+            let mut lease = self.lease().await?;
+            let statement = self.checked(lease.conn().prepare_with(sql, parameters).await)?;
+            lease.keep();
+            Ok(statement)
+        })
+    }
+
+    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        Box::pin(async move {
+            let mut lease = self.lease().await?;
+            let described = self.checked(lease.conn().describe(sql).await)?;
+            lease.keep();
+            Ok(described)
+        })
+    }
+}
