@@ -209,10 +209,11 @@ async def test_statements_reuse_connections_without_a_ping(wire: Any) -> None:
     bare = after["bare_syncs"] - before["bare_syncs"]
     statements = after["executes"] - before["executes"]
     # sqlx's pool alone: two pings per statement (~14 a turn). A spare connection is pinged only
-    # after 250 ms unused, which a turn of instant nodes reaches only on a stalled machine: the
-    # bound leaves room for that, far below the pool's count.
+    # after 50 ms unused, which the statements of a turn of instant nodes reach only when the
+    # process is descheduled between them: the bound leaves room for that on a loaded machine,
+    # and is a quarter of the pool's count.
     assert statements >= 5 * turns, after
-    assert bare <= turns // 2, (bare, statements, after)
+    assert bare <= statements // 2, (bare, statements, after)
     await cp.arelease()
 
 
@@ -226,7 +227,7 @@ def _terminate_backends(pg: PostgresServer, dbname: str) -> int:
 
 @pytest.mark.asyncio
 async def test_sessions_the_server_ended_are_replaced(pg_dsn: str, tenx_postgres: PostgresServer) -> None:
-    """A spare connection is trusted for 250 ms; one the server ended before that is found out by
+    """A spare connection is trusted for 50 ms; one the server ended before that is found out by
     the pool's ping, and the run goes on a new connection."""
     dbname = pg_dsn.rsplit("/", 1)[1].split("?", 1)[0]
     cp = PgCheckpointer(pg_dsn, schema="ended", enforce_user_isolation=False)
@@ -234,7 +235,7 @@ async def test_sessions_the_server_ended_are_replaced(pg_dsn: str, tenx_postgres
     app = support_graph(cp)
     assert await turn(app, "before") == EXPECTED
     assert await asyncio.to_thread(_terminate_backends, tenx_postgres, dbname) >= 1
-    await asyncio.sleep(0.5)  # at least twice the trust window: every spare is stale now
+    await asyncio.sleep(0.5)  # ten times the trust window: every spare is stale now
     assert await turn(app, "after") == EXPECTED
     assert [m.text() for m in await cp.alist_messages({"thread_id": "after"})] == EXPECTED
     await cp.arelease()

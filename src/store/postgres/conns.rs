@@ -14,7 +14,7 @@
 //! - a statement that failed, or whose future was dropped mid-flight (a stop, a timeout): its
 //!   connection may be broken or have a response in flight, and the pool's ping on return sorts it
 //!   out (or closes it);
-//! - a spare connection idle for more than [`SPARE_FOR`]: the server may have restarted or ended
+//! - a spare connection idle for more than [`SPARE_FOR`] (50 ms): the server may have restarted or ended
 //!   the session since, so it goes back to the pool, whose ping on hand-out finds that out and
 //!   connects anew (what every statement did before);
 //! - after a statement fails with connection trouble (the server restarted, or ended sessions),
@@ -33,15 +33,21 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
-/// and this does not: the server ends the session (a restart, `pg_terminate_backend`) within this
-/// time after the connection's last statement, and the next statement on it fails with a
-/// transient storage error instead of going to a new connection. A restart takes longer than
-/// this (a shutdown checkpoint, then recovery), and agents' statements follow each other within
-/// it only while nodes take no time at all, which is where the round trip mattered.
-pub(super) const SPARE_FOR: Duration = Duration::from_millis(250);
+/// and this does not: the server ends the session and is back within this time after the
+/// connection's last statement, and the next statement on it fails (a transient storage error)
+/// instead of going to a new connection. A restart does not fit in it (`pg_ctl restart` alone
+/// waits 100 ms between its checks; the test suite's restarts took under 250 ms end to end), and
+/// `pg_terminate_backend` of a session in use costs its statement with or without the ping.
+/// The statements of a turn whose nodes take no time follow each other well within it, which is
+/// where the round trip mattered; a node that takes longer pays one ping, as before.
+pub(super) const SPARE_FOR: Duration = Duration::from_millis(50);
 
 pub(super) struct Conns {
     pool: PgPool,
+    /// The runtime the store was opened in: dropping a pooled connection spawns its return to
+    /// the pool, which panics outside a runtime's context (the store may be dropped by Python's
+    /// garbage collector on any thread).
+    runtime: tokio::runtime::Handle,
     /// Connections out of the pool that finished a statement cleanly, the most recent last.
     spare: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
 }
@@ -76,14 +82,31 @@ impl Drop for Lease<'_> {
         // A closed pool waits for its connections: none may stay spare after `close`.
         if self.keep && !self.conns.pool.is_closed() {
             self.conns.lock().push((conn, Instant::now()));
+        } else {
+            // sqlx returns it to the pool (ping, rollback flushed, or closed).
+            self.conns.discard(vec![conn]);
         }
-        // Otherwise dropped: sqlx returns it to the pool (ping, rollback flushed, or closed).
+    }
+}
+
+impl Drop for Conns {
+    fn drop(&mut self) {
+        self.return_spares();
     }
 }
 
 impl Conns {
+    /// Called inside the runtime (the store is opened there).
     pub(super) fn new(pool: PgPool) -> Self {
-        Conns { pool, spare: Mutex::new(Vec::new()) }
+        Conns { pool, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Vec::new()) }
+    }
+
+    /// Hands connections back to the pool, inside the runtime's context.
+    fn discard(&self, conns: Vec<PoolConnection<Postgres>>) {
+        if !conns.is_empty() {
+            let _in_runtime = self.runtime.enter();
+            drop(conns);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
@@ -96,13 +119,13 @@ impl Conns {
             let mut spare = self.lock();
             match spare.pop() {
                 Some((conn, since)) if since.elapsed() <= SPARE_FOR => Some(conn),
-                // Stale, and every one below it is older: all go back to the pool. Dropped
-                // outside the lock (a drop spawns sqlx's return task).
-                Some(stale) => {
-                    let rest = std::mem::take(&mut *spare);
+                // Stale, and every one below it is older: all go back to the pool, outside the
+                // lock.
+                Some((stale, _)) => {
+                    let mut rest: Vec<_> = std::mem::take(&mut *spare).into_iter().map(|(c, _)| c).collect();
                     drop(spare);
-                    drop(stale);
-                    drop(rest);
+                    rest.push(stale);
+                    self.discard(rest);
                     None
                 }
                 None => None,
@@ -119,7 +142,7 @@ impl Conns {
     /// that uses it directly).
     pub(super) fn return_spares(&self) {
         let spare = std::mem::take(&mut *self.lock());
-        drop(spare);
+        self.discard(spare.into_iter().map(|(c, _)| c).collect());
     }
 
     /// The pool, for callers that use it directly: the spare connections are given back first,
@@ -135,7 +158,7 @@ impl Conns {
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         if self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections() {
             let one = self.lock().pop();
-            drop(one);
+            self.discard(one.into_iter().map(|(c, _)| c).collect());
         }
         self.pool.begin().await
     }

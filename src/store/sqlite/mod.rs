@@ -78,7 +78,10 @@ impl SqliteStore {
             }
         }
         // ":memory:" is per connection, so it must stay one connection that never expires.
-        let mut pool_opts = SqlitePoolOptions::new().max_connections(if memory { 1 } else { 4 });
+        // No ping when the pool hands a connection out: a SQLite connection has no server that
+        // could have dropped it, and the ping is a round trip to the connection's worker thread
+        // on every statement's path.
+        let mut pool_opts = SqlitePoolOptions::new().max_connections(if memory { 1 } else { 4 }).test_before_acquire(false);
         if memory {
             pool_opts = pool_opts.idle_timeout(None).max_lifetime(None).min_connections(1);
         }
