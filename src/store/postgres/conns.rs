@@ -33,9 +33,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
-/// and this does not: the server ends the session and is back within this time after the
-/// connection's last statement, and the next statement on it fails (a transient storage error)
-/// instead of going to a new connection. A restart does not fit in it (`pg_ctl restart` alone
+/// and this does not: the server ends the session, and the connection is used again less than
+/// this after its previous statement; that statement fails (a transient storage error) instead
+/// of going to a new connection. A restart does not fit in it (`pg_ctl restart` alone
 /// waits 100 ms between its checks; the test suite's restarts took under 250 ms end to end), and
 /// `pg_terminate_backend` of a session in use costs its statement with or without the ping.
 /// The statements of a turn whose nodes take no time follow each other well within it, which is
