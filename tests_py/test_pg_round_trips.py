@@ -292,3 +292,22 @@ async def test_a_statement_cancelled_mid_flight_leaves_its_connection_behind(
 
     assert [m.text() for m in await cp.alist_messages({"thread_id": "other-2"})] == EXPECTED
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_more_runs_than_connections_all_finish(pg_dsn: str) -> None:
+    """Twelve runs at once on two connections: a statement that waits for the pool must get the
+    next connection that finishes, not wait while the others take turns on the kept ones (the
+    first version of the kept connections starved it until the pool's timeout)."""
+    cp = PgCheckpointer(pg_dsn, schema="crowd", enforce_user_isolation=False, pool_config={"max_size": 2, "timeout": 5})
+    await cp.asetup()
+    app = support_graph(cp)
+
+    async def three_turns(n: int) -> list[list[str]]:
+        return [await turn(app, f"crowd-{n}") for _ in range(3)]
+
+    results = await asyncio.gather(*(three_turns(n) for n in range(12)))
+    assert results == [[EXPECTED] * 3] * 12
+    stored = [m.text() for m in await cp.alist_messages({"thread_id": "crowd-11"})]
+    assert stored == EXPECTED * 3
+    await cp.arelease()

@@ -48,8 +48,29 @@ pub(super) struct Conns {
     /// the pool, which panics outside a runtime's context (the store may be dropped by Python's
     /// garbage collector on any thread).
     runtime: tokio::runtime::Handle,
+    spare: Mutex<Spare>,
+}
+
+#[derive(Default)]
+struct Spare {
     /// Connections out of the pool that finished a statement cleanly, the most recent last.
-    spare: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    conns: Vec<(PoolConnection<Postgres>, Instant)>,
+    /// Statements waiting for the pool. While there are any, a finished connection goes back to
+    /// the pool, not here: kept aside, it would leave them waiting until `acquire_timeout` while
+    /// the others took turns on the spares (what 16 threads on 10 connections did). Read and
+    /// written under the same lock as `conns`, so a connection is either found by a statement
+    /// about to wait or given to the pool.
+    waiting: usize,
+}
+
+/// A statement's place among those waiting for the pool, given up when it has a connection (or
+/// was cancelled).
+struct Waiting<'a>(&'a Conns);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().waiting -= 1;
+    }
 }
 
 impl std::fmt::Debug for Conns {
@@ -80,12 +101,18 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         // A closed pool waits for its connections: none may stay spare after `close`.
-        if self.keep && !self.conns.pool.is_closed() {
-            self.conns.lock().push((conn, Instant::now()));
+        let conn = if self.keep && !self.conns.pool.is_closed() {
+            let mut spare = self.conns.lock();
+            if spare.waiting == 0 {
+                spare.conns.push((conn, Instant::now()));
+                return;
+            }
+            conn
         } else {
-            // sqlx returns it to the pool (ping, rollback flushed, or closed).
-            self.conns.discard(vec![conn]);
-        }
+            conn
+        };
+        // sqlx returns it to the pool (ping, rollback flushed, or closed).
+        self.conns.discard(vec![conn]);
     }
 }
 
@@ -98,7 +125,7 @@ impl Drop for Conns {
 impl Conns {
     /// Called inside the runtime (the store is opened there).
     pub(super) fn new(pool: PgPool) -> Self {
-        Conns { pool, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Vec::new()) }
+        Conns { pool, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()) }
     }
 
     /// Hands connections back to the pool, inside the runtime's context.
@@ -109,39 +136,43 @@ impl Conns {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
         self.spare.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The most recently used spare connection when it is fresh, else one from the pool.
-    async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
-        let fresh = {
+    async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        let stale = {
             let mut spare = self.lock();
-            match spare.pop() {
-                Some((conn, since)) if since.elapsed() <= SPARE_FOR => Some(conn),
-                // Stale, and every one below it is older: all go back to the pool, outside the
-                // lock.
+            match spare.conns.pop() {
+                Some((conn, since)) if since.elapsed() <= SPARE_FOR => return Ok(conn),
+                // Stale, and every one below it is older: all go back to the pool (outside the
+                // lock), which pings them when it hands them out.
                 Some((stale, _)) => {
-                    let mut rest: Vec<_> = std::mem::take(&mut *spare).into_iter().map(|(c, _)| c).collect();
-                    drop(spare);
-                    rest.push(stale);
-                    self.discard(rest);
-                    None
+                    let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(c, _)| c).collect();
+                    all.push(stale);
+                    spare.waiting += 1;
+                    all
                 }
-                None => None,
+                None => {
+                    spare.waiting += 1;
+                    Vec::new()
+                }
             }
         };
-        let conn = match fresh {
-            Some(c) => c,
-            None => self.pool.acquire().await?,
-        };
-        Ok(Lease { conns: self, conn: Some(conn), keep: false })
+        let _waiting = Waiting(self);
+        self.discard(stale);
+        self.pool.acquire().await
+    }
+
+    async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
+        Ok(Lease { conns: self, conn: Some(self.take().await?), keep: false })
     }
 
     /// Every spare connection back to the pool (before the pool is closed, or lent to a caller
     /// that uses it directly).
     pub(super) fn return_spares(&self) {
-        let spare = std::mem::take(&mut *self.lock());
+        let spare = std::mem::take(&mut self.lock().conns);
         self.discard(spare.into_iter().map(|(c, _)| c).collect());
     }
 
@@ -152,15 +183,13 @@ impl Conns {
         &self.pool
     }
 
-    /// A transaction on a connection of the pool. When the pool is at its size with none idle,
-    /// one spare connection is given back to it first: kept aside, the spares could otherwise
-    /// leave the pool with nothing to hand out until `acquire_timeout`.
+    /// A transaction on a connection taken as a statement takes one; it goes back to the pool
+    /// when the transaction ends (the pool's ping flushes the rollback of one that was dropped).
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        if self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections() {
-            let one = self.lock().pop();
-            self.discard(one.into_iter().map(|(c, _)| c).collect());
-        }
-        self.pool.begin().await
+        let conn = self.take().await?;
+        // What `PgPool::begin` does with the connection it acquires (public, doc-hidden in sqlx
+        // 0.9, whose version Cargo.toml pins).
+        Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None).await
     }
 
     /// The outcome of a statement; connection trouble sends every spare back to the pool.
