@@ -311,3 +311,50 @@ async def test_more_runs_than_connections_all_finish(pg_dsn: str) -> None:
     stored = [m.text() for m in await cp.alist_messages({"thread_id": "crowd-11"})]
     assert stored == EXPECTED * 3
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_release_while_runs_finish_statements_returns(pg_dsn: str) -> None:
+    """`arelease()` closes the pool, which waits for every connection: one kept aside by a
+    statement that finished while it closed would make it wait for ever. Runs released from
+    their tools at the moment the store closes end (done, or a storage error), and so does
+    `arelease()`."""
+    from tenxgraph.core.exceptions import StorageError
+
+    cp = PgCheckpointer(pg_dsn, schema="closing", enforce_user_isolation=False, pool_config={"max_size": 3})
+    await cp.asetup()
+    gate = asyncio.Event()
+    entered: list[str] = []
+
+    async def wait_here(order_id: str) -> str:
+        """Wait for the gate."""
+        entered.append(order_id)
+        await gate.wait()
+        return f"order {order_id}: open"
+
+    async def model(state: AgentState) -> Message:
+        if state.context[-1].role == "user":
+            msg = Message.text_message("looking", role="assistant")
+            msg.tools_calls = [{"id": "c1", "type": "function", "function": {"name": "wait_here", "arguments": json.dumps({"order_id": "7"})}}]
+            return msg
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([wait_here]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=cp)
+
+    runs = [asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": f"closing-{n}"})) for n in range(6)]
+    deadline = time.monotonic() + 60
+    while len(entered) < 6:
+        assert time.monotonic() < deadline, f"only {len(entered)} runs reached their tool"
+        await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.wait_for(cp.arelease(), 60)  # a hang bound: it returns at once when right
+    done, pending = await asyncio.wait(runs, timeout=60)
+    assert not pending, "runs still waiting after the store closed"
+    for r in done:
+        assert r.exception() is None or isinstance(r.exception(), StorageError), r.exception()

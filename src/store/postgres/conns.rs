@@ -29,7 +29,9 @@ use futures::{StreamExt, TryStreamExt};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr, Transaction};
+use std::collections::VecDeque;
 use std::sync::Mutex;
+use tokio::sync::oneshot;
 use std::time::{Duration, Instant};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
@@ -55,22 +57,16 @@ pub(super) struct Conns {
 struct Spare {
     /// Connections out of the pool that finished a statement cleanly, the most recent last.
     conns: Vec<(PoolConnection<Postgres>, Instant)>,
-    /// Statements waiting for the pool. While there are any, a finished connection goes back to
-    /// the pool, not here: kept aside, it would leave them waiting until `acquire_timeout` while
-    /// the others took turns on the spares (what 16 threads on 10 connections did). Read and
-    /// written under the same lock as `conns`, so a connection is either found by a statement
-    /// about to wait or given to the pool.
-    waiting: usize,
-}
-
-/// A statement's place among those waiting for the pool, given up when it has a connection (or
-/// was cancelled).
-struct Waiting<'a>(&'a Conns);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.lock().waiting -= 1;
-    }
+    /// Statements waiting for a connection, oldest first. A connection that finishes cleanly goes
+    /// to the first of them that still waits, and to `conns` only when none does: kept aside
+    /// while others wait in the pool, it left them there until `acquire_timeout` while the rest
+    /// took turns on the kept ones (what 16 threads on 10 connections did). Each also waits in
+    /// the pool, which may open a connection or get one back from elsewhere. Under the same lock
+    /// as `conns`, so a finished connection is either found by a statement about to wait or
+    /// handed to one that waits.
+    waiters: VecDeque<oneshot::Sender<PoolConnection<Postgres>>>,
+    /// `close` has begun: nothing is kept aside any more (the pool waits for every connection).
+    closed: bool,
 }
 
 impl std::fmt::Debug for Conns {
@@ -99,18 +95,20 @@ impl Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        // A closed pool waits for its connections: none may stay spare after `close`.
-        let conn = if self.keep && !self.conns.pool.is_closed() {
+        let Some(mut conn) = self.conn.take() else { return };
+        if self.keep {
             let mut spare = self.conns.lock();
-            if spare.waiting == 0 {
+            if !spare.closed {
+                while let Some(waiter) = spare.waiters.pop_front() {
+                    match waiter.send(conn) {
+                        Ok(()) => return,
+                        Err(back) => conn = back, // that one stopped waiting
+                    }
+                }
                 spare.conns.push((conn, Instant::now()));
                 return;
             }
-            conn
-        } else {
-            conn
-        };
+        }
         // sqlx returns it to the pool (ping, rollback flushed, or closed).
         self.conns.discard(vec![conn]);
     }
@@ -140,29 +138,44 @@ impl Conns {
         self.spare.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The most recently used spare connection when it is fresh, else one from the pool.
+    /// The most recently used spare connection when it is fresh; else the first of a connection
+    /// that finishes its statement and one from the pool.
     async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
-        let stale = {
+        let (stale, handed) = {
             let mut spare = self.lock();
-            match spare.conns.pop() {
+            let stale = match spare.conns.pop() {
                 Some((conn, since)) if since.elapsed() <= SPARE_FOR => return Ok(conn),
                 // Stale, and every one below it is older: all go back to the pool (outside the
                 // lock), which pings them when it hands them out.
                 Some((stale, _)) => {
                     let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(c, _)| c).collect();
                     all.push(stale);
-                    spare.waiting += 1;
                     all
                 }
-                None => {
-                    spare.waiting += 1;
-                    Vec::new()
-                }
+                None => Vec::new(),
+            };
+            if spare.closed {
+                (stale, None)
+            } else {
+                let (tx, rx) = oneshot::channel();
+                spare.waiters.push_back(tx);
+                (stale, Some(rx))
             }
         };
-        let _waiting = Waiting(self);
         self.discard(stale);
-        self.pool.acquire().await
+        let Some(mut rx) = handed else { return self.pool.acquire().await };
+        let from_pool = tokio::select! {
+            biased;
+            Ok(conn) = &mut rx => return Ok(conn),
+            r = self.pool.acquire() => r,
+        };
+        // A connection handed over meanwhile goes back to the pool; closing the receiver first
+        // makes any later hand-over fail and go to the next waiter.
+        rx.close();
+        if let Ok(extra) = rx.try_recv() {
+            self.discard(vec![extra]);
+        }
+        from_pool
     }
 
     async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
@@ -203,6 +216,7 @@ impl Conns {
     }
 
     pub(super) async fn close(&self) {
+        self.lock().closed = true;
         self.return_spares();
         self.pool.close().await;
     }
