@@ -8,20 +8,24 @@
 //! worker in this process and of a backend in the server.
 //!
 //! A connection that completed its statement cleanly has nothing to flush and was alive a moment
-//! ago, so it goes on the `spare` list instead of back to the pool, and the next statement takes it
-//! without a ping. Everything else goes back through the pool as before, and so keeps sqlx's
-//! checks:
+//! ago: it goes straight to the oldest statement waiting for a connection, or else on the
+//! `spare` list, and the next statement takes it without a ping. Everything else goes back
+//! through the pool as before, and so keeps sqlx's checks:
 //! - a statement that failed, or whose future was dropped mid-flight (a stop, a timeout): its
-//!   connection may be broken or have a response in flight, and the pool's ping on return sorts it
-//!   out (or closes it);
-//! - a spare connection idle for more than [`SPARE_FOR`] (50 ms): the server may have restarted or ended
-//!   the session since, so it goes back to the pool, whose ping on hand-out finds that out and
-//!   connects anew (what every statement did before);
+//!   connection may be broken or have a response in flight, and the pool's ping on return sorts
+//!   it out (or closes it);
+//! - a spare connection idle for more than [`SPARE_FOR`] (50 ms): the server may have restarted
+//!   or ended the session since, so it goes back to the pool, whose ping on hand-out finds that
+//!   out and connects anew (what every statement did before);
 //! - after a statement fails with connection trouble (the server restarted, or ended sessions),
 //!   every spare connection goes back too: they are likely dead for the same reason, and the
 //!   statements after the failed one get checked connections;
-//! - transactions are begun on the pool itself (they are the store's rare paths: thread, message
-//!   and prune writes, and armed failpoints).
+//! - a connection out of the pool for [`BACK_TO_POOL_AFTER`], so the pool's lifetime rules see
+//!   it again;
+//! - every connection once `close` has begun.
+//!
+//! Transactions (thread, message and prune writes, armed failpoints) take their connection the
+//! same way; it goes back to the pool when the transaction ends.
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -31,8 +35,8 @@ use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr, Transaction};
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use tokio::sync::oneshot;
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
 /// and this does not: the server ends the session, and the connection is used again less than
@@ -43,6 +47,17 @@ use std::time::{Duration, Instant};
 /// The statements of a turn whose nodes take no time follow each other well within it, which is
 /// where the round trip mattered; a node that takes longer pays one ping, as before.
 pub(super) const SPARE_FOR: Duration = Duration::from_millis(50);
+
+/// How long a connection stays out of the pool, kept and handed from statement to statement,
+/// before it goes back: the pool's own rules (`max_lifetime`, its idle reaper) see a connection
+/// only when it is in the pool.
+const BACK_TO_POOL_AFTER: Duration = Duration::from_secs(300);
+
+/// A connection out of the pool, and since when.
+struct Out {
+    conn: PoolConnection<Postgres>,
+    since: Instant,
+}
 
 pub(super) struct Conns {
     pool: PgPool,
@@ -56,7 +71,7 @@ pub(super) struct Conns {
 #[derive(Default)]
 struct Spare {
     /// Connections out of the pool that finished a statement cleanly, the most recent last.
-    conns: Vec<(PoolConnection<Postgres>, Instant)>,
+    conns: Vec<(Out, Instant)>,
     /// Statements waiting for a connection, oldest first. A connection that finishes cleanly goes
     /// to the first of them that still waits, and to `conns` only when none does: kept aside
     /// while others wait in the pool, it left them there until `acquire_timeout` while the rest
@@ -64,7 +79,7 @@ struct Spare {
     /// the pool, which may open a connection or get one back from elsewhere. Under the same lock
     /// as `conns`, so a finished connection is either found by a statement about to wait or
     /// handed to one that waits.
-    waiters: VecDeque<oneshot::Sender<PoolConnection<Postgres>>>,
+    waiters: VecDeque<oneshot::Sender<Out>>,
     /// `close` has begun: nothing is kept aside any more (the pool waits for every connection).
     closed: bool,
 }
@@ -79,13 +94,13 @@ impl std::fmt::Debug for Conns {
 /// back to the pool (ping, or close when broken) otherwise.
 struct Lease<'a> {
     conns: &'a Conns,
-    conn: Option<PoolConnection<Postgres>>,
+    conn: Option<Out>,
     keep: bool,
 }
 
 impl Lease<'_> {
     fn conn(&mut self) -> &mut sqlx::PgConnection {
-        self.conn.as_deref_mut().expect("a lease holds its connection until dropped")
+        &mut self.conn.as_mut().expect("a lease holds its connection until dropped").conn
     }
 
     fn keep(mut self) {
@@ -96,7 +111,7 @@ impl Lease<'_> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let Some(mut conn) = self.conn.take() else { return };
-        if self.keep {
+        if self.keep && conn.since.elapsed() <= BACK_TO_POOL_AFTER {
             let mut spare = self.conns.lock();
             if !spare.closed {
                 while let Some(waiter) = spare.waiters.pop_front() {
@@ -110,7 +125,7 @@ impl Drop for Lease<'_> {
             }
         }
         // sqlx returns it to the pool (ping, rollback flushed, or closed).
-        self.conns.discard(vec![conn]);
+        self.conns.discard(vec![conn.conn]);
     }
 }
 
@@ -140,7 +155,7 @@ impl Conns {
 
     /// The most recently used spare connection when it is fresh; else the first of a connection
     /// that finishes its statement and one from the pool.
-    async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    async fn take(&self) -> Result<Out, sqlx::Error> {
         let (stale, handed) = {
             let mut spare = self.lock();
             let stale = match spare.conns.pop() {
@@ -148,8 +163,8 @@ impl Conns {
                 // Stale, and every one below it is older: all go back to the pool (outside the
                 // lock), which pings them when it hands them out.
                 Some((stale, _)) => {
-                    let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(c, _)| c).collect();
-                    all.push(stale);
+                    let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(o, _)| o.conn).collect();
+                    all.push(stale.conn);
                     all
                 }
                 None => Vec::new(),
@@ -163,19 +178,20 @@ impl Conns {
             }
         };
         self.discard(stale);
-        let Some(mut rx) = handed else { return self.pool.acquire().await };
-        let from_pool = tokio::select! {
+        let from_pool = |r: Result<PoolConnection<Postgres>, sqlx::Error>| r.map(|conn| Out { conn, since: Instant::now() });
+        let Some(mut rx) = handed else { return from_pool(self.pool.acquire().await) };
+        let acquired = tokio::select! {
             biased;
-            Ok(conn) = &mut rx => return Ok(conn),
+            Ok(out) = &mut rx => return Ok(out),
             r = self.pool.acquire() => r,
         };
         // A connection handed over meanwhile goes back to the pool; closing the receiver first
         // makes any later hand-over fail and go to the next waiter.
         rx.close();
         if let Ok(extra) = rx.try_recv() {
-            self.discard(vec![extra]);
+            self.discard(vec![extra.conn]);
         }
-        from_pool
+        from_pool(acquired)
     }
 
     async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
@@ -186,7 +202,7 @@ impl Conns {
     /// that uses it directly).
     pub(super) fn return_spares(&self) {
         let spare = std::mem::take(&mut self.lock().conns);
-        self.discard(spare.into_iter().map(|(c, _)| c).collect());
+        self.discard(spare.into_iter().map(|(o, _)| o.conn).collect());
     }
 
     /// The pool, for callers that use it directly: the spare connections are given back first,
@@ -199,7 +215,7 @@ impl Conns {
     /// A transaction on a connection taken as a statement takes one; it goes back to the pool
     /// when the transaction ends (the pool's ping flushes the rollback of one that was dropped).
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        let conn = self.take().await?;
+        let conn = self.take().await?.conn;
         // What `PgPool::begin` does with the connection it acquires (public, doc-hidden in sqlx
         // 0.9, whose version Cargo.toml pins).
         Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None).await
