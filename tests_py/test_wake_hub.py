@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -103,7 +104,11 @@ def test_a_loop_that_awaited_on_an_ended_thread_does_not_swallow_another_sockets
 
                 async def main() -> str:
                     fired = loop.create_future()
-                    loop.add_reader(reader.fileno(), lambda: fired.done() or fired.set_result(reader.recv(1)))
+                    def on_readable() -> None:
+                        if not fired.done():
+                            fired.set_result(reader.recv(1))
+
+                    loop.add_reader(reader.fileno(), on_readable)
                     ready = threading.Event()
                     poke = threading.Thread(target=lambda: (ready.wait(HANG), writer.send(b"x")))
                     poke.start()
@@ -161,8 +166,6 @@ def test_a_loop_on_the_thread_that_took_an_ended_threads_hub_is_woken_and_the_ol
     from tenxgraph import _bridge
     from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
-    import tempfile
-
     loop = asyncio.new_event_loop()
     app = tiny_app()
     with tempfile.TemporaryDirectory() as tmp:
@@ -181,7 +184,7 @@ def test_a_loop_on_the_thread_that_took_an_ended_threads_hub_is_woken_and_the_ol
                 try:
                     c_seen["fd"] = _core.wake_hub_fileno()
                     c_started.set()
-                    cp = SqliteCheckpointer(Path(tmp) / "c.db")
+                    cp: Any = SqliteCheckpointer(Path(tmp) / "c.db")
                     g = StateGraph(AgentState)
 
                     async def reply(state: AgentState) -> str:
