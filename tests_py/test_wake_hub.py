@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 HANG = 30  # seconds: a bound on a hang, never expected to be reached
 
 
-def tiny_app() -> Any:
+def tiny_app(checkpointer: Any = None) -> Any:
     async def reply(state: AgentState) -> str:
         return "ok"
 
@@ -32,7 +33,16 @@ def tiny_app() -> Any:
     g.add_node("reply", reply)
     g.add_edge(START, "reply")
     g.add_edge("reply", END)
-    return g.compile(checkpointer=InMemoryCheckpointer())
+    return g.compile(checkpointer=checkpointer or InMemoryCheckpointer())
+
+
+def sqlite_app(path: Path) -> tuple[Any, Any]:
+    """A tiny graph on SQLite: every store call completes on the driver's own threads, so each
+    await is woken through the loop thread's hub."""
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    cp: Any = SqliteCheckpointer(path)
+    return tiny_app(cp), cp
 
 
 async def one_run(app: Any, tid: str) -> str:
@@ -54,9 +64,21 @@ def in_thread(fn: Any) -> Any:
     t.start()
     t.join(120)
     assert not t.is_alive(), "the thread did not end"
+    exited(t)
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def exited(t: threading.Thread) -> None:
+    """Waits (30 s at most) until ``t``'s OS thread is gone: ``join`` returns when its Python
+    part is done, before the thread's Rust TLS destructors (which give its hub back) have run."""
+    task = f"/proc/self/task/{t.native_id}"
+    for _ in range(30_000):
+        if not os.path.exists(task):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"thread {t.native_id} still exists")
 
 
 def open_fds() -> int:
@@ -164,7 +186,6 @@ def test_a_loop_on_the_thread_that_took_an_ended_threads_hub_is_woken_and_the_ol
     SQLite-backed runs, whose wakes come from the driver's own threads, while L runs on thread B.
     C's runs all finish; L, woken by C's hub, stops watching it and reads none of C's bytes."""
     from tenxgraph import _bridge
-    from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
     loop = asyncio.new_event_loop()
     app = tiny_app()
@@ -184,16 +205,7 @@ def test_a_loop_on_the_thread_that_took_an_ended_threads_hub_is_woken_and_the_ol
                 try:
                     c_seen["fd"] = _core.wake_hub_fileno()
                     c_started.set()
-                    cp: Any = SqliteCheckpointer(Path(tmp) / "c.db")
-                    g = StateGraph(AgentState)
-
-                    async def reply(state: AgentState) -> str:
-                        return "ok"
-
-                    g.add_node("reply", reply)
-                    g.add_edge(START, "reply")
-                    g.add_edge("reply", END)
-                    sq = g.compile(checkpointer=cp)
+                    sq, cp = sqlite_app(Path(tmp) / "c.db")
 
                     async def runs() -> list[str]:
                         texts = [await one_run(sq, f"take-c-{i}") for i in range(20)]
@@ -228,8 +240,18 @@ def test_a_loop_on_the_thread_that_took_an_ended_threads_hub_is_woken_and_the_ol
             # all finished).
             assert c_seen["fd"] == hub_fd
             assert still is False
-            # And L still works on a thread of its own.
-            assert in_thread(lambda: loop.run_until_complete(one_run(app, "take-b"))) == "ok"
+            # And L still works on a thread of its own, woken from SQLite's threads.
+            def on_d() -> str:
+                sq, cp = sqlite_app(Path(tmp) / "d.db")
+
+                async def go() -> str:
+                    text = await one_run(sq, "take-d")
+                    await cp.arelease()
+                    return text
+
+                return loop.run_until_complete(asyncio.wait_for(go(), HANG))
+
+            assert in_thread(on_d) == "ok"
         finally:
             loop.close()
 
@@ -257,6 +279,8 @@ def in_thread(fn):
     box = {}
     t = threading.Thread(target=lambda: box.update(v=fn()))
     t.start(); t.join(60)
+    while os.path.exists(f"/proc/self/task/{t.native_id}"):  # its TLS destructors done
+        pass
     return box.get("v")
 
 def hub():
@@ -295,6 +319,46 @@ def test_a_forked_child_makes_its_own_hubs_and_the_parent_keeps_its_own(tmp_path
     script = tmp_path / "fork_hub.py"
     script.write_text(textwrap.dedent(FORK_SCRIPT))
     proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                          text=True, timeout=60, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["ok ok False False", "ok ok"], proc.stdout + proc.stderr
+
+
+FORK_WHILE_THREADS_END = """
+import os, select, signal, sys, threading
+from tenxgraph import _core
+
+hung = 0
+for i in range(int(sys.argv[1])):
+    t = threading.Thread(target=_core.wake_hub_fileno)  # takes a hub; gives it back as it ends
+    t.start()
+    t.join()  # returns before the thread's TLS destructors run: the fork may land in them
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _core.wake_hub_fileno()  # the forking thread's: a new hub
+        t = threading.Thread(target=_core.wake_hub_fileno)  # a new thread's, from the free list
+        t.start()
+        t.join()
+        os.write(w, b"x")
+        os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 10)
+    if not ready:
+        hung += 1
+        os.kill(pid, signal.SIGKILL)
+    os.close(r)
+    os.waitpid(pid, 0)
+print(hung, flush=True)
+"""
+
+
+def test_a_child_forked_as_threads_end_does_not_hang_taking_a_hub(tmp_path: Path) -> None:
+    """A thread ending at the fork may hold the free list's lock (giving its hub back): the child
+    must not wait for it (it never would be released). The child uses a list of its own."""
+    script = tmp_path / "fork_while_threads_end.py"
+    script.write_text(textwrap.dedent(FORK_WHILE_THREADS_END))
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), "300"],
+                          capture_output=True, text=True, timeout=110)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "0"), proc.stdout + proc.stderr

@@ -30,7 +30,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::ThreadId;
@@ -49,8 +49,8 @@ struct Schedule {
 /// The wakes from other threads for the drivers of one loop thread: the drivers woken, and the
 /// socket pair that tells the loop (the reader is watched by every loop run on the thread).
 ///
-/// Its sockets are never closed: when its thread ends the hub goes to [`FREE`] and the next
-/// thread that needs one takes it. A loop that awaited on the ended thread and is still alive
+/// Its sockets are never closed: when its thread ends the hub goes to its process's free list and
+/// the next thread that needs one takes it. A loop that awaited on the ended thread and is still alive
 /// keeps asyncio's record of the reader's fd number; had the socket closed, the OS would have
 /// dropped it from the loop's selector, and another library's socket given the same number would
 /// have been "already registered" for that loop: its `add_reader` only swaps asyncio's callback,
@@ -66,11 +66,38 @@ pub struct Hub {
     pid: u32,
 }
 
-/// The hubs of ended threads, ready for the next thread. Any process's: a forked child's copy
-/// holds its parent's, which it never uses (see [`take_free`]).
-static FREE: Mutex<Vec<Arc<Hub>>> = Mutex::new(Vec::new());
+/// The hubs of ended threads of one process, ready for the next thread.
+struct FreeList {
+    pid: u32,
+    hubs: Mutex<Vec<Arc<Hub>>>,
+}
 
-/// A thread's own hub; given back to [`FREE`] when the thread ends.
+/// This process's [`FreeList`] (leaked: `'static`).
+static FREE: AtomicPtr<FreeList> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's free list. A forked child makes its own and never touches its parent's: a
+/// thread of the parent may have held its lock at the fork (a thread ending then, giving its hub
+/// back), and its hubs are the parent's (they stay open in the child, unused).
+fn free_list() -> &'static FreeList {
+    let pid = std::process::id();
+    loop {
+        let current = FREE.load(Ordering::Acquire);
+        // SAFETY: FREE only ever holds null or a leaked `Box<FreeList>`, never freed.
+        if let Some(list) = unsafe { current.as_ref() }.filter(|l| l.pid == pid) {
+            return list;
+        }
+        let made = Box::into_raw(Box::new(FreeList { pid, hubs: Mutex::new(Vec::new()) }));
+        if FREE.compare_exchange(current, made, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // SAFETY: just leaked above, and now published for good.
+            return unsafe { &*made };
+        }
+        // Another thread of this process got there first: use its list.
+        // SAFETY: `made` was never published.
+        drop(unsafe { Box::from_raw(made) });
+    }
+}
+
+/// A thread's own hub; given back to this process's free list when the thread ends.
 struct Owned(Arc<Hub>);
 
 impl Drop for Owned {
@@ -78,7 +105,7 @@ impl Drop for Owned {
         // Not when a forked child replaces its parent's hub (the forking thread's): that one stays
         // the parent's, and is never used here again.
         if self.0.pid == std::process::id() {
-            FREE.lock().unwrap_or_else(|p| p.into_inner()).push(self.0.clone());
+            free_list().hubs.lock().unwrap_or_else(|p| p.into_inner()).push(self.0.clone());
         }
     }
 }
@@ -87,12 +114,9 @@ thread_local! {
     static HUB: std::cell::RefCell<Option<Owned>> = const { std::cell::RefCell::new(None) };
 }
 
-/// An ended thread's hub of this process, the one freed last first; the list's hubs of another
-/// process (a forked child's parent's) are forgotten (their sockets stay open, unused).
-fn take_free(pid: u32) -> Option<Arc<Hub>> {
-    let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
-    free.retain(|h| h.pid == pid);
-    free.pop()
+/// An ended thread's hub of this process, the one freed last first.
+fn take_free() -> Option<Arc<Hub>> {
+    free_list().hubs.lock().unwrap_or_else(|p| p.into_inner()).pop()
 }
 
 impl Hub {
@@ -103,7 +127,7 @@ impl Hub {
             if let Some(Owned(h)) = cell.borrow().as_ref().filter(|h| h.0.pid == pid) {
                 return Ok(h.clone());
             }
-            let hub = match take_free(pid) {
+            let hub = match take_free() {
                 Some(hub) => hub,
                 None => {
                     let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
