@@ -29,8 +29,7 @@ __all__ = ["Submission", "drive"]
 # never closed (src/py/driver.rs: an ended thread's goes to the next thread), so within a process
 # an fd number names one socket for good and the registration stays valid on any thread: the
 # callback is given its fd and, run on a thread whose socket that is not, unregisters itself
-# (`_unwatch`). (Before, a thread's socket closed when the thread ended, and the key needed the
-# thread and the socket's inode.)
+# (`_unwatch`).
 _watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int]]] = (
     weakref.WeakKeyDictionary())
 
@@ -42,10 +41,10 @@ def _watch_wakes(loop: asyncio.AbstractEventLoop) -> None:
     if watched is None:
         watched = _watching[loop] = set()
     if key not in watched:
-        # The loop may still list this fd number for a socket closed without remove_reader (another
-        # library's, or a hub's in the process a child was forked from), which the OS dropped from
-        # the selector: without removing it first, add_reader would only update asyncio's own
-        # record and the hub's socket would never be polled (a hung run).
+        # The loop may still list this fd number for another library's socket that was closed
+        # without remove_reader, which the OS dropped from the selector: without removing it
+        # first, add_reader would only update asyncio's own record and the hub's socket would
+        # never be polled (a hung run).
         loop.remove_reader(fd)
         watched.difference_update({k for k in watched if k[1] == fd})
         # Registered in an empty context: the reader outlives the run that first awaited here,
