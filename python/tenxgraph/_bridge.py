@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -25,30 +24,44 @@ from tenxgraph import _core
 __all__ = ["Submission", "drive"]
 
 
-# The wake sockets each loop watches, as (process, thread, fd, inode): a loop normally runs on one
-# thread of one process, but nothing stops it from moving, and a forked child makes its own. A
-# thread's socket closes when the thread ends, and a later thread (whose ident may be the same)
-# may get the same fd number for its own: the inode tells the two apart.
-_watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int, int, int]]] = (
+# The wake sockets each loop watches, as (process, fd): a loop normally runs on one thread of one
+# process, but nothing stops it from moving, and a forked child makes its own. A hub socket is
+# never closed (src/py/driver.rs: an ended thread's goes to the next thread), so within a process
+# an fd number names one socket for good and the registration stays valid on any thread: the
+# callback is given its fd and, run on a thread whose socket that is not, unregisters itself
+# (`_unwatch`).
+_watching: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[tuple[int, int]]] = (
     weakref.WeakKeyDictionary())
 
 
 def _watch_wakes(loop: asyncio.AbstractEventLoop) -> None:
     fd = _core.wake_hub_fileno()
-    key = (os.getpid(), threading.get_ident(), fd, os.fstat(fd).st_ino)
+    key = (os.getpid(), fd)
     watched = _watching.get(loop)
     if watched is None:
         watched = _watching[loop] = set()
     if key not in watched:
-        # The loop may still list this fd number for a closed socket of an ended thread, which
-        # the OS dropped from the selector: without removing it first, add_reader would only
-        # update asyncio's own record and the new socket would never be polled (a hung run).
+        # The loop may still list this fd number for another library's socket that was closed
+        # without remove_reader, which the OS dropped from the selector: without removing it
+        # first, add_reader would only update asyncio's own record and the hub's socket would
+        # never be polled (a hung run).
         loop.remove_reader(fd)
-        watched.difference_update({k for k in watched if k[2] == fd})
+        watched.difference_update({k for k in watched if k[1] == fd})
         # Registered in an empty context: the reader outlives the run that first awaited here,
         # and must not keep that run's context alive (each poll runs in its own run's context).
-        contextvars.Context().run(loop.add_reader, fd, _core.wake_hub_run)
+        contextvars.Context().run(loop.add_reader, fd, _core.wake_hub_run, fd)
         watched.add(key)
+
+
+def _unwatch(fd: int) -> None:
+    """Called by ``_core.wake_hub_run(fd)`` when ``fd`` is not the current thread's hub socket:
+    the running loop awaited on a thread that has ended, whose hub is another thread's now (or
+    free). It stops watching it (a later await on the thread that has it registers it again)."""
+    loop = asyncio.get_running_loop()
+    loop.remove_reader(fd)
+    watched = _watching.get(loop)
+    if watched is not None:
+        watched.discard((os.getpid(), fd))
 
 
 async def drive(driver: Any) -> Any:

@@ -19,10 +19,13 @@ PG_SCHEMA_VERSION: int
 
 def wake_hub_fileno() -> int:
     """The socket this thread's event loops watch (``add_reader``, once per loop) for native
-    awaitables woken from another thread; made on first use, one per thread."""
-def wake_hub_run() -> None:
-    """The reader callback of ``wake_hub_fileno()``'s socket: polls every native awaitable of
-    this thread woken from another thread since the last call."""
+    awaitables woken from another thread; one per thread, an ended thread's or made on first
+    use, never closed."""
+def wake_hub_run(fd: int) -> None:
+    """The reader callback of ``wake_hub_fileno()``'s socket ``fd``: polls every native awaitable
+    of this thread woken from another thread since the last call. When ``fd`` is not this
+    thread's socket (the loop awaited on a thread that has ended), the running loop stops
+    watching it instead (``_bridge._unwatch``)."""
 def metrics_snapshot() -> dict[str, float]:
     """The process-wide counters and durations as ``{metric name: value}`` (durations as
     ``<name>_sum`` seconds and ``<name>_count``). Lock-free; safe from any thread."""

@@ -26,10 +26,11 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 use std::future::Future;
 use std::io::{Read, Write};
+use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::ThreadId;
@@ -47,40 +48,108 @@ struct Schedule {
 
 /// The wakes from other threads for the drivers of one loop thread: the drivers woken, and the
 /// socket pair that tells the loop (the reader is watched by every loop run on the thread).
+///
+/// Its sockets are never closed: when its thread ends the hub goes to its process's free list and
+/// the next thread that needs one takes it. A loop that awaited on the ended thread and is still alive
+/// keeps asyncio's record of the reader's fd number; had the socket closed, the OS would have
+/// dropped it from the loop's selector, and another library's socket given the same number would
+/// have been "already registered" for that loop: its `add_reader` only swaps asyncio's callback,
+/// the socket is never polled, and its awaits hang. A fd number that names a hub names that hub
+/// for the life of the process. (`ManuallyDrop`: no path closes them, a forked child's copies of
+/// its parent's hubs included.)
 pub struct Hub {
-    reader: UnixStream,
-    writer: UnixStream,
+    reader: ManuallyDrop<UnixStream>,
+    writer: ManuallyDrop<UnixStream>,
     woken: Mutex<Vec<Arc<Shared>>>,
     /// The process it was made in: a child forked from it makes its own (the inherited sockets
     /// are shared with the parent, which could read the child's wakes).
     pid: u32,
 }
 
+/// The hubs of ended threads of one process, ready for the next thread.
+struct FreeList {
+    pid: u32,
+    hubs: Mutex<Vec<Arc<Hub>>>,
+}
+
+/// This process's [`FreeList`] (leaked: `'static`).
+static FREE: AtomicPtr<FreeList> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's free list. A forked child makes its own and never touches its parent's: a
+/// thread of the parent may have held its lock at the fork (a thread ending then, giving its hub
+/// back), and its hubs are the parent's (they stay open in the child, unused).
+fn free_list() -> &'static FreeList {
+    let pid = std::process::id();
+    loop {
+        let current = FREE.load(Ordering::Acquire);
+        // SAFETY: FREE only ever holds null or a leaked `Box<FreeList>`, never freed.
+        if let Some(list) = unsafe { current.as_ref() }.filter(|l| l.pid == pid) {
+            return list;
+        }
+        let made = Box::into_raw(Box::new(FreeList { pid, hubs: Mutex::new(Vec::new()) }));
+        if FREE.compare_exchange(current, made, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // SAFETY: just leaked above, and now published for good.
+            return unsafe { &*made };
+        }
+        // Another thread of this process got there first: use its list.
+        // SAFETY: `made` was never published.
+        drop(unsafe { Box::from_raw(made) });
+    }
+}
+
+/// A thread's own hub; given back to this process's free list when the thread ends.
+struct Owned(Arc<Hub>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // Not when a forked child replaces its parent's hub (the forking thread's): that one stays
+        // the parent's, and is never used here again.
+        if self.0.pid == std::process::id() {
+            free_list().hubs.lock().unwrap_or_else(|p| p.into_inner()).push(self.0.clone());
+        }
+    }
+}
+
 thread_local! {
-    static HUB: std::cell::RefCell<Option<Arc<Hub>>> = const { std::cell::RefCell::new(None) };
+    static HUB: std::cell::RefCell<Option<Owned>> = const { std::cell::RefCell::new(None) };
+}
+
+/// An ended thread's hub of this process, the one freed last first.
+fn take_free() -> Option<Arc<Hub>> {
+    free_list().hubs.lock().unwrap_or_else(|p| p.into_inner()).pop()
 }
 
 impl Hub {
-    /// This thread's hub, made on first use (and again in a forked child).
+    /// This thread's hub: an ended thread's, or one made on first use (and again in a forked child).
     fn here() -> PyResult<Arc<Hub>> {
         HUB.with(|cell| {
             let pid = std::process::id();
-            if let Some(h) = cell.borrow().as_ref().filter(|h| h.pid == pid) {
+            if let Some(Owned(h)) = cell.borrow().as_ref().filter(|h| h.0.pid == pid) {
                 return Ok(h.clone());
             }
-            let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
-            let (reader, writer) = UnixStream::pair().map_err(os_err)?;
-            reader.set_nonblocking(true).map_err(os_err)?;
-            writer.set_nonblocking(true).map_err(os_err)?;
-            let hub = Arc::new(Hub { reader, writer, woken: Mutex::new(Vec::new()), pid });
-            *cell.borrow_mut() = Some(hub.clone());
+            let hub = match take_free() {
+                Some(hub) => hub,
+                None => {
+                    let os_err = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
+                    let (reader, writer) = UnixStream::pair().map_err(os_err)?;
+                    reader.set_nonblocking(true).map_err(os_err)?;
+                    writer.set_nonblocking(true).map_err(os_err)?;
+                    Arc::new(Hub {
+                        reader: ManuallyDrop::new(reader),
+                        writer: ManuallyDrop::new(writer),
+                        woken: Mutex::new(Vec::new()),
+                        pid,
+                    })
+                }
+            };
+            *cell.borrow_mut() = Some(Owned(hub.clone()));
             Ok(hub)
         })
     }
 
     fn wake(&self, shared: Arc<Shared>) {
         self.woken.lock().unwrap_or_else(|p| p.into_inner()).push(shared);
-        let _ = (&self.writer).write_all(&[1]); // a full socket is already readable: the loop will look
+        let _ = (&*self.writer).write_all(&[1]); // a full socket is already readable: the loop will look
     }
 }
 
@@ -89,16 +158,35 @@ pub fn hub_fileno() -> PyResult<i32> {
     Ok(Hub::here()?.reader.as_raw_fd())
 }
 
-/// The reader callback of the hub's socket: takes the wake bytes, then schedules a poll of every driver woken
+fn unwatch_helper(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static HELPER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    HELPER.import(py, "tenxgraph._bridge", "_unwatch")
+}
+
+/// The reader callback of the hub's socket `fd`: takes the wake bytes, then schedules a poll of every driver woken
 /// from another thread since the last call. One read: bytes left over keep the socket readable,
 /// which costs one more call that finds nothing (a read until EAGAIN cost a syscall every time).
-pub fn hub_run(py: Python<'_>) -> PyResult<()> {
+///
+/// `fd` is the hub socket the loop registered this callback for, on a thread it ran on earlier:
+/// when it is not this thread's (that thread ended and its hub is another thread's now, or free),
+/// the loop stops watching it and takes nothing: reading there would take another thread's
+/// wakes and call its loops' `call_soon` from this thread.
+pub fn hub_run(py: Python<'_>, fd: i32) -> PyResult<()> {
     let hub = Hub::here()?;
+    if hub.reader.as_raw_fd() != fd {
+        return unwatch_helper(py)?.call1((fd,)).map(drop);
+    }
     let mut buf = [0u8; 256];
-    let _ = (&hub.reader).read(&mut buf); // WouldBlock: called with nothing to read
+    let _ = (&*hub.reader).read(&mut buf); // WouldBlock: called with nothing to read
     let woken = std::mem::take(&mut *hub.woken.lock().unwrap_or_else(|p| p.into_inner()));
     let mut first_err = None;
+    let here = std::thread::current().id();
     for shared in woken {
+        // Started on the thread that had this hub before (its loop now runs elsewhere, if at all):
+        // its `call_soon` is not this thread's to call.
+        if shared.loop_thread.get() != Some(&here) {
+            continue;
+        }
         let scheduled = {
             let guard = shared.schedule.lock().unwrap_or_else(|p| p.into_inner());
             guard.as_ref().map(|s| (s.call_soon.clone_ref(py), s.step.clone_ref(py), s.kwargs.clone_ref(py)))

@@ -39,11 +39,13 @@ pub mod _core {
         super::driver::hub_fileno()
     }
 
-    /// The reader callback of `wake_hub_fileno()`'s socket: polls every native awaitable of this
-    /// thread woken from another thread since the last call.
+    /// The reader callback of `wake_hub_fileno()`'s socket `fd`: polls every native awaitable of
+    /// this thread woken from another thread since the last call. When `fd` is no longer this
+    /// thread's socket (the loop awaited on a thread that has ended), the running loop stops
+    /// watching it instead.
     #[pyfunction]
-    fn wake_hub_run(py: Python<'_>) -> PyResult<()> {
-        super::driver::hub_run(py)
+    fn wake_hub_run(py: Python<'_>, fd: i32) -> PyResult<()> {
+        super::driver::hub_run(py, fd)
     }
 
     /// Process-wide counters: `{metric name: value}`.
