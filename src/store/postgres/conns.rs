@@ -244,6 +244,20 @@ fn connection_lost(e: &sqlx::Error) -> bool {
         || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("08") || c.starts_with("57P"))
 }
 
+/// One statement on a lent connection: `$run` is awaited with `$c` bound to the connection; the
+/// connection is kept when it succeeds, checked for connection trouble when it fails.
+macro_rules! on_lease {
+    ($conns:ident, |$c:ident| $run:expr) => {
+        Box::pin(async move {
+            let mut lease = $conns.lease().await?;
+            let $c = lease.conn();
+            let out = $conns.checked($run.await)?;
+            lease.keep();
+            Ok(out)
+        })
+    };
+}
+
 /// Single statements run on a lent connection (`.fetch_one(&s.conns)`), with the pool's own
 /// behaviour otherwise.
 impl<'c> Executor<'c> for &'c Conns {
@@ -271,12 +285,7 @@ impl<'c> Executor<'c> for &'c Conns {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        Box::pin(async move {
-            let mut lease = self.lease().await?;
-            let row = self.checked(lease.conn().fetch_optional(query).await)?;
-            lease.keep();
-            Ok(row)
-        })
+        on_lease!(self, |c| c.fetch_optional(query))
     }
 
     fn fetch_all<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Vec<PgRow>, sqlx::Error>>
@@ -284,12 +293,7 @@ impl<'c> Executor<'c> for &'c Conns {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        Box::pin(async move {
-            let mut lease = self.lease().await?;
-            let rows = self.checked(lease.conn().fetch_all(query).await)?;
-            lease.keep();
-            Ok(rows)
-        })
+        on_lease!(self, |c| c.fetch_all(query))
     }
 
     fn execute<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<PgQueryResult, sqlx::Error>>
@@ -297,35 +301,20 @@ impl<'c> Executor<'c> for &'c Conns {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        Box::pin(async move {
-            let mut lease = self.lease().await?;
-            let done = self.checked(lease.conn().execute(query).await)?;
-            lease.keep();
-            Ok(done)
-        })
+        on_lease!(self, |c| c.execute(query))
     }
 
     fn prepare_with<'e>(self, sql: SqlStr, parameters: &'e [PgTypeInfo]) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
     where
         'c: 'e,
     {
-        Box::pin(async move {
-            let mut lease = self.lease().await?;
-            let statement = self.checked(lease.conn().prepare_with(sql, parameters).await)?;
-            lease.keep();
-            Ok(statement)
-        })
+        on_lease!(self, |c| c.prepare_with(sql, parameters))
     }
 
     fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
     where
         'c: 'e,
     {
-        Box::pin(async move {
-            let mut lease = self.lease().await?;
-            let described = self.checked(lease.conn().describe(sql).await)?;
-            lease.keep();
-            Ok(described)
-        })
+        on_lease!(self, |c| c.describe(sql))
     }
 }
