@@ -1,0 +1,126 @@
+"""Red team (session 9): the ``config["authz"]`` owner scope must hold when another user creates
+the thread *between* the scope check and the run's first write.
+
+The owner check used to run once, in Python, before the run (``check_authz``): a brand-new thread
+has no owner, so the check lets the call through, and on a checkpointer that does not isolate
+users by itself nothing looked again. Two callers on the same new thread id (two API requests
+at once) then both pass; the second appends its messages to the thread the first just created
+and now owns, and runs its model and tools on the owner's history.
+
+The race is made deterministic with an input validator (it runs after the authz check and before
+the run reads or writes anything): Mallory's validator lets Alice's whole turn run to completion
+first. Every backend, isolation off (the ``checkpointer`` fixture).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.authz import build_authz
+from tenxgraph.core.exceptions import StorageError
+from tenxgraph.utils import CallbackManager
+from tenxgraph.utils.callbacks import BaseValidator
+
+ALICE, MALLORY = "alice", "mallory"
+
+
+def owner_cfg(tid: str, user: str) -> dict[str, Any]:
+    return {"thread_id": tid, "user_id": user, "authz": build_authz(user, scope="owner")}
+
+
+class LetOtherGoFirst(BaseValidator):
+    """On Mallory's input, runs Alice's whole turn before letting Mallory's run go on."""
+
+    def __init__(self) -> None:
+        self.other: Any = None
+        self.fired = False
+
+    async def validate(self, messages: list[Message]) -> bool:
+        if self.other is not None and any(m.text() == "mallory's" for m in messages):
+            other, self.other = self.other, None
+            await other()
+            self.fired = True
+        return True
+
+
+def graph(cp: Any, validator: BaseValidator, seen: list[list[str]]) -> Any:
+    async def model(state: AgentState) -> Message:
+        seen.append([m.text() for m in state.context])
+        return Message.text_message(f"answer {len(seen)}", role="assistant")
+
+    mgr = CallbackManager()
+    mgr.register_input_validator(validator)
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=cp, callback_manager=mgr)
+
+
+@pytest.mark.asyncio
+async def test_owner_scope_holds_when_another_user_creates_the_thread_during_the_check(
+    checkpointer, make_thread
+) -> None:
+    cp = checkpointer
+    tid = make_thread("authz-race")
+    gate = LetOtherGoFirst()
+    seen: list[list[str]] = []
+    app = graph(cp, gate, seen)
+
+    async def alice_turn() -> None:
+        await app.ainvoke({"messages": [Message.text_message("alice's secret")]}, owner_cfg(tid, ALICE))
+
+    gate.other = alice_turn
+    with pytest.raises(StorageError) as info:
+        await app.ainvoke({"messages": [Message.text_message("mallory's")]}, owner_cfg(tid, MALLORY))
+    assert gate.fired, "the barrier did not run: the test proves nothing"
+    assert info.value.error_code == "STORAGE_FORBIDDEN_001"
+    # Mallory's model never saw Alice's history, and Alice's thread is exactly her turn.
+    assert seen == [["alice's secret"]]
+    state = await cp.aget_state({"thread_id": tid, "user_id": ALICE})
+    assert [m.text() for m in state.context] == ["alice's secret", "answer 1"]
+    assert await cp.aget_thread_owner(tid, {"thread_id": tid, "user_id": ALICE}) == ALICE
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("entry", ["ainvoke", "astream", "aput_state"])
+async def test_owner_scope_holds_on_every_entry_point_when_the_thread_is_created_after_the_check(
+    checkpointer, make_thread, monkeypatch, entry: str
+) -> None:
+    """The same race with no validator in between: Alice's turn runs right after the scope
+    check's own owner read (which answered "nobody") and before Mallory's call goes on."""
+    cp = checkpointer
+    tid = make_thread(f"authz-race-{entry}")
+    seen: list[list[str]] = []
+    app = graph(cp, LetOtherGoFirst(), seen)
+    import tenxgraph.storage.checkpointer.authz_guard as guard
+
+    real_owner = guard._owner
+    fired: list[bool] = []
+
+    async def owner_then_alice(checkpointer: Any, thread_id: str) -> str | None:
+        owner = await real_owner(checkpointer, thread_id)
+        if not fired:
+            fired.append(True)
+            await app.ainvoke({"messages": [Message.text_message("alice's secret")]}, owner_cfg(tid, ALICE))
+        return owner
+
+    monkeypatch.setattr(guard, "_owner", owner_then_alice)
+    theirs = owner_cfg(tid, MALLORY)
+    with pytest.raises(StorageError) as info:
+        if entry == "ainvoke":
+            await app.ainvoke({"messages": [Message.text_message("mallory's")]}, theirs)
+        elif entry == "astream":
+            async for _ in app.astream({"messages": [Message.text_message("mallory's")]}, theirs):
+                pass
+        else:
+            await cp.aput_state(theirs, AgentState(context=[Message.text_message("mallory's")]))
+    assert fired
+    assert info.value.error_code == "STORAGE_FORBIDDEN_001"
+    assert seen == [["alice's secret"]]
+    state = await cp.aget_state({"thread_id": tid, "user_id": ALICE})
+    assert [m.text() for m in state.context] == ["alice's secret", "answer 1"]
+    assert await cp.aget_thread_owner(tid, {"thread_id": tid, "user_id": ALICE}) == ALICE
