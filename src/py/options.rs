@@ -61,6 +61,9 @@ pub struct RunOptions {
     known_mark: Option<String>,
     #[pyo3(get)]
     resume_only: bool,
+    /// The call carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`).
+    #[pyo3(get)]
+    owner_scoped: bool,
     parsed_failpoints: Option<Arc<Failpoints>>,
 }
 
@@ -200,6 +203,7 @@ impl RunOptions {
             known_version: None,
             known_mark: None,
             resume_only: false,
+            owner_scoped: false,
             parsed_failpoints,
         })
     }
@@ -207,7 +211,7 @@ impl RunOptions {
     /// These settings with the facts of one call: whether it brings messages or a state update
     /// (or a resume answer), where it starts, whether it is streamed, the commit (version, write
     /// mark) of the live state it holds, and whether it is recovery's resume-only pass.
-    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false))]
+    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false, owner_scoped=false))]
     #[allow(clippy::too_many_arguments)]
     fn for_run(
         &self,
@@ -218,8 +222,10 @@ impl RunOptions {
         known_version: Option<i64>,
         known_mark: Option<String>,
         resume_only: bool,
+        owner_scoped: bool,
     ) -> Self {
         RunOptions {
+            owner_scoped,
             has_messages,
             has_state_update,
             start_node,
@@ -242,7 +248,7 @@ impl RunOptions {
 impl RunOptions {
     /// The engine's `RunConfig` for these settings.
     pub fn run_config(&self) -> RunConfig {
-        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()));
+        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()).scoped(self.owner_scoped));
         cfg.run_id = self.run_id.clone();
         cfg.recursion_limit = self.recursion_limit;
         cfg.node_timeout = self.node_timeout.map(Duration::from_secs_f64);

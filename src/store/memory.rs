@@ -92,7 +92,7 @@ impl MemoryStore {
 
     fn check_owner(&self, d: &ThreadData, t: &ThreadRef) -> StoreResult<()> {
         match &d.row {
-            Some(r) if self.enforce_user_isolation && r.user_id != t.user_id => {
+            Some(r) if t.isolated(self.enforce_user_isolation) && r.user_id != t.user_id => {
                 Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
             }
             _ => Ok(()),

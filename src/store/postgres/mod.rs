@@ -125,7 +125,7 @@ impl PgStore {
     /// Whether `t.user_id` may read the thread: isolation is off, the thread has no row yet, or
     /// the user owns it.
     async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.opts.enforce_user_isolation {
+        if !t.isolated(self.opts.enforce_user_isolation) {
             return Ok(true);
         }
         Ok(threads::thread_owner(self, &t.thread_id).await?.is_none_or(|o| o == t.user_id))

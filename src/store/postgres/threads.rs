@@ -65,7 +65,7 @@ pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &Th
     sqlx::query(s.sql.threads.lock_thread.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .execute(tx)
         .await
         .map_err(|e| map_err(op, e, Some(t)))?;

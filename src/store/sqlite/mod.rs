@@ -105,7 +105,7 @@ impl SqliteStore {
             .await
             .map_err(be("read thread"))?;
         match owner {
-            Some(o) if self.enforce_user_isolation && o != t.user_id => {
+            Some(o) if t.isolated(self.enforce_user_isolation) && o != t.user_id => {
                 Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
             }
             Some(_) => Ok(false),
@@ -129,7 +129,7 @@ impl SqliteStore {
     }
 
     async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.enforce_user_isolation {
+        if !t.isolated(self.enforce_user_isolation) {
             return Ok(true);
         }
         Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))

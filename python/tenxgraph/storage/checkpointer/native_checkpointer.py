@@ -108,14 +108,15 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
         rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
-        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True)
+        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True,
+                                               owner_scoped=authz_owner_scoped(config))
         config[_VERSION_KEY] = version
         return state
 
     async def aclear_state(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        await self._native.clear_state(thread_id, user_id)
+        await self._native.clear_state(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         await self._native.state_cache_clear(thread_id, user_id)
         config.pop(_VERSION_KEY, None)
         return True
@@ -208,7 +209,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """Records a result; the first one recorded for a key wins. Raises on failure."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
+        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result),
+                                                 owner_scoped=authz_owner_scoped(config)))
 
     # -- messages --------------------------------------------------------------------------
 
@@ -217,7 +219,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     ) -> int:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
+        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages),
+                                                   owner_scoped=authz_owner_scoped(config)))
 
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
         await check_authz(self, config)
@@ -243,7 +246,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        if not await self._native.delete_message(thread_id, user_id, str(message_id)):
+        if not await self._native.delete_message(thread_id, user_id, str(message_id),
+                                                 owner_scoped=authz_owner_scoped(config)):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
         return True
@@ -259,7 +263,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             )
         # run_id rides in the metadata, where 10xGraph's Postgres schema keeps it too.
         meta = json.dumps({**(thread_info.metadata or {}), "run_id": thread_info.run_id})
-        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
+        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta,
+                                                  owner_scoped=authz_owner_scoped(config)))
 
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         await check_authz(self, config)
@@ -284,7 +289,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        await self._native.clean_thread(thread_id, user_id)
+        await self._native.clean_thread(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         await self._native.state_cache_clear(thread_id, user_id)
         return True
 
