@@ -78,6 +78,33 @@ fn required_str(config: &Bound<'_, PyDict>, key: &str) -> PyResult<String> {
     }
 }
 
+/// A required id of the config (`thread_id`, `user_id`) as `id_text` reads it.
+fn required_id(config: &Bound<'_, PyDict>, key: &'static str) -> PyResult<String> {
+    match item(config, key)? {
+        Some(v) if !v.is_none() => id_text(key, &v),
+        _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
+    }
+}
+
+/// `str(value)` as the text of the id `field`, refused (`STORAGE_CONFIG_002`, as the stores
+/// refuse a bad id) when it is not valid Unicode: a lone surrogate. Converted lossily it became
+/// U+FFFD, so the run stored the thread under another id than the caller's, and ids that differ
+/// only there (two users' ids, under isolation) named one thread.
+pub fn id_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = value.str()?;
+    match text.to_str() {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(super::errors::store_err(
+            value.py(),
+            crate::store::StoreError::BadTextId {
+                field,
+                value: text.to_string_lossy().chars().take(80).collect(),
+                reason: "must be valid Unicode text (it holds a lone surrogate, which no backend can store)".into(),
+            },
+        )),
+    }
+}
+
 /// 10xGraph's lenient timeout rule (`engine::resolve_timeout`), from a Python value: missing ->
 /// `default`; None or <= 0 -> no deadline; a bool, a non-number or NaN -> a warning and `default`.
 pub fn timeout_from(config: &Bound<'_, PyDict>, key: &str, default: Option<f64>) -> PyResult<Option<f64>> {
@@ -175,7 +202,7 @@ impl RunOptions {
             Some(v) => v.is_truthy()?,
         };
         let (thread_id, user_id, run_id) =
-            (required_str(config, "thread_id")?, required_str(config, "user_id")?, required_str(config, "run_id")?);
+            (required_id(config, "thread_id")?, required_id(config, "user_id")?, required_str(config, "run_id")?);
         // A bad timeout's warning is a line of this run: it carries the run's log fields.
         let span = super::logging::run_span(&thread_id, &run_id);
         let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {

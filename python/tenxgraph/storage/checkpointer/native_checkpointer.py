@@ -34,14 +34,15 @@ def _ids(config: dict[str, Any]) -> tuple[str, str]:
     thread_id = config.get("thread_id")
     if thread_id is None or thread_id == "":
         raise InvalidConfigError("config must contain a thread_id")
-    return str(thread_id), _user(config)
+    # Checked as the run's config is: an id that is not valid Unicode is STORAGE_CONFIG_002.
+    return _core.text_id("thread_id", thread_id), _user(config)
 
 
 def _user(config: dict[str, Any] | None) -> str:
     """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
     if config is not None and not isinstance(config, dict):
         raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
-    return str((config or {}).get("user_id") or "anonymous")
+    return _core.text_id("user_id", (config or {}).get("user_id") or "anonymous")
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
