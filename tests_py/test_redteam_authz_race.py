@@ -124,3 +124,47 @@ async def test_owner_scope_holds_on_every_entry_point_when_the_thread_is_created
     state = await cp.aget_state({"thread_id": tid, "user_id": ALICE})
     assert [m.text() for m in state.context] == ["alice's secret", "answer 1"]
     assert await cp.aget_thread_owner(tid, {"thread_id": tid, "user_id": ALICE}) == ALICE
+
+
+@pytest.mark.asyncio
+async def test_a_busy_error_names_no_holder_to_an_owner_scoped_caller_who_raced_the_check(
+    checkpointer, make_thread, monkeypatch
+) -> None:
+    """Alice's run is in flight on her thread; Mallory's call got past the scope check (the race
+    above: the check read the thread before Alice's first commit). Her run is refused as busy,
+    and the error must not describe Alice's run (run id, pid, lease token) to her."""
+    import asyncio
+
+    import tenxgraph.storage.checkpointer.authz_guard as guard
+    from tenxgraph.core.exceptions import ThreadBusyError
+
+    cp = checkpointer
+    tid = make_thread("authz-busy")
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(state: AgentState) -> Message:
+        started.set()
+        await release.wait()
+        return Message.text_message("alice done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", slow)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=cp)
+    alice = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("alice's")]}, owner_cfg(tid, ALICE)))
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+
+        async def nobody(checkpointer: Any, thread_id: str) -> str | None:
+            return None  # what the check read before Alice's first commit
+
+        monkeypatch.setattr(guard, "_owner", nobody)
+        with pytest.raises(ThreadBusyError) as info:
+            await app.ainvoke({"messages": [Message.text_message("mallory's")]}, owner_cfg(tid, MALLORY))
+        assert "holder_run_id" not in info.value.context and "lease_token" not in info.value.context, info.value.context
+    finally:
+        release.set()
+        await asyncio.wait_for(alice, 30)
+    state = await cp.aget_state({"thread_id": tid, "user_id": ALICE})
+    assert [m.text() for m in state.context] == ["alice's", "alice done"]
