@@ -350,6 +350,7 @@ impl Checkpointer for MemoryStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         id_text::check_ref(t)?;
+        id_text::check_thread_name(name)?;
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;

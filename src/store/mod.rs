@@ -147,7 +147,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// nobody owns yet (a run holds its lease and has not written) counts as another user's, so a
     /// run in flight is never described to somebody else.
     async fn is_owner(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.isolates_users() {
+        if !t.isolated(self.isolates_users()) {
             return Ok(true);
         }
         Ok(self.thread_owner(&t.thread_id).await?.as_deref() == Some(t.user_id.as_str()))

@@ -218,6 +218,7 @@ impl Checkpointer for PgStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         self.check_thread(t)?;
+        crate::store::id_text::check_thread_name(name)?;
         threads::put_thread(self, t, name, meta).await
     }
 

@@ -206,6 +206,7 @@ impl Checkpointer for SqliteStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         id_text::check_ref(t)?;
+        id_text::check_thread_name(name)?;
         threads::put_thread(self, t, name, meta).await
     }
 
