@@ -433,6 +433,17 @@ impl Checkpointer for MemoryStore {
         Ok(())
     }
 
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let k = (ns.to_owned(), key.to_owned());
+        let now = now_secs();
+        if inner.cache.get(&k).is_some_and(|(_, exp)| exp.is_none_or(|e| e > now)) {
+            return Ok(false);
+        }
+        inner.cache.insert(k, (value.clone(), ttl.filter(|t| *t > 0.0).map(|t| now + t)));
+        Ok(true)
+    }
+
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
         let mut inner = self.lock();
         let k = (ns.to_owned(), key.to_owned());

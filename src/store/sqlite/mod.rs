@@ -249,6 +249,10 @@ impl Checkpointer for SqliteStore {
         cache::cache_get(self, ns, key).await
     }
 
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        cache::cache_put_absent(self, ns, key, value, ttl).await
+    }
+
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
         cache::cache_clear(self, ns, key).await
     }
