@@ -95,3 +95,19 @@ async def test_two_users_whose_ids_differ_only_in_surrogates_do_not_share_a_thre
     await app.ainvoke({"messages": [Message.text_message("mine")]}, {"thread_id": "x", "user_id": "u" + LOSSY})
     state = await cp.aget_state({"thread_id": "x", "user_id": "u" + LOSSY})
     assert [m.text() for m in state.context] == ["mine", "ok"]
+
+
+@pytest.mark.parametrize("argv", [["threads", "show", "a\udcff"], ["ledger", "a\udcff"], ["stop", "t", "--user", "\udcfe"]],
+                         ids=["show", "ledger", "stop-user"])
+def test_the_cli_refuses_an_argument_that_is_not_utf8_like_any_other_bad_id(tmp_path, argv: list[str]) -> None:
+    """A shell argument that is not valid UTF-8 reaches Python with lone surrogates
+    (surrogateescape); the CLI refuses it as every entry point does, not with a codec error."""
+    import io
+
+    from tenxgraph.cli.main import main
+
+    db = tmp_path / "cli.db"
+    asyncio.run(graph(SqliteCheckpointer(db)).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t"}))
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--sqlite", str(db), *argv], out, err)
+    assert code != 0 and "STORAGE_CONFIG_002" in err.getvalue(), (code, err.getvalue())
