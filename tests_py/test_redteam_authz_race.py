@@ -168,3 +168,28 @@ async def test_a_busy_error_names_no_holder_to_an_owner_scoped_caller_who_raced_
         await asyncio.wait_for(alice, 30)
     state = await cp.aget_state({"thread_id": tid, "user_id": ALICE})
     assert [m.text() for m in state.context] == ["alice's", "alice done"]
+
+
+@pytest.mark.asyncio
+async def test_a_raced_owner_scoped_resume_does_not_move_the_owners_lease_row(checkpointer, make_thread, monkeypatch) -> None:
+    """Mallory's ``ainvoke({})`` takes the lease before it loads (a resume). Past a raced scope
+    check it was refused only after its take had committed: the owner's lease row carried
+    Mallory's run as holder and a new fencing token. As under an isolating store, the take itself
+    now refuses another user's thread and leaves the row as it was."""
+    import tenxgraph.storage.checkpointer.authz_guard as guard
+
+    cp = checkpointer
+    tid = make_thread("authz-lease")
+    app = graph(cp, LetOtherGoFirst(), [])
+    await app.ainvoke({"messages": [Message.text_message("alice's")]}, owner_cfg(tid, ALICE))
+    mine = {"thread_id": tid, "user_id": ALICE}
+    before = await cp.aget_lease(dict(mine))
+
+    async def nobody(checkpointer: Any, thread_id: str) -> str | None:
+        return None
+
+    monkeypatch.setattr(guard, "_owner", nobody)
+    with pytest.raises(StorageError) as info:
+        await app.ainvoke({}, owner_cfg(tid, MALLORY))
+    assert info.value.error_code == "STORAGE_FORBIDDEN_001"
+    assert await cp.aget_lease(dict(mine)) == before
