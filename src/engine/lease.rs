@@ -245,6 +245,7 @@ pub(super) fn request(cfg: &RunConfig) -> LeaseRequest {
         // The owner check happens in the take itself, so another user's run never moves the
         // owner's lease row (fencing token, holder).
         user_id: Some(cfg.thread.user_id.clone()),
+        owner_scoped: cfg.thread.owner_scoped,
     }
 }
 

@@ -186,7 +186,7 @@ impl MemoryStore {
     /// The lease take under the store's lock (see `lease_acquire`).
     fn take_locked(&self, inner: &mut Inner, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
-            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()))?;
+            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()).scoped(req.owner_scoped))?;
         }
         let cur = inner.leases.get(thread_id).map(LeaseRow::view);
         if !may_take(cur.as_ref(), req) {
