@@ -111,3 +111,15 @@ def test_the_cli_refuses_an_argument_that_is_not_utf8_like_any_other_bad_id(tmp_
     out, err = io.StringIO(), io.StringIO()
     code = main(["--sqlite", str(db), *argv], out, err)
     assert code != 0 and "STORAGE_CONFIG_002" in err.getvalue(), (code, err.getvalue())
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("call", ["aget_message", "adelete_message"])
+async def test_a_lone_surrogate_message_id_is_refused_like_a_bad_id(checkpointer: Any, make_thread: Any, call: str) -> None:
+    cp = checkpointer
+    tid = make_thread("sur-msg")
+    await graph(cp).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
+    with pytest.raises(InvalidConfigError) as info:
+        await getattr(cp, call)({"thread_id": tid}, "m\ud800")
+    assert refused(info.value, "message_id")
+    assert [m.text() for m in (await cp.aget_state({"thread_id": tid})).context] == ["hi", "ok"]
