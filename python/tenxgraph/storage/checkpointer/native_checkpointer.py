@@ -226,7 +226,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        raw = await self._native.get_message(thread_id, user_id, str(message_id))
+        raw = await self._native.get_message(thread_id, user_id, _core.text_id("message_id", message_id))
         if raw is None:
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
@@ -247,7 +247,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        if not await self._native.delete_message(thread_id, user_id, str(message_id),
+        if not await self._native.delete_message(thread_id, user_id, _core.text_id("message_id", message_id),
                                                  owner_scoped=authz_owner_scoped(config)):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
