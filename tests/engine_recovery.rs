@@ -155,6 +155,7 @@ async fn candidates_name_a_live_holder_and_pass_over_dead_or_expired_ones() {
             ttl: Duration::from_millis(ttl_ms),
             steal: None,
             user_id: None,
+            owner_scoped: false,
         };
         store.lease_acquire("expired", &req("gone", "another-host", 1)).await.unwrap();
         // A holder on a machine whose processes cannot be checked is alive until its lease expires.

@@ -38,7 +38,7 @@ fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepW
 }
 
 fn req(holder: &str, ttl: std::time::Duration) -> LeaseRequest {
-    LeaseRequest { holder: holder.into(), host: "h".into(), pid: 7, pid_start: 8, ttl, steal: None, user_id: Some("u".into()) }
+    LeaseRequest { holder: holder.into(), host: "h".into(), pid: 7, pid_start: 8, ttl, steal: None, user_id: Some("u".into()), owner_scoped: false }
 }
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);

@@ -119,6 +119,7 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
         ttl: std::time::Duration::from_secs(60),
         steal: None,
         user_id: None,
+        owner_scoped: false,
     };
     // A run's first commit through 0008 on the old functions: lease and input in one statement.
     let t2 = ThreadRef::new("old-db-2", "u");

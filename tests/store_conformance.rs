@@ -289,6 +289,7 @@ fn lease_req(holder: &str, ttl_ms: u64, steal: Option<i64>) -> LeaseRequest {
         ttl: std::time::Duration::from_millis(ttl_ms),
         steal,
         user_id: None,
+        owner_scoped: false,
     }
 }
 

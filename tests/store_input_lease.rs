@@ -64,6 +64,7 @@ fn req(holder: &str, user: Option<&str>) -> LeaseRequest {
         ttl: std::time::Duration::from_secs(60),
         steal: None,
         user_id: user.map(str::to_owned),
+        owner_scoped: false,
     }
 }
 

@@ -52,9 +52,12 @@ STOP_NAMESPACE: str
 def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> float | None:
     """10xGraph's timeout rule, the one the loop applies: missing -> ``default``; None or <= 0 ->
     no deadline; a bool, a non-number or NaN -> a warning and ``default``."""
-def stop_key(thread_id: str, user_id: str) -> str:
+def stop_key(thread_id: Any, user_id: Any) -> str:
     """The cache key of a thread's stop request (under ``STOP_NAMESPACE``); ids the stores refuse
-    (over 255 characters, NUL) raise ``InvalidConfigError`` ``STORAGE_CONFIG_002``."""
+    (over 255 characters, NUL, a lone surrogate) raise ``InvalidConfigError`` ``STORAGE_CONFIG_002``."""
+def text_id(field: str, value: Any) -> str:
+    """``str(value)`` as the id ``field`` is stored; ``InvalidConfigError`` ``STORAGE_CONFIG_002``
+    when it is not valid Unicode (a lone surrogate)."""
 
 @final
 class RunOptions:
@@ -80,6 +83,7 @@ class RunOptions:
     known_version: int | None
     known_mark: str | None
     resume_only: bool
+    owner_scoped: bool
     def __new__(cls, config: dict[str, Any]) -> RunOptions:
         """Resolves the run settings of ``config`` once (ids, recursion limit, timeouts,
         durability, busy policy, lease TTL, failpoints); ValueError for a bad value, before
@@ -94,6 +98,7 @@ class RunOptions:
         known_version: int | None = None,
         known_mark: str | None = None,
         resume_only: bool = False,
+        owner_scoped: bool = False,
     ) -> RunOptions:
         """These settings with the facts of one call."""
 
@@ -200,14 +205,17 @@ class NativeStore:
         state_json: str,
         messages: list[tuple[str, str]],
         replace_messages: bool = False,
+        owner_scoped: bool = False,
     ) -> Awaitable[int]:
         """Commits one versioned step outside a run: the state plus ``messages`` (``(id, json)``
         pairs; with ``replace_messages`` they replace the stored history) in one transaction. Raises
         ``StaleStateError`` and writes nothing when the thread is no longer at ``expected_version``.
         Resolves to the new version."""
-    def clear_state(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+    def clear_state(self, thread_id: str, user_id: str, owner_scoped: bool = False) -> Awaitable[bool]:
         """Drops the thread's state rows and messages (the thread row and ledger stay); True."""
-    def put_messages(self, thread_id: str, user_id: str, messages: list[tuple[str, str]]) -> Awaitable[int]:
+    def put_messages(
+        self, thread_id: str, user_id: str, messages: list[tuple[str, str]], owner_scoped: bool = False
+    ) -> Awaitable[int]:
         """Upserts ``(id, json)`` messages by id, keeping first-insertion order; resolves to how many
         were given."""
     def get_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[str | None]:
@@ -221,9 +229,13 @@ class NativeStore:
         limit: int | None = None,
     ) -> Awaitable[list[str]]:
         """The thread's messages as JSON, in order, filtered by ``search`` and paged."""
-    def delete_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[bool]:
+    def delete_message(
+        self, thread_id: str, user_id: str, message_id: str, owner_scoped: bool = False
+    ) -> Awaitable[bool]:
         """True when the message existed and was deleted."""
-    def put_thread(self, thread_id: str, user_id: str, name: str | None, meta_json: str) -> Awaitable[bool]:
+    def put_thread(
+        self, thread_id: str, user_id: str, name: str | None, meta_json: str, owner_scoped: bool = False
+    ) -> Awaitable[bool]:
         """Inserts or updates the thread row; True when it was inserted."""
     def get_thread(
         self, thread_id: str, user_id: str
@@ -237,7 +249,7 @@ class NativeStore:
         limit: int | None = None,
     ) -> Awaitable[list[tuple[str, str, str | None, str, float, float]]]:
         """Thread rows (as ``get_thread``), only ``user_id``'s when given, matching ``search``, paged."""
-    def clean_thread(self, thread_id: str, user_id: str) -> Awaitable[bool]:
+    def clean_thread(self, thread_id: str, user_id: str, owner_scoped: bool = False) -> Awaitable[bool]:
         """Deletes the thread with its states, messages and ledger rows; True."""
     def thread_owner(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]:
         """The thread's owner. With ``user_id``, as that user may see it (under isolation None to
@@ -278,7 +290,9 @@ class NativeStore:
     ) -> Awaitable[str]:
         """Retention: never touches a thread that is not completed or whose lease is held, and keeps
         each thread's latest state. Resolves to the report as JSON (nothing removed with ``dry_run``)."""
-    def ledger_put(self, thread_id: str, user_id: str, key: str, result_json: str) -> Awaitable[bool]:
+    def ledger_put(
+        self, thread_id: str, user_id: str, key: str, result_json: str, owner_scoped: bool = False
+    ) -> Awaitable[bool]:
         """Records one tool result; True when this call inserted it (False: a result was already
         there, and it stays: the first result wins)."""
     def ledger_put_blocking(

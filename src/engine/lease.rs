@@ -245,6 +245,7 @@ pub(super) fn request(cfg: &RunConfig) -> LeaseRequest {
         // The owner check happens in the take itself, so another user's run never moves the
         // owner's lease row (fencing token, holder).
         user_id: Some(cfg.thread.user_id.clone()),
+        owner_scoped: cfg.thread.owner_scoped,
     }
 }
 
@@ -349,7 +350,9 @@ async fn busy(store: &dyn Checkpointer, cfg: &RunConfig, info: LeaseInfo, waited
 async fn request_preempt(store: &dyn Checkpointer, cfg: &RunConfig) {
     let key = stop_key(&cfg.thread.thread_id, &cfg.thread.user_id);
     let value = json!({"preempt": cfg.run_id});
-    if let Err(e) = store.cache_put(STOP_NAMESPACE, &key, &value, Some(3600.0)).await {
+    // Only where no request is pending: a user's hard stop under this key must stay hard (it
+    // ends a hung node; a preemption waits for the next safe point).
+    if let Err(e) = store.cache_put_absent(STOP_NAMESPACE, &key, &value, Some(3600.0)).await {
         tracing::warn!(thread_id = %cfg.thread.thread_id, "could not ask the running execution to stop: {e}");
     }
     StopSignals::global().signal(&key);

@@ -74,10 +74,25 @@ pub mod _core {
     /// The cache key of a thread's stop request, under `STOP_NAMESPACE`; ids the stores refuse
     /// (`store::id_text`) are refused here too, the same way.
     #[pyfunction]
-    fn stop_key(py: Python<'_>, thread_id: &str, user_id: &str) -> PyResult<String> {
-        crate::store::id_text::check_ref(&crate::store::ThreadRef::new(thread_id, user_id))
+    fn stop_key(py: Python<'_>, thread_id: &Bound<'_, PyAny>, user_id: &Bound<'_, PyAny>) -> PyResult<String> {
+        let (thread_id, user_id) = (text_id("thread_id", thread_id)?, text_id("user_id", user_id)?);
+        crate::store::id_text::check_ref(&crate::store::ThreadRef::new(thread_id.as_str(), user_id.as_str()))
             .map_err(|e| super::errors::store_err(py, e))?;
-        Ok(crate::engine::stop_key(thread_id, user_id))
+        Ok(crate::engine::stop_key(&thread_id, &user_id))
+    }
+
+    /// `str(value)` as the id `field` (`thread_id`, `user_id`, `message_id`) is stored: the
+    /// text a run's config gives, refused with `InvalidConfigError` `STORAGE_CONFIG_002` when it
+    /// is not valid Unicode (a lone surrogate), as every entry point refuses it.
+    #[pyfunction]
+    fn text_id(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+        let field = match field {
+            "thread_id" => "thread_id",
+            "user_id" => "user_id",
+            "message_id" => "message_id",
+            _ => "id",
+        };
+        super::options::id_text(field, value)
     }
 
     /// Called at interpreter exit: Rust threads must not call into a finalizing interpreter, so

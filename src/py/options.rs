@@ -61,6 +61,9 @@ pub struct RunOptions {
     known_mark: Option<String>,
     #[pyo3(get)]
     resume_only: bool,
+    /// The call carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`).
+    #[pyo3(get)]
+    owner_scoped: bool,
     parsed_failpoints: Option<Arc<Failpoints>>,
 }
 
@@ -72,6 +75,33 @@ fn required_str(config: &Bound<'_, PyDict>, key: &str) -> PyResult<String> {
     match item(config, key)? {
         Some(v) if !v.is_none() => Ok(v.str()?.to_string()),
         _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
+    }
+}
+
+/// A required id of the config (`thread_id`, `user_id`) as `id_text` reads it.
+fn required_id(config: &Bound<'_, PyDict>, key: &'static str) -> PyResult<String> {
+    match item(config, key)? {
+        Some(v) if !v.is_none() => id_text(key, &v),
+        _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
+    }
+}
+
+/// `str(value)` as the text of the id `field`, refused (`STORAGE_CONFIG_002`, as the stores
+/// refuse a bad id) when it is not valid Unicode: a lone surrogate. Converted lossily it became
+/// U+FFFD, so the run stored the thread under another id than the caller's, and ids that differ
+/// only there (two users' ids, under isolation) named one thread.
+pub fn id_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = value.str()?;
+    match text.to_str() {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(super::errors::store_err(
+            value.py(),
+            crate::store::StoreError::BadTextId {
+                field,
+                value: text.to_string_lossy().chars().take(80).collect(),
+                reason: "must be valid Unicode text (it holds a lone surrogate, which no backend can store)".into(),
+            },
+        )),
     }
 }
 
@@ -172,7 +202,7 @@ impl RunOptions {
             Some(v) => v.is_truthy()?,
         };
         let (thread_id, user_id, run_id) =
-            (required_str(config, "thread_id")?, required_str(config, "user_id")?, required_str(config, "run_id")?);
+            (required_id(config, "thread_id")?, required_id(config, "user_id")?, required_str(config, "run_id")?);
         // A bad timeout's warning is a line of this run: it carries the run's log fields.
         let span = super::logging::run_span(&thread_id, &run_id);
         let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {
@@ -200,6 +230,7 @@ impl RunOptions {
             known_version: None,
             known_mark: None,
             resume_only: false,
+            owner_scoped: false,
             parsed_failpoints,
         })
     }
@@ -207,7 +238,7 @@ impl RunOptions {
     /// These settings with the facts of one call: whether it brings messages or a state update
     /// (or a resume answer), where it starts, whether it is streamed, the commit (version, write
     /// mark) of the live state it holds, and whether it is recovery's resume-only pass.
-    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false))]
+    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false, owner_scoped=false))]
     #[allow(clippy::too_many_arguments)]
     fn for_run(
         &self,
@@ -218,8 +249,10 @@ impl RunOptions {
         known_version: Option<i64>,
         known_mark: Option<String>,
         resume_only: bool,
+        owner_scoped: bool,
     ) -> Self {
         RunOptions {
+            owner_scoped,
             has_messages,
             has_state_update,
             start_node,
@@ -242,7 +275,7 @@ impl RunOptions {
 impl RunOptions {
     /// The engine's `RunConfig` for these settings.
     pub fn run_config(&self) -> RunConfig {
-        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()));
+        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()).scoped(self.owner_scoped));
         cfg.run_id = self.run_id.clone();
         cfg.recursion_limit = self.recursion_limit;
         cfg.node_timeout = self.node_timeout.map(Duration::from_secs_f64);

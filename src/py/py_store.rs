@@ -214,6 +214,9 @@ impl Checkpointer for PyStore {
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
         self.mem.running_threads(after, limit).await
     }
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        self.mem.cache_put_absent(ns, key, value, ttl).await
+    }
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
         self.mem.cache_put(ns, key, value, ttl).await
     }

@@ -209,7 +209,7 @@ impl NativeStore {
     }
 
     /// One versioned step written outside a run (`aput_state` / `aput_checkpoint`).
-    #[pyo3(signature = (thread_id, user_id, expected_version, state_json, messages, replace_messages=false))]
+    #[pyo3(signature = (thread_id, user_id, expected_version, state_json, messages, replace_messages=false, owner_scoped=false))]
     #[allow(clippy::too_many_arguments)]
     fn put_step<'py>(
         &self,
@@ -220,31 +220,35 @@ impl NativeStore {
         state_json: String,
         messages: Vec<(String, String)>,
         replace_messages: bool,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let state = json_in(&state_json)?;
         let msgs = messages_in(messages)?;
         awaitable(py, async move {
             let w = StepWrite { expected_version, state: &state, new_messages: &msgs, replace_messages, fence: None, release_lease: false, in_tx: None, previous_mark: None };
-            s.put_step(&t(thread_id, user_id), w).await
+            s.put_step(&t(thread_id, user_id).scoped(owner_scoped), w).await
         })
     }
 
-    fn clear_state<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn clear_state<'py>(&self, py: Python<'py>, thread_id: String, user_id: String, owner_scoped: bool) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.clear_state(&t(thread_id, user_id)).await.map(|_| true) })
+        awaitable(py, async move { s.clear_state(&t(thread_id, user_id).scoped(owner_scoped)).await.map(|_| true) })
     }
 
+    #[pyo3(signature = (thread_id, user_id, messages, owner_scoped=false))]
     fn put_messages<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: String,
         messages: Vec<(String, String)>,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let msgs = messages_in(messages)?;
-        awaitable(py, async move { s.put_messages(&t(thread_id, user_id), &msgs).await.map(|_| msgs.len()) })
+        awaitable(py, async move { s.put_messages(&t(thread_id, user_id).scoped(owner_scoped), &msgs).await.map(|_| msgs.len()) })
     }
 
     fn get_message<'py>(
@@ -277,18 +281,20 @@ impl NativeStore {
         })
     }
 
+    #[pyo3(signature = (thread_id, user_id, message_id, owner_scoped=false))]
     fn delete_message<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: String,
         message_id: String,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.delete_message(&t(thread_id, user_id), &message_id).await })
+        awaitable(py, async move { s.delete_message(&t(thread_id, user_id).scoped(owner_scoped), &message_id).await })
     }
 
-    #[pyo3(signature = (thread_id, user_id, name, meta_json))]
+    #[pyo3(signature = (thread_id, user_id, name, meta_json, owner_scoped=false))]
     fn put_thread<'py>(
         &self,
         py: Python<'py>,
@@ -296,10 +302,11 @@ impl NativeStore {
         user_id: String,
         name: Option<String>,
         meta_json: String,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let meta = json_in(&meta_json)?;
-        awaitable(py, async move { s.put_thread(&t(thread_id, user_id), name.as_deref(), &meta).await })
+        awaitable(py, async move { s.put_thread(&t(thread_id, user_id).scoped(owner_scoped), name.as_deref(), &meta).await })
     }
 
     fn get_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
@@ -323,9 +330,10 @@ impl NativeStore {
         })
     }
 
-    fn clean_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn clean_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String, owner_scoped: bool) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.clean_thread(&t(thread_id, user_id)).await.map(|_| true) })
+        awaitable(py, async move { s.clean_thread(&t(thread_id, user_id).scoped(owner_scoped)).await.map(|_| true) })
     }
 
     /// The thread's owner. With `user_id`, as that user may see it: under user isolation the
@@ -406,6 +414,7 @@ impl NativeStore {
         })
     }
 
+    #[pyo3(signature = (thread_id, user_id, key, result_json, owner_scoped=false))]
     fn ledger_put<'py>(
         &self,
         py: Python<'py>,
@@ -413,10 +422,11 @@ impl NativeStore {
         user_id: String,
         key: String,
         result_json: String,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let v = json_in(&result_json)?;
-        awaitable(py, async move { s.ledger_put(&t(thread_id, user_id), &key, &v).await })
+        awaitable(py, async move { s.ledger_put(&t(thread_id, user_id).scoped(owner_scoped), &key, &v).await })
     }
 
     /// One page of recovery's candidates (`engine::recovery_candidates`): threads whose latest

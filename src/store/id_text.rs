@@ -29,6 +29,22 @@ pub fn default_thread_name(thread_id: &str) -> String {
     format!("Thread {thread_id}").chars().take(MAX_ID_CHARS).collect()
 }
 
+/// A thread's name as given to `put_thread`: at most `MAX_ID_CHARS` characters on every backend
+/// (10xGraph's `VARCHAR(255)` column). PostgreSQL refused a longer one with its own words while
+/// SQLite and memory kept it, so a name that worked on one backend failed on another.
+pub fn check_thread_name(name: Option<&str>) -> StoreResult<()> {
+    let Some(name) = name else { return Ok(()) };
+    let n = name.chars().count();
+    if n <= MAX_ID_CHARS {
+        return Ok(());
+    }
+    Err(StoreError::BadTextId {
+        field: "thread_name",
+        value: name.chars().take(80).collect(),
+        reason: format!("must be at most {MAX_ID_CHARS} characters long (it has {n})"),
+    })
+}
+
 /// The thread and user of `t`.
 pub fn check_ref(t: &ThreadRef) -> StoreResult<()> {
     check_text_id("thread_id", &t.thread_id)?;

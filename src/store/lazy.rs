@@ -138,6 +138,9 @@ impl Checkpointer for LazyStore {
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
         self.get().await?.cache_get(ns, key).await
     }
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        self.get().await?.cache_put_absent(ns, key, value, ttl).await
+    }
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
         self.get().await?.cache_clear(ns, key).await
     }

@@ -31,6 +31,9 @@ pub struct LeaseRequest {
     /// as it was: a non-owner's run must not move the owner's fencing token or holder. None:
     /// no owner check (a caller outside a run, or tests of the lease itself).
     pub user_id: Option<String>,
+    /// The run carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`): `user_id` is
+    /// checked as under user isolation, whatever the store's setting.
+    pub owner_scoped: bool,
 }
 
 /// The lease row as seen now.

@@ -92,7 +92,7 @@ impl MemoryStore {
 
     fn check_owner(&self, d: &ThreadData, t: &ThreadRef) -> StoreResult<()> {
         match &d.row {
-            Some(r) if self.enforce_user_isolation && r.user_id != t.user_id => {
+            Some(r) if t.isolated(self.enforce_user_isolation) && r.user_id != t.user_id => {
                 Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
             }
             _ => Ok(()),
@@ -186,7 +186,7 @@ impl MemoryStore {
     /// The lease take under the store's lock (see `lease_acquire`).
     fn take_locked(&self, inner: &mut Inner, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
-            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()))?;
+            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()).scoped(req.owner_scoped))?;
         }
         let cur = inner.leases.get(thread_id).map(LeaseRow::view);
         if !may_take(cur.as_ref(), req) {
@@ -350,6 +350,7 @@ impl Checkpointer for MemoryStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         id_text::check_ref(t)?;
+        id_text::check_thread_name(name)?;
         let mut inner = self.lock();
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
@@ -430,6 +431,17 @@ impl Checkpointer for MemoryStore {
         let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
         self.lock().cache.insert((ns.into(), key.into()), (value.clone(), expires));
         Ok(())
+    }
+
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let k = (ns.to_owned(), key.to_owned());
+        let now = now_secs();
+        if inner.cache.get(&k).is_some_and(|(_, exp)| exp.is_none_or(|e| e > now)) {
+            return Ok(false);
+        }
+        inner.cache.insert(k, (value.clone(), ttl.filter(|t| *t > 0.0).map(|t| now + t)));
+        Ok(true)
     }
 
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {

@@ -147,7 +147,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// nobody owns yet (a run holds its lease and has not written) counts as another user's, so a
     /// run in flight is never described to somebody else.
     async fn is_owner(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.isolates_users() {
+        if !t.isolated(self.isolates_users()) {
             return Ok(true);
         }
         Ok(self.thread_owner(&t.thread_id).await?.as_deref() == Some(t.user_id.as_str()))
@@ -157,6 +157,16 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()>;
     /// The unexpired value under `ns`/`key`, or None.
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>>;
+    /// Writes `value` under `ns`/`key` only when no unexpired value is there; true when written.
+    /// A preemption asks this way, so it never replaces a user's hard stop under the same key.
+    /// The backends do it in one operation; this fallback (a checkpointer written in Python)
+    /// reads, then writes.
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        if self.cache_get(ns, key).await?.is_some() {
+            return Ok(false);
+        }
+        self.cache_put(ns, key, value, ttl).await.map(|_| true)
+    }
     /// Removes the value under `ns`/`key` (absent is fine).
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()>;
     /// The unexpired keys of `ns` starting with `prefix`, sorted, each once.

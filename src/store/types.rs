@@ -7,12 +7,29 @@ pub struct ThreadRef {
     pub thread_id: String,
     /// The user acting (the anonymous user's id when the config names none).
     pub user_id: String,
+    /// The call carries a `config["authz"]` owner scope: the store treats it as it treats every
+    /// call of a store that isolates users (another user's thread reads as absent, a write is
+    /// refused). The caller's own owner check, made before the call, cannot see a thread that
+    /// another user creates after it; the store's check runs in the write itself.
+    pub owner_scoped: bool,
 }
 
 impl ThreadRef {
     /// The thread `thread_id` as seen by `user_id`.
     pub fn new(thread_id: impl Into<String>, user_id: impl Into<String>) -> Self {
-        Self { thread_id: thread_id.into(), user_id: user_id.into() }
+        Self { thread_id: thread_id.into(), user_id: user_id.into(), owner_scoped: false }
+    }
+
+    /// The same thread and user, owner-scoped when `on` (see `owner_scoped`).
+    pub fn scoped(mut self, on: bool) -> Self {
+        self.owner_scoped = on;
+        self
+    }
+
+    /// Whether this call is isolated from other users' threads on a store that isolates users
+    /// when `store_isolates`.
+    pub fn isolated(&self, store_isolates: bool) -> bool {
+        store_isolates || self.owner_scoped
     }
 }
 

@@ -170,6 +170,13 @@ async def _run(args: argparse.Namespace, io: Io) -> int:
         from tenxgraph.cli.recover import recover_command
 
         return await recover_command(args, io)
+    # An argument that is not valid UTF-8 arrives with lone surrogates (surrogateescape): refused
+    # as every other entry point refuses such an id (STORAGE_CONFIG_002), before the store opens.
+    from tenxgraph import _core
+
+    for attr, field in (("thread", "thread_id"), ("user", "user_id")):
+        if isinstance(getattr(args, attr, None), str):
+            setattr(args, attr, _core.text_id(field, getattr(args, attr)))
     target = target_from_args(args, creating=args.command == "migrate")
     args.target_label = target.label
     cp = open_store(target)

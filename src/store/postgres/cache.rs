@@ -7,6 +7,7 @@ use serde_json::Value;
 
 pub(super) struct Stmts {
     put: Stmt,
+    put_absent: Stmt,
     get: Stmt,
     clear: Stmt,
     keys: Stmt,
@@ -19,6 +20,12 @@ impl Stmts {
                 "INSERT INTO {s}.tenx_cache (namespace, key, value, expires_at) VALUES ($1, $2, $3, \
                  CASE WHEN $4::float8 IS NULL THEN NULL ELSE NOW() + make_interval(secs => $4::float8) END) \
                  ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at"
+            )),
+            put_absent: Stmt::new(format!(
+                "INSERT INTO {s}.tenx_cache AS c (namespace, key, value, expires_at) VALUES ($1, $2, $3, \
+                 CASE WHEN $4::float8 IS NULL THEN NULL ELSE NOW() + make_interval(secs => $4::float8) END) \
+                 ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at \
+                 WHERE c.expires_at IS NOT NULL AND c.expires_at <= NOW()"
             )),
             get: Stmt::new(format!(
                 "SELECT value FROM {s}.tenx_cache WHERE namespace = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > NOW())"
@@ -47,6 +54,34 @@ pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, t
         .await
         .map_err(|e| map_err("cache write", e, None))?;
     Ok(())
+}
+
+/// The table's value decides first: one written there while Redis was down is what `cache_get`
+/// would fall back to only on a Redis miss, so a Redis write beside it would hide it.
+pub(super) async fn cache_put_absent(s: &PgStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+    if let Some(r) = s.redis() {
+        let in_table: Option<Value> = sqlx::query_scalar(s.sql.cache.get.q())
+            .bind(ns)
+            .bind(key)
+            .fetch_optional(&s.conns)
+            .await
+            .map_err(|e| map_err("cache read", e, None))?;
+        if in_table.is_some() {
+            return Ok(false);
+        }
+        if let Some(written) = r.put_absent(ns, key, value, ttl).await {
+            return Ok(written);
+        }
+    }
+    let done = sqlx::query(s.sql.cache.put_absent.q())
+        .bind(ns)
+        .bind(key)
+        .bind(value)
+        .bind(ttl.filter(|t| *t > 0.0))
+        .execute(&s.conns)
+        .await
+        .map_err(|e| map_err("cache write", e, None))?;
+    Ok(done.rows_affected() > 0)
 }
 
 pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {

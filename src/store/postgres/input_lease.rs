@@ -41,7 +41,7 @@ pub(super) async fn put_input_leased(
         .bind(message_rows(w.new_messages))
         .bind(w.replace_messages)
         .bind(s.opts.state_history_limit)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(w.previous_mark)
         .bind(&req.holder)
         .bind(&req.host)

@@ -55,7 +55,7 @@ pub(super) fn lease_info(r: &sqlx::postgres::PgRow) -> LeaseInfo {
 }
 
 pub(super) async fn lease_acquire(s: &PgStore, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-    let user = req.user_id.as_deref().filter(|_| s.opts.enforce_user_isolation);
+    let user = req.user_id.as_deref().filter(|_| s.opts.enforce_user_isolation || req.owner_scoped);
     let row = sqlx::query(s.sql.lease.acquire.q())
         .bind(thread_id)
         .bind(&req.holder)

@@ -63,7 +63,7 @@ pub(super) async fn ledger_get(s: &PgStore, t: &ThreadRef, keys: &[String]) -> S
     let rows = sqlx::query(s.sql.ledger.get.q())
         .bind(&t.thread_id)
         .bind(keys)
-        .bind(s.opts.enforce_user_isolation.then_some(&t.user_id))
+        .bind(t.isolated(s.opts.enforce_user_isolation).then_some(&t.user_id))
         .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("ledger read", e, Some(t)))?;
@@ -87,7 +87,7 @@ async fn write_rows(s: &PgStore, stmt: &Stmt, t: &ThreadRef, entries: &[(String,
     let written: i32 = sqlx::query_scalar(stmt.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(&keys)
         .bind(&results)
         .bind(fence)
@@ -112,7 +112,7 @@ pub(super) async fn ledger_begin(
     let rows = sqlx::query(s.sql.ledger.begin.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(&keys)
         .bind(&values)
         .bind(fence)

@@ -126,7 +126,7 @@ impl PgStore {
     /// Whether `t.user_id` may read the thread: isolation is off, the thread has no row yet, or
     /// the user owns it.
     async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.opts.enforce_user_isolation {
+        if !t.isolated(self.opts.enforce_user_isolation) {
             return Ok(true);
         }
         Ok(threads::thread_owner(self, &t.thread_id).await?.is_none_or(|o| o == t.user_id))
@@ -219,6 +219,7 @@ impl Checkpointer for PgStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         self.check_thread(t)?;
+        crate::store::id_text::check_thread_name(name)?;
         threads::put_thread(self, t, name, meta).await
     }
 
@@ -263,6 +264,10 @@ impl Checkpointer for PgStore {
 
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
         cache::cache_get(self, ns, key).await
+    }
+
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        cache::cache_put_absent(self, ns, key, value, ttl).await
     }
 
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {

@@ -141,6 +141,18 @@ impl RedisCache {
         self.run::<()>(&cmd).await.is_some()
     }
 
+    /// `SET ... NX`: Some(true) when stored, Some(false) when an unexpired value was there, None
+    /// when Redis failed.
+    pub async fn put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> Option<bool> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(generic_key(ns, key)).arg(value.to_string()).arg("NX");
+        if let Some(t) = ttl.filter(|t| *t > 0.0) {
+            cmd.arg("PX").arg(((t * 1000.0) as u64).max(1));
+        }
+        // Redis answers OK when set, nil when the key was there.
+        self.run::<Option<String>>(&cmd).await.map(|r| r.is_some())
+    }
+
     /// `Some(value)` when Redis answered with a value; None when absent or Redis failed (the
     /// caller then asks Postgres, which holds what was written while Redis was down).
     pub async fn get(&self, ns: &str, key: &str) -> Option<Option<Value>> {

@@ -37,7 +37,7 @@ pub(super) async fn lease_and_load(
 ) -> (StoreResult<Option<LeaseInfo>>, StoreResult<Option<Checkpoint>>) {
     let row = sqlx::query(s.sql.start_read.start.q())
         .bind(&t.thread_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(&t.user_id)
         .bind(known.map(|k| k.version))
         .bind(known.map(|k| k.mark))

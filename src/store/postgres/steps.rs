@@ -53,7 +53,7 @@ impl Stmts {
 pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
     let row = sqlx::query(s.sql.steps.load.q())
         .bind(&t.thread_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(&t.user_id)
         .bind(known.map(|k| k.version))
         .bind(known.map(|k| k.mark))
@@ -96,7 +96,7 @@ pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> St
         .bind(message_rows(w.new_messages))
         .bind(w.replace_messages)
         .bind(s.opts.state_history_limit)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .bind(w.fence)
         .bind(w.release_lease)
         .bind(w.previous_mark);

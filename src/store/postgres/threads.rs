@@ -1,6 +1,7 @@
 //! Thread rows: create or update, read, list (by user, search, paging), delete with everything
 //! that hangs off them (cascade), the owner, the thread lock, and the threads with a run under way.
 
+use super::nul::strip_nul;
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{StoreError, StoreResult, ThreadRef, ThreadRow};
 use serde_json::Value;
@@ -65,7 +66,7 @@ pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &Th
     sqlx::query(s.sql.threads.lock_thread.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
-        .bind(s.opts.enforce_user_isolation)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
         .execute(tx)
         .await
         .map_err(|e| map_err(op, e, Some(t)))?;
@@ -73,6 +74,14 @@ pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &Th
 }
 
 pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
+    // U+0000 as for every other stored text (states, messages, ledger): U+FFFD, with the warning.
+    // The server refused it here alone, so a name or metadata SQLite and memory took failed.
+    let (mut name, mut meta) = (name.map(|n| Value::String(n.to_owned())), meta.clone());
+    if let Some(n) = name.as_mut() {
+        strip_nul(n);
+    }
+    strip_nul(&mut meta);
+    let name = name.as_ref().and_then(Value::as_str);
     let mut tx = s.conns.begin().await.map_err(|e| map_err("write thread", e, Some(t)))?;
     let existed: bool = sqlx::query_scalar(s.sql.threads.exists.q())
         .bind(&t.thread_id)
@@ -83,7 +92,7 @@ pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, m
     sqlx::query(s.sql.threads.update.q())
         .bind(&t.thread_id)
         .bind(name)
-        .bind(meta)
+        .bind(&meta)
         .execute(&mut *tx)
         .await
         .map_err(|e| map_err("write thread", e, Some(t)))?;

@@ -18,6 +18,26 @@ pub(super) async fn cache_put(s: &SqliteStore, ns: &str, key: &str, value: &Valu
     Ok(())
 }
 
+/// One statement: an unexpired row stays as it is.
+pub(super) async fn cache_put_absent(s: &SqliteStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+    let now = now_secs();
+    let expires = ttl.filter(|t| *t > 0.0).map(|t| now + t);
+    let done = sqlx::query(
+        "INSERT INTO cache (namespace, key, value, expires_at) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at \
+         WHERE cache.expires_at IS NOT NULL AND cache.expires_at <= ?",
+    )
+    .bind(ns)
+    .bind(key)
+    .bind(to_text(value))
+    .bind(expires)
+    .bind(now)
+    .execute(&s.pool)
+    .await
+    .map_err(be("cache write"))?;
+    Ok(done.rows_affected() > 0)
+}
+
 pub(super) async fn cache_get(s: &SqliteStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
     let s: Option<String> = sqlx::query_scalar(
         "SELECT value FROM cache WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",

@@ -56,7 +56,7 @@ pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseR
 
 /// The take inside the caller's write transaction (BEGIN IMMEDIATE).
 pub(super) async fn take_in(s: &SqliteStore, c: &mut SqliteConnection, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-    if let Some(user) = req.user_id.as_deref().filter(|_| s.enforce_user_isolation) {
+    if let Some(user) = req.user_id.as_deref().filter(|_| s.enforce_user_isolation || req.owner_scoped) {
         // Inside BEGIN IMMEDIATE: no writer can create or hand over the thread in between.
         let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
             .bind(thread_id)

@@ -15,7 +15,7 @@ pub(super) async fn ledger_get(s: &SqliteStore, t: &ThreadRef, keys: &[String]) 
     )
     .bind(&t.thread_id)
     .bind(to_text(&Value::from(keys.to_vec())))
-    .bind(s.enforce_user_isolation)
+    .bind(t.isolated(s.enforce_user_isolation))
     .bind(&t.user_id)
     .fetch_all(&s.pool)
     .await

@@ -108,7 +108,7 @@ impl SqliteStore {
             .await
             .map_err(be("read thread"))?;
         match owner {
-            Some(o) if self.enforce_user_isolation && o != t.user_id => {
+            Some(o) if t.isolated(self.enforce_user_isolation) && o != t.user_id => {
                 Err(StoreError::Forbidden { thread_id: t.thread_id.clone() })
             }
             Some(_) => Ok(false),
@@ -132,7 +132,7 @@ impl SqliteStore {
     }
 
     async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !self.enforce_user_isolation {
+        if !t.isolated(self.enforce_user_isolation) {
             return Ok(true);
         }
         Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
@@ -209,6 +209,7 @@ impl Checkpointer for SqliteStore {
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         id_text::check_ref(t)?;
+        id_text::check_thread_name(name)?;
         threads::put_thread(self, t, name, meta).await
     }
 
@@ -249,6 +250,10 @@ impl Checkpointer for SqliteStore {
 
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
         cache::cache_get(self, ns, key).await
+    }
+
+    async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+        cache::cache_put_absent(self, ns, key, value, ttl).await
     }
 
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {

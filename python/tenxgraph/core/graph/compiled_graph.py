@@ -23,7 +23,7 @@ from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
-from tenxgraph.storage.checkpointer.authz_guard import check_authz, thread_owner
+from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz, thread_owner
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
@@ -308,6 +308,9 @@ class CompiledGraph(Generic[StateT]):
                 known_version=known[0] if known else None,
                 known_mark=known[1] if known else None,
                 resume_only=resume_only,
+                # The store checks the owner again in the run's own reads and writes: a thread
+                # another user creates after check_authz looked is still refused.
+                owner_scoped=authz_owner_scoped(cfg),
             ),
         )
         outcome: dict[str, Any] = json.loads(raw)

@@ -34,14 +34,15 @@ def _ids(config: dict[str, Any]) -> tuple[str, str]:
     thread_id = config.get("thread_id")
     if thread_id is None or thread_id == "":
         raise InvalidConfigError("config must contain a thread_id")
-    return str(thread_id), _user(config)
+    # Checked as the run's config is: an id that is not valid Unicode is STORAGE_CONFIG_002.
+    return _core.text_id("thread_id", thread_id), _user(config)
 
 
 def _user(config: dict[str, Any] | None) -> str:
     """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
     if config is not None and not isinstance(config, dict):
         raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
-    return str((config or {}).get("user_id") or "anonymous")
+    return _core.text_id("user_id", (config or {}).get("user_id") or "anonymous")
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
@@ -108,14 +109,15 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
         rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
-        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True)
+        version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True,
+                                               owner_scoped=authz_owner_scoped(config))
         config[_VERSION_KEY] = version
         return state
 
     async def aclear_state(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        await self._native.clear_state(thread_id, user_id)
+        await self._native.clear_state(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         await self._native.state_cache_clear(thread_id, user_id)
         config.pop(_VERSION_KEY, None)
         return True
@@ -208,7 +210,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """Records a result; the first one recorded for a key wins. Raises on failure."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result)))
+        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result),
+                                                 owner_scoped=authz_owner_scoped(config)))
 
     # -- messages --------------------------------------------------------------------------
 
@@ -217,12 +220,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     ) -> int:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages)))
+        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages),
+                                                   owner_scoped=authz_owner_scoped(config)))
 
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        raw = await self._native.get_message(thread_id, user_id, str(message_id))
+        raw = await self._native.get_message(thread_id, user_id, _core.text_id("message_id", message_id))
         if raw is None:
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
@@ -243,7 +247,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        if not await self._native.delete_message(thread_id, user_id, str(message_id)):
+        if not await self._native.delete_message(thread_id, user_id, _core.text_id("message_id", message_id),
+                                                 owner_scoped=authz_owner_scoped(config)):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
         return True
@@ -259,7 +264,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             )
         # run_id rides in the metadata, where 10xGraph's Postgres schema keeps it too.
         meta = json.dumps({**(thread_info.metadata or {}), "run_id": thread_info.run_id})
-        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta))
+        return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta,
+                                                  owner_scoped=authz_owner_scoped(config)))
 
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         await check_authz(self, config)
@@ -284,7 +290,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        await self._native.clean_thread(thread_id, user_id)
+        await self._native.clean_thread(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         await self._native.state_cache_clear(thread_id, user_id)
         return True
 
