@@ -16,7 +16,7 @@ fn a_store_with_spare_connections_drops_outside_its_runtime() {
     let store = rt.block_on(async {
         let opts = PgOptions { schema, ..PgOptions::default() };
         let store = PgStore::connect(&dsn, None, opts).await.expect("connect to the test Postgres");
-        let t = ThreadRef { thread_id: "spare".into(), user_id: "u".into() };
+        let t = ThreadRef { thread_id: "spare".into(), user_id: "u".into(), owner_scoped: false };
         // Two statements at once leave two connections spare.
         let (a, b) = tokio::join!(store.load(&t), store.load(&t));
         assert!(a.unwrap().is_none() && b.unwrap().is_none());
