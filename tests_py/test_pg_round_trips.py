@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
 import subprocess
 import threading
@@ -26,7 +27,7 @@ import pytest
 from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tenxgraph.testing.postgres_server import PostgresServer
+from tenxgraph.testing.postgres_server import PostgresServer, _pg_env, find_pg_binary
 
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
@@ -255,8 +256,9 @@ async def test_a_statement_cancelled_mid_flight_leaves_its_connection_behind(
     assert await turn(app, "blocked") == EXPECTED  # the thread's row exists from here on
 
     locker = subprocess.Popen(
-        ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", tenx_postgres.dsn_for(dbname)],
+        [find_pg_binary("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", tenx_postgres.dsn_for(dbname)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ) if tenx_postgres.external else _pg_env(),
     )
     try:
         assert locker.stdin is not None and locker.stdout is not None
