@@ -45,7 +45,12 @@ pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, t
             return Ok(());
         }
     }
-    sqlx::query(s.sql.cache.put.q())
+    table_write(s, &s.sql.cache.put, ns, key, value, ttl).await.map(drop)
+}
+
+/// The table's write of `cache_put` (`put`) or `cache_put_absent` (`put_absent`): rows written.
+async fn table_write(s: &PgStore, stmt: &Stmt, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<u64> {
+    let done = sqlx::query(stmt.q())
         .bind(ns)
         .bind(key)
         .bind(value)
@@ -53,35 +58,31 @@ pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, t
         .execute(&s.conns)
         .await
         .map_err(|e| map_err("cache write", e, None))?;
-    Ok(())
+    Ok(done.rows_affected())
+}
+
+/// The table's value of a key (`cache_get` without Redis, or when Redis misses).
+async fn table_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
+    sqlx::query_scalar(s.sql.cache.get.q())
+        .bind(ns)
+        .bind(key)
+        .fetch_optional(&s.conns)
+        .await
+        .map_err(|e| map_err("cache read", e, None))
 }
 
 /// The table's value decides first: one written there while Redis was down is what `cache_get`
 /// would fall back to only on a Redis miss, so a Redis write beside it would hide it.
 pub(super) async fn cache_put_absent(s: &PgStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
     if let Some(r) = s.redis() {
-        let in_table: Option<Value> = sqlx::query_scalar(s.sql.cache.get.q())
-            .bind(ns)
-            .bind(key)
-            .fetch_optional(&s.conns)
-            .await
-            .map_err(|e| map_err("cache read", e, None))?;
-        if in_table.is_some() {
+        if table_get(s, ns, key).await?.is_some() {
             return Ok(false);
         }
         if let Some(written) = r.put_absent(ns, key, value, ttl).await {
             return Ok(written);
         }
     }
-    let done = sqlx::query(s.sql.cache.put_absent.q())
-        .bind(ns)
-        .bind(key)
-        .bind(value)
-        .bind(ttl.filter(|t| *t > 0.0))
-        .execute(&s.conns)
-        .await
-        .map_err(|e| map_err("cache write", e, None))?;
-    Ok(done.rows_affected() > 0)
+    Ok(table_write(s, &s.sql.cache.put_absent, ns, key, value, ttl).await? > 0)
 }
 
 pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
@@ -90,12 +91,7 @@ pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<O
             return Ok(Some(found));
         }
     }
-    sqlx::query_scalar(s.sql.cache.get.q())
-        .bind(ns)
-        .bind(key)
-        .fetch_optional(&s.conns)
-        .await
-        .map_err(|e| map_err("cache read", e, None))
+    table_get(s, ns, key).await
 }
 
 pub(super) async fn cache_clear(s: &PgStore, ns: &str, key: &str) -> StoreResult<()> {
