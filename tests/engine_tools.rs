@@ -118,7 +118,7 @@ fn exec() -> ExecMeta {
 }
 
 async fn run(host: &ToolHost, store: &dyn Checkpointer, c: &RunConfig) -> Vec<ToolOutcome> {
-    run_tool_node(host, store, c, "tools", &exec(), None).await.expect("tool node");
+    run_tool_node(host, store, c, "tools", &exec(), None, None).await.expect("tool node");
     host.outcomes()
 }
 

@@ -234,7 +234,9 @@ def test_docs_show_the_example_verbatim() -> None:
         ("before_tool:charge_card=kill", 1, False),   # never ran before the crash
         ("after_tool:charge_card=kill", 2, False),    # ran, not recorded: runs again (same key)
         ("after_record:charge_card=kill", 1, False),  # recorded: replayed from the ledger
-        ("in_step_tx:tools=kill", 1, False),          # the tools step rolled back; all three recorded
+        # The tools step carried the node's last ledger rows (the three calls return together),
+        # so it rolled back with them: the calls run again, with the same key.
+        ("in_step_tx:tools=kill", 2, False),
         ("after_step:tools=kill", 1, False),          # the tools step committed
         ("after_step:model=kill", 1, False),          # the tools had not started
         ("after_step@2=kill", 1, False),              # 2nd commit of the run (after __input__): the model's

@@ -199,6 +199,12 @@ pub trait NodeHost: Send + Sync {
     /// Call `index` returned and its result is recorded (or needs no record): a streaming host
     /// shows it now, never before the ledger has it.
     fn tool_settled(&self, _node: &str, _index: usize) {}
+    /// Whether nothing of the user's (a lifecycle hook) runs between a tool
+    /// node's last result and the commit of its step: the engine then lets that commit carry the
+    /// node's last ledger rows. A host that runs user code there says false.
+    fn quiet_after_tools(&self) -> bool {
+        true
+    }
     /// Merges the calls' results (and branch state) into the live state, in call order.
     fn finish_tools(&self, node: &str, _outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))

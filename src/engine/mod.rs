@@ -29,5 +29,5 @@ pub use run_loop::{RunInput, RunOutcome, run};
 pub use ledger::{idempotency_key, is_valid_envelope, ledger_key};
 pub use crate::metrics::{Metrics, metrics};
 pub use lease::{LeasePolicy, OnBusy};
-pub use tools::{SideEffects, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer, run_tool_node};
+pub use tools::{Carried, CarriedRow, SideEffects, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer, run_tool_node};
 pub use stop::{STOP_NAMESPACE, StopSignals, stop_key};

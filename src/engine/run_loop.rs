@@ -105,6 +105,8 @@ struct Run<'a, H: NodeHost + ?Sized> {
     loaded_state: Option<&'a Value>,
     /// The live state could not be serialised: the run ends in the error status.
     unserialisable: bool,
+    /// A tool node's last ledger rows, for the next commit to carry (see `tools::Recorder`).
+    carried: super::Carried,
 }
 
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
@@ -406,6 +408,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         last_state: None,
         loaded_state: stored.as_ref().map(|c| &c.state),
         unserialisable: false,
+        carried: Default::default(),
     };
     if stored.is_none()
         || rewrite
@@ -436,6 +439,8 @@ async fn run_leased<H: NodeHost + ?Sized>(
         Err(e) if run.unserialisable => run.fail(e).await,
         r => r,
     };
+    // Rows no commit carried (the run ended between its tool node and that node's step).
+    run.write_carried(run.carried.take()).await;
     StopSignals::global().release(&key, &signal);
     result
 }
@@ -524,13 +529,17 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
             previous_mark: self.seen_mark.as_deref(),
         };
+        let carried = self.carried.take();
         let written = match (self.lease.get(), self.optimistic) {
             (None, Some(opt)) => self.commit_input(w, opt).await?,
-            _ => self.store.put_step(&self.cfg.thread, w).await,
+            _ if carried.is_empty() => self.store.put_step(&self.cfg.thread, w).await,
+            _ => self.store.put_step_with_ledger(&self.cfg.thread, w, &super::tools::ledger_rows(&carried)).await,
         };
         self.version = match written {
             Ok(v) => v,
             Err(e) => {
+                // Nothing of the step was written, nor the rows: they go in on their own.
+                self.write_carried(carried).await;
                 match e {
                     StoreError::Stale { .. } => crate::metrics::inc(&crate::metrics::metrics().stale_conflicts),
                     StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
@@ -557,6 +566,21 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
+    }
+
+    /// Ledger rows the step's commit could not carry, in their own transaction.
+    async fn write_carried(&self, rows: Vec<super::CarriedRow>) {
+        super::tools::write_carried(self.store, self.cfg, self.lease.get().map(|l| l.token), &rows).await;
+    }
+
+    /// Whether tool node `node` leaves its last ledger rows to its step's commit: only when that
+    /// commit comes next with nothing of the user's in between (no lifecycle hook, no event
+    /// handler, no routing condition) and the store commits rows and step atomically.
+    fn carries_ledger(&self, node: &str) -> bool {
+        self.cfg.durable_every_step
+            && self.store.joins_ledger_to_step()
+            && self.host.quiet_after_tools()
+            && !self.graph.edges.iter().any(|e| e.from == node && e.condition.is_some())
     }
 
     /// The error state when the live state cannot be serialised: the last state the store holds
@@ -785,7 +809,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         crate::metrics::inc(&m.node_executions);
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
             if self.graph.tool_nodes.iter().any(|n| n == node) {
-                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease().token)))
+                let carry = self.carries_ledger(node).then_some(&self.carried);
+                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease().token), carry))
             } else {
                 self.host.run_node(node, &self.exec)
             };

@@ -127,6 +127,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     node: &str,
     exec: &ExecMeta,
     fence: Option<i64>,
+    carry: Option<&Carried>,
 ) -> Result<NodeOutput, HostFailure> {
     let batch = host.begin_tools(node, exec)?;
     let call_keys = batch.call_keys();
@@ -167,9 +168,21 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         plans.push(plan);
     }
     restart_paused(store, cfg, fence, &batch, &keys, &mut plans).await?;
-    let recorder = Recorder { intents_written: with_intents, ..Default::default() };
+    // `after_record` promises a ledger row committed before the step: where it is armed, every
+    // row gets its own commit.
+    // An at-most-once call's row stays in its own commit: a crash before the step would leave
+    // its intent, an "outcome unknown" for a human to settle, not a call run again.
+    let carry = carry.filter(|_| {
+        !with_intents && (cfg.failpoints.is_off() || !batch.calls.iter().any(|c| cfg.failpoints.arms("after_record", &c.name)))
+    });
+    let recorder = Recorder::new(batch.calls.len(), with_intents, carry);
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
-        run_one(host, store, cfg, &recorder, fence, node, i, call, key.clone(), plan)
+        let recorder = &recorder;
+        async move {
+            let settled = run_one(host, store, cfg, recorder, fence, node, i, call, key.clone(), plan).await;
+            recorder.settle(i);
+            settled
+        }
     });
     let settled = futures::future::join_all(calls).await;
     let mut outcomes = Vec::with_capacity(settled.len());
@@ -336,7 +349,7 @@ async fn run_one<H: NodeHost + ?Sized>(
     host: &H,
     store: &dyn Checkpointer,
     cfg: &RunConfig,
-    recorder: &Recorder,
+    recorder: &Recorder<'_>,
     fence: Option<i64>,
     node: &str,
     index: usize,
@@ -378,12 +391,9 @@ async fn run_one<H: NodeHost + ?Sized>(
                 match host.unknown_outcome(node, index, idem.clone())? {
                     UnknownAnswer::Retry => {}
                     UnknownAnswer::Answer(run) => {
-                        if let (true, Some(k)) = (run.record, key.as_deref()) {
-                            if let Err(e) = recorder.record(store, cfg, fence, k, &run.envelope).await {
-                                not_recorded(cfg, &call.name, k, &e);
-                            }
+                        if recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await {
+                            host.tool_settled(node, index);
                         }
-                        host.tool_settled(node, index);
                         return Ok(ToolOutcome::Ran(run.envelope));
                     }
                 }
@@ -419,13 +429,11 @@ async fn run_one<H: NodeHost + ?Sized>(
                 inc(&m.tool_errors);
             }
             cfg.failpoints.hit("after_tool", &call.name).await.map_err(crash)?;
-            if let (true, Some(k)) = (run.record, key.as_deref()) {
-                if let Err(e) = recorder.record(store, cfg, fence, k, &run.envelope).await {
-                    not_recorded(cfg, &call.name, k, &e);
-                }
-            }
+            let shown_now = recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await;
             cfg.failpoints.hit("after_record", &call.name).await.map_err(crash)?;
-            host.tool_settled(node, index);
+            if shown_now {
+                host.tool_settled(node, index);
+            }
             Ok(ToolOutcome::Ran(run.envelope))
         }
         Err(HostFailure::Raised { message, .. }) => {
@@ -458,33 +466,97 @@ async fn run_one<H: NodeHost + ?Sized>(
 
 /// Group commit for the ledger. A result is written the moment its tool returns; results that
 /// return while a write is in flight share the next transaction, so parallel tools do not pay one
-/// commit (and one fsync) each.
-#[derive(Default)]
-struct Recorder {
+/// commit (and one fsync) each. With `carry`, the results that return once no other call of the
+/// node is still running are not written here: they go to the node's step, which is committed
+/// next, in the same transaction (`Checkpointer::put_step_with_ledger`), one commit fewer per
+/// tool node. A result returned while a sibling still runs is written at once, as always.
+struct Recorder<'a> {
     queue: Mutex<RecorderQueue>,
     /// The node wrote intent rows before its calls started (it has an at-most-once call).
     intents_written: bool,
+    carry: Option<&'a Carried>,
 }
 
-#[derive(Default)]
 struct RecorderQueue {
-    pending: Vec<(String, Value, oneshot::Sender<Result<(), String>>)>,
+    /// Key, result, tool name, and who waits for the write.
+    pending: Vec<(String, Value, String, oneshot::Sender<Result<Recorded, String>>)>,
     writing: bool,
+    /// Per call: it has settled (returned, failed, was answered without running).
+    settled: Vec<bool>,
+    /// Calls not settled yet.
+    running: usize,
 }
 
-impl Recorder {
+impl RecorderQueue {
+    fn settle(&mut self, index: usize) {
+        if let Some(done) = self.settled.get_mut(index).filter(|d| !**d) {
+            *done = true;
+            self.running -= 1;
+        }
+    }
+}
+
+/// Where a result went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    /// Committed in the ledger.
+    Written,
+    /// Handed to the node's step commit.
+    Carried,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(calls: usize, intents_written: bool, carry: Option<&'a Carried>) -> Self {
+        let queue = RecorderQueue { pending: Vec::new(), writing: false, settled: vec![false; calls], running: calls };
+        Recorder { queue: Mutex::new(queue), intents_written, carry }
+    }
+
+    /// Call `index` has settled (idempotent; `record` settles its call itself).
+    fn settle(&self, index: usize) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).settle(index);
+    }
+
+    /// Records `run` when it should be; a failure is logged as not recorded. Returns whether the
+    /// result may be shown now (false: it waits for the step commit that carries its row).
+    #[allow(clippy::too_many_arguments)]
+    async fn record_result(
+        &self,
+        store: &dyn Checkpointer,
+        cfg: &RunConfig,
+        fence: Option<i64>,
+        index: usize,
+        call: &ToolCall,
+        key: Option<&str>,
+        run: &ToolRun,
+    ) -> bool {
+        let (true, Some(k)) = (run.record, key) else { return true };
+        match self.record(store, cfg, fence, index, k, &call.name, &run.envelope).await {
+            Ok(Recorded::Written) => true,
+            Ok(Recorded::Carried) => false,
+            Err(e) => {
+                not_recorded(cfg, &call.name, k, &e);
+                true
+            }
+        }
+    }
+
     async fn record(
         &self,
         store: &dyn Checkpointer,
         cfg: &RunConfig,
         fence: Option<i64>,
+        index: usize,
         key: &str,
+        tool: &str,
         envelope: &Value,
-    ) -> Result<(), String> {
+    ) -> Result<Recorded, String> {
         let (tx, rx) = oneshot::channel();
         let lead = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.pending.push((key.to_owned(), envelope.clone(), tx));
+            q.pending.push((key.to_owned(), envelope.clone(), tool.to_owned(), tx));
+            // In the same critical section as the push: a writer that sees no call running has
+            // every result in `pending`.
+            q.settle(index);
             !std::mem::replace(&mut q.writing, true)
         };
         if lead {
@@ -492,22 +564,76 @@ impl Recorder {
             // are polled by the same task): tools returning at once share one transaction.
             tokio::task::yield_now().await;
             loop {
-                let batch = {
+                let (batch, last) = {
                     let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                     if q.pending.is_empty() {
                         q.writing = false;
                         break;
                     }
-                    std::mem::take(&mut q.pending)
+                    (std::mem::take(&mut q.pending), q.running == 0)
                 };
-                let entries: Vec<(String, Value)> = batch.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
-                let result = store.ledger_put_many(&cfg.thread, &entries, fence).await.map(|_| ()).map_err(|e| e.to_string());
-                for (_, _, done) in batch {
+                if let (true, Some(carry)) = (last, self.carry) {
+                    carry.push(batch.iter().map(|(k, v, tool, _)| CarriedRow { key: k.clone(), result: v.clone(), tool: tool.clone() }));
+                    for (_, _, _, done) in batch {
+                        let _ = done.send(Ok(Recorded::Carried));
+                    }
+                    continue;
+                }
+                let entries: Vec<(String, Value)> = batch.iter().map(|(k, v, _, _)| (k.clone(), v.clone())).collect();
+                let result = store.ledger_put_many(&cfg.thread, &entries, fence).await.map(|_| Recorded::Written).map_err(|e| e.to_string());
+                for (_, _, _, done) in batch {
                     let _ = done.send(result.clone());
                 }
             }
         }
         rx.await.unwrap_or_else(|_| Err("the ledger writer was cancelled".into()))
+    }
+}
+
+/// One ledger row a tool node left for its step's commit.
+#[derive(Debug, Clone)]
+pub struct CarriedRow {
+    /// The ledger key.
+    pub key: String,
+    /// The recorded envelope.
+    pub result: Value,
+    /// The tool's name (for the log line when the row cannot be recorded).
+    pub tool: String,
+}
+
+/// Ledger rows a tool node left for its step's commit (see `Recorder`). The run loop commits them
+/// with the step, or on their own (`write_carried`) when that commit fails or never comes.
+#[derive(Debug, Default)]
+pub struct Carried {
+    rows: Mutex<Vec<CarriedRow>>,
+}
+
+impl Carried {
+    fn push(&self, rows: impl Iterator<Item = CarriedRow>) {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner()).extend(rows);
+    }
+
+    /// The rows, emptied.
+    pub fn take(&self) -> Vec<CarriedRow> {
+        std::mem::take(&mut *self.rows.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The rows as the store takes them.
+pub fn ledger_rows(rows: &[CarriedRow]) -> Vec<(String, Value)> {
+    rows.iter().map(|r| (r.key.clone(), r.result.clone())).collect()
+}
+
+/// Carried rows written on their own, in one transaction: the commit meant to carry them failed
+/// or never came. A failure is logged as "COMPLETED but could not be recorded" for each row.
+pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Option<i64>, rows: &[CarriedRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    if let Err(e) = store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
+        for r in rows {
+            not_recorded(cfg, &r.tool, &r.key, &e.to_string());
+        }
     }
 }
 

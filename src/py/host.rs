@@ -289,6 +289,11 @@ impl NodeHost for PyHost {
         Ok(ToolRun { envelope, record, is_error })
     }
 
+    fn quiet_after_tools(&self) -> bool {
+        // Events for a publisher are only queued here (its code runs later, on the loop).
+        !self.hooks
+    }
+
     fn finish_tools(&self, node: &str, outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
         let items: Vec<(&str, String)> = outcomes
             .iter()

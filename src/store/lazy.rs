@@ -72,6 +72,15 @@ impl Checkpointer for LazyStore {
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         self.get().await?.put_step(t, w).await
     }
+
+    fn joins_ledger_to_step(&self) -> bool {
+        // Before the first use nobody knows the backend: not joined until it is open.
+        self.cell.get().is_some_and(|s| s.joins_ledger_to_step())
+    }
+
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+        self.get().await?.put_step_with_ledger(t, w, rows).await
+    }
     async fn put_input_leased(
         &self,
         t: &ThreadRef,

@@ -105,6 +105,21 @@ impl MemoryStore {
     }
 }
 
+/// Ledger rows into a thread's ledger: the first result wins, and a result replaces an intent.
+/// Returns how many were written.
+fn record_rows(d: &mut ThreadData, entries: &[(String, Value)]) -> usize {
+    let now = now_secs();
+    let mut written = 0;
+    for (key, result) in entries {
+        let replaces_intent = d.ledger.get(key).is_some_and(|(v, _)| is_intent(v) && !is_intent(result));
+        if replaces_intent || !d.ledger.contains_key(key) {
+            d.ledger.insert(key.clone(), (result.clone(), now));
+            written += 1;
+        }
+    }
+    written
+}
+
 fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
     if d.row.is_none() {
         let now = now_secs();
@@ -244,6 +259,26 @@ impl Checkpointer for MemoryStore {
         }
         let mut inner = self.lock();
         self.step_locked(&mut inner, t, w)
+    }
+
+    fn joins_ledger_to_step(&self) -> bool {
+        true
+    }
+
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
+        if let Some(h) = w.in_tx {
+            h.in_transaction().await.map_err(StoreError::Failpoint)?;
+        }
+        // One lock: the step's checks (fence, owner, version) come before any change, and the
+        // rows go in only once the step is in.
+        let mut inner = self.lock();
+        let version = self.step_locked(&mut inner, t, w)?;
+        if let Some(d) = inner.threads.get_mut(&t.thread_id) {
+            record_rows(d, rows);
+        }
+        Ok(version)
     }
 
     async fn put_input_leased(
@@ -491,16 +526,7 @@ impl Checkpointer for MemoryStore {
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
         ensure_row(d, t);
-        let now = now_secs();
-        let mut written = 0;
-        for (key, result) in entries {
-            let replaces_intent = d.ledger.get(key).is_some_and(|(v, _)| is_intent(v) && !is_intent(result));
-            if replaces_intent || !d.ledger.contains_key(key) {
-                d.ledger.insert(key.clone(), (result.clone(), now));
-                written += 1;
-            }
-        }
-        Ok(written)
+        Ok(record_rows(d, entries))
     }
 
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {

@@ -76,6 +76,23 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// thread's version is no longer `w.expected_version`. Returns the new version.
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64>;
 
+    /// Whether `put_step_with_ledger` commits the rows and the step in one transaction. The engine
+    /// folds a tool node's last ledger rows into its step only where it does.
+    fn joins_ledger_to_step(&self) -> bool {
+        false
+    }
+
+    /// `put_step`, with ledger rows recorded (as `ledger_put_many` records them, fenced by
+    /// `w.fence`) in the same transaction: both or neither. The default writes the rows first, in
+    /// their own commit, and writes no step when they fail; it is not atomic, which is why
+    /// `joins_ledger_to_step` says false for it.
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+        if !rows.is_empty() {
+            self.ledger_put_many(t, rows, w.fence).await?;
+        }
+        self.put_step(t, w).await
+    }
+
     /// A run's first commit: takes the thread's lease for `req` (as `lease_acquire` would: free,
     /// expired, released, or `req.steal` naming its token) and commits `w` fenced by the new token,
     /// in one transaction, clearing the stop request `stop` in it where the store keeps its cache

@@ -1,5 +1,7 @@
 //! Shared by the integration tests: where the PostgreSQL cases get their database.
 
+pub mod stores;
+
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Mutex;

@@ -39,7 +39,7 @@ impl Stmts {
 
 /// Keys and values as the two arrays the functions take: the first occurrence of each key (the
 /// first result wins, also within one batch), NULs replaced (PostgreSQL cannot store them).
-fn columns(entries: &[(String, Value)]) -> (Vec<String>, Vec<Value>) {
+pub(super) fn columns(entries: &[(String, Value)]) -> (Vec<String>, Vec<Value>) {
     let mut seen = std::collections::HashSet::new();
     entries
         .iter()

@@ -180,7 +180,17 @@ impl Checkpointer for PgStore {
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         self.check_thread(t)?;
         self.check_messages(w.new_messages)?;
-        steps::put_step(self, t, w).await
+        steps::put_step(self, t, w, &[]).await
+    }
+
+    fn joins_ledger_to_step(&self) -> bool {
+        true
+    }
+
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+        self.check_thread(t)?;
+        self.check_messages(w.new_messages)?;
+        steps::put_step(self, t, w, rows).await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {

@@ -12,6 +12,10 @@ pub(super) struct Stmts {
     /// Also the inner part of `start_read`'s statement.
     pub(super) load: Stmt,
     put_step: Stmt,
+    /// `put_step` with ledger rows: `tenx_ledger_put` first (an `OFFSET 0` subquery is not
+    /// flattened into the outer level, so it runs before the step), then `tenx_put_step`, in the
+    /// statement's one transaction.
+    put_step_ledger: Stmt,
     clear_states: Stmt,
     clear_messages: Stmt,
 }
@@ -44,6 +48,10 @@ impl Stmts {
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"
             )),
             put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")),
+            put_step_ledger: Stmt::new(format!(
+                "SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 FROM (SELECT {s}.tenx_ledger_put($1, $2, $8, $12::text[], $13::jsonb[], $9) OFFSET 0) l"
+            )),
             clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1{t}")),
             clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t}")),
         }
@@ -85,10 +93,13 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
 }
 
-pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+/// The step, and with `rows` the ledger rows, in one statement.
+pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
     let mut state = w.state.clone();
     strip_nul(&mut state);
-    let step = sqlx::query_scalar(s.sql.steps.put_step.q())
+    let sql = if rows.is_empty() { &s.sql.steps.put_step } else { &s.sql.steps.put_step_ledger };
+    let (keys, results) = super::ledger::columns(rows);
+    let step = sqlx::query_scalar(sql.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
         .bind(w.expected_version)
@@ -100,6 +111,7 @@ pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>) -> St
         .bind(w.fence)
         .bind(w.release_lease)
         .bind(w.previous_mark);
+    let step = if rows.is_empty() { step } else { step.bind(&keys).bind(&results) };
     let r: Result<i64, sqlx::Error> = match w.in_tx {
         None => step.fetch_one(&s.conns).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.

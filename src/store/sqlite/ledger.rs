@@ -35,6 +35,14 @@ pub(super) async fn ledger_put_many(s: &SqliteStore, t: &ThreadRef, entries: &[(
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     s.own_thread(tx.conn(), t).await?;
+    let inserted = rows_in(tx.conn(), t, entries).await?;
+    tx.commit("ledger write").await?;
+    Ok(inserted)
+}
+
+/// Ledger rows inside the caller's write transaction, whose fence and owner checks are done:
+/// the first result wins, and a result replaces an intent.
+pub(super) async fn rows_in(c: &mut SqliteConnection, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
     let now = now_secs();
     let mut inserted = 0;
     for (key, result) in entries {
@@ -48,12 +56,11 @@ pub(super) async fn ledger_put_many(s: &SqliteStore, t: &ThreadRef, entries: &[(
         .bind(key)
         .bind(to_text(result))
         .bind(now)
-        .execute(tx.conn())
+        .execute(&mut *c)
         .await
         .map_err(be("ledger write"))?;
         inserted += r.rows_affected() as usize;
     }
-    tx.commit("ledger write").await?;
     Ok(inserted)
 }
 

@@ -157,7 +157,17 @@ impl Checkpointer for SqliteStore {
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
-        steps::put_step(self, t, w).await
+        steps::put_step(self, t, w, &[]).await
+    }
+
+    fn joins_ledger_to_step(&self) -> bool {
+        true
+    }
+
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+        id_text::check_ref(t)?;
+        id_text::check_messages(w.new_messages)?;
+        steps::put_step(self, t, w, rows).await
     }
 
     async fn put_input_leased(

@@ -43,9 +43,12 @@ pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<Know
     }))
 }
 
-pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "begin step").await?;
     let new_version = step_in(s, tx.conn(), t, w).await?;
+    if !rows.is_empty() {
+        super::ledger::rows_in(tx.conn(), t, rows).await?;
+    }
     if let Some(h) = w.in_tx {
         h.in_transaction().await.map_err(StoreError::Failpoint)?; // dropping tx rolls back
     }
