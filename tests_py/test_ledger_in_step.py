@@ -161,3 +161,24 @@ async def test_a_row_is_written_at_once_while_a_sibling_still_runs(pg, make_thre
         f"SELECT tool_call_id::jsonb->>1, xmin FROM {cp.schema}.tool_executions WHERE thread_id = '{t}'").split())
     _, states = xmins(server, cp, thread)
     assert rows["c1"] == states[3] != rows["c0"], (rows, states)
+
+
+@pytest.mark.asyncio
+async def test_a_ledger_that_cannot_be_written_does_not_stop_the_run_on_postgres(pg, make_thread) -> None:
+    """The step carrying the rows fails because of them; the rows alone fail too; the step goes
+    in alone and the result still reaches the model (the ledger write failure is logged)."""
+    cp, server = pg
+    server.psql(
+        f"CREATE FUNCTION {cp.schema}.full_disk() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN RAISE EXCEPTION 'disk full'; END$$; "
+        f"CREATE TRIGGER no_ledger BEFORE INSERT ON {cp.schema}.tool_executions "
+        f"FOR EACH ROW EXECUTE FUNCTION {cp.schema}.full_disk()"
+    )
+    counts: dict[str, int] = {}
+    thread = make_thread("disk-full")
+    r = await run_turn(graph(counting_tools(counts), cp), thread)
+    assert counts == {"t0": 1, "t1": 1}
+    assert tool_texts(r["messages"]) == {"c0": "t0 done", "c1": "t1 done"}
+    assert r["messages"][-1].text() == "done"
+    ledger, states = xmins(server, cp, thread)
+    assert ledger == set() and sorted(states) == [1, 2, 3, 4], (ledger, states)

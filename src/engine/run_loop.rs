@@ -440,7 +440,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         r => r,
     };
     // Rows no commit carried (the run ended between its tool node and that node's step).
-    run.write_carried(run.carried.take()).await;
+    let _ = run.write_carried(run.carried.take()).await;
     StopSignals::global().release(&key, &signal);
     result
 }
@@ -529,17 +529,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
             previous_mark: self.seen_mark.as_deref(),
         };
-        let carried = self.carried.take();
         let written = match (self.lease.get(), self.optimistic) {
             (None, Some(opt)) => self.commit_input(w, opt).await?,
-            _ if carried.is_empty() => self.store.put_step(&self.cfg.thread, w).await,
-            _ => self.store.put_step_with_ledger(&self.cfg.thread, w, &super::tools::ledger_rows(&carried)).await,
+            _ => self.put_step_carrying(w).await,
         };
         self.version = match written {
             Ok(v) => v,
             Err(e) => {
-                // Nothing of the step was written, nor the rows: they go in on their own.
-                self.write_carried(carried).await;
                 match e {
                     StoreError::Stale { .. } => crate::metrics::inc(&crate::metrics::metrics().stale_conflicts),
                     StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
@@ -568,9 +564,37 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         Ok(())
     }
 
-    /// Ledger rows the step's commit could not carry, in their own transaction.
-    async fn write_carried(&self, rows: Vec<super::CarriedRow>) {
-        super::tools::write_carried(self.store, self.cfg, self.lease.get().map(|l| l.token), &rows).await;
+    /// Ledger rows the step's commit could not carry, in their own transaction; false when
+    /// that failed too (logged per row as not recorded).
+    async fn write_carried(&self, rows: Vec<super::CarriedRow>) -> bool {
+        super::tools::write_carried(self.store, self.cfg, self.lease.get().map(|l| l.token), &rows).await
+    }
+
+    /// `put_step`, carrying the ledger rows a tool node left (see `tools::Recorder`). When that
+    /// fails, nothing of it was written: the rows go in on their own. When they fail alone too,
+    /// the ledger is what failed, and a ledger that cannot be written must not stop the run
+    /// (promise 2: the failure is logged and the result still goes to the model), so the step
+    /// is written once more without them. A refusal (stale, fenced, forbidden) or a failpoint is
+    /// the step's own: no second attempt.
+    async fn put_step_carrying(&self, w: StepWrite<'_>) -> Result<i64, StoreError> {
+        let carried = self.carried.take();
+        if carried.is_empty() {
+            return self.store.put_step(&self.cfg.thread, w).await;
+        }
+        let err = match self.store.put_step_with_ledger(&self.cfg.thread, w, &super::tools::ledger_rows(&carried)).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let rows_written = self.write_carried(carried).await;
+        let the_steps_own = matches!(
+            err,
+            StoreError::Stale { .. } | StoreError::Fenced { .. } | StoreError::Forbidden { .. } | StoreError::Failpoint(_)
+        );
+        if rows_written || the_steps_own {
+            return Err(err);
+        }
+        tracing::warn!(thread_id = %self.cfg.thread.thread_id, "the step with its ledger rows failed ({err}); writing the step alone");
+        self.store.put_step(&self.cfg.thread, w).await
     }
 
     /// Whether tool node `node` leaves its last ledger rows to its step's commit: only when that

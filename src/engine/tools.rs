@@ -625,14 +625,19 @@ pub fn ledger_rows(rows: &[CarriedRow]) -> Vec<(String, Value)> {
 }
 
 /// Carried rows written on their own, in one transaction: the commit meant to carry them failed
-/// or never came. A failure is logged as "COMPLETED but could not be recorded" for each row.
-pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Option<i64>, rows: &[CarriedRow]) {
+/// or never came. A failure is logged as "COMPLETED but could not be recorded" for each row;
+/// returns whether the rows are in.
+pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Option<i64>, rows: &[CarriedRow]) -> bool {
     if rows.is_empty() {
-        return;
+        return true;
     }
-    if let Err(e) = store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
-        for r in rows {
-            not_recorded(cfg, &r.tool, &r.key, &e.to_string());
+    match store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
+        Ok(_) => true,
+        Err(e) => {
+            for r in rows {
+                not_recorded(cfg, &r.tool, &r.key, &e.to_string());
+            }
+            false
         }
     }
 }
