@@ -79,7 +79,7 @@ static FREE: AtomicPtr<FreeList> = AtomicPtr::new(std::ptr::null_mut());
 /// thread of the parent may have held its lock at the fork (a thread ending then, giving its hub
 /// back), and its hubs are the parent's (they stay open in the child, unused).
 fn free_list() -> &'static FreeList {
-    let pid = std::process::id();
+    let pid = super::pid::current();
     loop {
         let current = FREE.load(Ordering::Acquire);
         // SAFETY: FREE only ever holds null or a leaked `Box<FreeList>`, never freed.
@@ -104,7 +104,7 @@ impl Drop for Owned {
     fn drop(&mut self) {
         // Not when a forked child replaces its parent's hub (the forking thread's): that one stays
         // the parent's, and is never used here again.
-        if self.0.pid == std::process::id() {
+        if self.0.pid == super::pid::current() {
             free_list().hubs.lock().unwrap_or_else(|p| p.into_inner()).push(self.0.clone());
         }
     }
@@ -123,7 +123,7 @@ impl Hub {
     /// This thread's hub: an ended thread's, or one made on first use (and again in a forked child).
     fn here() -> PyResult<Arc<Hub>> {
         HUB.with(|cell| {
-            let pid = std::process::id();
+            let pid = super::pid::current();
             if let Some(Owned(h)) = cell.borrow().as_ref().filter(|h| h.0.pid == pid) {
                 return Ok(h.clone());
             }

@@ -11,6 +11,7 @@ mod py_store;
 mod runtime;
 mod store;
 mod driver;
+mod pid;
 
 use pyo3::prelude::*;
 

@@ -100,15 +100,15 @@ def generate_id(default_id: MessageId | None = None) -> MessageId:
     return _uuid4_text()
 
 
-# The version (4) and RFC 4122 variant bits of a random 128-bit number.
-_UUID4_KEEP = 0xFFFFFFFF_FFFF_0FFF_3FFF_FFFFFFFFFFFF
-_UUID4_SET = 0x00000000_0000_4000_8000_000000000000
+_VARIANT = "89ab89ab89ab89ab"  # the RFC 4122 variant's hex digit for each random one
 
 
 def _uuid4_text() -> str:
-    """``str(uuid4())`` without building a ``UUID`` (half the time; every new message makes one)."""
-    h = "%032x" % ((int.from_bytes(os.urandom(16), "big") & _UUID4_KEEP) | _UUID4_SET)
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    """``str(uuid4())`` without building a ``UUID`` or an int (a third of the time; every new
+    message makes one): 16 random bytes as hex, the version digit set to 4 and the variant's
+    two top bits to 10."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:]}"
 
 
 class TokenUsages(BaseModel):
