@@ -182,3 +182,53 @@ async def test_a_ledger_that_cannot_be_written_does_not_stop_the_run_on_postgres
     assert r["messages"][-1].text() == "done"
     ledger, states = xmins(server, cp, thread)
     assert ledger == set() and sorted(states) == [1, 2, 3, 4], (ledger, states)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["invoke", "stream"])
+async def test_a_sibling_that_returns_after_a_pause_is_recorded_with_the_pause(checkpointer, make_thread, path) -> None:
+    """t1 pauses at interrupt() first; t0 returns last, so its row rides with the next commit:
+    the pause's. The resume replays t0 and runs t1 again."""
+    import asyncio
+
+    from tenxgraph.utils.interrupt import interrupt, pending_interrupt
+
+    cfg = {"thread_id": make_thread("pause")}
+    runs = {"t0": 0, "t1": 0}
+
+    @tool(name="t0")
+    async def slow() -> str:
+        runs["t0"] += 1
+        state = await checkpointer.aget_state(dict(cfg))
+        [asked] = [m for m in state.context if m.tools_calls]
+        for _ in range(6000):  # until t1's row says paused (30 s at most)
+            if await checkpointer.aget_tool_status(cfg, f"{asked.message_id}:c1") == "paused":
+                return "t0 done"
+            await asyncio.sleep(0.005)
+        raise AssertionError("t1 never paused")
+
+    @tool(name="t1")
+    async def ask() -> str:
+        runs["t1"] += 1
+        answer = interrupt({"q": "ok?"})
+        return f"t1 {answer}"
+
+    app = graph([slow, ask], checkpointer)
+
+    async def go(data: dict[str, Any]) -> None:
+        if path == "invoke":
+            await app.ainvoke(data, dict(cfg))
+        else:
+            async for _ in app.astream(data, dict(cfg)):
+                pass
+
+    await go({"messages": [Message.text_message("go")]})
+    state = await checkpointer.aget_state(dict(cfg))
+    assert pending_interrupt(state) is not None
+    [asked] = [m for m in state.context if m.tools_calls]
+    assert await checkpointer.aget_tool_status(cfg, f"{asked.message_id}:c0") == "completed"
+    await go({"resume": "yes"})
+    state = await checkpointer.aget_state(dict(cfg))
+    assert str(state.execution_meta.status) == "completed"
+    assert tool_texts(state.context) == {"c0": "t0 done", "c1": "t1 yes"}
+    assert runs == {"t0": 1, "t1": 2}, "t0 replayed from the ledger; t1 ran again after its pause"
