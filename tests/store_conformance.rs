@@ -5,22 +5,11 @@ mod common;
 use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
-    Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PgOptions, PgStore, PruneRules, SqliteStore, StepWrite, StoreError,
+    Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PruneRules, SqliteStore, StepWrite, StoreError,
     StoredMessage, ThreadRef, is_intent, KnownHead, set_write_mark, write_mark, MESSAGES_CHANGED,
 };
 
-/// A Postgres store in a schema of its own, when TENXGRAPH_TEST_PG_DSN is set (scripts/test.sh
-/// sets it); `with_redis` adds TENXGRAPH_TEST_REDIS_URL.
-async fn pg(isolation: bool, with_redis: bool) -> Option<PgStore> {
-    let dsn = common::pg_dsn()?;
-    let redis = if with_redis { std::env::var("TENXGRAPH_TEST_REDIS_URL").ok() } else { None };
-    let opts = PgOptions {
-        schema: format!("r_{}", uuid::Uuid::new_v4().simple()),
-        enforce_user_isolation: isolation,
-        ..PgOptions::default()
-    };
-    Some(PgStore::connect(&dsn, redis.as_deref(), opts).await.expect("connect to the test Postgres"))
-}
+use common::stores::pg;
 
 fn msg(id: &str, text: &str) -> StoredMessage {
     StoredMessage { id: id.into(), data: json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": text}]}) }

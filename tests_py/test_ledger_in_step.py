@@ -9,6 +9,7 @@ again; a SIGKILL inside that step runs them again (tests_py/test_testing_kit.py,
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -77,6 +78,18 @@ def xmins(server: Any, cp: Any, thread: str) -> tuple[set[str], dict[int, str]]:
     return set(ledger), {int(v): x for v, x in (s.split("|") for s in states)}
 
 
+async def row_reaches(cp: Any, cfg: dict[str, Any], call_id: str, status: str) -> None:
+    """Waits (30 s at most) until the ledger row of ``call_id`` in the thread's tool-calling
+    message has ``status``: a sibling call uses it to return only after that is committed."""
+    state = await cp.aget_state(dict(cfg))
+    [asked] = [m for m in state.context if m.tools_calls]
+    for _ in range(6000):
+        if await cp.aget_tool_status(cfg, f"{asked.message_id}:{call_id}") == status:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"the row of {call_id} never became {status}")
+
+
 async def run_turn(app: Any, thread: str, **cfg: Any) -> dict[str, Any]:
     return await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": thread, **cfg})
 
@@ -133,8 +146,6 @@ async def test_a_failed_tools_step_writes_its_rows_alone_and_the_resume_replays_
 async def test_a_row_is_written_at_once_while_a_sibling_still_runs(pg, make_thread) -> None:
     """The first call's row is committed while the second still runs (the second waits to see it
     committed); only the row of the call that returned last rides with the step."""
-    import asyncio
-
     cp, server = pg
     thread = make_thread("sibling")
     cfg = {"thread_id": thread}
@@ -145,13 +156,8 @@ async def test_a_row_is_written_at_once_while_a_sibling_still_runs(pg, make_thre
 
     @tool(name="t1")
     async def second() -> str:
-        state = await cp.aget_state(dict(cfg))
-        [asked] = [m for m in state.context if m.tools_calls]
-        for _ in range(6000):  # until t0's row is committed (30 s at most)
-            if await cp.aget_tool_status(cfg, f"{asked.message_id}:c0") == "completed":
-                return "t1 done"
-            await asyncio.sleep(0.005)
-        raise AssertionError("t0's row was not committed while t1 ran")
+        await row_reaches(cp, cfg, "c0", "completed")
+        return "t1 done"
 
     r = await run_turn(graph([first, second], cp), thread)
     assert tool_texts(r["messages"]) == {"c0": "t0 done", "c1": "t1 done"}
@@ -189,8 +195,6 @@ async def test_a_ledger_that_cannot_be_written_does_not_stop_the_run_on_postgres
 async def test_a_sibling_that_returns_after_a_pause_is_recorded_with_the_pause(checkpointer, make_thread, path) -> None:
     """t1 pauses at interrupt() first; t0 returns last, so its row rides with the next commit:
     the pause's. The resume replays t0 and runs t1 again."""
-    import asyncio
-
     from tenxgraph.utils.interrupt import interrupt, pending_interrupt
 
     cfg = {"thread_id": make_thread("pause")}
@@ -199,13 +203,8 @@ async def test_a_sibling_that_returns_after_a_pause_is_recorded_with_the_pause(c
     @tool(name="t0")
     async def slow() -> str:
         runs["t0"] += 1
-        state = await checkpointer.aget_state(dict(cfg))
-        [asked] = [m for m in state.context if m.tools_calls]
-        for _ in range(6000):  # until t1's row says paused (30 s at most)
-            if await checkpointer.aget_tool_status(cfg, f"{asked.message_id}:c1") == "paused":
-                return "t0 done"
-            await asyncio.sleep(0.005)
-        raise AssertionError("t1 never paused")
+        await row_reaches(checkpointer, cfg, "c1", "paused")
+        return "t0 done"
 
     @tool(name="t1")
     async def ask() -> str:
