@@ -37,6 +37,7 @@ impl ToolHost {
             batch: ToolBatch {
                 origin_message_id: message_id,
                 calls: calls.iter().map(|(id, name, fx, _)| ToolCall { call_id: id.clone(), name: (*name).into(), effects: *fx }).collect(),
+                fresh: false,
             },
             acts: calls.iter().map(|c| c.3).collect(),
             runs: Mutex::default(),

@@ -172,16 +172,44 @@ async def test_ledger_read_failure_runs_the_tool_and_says_so(tmp_path: Path, cap
         counts["n"] += 1
         return "ran"
 
-    app = tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp)
+    # Paused before the tools: the resumed run loads the tool-calling message, so it looks its
+    # calls up (a message this run's own model just made needs no lookup: the test below).
+    app = tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp, interrupt_before=["tools"])
+    cfg = {"thread_id": make_thread()}
+    await app.ainvoke({"messages": [user("x")]}, dict(cfg))
+    assert counts["n"] == 0
     with sqlite3.connect(db) as c:  # a real failure of the real store
         c.execute("DROP TABLE tool_executions")
     caplog.set_level(logging.WARNING)
-    r = await app.ainvoke({"messages": [user("x")]}, {"thread_id": make_thread()})
+    r = await app.ainvoke({}, dict(cfg))
     assert counts["n"] == 1
     assert tool_texts(r["messages"]) == {"c1": "ran"}
     text = caplog.text
     assert "ledger lookup failed" in text and "idempotent tools will run" in text
     assert "COMPLETED but could not be recorded" in text  # the write fails too: no table
+
+
+@pytest.mark.asyncio
+async def test_calls_of_a_message_this_run_made_are_not_looked_up(tmp_path: Path, caplog, make_thread) -> None:
+    """Nothing can be recorded under a message the run's own model step just added (ids new to
+    the thread, committed before the tools start): the tool node skips the lookup. With the
+    ledger table gone, only the write fails."""
+    db = tmp_path / "fresh.db"
+    cp = SqliteCheckpointer(db)
+    counts = {"n": 0}
+
+    async def t() -> str:
+        counts["n"] += 1
+        return "ran"
+
+    app = tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp)
+    with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE tool_executions")
+    caplog.set_level(logging.WARNING)
+    r = await app.ainvoke({"messages": [user("x")]}, {"thread_id": make_thread()})
+    assert counts["n"] == 1 and tool_texts(r["messages"]) == {"c1": "ran"}
+    assert "ledger lookup failed" not in caplog.text
+    assert "COMPLETED but could not be recorded" in caplog.text
 
 
 @pytest.mark.asyncio

@@ -67,7 +67,8 @@ class _ContextIndex:
             self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
         return self._ids
 
-    def append(self, state: AgentState, messages: list[Message]) -> None:
+    def append(self, state: AgentState, messages: list[Message], new_ids: set[Any] | None = None) -> None:
+        """``new_ids`` collects the ids this call added that the context did not hold."""
         if any(isinstance(m, RemoveMessage) for m in messages):
             state.context = add_messages(state.context, messages)  # tombstones: the full rules
             self._ctx = None
@@ -80,6 +81,8 @@ class _ContextIndex:
             ctx.append(m)
             self._seen.append(m)
             ids.add(m.message_id)
+            if new_ids is not None:
+                new_ids.add(m.message_id)
 
 
 class _StartEffect:
@@ -140,6 +143,10 @@ class Run:
         self.produced: list[Message] = []
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = _ContextIndex()
+        # Ids of messages a node of this run added to the context, new to it, that no tool node
+        # has acted on yet: a tool node on such a message skips the ledger lookup (nothing can
+        # be recorded under a message no earlier attempt saw; ToolBatch::fresh in the core).
+        self._fresh_ids: set[Any] = set()
         # The context's message objects as of the last commit (see snapshot).
         self._committed: list[Message] = []
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
@@ -422,7 +429,7 @@ class Run:
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 
-    def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]]]:
+    def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]], bool]:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
@@ -447,9 +454,12 @@ class Run:
         if not isinstance(origin, (str, int)) or isinstance(origin, bool):
             origin = None if origin is None else str(origin)
         tools = step.tool_node
+        fresh = step.origin_id in self._fresh_ids
+        self._fresh_ids.discard(step.origin_id)  # a second tool node on it looks up
         # The ids keep their Python types (123 and "123" are different ledger keys):
-        # (origin, [(call id, name, side effects), ...])
-        return None if origin == "" else origin, [(c.raw_id, c.name, tools.side_effects(c.name)) for c in step.calls]
+        # (origin, [(call id, name, side effects), ...], fresh)
+        calls = [(c.raw_id, c.name, tools.side_effects(c.name)) for c in step.calls]
+        return None if origin == "" else origin, calls, fresh
 
     def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
         # Called from a Rust thread, outside the run's context: its log fields are set here.
@@ -615,7 +625,7 @@ class Run:
                     new.append(msg)
             target = self.state
             assert target is not None
-            self._index.append(target, new)
+            self._index.append(target, new, self._fresh_ids)
         self.produced.extend(m for m in new if not m.delta)
         return goto
 

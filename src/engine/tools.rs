@@ -64,6 +64,12 @@ pub struct ToolBatch {
     pub origin_message_id: Option<Value>,
     /// The calls, in the message's order.
     pub calls: Vec<ToolCall>,
+    /// The message was first added to the thread by a node of this run (its id new to the
+    /// thread), and no tool node has acted on it yet: no earlier attempt can have recorded a
+    /// result under its keys. With every step durable the node then skips the ledger lookup (one
+    /// round trip per tool node of a new turn); a crash after the message's commit makes the
+    /// resumed run load it, and that run looks up.
+    pub fresh: bool,
 }
 
 impl ToolBatch {
@@ -150,7 +156,11 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     // rows, no row locks, so no commit (the ledger records outcomes; a crashed idempotent call is
     // run again, as it would be after finding its intent). The records after each call stay fenced.
     let with_intents = batch.calls.iter().any(|c| c.effects == SideEffects::AtMostOnce);
-    let (recorded, read_ok, intents_ok) = begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents).await?;
+    let (recorded, read_ok, intents_ok) = if batch.fresh && cfg.durable_every_step && !with_intents {
+        (HashMap::new(), true, true)
+    } else {
+        begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents).await?
+    };
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));

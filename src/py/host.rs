@@ -221,13 +221,13 @@ impl NodeHost for PyHost {
         super::logging::enter_node(node);
         Python::attach(|py| -> PyResult<ToolBatch> {
             let r = self.run.bind(py).call_method1("begin_tools", (node, exec_view(py, exec)?))?;
-            let (origin, calls): PyBatch<'_> = r.extract()?;
+            let (origin, calls, fresh): PyBatch<'_> = r.extract()?;
             let mut out = Vec::with_capacity(calls.len());
             for (call_id, name, fx) in calls {
                 // The decorator validates the class; anything else is treated as the default.
                 out.push(ToolCall { call_id: ledger_id(&call_id)?, name, effects: SideEffects::parse(&fx).unwrap_or_default() });
             }
-            Ok(ToolBatch { origin_message_id: ledger_id(&origin)?, calls: out })
+            Ok(ToolBatch { origin_message_id: ledger_id(&origin)?, calls: out, fresh })
         })
         // NODE_002/NODE_003 are raised as NodeError already: they must keep their codes.
         .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
@@ -312,8 +312,9 @@ impl NodeHost for PyHost {
     }
 }
 
-/// `begin_tools`' answer: the origin message id and `(call id, name, side effects)` per call.
-type PyBatch<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, String, String)>);
+/// `begin_tools`' answer: the origin message id, `(call id, name, side effects)` per call, and
+/// whether the origin message is fresh (`ToolBatch::fresh`).
+type PyBatch<'py> = (Bound<'py, PyAny>, Vec<(Bound<'py, PyAny>, String, String)>, bool);
 
 /// A node's Python result: None, a goto name, or a `NodeResult`.
 fn node_output(r: &Bound<'_, PyAny>) -> PyResult<NodeOutput> {
