@@ -162,19 +162,23 @@ async def test_malformed_arguments_are_not_recorded(tmp_path: Path, make_thread)
         assert c.execute("SELECT count(*) FROM tool_executions WHERE json_extract(result, '$.__kind__') IS NOT 'started'").fetchone()[0] == 0
 
 
-@pytest.mark.asyncio
-async def test_ledger_read_failure_runs_the_tool_and_says_so(tmp_path: Path, caplog, make_thread) -> None:
-    db = tmp_path / "broken.db"
-    cp = SqliteCheckpointer(db)
+def counting_app(db: Path, **compile_kw: Any) -> tuple[Any, dict[str, int]]:
+    """A SQLite graph whose one tool call ("c1", tool "t") counts its runs in the returned dict."""
     counts = {"n": 0}
 
     async def t() -> str:
         counts["n"] += 1
         return "ran"
 
+    return tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=SqliteCheckpointer(db), **compile_kw), counts
+
+
+@pytest.mark.asyncio
+async def test_ledger_read_failure_runs_the_tool_and_says_so(tmp_path: Path, caplog, make_thread) -> None:
+    db = tmp_path / "broken.db"
     # Paused before the tools: the resumed run loads the tool-calling message, so it looks its
     # calls up (a message this run's own model just made needs no lookup: the test below).
-    app = tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp, interrupt_before=["tools"])
+    app, counts = counting_app(db, interrupt_before=["tools"])
     cfg = {"thread_id": make_thread()}
     await app.ainvoke({"messages": [user("x")]}, dict(cfg))
     assert counts["n"] == 0
@@ -195,14 +199,7 @@ async def test_calls_of_a_message_this_run_made_are_not_looked_up(tmp_path: Path
     the thread, committed before the tools start): the tool node skips the lookup. With the
     ledger table gone, only the write fails."""
     db = tmp_path / "fresh.db"
-    cp = SqliteCheckpointer(db)
-    counts = {"n": 0}
-
-    async def t() -> str:
-        counts["n"] += 1
-        return "ran"
-
-    app = tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp)
+    app, counts = counting_app(db)
     with sqlite3.connect(db) as c:
         c.execute("DROP TABLE tool_executions")
     caplog.set_level(logging.WARNING)

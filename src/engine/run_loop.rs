@@ -598,8 +598,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     }
 
     /// Whether tool node `node` leaves its last ledger rows to its step's commit: only when that
-    /// commit comes next with nothing of the user's in between (no lifecycle hook, no event
-    /// handler, no routing condition) and the store commits rows and step atomically.
+    /// commit comes next with nothing of the user's in between (no lifecycle hook, no routing
+    /// condition) and the store commits rows and step atomically.
     fn carries_ledger(&self, node: &str) -> bool {
         self.cfg.durable_every_step
             && self.store.joins_ledger_to_step()

@@ -488,8 +488,8 @@ struct Recorder<'a> {
 }
 
 struct RecorderQueue {
-    /// Key, result, tool name, and who waits for the write.
-    pending: Vec<(String, Value, String, oneshot::Sender<Result<Recorded, String>>)>,
+    /// Each result, and who waits for its write.
+    pending: Vec<(CarriedRow, oneshot::Sender<Result<Recorded, String>>)>,
     writing: bool,
     /// Per call: it has settled (returned, failed, was answered without running).
     settled: Vec<bool>,
@@ -563,7 +563,7 @@ impl<'a> Recorder<'a> {
         let (tx, rx) = oneshot::channel();
         let lead = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.pending.push((key.to_owned(), envelope.clone(), tool.to_owned(), tx));
+            q.pending.push((CarriedRow { key: key.to_owned(), result: envelope.clone(), tool: tool.to_owned() }, tx));
             // In the same critical section as the push: a writer that sees no call running has
             // every result in `pending`.
             q.settle(index);
@@ -582,16 +582,15 @@ impl<'a> Recorder<'a> {
                     }
                     (std::mem::take(&mut q.pending), q.running == 0)
                 };
-                if let (true, Some(carry)) = (last, self.carry) {
-                    carry.push(batch.iter().map(|(k, v, tool, _)| CarriedRow { key: k.clone(), result: v.clone(), tool: tool.clone() }));
-                    for (_, _, _, done) in batch {
-                        let _ = done.send(Ok(Recorded::Carried));
+                let (rows, waiting): (Vec<CarriedRow>, Vec<_>) = batch.into_iter().unzip();
+                let result = match (last, self.carry) {
+                    (true, Some(carry)) => {
+                        carry.push(rows);
+                        Ok(Recorded::Carried)
                     }
-                    continue;
-                }
-                let entries: Vec<(String, Value)> = batch.iter().map(|(k, v, _, _)| (k.clone(), v.clone())).collect();
-                let result = store.ledger_put_many(&cfg.thread, &entries, fence).await.map(|_| Recorded::Written).map_err(|e| e.to_string());
-                for (_, _, _, done) in batch {
+                    _ => store.ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence).await.map(|_| Recorded::Written).map_err(|e| e.to_string()),
+                };
+                for done in waiting {
                     let _ = done.send(result.clone());
                 }
             }
@@ -619,7 +618,7 @@ pub struct Carried {
 }
 
 impl Carried {
-    fn push(&self, rows: impl Iterator<Item = CarriedRow>) {
+    fn push(&self, rows: Vec<CarriedRow>) {
         self.rows.lock().unwrap_or_else(|p| p.into_inner()).extend(rows);
     }
 
