@@ -250,15 +250,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
-        id_text::check_ref(t)?;
-        id_text::check_messages(w.new_messages)?;
-        // No transaction to be inside of: the hook runs before anything changes, which is what a
-        // crash inside a transaction leaves behind.
-        if let Some(h) = w.in_tx {
-            h.in_transaction().await.map_err(StoreError::Failpoint)?;
-        }
-        let mut inner = self.lock();
-        self.step_locked(&mut inner, t, w)
+        self.put_step_with_ledger(t, w, &[]).await
     }
 
     fn joins_ledger_to_step(&self) -> bool {
@@ -268,6 +260,8 @@ impl Checkpointer for MemoryStore {
     async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
+        // No transaction to be inside of: the hook runs before anything changes, which is what a
+        // crash inside a transaction leaves behind.
         if let Some(h) = w.in_tx {
             h.in_transaction().await.map_err(StoreError::Failpoint)?;
         }
