@@ -14,6 +14,8 @@ use super::stop::StopSignal;
 use std::sync::Arc;
 use tokio::time::{Instant, sleep, sleep_until};
 
+mod carry;
+
 /// What the caller handed the run, as far as the loop cares.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunInput<'a> {
@@ -562,49 +564,6 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
         Ok(())
-    }
-
-    /// Ledger rows the step's commit could not carry, in their own transaction; false when
-    /// that failed too (logged per row as not recorded).
-    async fn write_carried(&self, rows: Vec<super::CarriedRow>) -> bool {
-        super::tools::write_carried(self.store, self.cfg, self.lease.get().map(|l| l.token), &rows).await
-    }
-
-    /// `put_step`, carrying the ledger rows a tool node left (see `tools::Recorder`). When that
-    /// fails, nothing of it was written: the rows go in on their own. When they fail alone too,
-    /// the ledger is what failed, and a ledger that cannot be written must not stop the run
-    /// (promise 2: the failure is logged and the result still goes to the model), so the step
-    /// is written once more without them. A refusal (stale, fenced, forbidden) or a failpoint is
-    /// the step's own: no second attempt.
-    async fn put_step_carrying(&self, w: StepWrite<'_>) -> Result<i64, StoreError> {
-        let carried = self.carried.take();
-        if carried.is_empty() {
-            return self.store.put_step(&self.cfg.thread, w).await;
-        }
-        let err = match self.store.put_step_with_ledger(&self.cfg.thread, w, &super::tools::ledger_rows(&carried)).await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let rows_written = self.write_carried(carried).await;
-        let the_steps_own = matches!(
-            err,
-            StoreError::Stale { .. } | StoreError::Fenced { .. } | StoreError::Forbidden { .. } | StoreError::Failpoint(_)
-        );
-        if rows_written || the_steps_own {
-            return Err(err);
-        }
-        tracing::warn!(thread_id = %self.cfg.thread.thread_id, "the step with its ledger rows failed ({err}); writing the step alone");
-        self.store.put_step(&self.cfg.thread, w).await
-    }
-
-    /// Whether tool node `node` leaves its last ledger rows to its step's commit: only when that
-    /// commit comes next with nothing of the user's in between (no lifecycle hook, no routing
-    /// condition) and the store commits rows and step atomically.
-    fn carries_ledger(&self, node: &str) -> bool {
-        self.cfg.durable_every_step
-            && self.store.joins_ledger_to_step()
-            && self.host.quiet_after_tools()
-            && !self.graph.edges.iter().any(|e| e.from == node && e.condition.is_some())
     }
 
     /// The error state when the live state cannot be serialised: the last state the store holds
