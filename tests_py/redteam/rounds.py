@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 
 from tenxgraph.core.state import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
+from tenxgraph.testing.postgres_server import find_pg_binary
 from tenxgraph.testing.crash import _import_target
 from tests_py.redteam.killer import run_once
 
@@ -53,6 +56,34 @@ async def ledger(cp: Any, tid: str) -> dict[str, str | None]:
         return {}
     return {c["id"]: await cp.aget_tool_status({"thread_id": tid}, f"{issuing.message_id}:{c['id']}")
             for c in issuing.tools_calls}
+
+
+def labelled(db: str, name: str) -> str:
+    """``db`` with the child's own ``application_name``, so its server backends can be found."""
+    if not db.startswith("postgres"):
+        return db
+    parts = urllib.parse.urlsplit(db)
+    query = urllib.parse.parse_qsl(parts.query) + [("application_name", name)]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def wait_backends_gone(db: str, name: str, timeout: float = 120.0) -> None:
+    """Waits until no server backend of the killed child ``name`` is left. A client killed
+    while its COMMIT (or a one-statement write) was on its way still commits on the server, after
+    the process is gone: reading the thread before its backend ends can see the thread without
+    that commit, and the round would then send as new a turn the thread already holds."""
+    if not db.startswith("postgres"):
+        return
+    query = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run([find_pg_binary("psql"), "-X", "-Atq", "-d", db, "-c", query],
+                             env={**os.environ, "PGCONNECT_TIMEOUT": "10"}, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode == 0 and out.stdout.strip() == "0":
+            return
+        assert time.monotonic() < deadline, f"the killed child's backends never ended: {out.stdout}{out.stderr}"
+        time.sleep(0.05)  # polled: the server notices the closed socket on its own
 
 
 def outputs(context: list[Any]) -> dict[str, tuple[Any, bool]]:
@@ -112,13 +143,15 @@ def play(*, target: str, db: str, workdir: Path, env: dict[str, str], text: str,
                     kill = rng.uniform(0, span * scale) if attempt == 0 or (
                         killed <= max_killed and rng.random() < resume_kill_p) else None
                     before = counts()
-                    out = run_once(workdir / tid, f"a{attempt}", target, tid, db, text=turn, kill_after=kill,
-                                   env=env, stream=streamed)
+                    child = f"tenx-kill-{tid}-a{attempt}"
+                    out = run_once(workdir / tid, f"a{attempt}", target, tid, labelled(db, child), text=turn,
+                                   kill_after=kill, env=env, stream=streamed)
                     attempt += 1
                     if not out.killed:
                         assert out.result is not None and out.result["outcome"] == "completed", (
                             f"round {r}: {out.result and out.result.get('exception')}\n{out.stderr[-3000:]}")
                         break
+                    wait_backends_gone(db, child)
                     kills += 1
                     killed += 1
                     after = counts()

@@ -18,9 +18,13 @@ impl PgStore {
     /// carries the DSN's password.
     pub async fn connect(dsn: &str, redis_url: Option<&str>, opts: PgOptions) -> StoreResult<Self> {
         let schema = quote_schema(&opts.schema)?;
-        let connect = PgConnectOptions::from_str(dsn)
-            .map_err(|e| StoreError::InvalidInput(format!("invalid postgres_dsn: {}", redact(&e.to_string()))))?
-            .application_name("tenxgraph");
+        let mut connect = PgConnectOptions::from_str(dsn)
+            .map_err(|e| StoreError::InvalidInput(format!("invalid postgres_dsn: {}", redact(&e.to_string()))))?;
+        // The user's own `application_name` in the DSN is how their monitoring tells services
+        // apart: it is kept, and only a DSN without one is labelled ours.
+        if connect.get_application_name().is_none() {
+            connect = connect.application_name("tenxgraph");
+        }
         // Probe with one plain connection first: a pool retries a refused connection until its
         // acquire timeout and then reports only "timed out", hiding the cause.
         let mut attempt = 0;
