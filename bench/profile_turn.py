@@ -32,8 +32,8 @@ def attach(args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
     pid = str(os.getpid())
     if args.py_spy:
         spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-        cmd = [spy, "record", "--pid", pid, "--native", "--threads", "-r", "400", "-f", args.py_spy_format,
-               "-o", args.py_spy]
+        cmd = [spy, "record", "--pid", pid, *(["--native"] if args.native else []), "--threads", "-r", "400",
+               "-f", args.py_spy_format, "-o", args.py_spy]
     elif args.perf:
         cmd = ["perf", "record", "-F", "999", "-g", "-p", pid, "-o", args.perf]
     else:
@@ -78,5 +78,7 @@ if __name__ == "__main__":
     p.add_argument("--turns", type=int, default=300, help="one turn per fresh thread")
     p.add_argument("--py-spy", default=None, help="output file (flamegraph SVG by default)")
     p.add_argument("--py-spy-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
+    p.add_argument("--native", action="store_true",
+                   help="py-spy also unwinds native frames (Rust, C): far slower, and it stalls a busy process")
     p.add_argument("--perf", default=None, help="perf.data output")
     asyncio.run(main(p.parse_args()))

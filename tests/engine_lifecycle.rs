@@ -37,7 +37,7 @@ impl Host {
 #[async_trait]
 impl NodeHost for Host {
     async fn prepare(&self, _stored: Stored<'_>, _exec: &ExecMeta) -> Result<MsgCursor, EngineError> {
-        self.messages.lock().unwrap().push(StoredMessage { id: "in".into(), data: json!({"id": "in"}) });
+        self.messages.lock().unwrap().push(StoredMessage::new("in", &json!({"id": "in"})));
         Ok(MsgCursor::default())
     }
 
@@ -46,7 +46,7 @@ impl NodeHost for Host {
             return Err(HostFailure::Raised { error_type: "ValueError".into(), message: "boom".into(), cause: Box::new(Boom) });
         }
         let id = format!("{node}-{}", exec.step);
-        self.messages.lock().unwrap().push(StoredMessage { id: id.clone(), data: json!({"id": id}) });
+        self.messages.lock().unwrap().push(StoredMessage::new(id.clone(), &json!({"id": id})));
         Ok(NodeOutput::default())
     }
 

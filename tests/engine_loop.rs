@@ -46,7 +46,7 @@ impl TestHost {
     fn new(nodes: &[(&'static str, Behave)], input: &[&str]) -> Self {
         TestHost {
             live: Mutex::default(),
-            input: input.iter().map(|t| StoredMessage { id: format!("in-{t}"), data: json!({"id": format!("in-{t}"), "role": "user", "text": t}) }).collect(),
+            input: input.iter().map(|t| StoredMessage::new(format!("in-{t}"), &json!({"id": format!("in-{t}"), "role": "user", "text": t}))).collect(),
             nodes: nodes.iter().copied().collect(),
             loop_until: 3,
             calls: Mutex::default(),
@@ -85,7 +85,7 @@ impl NodeHost for TestHost {
                 .iter()
                 .map(|m| {
                     let m: Value = serde_json::from_str(m.get()).unwrap();
-                    StoredMessage { id: m["id"].as_str().unwrap().into(), data: m }
+                    StoredMessage::new(m["id"].as_str().unwrap(), &m)
                 })
                 .collect();
             cursor = MsgCursor { len: msgs.len(), last_id: live.messages.last().map(|m| m.id.clone()) };
@@ -111,7 +111,7 @@ impl NodeHost for TestHost {
         let mut live = self.live.lock().unwrap();
         live.counter += 1;
         let id = format!("{node}-{}", exec.step);
-        live.messages.push(StoredMessage { id: id.clone(), data: json!({"id": id, "role": "assistant", "node": node}) });
+        live.messages.push(StoredMessage::new(id.clone(), &json!({"id": id, "role": "assistant", "node": node})));
         let pause = matches!(behave, Behave::Pause).then(|| "remote_tool_call".to_owned());
         Ok(NodeOutput { goto: if let Behave::Goto(g) = behave { Some(g.into()) } else { None }, pause })
     }

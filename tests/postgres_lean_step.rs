@@ -18,10 +18,7 @@ async fn pg() -> Option<(PgStore, String)> {
 }
 
 fn msg(id: &str, role: &str) -> StoredMessage {
-    StoredMessage {
-        id: id.into(),
-        data: json!({"message_id": id, "role": role, "content": [{"type": "text", "text": id}], "metadata": {"k": 1}, "usages": {"t": 2}}),
-    }
+    StoredMessage::new(id, &json!({"message_id": id, "role": role, "content": [{"type": "text", "text": id}], "metadata": {"k": 1}, "usages": {"t": 2}}))
 }
 
 fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {

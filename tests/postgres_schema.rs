@@ -130,7 +130,7 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     }
     assert!(!s.lease_get(&t2.thread_id).await.unwrap().unwrap().released);
     let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else { panic!("lease held") };
-    let m = StoredMessage { id: "old-db-m1".into(), data: json!({"message_id": "old-db-m1", "role": "user", "content": []}) };
+    let m = StoredMessage::new("old-db-m1", &json!({"message_id": "old-db-m1", "role": "user", "content": []}));
     let running = json!({"execution_meta": {"status": "running"}});
     let mut w = step(0, &running);
     let msgs = [m];

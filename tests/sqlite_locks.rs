@@ -46,7 +46,7 @@ async fn our_locks_are_seen_by_posix_lockers_in_this_process_and_survive_their_c
     store.setup().await.unwrap();
     let t = ThreadRef::new("th", "u");
     let state = json!({"n": 1});
-    let msgs = [StoredMessage { id: "m1".into(), data: json!({"message_id": "m1", "role": "user", "content": []}) }];
+    let msgs = [StoredMessage::new("m1", &json!({"message_id": "m1", "role": "user", "content": []}))];
     let step = StepWrite { expected_version: 0, state: &state, new_messages: &msgs, replace_messages: false, fence: None,
                            release_lease: false, in_tx: None, previous_mark: None };
     store.put_step(&t, step).await.unwrap();

@@ -12,7 +12,7 @@ use tenxgraph::store::{
 use common::stores::pg;
 
 fn msg(id: &str, text: &str) -> StoredMessage {
-    StoredMessage { id: id.into(), data: json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": text}]}) }
+    StoredMessage::new(id, &json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": text}]}))
 }
 
 async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpointer>)> {

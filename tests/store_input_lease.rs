@@ -12,7 +12,7 @@ use tenxgraph::store::{
 use common::stores::backends;
 
 fn msg(id: &str) -> StoredMessage {
-    StoredMessage { id: id.into(), data: json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": id}]}) }
+    StoredMessage::new(id, &json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": id}]}))
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {

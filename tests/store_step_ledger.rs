@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tenxgraph::store::{LeaseAttempt, LeaseRequest, StepWrite, StoreError, StoredMessage, ThreadRef};
 
 fn msg(id: &str) -> StoredMessage {
-    StoredMessage { id: id.into(), data: json!({"message_id": id, "role": "tool", "content": [{"type": "text", "text": id}]}) }
+    StoredMessage::new(id, &json!({"message_id": id, "role": "tool", "content": [{"type": "text", "text": id}]}))
 }
 
 fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {

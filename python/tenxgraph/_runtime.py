@@ -149,6 +149,11 @@ class Run:
         self._fresh_ids: set[Any] = set()
         # The context's message objects as of the last commit (see snapshot).
         self._committed: list[Message] = []
+        # Tool messages the last tool node made from their recorded texts, by id(), with those
+        # texts: the next snapshot stores them without dumping them again. Filled only when no
+        # code of the user's can see them before that snapshot, and emptied by every call that
+        # runs user code (see _user_code).
+        self._encoded: dict[int, tuple[Message, str]] = {}
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
         self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
         # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never
@@ -234,6 +239,7 @@ class Run:
         return stored_len, last_id
 
     async def run_node(self, name: str, exec_view: ExecView) -> str | None:
+        self._encoded.clear()  # user code from here on
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
@@ -308,6 +314,7 @@ class Run:
     def lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> Any:
         """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
         await); returns the error message to persist at ``error`` (None keeps it)."""
+        self._encoded.clear()
         return self._fire_lifecycle(point, node, kind, exec_view)
 
     async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> str | None:
@@ -404,6 +411,7 @@ class Run:
             em.hold(em.make(StreamEvent.STATE, state=self.state.model_copy(deep=True), status=status, node=node))
 
     def eval_condition(self, index: int) -> str | bool:
+        self._encoded.clear()
         result = self.graph._conditions[index](self.state)
         return result if isinstance(result, str) else bool(result)
 
@@ -424,12 +432,19 @@ class Run:
                  and ctx[:cursor_len] == self._committed[:cursor_len])
         fresh = ctx[cursor_len:] if grown else ctx
         self._committed = list(ctx)
-        messages = [(str(m.message_id), encode_message(m)) for m in fresh]
+        encoded = self._encoded
+        if encoded:
+            messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
+                         else encode_message(m)) for m in fresh]
+            encoded.clear()
+        else:
+            messages = [(str(m.message_id), encode_message(m)) for m in fresh]
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 
     def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]], bool]:
+        self._encoded.clear()
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
@@ -512,7 +527,10 @@ class Run:
 
     def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
         step = self._tool_steps.pop(name)
-        messages = step.finish(items)
+        # The messages made here are new objects nobody else holds; without hooks, events or a
+        # stream, nothing of the user's sees them before the step's snapshot.
+        quiet = not self.has_lifecycle_hooks and self.events is None and self.emitter is None
+        messages = step.finish(items, self._encoded if quiet else None)
         state = self.state
         assert state is not None
         # Calls the client runs: their placeholders go back to the caller, not into the context,

@@ -256,14 +256,22 @@ class ToolStep:
                 "[TOOL_OUTCOME_UNKNOWN]")
         return self._answer(index, _result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
 
-    def finish(self, items: list[tuple[str, str]]) -> list[Message]:
+    def finish(self, items: list[tuple[str, str]], encoded: dict[int, tuple[Message, str]] | None = None) -> list[Message]:
+        """The node's tool messages, in call order. ``encoded`` gets, by ``id()``, each message
+        made here from the text it was recorded as, with that text (see Run.snapshot)."""
         messages: list[Message] = []
         for index, (kind, payload) in enumerate(items):
             call = self.calls[index]
             if kind == "replayed":
                 messages.append(self.replays[index])
             elif kind == "ran":
-                messages.append(self.message_of(index, payload))
+                text = self.texts.get(index)
+                if text is not None and encoded is not None:
+                    msg = Message.model_validate_json(text)
+                    encoded[id(msg)] = (msg, text)
+                    messages.append(msg)
+                else:
+                    messages.append(self.message_of(index, payload))
             elif kind == "timeout":
                 if self.tool_node.is_sync(call.name):
                     # A thread cannot be cancelled: do not tell the model it was.

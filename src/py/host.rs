@@ -158,8 +158,11 @@ impl NodeHost for PyHost {
         })
         .map_err(host_err)?;
         let new_messages = msgs
-            .iter()
-            .map(|(id, data)| Ok(StoredMessage { id: id.clone(), data: parse("message", data)? }))
+            .into_iter()
+            .map(|(id, data)| {
+                StoredMessage::from_text(id, data)
+                    .map_err(|e| EngineError::InvalidInput(format!("message is not valid JSON: {e}")))
+            })
             .collect::<Result<Vec<_>, EngineError>>()?;
         Ok(Snapshot {
             state: parse("state", &state)?,

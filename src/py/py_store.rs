@@ -74,7 +74,7 @@ impl PyStore {
                 .map(|m| {
                     let data: Value = serde_json::from_str(m)?;
                     let id = data.get("message_id").map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
-                    Ok(StoredMessage { id: id.unwrap_or_default(), data })
+                    Ok(StoredMessage::new(id.unwrap_or_default(), &data))
                 })
                 .collect::<Result<Vec<_>, serde_json::Error>>()
                 .map_err(|e| StoreError::backend("load", e))?;
@@ -98,7 +98,7 @@ impl PyStore {
     async fn save(&self, t: &ThreadRef, new_messages: &[StoredMessage]) -> StoreResult<()> {
         let Some(cp) = self.mem.load(t).await? else { return Ok(()) };
         let messages: Vec<String> = cp.messages.iter().map(|m| m.get().to_owned()).collect();
-        let new: Vec<String> = new_messages.iter().map(|m| m.data.to_string()).collect();
+        let new: Vec<String> = new_messages.iter().map(|m| m.data.get().to_owned()).collect();
         let (tid, uid, state) = (t.thread_id.clone(), t.user_id.clone(), cp.state.to_string());
         self.call("save", move |a| a.call_method1("save", (tid, uid, state, messages, new))).await?;
         Ok(())

@@ -75,7 +75,9 @@ fn json_in(s: &str) -> PyResult<Value> {
 }
 
 fn messages_in(msgs: Vec<(String, String)>) -> PyResult<Vec<StoredMessage>> {
-    msgs.into_iter().map(|(id, d)| Ok(StoredMessage { id, data: json_in(&d)? })).collect()
+    msgs.into_iter()
+        .map(|(id, d)| StoredMessage::from_text(id, d).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}"))))
+        .collect()
 }
 
 fn thread_out(r: ThreadRow) -> ThreadTuple {

@@ -8,7 +8,7 @@
 
 use super::id_text;
 use super::{
-    Checkpoint, KnownHead, Checkpointer, RawJson, raw_json, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
+    Checkpoint, KnownHead, Checkpointer, RawJson, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
     StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, is_running_state, may_take, message_matches,
     now_secs,
 };
@@ -28,17 +28,20 @@ struct ThreadData {
     ledger: HashMap<String, (Value, f64)>,
 }
 
-/// A message with its text, encoded once when it is written: a load copies the texts out, it
-/// does not encode every message of the thread again.
+/// A message as the text it was written as: a load copies the texts out; the readers that look
+/// inside one (`get_message`, `list_messages`) decode it then.
 struct Kept {
     id: String,
-    data: Value,
     text: RawJson,
 }
 
 impl Kept {
     fn new(m: &StoredMessage) -> Self {
-        Kept { id: m.id.clone(), data: m.data.clone(), text: raw_json(&m.data) }
+        Kept { id: m.id.clone(), text: m.data.clone() }
+    }
+
+    fn value(&self) -> Value {
+        super::decode_raw(&self.text)
     }
 }
 
@@ -341,7 +344,7 @@ impl Checkpointer for MemoryStore {
         let inner = self.lock();
         Ok(self
             .readable(&inner, t)
-            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(|m| m.data.clone())))
+            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(Kept::value)))
     }
 
     async fn list_messages(
@@ -357,8 +360,8 @@ impl Checkpointer for MemoryStore {
         let it = d
             .messages
             .iter()
-            .filter(|m| search.is_none_or(|s| message_matches(&m.data, s)))
-            .map(|m| m.data.clone());
+            .map(Kept::value)
+            .filter(|v| search.is_none_or(|s| message_matches(v, s)));
         Ok(page(it, offset, limit))
     }
 

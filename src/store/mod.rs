@@ -35,7 +35,7 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    chained_state, mark_messages_changed, raw_json, raw_json_from_text, set_write_mark, write_mark, write_mark_json_path, MESSAGES_CHANGED, WRITE_MARK_PATH, Checkpoint, KnownHead, RawJson, LegacyCache, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+    chained_state, decode_raw, mark_messages_changed, raw_json, raw_json_from_text, set_write_mark, write_mark, write_mark_json_path, MESSAGES_CHANGED, WRITE_MARK_PATH, Checkpoint, KnownHead, RawJson, LegacyCache, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
 };
 pub use inspect::{LedgerEntry, StateVersion};
 

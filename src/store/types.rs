@@ -33,13 +33,44 @@ impl ThreadRef {
     }
 }
 
-/// A message as persisted: its id and its full JSON (pydantic `model_dump(mode="json")`).
-#[derive(Debug, Clone, PartialEq)]
+/// A message as persisted: its id and its full JSON (pydantic `model_dump_json`), kept as the
+/// text the host made: a step hands it to the store as it is, where decoding it into a `Value`
+/// and encoding it again was most of the engine's own work per message.
+#[derive(Debug, Clone)]
 pub struct StoredMessage {
     /// The message id; a thread's messages are upserted by it.
     pub id: String,
-    /// The message as JSON, stored and returned unchanged.
-    pub data: Value,
+    /// The message as JSON text (checked to be one JSON value), stored and returned unchanged.
+    pub data: RawJson,
+}
+
+impl StoredMessage {
+    /// A message from a decoded document.
+    pub fn new(id: impl Into<String>, data: &Value) -> Self {
+        StoredMessage { id: id.into(), data: raw_json(data) }
+    }
+
+    /// A message from its text; an error when the text is not one JSON value.
+    pub fn from_text(id: impl Into<String>, text: String) -> serde_json::Result<Self> {
+        Ok(StoredMessage { id: id.into(), data: raw_json_from_text(text)? })
+    }
+
+    /// The document decoded (for the few readers that look inside it).
+    pub fn value(&self) -> Value {
+        decode_raw(&self.data)
+    }
+}
+
+impl PartialEq for StoredMessage {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.data.get() == other.data.get()
+    }
+}
+
+/// A stored text decoded. It was checked to be one JSON value when it was made, so this cannot
+/// fail on a valid `RawJson`; `Null` stands in should it ever do.
+pub fn decode_raw(raw: &RawJson) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
 }
 
 /// A stored JSON document kept as its text: a thread's load hands each message's stored text on

@@ -3,8 +3,11 @@
 
 use super::nul::strip_nul;
 use super::{Casts, PgStore, Stmt, map_err, threads};
-use crate::store::{MESSAGES_CHANGED, StoreError, StoreResult, StoredMessage, ThreadRef};
+use crate::store::{MESSAGES_CHANGED, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json};
 use serde_json::Value;
+use serde_json::value::RawValue;
+use sqlx::types::Json;
+use std::borrow::Cow;
 
 /// A message row as the JSON the engine stores: `message_data` when we wrote the row, rebuilt from
 /// the columns for a row 10xGraph wrote.
@@ -15,26 +18,48 @@ pub(super) fn message_json() -> &'static str {
 }
 
 /// The messages as the JSON array `tenx_upsert_messages` and `tenx_put_step` take: each row keyed
-/// by the id the engine tracks, NULs replaced.
-pub(super) fn message_rows(msgs: &[StoredMessage]) -> Value {
-    Value::Array(
+/// by the id the engine tracks, NULs replaced. A message whose text already says so (its
+/// `message_id` is that id, no NUL anywhere: every message a run writes) goes in as its text;
+/// only the others are decoded and fixed.
+pub(super) fn message_rows(msgs: &[StoredMessage]) -> Json<Vec<Cow<'_, RawValue>>> {
+    Json(
         msgs.iter()
-            .map(|m| {
-                let mut v = m.data.clone();
-                if let Some(o) = v.as_object_mut() {
-                    // The row's key is the id the engine tracks, whatever type the JSON used; an
-                    // integer id that is that key stays an integer (an int / bigint schema's
-                    // message ids come back as the ints they were).
-                    let same_int = matches!(o.get("message_id"), Some(Value::Number(n)) if n.is_i64() && n.to_string() == m.id);
-                    if !same_int {
-                        o.insert("message_id".into(), Value::String(m.id.clone()));
-                    }
-                }
-                strip_nul(&mut v);
-                v
-            })
+            .map(|m| if written_as_keyed(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(raw_json(&keyed_row(m))) })
             .collect(),
     )
+}
+
+/// The text's `message_id` is the row's key and it has no escaped NUL (JSON text cannot hold a
+/// raw one): the text is the row as `keyed_row` would make it.
+fn written_as_keyed(m: &StoredMessage) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        message_id: Option<Value>,
+    }
+    let text = m.data.get();
+    if text.contains("\\u0000") {
+        return false;
+    }
+    match serde_json::from_str::<Head>(text) {
+        Ok(Head { message_id: Some(Value::String(id)) }) => id == m.id,
+        Ok(Head { message_id: Some(Value::Number(n)) }) => n.is_i64() && n.to_string() == m.id,
+        _ => false,
+    }
+}
+
+fn keyed_row(m: &StoredMessage) -> Value {
+    let mut v = m.value();
+    if let Some(o) = v.as_object_mut() {
+        // The row's key is the id the engine tracks, whatever type the JSON used; an integer id
+        // that is that key stays an integer (an int / bigint schema's message ids come back as
+        // the ints they were).
+        let same_int = matches!(o.get("message_id"), Some(Value::Number(n)) if n.is_i64() && n.to_string() == m.id);
+        if !same_int {
+            o.insert("message_id".into(), Value::String(m.id.clone()));
+        }
+    }
+    strip_nul(&mut v);
+    v
 }
 
 pub(super) struct Stmts {
@@ -145,4 +170,45 @@ pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str)
     }
     tx.commit().await.map_err(|e| map_err("delete message", e, Some(t)))?;
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rows(msgs: &[StoredMessage]) -> (Vec<bool>, Value) {
+        let Json(r) = message_rows(msgs);
+        let borrowed = r.iter().map(|c| matches!(c, Cow::Borrowed(_))).collect();
+        (borrowed, serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn a_row_keyed_as_written_goes_in_as_its_text() {
+        let text = r#"{"message_id":"m:1","role":"user","content":[{"type":"text","text":"h\u00e9 \"q\""}],"n":12345678901234567890123}"#;
+        let m = StoredMessage::from_text("m:1", text.to_owned()).unwrap();
+        let Json(r) = message_rows(std::slice::from_ref(&m));
+        assert!(matches!(r[0], Cow::Borrowed(_)));
+        // The text itself: a number past 64 bits is not rounded by a decode.
+        assert_eq!(serde_json::to_string(&r).unwrap(), format!("[{text}]"));
+        let int = StoredMessage::new("7", &json!({"message_id": 7, "role": "user"}));
+        assert_eq!(rows(&[int]), (vec![true], json!([{"message_id": 7, "role": "user"}])));
+    }
+
+    #[test]
+    fn other_rows_are_decoded_and_fixed() {
+        let cases = [
+            // another id, a missing one, an int id that is not the key, a repeated key
+            (StoredMessage::new("k", &json!({"message_id": "other", "a": 1})), json!({"message_id": "k", "a": 1})),
+            (StoredMessage::new("k", &json!({"a": 1})), json!({"a": 1, "message_id": "k"})),
+            (StoredMessage::new("8", &json!({"message_id": 7})), json!({"message_id": "8"})),
+            (StoredMessage::from_text("k", r#"{"message_id":"k","message_id":"j"}"#.into()).unwrap(), json!({"message_id": "k"})),
+            // an escaped NUL anywhere is replaced
+            (StoredMessage::new("k", &json!({"message_id": "k", "t": "a\u{0}b"})), json!({"message_id": "k", "t": "a\u{FFFD}b"})),
+        ];
+        for (m, want) in cases {
+            let (borrowed, got) = rows(std::slice::from_ref(&m));
+            assert_eq!((borrowed, got), (vec![false], json!([want])), "{}", m.data.get());
+        }
+    }
 }

@@ -29,7 +29,7 @@ pub(super) async fn upsert_messages(c: &mut SqliteConnection, t: &ThreadRef, msg
         )
         .bind(&t.thread_id)
         .bind(&m.id)
-        .bind(to_text(&m.data))
+        .bind(m.data.get())
         .bind(now)
         .execute(&mut *c)
         .await

@@ -159,7 +159,7 @@ class Message(BaseModel):
             return [TextBlock(text=value)]
         return value
 
-    @field_serializer("parsed_content")
+    @field_serializer("parsed_content", when_used="unless-none")
     def _dump_parsed_content(self, value: Any, info: SerializationInfo) -> Any:
         # Declared as BaseModel, a subclass instance would otherwise dump as {}.
         if isinstance(value, BaseModel):
