@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
@@ -45,16 +43,29 @@ NOT_RECORDED_MESSAGE = "tool call COMPLETED but could not be recorded; a replay 
 _current: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("tenxgraph_log_fields", default={})
 
 
-@contextmanager
-def log_fields(**fields: Any) -> Iterator[None]:
-    """Adds fields to every tenxgraph log line made in this context (and in tasks started from it)."""
-    merged = dict(_current.get())
-    merged.update({k: str(v) for k, v in fields.items() if v is not None})
-    token = _current.set(merged)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+class log_fields:  # noqa: N801  (used as a function: ``with log_fields(node=...):``)
+    """Adds fields to every tenxgraph log line made in this context (and in tasks started from it).
+
+    A class, not a ``@contextmanager`` generator: a run enters one per node and per tool call,
+    and the generator's machinery was most of its cost."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = fields
+        self._token: contextvars.Token[dict[str, str]] | None = None
+
+    def __enter__(self) -> None:
+        merged = dict(_current.get())
+        for k, v in self._fields.items():
+            if v is not None:
+                merged[k] = v if type(v) is str else str(v)
+        self._token = _current.set(merged)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
 
 
 class _RunFields(logging.Filter):

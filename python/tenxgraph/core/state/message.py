@@ -6,9 +6,9 @@ import asyncio
 import contextvars
 import inspect
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any, Literal
 import os
 
@@ -124,7 +124,10 @@ class TokenUsages(BaseModel):
 
 
 def _now_timestamp() -> float:
-    return datetime.now().timestamp()
+    # The epoch time to the microsecond, as 10xGraph's ``datetime.now().timestamp()`` gives it,
+    # read without building a local datetime (which, in the repeated hour of a DST change, also
+    # gave a time an hour off).
+    return round(time.time(), 6)
 
 
 class Message(BaseModel):
