@@ -152,7 +152,7 @@ class Run:
         # Tool messages the last tool node made from their recorded texts, by id(), with those
         # texts: the next snapshot stores them without dumping them again. Filled only when no
         # code of the user's can see them before that snapshot, and emptied by every call that
-        # runs user code (see _user_code).
+        # runs user code (run_node, eval_condition, lifecycle, begin_tools).
         self._encoded: dict[int, tuple[Message, str]] = {}
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
         self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
@@ -433,12 +433,9 @@ class Run:
         fresh = ctx[cursor_len:] if grown else ctx
         self._committed = list(ctx)
         encoded = self._encoded
-        if encoded:
-            messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
-                         else encode_message(m)) for m in fresh]
-            encoded.clear()
-        else:
-            messages = [(str(m.message_id), encode_message(m)) for m in fresh]
+        messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
+                     else encode_message(m)) for m in fresh]
+        encoded.clear()
         return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------

@@ -265,13 +265,11 @@ class ToolStep:
             if kind == "replayed":
                 messages.append(self.replays[index])
             elif kind == "ran":
+                msg = self.message_of(index, payload)
                 text = self.texts.get(index)
-                if text is not None and encoded is not None:
-                    msg = Message.model_validate_json(text)
+                if text is not None and encoded is not None:  # message_of built msg from it
                     encoded[id(msg)] = (msg, text)
-                    messages.append(msg)
-                else:
-                    messages.append(self.message_of(index, payload))
+                messages.append(msg)
             elif kind == "timeout":
                 if self.tool_node.is_sync(call.name):
                     # A thread cannot be cancelled: do not tell the model it was.
