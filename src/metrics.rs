@@ -74,6 +74,7 @@ metrics! {
     tool_outcome_unknown => "tenxgraph.tool.outcome_unknown",
     history_loads => "tenxgraph.storage.history_loads",
     live_state_reuses => "tenxgraph.storage.live_state_reuses",
+    start_reads_skipped => "tenxgraph.storage.start_reads_skipped",
 }
 
 /// The process-wide metrics.

@@ -91,7 +91,8 @@ async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
 /// A database that tenxgraph created before its migrations became `.sql` files (functions that
 /// name their schema and pin no path) is at version 7: only the later files are applied (0008's
 /// and 0009's `tenx_put_input` and 0009's `tenx_put_step`, which replace the old functions of the
-/// same signatures, and 0010's trigger), and every kind of write and read goes on working on it.
+/// same signatures, 0010's trigger and 0011's `tenx_put_input` with `p_on_head`), and every kind of
+/// write and read goes on working on it.
 #[tokio::test]
 async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     use tenxgraph::store::{LeaseAttempt, LeaseRequest, LeasedInput, PruneRules, StoredMessage, is_intent};
@@ -105,10 +106,11 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
                   WHERE n.nspname = 'pre_sql_files_v7' AND p.proconfig IS NOT NULL";
     let s = store(&dsn, "pre_sql_files_v7").await;
     assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
-    // Opened and migrated, yet its functions of versions 1-7 are the old ones: only 0008's and
-    // 0009's functions (pinned) are new: tenx_put_input and the 11-argument tenx_put_step, and
-    // 0010's trigger function.
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 3);
+    // Opened and migrated, yet its functions of versions 1-7 are the old ones: only the later
+    // functions (pinned) are new: the 17-argument tenx_put_input (0008, 0009, a call of 0011's
+    // since 0011), the 11-argument tenx_put_step (0009), 0010's trigger function and 0011's
+    // 18-argument tenx_put_input.
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 4);
 
     let t = ThreadRef::new("old-db", "u");
     let req = LeaseRequest {

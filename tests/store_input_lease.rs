@@ -133,3 +133,67 @@ async fn another_users_thread_is_refused_and_its_lease_row_stays() {
         assert_eq!(s.load(&alice).await.unwrap().unwrap().version, 1, "{name}");
     }
 }
+
+/// `put_input_on_head`: an input built on a kept commit, with no read before it. Postgres checks
+/// the head itself; the other stores do not claim to and refuse, sending the run to a full read.
+#[tokio::test]
+async fn an_input_on_a_kept_head_commits_only_on_that_very_commit() {
+    use tenxgraph::store::{set_write_mark, write_mark};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir, false).await {
+        let t = ThreadRef::new("kept", "u");
+        let mut first = json!({"n": 1});
+        set_write_mark(&mut first, "mark-a");
+        if !s.checks_head_at_input() {
+            let e = s.put_input_on_head(&t, &req("run-0", Some("u")), step(0, &first, &[msg("k0")]), None).await.unwrap_err();
+            assert!(matches!(e, StoreError::Stale { .. }), "{name}: {e:?}");
+            assert!(s.load(&t).await.unwrap().is_none() && s.lease_get("kept").await.unwrap().is_none(), "{name}");
+            continue;
+        }
+        let Ok(LeasedInput::Committed { token, .. }) =
+            s.put_input_leased(&t, &req("run-1", Some("u")), step(0, &first, &[msg("k1")]), None).await
+        else {
+            panic!("{name}: the first input commits")
+        };
+        s.lease_release("kept", token).await.unwrap();
+        // The head is the kept commit (version 1, mark-a): committed, the lease taken with it.
+        let mut second = json!({"n": 2});
+        set_write_mark(&mut second, "mark-b");
+        let k2 = [msg("k2")];
+        let w = StepWrite { previous_mark: Some("mark-a"), ..step(1, &second, &k2) };
+        let got = s.put_input_on_head(&t, &req("run-2", Some("u")), w, stop("kept:u")).await.unwrap();
+        let LeasedInput::Committed { token, version: 2 } = got else { panic!("{name}: {got:?}") };
+        assert!(s.lease_get("kept").await.unwrap().unwrap().is_live(), "{name}");
+        s.lease_release("kept", token).await.unwrap();
+        assert_eq!(write_mark(&s.load(&t).await.unwrap().unwrap().state), Some("mark-b"), "{name}");
+        // Deleted and written again to version 2 under another mark: same version, another commit.
+        s.clear_state(&t).await.unwrap();
+        for (v, mark, seen) in [(0, "other-1", None), (1, "other-2", Some("other-1"))] {
+            let mut st = json!({"n": 10 + v});
+            set_write_mark(&mut st, mark);
+            let m = [msg(&format!("o{v}"))];
+            s.put_step(&t, StepWrite { previous_mark: seen, ..step(v, &st, &m) }).await.unwrap();
+        }
+        let mut third = json!({"n": 3});
+        set_write_mark(&mut third, "mark-c");
+        for (expected, kept_mark) in [(2, "mark-b"), (1, "mark-a"), (3, "mark-b")] {
+            let k3 = [msg("k3")];
+            let w = StepWrite { previous_mark: Some(kept_mark), ..step(expected, &third, &k3) };
+            let e = s.put_input_on_head(&t, &req("run-3", Some("u")), w, None).await.unwrap_err();
+            assert!(matches!(e, StoreError::Stale { .. }), "{name}: kept ({expected}, {kept_mark}): {e:?}");
+        }
+        // Refused with nothing written: the other life's head, no lease taken, no message added.
+        let cp = s.load(&t).await.unwrap().unwrap();
+        assert_eq!((cp.version, write_mark(&cp.state), cp.messages.len()), (2, Some("other-2"), 2), "{name}");
+        assert!(!s.lease_get("kept").await.unwrap().unwrap().is_live(), "{name}: the refused take is undone");
+        // A live lease is refused as by `put_input_leased`: the holder comes back, nothing written.
+        let LeaseAttempt::Acquired { .. } = s.lease_acquire("kept", &req("holder", Some("u"))).await.unwrap() else {
+            panic!("{name}: the lease is free")
+        };
+        let k4 = [msg("k4")];
+        let w = StepWrite { previous_mark: Some("other-2"), ..step(2, &third, &k4) };
+        let got = s.put_input_on_head(&t, &req("run-4", Some("u")), w, None).await.unwrap();
+        assert!(matches!(got, LeasedInput::Held(ref info) if info.holder == "holder"), "{name}: {got:?}");
+        assert_eq!(s.load(&t).await.unwrap().unwrap().version, 2, "{name}");
+    }
+}

@@ -5,6 +5,7 @@ the thread's latest. Every backend; the counters come from the Rust loop."""
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -323,3 +324,105 @@ async def test_the_caller_s_input_objects_are_not_part_of_the_kept_state(checkpo
     await app.ainvoke({"messages": [user("two")]}, {"thread_id": t})
     assert delta(before) == (0, 1)
     assert seen == [("one", ["from the caller"]), ("one", ["from the caller"])]
+
+
+# -- Postgres: a turn on a kept state reads nothing before its input commit ---------------------
+
+
+def skipped() -> float:
+    return metrics.snapshot()["tenxgraph.storage.start_reads_skipped"]
+
+
+async def counted(node_reply: str, state: Notes) -> Notes:
+    """A reply that names how many messages the node saw: which history a turn was built on."""
+    state.turns += 1
+    state.context.append(Message.text_message(f"{node_reply} after {len(state.context)}", role="assistant"))
+    return state
+
+
+def build_counting(cp: Any) -> Any:
+    async def node(state: Notes, config: dict[str, Any]) -> Notes:
+        return await counted("reply", state)
+
+    return build(cp, node)
+
+
+@pytest.fixture
+def pg_checkpointer(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    return make_checkpointer("postgres", request, tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_kept_turn_on_postgres_skips_the_start_read(pg_checkpointer: Any, make_thread: Any) -> None:
+    app, t = build(pg_checkpointer), make_thread()
+    first = skipped()
+    await app.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    assert skipped() == first  # nothing kept yet: the first turn reads
+    before, was = counters(), skipped()
+    for word in ("two", "three"):
+        await app.ainvoke({"messages": [user(word)]}, {"thread_id": t})
+    assert delta(before) == (0, 2) and skipped() - was == 2
+    assert await texts(pg_checkpointer, t) == ["one", "reply 1 to one", "two", "reply 2 to two", "three", "reply 3 to three"]
+    # A resume-only pass and a state update are not turns with messages: they read as before.
+    was = skipped()
+    await app.ainvoke({}, {"thread_id": t})
+    assert skipped() == was
+
+
+@pytest.mark.asyncio
+async def test_a_thread_written_again_to_the_kept_version_is_not_built_on(
+    pg_checkpointer: Any, make_thread: Any, request: pytest.FixtureRequest
+) -> None:
+    # The version alone cannot tell the two lives apart; the write mark checked in the input
+    # commit does. Built on the kept state, the reply would say it saw 3 messages.
+    pg = request.getfixturevalue("tenx_postgres")
+
+    def head_version() -> str:
+        query = f"SELECT max(version) FROM {pg_checkpointer.schema}.states WHERE thread_id = '{t}'"
+        return pg.psql(query, dbname=urllib.parse.unquote(urllib.parse.urlsplit(pg.dsn).path.lstrip("/"))).strip()
+
+    app, other, t = build_counting(pg_checkpointer), build_counting(pg_checkpointer), make_thread()
+    await app.ainvoke({"messages": [user("first life")]}, {"thread_id": t})
+    kept_version = head_version()
+    await pg_checkpointer.aclear_state({"thread_id": t})
+    await other.ainvoke({"messages": [user("second"), user("life")]}, {"thread_id": t})
+    assert head_version() == kept_version == "2"
+    before, was = counters(), skipped()
+    out = await app.ainvoke({"messages": [user("again")]}, {"thread_id": t})
+    assert delta(before) == (1, 0) and skipped() == was
+    assert out["messages"][-1].text() == "reply after 4"
+    assert await texts(pg_checkpointer, t) == ["second", "life", "reply after 2", "again", "reply after 4"]
+    stored = await pg_checkpointer.aget_state({"thread_id": t})
+    assert stored.turns == 2
+
+
+@pytest.mark.asyncio
+async def test_a_kept_state_does_not_let_a_turn_past_another_worker_s_run(
+    pg_checkpointer: Any, make_thread: Any, request: pytest.FixtureRequest
+) -> None:
+    from tenxgraph.core.exceptions import ThreadBusyError
+
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(state: Notes, config: dict[str, Any]) -> Notes:
+        if state.context[-1].text() == "b holds it":
+            entered.set()
+            await release.wait()
+        return await reply(state, config)
+
+    other_cp = type(pg_checkpointer)(request.getfixturevalue("tenx_postgres").dsn, schema=pg_checkpointer.schema,
+                                     enforce_user_isolation=False)
+    a, b, t = build(pg_checkpointer), build(other_cp, held), make_thread()
+    await a.ainvoke({"messages": [user("one")]}, {"thread_id": t})
+    run_b = asyncio.create_task(b.ainvoke({"messages": [user("b holds it")]}, {"thread_id": t}))
+    await entered.wait()
+    was = skipped()
+    with pytest.raises(ThreadBusyError):
+        await a.ainvoke({"messages": [user("a wants in")]}, {"thread_id": t})
+    assert skipped() == was
+    release.set()
+    await run_b
+    await a.ainvoke({"messages": [user("after b")]}, {"thread_id": t})
+    assert await texts(pg_checkpointer, t) == ["one", "reply 1 to one", "b holds it", "reply 2 to b holds it",
+                                               "after b", "reply 3 to after b"]
+    await other_cp.arelease()

@@ -60,6 +60,11 @@ def text_id(field: str, value: Any) -> str:
     when it is not valid Unicode (a lone surrogate)."""
 
 @final
+class KeptState:
+    """The state row of a run's last commit, opaque to Python: returned with the run's outcome and
+    handed back (``RunOptions.for_run(known_state=...)``) with the thread's next run, so a store
+    that checks the head in its input commit needs no read before it."""
+
 class RunOptions:
     """One run's settings, resolved and validated from its config dict (ValueError for a bad
     ``recursion_limit``, ``on_busy``, ``busy_timeout``, ``lease_ttl`` or ``failpoints``; timeouts
@@ -97,6 +102,7 @@ class RunOptions:
         streaming: bool = False,
         known_version: int | None = None,
         known_mark: str | None = None,
+        known_state: KeptState | None = None,
         resume_only: bool = False,
         owner_scoped: bool = False,
     ) -> RunOptions:
@@ -333,10 +339,11 @@ class NativeGraph:
         event_loop: Any,
         context: Any,
         options: RunOptions,
-    ) -> Awaitable[str]:
+    ) -> Awaitable[tuple[str, KeptState | None]]:
         """Runs the loop for one call, with the settings ``options`` resolved once for the run;
         node and tool code is called back through ``run`` on ``event_loop`` in ``context``.
-        Resolves to JSON ``{exec, version, stopped, mark, nothing_to_resume}``, or raises the run's
+        Resolves to the JSON text ``{exec, version, stopped, mark, nothing_to_resume}`` and the
+        ``KeptState`` of the run's last commit (None when it committed nothing), or raises the run's
         typed error (``GraphError``, ``NodeError``, ``NodeTimeoutError``, the storage errors,
         ``ThreadBusyError``, ``LeaseLostError``). Every step it reports is committed before it
         returns."""

@@ -5,7 +5,8 @@ turn then costs O(history). A run that ended cleanly already holds the exact sta
 last, so the graph keeps it here keyed by thread, with the version and the write mark of that
 commit. The next run names that commit to the store (``known_version``/``known_mark``); the store
 reads only the state row and, if it is still that commit, skips the messages and the run reuses
-the object. Any other write to the thread (another process, ``aput_state``, a delete and
+the object. With that commit's state row kept too (``row``, opaque to Python), a store that
+checks the head in the input commit itself (Postgres) reads nothing before that commit. Any other write to the thread (another process, ``aput_state``, a delete and
 re-create) changes the latest row, the store reads everything as before, and the kept state is
 dropped: correctness never depends on this cache, only the cost of a load does.
 
@@ -31,8 +32,9 @@ DEFAULT_LIVE_STATES = 256
 # pin gigabytes. About 1-2 KB of Python objects per message.
 MAX_HELD_MESSAGES = 200_000
 
-# (version, write mark, state, the run's context index for that state)
-Held = tuple[int, str, "AgentState", Any]
+# (version, write mark, state, the run's context index for that state, that commit's state row
+# as the engine wrote it: a _core.KeptState, or None)
+Held = tuple[int, str, "AgentState", Any, Any]
 
 
 def resolve_limit(value: Any) -> int:
@@ -75,7 +77,8 @@ class LiveStates:
             self._messages -= len(held[2].context)
         return held
 
-    def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState, index: Any) -> None:
+    def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState, index: Any,
+             row: Any = None) -> None:
         if self.limit == 0:
             return
         size = len(state.context)
@@ -83,10 +86,10 @@ class LiveStates:
             self._take(key)
             if size > MAX_HELD_MESSAGES:
                 return
-            self._entries[key] = (version, mark, state, index)
+            self._entries[key] = (version, mark, state, index, row)
             self._messages += size
             while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
-                _, (_, _, old, _) = self._entries.popitem(last=False)
+                _, (_, _, old, _, _) = self._entries.popitem(last=False)
                 self._messages -= len(old.context)
 
     def clear(self) -> None:

@@ -162,6 +162,8 @@ class Run:
         # (version, write mark, state) kept from this thread's previous run in this process
         # (tenxgraph._live_states); used when the store confirms the thread is still there.
         self.known: Held | None = None
+        # The state row of this run's last commit (a _core.KeptState), kept with its live state.
+        self.kept_row: Any = None
         # The run's settings as the engine resolved them from ``config`` (a _core.RunOptions).
         self.options: RunOptions | None = None
         self._callbacks = graph._callbacks

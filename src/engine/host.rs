@@ -133,6 +133,11 @@ pub trait NodeHost: Send + Sync {
     fn known_head(&self) -> Option<KnownHead<'_>> {
         None
     }
+    /// The state row of that commit (as the run that made it wrote it), where the host kept it:
+    /// with it a store that checks the head at the input commit needs no read before it.
+    fn known_state(&self) -> Option<&std::sync::Arc<Value>> {
+        None
+    }
     /// Builds the live state and merges the run's input into it. Returns the cursor of what is
     /// already stored.
     async fn prepare(&self, stored: Stored<'_>, exec: &ExecMeta) -> Result<MsgCursor, EngineError>;

@@ -8,7 +8,7 @@ use super::{
 use super::lease::{self, Lease};
 use super::legacy_resume;
 use crate::failpoints::Armed;
-use crate::store::{Checkpointer, LeasedInput, StepWrite, StopKey, StoreError, TxHook};
+use crate::store::{Checkpoint, Checkpointer, KnownHead, LeasedInput, StepWrite, StopKey, StoreError, TxHook};
 use serde_json::{Value, json};
 use super::stop::StopSignal;
 use std::sync::Arc;
@@ -45,6 +45,9 @@ pub struct RunOutcome {
     pub mark: Option<String>,
     /// `resume_only` found no run to continue; `exec` is the thread's stored state as it is.
     pub nothing_to_resume: bool,
+    /// The state row of the run's last commit (None when it committed nothing): a host that
+    /// keeps the live state hands it back as its `known_state`.
+    pub state: Option<Arc<Value>>,
 }
 
 /// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
@@ -102,7 +105,10 @@ struct Run<'a, H: NodeHost + ?Sized> {
     seen_mark: Option<String>,
     /// The state of the run's last commit (moved in, no copy): what the error state is written
     /// from when the live state cannot be serialised; before the first commit, `loaded_state`.
-    last_state: Option<Value>,
+    last_state: Option<Arc<Value>>,
+    /// The run started on the host's kept state without reading the thread: its input commit
+    /// asks the store to refuse a head that is not that commit (`put_input_on_head`).
+    on_head: bool,
     /// The stored state the run started from (borrowed: copied only on that failure path).
     loaded_state: Option<&'a Value>,
     /// The live state could not be serialised: the run ends in the error status.
@@ -197,6 +203,24 @@ fn optimistic_start(cfg: &RunConfig, input: &RunInput<'_>) -> bool {
         && (cfg.failpoints.is_off() || !cfg.failpoints.arms("after_lease", &cfg.thread.thread_id))
 }
 
+/// The thread as the host kept it from its last commit here, for a start that does not read it:
+/// the input commit then checks that the head is still that commit (`put_input_on_head`). None
+/// when the host kept no state row, or the row is not the commit it names, or it says `running`:
+/// such a start reads, so a run under way is judged by its lease and not by a kept copy.
+fn kept_head<H: NodeHost + ?Sized>(host: &H, k: KnownHead<'_>, entry: &str, thread_id: &str) -> Option<Checkpoint> {
+    let state = host.known_state()?;
+    if !k.matches(k.version, state) || ExecMeta::from_state(state, entry, thread_id).status == ExecStatus::Running {
+        return None;
+    }
+    Some(Checkpoint {
+        version: k.version,
+        state: (**state).clone(),
+        messages: Vec::new(),
+        rewrite_messages: false,
+        messages_known: true,
+    })
+}
+
 async fn run_leased<H: NodeHost + ?Sized>(
     graph: &GraphSpec,
     store: &dyn Checkpointer,
@@ -214,8 +238,14 @@ async fn run_leased<H: NodeHost + ?Sized>(
         .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
     // After a refused start the host's live state already has the input merged: load it all.
     let known = if reload { None } else { host.known_head() };
+    let kept = match (optimistic, known) {
+        (Some(_), Some(k)) if store.checks_head_at_input() => kept_head(host, k, &entry, &t.thread_id),
+        _ => None,
+    };
+    let on_head = kept.is_some();
     let mut stored = match optimistic {
         None => store.load_with(t, known).await?,
+        Some(_) if on_head => kept,
         Some(opt) => {
             // The lease row is read alongside: a live holder means waiting (or refusing) under the
             // run's policy, decided before any of the input's work.
@@ -268,7 +298,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
     // A state that still points at START was written outside a run (aput_state): no run of the
     // engine died there, so recovery leaves it alone.
     if input.resume_only && (stored.is_none() || previous != ExecStatus::Running || exec.current_node == super::START) {
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true });
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true, state: None });
     }
     // "Finish this thread if it is not finished" on a finished thread: nothing to run. The host
     // gets the stored state as it is (status completed) and the run commits nothing, so a retried
@@ -281,7 +311,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
     if let (true, Some(cp)) = (finished, &stored) {
         let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
         host.prepare(parts, &exec).await?;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false });
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
     }
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and
@@ -341,7 +371,10 @@ async fn run_leased<H: NodeHost + ?Sized>(
     let stored_parts = match &stored {
         None => Stored::Fresh,
         Some(c) if c.messages_known => {
-            crate::metrics::inc(&crate::metrics::metrics().live_state_reuses);
+            // Without a read nothing is confirmed yet: counted when the input commit is.
+            if !on_head {
+                crate::metrics::inc(&crate::metrics::metrics().live_state_reuses);
+            }
             Stored::Known
         }
         Some(c) => {
@@ -408,6 +441,7 @@ async fn run_leased<H: NodeHost + ?Sized>(
         mark: None,
         seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
         last_state: None,
+        on_head,
         loaded_state: stored.as_ref().map(|c| &c.state),
         unserialisable: false,
         carried: Default::default(),
@@ -462,7 +496,14 @@ pub const REMOTE_TOOL_REASON: &str = "remote_tool_call";
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     fn outcome(&self, stopped: bool) -> RunOutcome {
-        RunOutcome { exec: self.exec.clone(), version: self.version, stopped, mark: self.mark.clone(), nothing_to_resume: false }
+        RunOutcome {
+            exec: self.exec.clone(),
+            version: self.version,
+            stopped,
+            mark: self.mark.clone(),
+            nothing_to_resume: false,
+            state: self.last_state.clone(),
+        }
     }
 
     /// The run's lease. Every caller runs after the input commit, which takes it when the run
@@ -481,9 +522,20 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         let taking = lease::taking(cfg);
         let stop = StopKey { namespace: STOP_NAMESPACE, key: &self.stop_key };
-        match self.store.put_input_leased(&cfg.thread, &lease::request(cfg), w, Some(stop)).await {
+        let req = lease::request(cfg);
+        let put = if self.on_head {
+            self.store.put_input_on_head(&cfg.thread, &req, w, Some(stop)).await
+        } else {
+            self.store.put_input_leased(&cfg.thread, &req, w, Some(stop)).await
+        };
+        match put {
             Ok(LeasedInput::Committed { token, version }) => {
                 let _ = self.lease.set(taking.taken(cfg, token));
+                if self.on_head {
+                    let m = crate::metrics::metrics();
+                    crate::metrics::inc(&m.live_state_reuses);
+                    crate::metrics::inc(&m.start_reads_skipped);
+                }
                 Ok(Ok(version))
             }
             Ok(LeasedInput::Held(_)) | Err(StoreError::Stale { .. }) => {
@@ -551,7 +603,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.lease().mark_released();
         }
         self.cursor = snap.cursor;
-        self.last_state = Some(snap.state);
+        self.last_state = Some(Arc::new(snap.state));
         self.seen_mark = Some(mark.clone());
         self.mark = Some(mark);
         self.rewrite = false;
@@ -571,7 +623,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// node's work is lost, as when it raises; None for a thread with nothing stored yet.
     fn error_snapshot(&self) -> Option<super::Snapshot> {
         let mut state = match (&self.last_state, self.loaded_state) {
-            (Some(committed), _) => committed.clone(),
+            (Some(committed), _) => (**committed).clone(),
             (None, loaded) => without_context(loaded?),
         };
         let mut exec = self.exec.clone();

@@ -66,11 +66,12 @@ impl NativeGraph {
         let start_node = input.start_node.map(str::to_owned);
         let streaming = options.streaming();
         let known = options.known();
+        let known_state = options.known_state();
         drop(options);
         let spec = self.spec.clone();
         let store = self.store.clone();
         let hooks = run.bind(py).getattr("has_lifecycle_hooks").and_then(|v| v.is_truthy()).unwrap_or(false);
-        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known, hooks };
+        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known, known_state, hooks };
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref(), resume_only };
@@ -84,7 +85,8 @@ impl NativeGraph {
                     "nothing_to_resume": o.nothing_to_resume,
                 })
                 .to_string();
-                Ok(text.into_pyobject(py)?.into_any().unbind())
+                let kept = o.state.map(|s| Py::new(py, super::kept_state::KeptState(s))).transpose()?;
+                Ok((text, kept).into_pyobject(py)?.into_any().unbind())
             }
             Err(e) => Err(engine_err(py, e)),
         })?;

@@ -26,6 +26,8 @@ pub struct PyHost {
     /// The commit (version, write mark) whose live state the Python side kept from the thread's
     /// previous run in this process.
     pub known: Option<(i64, String)>,
+    /// That commit's state row, when the Python side kept it (`KeptState`).
+    pub known_state: Option<std::sync::Arc<serde_json::Value>>,
     /// The graph has lifecycle hooks: without any, no lifecycle point crosses into Python.
     pub hooks: bool,
 }
@@ -106,6 +108,10 @@ const LEGACY_CLASS_PATH_KEY: &str = "__class_path__";
 impl NodeHost for PyHost {
     fn known_head(&self) -> Option<KnownHead<'_>> {
         self.known.as_ref().map(|(version, mark)| KnownHead { version: *version, mark })
+    }
+
+    fn known_state(&self) -> Option<&std::sync::Arc<serde_json::Value>> {
+        self.known_state.as_ref()
     }
 
     async fn prepare(&self, stored: Stored<'_>, exec: &ExecMeta) -> Result<MsgCursor, EngineError> {

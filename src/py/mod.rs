@@ -5,6 +5,7 @@ mod bridge;
 mod errors;
 mod graph;
 mod host;
+mod kept_state;
 mod logging;
 mod options;
 mod py_store;
@@ -26,6 +27,8 @@ pub mod _core {
     use super::bridge::Completion;
     #[pymodule_export]
     use super::options::RunOptions;
+    #[pymodule_export]
+    use super::kept_state::KeptState;
     #[pymodule_export]
     use super::graph::NativeGraph;
     #[pymodule_export]

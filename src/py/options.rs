@@ -59,6 +59,8 @@ pub struct RunOptions {
     known_version: Option<i64>,
     #[pyo3(get)]
     known_mark: Option<String>,
+    /// That commit's state row (`KeptState`), when the Python side kept it too.
+    known_state: Option<Arc<serde_json::Value>>,
     #[pyo3(get)]
     resume_only: bool,
     /// The call carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`).
@@ -229,6 +231,7 @@ impl RunOptions {
             streaming: false,
             known_version: None,
             known_mark: None,
+            known_state: None,
             resume_only: false,
             owner_scoped: false,
             parsed_failpoints,
@@ -237,8 +240,9 @@ impl RunOptions {
 
     /// These settings with the facts of one call: whether it brings messages or a state update
     /// (or a resume answer), where it starts, whether it is streamed, the commit (version, write
-    /// mark) of the live state it holds, and whether it is recovery's resume-only pass.
-    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, resume_only=false, owner_scoped=false))]
+    /// mark) of the live state it holds with that commit's state row, and whether it is
+    /// recovery's resume-only pass.
+    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, known_state=None, resume_only=false, owner_scoped=false))]
     #[allow(clippy::too_many_arguments)]
     fn for_run(
         &self,
@@ -248,6 +252,7 @@ impl RunOptions {
         streaming: bool,
         known_version: Option<i64>,
         known_mark: Option<String>,
+        known_state: Option<PyRef<'_, super::kept_state::KeptState>>,
         resume_only: bool,
         owner_scoped: bool,
     ) -> Self {
@@ -259,6 +264,7 @@ impl RunOptions {
             streaming,
             known_version,
             known_mark,
+            known_state: known_state.map(|k| k.0.clone()),
             resume_only,
             ..self.clone()
         }
@@ -310,5 +316,10 @@ impl RunOptions {
     /// The commit (version, write mark) whose live state the Python side kept, if any.
     pub fn known(&self) -> Option<(i64, String)> {
         self.known_version.zip(self.known_mark.clone())
+    }
+
+    /// The state row of that commit, if the Python side kept it.
+    pub fn known_state(&self) -> Option<Arc<serde_json::Value>> {
+        self.known_state.clone()
     }
 }

@@ -90,6 +90,19 @@ impl Checkpointer for LazyStore {
     ) -> StoreResult<super::LeasedInput> {
         self.get().await?.put_input_leased(t, req, w, stop).await
     }
+    fn checks_head_at_input(&self) -> bool {
+        // Before the first use the backend is unknown: the run reads, which opens it.
+        self.cell.get().is_some_and(|s| s.checks_head_at_input())
+    }
+    async fn put_input_on_head(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<super::StopKey<'_>>,
+    ) -> StoreResult<super::LeasedInput> {
+        self.get().await?.put_input_on_head(t, req, w, stop).await
+    }
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.get().await?.clear_state(t).await
     }

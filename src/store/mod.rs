@@ -109,6 +109,29 @@ pub trait Checkpointer: Send + Sync + 'static {
         stop: Option<StopKey<'_>>,
     ) -> StoreResult<LeasedInput>;
 
+    /// Whether `put_input_on_head` checks the thread's head itself, so that a run holding the
+    /// state of the thread's last commit may skip its start read (`lease_and_load`): one round
+    /// trip less per turn where a read is one.
+    fn checks_head_at_input(&self) -> bool {
+        false
+    }
+
+    /// `put_input_leased` for a run that did not read the thread: it holds the commit at
+    /// `w.expected_version` whose write mark is `w.previous_mark` and built `w` on it. Refused as
+    /// `StoreError::Stale` unless the latest row is that very commit (a row at that version with
+    /// another mark too: a thread deleted and written again). The engine calls it only where
+    /// `checks_head_at_input` says true; the default refuses, which sends a run back to the
+    /// usual start (lease, then a full read), never past a check it did not make.
+    async fn put_input_on_head(
+        &self,
+        t: &ThreadRef,
+        _req: &LeaseRequest,
+        w: StepWrite<'_>,
+        _stop: Option<StopKey<'_>>,
+    ) -> StoreResult<LeasedInput> {
+        Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current: -1 })
+    }
+
     /// Drops the thread's state rows and messages (the thread row and its ledger stay).
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()>;
 

@@ -1,4 +1,4 @@
-//! A run's first commit on PostgreSQL: `tenx_put_input` (migration 0008) takes the lease, writes
+//! A run's first commit on PostgreSQL: `tenx_put_input` (migrations 0008, 0011) takes the lease, writes
 //! the input step fenced by the new token and clears the run's old stop request, in one
 //! statement, so one round trip and one commit (see `store::input_lease`). The step's RAISEs
 //! (stale version, another user's thread, a message id of another thread) abort the statement,
@@ -18,18 +18,21 @@ impl Stmts {
     pub(super) fn new(s: &str) -> Self {
         Stmts {
             put_input: Stmt::new(format!(
-                "SELECT * FROM {s}.tenx_put_input($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+                "SELECT * FROM {s}.tenx_put_input($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
             )),
         }
     }
 }
 
-pub(super) async fn put_input_leased(
+/// `on_head`: the run did not read the thread (`Checkpointer::put_input_on_head`), so a latest
+/// row that is not the commit `w` names is refused as stale rather than written unmarked.
+pub(super) async fn put_input(
     s: &PgStore,
     t: &ThreadRef,
     req: &LeaseRequest,
     w: StepWrite<'_>,
     stop: Option<StopKey<'_>>,
+    on_head: bool,
 ) -> StoreResult<LeasedInput> {
     let mut state = w.state.clone();
     strip_nul(&mut state);
@@ -50,7 +53,8 @@ pub(super) async fn put_input_leased(
         .bind(req.ttl.as_secs_f64())
         .bind(req.steal)
         .bind(stop.map(|k| k.namespace))
-        .bind(stop.map(|k| k.key));
+        .bind(stop.map(|k| k.key))
+        .bind(on_head);
     let r = match w.in_tx {
         None => q.fetch_one(&s.conns).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.

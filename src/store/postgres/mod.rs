@@ -174,7 +174,21 @@ impl Checkpointer for PgStore {
     ) -> StoreResult<crate::store::LeasedInput> {
         self.check_thread(t)?;
         self.check_messages(w.new_messages)?;
-        input_lease::put_input_leased(self, t, req, w, stop).await
+        input_lease::put_input(self, t, req, w, stop, false).await
+    }
+    fn checks_head_at_input(&self) -> bool {
+        true
+    }
+    async fn put_input_on_head(
+        &self,
+        t: &ThreadRef,
+        req: &LeaseRequest,
+        w: StepWrite<'_>,
+        stop: Option<crate::store::StopKey<'_>>,
+    ) -> StoreResult<crate::store::LeasedInput> {
+        self.check_thread(t)?;
+        self.check_messages(w.new_messages)?;
+        input_lease::put_input(self, t, req, w, stop, true).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {

@@ -218,7 +218,7 @@ class CompiledGraph(Generic[StateT]):
         # "low" hands out copies of its messages only, so nobody else can change the live state.
         response = run.response(granularity)
         if granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None:
-            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index)
+            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index, run.kept_row)
         return response
 
     async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
@@ -307,13 +307,15 @@ class CompiledGraph(Generic[StateT]):
                 streaming=streaming,
                 known_version=known[0] if known else None,
                 known_mark=known[1] if known else None,
+                known_state=known[4] if known else None,
                 resume_only=resume_only,
                 # The store checks the owner again in the run's own reads and writes: a thread
                 # another user creates after check_authz looked is still refused.
                 owner_scoped=authz_owner_scoped(cfg),
             ),
         )
-        outcome: dict[str, Any] = json.loads(raw)
+        text, run.kept_row = raw
+        outcome: dict[str, Any] = json.loads(text)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
         return outcome
 
