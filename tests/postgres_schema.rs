@@ -161,3 +161,41 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     assert!(s.load(&t).await.unwrap().is_none());
     sqlx::raw_sql("DROP SCHEMA pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
 }
+
+/// A process of the previous release (schema 10) calls the 17-argument `tenx_put_input`; on a
+/// schema at 11 that is a call of the 18-argument one with `p_on_head` false, so during a rolling
+/// deploy the old process keeps its old answers: it commits on its own read of the head, and a
+/// head that carries another write mark gets a commit without one (never a refusal).
+#[tokio::test]
+async fn the_previous_release_s_input_call_keeps_working_on_schema_11() {
+    let Some(dsn) = common::pg_dsn() else { return };
+    let schema = format!("prev_{}", uuid::Uuid::new_v4().simple());
+    let s = store(&dsn, &schema).await;
+    let call = format!(
+        "SELECT acquired, token, version FROM {schema}.tenx_put_input($1, 'u', $2, $3::jsonb, '[]'::jsonb, false, 20, false, \
+         $4, 'old-run', 'h', 1, 1, 60.0, NULL, NULL, NULL)"
+    );
+    let put = |expected: i64, state: serde_json::Value, prev_mark: Option<&'static str>| {
+        let (call, pool) = (call.clone(), s.pool().clone());
+        async move {
+            sqlx::query_as::<_, (bool, i64, Option<i64>)>(sqlx::AssertSqlSafe(call))
+                .bind("old")
+                .bind(expected)
+                .bind(state)
+                .bind(prev_mark)
+                .fetch_one(&pool)
+                .await
+        }
+    };
+    let marked = |m: &str| json!({"n": 1, "__state_meta__": {"write": m}});
+    assert_eq!(put(0, marked("a"), None).await.unwrap(), (true, 1, Some(1)));
+    sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE {schema}.tenx_leases SET released = true")))
+        .execute(s.pool())
+        .await
+        .unwrap();
+    // The head's mark is "a"; the old process says it saw "z": committed, its mark left off.
+    assert_eq!(put(1, marked("b"), Some("z")).await.unwrap(), (true, 2, Some(2)));
+    let head = s.load(&ThreadRef::new("old", "u")).await.unwrap().unwrap();
+    assert_eq!((head.version, tenxgraph::store::write_mark(&head.state)), (2, None));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(s.pool()).await.unwrap();
+}
