@@ -6,7 +6,6 @@ it, so it lives below both: a checkpointer must not import the run to learn its 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pydantic
@@ -17,7 +16,7 @@ from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_json", "encode_state_meta"]
+__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
 # (and store what they dumped, as before).
@@ -54,27 +53,6 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
         _loadable(type(state), data, f"the state ({type(state).__name__})")
     data[STATE_META_KEY] = encode_state_meta(state)
     return data
-
-
-_META_TEXT: dict[type, str] = {}
-
-
-def encode_state_json(state: AgentState) -> str:
-    """``encode_state(state, with_context=False)`` as JSON text, for a step: one pydantic dump to
-    text and the class header spliced in, where the dict form costs a dump to Python objects and
-    ``json.dumps`` of them (~15% of a step's Python). Same content, same checks."""
-    try:
-        text = state.model_dump_json(exclude={"context"}, warnings=_STRICT)
-    except PydanticSerializationError:
-        text = state.model_dump_json(exclude={"context"}, warnings=False)
-        _loadable(type(state), text, f"the state ({type(state).__name__})")
-    cls = type(state)
-    meta = _META_TEXT.get(cls)
-    if meta is None:
-        meta = _META_TEXT[cls] = json.dumps(encode_state_meta(state), separators=(",", ":"))
-    # A model dumps as one object: "{}" or "{...}"; the header goes in as its last member.
-    head = text[:-1]
-    return f"{head}{',' if len(head) > 1 else ''}\"{STATE_META_KEY}\":{meta}}}"
 
 
 def encode_message(message: Message) -> str:
