@@ -34,6 +34,8 @@ pub(super) async fn put_input(
     stop: Option<StopKey<'_>>,
     on_head: bool,
 ) -> StoreResult<LeasedInput> {
+    s.check_thread(t)?;
+    s.check_messages(w.new_messages)?;
     let mut state = w.state.clone();
     strip_nul(&mut state);
     let q = sqlx::query(s.sql.input_lease.put_input.q())

@@ -172,8 +172,6 @@ impl Checkpointer for PgStore {
         w: StepWrite<'_>,
         stop: Option<crate::store::StopKey<'_>>,
     ) -> StoreResult<crate::store::LeasedInput> {
-        self.check_thread(t)?;
-        self.check_messages(w.new_messages)?;
         input_lease::put_input(self, t, req, w, stop, false).await
     }
     fn checks_head_at_input(&self) -> bool {
@@ -186,8 +184,6 @@ impl Checkpointer for PgStore {
         w: StepWrite<'_>,
         stop: Option<crate::store::StopKey<'_>>,
     ) -> StoreResult<crate::store::LeasedInput> {
-        self.check_thread(t)?;
-        self.check_messages(w.new_messages)?;
         input_lease::put_input(self, t, req, w, stop, true).await
     }
 
