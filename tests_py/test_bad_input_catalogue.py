@@ -575,3 +575,45 @@ async def test_condition_returning_unknown_node(checkpointer, make_thread) -> No
     assert after[0] > before[0]
     assert after[1][:2] == before[1]
     assert [r[1:] for r in after[1][2:]] == [("user", "again"), ("assistant", "routed")]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(checkpointer, make_thread, value) -> None:
+    """pydantic's JSON dump writes NaN as null: before, such a message was stored changed (its
+    metadata's float read back None) while the caller got NaN. Now the step is refused as a state
+    holding NaN is: the input stays, the node's message is not stored."""
+
+    async def model(state: AgentState) -> Message:
+        m = Message.text_message("x", role="assistant")
+        m.metadata = {"score": value, "nested": [{"deep": value}]}
+        return m
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread("nanmsg")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
+async def test_nan_inf_in_aput_messages_is_refused_not_stored_as_null(checkpointer, make_thread, value) -> None:
+    tid = make_thread("nanput")
+    await echo_graph(checkpointer).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
+    before = [m.model_dump() for m in (await checkpointer.aget_state({"thread_id": tid})).context]
+    bad = Message.text_message("note", role="assistant")
+    bad.metadata = {"score": value}
+    with pytest.raises(ValueError, match="not valid JSON"):
+        await checkpointer.aput_messages({"thread_id": tid}, [Message.text_message("ok", role="assistant"), bad])
+    after = [m.model_dump() for m in (await checkpointer.aget_state({"thread_id": tid})).context]
+    assert after == before
+
+
+async def test_a_message_s_own_json_dump_keeps_pydantic_s_null_for_nan() -> None:
+    m = Message.text_message("x", role="assistant")
+    m.metadata = {"score": float("nan")}
+    assert '"score":null' in m.model_dump_json()

@@ -6,11 +6,12 @@ it, so it lives below both: a checkpointer must not import the run to learn its 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, SchemaSerializer
 
 from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
@@ -55,12 +56,39 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     return data
 
 
+_NAN_VISIBLE: dict[type, SchemaSerializer] = {}
+
+
+def _nan_visible(cls: type[BaseModel]) -> SchemaSerializer:
+    """``cls``'s JSON serializer with NaN and infinities written as the tokens ``NaN`` /
+    ``Infinity``, which are not JSON, instead of pydantic's default ``null``. The engine's JSON
+    check then refuses such a message as it refuses such a state; with ``null`` a float in a
+    message's metadata, raw payload or tool-call arguments was stored changed, silently. The
+    user's own ``model_dump_json`` keeps pydantic's default: only the copy made here differs."""
+    ser = _NAN_VISIBLE.get(cls)
+    if ser is None:
+        schema = copy.deepcopy(cls.__pydantic_core_schema__)
+        stack: list[Any] = [schema]
+        while stack:  # every model in it (blocks, usages) carries its own config
+            node = stack.pop()
+            if isinstance(node, dict):
+                if node.get("type") == "model" and isinstance(node.get("config"), dict):
+                    node["config"]["ser_json_inf_nan"] = "constants"
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        ser = _NAN_VISIBLE[cls] = SchemaSerializer(schema, {"ser_json_inf_nan": "constants"})
+    return ser
+
+
 def encode_message(message: Message) -> str:
     """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
-    assigned something that is not a list of dicts)."""
+    assigned something that is not a list of dicts). A NaN or infinite float is written as a
+    token no JSON parser takes, so the store refuses it (see ``_nan_visible``)."""
+    ser = _nan_visible(type(message))
     try:
-        return message.model_dump_json(warnings=_STRICT)
+        return ser.to_json(message, warnings=_STRICT).decode()
     except PydanticSerializationError:
-        text = message.model_dump_json(warnings=False)
+        text = ser.to_json(message, warnings=False).decode()
         _loadable(type(message), text, f"message {message.message_id} ({message.role})")
         return text

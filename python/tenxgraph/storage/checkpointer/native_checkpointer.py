@@ -12,7 +12,7 @@ import json
 from typing import Any, TypeVar
 
 from tenxgraph import _core
-from tenxgraph._state_codec import STATE_META_KEY, encode_state
+from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state
 from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
@@ -50,7 +50,7 @@ def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
     for m in messages:
         if not isinstance(m, Message):
             raise TypeError(f"expected Message, got {type(m).__name__}")
-        rows.append((str(m.message_id), m.model_dump_json()))
+        rows.append((str(m.message_id), encode_message(m)))
     return rows
 
 
