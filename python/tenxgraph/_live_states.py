@@ -6,9 +6,10 @@ last, so the graph keeps it here keyed by thread, with the version and the write
 commit. The next run names that commit to the store (``known_version``/``known_mark``); the store
 reads only the state row and, if it is still that commit, skips the messages and the run reuses
 the object. With that commit's state row kept too (``row``, opaque to Python), a store that
-checks the head in the input commit itself (Postgres) reads nothing before that commit. Any other write to the thread (another process, ``aput_state``, a delete and
-re-create) changes the latest row, the store reads everything as before, and the kept state is
-dropped: correctness never depends on this cache, only the cost of a load does.
+checks the head in the input commit itself (Postgres) reads nothing before that commit. Any
+other write to the thread (another process, ``aput_state``, a delete and re-create) changes the
+latest row, the store reads everything as before, and the kept state is dropped: correctness
+never depends on this cache, only the cost of a load does.
 
 Only states nobody else holds a reference to are kept: runs answered with the default ``"low"``
 response granularity, whose returned messages are copies. A run takes its thread's entry out

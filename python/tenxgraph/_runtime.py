@@ -159,8 +159,9 @@ class Run:
         # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never
         # in the context.
         self.remote_calls: list[Message] = []
-        # (version, write mark, state) kept from this thread's previous run in this process
-        # (tenxgraph._live_states); used when the store confirms the thread is still there.
+        # What this process kept from the thread's previous run (tenxgraph._live_states.Held:
+        # version, write mark, state, context index, state row); used when the store confirms
+        # the thread is still there.
         self.known: Held | None = None
         # The state row of this run's last commit (a _core.KeptState), kept with its live state.
         self.kept_row: Any = None
