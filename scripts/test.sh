@@ -22,7 +22,8 @@ set +e
 # Two workers (pytest-xdist): most tests wait on child processes and servers, so two share the
 # 2-core CI machine well; TENXGRAPH_TEST_WORKERS=0 runs in this process (pdb, -x).
 workers="${TENXGRAPH_TEST_WORKERS:-2}"
-python -m pytest tests_py -q -p no:cacheprovider -n "$workers" "$@"
+# --durations: the slowest tests in every log, so the CI run's time can be kept in check.
+python -m pytest tests_py -q -p no:cacheprovider -n "$workers" --durations=25 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -15,6 +15,7 @@ import pydantic
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.state.message_block import ImageBlock, MediaRef
 from tenxgraph.core.exceptions import GraphError, InvalidConfigError, NodeError, StorageError
 from tenxgraph.storage.checkpointer import BaseCheckpointer, PgCheckpointer
 from tenxgraph.utils.tool_decorator import tool
@@ -577,16 +578,28 @@ async def test_condition_returning_unknown_node(checkpointer, make_thread) -> No
     assert [r[1:] for r in after[1][2:]] == [("user", "again"), ("assistant", "routed")]
 
 
+def _poison(m: Message, where: str, value: float) -> Message:
+    """``value`` put in one place of ``m``: an ``Any``-typed dict, or a field typed ``float``
+    (pydantic-core writes the two through different serializers)."""
+    if where == "metadata":
+        m.metadata = {"score": value, "nested": [{"deep": value}]}
+    elif where == "timestamp":
+        m.timestamp = value
+    else:
+        m.content.append(ImageBlock(media=MediaRef(url="https://example.com/a.png"), bbox=[0.0, value]))
+    return m
+
+
+@pytest.mark.parametrize("where", ["metadata", "timestamp", "bbox"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
-async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(checkpointer, make_thread, value) -> None:
+async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(checkpointer, make_thread, value,
+                                                                            where) -> None:
     """pydantic's JSON dump writes NaN as null: before, such a message was stored changed (its
-    metadata's float read back None) while the caller got NaN. Now the step is refused as a state
-    holding NaN is: the input stays, the node's message is not stored."""
+    metadata's float, its timestamp, read back None) while the caller got NaN. Now the step is
+    refused as a state holding NaN is: the input stays, the node's message is not stored."""
 
     async def model(state: AgentState) -> Message:
-        m = Message.text_message("x", role="assistant")
-        m.metadata = {"score": value, "nested": [{"deep": value}]}
-        return m
+        return _poison(Message.text_message("x", role="assistant"), where, value)
 
     g = StateGraph(AgentState)
     g.add_node("model", model)
@@ -600,13 +613,13 @@ async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(che
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
 
 
+@pytest.mark.parametrize("where", ["metadata", "timestamp", "bbox"])
 @pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
-async def test_nan_inf_in_aput_messages_is_refused_not_stored_as_null(checkpointer, make_thread, value) -> None:
+async def test_nan_inf_in_aput_messages_is_refused_not_stored_as_null(checkpointer, make_thread, value, where) -> None:
     tid = make_thread("nanput")
     await echo_graph(checkpointer).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
     before = [m.model_dump() for m in (await checkpointer.aget_state({"thread_id": tid})).context]
-    bad = Message.text_message("note", role="assistant")
-    bad.metadata = {"score": value}
+    bad = _poison(Message.text_message("note", role="assistant"), where, value)
     with pytest.raises(ValueError, match="not valid JSON"):
         await checkpointer.aput_messages({"thread_id": tid}, [Message.text_message("ok", role="assistant"), bad])
     after = [m.model_dump() for m in (await checkpointer.aget_state({"thread_id": tid})).context]

@@ -7,7 +7,10 @@ it, so it lives below both: a checkpointer must not import the run to learn its 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import json
+import math
+import types
+from typing import Any, Union, get_args, get_origin
 
 import pydantic
 from pydantic import BaseModel, ValidationError
@@ -81,10 +84,43 @@ def _nan_visible(cls: type[BaseModel]) -> SchemaSerializer:
     return ser
 
 
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _is_float_type(annotation: Any) -> bool:
+    if annotation is float:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(a is float for a in get_args(annotation))
+    return False
+
+
+def _typed_nonfinite(message: Message) -> bool:
+    """A NaN or infinity in a field of the message itself typed ``float`` (``timestamp``, a
+    subclass's own). ``_nan_visible`` does not reach those: the outermost model instance is
+    written by its class's own serializer (pydantic-core 2.50), whose float fields write such a
+    value as ``null`` whatever config the outer serializer has. Nested models (an image block's
+    ``bbox``) and inferred values (``metadata``, ``raw``, tool-call arguments) do follow it:
+    ``tests_py/test_bad_input_catalogue.py`` checks all three."""
+    cls = type(message)
+    names = _FLOAT_FIELDS.get(cls)
+    if names is None:
+        names = _FLOAT_FIELDS[cls] = tuple(n for n, f in cls.model_fields.items() if _is_float_type(f.annotation))
+    for name in names:
+        v = getattr(message, name, None)
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+    return False
+
+
 def encode_message(message: Message) -> str:
     """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
     assigned something that is not a list of dicts). A NaN or infinite float is written as a
-    token no JSON parser takes, so the store refuses it (see ``_nan_visible``)."""
+    token no JSON parser takes, so the store refuses it (see ``_nan_visible`` and
+    ``_typed_nonfinite``)."""
+    if _typed_nonfinite(message):
+        # The dict dump keeps the float and json.dumps writes the token the engine refuses.
+        return json.dumps(message.model_dump(mode="json", warnings=False))
     ser = _nan_visible(type(message))
     try:
         return ser.to_json(message, warnings=_STRICT).decode()
