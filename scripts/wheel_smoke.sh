@@ -7,6 +7,8 @@
 #   bash scripts/wheel_smoke.sh [--sdist] [--keep]
 #
 # Prints the wheel's size. CARGO_TARGET_DIR is honoured (a warm target dir saves minutes).
+# TENXGRAPH_WHEEL_PROFILE=<cargo profile> (default release) builds the wheel and the sdist's wheel
+# with that profile instead: CI uses dev, whose dependencies the test build already compiled.
 set -euo pipefail
 . "$(dirname "$0")/setup_env.sh"   # cd to the repo, .venv with maturin
 sdist=0
@@ -30,8 +32,16 @@ base_python="$(python -c 'import sys; print(sys._base_executable)')"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 t0=$(date +%s)
 
-echo "== build the release wheel (abi3) and the sdist =="
-maturin build --release --features abi3 -o "$work/dist" 2>&1 | grep -E '^(📦|⚠️|error|warning: unused)' || true
+profile="${TENXGRAPH_WHEEL_PROFILE:-release}"
+if [ "$profile" = release ]; then
+  profile_args=(--release)
+else
+  profile_args=(--profile "$profile")
+  # pip builds the sdist through maturin's PEP 517 backend, which reads its arguments here.
+  export MATURIN_PEP517_ARGS="--profile $profile"
+fi
+echo "== build the wheel (abi3, cargo profile $profile) and the sdist =="
+maturin build "${profile_args[@]}" --features abi3 -o "$work/dist" 2>&1 | grep -E '^(📦|⚠️|error|warning: unused)' || true
 maturin sdist -o "$work/dist" 2>&1 | grep -E '^(📦|error)' || true
 wheel="$(ls "$work"/dist/10xgraph-*-abi3-*.whl)"
 sdist_file="$(ls "$work"/dist/10xgraph-*.tar.gz)"
