@@ -613,6 +613,35 @@ async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(che
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
 
 
+class ScoredMessage(Message):
+    """A user's message class with float containers of its own."""
+    scores: list[float] = []
+    table: dict[str, tuple[float, ...]] = {}
+
+
+@pytest.mark.parametrize("field", ["scores", "table"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+async def test_nan_inf_in_a_message_subclass_s_float_containers_fails_the_step(checkpointer, make_thread, value,
+                                                                              field) -> None:
+    """A message's own fields are written by its class's serializer, which turns NaN into null
+    inside a typed container as well: refused like the rest, not stored changed."""
+
+    async def model(state: AgentState) -> Message:
+        extra = {"scores": [1.0, value]} if field == "scores" else {"table": {"a": (0.5, value)}}
+        return ScoredMessage(role="assistant", content="x", **extra)
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread("nansub")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
+
+
 @pytest.mark.parametrize("where", ["metadata", "timestamp", "bbox"])
 @pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
 async def test_nan_inf_in_aput_messages_is_refused_not_stored_as_null(checkpointer, make_thread, value, where) -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any, get_args
 
 import pydantic
 from pydantic import BaseModel, ValidationError
@@ -87,17 +86,26 @@ def _nan_visible(cls: type[BaseModel]) -> SchemaSerializer:
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _is_float_type(annotation: Any) -> bool:
-    if annotation is float:
-        return True
-    if get_origin(annotation) in (Union, types.UnionType):
-        return any(a is float for a in get_args(annotation))
+def _mentions_float(annotation: Any) -> bool:
+    """``float`` anywhere in the annotation: ``float | None``, ``list[float]``,
+    ``dict[str, tuple[float, ...]]``."""
+    return annotation is float or any(_mentions_float(a) for a in get_args(annotation))
+
+
+def _nonfinite_in(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_nonfinite_in(v) for v in value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_nonfinite_in(v) for v in value)
     return False
 
 
 def _typed_nonfinite(message: Message) -> bool:
-    """A NaN or infinity in a field of the message itself typed ``float`` (``timestamp``, a
-    subclass's own). ``_nan_visible`` does not reach those: the outermost model instance is
+    """A NaN or infinity in a field of the message itself typed with ``float`` (``timestamp``,
+    a subclass's ``float``, ``list[float]``, ``dict[str, float]``...). ``_nan_visible`` does not
+    reach those: the outermost model instance is
     written by its class's own serializer (pydantic-core 2.50), whose float fields write such a
     value as ``null`` whatever config the outer serializer has. Nested models (an image block's
     ``bbox``) and inferred values (``metadata``, ``raw``, tool-call arguments) do follow it:
@@ -105,12 +113,8 @@ def _typed_nonfinite(message: Message) -> bool:
     cls = type(message)
     names = _FLOAT_FIELDS.get(cls)
     if names is None:
-        names = _FLOAT_FIELDS[cls] = tuple(n for n, f in cls.model_fields.items() if _is_float_type(f.annotation))
-    for name in names:
-        v = getattr(message, name, None)
-        if isinstance(v, float) and not math.isfinite(v):
-            return True
-    return False
+        names = _FLOAT_FIELDS[cls] = tuple(n for n, f in cls.model_fields.items() if _mentions_float(f.annotation))
+    return any(_nonfinite_in(getattr(message, name, None)) for name in names)
 
 
 def encode_message(message: Message) -> str:
