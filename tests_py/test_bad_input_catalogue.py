@@ -43,17 +43,22 @@ async def snapshot(cp: BaseCheckpointer, thread_id: Any, user_id: str | None = N
     return cfg["_checkpoint_version"], [(str(m.message_id), m.role, m.text()) for m in state.context]
 
 
+def one_node_graph(cp: BaseCheckpointer, model: Any):
+    """START -> ``model`` -> END."""
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=cp)
+
+
 def echo_graph(cp: BaseCheckpointer, reply: str = "ok"):
     """model -> END: the model answers ``reply``."""
 
     async def model(state: AgentState) -> Message:
         return Message.text_message(reply, role="assistant")
 
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    return g.compile(checkpointer=cp)
+    return one_node_graph(cp, model)
 
 
 async def seeded(cp: BaseCheckpointer, thread_id: str, user_id: str | None = None):
@@ -601,11 +606,7 @@ async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(che
     async def model(state: AgentState) -> Message:
         return _poison(Message.text_message("x", role="assistant"), where, value)
 
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app = one_node_graph(checkpointer, model)
     tid = make_thread("nanmsg")
     with pytest.raises(ValueError, match="not valid JSON"):
         await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
@@ -630,11 +631,7 @@ async def test_nan_inf_in_a_message_subclass_s_float_containers_fails_the_step(c
         extra = {"scores": [1.0, value]} if field == "scores" else {"table": {"a": (0.5, value)}}
         return ScoredMessage(role="assistant", content="x", **extra)
 
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app = one_node_graph(checkpointer, model)
     tid = make_thread("nansub")
     with pytest.raises(ValueError, match="not valid JSON"):
         await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})

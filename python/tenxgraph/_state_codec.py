@@ -105,9 +105,9 @@ def _nonfinite_in(value: Any) -> bool:
 def _typed_nonfinite(message: Message) -> bool:
     """A NaN or infinity in a field of the message itself typed with ``float`` (``timestamp``,
     a subclass's ``float``, ``list[float]``, ``dict[str, float]``...). ``_nan_visible`` does not
-    reach those: the outermost model instance is
-    written by its class's own serializer (pydantic-core 2.50), whose float fields write such a
-    value as ``null`` whatever config the outer serializer has. Nested models (an image block's
+    reach those: the outermost model instance is written by its class's own serializer
+    (pydantic-core 2.50), whose float fields write such a value as ``null`` whatever config the
+    outer serializer has. Nested models (an image block's
     ``bbox``) and inferred values (``metadata``, ``raw``, tool-call arguments) do follow it:
     ``tests_py/test_bad_input_catalogue.py`` checks all three."""
     cls = type(message)
