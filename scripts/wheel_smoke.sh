@@ -33,15 +33,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 t0=$(date +%s)
 
 profile="${TENXGRAPH_WHEEL_PROFILE:-release}"
-if [ "$profile" = release ]; then
-  profile_args=(--release)
-else
-  profile_args=(--profile "$profile")
-  # pip builds the sdist through maturin's PEP 517 backend, which reads its arguments here.
-  export MATURIN_PEP517_ARGS="--profile $profile"
-fi
+# pip builds the sdist through maturin's PEP 517 backend, which reads its arguments here
+# (`--profile release` is what `--release` sets).
+export MATURIN_PEP517_ARGS="--profile $profile"
 echo "== build the wheel (abi3, cargo profile $profile) and the sdist =="
-maturin build "${profile_args[@]}" --features abi3 -o "$work/dist" 2>&1 | grep -E '^(📦|⚠️|error|warning: unused)' || true
+maturin build --profile "$profile" --features abi3 -o "$work/dist" 2>&1 | grep -E '^(📦|⚠️|error|warning: unused)' || true
 maturin sdist -o "$work/dist" 2>&1 | grep -E '^(📦|error)' || true
 wheel="$(ls "$work"/dist/10xgraph-*-abi3-*.whl)"
 sdist_file="$(ls "$work"/dist/10xgraph-*.tar.gz)"
