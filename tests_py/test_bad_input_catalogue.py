@@ -6,6 +6,7 @@ cleanly and reads back what it wrote)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from pathlib import Path
@@ -225,6 +226,88 @@ async def test_nan_inf_set_by_a_node_fails_the_step_not_half_written(checkpointe
     state = await checkpointer.aget_state({"thread_id": tid})
     assert state.score == 0.0
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
+
+
+class Point(pydantic.BaseModel):
+    x: float = 0.0
+
+
+@dataclasses.dataclass
+class Box:
+    w: float = 0.0
+
+
+class AnyState(AgentState):
+    """No float field outside ``context``: its steps are written in one pass (encode_state_text)."""
+    notes: dict[str, Any] = {}
+    blob: Any = None
+
+
+class NestedFloatState(AgentState):
+    point: Point = Point()
+    box: Box | None = None
+    series: list[float] = []
+
+
+def _set_nonfinite(state: AgentState, where: str, value: float) -> None:
+    if where == "notes":
+        state.notes = {"score": value}
+    elif where == "blob":
+        state.blob = [{"deep": [value]}]
+    elif where == "point":
+        state.point = Point(x=value)
+    elif where == "box":
+        state.box = Box(w=value)
+    else:
+        state.series = [1.0, value]
+
+
+@pytest.mark.parametrize("where", ["notes", "blob", "point", "box", "series"])
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
+async def test_nan_inf_anywhere_in_a_node_s_state_fails_the_step_not_stored_as_null(checkpointer, make_thread,
+                                                                                    value, where) -> None:
+    """A state without float fields is written in one pass by pydantic-core, one with float
+    fields (nested models, dataclasses, lists) by the dict dump: in both a non-finite value is
+    refused, never written as the ``null`` pydantic-core uses for typed floats."""
+    cls = AnyState if where in ("notes", "blob") else NestedFloatState
+
+    async def model(state: AgentState) -> Message:
+        _set_nonfinite(state, where, value)
+        return Message.text_message("x", role="assistant")
+
+    g = StateGraph(cls)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread("nanstate")
+    with pytest.raises(ValueError, match="state is not valid JSON"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
+    assert state.model_dump(exclude={"context", "execution_meta"}) == cls().model_dump(
+        exclude={"context", "execution_meta"})
+
+
+async def test_a_one_pass_state_stores_what_the_node_set(checkpointer, make_thread) -> None:
+    """The one-pass dump (non-ASCII text, nested Any values, big ints) loads back equal."""
+
+    async def model(state: AnyState) -> Message:
+        state.notes = {"é": "ü \u2028", "n": [1, 2.5, 10**20, None, True]}
+        state.blob = {"k": {"deep": ["x", -0.0, 1e-300]}}
+        return Message.text_message("x", role="assistant")
+
+    g = StateGraph(AnyState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread("onepass")
+    await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert isinstance(state, AnyState)
+    assert state.notes == {"é": "ü \u2028", "n": [1, 2.5, 10**20, None, True]}
+    assert state.blob == {"k": {"deep": ["x", -0.0, 1e-300]}}
 
 
 # -- invalid config values ------------------------------------------------------------------

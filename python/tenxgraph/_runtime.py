@@ -25,7 +25,7 @@ from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 from tenxgraph import _node_context
 from tenxgraph._core import NodeResult
 from tenxgraph._cold_load import validate_stored_state
-from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state, encode_state_meta
+from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state, encode_state_meta, encode_state_text
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
@@ -424,7 +424,7 @@ class Run:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
-        data = encode_state(state, with_context=False)
+        data = encode_state_text(state)
         ctx = state.context
         n = len(ctx)
         # Only new messages are written while the stored ones are still the same objects in the
@@ -439,7 +439,7 @@ class Run:
         messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
                      else encode_message(m)) for m in fresh]
         encoded.clear()
-        return json.dumps(data), messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+        return data, messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- tool nodes (the Rust handler drives these) -----------------------------------------
 

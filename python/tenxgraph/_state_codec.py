@@ -19,7 +19,7 @@ from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta"]
+__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta", "encode_state_text"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
 # (and store what they dumped, as before).
@@ -56,6 +56,81 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
         _loadable(type(state), data, f"the state ({type(state).__name__})")
     data[STATE_META_KEY] = encode_state_meta(state)
     return data
+
+
+def encode_state_text(state: AgentState) -> str:
+    """``json.dumps(encode_state(state, with_context=False))`` in one pass where that writes the
+    same values: the state's JSON written by pydantic-core with NaN and infinities as tokens
+    (see ``_nan_visible``), the class header appended to it. About 5% of a memory turn's
+    instructions went to the dump to Python objects and the second pass over them.
+
+    Only for a class with no ``float`` outside ``context`` (``_one_dump``): pydantic-core writes
+    a field typed ``float`` (nested models, dataclasses, ``list[float]`` included) as ``null``
+    for NaN whatever its serializer's config, so such a class keeps the two passes, where
+    ``json.dumps`` writes the token the engine refuses. Values typed ``Any`` follow the config."""
+    cls = type(state)
+    if not _one_dump(cls):
+        return json.dumps(encode_state(state, with_context=False))
+    try:
+        body = _nan_visible(cls).to_json(state, exclude={"context"}, warnings=_STRICT)
+    except PydanticSerializationError:
+        return json.dumps(encode_state(state, with_context=False))  # checks it loads back
+    header = _HEADERS.get(cls)
+    if header is None:
+        header = _HEADERS[cls] = json.dumps({STATE_META_KEY: encode_state_meta(state)})[1:].encode()
+    # body is a JSON object: its closing brace gives way to the header's key.
+    return (body[:-1] + (b"," if len(body) > 2 else b"") + header).decode()
+
+
+_HEADERS: dict[type, bytes] = {}
+_ONE_DUMPS: dict[type, bool] = {}
+
+
+def _one_dump(cls: type[BaseModel]) -> bool:
+    """No ``float`` schema reachable from ``cls``'s fields other than ``context`` (definitions
+    followed); decided once per class."""
+    ok = _ONE_DUMPS.get(cls)
+    if ok is None:
+        ok = _ONE_DUMPS[cls] = not _schema_has_float(cls.__pydantic_core_schema__, skip_field="context")
+    return ok
+
+
+def _schema_has_float(schema: Any, *, skip_field: str) -> bool:
+    defs: dict[str, Any] = {}
+    stack: list[Any] = [schema]
+    while stack:  # every definition, wherever it sits
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "definitions":
+                defs.update((d["ref"], d) for d in node.get("definitions", []) if isinstance(d, dict) and "ref" in d)
+            if "ref" in node:
+                defs.setdefault(node["ref"], node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    top = schema.get("schema") if schema.get("type") == "definitions" else schema
+    fields = top.get("schema", {}).get("fields", {}) if top.get("type") == "model" else None
+    if not isinstance(fields, dict):
+        return True  # not the plain model layout: keep the two passes
+    seen: set[str] = set()
+    stack = [f for name, f in fields.items() if name != skip_field]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("float", "complex"):
+                return True
+            if kind == "definition-ref":
+                ref = node.get("schema_ref")
+                if ref not in defs:
+                    return True
+                if ref not in seen:
+                    seen.add(ref)
+                    stack.append(defs[ref])
+            stack.extend(v for k, v in node.items() if k not in ("metadata", "ref"))
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return False
 
 
 _NAN_VISIBLE: dict[type, SchemaSerializer] = {}
