@@ -254,6 +254,10 @@ def _set_nonfinite(state: AgentState, where: str, value: float) -> None:
         state.notes = {"score": value}
     elif where == "blob":
         state.blob = [{"deep": [value]}]
+    elif where == "model_in_any":
+        state.blob = {"p": Point(x=value)}
+    elif where == "dataclass_in_any":
+        state.notes = {"b": [Box(w=value)]}
     elif where == "point":
         state.point = Point(x=value)
     elif where == "box":
@@ -262,14 +266,14 @@ def _set_nonfinite(state: AgentState, where: str, value: float) -> None:
         state.series = [1.0, value]
 
 
-@pytest.mark.parametrize("where", ["notes", "blob", "point", "box", "series"])
+@pytest.mark.parametrize("where", ["notes", "blob", "model_in_any", "dataclass_in_any", "point", "box", "series"])
 @pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
 async def test_nan_inf_anywhere_in_a_node_s_state_fails_the_step_not_stored_as_null(checkpointer, make_thread,
                                                                                     value, where) -> None:
-    """A state without float fields is written in one pass by pydantic-core, one with float
-    fields (nested models, dataclasses, lists) by the dict dump: in both a non-finite value is
-    refused, never written as the ``null`` pydantic-core uses for typed floats."""
-    cls = AnyState if where in ("notes", "blob") else NestedFloatState
+    """pydantic-core writes a NaN as ``null`` in a field typed float (nested models, dataclasses,
+    lists) and in a model or dataclass held by an ``Any`` field, and as a token elsewhere: every
+    one is refused by name before the dump, never stored as ``null``."""
+    cls = AnyState if where in ("notes", "blob", "model_in_any", "dataclass_in_any") else NestedFloatState
 
     async def model(state: AgentState) -> Message:
         _set_nonfinite(state, where, value)
@@ -281,8 +285,11 @@ async def test_nan_inf_anywhere_in_a_node_s_state_fails_the_step_not_stored_as_n
     g.add_edge("model", END)
     app = g.compile(checkpointer=checkpointer)
     tid = make_thread("nanstate")
-    with pytest.raises(ValueError, match="state is not valid JSON"):
+    with pytest.raises(ValueError, match="state is not valid JSON") as raised:
         await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    path = {"notes": "notes.score", "blob": "blob[0].deep[0]", "model_in_any": "blob.p.x",
+            "dataclass_in_any": "notes.b[0].w", "point": "point.x", "box": "box.w", "series": "series[1]"}[where]
+    assert f"{path} is " in str(raised.value)
     state = await checkpointer.aget_state({"thread_id": tid})
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
     assert state.model_dump(exclude={"context", "execution_meta"}) == cls().model_dump(
@@ -671,6 +678,8 @@ def _poison(m: Message, where: str, value: float) -> Message:
     (pydantic-core writes the two through different serializers)."""
     if where == "metadata":
         m.metadata = {"score": value, "nested": [{"deep": value}]}
+    elif where == "model_in_metadata":
+        m.metadata = {"point": Point(x=value)}
     elif where == "timestamp":
         m.timestamp = value
     else:
@@ -678,7 +687,7 @@ def _poison(m: Message, where: str, value: float) -> Message:
     return m
 
 
-@pytest.mark.parametrize("where", ["metadata", "timestamp", "bbox"])
+@pytest.mark.parametrize("where", ["metadata", "model_in_metadata", "timestamp", "bbox"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
 async def test_nan_inf_in_a_node_s_message_fails_the_step_not_stored_as_null(checkpointer, make_thread, value,
                                                                             where) -> None:
@@ -722,7 +731,7 @@ async def test_nan_inf_in_a_message_subclass_s_float_containers_fails_the_step(c
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
 
 
-@pytest.mark.parametrize("where", ["metadata", "timestamp", "bbox"])
+@pytest.mark.parametrize("where", ["metadata", "model_in_metadata", "timestamp", "bbox"])
 @pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "-inf"])
 async def test_nan_inf_in_aput_messages_is_refused_not_stored_as_null(checkpointer, make_thread, value, where) -> None:
     tid = make_thread("nanput")

@@ -6,20 +6,19 @@ it, so it lives below both: a checkpointer must not import the run to learn its 
 
 from __future__ import annotations
 
-import copy
 import json
-import math
-from typing import Any, get_args
+from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError, SchemaSerializer
+from pydantic_core import PydanticSerializationError
 
 from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta", "encode_state_text"]
+__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta", "encode_state_text",
+           "refuse_nonfinite"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
 # (and store what they dumped, as before).
@@ -45,9 +44,26 @@ def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
                          f"invalid field(s)): {exc}") from None
 
 
+def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> None:
+    """ValueError naming the first NaN or infinite float in ``value`` (``skip``: a top-level
+    field left out). pydantic-core writes such a float as ``null`` in most places (a field typed
+    ``float``, in the model or in a nested model, dataclass or list: each model instance is
+    written by its own class's serializer, whatever config the caller's has) and as a token no
+    JSON parser takes in others (a value typed ``Any``). A ``null`` stored in place of the float
+    is a silent change, so every stored form looks first (``_core.nonfinite_path``, a walk in
+    Rust) and is refused by name, as the engine refuses any text that is not JSON."""
+    found = _core.nonfinite_path(value, skip)
+    if found is not None:
+        path, text = found
+        raise ValueError(f"{what} is not valid JSON: {path} is {text}, which JSON cannot hold; "
+                         "nothing of it was stored")
+
+
 def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     """The stored form of a state: its JSON dump plus the class header. Steps store the context
-    as message rows, so they leave it out. ValueError for a state that would not load back."""
+    as message rows, so they leave it out. ValueError for a state that would not load back or
+    that holds NaN or an infinity."""
+    refuse_nonfinite(state, "the state", skip=None if with_context else "context")
     exclude = None if with_context else {"context"}
     try:
         data = state.model_dump(mode="json", exclude=exclude, warnings=_STRICT)
@@ -58,152 +74,35 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     return data
 
 
-def encode_state_text(state: AgentState) -> str:
-    """``json.dumps(encode_state(state, with_context=False))`` in one pass where that writes the
-    same values: the state's JSON written by pydantic-core with NaN and infinities as tokens
-    (see ``_nan_visible``), the class header appended to it. About 5% of a memory turn's
-    instructions went to the dump to Python objects and the second pass over them.
+_CONTEXT = {"context"}
+_HEADERS: dict[type, str] = {}
 
-    Only for a class with no ``float`` outside ``context`` (``_one_dump``): pydantic-core writes
-    a field typed ``float`` (nested models, dataclasses, ``list[float]`` included) as ``null``
-    for NaN whatever its serializer's config, so such a class keeps the two passes, where
-    ``json.dumps`` writes the token the engine refuses. Values typed ``Any`` follow the config."""
-    cls = type(state)
-    if not _one_dump(cls):
-        return json.dumps(encode_state(state, with_context=False))
+
+def encode_state_text(state: AgentState) -> str:
+    """``json.dumps(encode_state(state, with_context=False))`` in one pass: pydantic-core's
+    JSON of the state with the class header spliced in. About 5% of a memory turn's instructions
+    went to the dump to Python objects and the second pass over them. The same refusals:
+    ``refuse_nonfinite`` first, the dict dump's load-back check for a dump pydantic warned about."""
+    refuse_nonfinite(state, "the state", skip="context")
     try:
-        body = _nan_visible(cls).to_json(state, exclude={"context"}, warnings=_STRICT)
+        body = state.model_dump_json(exclude=_CONTEXT, warnings=_STRICT)
     except PydanticSerializationError:
-        return json.dumps(encode_state(state, with_context=False))  # checks it loads back
+        return json.dumps(encode_state(state, with_context=False))
+    cls = type(state)
     header = _HEADERS.get(cls)
     if header is None:
-        header = _HEADERS[cls] = json.dumps({STATE_META_KEY: encode_state_meta(state)})[1:].encode()
+        header = _HEADERS[cls] = json.dumps({STATE_META_KEY: encode_state_meta(state)})[1:]
     # body is a JSON object: its closing brace gives way to the header's key.
-    return (body[:-1] + (b"," if len(body) > 2 else b"") + header).decode()
-
-
-_HEADERS: dict[type, bytes] = {}
-_ONE_DUMPS: dict[type, bool] = {}
-
-
-def _one_dump(cls: type[BaseModel]) -> bool:
-    """No ``float`` schema reachable from ``cls``'s fields other than ``context`` (definitions
-    followed); decided once per class."""
-    ok = _ONE_DUMPS.get(cls)
-    if ok is None:
-        ok = _ONE_DUMPS[cls] = not _schema_has_float(cls.__pydantic_core_schema__, skip_field="context")
-    return ok
-
-
-def _schema_has_float(schema: Any, *, skip_field: str) -> bool:
-    defs: dict[str, Any] = {}
-    stack: list[Any] = [schema]
-    while stack:  # every definition, wherever it sits
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("type") == "definitions":
-                defs.update((d["ref"], d) for d in node.get("definitions", []) if isinstance(d, dict) and "ref" in d)
-            if "ref" in node:
-                defs.setdefault(node["ref"], node)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    top = schema.get("schema") if schema.get("type") == "definitions" else schema
-    fields = top.get("schema", {}).get("fields", {}) if top.get("type") == "model" else None
-    if not isinstance(fields, dict):
-        return True  # not the plain model layout: keep the two passes
-    seen: set[str] = set()
-    stack = [f for name, f in fields.items() if name != skip_field]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            kind = node.get("type")
-            if kind in ("float", "complex"):
-                return True
-            if kind == "definition-ref":
-                ref = node.get("schema_ref")
-                if ref not in defs:
-                    return True
-                if ref not in seen:
-                    seen.add(ref)
-                    stack.append(defs[ref])
-            stack.extend(v for k, v in node.items() if k not in ("metadata", "ref"))
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
-    return False
-
-
-_NAN_VISIBLE: dict[type, SchemaSerializer] = {}
-
-
-def _nan_visible(cls: type[BaseModel]) -> SchemaSerializer:
-    """``cls``'s JSON serializer with NaN and infinities written as the tokens ``NaN`` /
-    ``Infinity``, which are not JSON, instead of pydantic's default ``null``. The engine's JSON
-    check then refuses such a message as it refuses such a state; with ``null`` a float in a
-    message's metadata, raw payload or tool-call arguments was stored changed, silently. The
-    user's own ``model_dump_json`` keeps pydantic's default: only the copy made here differs."""
-    ser = _NAN_VISIBLE.get(cls)
-    if ser is None:
-        schema = copy.deepcopy(cls.__pydantic_core_schema__)
-        stack: list[Any] = [schema]
-        while stack:  # every model in it (blocks, usages) carries its own config
-            node = stack.pop()
-            if isinstance(node, dict):
-                if node.get("type") == "model" and isinstance(node.get("config"), dict):
-                    node["config"]["ser_json_inf_nan"] = "constants"
-                stack.extend(node.values())
-            elif isinstance(node, list):
-                stack.extend(node)
-        ser = _NAN_VISIBLE[cls] = SchemaSerializer(schema, {"ser_json_inf_nan": "constants"})
-    return ser
-
-
-_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _mentions_float(annotation: Any) -> bool:
-    """``float`` anywhere in the annotation: ``float | None``, ``list[float]``,
-    ``dict[str, tuple[float, ...]]``."""
-    return annotation is float or any(_mentions_float(a) for a in get_args(annotation))
-
-
-def _nonfinite_in(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_nonfinite_in(v) for v in value.values())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return any(_nonfinite_in(v) for v in value)
-    return False
-
-
-def _typed_nonfinite(message: Message) -> bool:
-    """A NaN or infinity in a field of the message itself typed with ``float`` (``timestamp``,
-    a subclass's ``float``, ``list[float]``, ``dict[str, float]``...). ``_nan_visible`` does not
-    reach those: the outermost model instance is written by its class's own serializer
-    (pydantic-core 2.50), whose float fields write such a value as ``null`` whatever config the
-    outer serializer has. Nested models (an image block's
-    ``bbox``) and inferred values (``metadata``, ``raw``, tool-call arguments) do follow it:
-    ``tests_py/test_bad_input_catalogue.py`` checks all three."""
-    cls = type(message)
-    names = _FLOAT_FIELDS.get(cls)
-    if names is None:
-        names = _FLOAT_FIELDS[cls] = tuple(n for n, f in cls.model_fields.items() if _mentions_float(f.annotation))
-    return any(_nonfinite_in(getattr(message, name, None)) for name in names)
+    return body[:-1] + ("," if len(body) > 2 else "") + header
 
 
 def encode_message(message: Message) -> str:
     """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
-    assigned something that is not a list of dicts). A NaN or infinite float is written as a
-    token no JSON parser takes, so the store refuses it (see ``_nan_visible`` and
-    ``_typed_nonfinite``)."""
-    if _typed_nonfinite(message):
-        # The dict dump keeps the float and json.dumps writes the token the engine refuses.
-        return json.dumps(message.model_dump(mode="json", warnings=False))
-    ser = _nan_visible(type(message))
+    assigned something that is not a list of dicts) or that holds NaN or an infinity."""
+    refuse_nonfinite(message, f"message {message.message_id} ({message.role})")
     try:
-        return ser.to_json(message, warnings=_STRICT).decode()
+        return message.model_dump_json(warnings=_STRICT)
     except PydanticSerializationError:
-        text = ser.to_json(message, warnings=False).decode()
+        text = message.model_dump_json(warnings=False)
         _loadable(type(message), text, f"message {message.message_id} ({message.role})")
         return text

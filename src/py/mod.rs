@@ -7,6 +7,7 @@ mod graph;
 mod host;
 mod kept_state;
 mod logging;
+mod nonfinite;
 mod options;
 mod py_store;
 mod runtime;
@@ -50,6 +51,15 @@ pub mod _core {
     #[pyfunction]
     fn wake_hub_run(py: Python<'_>, fd: i32) -> PyResult<()> {
         super::driver::hub_run(py, fd)
+    }
+
+    /// The path and text of the first NaN or infinite float in `value` (dicts, lists, tuples,
+    /// sets, pydantic models, dataclasses; `skip` names a top-level field left out), or None:
+    /// what `tenxgraph._state_codec` refuses before a dump could write it as `null`.
+    #[pyfunction]
+    #[pyo3(signature = (value, skip=None))]
+    fn nonfinite_path(py: Python<'_>, value: &Bound<'_, PyAny>, skip: Option<&str>) -> PyResult<Option<(String, String)>> {
+        super::nonfinite::find(py, value, skip)
     }
 
     /// Process-wide counters: `{metric name: value}`.
