@@ -132,3 +132,35 @@ async def test_result_json_cannot_hold_is_recorded_and_a_success(checkpointer, m
     # The stored thread reads back with the same answer.
     stored = await checkpointer.aget_state(dict(cfg))
     assert _tool_block(stored.context).output == recorded.output
+
+
+@pytest.mark.parametrize("where", ["metadata", "timestamp"])
+async def test_a_returned_message_with_nan_is_an_error_result_not_a_stored_null(checkpointer, make_thread,
+                                                                                 where) -> None:
+    """A tool may return its own Message; a NaN in one of its fields (not a result block, whose
+    output is normalised) has no stored form and pydantic wrote it as null, silently. Now the
+    model reads an error result naming the field; the tool ran once."""
+    runs: list[int] = []
+
+    def measure() -> Message:
+        """Returns a message with a NaN in it."""
+        runs.append(1)
+        m = Message.tool_message("measured")
+        if where == "metadata":
+            m.metadata = {"reading": {"value": float("nan")}}
+        else:
+            m.timestamp = float("inf")
+        return m
+
+    app = tool_graph(AgentState, [measure], [[call("c1", "measure")]], checkpointer=checkpointer)
+    tid = make_thread("nanmsgtool")
+    await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    tool_msgs = [m for m in state.context if m.role == "tool"]
+    assert len(tool_msgs) == 1
+    block = tool_msgs[0].content[0]
+    assert isinstance(block, ToolResultBlock) and block.is_error
+    path = "metadata.reading.value is NaN" if where == "metadata" else "timestamp is inf"
+    assert path in block.output
+    assert runs == [1]
+    assert all(v is not None for v in tool_msgs[0].metadata.values())

@@ -33,7 +33,7 @@ from tenxgraph.core.state.message_block import (
 from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH, _normalise_output  # noqa: F401
 from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
 from tenxgraph.core.state.tool_result import ToolResult
-from tenxgraph import _sync_calls
+from tenxgraph import _core, _sync_calls
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.tool_decorator import SIDE_EFFECTS
@@ -616,6 +616,17 @@ class ToolNode:
                 for b in result.content
             ]
             merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
+            found = _core.nonfinite_path(merged)
+            if found is not None:
+                # Its other fields are the tool's to set: a NaN there has no stored form, and
+                # pydantic would write it as null. The tool ran, so the model gets an error
+                # result it can read (recorded like any other) instead of a silent null.
+                block = ToolResultBlock(
+                    call_id=tool_call_id, is_error=True, status="failed",
+                    output=f"the tool's result message cannot be stored: {found[0]} is {found[1]}, "
+                           "which JSON cannot hold",
+                )
+                return ToolOutcome(Message.tool_message([block], meta=meta)), False
             return ToolOutcome(merged), False
         block = ToolResultBlock(
             call_id=tool_call_id, output=_normalise_output(result), status="completed"
