@@ -296,6 +296,30 @@ async def test_nan_inf_anywhere_in_a_node_s_state_fails_the_step_not_stored_as_n
         exclude={"context", "execution_meta"})
 
 
+class ExcludedFloatState(AgentState):
+    """A field no dump writes may hold anything: a NaN there is not refused."""
+    scratch: float = pydantic.Field(default=0.0, exclude=True)
+    kept: dict[str, Any] = {}
+
+
+async def test_nan_in_a_field_declared_exclude_is_not_refused(checkpointer, make_thread) -> None:
+    async def model(state: ExcludedFloatState) -> Message:
+        state.scratch = float("nan")
+        state.kept = {"ok": 1.5}
+        return Message.text_message("x", role="assistant")
+
+    g = StateGraph(ExcludedFloatState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    tid = make_thread("nanexcl")
+    await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert state.kept == {"ok": 1.5} and state.scratch == 0.0
+    assert [m.role for m in state.context] == ["user", "assistant"]
+
+
 async def test_a_one_pass_state_stores_what_the_node_set(checkpointer, make_thread) -> None:
     """The one-pass dump (non-ASCII text, nested Any values, big ints) loads back equal."""
 

@@ -20,13 +20,16 @@ const MAX_DEPTH: usize = 256;
 enum Seg<'py> {
     Root,
     Key(Bound<'py, PyAny>),
+    /// A field of a pydantic model: (the model, the field's name).
+    Field(Bound<'py, PyAny>, Bound<'py, PyAny>),
     Index(usize),
 }
 
 /// The path (`"blob.x"`, `"metadata.scores[1]"`) and the text of the first NaN or infinity
 /// found in `value`, or None. Looks into dicts, lists, tuples, sets, pydantic models (their
 /// fields and extras) and dataclasses; a top-level field named `skip` is left out (a step stores
-/// a state's `context` as message rows, each walked on its own).
+/// a state's `context` as message rows, each walked on its own), and so is a value under a model
+/// field declared `exclude=True`, which no dump writes (checked only for a find: it is rare).
 pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option<&str>) -> PyResult<Option<(String, String)>> {
     let base_model = base_model(py)?;
     // Each entry: where a value sits (parent entry, segment), read back only to name a find.
@@ -36,7 +39,7 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
     while let Some((v, depth, at)) = stack.pop() {
         if let Ok(f) = v.cast::<PyFloat>() {
             let x = f.value();
-            if !x.is_finite() {
+            if !x.is_finite() && !excluded(py, &trail, at)? {
                 return Ok(Some((path(&trail, at), format!("{x}"))));
             }
             continue;
@@ -86,7 +89,7 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                         if top && skip.is_some() && k.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) == skip {
                             continue;
                         }
-                        push(child, Seg::Key(k), &mut stack);
+                        push(child, Seg::Field(v.clone(), k), &mut stack);
                     }
                 }
             }
@@ -128,6 +131,23 @@ fn base_model(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     CLS.import(py, "pydantic", "BaseModel")
 }
 
+/// Whether the value at `at` sits under a model field declared `exclude=True`.
+fn excluded(py: Python<'_>, trail: &[(usize, Seg<'_>)], mut at: usize) -> PyResult<bool> {
+    while at != 0 {
+        let (parent, seg) = &trail[at];
+        if let Seg::Field(model, name) = seg {
+            let fields = model.get_type().getattr_opt(pyo3::intern!(py, "__pydantic_fields__"))?;
+            if let Some(info) = fields.and_then(|f| f.get_item(name).ok()) {
+                if info.getattr_opt(pyo3::intern!(py, "exclude"))?.is_some_and(|e| e.is_truthy().unwrap_or(false)) {
+                    return Ok(true);
+                }
+            }
+        }
+        at = *parent;
+    }
+    Ok(false)
+}
+
 fn path(trail: &[(usize, Seg<'_>)], mut at: usize) -> String {
     let mut segs = Vec::new();
     while at != 0 {
@@ -138,7 +158,7 @@ fn path(trail: &[(usize, Seg<'_>)], mut at: usize) -> String {
     let mut out = String::new();
     for seg in segs.into_iter().rev() {
         match seg {
-            Seg::Key(k) => {
+            Seg::Key(k) | Seg::Field(_, k) => {
                 if !out.is_empty() {
                     out.push('.');
                 }
