@@ -83,21 +83,21 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             if !seen.insert(v.as_ptr() as usize) {
                 continue;
             }
-            if let Ok(fields) = v.getattr(pyo3::intern!(py, "__dict__")) {
-                if let Ok(fields) = fields.cast::<PyDict>() {
-                    for (k, child) in fields.iter() {
-                        if top && skip.is_some() && k.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) == skip {
-                            continue;
-                        }
-                        push(child, Seg::Field(v.clone(), k), &mut stack);
+            if let Ok(fields) = v.getattr(pyo3::intern!(py, "__dict__"))
+                && let Ok(fields) = fields.cast::<PyDict>()
+            {
+                for (k, child) in fields.iter() {
+                    if top && skip.is_some() && k.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) == skip {
+                        continue;
                     }
+                    push(child, Seg::Field(v.clone(), k), &mut stack);
                 }
             }
-            if let Ok(extra) = v.getattr(pyo3::intern!(py, "__pydantic_extra__")) {
-                if let Ok(extra) = extra.cast::<PyDict>() {
-                    for (k, child) in extra.iter() {
-                        push(child, Seg::Key(k), &mut stack);
-                    }
+            if let Ok(extra) = v.getattr(pyo3::intern!(py, "__pydantic_extra__"))
+                && let Ok(extra) = extra.cast::<PyDict>()
+            {
+                for (k, child) in extra.iter() {
+                    push(child, Seg::Key(k), &mut stack);
                 }
             }
         } else if let Some(names) = dataclass_fields(py, &v)? {
@@ -137,10 +137,10 @@ fn excluded(py: Python<'_>, trail: &[(usize, Seg<'_>)], mut at: usize) -> PyResu
         let (parent, seg) = &trail[at];
         if let Seg::Field(model, name) = seg {
             let fields = model.get_type().getattr_opt(pyo3::intern!(py, "__pydantic_fields__"))?;
-            if let Some(info) = fields.and_then(|f| f.get_item(name).ok()) {
-                if info.getattr_opt(pyo3::intern!(py, "exclude"))?.is_some_and(|e| e.is_truthy().unwrap_or(false)) {
-                    return Ok(true);
-                }
+            if let Some(info) = fields.and_then(|f| f.get_item(name).ok())
+                && info.getattr_opt(pyo3::intern!(py, "exclude"))?.is_some_and(|e| e.is_truthy().unwrap_or(false))
+            {
+                return Ok(true);
             }
         }
         at = *parent;
