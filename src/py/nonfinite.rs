@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple, PyType};
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Deeper than any document the engine stores (its JSON parser stops at 128 levels): past this,
 /// values are not looked into, and the engine's own depth check answers for them.
@@ -35,7 +36,8 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
     // Each entry: where a value sits (parent entry, segment), read back only to name a find.
     let mut trail: Vec<(usize, Seg<'py>)> = vec![(0, Seg::Root)];
     let mut stack: Vec<(Bound<'py, PyAny>, usize, usize)> = vec![(value.clone(), 0, 0)];
-    let mut seen: HashSet<usize> = HashSet::new();
+    // Containers already walked (shared or cyclic ones are walked once), by address.
+    let mut seen: HashSet<usize, BuildHasherDefault<AddrHasher>> = HashSet::default();
     while let Some((v, depth, at)) = stack.pop() {
         if let Ok(f) = v.cast::<PyFloat>() {
             let x = f.value();
@@ -44,14 +46,10 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             }
             continue;
         }
-        if depth >= MAX_DEPTH
-            || v.is_none()
-            || v.is_instance_of::<PyString>()
-            || v.is_instance_of::<PyInt>()
-            || v.is_instance_of::<PyBytes>()
-        {
+        if depth >= MAX_DEPTH || is_leaf(&v) || v.is_instance_of::<PyBytes>() {
             continue;
         }
+        // Strings, ints and None (most of a message) get no trail entry and no stack slot.
         let mut push = |child: Bound<'py, PyAny>, seg: Seg<'py>, stack: &mut Vec<_>| {
             trail.push((at, seg));
             stack.push((child, depth + 1, trail.len() - 1));
@@ -62,24 +60,33 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                 continue;
             }
             for (k, child) in d.iter() {
-                push(child, Seg::Key(k), &mut stack);
+                if !is_leaf(&child) {
+                    push(child, Seg::Key(k), &mut stack);
+                }
             }
         } else if let Ok(l) = v.cast::<PyList>() {
             if !seen.insert(v.as_ptr() as usize) {
                 continue;
             }
             for (i, child) in l.iter().enumerate() {
-                push(child, Seg::Index(i), &mut stack);
+                if !is_leaf(&child) {
+                    push(child, Seg::Index(i), &mut stack);
+                }
             }
         } else if let Ok(t) = v.cast::<PyTuple>() {
             for (i, child) in t.iter().enumerate() {
-                push(child, Seg::Index(i), &mut stack);
+                if !is_leaf(&child) {
+                    push(child, Seg::Index(i), &mut stack);
+                }
             }
         } else if v.is_instance_of::<PySet>() || v.is_instance_of::<PyFrozenSet>() {
             for (i, child) in v.try_iter()?.enumerate() {
-                push(child?, Seg::Index(i), &mut stack);
+                let child = child?;
+                if !is_leaf(&child) {
+                    push(child, Seg::Index(i), &mut stack);
+                }
             }
-        } else if v.is_instance(base_model)? {
+        } else if is_model(&v, base_model) {
             if !seen.insert(v.as_ptr() as usize) {
                 continue;
             }
@@ -87,7 +94,9 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                 && let Ok(fields) = fields.cast::<PyDict>()
             {
                 for (k, child) in fields.iter() {
-                    if top && skip.is_some() && k.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) == skip {
+                    if is_leaf(&child)
+                        || (top && skip.is_some() && k.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) == skip)
+                    {
                         continue;
                     }
                     push(child, Seg::Field(v.clone(), k), &mut stack);
@@ -97,7 +106,9 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                 && let Ok(extra) = extra.cast::<PyDict>()
             {
                 for (k, child) in extra.iter() {
-                    push(child, Seg::Key(k), &mut stack);
+                    if !is_leaf(&child) {
+                        push(child, Seg::Key(k), &mut stack);
+                    }
                 }
             }
         } else if let Some(names) = dataclass_fields(py, &v)? {
@@ -106,13 +117,48 @@ pub(super) fn find<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             }
             for name in names.iter() {
                 let Ok(text) = name.cast::<PyString>() else { continue };
-                if let Ok(child) = v.getattr(text) {
+                if let Ok(child) = v.getattr(text)
+                    && !is_leaf(&child)
+                {
                     push(child, Seg::Key(name), &mut stack);
                 }
             }
         }
     }
     Ok(None)
+}
+
+/// None, a str or an int (bool included): nothing to look into, nothing that can be NaN.
+fn is_leaf(v: &Bound<'_, PyAny>) -> bool {
+    v.is_none() || v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>()
+}
+
+/// An instance of a `BaseModel` subclass, by the type's MRO alone: `isinstance` would go through
+/// pydantic's metaclass (an `ABCMeta`) and its `__instancecheck__`.
+fn is_model(v: &Bound<'_, PyAny>, base_model: &Bound<'_, PyType>) -> bool {
+    // SAFETY: both pointers are live type objects for the duration of the call (held by `v`
+    // and by the module-level `BaseModel`); PyType_IsSubtype only reads their MROs.
+    unsafe { pyo3::ffi::PyType_IsSubtype(v.get_type_ptr(), base_model.as_type_ptr()) != 0 }
+}
+
+/// Addresses hashed as they are: they are unique while the walk holds the objects, and
+/// SipHash's cost was a visible part of a walk.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        // Objects are 16-byte aligned: the low bits carry nothing.
+        self.0 = (n as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// The field names of a dataclass instance (not of a dataclass type), else None.
@@ -126,8 +172,8 @@ fn dataclass_fields<'py>(py: Python<'py>, v: &Bound<'py, PyAny>) -> PyResult<Opt
     Ok(fields.cast::<PyDict>().ok().map(|f| f.keys()))
 }
 
-fn base_model(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static CLS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+fn base_model(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static CLS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     CLS.import(py, "pydantic", "BaseModel")
 }
 
