@@ -751,8 +751,10 @@ def _input_messages(input_data: Any) -> list[Message]:
 
 
 def _copy_message(m: Message) -> Message:
-    """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``."""
-    out = type(m).model_validate(m.model_dump(round_trip=True))
+    """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``. Called
+    on pydantic-core's serializer and validator directly: ``model_dump`` / ``model_validate`` are
+    Python wrappers that only pass their defaults on."""
+    out = type(m).__pydantic_validator__.validate_python(m.__pydantic_serializer__.to_python(m, round_trip=True))
     if isinstance(m.parsed_content, BaseModel):  # structured output stays the caller's model class
         out.parsed_content = m.parsed_content.model_copy(deep=True)
     return out

@@ -85,7 +85,7 @@ def encode_state_text(state: AgentState) -> str:
     ``refuse_nonfinite`` first, the dict dump's load-back check for a dump pydantic warned about."""
     refuse_nonfinite(state, "the state", skip="context")
     try:
-        body = state.model_dump_json(exclude=_CONTEXT, warnings=_STRICT)
+        body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()
     except PydanticSerializationError:
         return json.dumps(encode_state(state, with_context=False))
     cls = type(state)
@@ -100,8 +100,8 @@ def encode_message(message: Message) -> str:
     """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
     assigned something that is not a list of dicts) or that holds NaN or an infinity."""
     refuse_nonfinite(message, f"message {message.message_id} ({message.role})")
-    try:
-        return message.model_dump_json(warnings=_STRICT)
+    try:  # model_dump_json without its Python wrapper
+        return message.__pydantic_serializer__.to_json(message, warnings=_STRICT).decode()
     except PydanticSerializationError:
         text = message.model_dump_json(warnings=False)
         _loadable(type(message), text, f"message {message.message_id} ({message.role})")
