@@ -215,7 +215,7 @@ class ToolStep:
         else from the envelope."""
         text = self.texts.get(index)
         if text is not None:
-            return Message.model_validate_json(text)
+            return Message.__pydantic_validator__.validate_json(text)  # model_validate_json, unwrapped
         return Message.model_validate(json.loads(envelope_json)["value"])
 
     def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
@@ -326,7 +326,7 @@ def _apply_update(state: AgentState, update: dict[str, Any]) -> None:
 def _message_json(msg: Message) -> str:
     """A result message's JSON as the ledger keeps it: one pydantic call (its outputs are already
     JSON-safe, see ToolNode), where a dump to Python objects and ``json.dumps`` took two passes."""
-    return msg.model_dump_json()
+    return msg.__pydantic_serializer__.to_json(msg).decode()  # model_dump_json, unwrapped
 
 
 _ENVELOPE_HEAD = '{"__kind__":"message","value":'
