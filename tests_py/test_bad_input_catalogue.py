@@ -44,9 +44,9 @@ async def snapshot(cp: BaseCheckpointer, thread_id: Any, user_id: str | None = N
     return cfg["_checkpoint_version"], [(str(m.message_id), m.role, m.text()) for m in state.context]
 
 
-def one_node_graph(cp: BaseCheckpointer, model: Any):
+def one_node_graph(cp: BaseCheckpointer, model: Any, state_cls: type[AgentState] = AgentState):
     """START -> ``model`` -> END."""
-    g = StateGraph(AgentState)
+    g = StateGraph(state_cls)
     g.add_node("model", model)
     g.add_edge(START, "model")
     g.add_edge("model", END)
@@ -279,11 +279,7 @@ async def test_nan_inf_anywhere_in_a_node_s_state_fails_the_step_not_stored_as_n
         _set_nonfinite(state, where, value)
         return Message.text_message("x", role="assistant")
 
-    g = StateGraph(cls)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app = one_node_graph(checkpointer, model, cls)
     tid = make_thread("nanstate")
     with pytest.raises(ValueError, match="state is not valid JSON") as raised:
         await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
@@ -308,11 +304,7 @@ async def test_nan_in_a_field_declared_exclude_is_not_refused(checkpointer, make
         state.kept = {"ok": 1.5}
         return Message.text_message("x", role="assistant")
 
-    g = StateGraph(ExcludedFloatState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app = one_node_graph(checkpointer, model, ExcludedFloatState)
     tid = make_thread("nanexcl")
     await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
     state = await checkpointer.aget_state({"thread_id": tid})
@@ -328,11 +320,7 @@ async def test_a_one_pass_state_stores_what_the_node_set(checkpointer, make_thre
         state.blob = {"k": {"deep": ["x", -0.0, 1e-300]}}
         return Message.text_message("x", role="assistant")
 
-    g = StateGraph(AnyState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app = one_node_graph(checkpointer, model, AnyState)
     tid = make_thread("onepass")
     await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
     state = await checkpointer.aget_state({"thread_id": tid})
