@@ -64,6 +64,12 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     as message rows, so they leave it out. ValueError for a state that would not load back or
     that holds NaN or an infinity."""
     refuse_nonfinite(state, "the state", skip=None if with_context else "context")
+    return _state_dict(state, with_context)
+
+
+def _state_dict(state: AgentState, with_context: bool) -> dict[str, Any]:
+    """``encode_state`` after its NaN check: the dict dump, checked to load back when pydantic
+    warned about it."""
     exclude = None if with_context else {"context"}
     try:
         data = state.model_dump(mode="json", exclude=exclude, warnings=_STRICT)
@@ -86,8 +92,8 @@ def encode_state_text(state: AgentState) -> str:
     refuse_nonfinite(state, "the state", skip="context")
     try:
         body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()
-    except PydanticSerializationError:
-        return json.dumps(encode_state(state, with_context=False))
+    except PydanticSerializationError:  # already walked: the dict dump and its load-back check
+        return json.dumps(_state_dict(state, with_context=False))
     cls = type(state)
     header = _HEADERS.get(cls)
     if header is None:
