@@ -4,7 +4,7 @@ and notices a context that a node rewrote."""
 from __future__ import annotations
 
 from tenxgraph import AgentState, Message
-from tenxgraph._runtime import _ContextIndex
+from tenxgraph._context_index import ContextIndex
 from tenxgraph.core.state.reducers import RemoveMessage, add_messages
 
 
@@ -20,7 +20,7 @@ def ids(state: AgentState) -> list[str]:
 
 def test_matches_add_messages_and_stays_in_place() -> None:
     state = AgentState(context=[msg("a"), msg("b")])
-    index = _ContextIndex()
+    index = ContextIndex()
     ctx = state.context
     index.append(state, [msg("c"), msg("a"), msg("d", delta=True), msg("c")])
     assert ids(state) == ["a", "b", "c"] == [str(m.message_id) for m in add_messages([msg("a"), msg("b")], [msg("c")])]
@@ -32,7 +32,7 @@ def test_matches_add_messages_and_stays_in_place() -> None:
 
 def test_a_rewritten_context_is_reindexed() -> None:
     state = AgentState(context=[msg("a"), msg("b")])
-    index = _ContextIndex()
+    index = ContextIndex()
     index.append(state, [msg("c")])
     state.context = [msg("x")]  # a node replaced the history
     index.append(state, [msg("a"), msg("x")])
@@ -44,7 +44,7 @@ def test_a_rewritten_context_is_reindexed() -> None:
 
 def test_tombstones_use_the_full_reducer() -> None:
     state = AgentState(context=[msg("a"), msg("b")])
-    index = _ContextIndex()
+    index = ContextIndex()
     index.append(state, [RemoveMessage(message_id="a"), msg("c")])
     assert ids(state) == ["b", "c"]
     index.append(state, [msg("d")])
@@ -53,7 +53,7 @@ def test_tombstones_use_the_full_reducer() -> None:
 
 def test_a_message_removed_and_added_again_is_appended_again() -> None:
     state = AgentState(context=[msg("a"), msg("b"), msg("c")])
-    index = _ContextIndex()
+    index = ContextIndex()
     index.append(state, [msg("d")])  # the index now holds a, b, c, d
     del state.context[1]  # a node drops b in place...
     index.append(state, [msg("b")])  # ...and adds an edited b: no longer present, so it goes in
@@ -65,7 +65,7 @@ def test_a_message_removed_and_added_again_is_appended_again() -> None:
 
 def test_an_unchanged_context_is_not_rescanned() -> None:
     state = AgentState(context=[msg(str(i)) for i in range(50)])
-    index = _ContextIndex()
+    index = ContextIndex()
     index.append(state, [msg("new-1")])
     built = index._ids
     index.append(state, [msg("new-2"), msg("3")])  # "3" is already there

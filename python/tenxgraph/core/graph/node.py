@@ -86,7 +86,7 @@ class Node:
         ``NodeError`` ``NODE_001`` caused by the original exception. Nothing is persisted: there
         is no checkpointer here, so ``interrupt()`` and tool replay-safety do not apply.
         """
-        from tenxgraph._runtime import _added, _require_state, _to_message
+        from tenxgraph._run_values import added, require_state, to_message
         from tenxgraph.core.exceptions import NodeError
         from tenxgraph.core.state.agent_state import AgentState
         from tenxgraph.core.state.reducers import add_messages
@@ -132,15 +132,15 @@ class Node:
             if isinstance(result, Command):
                 next_node = result.goto
                 if result.state is not None:
-                    state = _require_state(result.state)
-                    messages = _added(state, pre_len, pre_last)
+                    state = require_state(result.state)
+                    messages = added(state, pre_len, pre_last)
                 result = result.update
             if isinstance(result, AgentState):
                 state = result
-                messages = _added(state, pre_len, pre_last)
+                messages = added(state, pre_len, pre_last)
             elif result is not None:
                 items = result if isinstance(result, list) else [result]
-                messages = [_to_message(item) for item in items]
+                messages = [to_message(item) for item in items]
                 state.context = add_messages(state.context, messages)
         except Exception as exc:
             raise NodeError(
@@ -192,7 +192,7 @@ class Node:
     async def _stream_generator(self, config: dict[str, Any], state: Any, fname: str) -> AsyncIterator[Any]:
         """The async-generator branch of :meth:`stream`: items as they come, then the result.
         (10xGraph 0.10 yielded none of such a node's messages.)"""
-        from tenxgraph._runtime import _to_message
+        from tenxgraph._run_values import to_message
         from tenxgraph.core.exceptions import NodeError
         from tenxgraph.core.state.agent_state import AgentState
         from tenxgraph.core.state.reducers import add_messages
@@ -209,7 +209,7 @@ class Node:
                 if isinstance(item, StreamChunk):
                     yield item
                     continue
-                m = _to_message(item)
+                m = to_message(item)
                 messages.append(m)
                 state.context = add_messages(state.context, [m])
                 yield m

@@ -1,0 +1,184 @@
+"""Tool nodes as the Rust handler drives them: ``begin_tools`` parses the calls, ``run_tool`` runs
+one inside the replay-safe handler, ``accept_replay`` / ``unknown_outcome`` answer from the ledger,
+``finish_tools`` turns the results into the node's messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tenxgraph._core import NodeResult
+from tenxgraph._run_values import clear_answers
+from tenxgraph._tool_step import ToolStep
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message_block import RemoteToolCallBlock
+from tenxgraph.logs import log_fields
+from tenxgraph.prebuilt.tools.handoff import handoff_target
+
+if TYPE_CHECKING:
+    from tenxgraph._context_index import ContextIndex
+    from tenxgraph._core import ExecView
+    from tenxgraph.core.graph.compiled_graph import CompiledGraph
+    from tenxgraph.utils.callbacks import CallbackManager
+
+__all__ = ["REMOTE_TOOL_REASON", "RunTools"]
+
+# 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
+REMOTE_TOOL_REASON = "remote_tool_call"
+
+
+class RunTools:
+    """The tool-node part of ``tenxgraph._runtime.Run`` (which sets these attributes)."""
+
+    graph: CompiledGraph[Any]
+    nodes: dict[str, Any]
+    config: dict[str, Any]
+    state: AgentState | None
+    produced: list[Message]
+    remote_calls: list[Message]
+    emitter: Any
+    events: Any
+    has_lifecycle_hooks: bool
+    _callbacks: CallbackManager
+    _tool_steps: dict[str, ToolStep]
+    _index: ContextIndex
+    _fresh_ids: set[Any]
+    _before_node: AgentState | None
+    _encoded: dict[int, tuple[Message, str]]
+
+    if TYPE_CHECKING:  # Run's own
+
+        def _log_fields(self, **more: str) -> dict[str, str]: ...
+
+        def _apply_exec(self, state: AgentState, view: ExecView) -> None: ...
+
+        def _stream_update(self, status: str, node: str, *, now: bool) -> None: ...
+
+    def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]], bool]:
+        self._encoded.clear()
+        state = self.state
+        assert state is not None, "prepare() runs first"
+        self._apply_exec(state, exec_view)
+        events = self.events
+        if events is not None:
+            events.node_start(name, state.execution_meta.step)
+            events.tools_begun(name)
+        if self.has_lifecycle_hooks:
+            self._before_node = state.model_copy(deep=True)
+        try:
+            step = ToolStep.begin(name, self.nodes[name].func, state)
+        except Exception as exc:
+            if events is not None:
+                events.node_error(name, state.execution_meta.step, exc)
+            raise
+        step.callbacks = self._callbacks
+        step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
+        self._tool_steps[name] = step
+        if self.emitter is not None:
+            self._stream_update("invoking_node", name, now=True)
+        origin = step.origin_id
+        if not isinstance(origin, (str, int)) or isinstance(origin, bool):
+            origin = None if origin is None else str(origin)
+        tools = step.tool_node
+        fresh = step.origin_id in self._fresh_ids
+        self._fresh_ids.discard(step.origin_id)  # a second tool node on it looks up
+        # The ids keep their Python types (123 and "123" are different ledger keys):
+        # (origin, [(call id, name, side effects), ...], fresh)
+        calls = [(c.raw_id, c.name, tools.side_effects(c.name)) for c in step.calls]
+        return None if origin == "" else origin, calls, fresh
+
+    def accept_replay(self, name: str, index: int, envelope_json: str) -> bool:
+        # Called from a Rust thread, outside the run's context: its log fields are set here.
+        with log_fields(**self._log_fields(node=name)):
+            step = self._tool_steps[name]
+            accepted = step.accept_replay(index, envelope_json)
+            if accepted and self.events is not None:
+                call = step.calls[index]
+                self.events.tool_start(name, index, call.call_id, call.name, call.arguments, True)
+                self.events.tool_end(name, index, call.call_id, call.name, call.arguments, step.replays[index], True)
+            return accepted
+
+    async def run_tool(self, name: str, index: int, idempotency_key: str | None,
+                       ledger_key: str | None = None) -> tuple[str, bool, bool]:
+        config = dict(self.config, _node_name=name)
+        if self.emitter is not None:  # a streamed run: tools may emit progress chunks (StreamEmitter)
+            config["_tenx_stream"] = (self.emitter.queue, self.emitter.loop)
+        step = self._tool_steps[name]
+        events = self.events
+        call = step.calls[index]
+        if events is not None:
+            events.tool_start(name, index, call.call_id, call.name, call.arguments, False)
+        with log_fields(node=name, tool=step.calls[index].name):
+            out = await step.run(index, config, idempotency_key, ledger_key)
+        if events is not None:
+            message = step.message_of(index, out[0])
+            if not is_remote_call(message):
+                events.tool_end(name, index, call.call_id, call.name, call.arguments, message, False,
+                                error=message.text() or "tool error" if out[2] else None)
+        if self.emitter is not None:
+            step.pending_stream[index] = out[0]
+        return out
+
+    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
+        """An at-most-once call found started but never completed (see ToolStep.unknown): None
+        runs it again, else its answer as a tool result ``(envelope, record, is_error)``."""
+        out = self._tool_steps[name].unknown(index, idempotency_key)
+        if self.emitter is not None and out is not None:
+            self._tool_steps[name].pending_stream[index] = out[0]
+        return out
+
+    def tool_settled(self, name: str, index: int) -> None:
+        """The call's result is in the ledger (or needs no record): stream it now."""
+        step = self._tool_steps.get(name)
+        if self.emitter is None or step is None or index not in step.pending_stream:
+            return
+        message = step.message_of(index, step.pending_stream.pop(index))
+        self.emitter.message(message, "tool_result", name, now=True)
+        step.streamed.add(index)
+
+    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
+        step = self._tool_steps.pop(name)
+        # The messages made here are new objects nobody else holds; without hooks, events or a
+        # stream, nothing of the user's sees them before the step's snapshot.
+        quiet = not self.has_lifecycle_hooks and self.events is None and self.emitter is None
+        messages = step.finish(items, self._encoded if quiet else None)
+        state = self.state
+        assert state is not None
+        # Calls the client runs: their placeholders go back to the caller, not into the context,
+        # and the run pauses after this node until the client sends the results.
+        remote = [m for m in messages if is_remote_call(m)]
+        if remote:
+            messages = [m for m in messages if not is_remote_call(m)]
+        goto = handoff_target(step)
+        self._index.append(state, messages)
+        self.produced.extend(messages)
+        clear_answers(state)
+        events = self.events
+        if events is not None:
+            by_call = {m.metadata.get("tool_call_id"): m for m in messages}
+            for index, call in enumerate(step.calls):
+                kind, payload = items[index]
+                if kind in ("timeout", "failed"):
+                    events.tool_end(name, index, call.call_id, call.name, call.arguments, by_call.get(call.call_id),
+                                    False, error=str(payload))
+                elif not (remote and any(remote_id(m) == call.call_id for m in remote)):
+                    events.tool_end(name, index, call.call_id, call.name, call.arguments, by_call.get(call.call_id),
+                                    kind == "replayed")
+            events.node_end(name, state.execution_meta.step, messages, goto)
+        if self.emitter is not None:
+            for index, m in enumerate(messages):
+                if index not in step.streamed:  # replayed from the ledger, timed out or failed
+                    self.emitter.message(m, "tool_result", name, now=False)
+            self._stream_update("node_invoked", name, now=False)
+        if remote:
+            self.remote_calls = remote
+            return NodeResult(goto, REMOTE_TOOL_REASON)
+        return goto
+
+
+def is_remote_call(m: Message) -> bool:
+    return any(isinstance(b, RemoteToolCallBlock) for b in m.content)
+
+
+def remote_id(m: Message) -> str | None:
+    return next((b.id for b in m.content if isinstance(b, RemoteToolCallBlock)), None)

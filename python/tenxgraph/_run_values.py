@@ -1,0 +1,102 @@
+"""What a run takes in and hands out: the caller's input checked and copied, a node's return value
+turned into messages, the response's copies and token usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.message import Message
+from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY
+
+# The fields a caller's input_data['state'] may not set: the loop and the messages own them.
+PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
+
+
+def added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:
+    """The messages appended to ``state.context`` since it had ``pre_len`` ending in ``pre_last``
+    (none when the node rewrote its context: the next snapshot stores it whole)."""
+    ctx = state.context
+    if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
+        return list(ctx[pre_len:])
+    return []
+
+
+def clear_answers(state: AgentState | None) -> None:
+    if state is not None:
+        state.execution_meta.internal_data.pop(RESUME_ANSWERS_KEY, None)
+
+
+def to_message(item: Any) -> Message:
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, str):
+        return Message.text_message(item, role="assistant")
+    raise ValueError(
+        f"Unsupported content type {type(item).__name__!r} returned by a node: return a str, a Message, "
+        "a list of them, the state, or a Command (a plain dict is not supported)"
+    )
+
+
+def require_state(value: Any) -> AgentState:
+    if not isinstance(value, AgentState):
+        raise ValueError(f"Command(state=...) must be an AgentState, got {type(value).__name__}")
+    return value
+
+
+def input_messages(input_data: Any) -> list[Message]:
+    if not isinstance(input_data, dict):
+        raise TypeError(f"input_data must be a dict, got {type(input_data).__name__}")
+    raw = input_data.get("messages")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("input_data['messages'] must be a list of Message")
+    out = []
+    for m in raw:
+        if isinstance(m, Message):
+            # A copy: the state (which may be kept for the thread's next turn) must not share
+            # objects with the caller.
+            out.append(copy_message(m))
+        elif isinstance(m, dict):
+            out.append(Message.model_validate(m))
+        else:
+            raise ValueError(f"input_data['messages'] items must be Message objects, got {type(m).__name__}")
+    return out
+
+
+def copy_message(m: Message) -> Message:
+    """A deep copy: a dump and a validation, half the time of ``model_copy(deep=True)``. Called
+    on pydantic-core's serializer and validator directly: ``model_dump`` / ``model_validate`` are
+    Python wrappers that only pass their defaults on."""
+    out = type(m).__pydantic_validator__.validate_python(m.__pydantic_serializer__.to_python(m, round_trip=True))
+    if isinstance(m.parsed_content, BaseModel):  # structured output stays the caller's model class
+        out.parsed_content = m.parsed_content.model_copy(deep=True)
+    return out
+
+
+def state_update(input_data: dict[str, Any]) -> dict[str, Any]:
+    update = input_data.get("state")
+    if update is None:
+        return {}
+    if not isinstance(update, dict):
+        raise ValueError("input_data['state'] must be a dict of state fields")
+    return {k: v for k, v in update.items() if k not in PROTECTED_FIELDS and k != "current_node"}
+
+
+def token_usage(messages: list[Message]) -> dict[str, int]:
+    inp = out = reasoning = 0
+    for m in messages:
+        u = m.usages
+        if u is not None:
+            inp += u.prompt_tokens
+            out += u.completion_tokens
+            reasoning += u.reasoning_tokens
+    return {
+        "total_input_tokens": inp,
+        "total_output_tokens": out,
+        "total_reasoning_tokens": reasoning,
+        "total_tokens": inp + out,
+    }

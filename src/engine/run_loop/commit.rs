@@ -1,0 +1,201 @@
+//! A run's commits: the input commit (which takes the lease on an optimistic start), a step, the
+//! last one (which frees the lease), and the error state when a node or the state itself failed.
+
+use super::start::{Optimistic, refused_start};
+use super::{Run, RunOutcome};
+use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE, lease};
+use crate::failpoints::Armed;
+use crate::store::{LeasedInput, StepWrite, StopKey, StoreError, TxHook};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
+fn next_write_mark() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The `in_step_tx` failpoint, run by the store inside the step's transaction.
+struct InTx<'a> {
+    armed: &'a Armed,
+    node: &'a str,
+}
+
+#[async_trait::async_trait]
+impl TxHook for InTx<'_> {
+    async fn in_transaction(&self) -> Result<(), String> {
+        self.armed.hit("in_step_tx", self.node).await.map_err(|f| f.to_string())
+    }
+}
+
+/// A stored state without its messages: the part a commit writes.
+fn without_context(state: &Value) -> Value {
+    match state.as_object() {
+        Some(o) if o.contains_key("context") => {
+            Value::Object(o.iter().filter(|(k, _)| k.as_str() != "context").map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
+        _ => state.clone(),
+    }
+}
+
+impl<H: NodeHost + ?Sized> Run<'_, H> {
+    pub(super) fn outcome(&self, stopped: bool) -> RunOutcome {
+        RunOutcome {
+            exec: self.exec.clone(),
+            version: self.version,
+            stopped,
+            mark: self.mark.clone(),
+            nothing_to_resume: false,
+            state: self.last_state.clone(),
+        }
+    }
+
+    /// The input commit of an optimistic start: the lease and the step in one transaction. The
+    /// outer error ends the run as it is (a failpoint, a refusal marked on `opt`: nothing was
+    /// written); the inner one is the store's, handled as `put_step`'s.
+    pub(super) async fn commit_input(&self, w: StepWrite<'_>, opt: &Optimistic) -> Result<Result<i64, StoreError>, EngineError> {
+        let cfg = self.cfg;
+        if !cfg.failpoints.is_off() {
+            cfg.failpoints.hit("before_input_tx", &cfg.thread.thread_id).await?;
+        }
+        let taking = lease::taking(cfg);
+        let stop = StopKey { namespace: STOP_NAMESPACE, key: &self.stop_key };
+        let req = lease::request(cfg);
+        let put = if self.on_head {
+            self.store.put_input_on_head(&cfg.thread, &req, w, Some(stop)).await
+        } else {
+            self.store.put_input_leased(&cfg.thread, &req, w, Some(stop)).await
+        };
+        match put {
+            Ok(LeasedInput::Committed { token, version }) => {
+                let _ = self.lease.set(taking.taken(cfg, token));
+                if self.on_head {
+                    let m = crate::metrics::metrics();
+                    crate::metrics::inc(&m.live_state_reuses);
+                    crate::metrics::inc(&m.start_reads_skipped);
+                }
+                Ok(Ok(version))
+            }
+            Ok(LeasedInput::Held(_)) | Err(StoreError::Stale { .. }) => {
+                opt.refuse();
+                Err(refused_start())
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// The run's last commit: it also frees the thread's lease, in the same transaction.
+    pub(super) async fn commit_final(&mut self) -> Result<(), EngineError> {
+        self.finishing = true;
+        self.commit(true).await
+    }
+
+    /// Commits the live state. A non-durable step leaves the cursor alone, so the next durable
+    /// commit carries every message since the last one.
+    pub(super) async fn commit(&mut self, durable: bool) -> Result<(), EngineError> {
+        if !durable {
+            return Ok(());
+        }
+        self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
+        let mut snap = match self.host.snapshot(&self.exec, &self.cursor) {
+            Ok(snap) => snap,
+            Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {
+                Some(snap) => snap,
+                None => return Err(e),
+            },
+            Err(e) => {
+                self.unserialisable = true;
+                return Err(e);
+            }
+        };
+        let mark = next_write_mark();
+        crate::store::set_write_mark(&mut snap.state, &mark);
+        let hook = InTx { armed: &self.cfg.failpoints, node: &self.step_node };
+        let w = StepWrite {
+            expected_version: self.version,
+            state: &snap.state,
+            new_messages: &snap.new_messages,
+            replace_messages: snap.replace_messages || self.rewrite,
+            fence: self.lease.get().map(|l| l.token),
+            release_lease: self.finishing,
+            in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
+            previous_mark: self.seen_mark.as_deref(),
+        };
+        let written = match (self.lease.get(), self.optimistic) {
+            (None, Some(opt)) => self.commit_input(w, opt).await?,
+            _ => self.put_step_carrying(w).await,
+        };
+        self.version = match written {
+            Ok(v) => v,
+            Err(e) => {
+                match e {
+                    StoreError::Stale { .. } => crate::metrics::inc(&crate::metrics::metrics().stale_conflicts),
+                    StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
+                    _ => {}
+                }
+                return Err(e.into());
+            }
+        };
+        crate::metrics::inc(&crate::metrics::metrics().steps_committed);
+        if self.finishing {
+            self.lease().mark_released();
+        }
+        self.cursor = snap.cursor;
+        self.last_state = Some(Arc::new(snap.state));
+        self.seen_mark = Some(mark.clone());
+        self.mark = Some(mark);
+        self.rewrite = false;
+        self.host.committed(self.version);
+        if !self.cfg.failpoints.is_off() {
+            self.cfg.failpoints.hit("after_step", &self.step_node).await?;
+            if self.host.streaming() {
+                self.cfg.failpoints.hit("mid_stream", &self.step_node).await?;
+            }
+        }
+        tracing::debug!(thread_id = %self.cfg.thread.thread_id, version = self.version, "step committed");
+        Ok(())
+    }
+
+    /// The error state when the live state cannot be serialised: the last state the store holds
+    /// from this run (or as loaded), with the loop's fields saying the node in flight failed. The
+    /// node's work is lost, as when it raises; None for a thread with nothing stored yet.
+    pub(super) fn error_snapshot(&self) -> Option<crate::engine::Snapshot> {
+        let mut state = match (&self.last_state, self.loaded_state) {
+            (Some(committed), _) => (**committed).clone(),
+            (None, loaded) => without_context(loaded?),
+        };
+        let mut exec = self.exec.clone();
+        if self.step_node != "__input__" {
+            exec.current_node = self.step_node.clone();
+        }
+        let meta = state.as_object_mut()?.entry("execution_meta").or_insert_with(|| json!({}));
+        let Some(meta) = meta.as_object_mut() else { return None };
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&exec) {
+            meta.extend(fields);
+        }
+        let internal = meta.entry("internal_data").or_insert_with(|| json!({}));
+        if let Some(internal) = internal.as_object_mut() {
+            internal.insert("error".into(), json!(exec.error));
+        }
+        Some(crate::engine::Snapshot { state, new_messages: vec![], replace_messages: false, cursor: self.cursor.clone() })
+    }
+
+    /// Marks the thread as failed, commits that, and returns `err`.
+    pub(super) async fn fail(&mut self, err: EngineError) -> Result<RunOutcome, EngineError> {
+        if matches!(err, EngineError::Store(_)) {
+            return Err(err); // the store itself refused: writing the error state would fail too
+        }
+        self.exec.status = ExecStatus::Error;
+        self.exec.error = Some(err.to_string());
+        if let Some(message) = self.host.lifecycle(Lifecycle::Error, &self.exec).await {
+            self.exec.error = Some(message);
+        }
+        if let Err(e) = self.commit_final().await {
+            tracing::error!(thread_id = %self.cfg.thread.thread_id, "could not record the failed state: {e}");
+        }
+        Err(err)
+    }
+}

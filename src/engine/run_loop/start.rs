@@ -1,0 +1,320 @@
+//! The start of a run: load the thread (or use the state this process kept from its last commit),
+//! decide where to start, commit the input, then drive. An optimistic start loads before it holds
+//! the lease and takes the lease with its input commit; a refused one starts again lease first.
+
+use super::{Run, RunInput, RunOutcome, REMOTE_TOOL_REASON};
+use crate::engine::lease::Lease;
+use crate::engine::{
+    EngineError, ExecMeta, ExecStatus, GraphSpec, Lifecycle, MsgCursor, NodeHost, RunConfig, STOP_NAMESPACE,
+    StopSignals, Stored, legacy_resume, next_node, stop_key,
+};
+use crate::store::{Checkpoint, Checkpointer, KnownHead};
+use serde_json::json;
+use tokio::time::Instant;
+
+/// A run that loads its thread before it holds the lease and takes the lease with its input
+/// commit (`Checkpointer::put_input_leased`): one commit instead of two. `refused`: the thread's
+/// lease was live or its version moved, nothing was written, and the run starts again the usual
+/// way (lease first, then a fresh load).
+#[derive(Default)]
+pub(super) struct Optimistic {
+    pub(super) refused: std::sync::atomic::AtomicBool,
+}
+
+impl Optimistic {
+    pub(super) fn refuse(&self) {
+        self.refused.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What a refused optimistic start returns to `run`, which drops it and starts again.
+pub(super) fn refused_start() -> EngineError {
+    EngineError::InvalidInput("the thread was busy or moved since it was loaded".into())
+}
+
+/// Only a turn that brings messages always commits its input; every other start (a resume, a
+/// recovery, a state update) decides under the lease whether it writes at all. `after_lease`
+/// armed: the test wants the lease taken before the load.
+pub(super) fn optimistic_start(cfg: &RunConfig, input: &RunInput<'_>) -> bool {
+    input.has_messages
+        && !input.resume_only
+        && (cfg.failpoints.is_off() || !cfg.failpoints.arms("after_lease", &cfg.thread.thread_id))
+}
+
+/// The thread as the host kept it from its last commit here, for a start that does not read it:
+/// the input commit then checks that the head is still that commit (`put_input_on_head`). None
+/// when the host kept no state row, or the row is not the commit it names, or it says `running`:
+/// such a start reads, so a run under way is judged by its lease and not by a kept copy.
+pub(super) fn kept_head<H: NodeHost + ?Sized>(host: &H, k: KnownHead<'_>, entry: &str, thread_id: &str) -> Option<Checkpoint> {
+    let state = host.known_state()?;
+    if !k.matches(k.version, state) || ExecMeta::from_state(state, entry, thread_id).status == ExecStatus::Running {
+        return None;
+    }
+    Some(Checkpoint {
+        version: k.version,
+        state: (**state).clone(),
+        messages: Vec::new(),
+        rewrite_messages: false,
+        messages_known: true,
+    })
+}
+
+pub(super) async fn run_leased<H: NodeHost + ?Sized>(
+    graph: &GraphSpec,
+    store: &dyn Checkpointer,
+    host: &H,
+    cfg: &RunConfig,
+    input: RunInput<'_>,
+    lease: &std::sync::OnceLock<Lease>,
+    optimistic: Option<&Optimistic>,
+    reload: bool,
+) -> Result<RunOutcome, EngineError> {
+    let t = &cfg.thread;
+    let entry = graph
+        .entry
+        .clone()
+        .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
+    // After a refused start the host's live state already has the input merged: load it all.
+    let known = if reload { None } else { host.known_head() };
+    let kept = match (optimistic, known) {
+        (Some(_), Some(k)) if store.checks_head_at_input() => kept_head(host, k, &entry, &t.thread_id),
+        _ => None,
+    };
+    let on_head = kept.is_some();
+    let mut stored = match optimistic {
+        None => store.load_with(t, known).await?,
+        Some(_) if on_head => kept,
+        Some(opt) => {
+            // The lease row is read alongside: a live holder means waiting (or refusing) under the
+            // run's policy, decided before any of the input's work.
+            let (held, loaded) = store.lease_and_load(t, known).await;
+            if matches!(held, Ok(Some(ref info)) if info.is_live()) {
+                opt.refuse();
+                return Err(refused_start());
+            }
+            loaded?
+        }
+    };
+    // A run 10xGraph 0.10 left unfinished: its row names the node that completed, its Redis
+    // cache the node in flight (see `legacy_resume`). Only a resume asks; a new turn is refused
+    // below as for any run under way.
+    let resuming = !input.has_messages && input.start_node.is_none();
+    let mut from_legacy_cache = false;
+    // 10xGraph's entry, used or not, is stale once this run commits: dropped after that commit.
+    let mut drop_legacy_cache = false;
+    if resuming && legacy_resume::unfinished_legacy_run(stored.as_ref()) {
+        let found = store.legacy_state_cache(t).await;
+        drop_legacy_cache = found != crate::store::LegacyCache::Absent;
+        match legacy_resume::from_cache(graph, stored.as_ref(), found) {
+            Ok(Some(cp)) => {
+                tracing::info!(
+                    thread_id = %t.thread_id,
+                    event = "legacy_cache_resume",
+                    node = cp.state["execution_meta"]["current_node"].as_str().unwrap_or_default(),
+                    version = cp.version,
+                    "resuming the run 10xGraph left unfinished from its Redis state cache"
+                );
+                stored = Some(cp);
+                from_legacy_cache = true;
+            }
+            Ok(None) => {}
+            Err(why) => tracing::warn!(
+                thread_id = %t.thread_id,
+                event = "legacy_cache_unusable",
+                "10xGraph's Redis state cache entry of this thread is not used: {why}; resuming from the database"
+            ),
+        }
+    }
+    if stored.is_none() && !input.has_messages && !input.resume_only {
+        return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
+    }
+    let (version, mut exec) = match &stored {
+        Some(cp) => (cp.version, ExecMeta::from_state(&cp.state, &entry, &t.thread_id)),
+        None => (0, ExecMeta::fresh(&entry, &t.thread_id)),
+    };
+    let previous = exec.status;
+    // A state that still points at START was written outside a run (aput_state): no run of the
+    // engine died there, so recovery leaves it alone.
+    if input.resume_only && (stored.is_none() || previous != ExecStatus::Running || exec.current_node == crate::engine::START) {
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true, state: None });
+    }
+    // "Finish this thread if it is not finished" on a finished thread: nothing to run. The host
+    // gets the stored state as it is (status completed) and the run commits nothing, so a retried
+    // `ainvoke({})` never calls a model or a tool again.
+    let finished = stored.is_some()
+        && previous == ExecStatus::Completed
+        && !input.has_messages
+        && !input.has_state_update
+        && input.start_node.is_none();
+    if let (true, Some(cp)) = (finished, &stored) {
+        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+        host.prepare(parts, &exec).await?;
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
+    }
+    // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
+    // messages appended in the middle of it would land between an assistant's tool calls and
+    // their results and break the thread. Finish it first with `{}`.
+    if previous == ExecStatus::Running && stored.is_some() && (input.has_messages || input.start_node.is_some())
+        && exec.current_node != crate::engine::START
+    {
+        // Without the lease, "running" may be a live run's: its lease decides, under the policy.
+        if let Some(opt) = optimistic {
+            opt.refuse();
+        }
+        return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone() });
+    }
+    // A static interrupt_before is answered by resuming: its check is skipped for that node once.
+    let mut skip_before = None;
+    // A pause for the client's tools is answered by its results: the run goes on past that node.
+    let resume_after = (previous == ExecStatus::InterruptedAfter
+        && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
+    .then(|| exec.current_node.clone());
+    match previous {
+        ExecStatus::Completed => {
+            exec.current_node = entry.clone();
+            exec.step = 0;
+        }
+        // The failed node runs again. 10xGraph kept `step`, so after a recursion error the next
+        // run executed nothing; a new run gets a fresh step budget instead.
+        ExecStatus::Error => exec.step = 0,
+        // A static interrupt_before is answered by resuming; a dynamic interrupt() re-runs its
+        // node, whose interrupt_before (if any) was answered when the node first started.
+        ExecStatus::InterruptedBefore => skip_before = exec.interrupted_node.clone(),
+        ExecStatus::InterruptedAfter | ExecStatus::Running => {}
+    }
+    // A state written outside a run (aput_state) still points at START.
+    if exec.current_node == crate::engine::START {
+        exec.current_node = entry.clone();
+    }
+    if let Some(start) = input.start_node {
+        if !graph.nodes.iter().any(|n| n == start) {
+            return Err(EngineError::InvalidInput(format!("input state current_node '{start}' is not a node of this graph")));
+        }
+        exec.current_node = start.to_owned();
+        skip_before = None;
+    }
+    exec.clear_interrupt();
+    exec.error = None;
+    exec.stop_current_execution = "none".into();
+    exec.thread_id = Some(t.thread_id.clone());
+
+    let key = stop_key(&t.thread_id, &t.user_id);
+    // A stop request left from an earlier run must not stop this one (an optimistic start clears
+    // it in its input commit).
+    if optimistic.is_none()
+        && let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await
+    {
+        tracing::warn!(thread_id = %t.thread_id, "could not clear an old stop request: {e}");
+    }
+    let stored_parts = match &stored {
+        None => Stored::Fresh,
+        Some(c) if c.messages_known => {
+            // Without a read nothing is confirmed yet: counted when the input commit is.
+            if !on_head {
+                crate::metrics::inc(&crate::metrics::metrics().live_state_reuses);
+            }
+            Stored::Known
+        }
+        Some(c) => {
+            crate::metrics::inc(&crate::metrics::metrics().history_loads);
+            Stored::Loaded { state: &c.state, messages: &c.messages }
+        }
+    };
+    let mut cursor = host.prepare(stored_parts, &exec).await?;
+    // 10xGraph's row without its cache names the node that completed; where running that node
+    // again cannot be right, route on from it (the conditions see the loaded state, as they did).
+    let route_on = match &stored {
+        Some(c) if resuming && !from_legacy_cache && legacy_resume::unfinished_legacy_run(Some(c)) => {
+            // Only the last message is looked at: the rest stay undecoded.
+            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.last_message().into_iter().collect::<Vec<_>>())
+        }
+        _ => None,
+    };
+    if let Some(want) = route_on {
+        match next_node(&exec.current_node, &graph.edges, |i| host.eval_condition(i)) {
+            Ok(next) if want.accepts(graph, &next) => {
+                tracing::info!(
+                    thread_id = %t.thread_id,
+                    event = "legacy_route_on",
+                    completed = %exec.current_node,
+                    node = %next,
+                    "10xGraph's run stopped after node '{}' completed: resuming at '{next}'",
+                    exec.current_node
+                );
+                exec.current_node = next;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                thread_id = %t.thread_id,
+                "could not route on from 10xGraph's last completed node '{}' ({e}); it runs again",
+                exec.current_node
+            ),
+        }
+    }
+    host.lifecycle(Lifecycle::Start, &exec).await;
+    // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
+    let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
+    if rewrite {
+        cursor = MsgCursor::default();
+    }
+
+    let mut run = Run {
+        graph,
+        store,
+        host,
+        cfg,
+        exec,
+        version,
+        cursor,
+        stop_key: key.clone(),
+        // The key was cleared just above: nothing from another process can be pending yet, so the
+        // first poll waits one interval like the others (a stop from this process is signalled).
+        last_stop_poll: std::sync::Mutex::new(Some(Instant::now())),
+        rewrite,
+        step_node: "__input__".into(),
+        lease,
+        optimistic,
+        finishing: false,
+        preempt: Default::default(),
+        mark: None,
+        seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
+        last_state: None,
+        on_head,
+        loaded_state: stored.as_ref().map(|c| &c.state),
+        unserialisable: false,
+        carried: Default::default(),
+    };
+    if stored.is_none()
+        || rewrite
+        || input.has_messages
+        || input.has_state_update
+        || input.start_node.is_some()
+        || previous != ExecStatus::Running
+    {
+        if let Err(e) = run.commit(true).await {
+            if let (Some(opt), true) = (optimistic, run.unserialisable) {
+                // The error state is written under the lease, by the start that takes it first.
+                opt.refuse();
+                return Err(e);
+            }
+            return if run.unserialisable { run.fail(e).await } else { Err(e) };
+        }
+    }
+    if drop_legacy_cache && run.mark.is_some()
+        && let Err(e) = store.state_cache_clear(t).await
+    {
+        tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
+    }
+    let signal = StopSignals::global().subscribe(&key);
+    let resume_after = if input.start_node.is_some() { None } else { resume_after };
+    let result = match run.drive(skip_before, resume_after, &signal).await {
+        // A state the store cannot hold ends the run like a node that raised: the thread is left
+        // in the error status (not `running`, which would wedge it), with the error named.
+        Err(e) if run.unserialisable => run.fail(e).await,
+        r => r,
+    };
+    // Rows no commit carried (the run ended between its tool node and that node's step).
+    let _ = run.write_carried(run.carried.take()).await;
+    StopSignals::global().release(&key, &signal);
+    result
+}

@@ -1,0 +1,87 @@
+//! Stop requests (this process's signal or another's row), preemption at a safe point, and the
+//! lease a run renews while it works.
+
+use super::{Run, RunOutcome};
+use crate::engine::lease::Lease;
+use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE};
+use crate::engine::stop::StopSignal;
+use crate::store::StoreError;
+use serde_json::json;
+use tokio::time::Instant;
+
+/// A stop request as found in the store: `stop()` ends the running node at once; a preemption
+/// (`on_busy="interrupt"` from another run) waits for the next safe point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopKind {
+    None,
+    Hard,
+    Soft,
+}
+
+impl<H: NodeHost + ?Sized> Run<'_, H> {
+    /// The run's lease. Every caller runs after the input commit, which takes it when the run
+    /// started without it (a refused start returns before any node).
+    pub(super) fn lease(&self) -> &Lease {
+        self.lease.get().expect("the lease is taken before the first node")
+    }
+    /// Asks the store when this process signalled a stop, or when the poll interval passed (a
+    /// request from another process); otherwise answers without a round trip.
+    pub(super) async fn stop_requested(&self, signal: &StopSignal) -> StopKind {
+        {
+            let mut last = self.last_stop_poll.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= self.cfg.stop_poll);
+            if !signal.take_raised() && !due {
+                return StopKind::None;
+            }
+            *last = Some(Instant::now());
+        }
+        match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
+            Ok(Some(v)) if v.get("preempt").is_some() => {
+                self.preempt.store(true, std::sync::atomic::Ordering::Release);
+                StopKind::Soft
+            }
+            Ok(Some(v)) if !v.is_null() && v != json!(false) => StopKind::Hard,
+            Ok(_) => StopKind::None,
+            Err(e) => {
+                tracing::warn!(thread_id = %self.cfg.thread.thread_id, "stop check failed: {e}");
+                StopKind::None
+            }
+        }
+    }
+
+    /// Renews the lease when due; a lost lease ends the run without another write.
+    pub(super) async fn keep_lease(&self) -> Result<(), EngineError> {
+        if self.lease().renew(self.store, self.cfg).await {
+            Ok(())
+        } else {
+            Err(self.lease_lost())
+        }
+    }
+
+    pub(super) fn lease_lost(&self) -> EngineError {
+        EngineError::Store(StoreError::Fenced {
+            thread_id: self.cfg.thread.thread_id.clone(),
+            token: self.lease().token,
+            current: None,
+        })
+    }
+
+    pub(super) async fn stop(&mut self, kind: StopKind) -> Result<RunOutcome, EngineError> {
+        if let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await {
+            tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not consume the stop request: {e}");
+        }
+        let node = self.exec.current_node.clone();
+        let (reason, source) = if kind == StopKind::Soft { ("preempted", "preempt") } else { ("stop_requested", "stop") };
+        self.exec.set_interrupt(
+            &node,
+            reason.into(),
+            ExecStatus::InterruptedAfter,
+            Some(json!({"source": source, "run_id": self.cfg.run_id})),
+        );
+        self.exec.stop_current_execution = "stopped".into();
+        tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, reason, "run stopped by request");
+        self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "stop" }, &self.exec).await;
+        self.commit_final().await?;
+        Ok(self.outcome(true))
+    }
+}
