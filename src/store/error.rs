@@ -20,7 +20,11 @@ pub enum StoreError {
         thread_id: String,
     },
     /// A message id already used by another thread (STORAGE_FORBIDDEN_002).
-    #[error("Message '{message_id}' belongs to another thread")]
+    #[error("{}", if message_id.is_empty() {
+        "A message id of this step belongs to another thread (PostgreSQL does not say which)".to_owned()
+    } else {
+        format!("Message '{message_id}' belongs to another thread")
+    })]
     MessageInOtherThread {
         /// The id that is taken.
         message_id: String,
@@ -72,6 +76,16 @@ pub enum StoreError {
         /// The driver's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The database refused the data itself (PostgreSQL's data exceptions and program limits,
+    /// SQLSTATE classes 22 and 54: a value it cannot hold, a row too large): the same write fails
+    /// the same way on every retry (STORAGE_001, as `Backend`).
+    #[error("{op} failed: {message}")]
+    Refused {
+        /// The operation that failed.
+        op: &'static str,
+        /// The database's message, password redacted.
+        message: String,
     },
     /// The database could not be reached (after retries): TransientStorageError.
     #[error("{op} failed: the database is unreachable: {message}")]

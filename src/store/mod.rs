@@ -321,9 +321,25 @@ pub(crate) mod generic_state_cache {
     use super::{Checkpointer, STATE_CACHE_NS, StoreResult, ThreadRef};
     use serde_json::{Value, json};
 
-    /// The cache key of the thread's state entry (per thread and user).
+    /// The cache key of the thread's state entry (per thread and user). `:` and `%` in an id are
+    /// escaped (`%3A`, `%25`): as `"<thread>:<user>"` the thread `a:b` of the user `c` and the
+    /// thread `a` of the user `b:c` shared one entry, so under user isolation one user's
+    /// `aput_state_cache` replaced what the other read back (the stop key had the same flaw).
     pub fn key(t: &ThreadRef) -> String {
-        format!("{}:{}", t.thread_id, t.user_id)
+        pair_key(&t.thread_id, &t.user_id)
+    }
+
+    /// `"<a>:<b>"` with `:` and `%` of each part percent-escaped: no two pairs give one key, and
+    /// ids without them (nearly all) keep the plain form.
+    pub fn pair_key(a: &str, b: &str) -> String {
+        fn esc(part: &str) -> std::borrow::Cow<'_, str> {
+            if part.contains([':', '%']) {
+                std::borrow::Cow::Owned(part.replace('%', "%25").replace(':', "%3A"))
+            } else {
+                std::borrow::Cow::Borrowed(part)
+            }
+        }
+        format!("{}:{}", esc(a), esc(b))
     }
 
     /// Writes the entry unless a newer version is cached; false when it was not written.

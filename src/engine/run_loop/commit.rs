@@ -100,7 +100,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             return Ok(());
         }
         self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
-        let mut snap = match self.host.snapshot(&self.exec, &self.cursor) {
+        let snapshot = if self.unserialisable && self.exec.status == ExecStatus::Error {
+            // The live state could not be stored (the host could not serialise it, or the store
+            // refused what it holds): the error state is written from the last stored one.
+            Err(EngineError::InvalidInput("the thread has no stored state to mark as failed".into()))
+        } else {
+            self.host.snapshot(&self.exec, &self.cursor)
+        };
+        let mut snap = match snapshot {
             Ok(snap) => snap,
             Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {
                 Some(snap) => snap,
@@ -135,6 +142,27 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     StoreError::Stale { .. } => crate::metrics::inc(&crate::metrics::metrics().stale_conflicts),
                     StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
                     _ => {}
+                }
+                // The store refused what a node's step holds (a message id of another thread, a
+                // value the database cannot hold): that step fails the same way on every retry,
+                // so the thread ends in the error status as for a state that cannot be
+                // serialised, instead of staying `running` (new input refused with
+                // STORAGE_BUSY_001, every `ainvoke({})` failing again). Not for the input
+                // commit (a refused input leaves the thread as it was), nor for conflicts,
+                // fencing, isolation, an unreachable database or any other backend failure
+                // (a deadlock or a full disk may pass: the run stays resumable as it was).
+                if self.exec.status != ExecStatus::Error
+                    && self.step_node != "__input__"
+                    && matches!(
+                        e,
+                        StoreError::MessageInOtherThread { .. }
+                            | StoreError::Refused { .. }
+                            | StoreError::BadId { .. }
+                            | StoreError::BadTextId { .. }
+                            | StoreError::InvalidInput(_)
+                    )
+                {
+                    self.unserialisable = true;
                 }
                 return Err(e.into());
             }
@@ -185,8 +213,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// Marks the thread as failed, commits that, and returns `err`.
     pub(super) async fn fail(&mut self, err: EngineError) -> Result<RunOutcome, EngineError> {
-        if matches!(err, EngineError::Store(_)) {
-            return Err(err); // the store itself refused: writing the error state would fail too
+        if matches!(err, EngineError::Store(_)) && !self.unserialisable {
+            return Err(err); // the store itself failed: writing the error state would fail too
         }
         self.exec.status = ExecStatus::Error;
         self.exec.error = Some(err.to_string());

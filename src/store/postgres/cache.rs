@@ -50,10 +50,14 @@ pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, t
 
 /// The table's write of `cache_put` (`put`) or `cache_put_absent` (`put_absent`): rows written.
 async fn table_write(s: &PgStore, stmt: &Stmt, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<u64> {
+    // jsonb holds no U+0000: replaced, as in states, messages and ledger rows (it was the one JSON
+    // write without it, and failed with "unsupported Unicode escape sequence").
+    let mut value = value.clone();
+    super::nul::strip_nul(&mut value);
     let done = sqlx::query(stmt.q())
         .bind(ns)
         .bind(key)
-        .bind(value)
+        .bind(&value)
         .bind(ttl.filter(|t| *t > 0.0))
         .execute(&s.conns)
         .await

@@ -33,6 +33,9 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     {
         return StoreError::Transient { op, message: redact(&e.to_string()) };
     }
+    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
+        return StoreError::Refused { op, message: redact(&e.to_string()) };
+    }
     StoreError::Backend { op, source: redact(&e.to_string()).into() }
 }
 

@@ -73,7 +73,7 @@ pub(super) async fn put_input(
     let row = match r {
         Ok(row) => row,
         Err(e) => {
-            let err = map_err("write input", e, Some(t));
+            let err = super::messages::name_taken_id(s, t, w.new_messages, map_err("write input", e, Some(t))).await;
             if matches!(err, StoreError::Stale { .. }) {
                 if let Some(r) = s.redis() {
                     r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted

@@ -21,9 +21,29 @@ pub(super) fn message_json() -> &'static str {
 /// by the id the engine tracks, NULs replaced. A message whose text already says so (its
 /// `message_id` is that id, no NUL anywhere: every message a run writes) goes in as its text;
 /// only the others are decoded and fixed.
+///
+/// One row per id: the last text of an id, at the place of its first. One `INSERT ... ON
+/// CONFLICT DO UPDATE` may not touch a row twice (PostgreSQL refused a batch holding one id
+/// twice, or `7` and `"7"`, with "ON CONFLICT DO UPDATE command cannot affect row a second
+/// time"); SQLite and memory upsert in order, so the last text wins there too.
 pub(super) fn message_rows(msgs: &[StoredMessage]) -> Json<Vec<Cow<'_, RawValue>>> {
+    let mut rows: Vec<&StoredMessage> = Vec::with_capacity(msgs.len());
+    if msgs.len() > 1 {
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(msgs.len());
+        for m in msgs {
+            match at.get(m.id.as_str()) {
+                Some(&i) => rows[i] = m,
+                None => {
+                    at.insert(m.id.as_str(), rows.len());
+                    rows.push(m);
+                }
+            }
+        }
+    } else {
+        rows.extend(msgs);
+    }
     Json(
-        msgs.iter()
+        rows.into_iter()
             .map(|m| if written_as_keyed(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(raw_json(&keyed_row(m))) })
             .collect(),
     )
@@ -68,6 +88,7 @@ pub(super) struct Stmts {
     get: Stmt,
     list: Stmt,
     delete: Stmt,
+    taken: Stmt,
 }
 
 impl Stmts {
@@ -89,7 +110,26 @@ impl Stmts {
                  ORDER BY seq, created_at OFFSET $3 LIMIT $4"
             )),
             delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t}")),
+            // The ids as text, cast as a whole to the column's type (so the key's index answers).
+            taken: Stmt::new(format!(
+                "SELECT message_id::text FROM {s}.messages WHERE message_id = ANY($1::text[]{arr}) AND thread_id <> $2{t} LIMIT 1",
+                arr = if t.is_empty() { String::new() } else { format!("{t}[]") }
+            )),
         }
+    }
+}
+
+/// `err` naming the message id another thread holds: PostgreSQL's refusal (TX003) does not say
+/// which of the write's messages it was, so it is looked up (only on that failure).
+pub(super) async fn name_taken_id(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessage], err: StoreError) -> StoreError {
+    let StoreError::MessageInOtherThread { message_id } = &err else { return err };
+    if !message_id.is_empty() || msgs.is_empty() {
+        return err;
+    }
+    let ids: Vec<&str> = msgs.iter().map(|m| m.id.as_str()).collect();
+    match sqlx::query_scalar::<_, String>(s.sql.messages.taken.q()).bind(&ids).bind(&t.thread_id).fetch_optional(&s.conns).await {
+        Ok(Some(id)) => StoreError::MessageInOtherThread { message_id: id },
+        _ => err,
     }
 }
 
@@ -193,6 +233,17 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), format!("[{text}]"));
         let int = StoredMessage::new("7", &json!({"message_id": 7, "role": "user"}));
         assert_eq!(rows(&[int]), (vec![true], json!([{"message_id": 7, "role": "user"}])));
+    }
+
+    #[test]
+    fn an_id_given_twice_is_one_row_with_the_last_text_at_the_first_place() {
+        let msgs = [
+            StoredMessage::new("7", &json!({"message_id": 7, "t": "int"})),
+            StoredMessage::new("x", &json!({"message_id": "x"})),
+            StoredMessage::new("7", &json!({"message_id": "7", "t": "str"})),
+        ];
+        let (_, got) = rows(&msgs);
+        assert_eq!(got, json!([{"message_id": "7", "t": "str"}, {"message_id": "x"}]));
     }
 
     #[test]

@@ -50,7 +50,14 @@ fn generic_key(ns: &str, key: &str) -> String {
     format!("generic_cache:{ns}:{key}")
 }
 
+/// Our state cache entry: 10xGraph's key for ids without `:` or `%`, escaped otherwise (see
+/// `generic_state_cache::key`; the raw form let two users share an entry).
 fn state_key(t: &ThreadRef) -> String {
+    format!("state_cache:{}", crate::store::generic_state_cache::pair_key(&t.thread_id, &t.user_id))
+}
+
+/// The key 10xGraph 0.10 wrote its entry under (read only when resuming a run it left).
+fn legacy_state_key(t: &ThreadRef) -> String {
     format!("state_cache:{}:{}", t.thread_id, t.user_id)
 }
 
@@ -219,7 +226,7 @@ impl RedisCache {
 
     /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded.
     pub async fn get_legacy_state(&self, t: &ThreadRef) -> LegacyCache {
-        let raw: Option<Option<String>> = self.script(redis::Script::new(LEGACY_STATE_GET).key(state_key(t))).await;
+        let raw: Option<Option<String>> = self.script(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t))).await;
         match raw.flatten() {
             None => LegacyCache::Absent,
             Some(text) => match serde_json::from_str::<Value>(&text) {

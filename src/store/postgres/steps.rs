@@ -128,7 +128,7 @@ pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>, rows:
     match r {
         Ok(v) => Ok(v),
         Err(e) => {
-            let err = map_err("write step", e, Some(t));
+            let err = super::messages::name_taken_id(s, t, w.new_messages, map_err("write step", e, Some(t))).await;
             if matches!(err, StoreError::Stale { .. }) {
                 if let Some(r) = s.redis() {
                     r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
