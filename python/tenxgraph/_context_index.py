@@ -30,6 +30,14 @@ class ContextIndex:
         self._seen: list[Message] = []
         self._ids: set[Any] = set()
 
+    def forget(self) -> None:
+        """The next use rebuilds the id set from the context."""
+        self._ctx = None
+
+    def ids(self, ctx: list[Message]) -> set[Any]:
+        """The ids of ``ctx`` (rebuilt when it is not the context the set was built from)."""
+        return self._ids_of(ctx)
+
     def _ids_of(self, ctx: list[Message]) -> set[Any]:
         if ctx is not self._ctx or ctx != self._seen:
             self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}

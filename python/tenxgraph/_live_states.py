@@ -13,7 +13,11 @@ never depends on this cache, only the cost of a load does.
 
 Only states nobody else holds a reference to are kept: runs answered with the default ``"low"``
 response granularity, whose returned messages are copies. A run takes its thread's entry out
-before it starts, so two runs can never share one live state.
+before it starts, so two runs can never share one live state. Code of the user's can still hold
+the state after its run (a background task a node started, a hook, a node cancelled by ``stop()``
+that is still in its cleanup): an entry is used only while the state still dumps to the text its
+last commit wrote and its context still has that length and that last message (``unchanged``);
+a stopped run's state is not kept at all, its cancelled node may still be running.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ DEFAULT_LIVE_STATES = 256
 MAX_HELD_MESSAGES = 200_000
 
 # (version, write mark, state, the run's context index for that state, that commit's state row
-# as the engine wrote it: a _core.KeptState, or None)
-Held = tuple[int, str, "AgentState", Any, Any]
+# as the engine wrote it: a _core.KeptState, or None, and what that commit wrote as Run.snapshot
+# saw it: (state text, context length, last message), or None)
+Held = tuple[int, str, "AgentState", Any, Any, Any]
 
 
 def resolve_limit(value: Any) -> int:
@@ -79,7 +84,7 @@ class LiveStates:
         return held
 
     def keep(self, key: tuple[str, str], version: int, mark: str, state: AgentState, index: Any,
-             row: Any = None) -> None:
+             row: Any = None, committed_as: Any = None) -> None:
         if self.limit == 0:
             return
         size = len(state.context)
@@ -87,13 +92,38 @@ class LiveStates:
             self._take(key)
             if size > MAX_HELD_MESSAGES:
                 return
-            self._entries[key] = (version, mark, state, index, row)
+            self._entries[key] = (version, mark, state, index, row, committed_as)
             self._messages += size
             while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
-                _, (_, _, old, _, _) = self._entries.popitem(last=False)
+                _, (_, _, old, _, _, _) = self._entries.popitem(last=False)
                 self._messages -= len(old.context)
+
+    def take_unchanged(self, key: tuple[str, str]) -> Held | None:
+        """``take``, and None when the state changed since its commit (see ``unchanged``)."""
+        held = self.take(key)
+        return held if held is not None and unchanged(held) else None
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._messages = 0
+
+
+def unchanged(held: Held) -> bool:
+    """The kept state is still what its commit wrote: the same state text (one dump of the state
+    without its messages, the size of a step's) and the same context length and last message
+    object. A message edited in place is not seen (as at a step: see Run.snapshot)."""
+    committed_as = held[5]
+    if committed_as is None:
+        return False
+    from tenxgraph._state_codec import encode_state_text
+
+    text, n, last = committed_as
+    state = held[2]
+    ctx = state.context
+    if len(ctx) != n or (n and ctx[-1] is not last):
+        return False
+    try:
+        return encode_state_text(state) == text
+    except Exception:  # e.g. a NaN put in afterwards: not what was committed
+        return False

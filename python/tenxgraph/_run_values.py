@@ -100,3 +100,25 @@ def token_usage(messages: list[Message]) -> dict[str, int]:
         "total_reasoning_tokens": reasoning,
         "total_tokens": inp + out,
     }
+
+
+def refuse_id_twins(fresh: list[Message], ids: set[Any]) -> None:
+    """ValueError when a message about to be written has an id that differs in Python from one the
+    context holds but is the same id as stored (``7`` and ``"7"``: every store keys a message by
+    ``str(message_id)``). The context kept both (``add_messages`` compares the ids themselves) and
+    the store kept one: a message was lost without a word (memory, SQLite), or PostgreSQL failed
+    the step. Looked up in the context's id set: no pass over the history."""
+    for m in fresh:
+        mid = m.message_id
+        if type(mid) is int:
+            twin: Any = str(mid)
+        elif type(mid) is str and mid[-1:].isdigit() and mid.lstrip("-").isdigit():
+            n = int(mid)
+            if str(n) != mid:
+                continue  # "007" is stored as "007", never as 7's "7"
+            twin = n
+        else:
+            continue
+        if twin in ids:
+            raise ValueError(f"message ids {twin!r} and {mid!r} are one id as stored ({str(mid)!r}): give each "
+                             "message its own id. Nothing of this step was stored")

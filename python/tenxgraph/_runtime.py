@@ -24,6 +24,7 @@ from tenxgraph._run_values import (
     clear_answers,
     input_messages,
     copy_message,
+    refuse_id_twins,
     require_state,
     state_update,
     to_message,
@@ -91,6 +92,8 @@ class Run(RunHooks, RunTools):
         self.known: Held | None = None
         # The state row of this run's last commit (a _core.KeptState), kept with its live state.
         self.kept_row: Any = None
+        # (state text, context length, last message) as the last snapshot wrote them (see snapshot).
+        self.committed_as: tuple[str, int, Any] | None = None
         # The run's settings as the engine resolved them from ``config`` (a _core.RunOptions).
         self.options: RunOptions | None = None
         self._callbacks = graph._callbacks
@@ -276,11 +279,20 @@ class Run(RunHooks, RunTools):
         grown = (cursor_len <= n and (cursor_len == 0 or str(ctx[cursor_len - 1].message_id) == cursor_last_id)
                  and ctx[:cursor_len] == self._committed[:cursor_len])
         fresh = ctx[cursor_len:] if grown else ctx
+        if not grown:
+            # The context is written whole, as it is now: the index is rebuilt from it too (a
+            # message whose id a node changed in place left its old id in the index, which a
+            # kept live state would carry into the thread's next turns).
+            self._index.forget()
+        refuse_id_twins(fresh, self._index.ids(ctx))
         self._committed = list(ctx)
         encoded = self._encoded
         messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
                      else encode_message(m)) for m in fresh]
         encoded.clear()
+        # What this commit holds, for a live state kept after it (tenxgraph._live_states): the
+        # state's text, and the context's length and last object.
+        self.committed_as = (data, n, ctx[-1] if n else None)
         return data, messages, not grown, n, (str(ctx[-1].message_id) if n else None)
 
     # -- results ---------------------------------------------------------------------------
@@ -325,7 +337,10 @@ class Run(RunHooks, RunTools):
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"the resume value must be JSON-serialisable: {exc}") from exc
             answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})
-            answers[pending.key] = self.resume_value
+            # A copy: interrupt() hands it to the node, which may keep it in the state, and that
+            # state may be kept for the thread's next turn (tenxgraph._live_states); the caller's
+            # object must not be part of it (as for input messages and ``state`` values).
+            answers[pending.key] = copy.deepcopy(self.resume_value)
 
     # -- helpers ---------------------------------------------------------------------------
 

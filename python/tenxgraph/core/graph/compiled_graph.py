@@ -188,7 +188,12 @@ class CompiledGraph(Generic[StateT]):
                 cfg["thread_id"],
                 extra={"thread_id": cfg["thread_id"]},
             )
-        cfg.setdefault("user_id", DEFAULT_ANONYMOUS_USER_ID)
+        # As for the thread id, only a missing user id (None, "") is the anonymous user; 0 and
+        # False are ids ("0", "False"). The checkpointer's methods read the config by the same
+        # rule: a run stored the thread under "0" or "" while they read it as "anonymous", so
+        # under user isolation the caller's own config did not see its thread.
+        if cfg.get("user_id") is None or cfg.get("user_id") == "":
+            cfg["user_id"] = DEFAULT_ANONYMOUS_USER_ID
         if "run_id" not in cfg:
             # 10xGraph takes a missing run id (and thread id) from the id generator too.
             cfg["run_id"] = self._new_id()
@@ -213,12 +218,15 @@ class CompiledGraph(Generic[StateT]):
         run.options = options
         key = (str(cfg["thread_id"]), str(cfg["user_id"]))
         await self._validate_input(run, cfg)
-        run.known = self._live.take(key)
+        run.known = self._live.take_unchanged(key)
         outcome = await self._execute(run, cfg)
         # "low" hands out copies of its messages only, so nobody else can change the live state.
+        # A stopped run's node was cancelled, not awaited: its cleanup may still change the state.
         response = run.response(granularity)
-        if granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None:
-            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index, run.kept_row)
+        if (granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None
+                and not outcome.get("stopped")):
+            self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index, run.kept_row,
+                            run.committed_as)
         return response
 
     async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
@@ -337,7 +345,7 @@ class CompiledGraph(Generic[StateT]):
         run.options = options
         await self._validate_input(run, cfg)
         # A streamed run hands its messages out as they are: its state is not kept afterwards.
-        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
+        run.known = self._live.take_unchanged((str(cfg["thread_id"]), str(cfg["user_id"])))
         emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
         run.emitter = emitter
         for m in run.input_messages:
@@ -426,7 +434,7 @@ class CompiledGraph(Generic[StateT]):
         cfg, options = self._prepare_config(config)
         run = Run(self, cfg, {})
         run.options = options
-        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
+        run.known = self._live.take_unchanged((str(cfg["thread_id"]), str(cfg["user_id"])))
         return await self._execute(run, cfg, resume_only=True)
 
     async def arecover(

@@ -29,7 +29,8 @@ _ANONYMOUS = "anonymous"
 
 
 def _caller(config: dict[str, Any]) -> str:
-    return str(config.get("user_id") or _ANONYMOUS)
+    user_id = config.get("user_id")
+    return _ANONYMOUS if user_id is None or user_id == "" else str(user_id)
 
 
 def _block(config: Any) -> dict[str, Any] | None:

@@ -169,7 +169,8 @@ class BaseCheckpointer(ABC, Generic[StateT]):
         return []
 
     def _stop_request_key(self, config: dict[str, Any]) -> str:
-        return _core.stop_key(str(config.get("thread_id")), str(config.get("user_id") or "anonymous"))
+        user_id = config.get("user_id")
+        return _core.stop_key(str(config.get("thread_id")), "anonymous" if user_id is None or user_id == "" else str(user_id))
 
     async def arequest_stop(self, config: dict[str, Any]) -> Any | None:
         """Asks the thread's running run to stop: a flag under the ``stop_request`` namespace, per

@@ -42,7 +42,46 @@ def _user(config: dict[str, Any] | None) -> str:
     """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
     if config is not None and not isinstance(config, dict):
         raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
-    return _core.text_id("user_id", (config or {}).get("user_id") or "anonymous")
+    user_id = (config or {}).get("user_id")
+    # The run's rule (CompiledGraph._prepare_config): only None and "" are the anonymous user.
+    return _core.text_id("user_id", "anonymous" if user_id is None or user_id == "" else user_id)
+
+
+def _ledger_key(tool_call_id: Any, *, write: bool = True) -> str:
+    """A ledger key given to ``aput_tool_result``: the limits of every other id (at most 255
+    characters, no NUL, valid Unicode), checked the same on every backend. PostgreSQL's
+    ``VARCHAR(255)`` column refused a longer key and a NUL with STORAGE_001 and its own words,
+    SQLite and memory stored them, and a lone surrogate was a ``UnicodeEncodeError``. The keys
+    a run writes never break them (a longer one is stored as its digest, engine/ledger.rs). A
+    read (``write=False``) takes a longer key: in 10xGraph's ``"<message id>:<call id>"`` form it
+    names a row stored under its digest."""
+    key = str(tool_call_id)
+    reason = None
+    if "\x00" in key:
+        reason = "must not contain the NUL character (U+0000)"
+    elif write and len(key) > 255:
+        reason = f"must be at most 255 characters long (it has {len(key)})"
+    else:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            reason = "must be valid Unicode text (it holds a lone surrogate)"
+    if reason is not None:
+        shown = key[:80].encode("utf-8", "replace").decode("utf-8")
+        raise InvalidConfigError(f"tool_call_id {reason}", "STORAGE_CONFIG_002",
+                                 {"field": "tool_call_id", "value": shown})
+    return key
+
+
+def _page(search: Any, offset: Any, limit: Any) -> None:
+    """The same answer on every backend for a bad page or search: a ValueError. Before, a negative
+    limit listed nothing (memory), everything (SQLite) or failed with PostgreSQL's own STORAGE_001,
+    and a NUL in the search text failed on PostgreSQL alone."""
+    for name, value in (("offset", offset), ("limit", limit)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
+    if search is not None and (not isinstance(search, str) or "\x00" in search):
+        raise ValueError("search must be text without the NUL character (U+0000)")
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
@@ -197,7 +236,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
 
     async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
         thread_id, user_id = _ids(config)
-        keys = _core.ledger_lookup_keys(tool_call_id)
+        keys = _core.ledger_lookup_keys(_ledger_key(tool_call_id, write=False))
         try:
             found = await self._native.ledger_get(thread_id, user_id, keys)
         except Exception as exc:
@@ -210,7 +249,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """Records a result; the first one recorded for a key wins. Raises on failure."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return bool(await self._native.ledger_put(thread_id, user_id, tool_call_id, json.dumps(result),
+        return bool(await self._native.ledger_put(thread_id, user_id, _ledger_key(tool_call_id), json.dumps(result),
                                                  owner_scoped=authz_owner_scoped(config)))
 
     # -- messages --------------------------------------------------------------------------
@@ -239,6 +278,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         offset: int | None = None,
         limit: int | None = None,
     ) -> list[Message]:
+        _page(search, offset, limit)
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
@@ -283,6 +323,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """The caller's threads under user isolation (a config without a ``user_id`` is the
         anonymous user, as for every other method, so it never lists other users' threads);
         every thread without isolation."""
+        _page(search, offset, limit)
         scope = _user(config) if self._native.isolates_users or authz_owner_scoped(config) else None
         rows = await self._native.list_threads(scope, search, offset, limit)
         return [_thread_info(r, self._run_id_in_metadata) for r in rows]
