@@ -272,7 +272,10 @@ g.add_edge("reply", END)
 app = g.compile(checkpointer=InMemoryCheckpointer())
 
 def run(tid):
-    out = asyncio.run(app.ainvoke({"messages": [Message.text_message(tid)]}, {"thread_id": tid}))
+    try:
+        out = asyncio.run(app.ainvoke({"messages": [Message.text_message(tid)]}, {"thread_id": tid}))
+    except RuntimeError as exc:  # a child forked after the runtime started (test_fork_after_start.py)
+        return "refused" if "fork" in str(exc) else repr(exc)
     return out["messages"][-1].text()
 
 def in_thread(fn):
@@ -321,7 +324,9 @@ def test_a_forked_child_makes_its_own_hubs_and_the_parent_keeps_its_own(tmp_path
     proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script)], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["ok ok False False", "ok ok"], proc.stdout + proc.stderr
+    # The child's hubs are its own; its runs are refused at once (the runtime's threads stayed in
+    # the parent), and the parent goes on.
+    assert proc.stdout.splitlines() == ["refused refused False False", "ok ok"], proc.stdout + proc.stderr
 
 
 FORK_WHILE_THREADS_END = """

@@ -267,6 +267,7 @@ where
     T: Send + 'static,
     C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
+    super::runtime::check_not_forked()?;
     let fut: BoxFuture = Box::pin(async move {
         let out = fut.await;
         Box::new(move |py: Python<'_>| convert(py, out)) as Convert

@@ -1,5 +1,38 @@
 //! The tokio runtime the bindings run on, configured before its first use.
 
+use pyo3::PyResult;
+use pyo3::exceptions::PyRuntimeError;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The process the runtime's threads were started in (0: not started yet).
+static STARTED_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Refuses to use the runtime in a process forked after it started: its threads (workers, I/O
+/// driver, timers) did not survive `fork()`, so every await there waited for ever (a forked
+/// worker's first run hung, and so did its exit, closing the stores).
+pub fn check_not_forked() -> PyResult<()> {
+    if forked() {
+        return Err(PyRuntimeError::new_err(format!(
+            "tenxgraph's runtime was started in process {} and this process was forked from it afterwards: its \
+             threads do not survive fork(). Create graphs and checkpointers in the child (or use the spawn \
+             start method); see docs/production.md",
+            STARTED_IN.load(Ordering::Relaxed)
+        )));
+    }
+    Ok(())
+}
+
+/// This process was forked from one whose runtime had started.
+pub fn forked() -> bool {
+    let started = STARTED_IN.load(Ordering::Relaxed);
+    started != 0 && started != super::pid::current()
+}
+
+fn on_thread_start() {
+    let _ = STARTED_IN.compare_exchange(0, super::pid::current(), Ordering::Relaxed, Ordering::Relaxed);
+    keep_python_thread_state();
+}
+
 /// Every runtime thread gets a Python thread state of its own for life. Without one, each
 /// `Python::attach` on a worker created a thread state and destroyed it again on detach, and
 /// CPython mapped, faulted in and unmapped a fresh frame-stack chunk every time: about 15% of the
@@ -23,6 +56,6 @@ fn keep_python_thread_state() {
 /// Installs the runtime configuration; effective only before the runtime's first use.
 pub fn configure() {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name("tenxgraph-rt").on_thread_start(keep_python_thread_state);
+    builder.enable_all().thread_name("tenxgraph-rt").on_thread_start(on_thread_start);
     pyo3_async_runtimes::tokio::init(builder);
 }

@@ -44,8 +44,8 @@ pub fn close_all(py: Python<'_>) {
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         open.drain(..).filter_map(|w| w.upgrade()).collect()
     };
-    if stores.is_empty() {
-        return;
+    if stores.is_empty() || super::runtime::forked() {
+        return; // a forked child's copies of its parent's stores have no runtime to close them on
     }
     py.detach(|| {
         pyo3_async_runtimes::tokio::get_runtime().block_on(async {
@@ -98,6 +98,7 @@ impl NativeStore {
     /// Opens the file (or ":memory:") and applies migrations before returning.
     #[staticmethod]
     fn sqlite(py: Python<'_>, path: String, enforce_user_isolation: bool, durable_sync: bool) -> PyResult<Self> {
+        super::runtime::check_not_forked()?;
         let opened = py.detach(|| {
             pyo3_async_runtimes::tokio::get_runtime().block_on(async {
                 let s = SqliteStore::open(&path, enforce_user_isolation, durable_sync).await?;
@@ -464,6 +465,7 @@ impl NativeStore {
         result_json: String,
         timeout: f64,
     ) -> PyResult<bool> {
+        super::runtime::check_not_forked()?;
         let s = self.inner.clone();
         let v = json_in(&result_json)?;
         let limit = std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
