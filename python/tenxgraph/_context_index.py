@@ -36,9 +36,6 @@ class ContextIndex:
 
     def ids(self, ctx: list[Message]) -> set[Any]:
         """The ids of ``ctx`` (rebuilt when it is not the context the set was built from)."""
-        return self._ids_of(ctx)
-
-    def _ids_of(self, ctx: list[Message]) -> set[Any]:
         if ctx is not self._ctx or ctx != self._seen:
             self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
         return self._ids
@@ -50,7 +47,7 @@ class ContextIndex:
             self._ctx = None
             return
         ctx = state.context
-        ids = self._ids_of(ctx)
+        ids = self.ids(ctx)
         for m in messages:
             if m.delta or m.message_id in ids:
                 continue

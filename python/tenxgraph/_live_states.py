@@ -74,8 +74,11 @@ class LiveStates:
         return len(self._entries)
 
     def take(self, key: tuple[str, str]) -> Held | None:
+        """The thread's entry, taken out; None when there is none or its state changed since its
+        commit (see ``unchanged``)."""
         with self._lock:
-            return self._take(key)
+            held = self._take(key)
+        return held if held is not None and unchanged(held) else None
 
     def _take(self, key: tuple[str, str]) -> Held | None:
         held = self._entries.pop(key, None)
@@ -97,11 +100,6 @@ class LiveStates:
             while len(self._entries) > self.limit or self._messages > MAX_HELD_MESSAGES:
                 _, (_, _, old, _, _, _) = self._entries.popitem(last=False)
                 self._messages -= len(old.context)
-
-    def take_unchanged(self, key: tuple[str, str]) -> Held | None:
-        """``take``, and None when the state changed since its commit (see ``unchanged``)."""
-        held = self.take(key)
-        return held if held is not None and unchanged(held) else None
 
     def clear(self) -> None:
         with self._lock:

@@ -16,15 +16,7 @@ pub const STOP_NAMESPACE: &str = "stop_request";
 /// percent-encoded (`%3A`, `%25`), which makes the key name one (thread, user) pair only and
 /// keeps 10xGraph's key, so its stop requests in a shared cache, for every other id.
 pub fn stop_key(thread_id: &str, user_id: &str) -> String {
-    format!("{}:{}", escape_key_part(thread_id), escape_key_part(user_id))
-}
-
-fn escape_key_part(part: &str) -> std::borrow::Cow<'_, str> {
-    if part.contains([':', '%']) {
-        std::borrow::Cow::Owned(part.replace('%', "%25").replace(':', "%3A"))
-    } else {
-        std::borrow::Cow::Borrowed(part)
-    }
+    crate::store::pair_key(thread_id, user_id)
 }
 
 /// The in-process half of a stop request for one `thread_id:user_id`.

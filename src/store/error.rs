@@ -104,6 +104,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The store refused what the write holds, so the same write fails the same way on every
+    /// retry (a message id of another thread, a bad id, a value the database cannot hold). Not a
+    /// conflict, a fence, isolation, an unreachable database or any other backend failure (a
+    /// deadlock or a full disk may pass).
+    pub fn refuses_the_data(&self) -> bool {
+        matches!(
+            self,
+            StoreError::MessageInOtherThread { .. }
+                | StoreError::Refused { .. }
+                | StoreError::BadId { .. }
+                | StoreError::BadTextId { .. }
+                | StoreError::InvalidInput(_)
+        )
+    }
+
     /// A `Backend` error for operation `op`, keeping `e` as its source.
     pub fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
         StoreError::Backend { op, source: Box::new(e) }

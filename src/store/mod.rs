@@ -317,6 +317,20 @@ pub trait Checkpointer: Send + Sync + 'static {
 const STATE_CACHE_NS: &str = "state_cache";
 
 /// The state cache kept in a backend's generic cache (no Redis): same version guard.
+/// `"<a>:<b>"` with `:` and `%` of each part percent-escaped (`%3A`, `%25`): no two (thread,
+/// user) pairs give one key, and ids without them (nearly all) keep 10xGraph's plain form. The
+/// key of stop requests (`engine::stop_key`) and of state cache entries.
+pub fn pair_key(a: &str, b: &str) -> String {
+    fn esc(part: &str) -> std::borrow::Cow<'_, str> {
+        if part.contains([':', '%']) {
+            std::borrow::Cow::Owned(part.replace('%', "%25").replace(':', "%3A"))
+        } else {
+            std::borrow::Cow::Borrowed(part)
+        }
+    }
+    format!("{}:{}", esc(a), esc(b))
+}
+
 pub(crate) mod generic_state_cache {
     use super::{Checkpointer, STATE_CACHE_NS, StoreResult, ThreadRef};
     use serde_json::{Value, json};
@@ -326,20 +340,7 @@ pub(crate) mod generic_state_cache {
     /// thread `a` of the user `b:c` shared one entry, so under user isolation one user's
     /// `aput_state_cache` replaced what the other read back (the stop key had the same flaw).
     pub fn key(t: &ThreadRef) -> String {
-        pair_key(&t.thread_id, &t.user_id)
-    }
-
-    /// `"<a>:<b>"` with `:` and `%` of each part percent-escaped: no two pairs give one key, and
-    /// ids without them (nearly all) keep the plain form.
-    pub fn pair_key(a: &str, b: &str) -> String {
-        fn esc(part: &str) -> std::borrow::Cow<'_, str> {
-            if part.contains([':', '%']) {
-                std::borrow::Cow::Owned(part.replace('%', "%25").replace(':', "%3A"))
-            } else {
-                std::borrow::Cow::Borrowed(part)
-            }
-        }
-        format!("{}:{}", esc(a), esc(b))
+        super::pair_key(&t.thread_id, &t.user_id)
     }
 
     /// Writes the entry unless a newer version is cached; false when it was not written.

@@ -143,25 +143,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     StoreError::Fenced { .. } => crate::metrics::inc(&crate::metrics::metrics().fenced_writes),
                     _ => {}
                 }
-                // The store refused what a node's step holds (a message id of another thread, a
-                // value the database cannot hold): that step fails the same way on every retry,
-                // so the thread ends in the error status as for a state that cannot be
-                // serialised, instead of staying `running` (new input refused with
-                // STORAGE_BUSY_001, every `ainvoke({})` failing again). Not for the input
-                // commit (a refused input leaves the thread as it was), nor for conflicts,
-                // fencing, isolation, an unreachable database or any other backend failure
-                // (a deadlock or a full disk may pass: the run stays resumable as it was).
-                if self.exec.status != ExecStatus::Error
-                    && self.step_node != "__input__"
-                    && matches!(
-                        e,
-                        StoreError::MessageInOtherThread { .. }
-                            | StoreError::Refused { .. }
-                            | StoreError::BadId { .. }
-                            | StoreError::BadTextId { .. }
-                            | StoreError::InvalidInput(_)
-                    )
-                {
+                // A node's step the store refuses fails the same way on every retry: the thread
+                // ends in the error status, as for a state that cannot be serialised, instead of
+                // staying `running` (new input refused with STORAGE_BUSY_001, every `ainvoke({})`
+                // failing again). Not for the input commit: a refused input leaves the thread as
+                // it was.
+                if self.exec.status != ExecStatus::Error && self.step_node != "__input__" && e.refuses_the_data() {
                     self.unserialisable = true;
                 }
                 return Err(e.into());

@@ -53,7 +53,7 @@ fn generic_key(ns: &str, key: &str) -> String {
 /// Our state cache entry: 10xGraph's key for ids without `:` or `%`, escaped otherwise (see
 /// `generic_state_cache::key`; the raw form let two users share an entry).
 fn state_key(t: &ThreadRef) -> String {
-    format!("state_cache:{}", crate::store::generic_state_cache::pair_key(&t.thread_id, &t.user_id))
+    format!("state_cache:{}", crate::store::pair_key(&t.thread_id, &t.user_id))
 }
 
 /// The key 10xGraph 0.10 wrote its entry under (read only when resuming a run it left).

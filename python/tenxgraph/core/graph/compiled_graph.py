@@ -30,8 +30,8 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.message import _reset_run_id_generator, _use_run_id_generator, generate_id
 from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
+from tenxgraph._user_id import user_id_of
 from tenxgraph.utils.constants import (
-    DEFAULT_ANONYMOUS_USER_ID,
     END,
     START,
     ResponseGranularity,
@@ -188,12 +188,7 @@ class CompiledGraph(Generic[StateT]):
                 cfg["thread_id"],
                 extra={"thread_id": cfg["thread_id"]},
             )
-        # As for the thread id, only a missing user id (None, "") is the anonymous user; 0 and
-        # False are ids ("0", "False"). The checkpointer's methods read the config by the same
-        # rule: a run stored the thread under "0" or "" while they read it as "anonymous", so
-        # under user isolation the caller's own config did not see its thread.
-        if cfg.get("user_id") is None or cfg.get("user_id") == "":
-            cfg["user_id"] = DEFAULT_ANONYMOUS_USER_ID
+        cfg["user_id"] = user_id_of(cfg)  # the checkpointer's calls read it by the same rule
         if "run_id" not in cfg:
             # 10xGraph takes a missing run id (and thread id) from the id generator too.
             cfg["run_id"] = self._new_id()
@@ -218,7 +213,7 @@ class CompiledGraph(Generic[StateT]):
         run.options = options
         key = (str(cfg["thread_id"]), str(cfg["user_id"]))
         await self._validate_input(run, cfg)
-        run.known = self._live.take_unchanged(key)
+        run.known = self._live.take(key)
         outcome = await self._execute(run, cfg)
         # "low" hands out copies of its messages only, so nobody else can change the live state.
         # A stopped run's node was cancelled, not awaited: its cleanup may still change the state.
@@ -345,7 +340,7 @@ class CompiledGraph(Generic[StateT]):
         run.options = options
         await self._validate_input(run, cfg)
         # A streamed run hands its messages out as they are: its state is not kept afterwards.
-        run.known = self._live.take_unchanged((str(cfg["thread_id"]), str(cfg["user_id"])))
+        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
         run.emitter = emitter
         for m in run.input_messages:
@@ -434,7 +429,7 @@ class CompiledGraph(Generic[StateT]):
         cfg, options = self._prepare_config(config)
         run = Run(self, cfg, {})
         run.options = options
-        run.known = self._live.take_unchanged((str(cfg["thread_id"]), str(cfg["user_id"])))
+        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         return await self._execute(run, cfg, resume_only=True)
 
     async def arecover(

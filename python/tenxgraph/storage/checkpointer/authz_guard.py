@@ -22,15 +22,13 @@ from typing import Any
 
 from tenxgraph.core.authz import AUTHZ_KEY, SCOPE_NONE, SCOPE_OWNER, get_authz
 from tenxgraph.core.exceptions import StorageError
+from tenxgraph._user_id import user_id_of
 
 __all__ = ["authz_owner_scoped", "check_authz", "thread_owner"]
 
-_ANONYMOUS = "anonymous"
-
 
 def _caller(config: dict[str, Any]) -> str:
-    user_id = config.get("user_id")
-    return _ANONYMOUS if user_id is None or user_id == "" else str(user_id)
+    return str(user_id_of(config))
 
 
 def _block(config: Any) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.thread_info import ThreadInfo
+from tenxgraph._user_id import user_id_of
 
 __all__ = [
     "BaseCheckpointer",
@@ -169,8 +170,7 @@ class BaseCheckpointer(ABC, Generic[StateT]):
         return []
 
     def _stop_request_key(self, config: dict[str, Any]) -> str:
-        user_id = config.get("user_id")
-        return _core.stop_key(str(config.get("thread_id")), "anonymous" if user_id is None or user_id == "" else str(user_id))
+        return _core.stop_key(str(config.get("thread_id")), str(user_id_of(config)))
 
     async def arequest_stop(self, config: dict[str, Any]) -> Any | None:
         """Asks the thread's running run to stop: a flag under the ``stop_request`` namespace, per

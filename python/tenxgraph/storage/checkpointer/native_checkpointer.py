@@ -20,6 +20,7 @@ from tenxgraph.logs import run_logger
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz
 from tenxgraph.storage.checkpointer.base_checkpointer import STOP_REQUEST_NAMESPACE, BaseCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
+from tenxgraph._user_id import user_id_of
 
 __all__ = ["NativeCheckpointer"]
 
@@ -42,9 +43,7 @@ def _user(config: dict[str, Any] | None) -> str:
     """The caller's user: ``config["user_id"]``, or the anonymous user a run gets by default."""
     if config is not None and not isinstance(config, dict):
         raise InvalidConfigError(f"config must be a dict, got {type(config).__name__}")
-    user_id = (config or {}).get("user_id")
-    # The run's rule (CompiledGraph._prepare_config): only None and "" are the anonymous user.
-    return _core.text_id("user_id", "anonymous" if user_id is None or user_id == "" else user_id)
+    return _core.text_id("user_id", user_id_of(config))
 
 
 def _ledger_key(tool_call_id: Any, *, write: bool = True) -> str:
