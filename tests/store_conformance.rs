@@ -119,7 +119,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .await
             .unwrap()
             .iter()
-            .map(|m| m["content"][0]["text"].as_str().unwrap().to_owned())
+            .map(|m| serde_json::from_str::<serde_json::Value>(m.get()).unwrap()["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
         let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, release_lease: false, in_tx: None, previous_mark: None };

@@ -41,29 +41,6 @@ async def status(cp: Any, cfg: dict[str, Any]) -> str | None:
                                          else st.execution_meta.status)
 
 
-# Known and open (session 15's red-team pass; docs/bad-inputs.md, "Open"): strict, so a fix that
-# makes one pass turns it red here until the mark is removed.
-_OPEN = {
-    "test_a_message_read_by_id_or_listed_keeps_an_int_past_64_bits": None,
-    "test_a_message_nested_150_deep_is_refused_or_readable": None,
-    "test_an_int_message_id_past_i64_is_read_back_or_refused":
-        {"memory-2**64", "sqlite-2**64", "postgres-2**63", "postgres-2**64", "postgres+redis-2**63", "postgres+redis-2**64"},
-    "test_a_node_message_with_nul_keeps_its_int_past_64_bits": {"postgres", "postgres+redis"},
-}
-_OPEN_WHY = ("aget_message / alist_messages decode the stored JSON in Rust (serde_json: ints past 64 bits become "
-             "floats, 128 levels at most) and PostgreSQL's NUL path re-encodes a message through serde_json")
-
-
-@pytest.fixture(autouse=True)
-def _open_findings(request: pytest.FixtureRequest) -> None:
-    name = request.node.originalname
-    if name in _OPEN:
-        params = _OPEN[name]
-        callspec = getattr(request.node, "callspec", None)
-        if params is None or (callspec is not None and callspec.id in params):
-            request.applymarker(pytest.mark.xfail(strict=True, reason=_OPEN_WHY))
-
-
 # -- NUL (U+0000) in an object key ----------------------------------------------------------
 
 

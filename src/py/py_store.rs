@@ -11,7 +11,7 @@
 use super::bridge::{Locals, PyTask};
 use crate::store::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore, PruneReport, PruneRules,
-    StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent,
+    RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent,
 };
 use async_trait::async_trait;
 use pyo3::prelude::*;
@@ -172,7 +172,7 @@ impl Checkpointer for PyStore {
         self.mem.put_messages(t, msgs).await?;
         self.save(t, msgs).await
     }
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         self.hydrate(t).await?;
         self.mem.get_message(t, message_id).await
     }
@@ -182,7 +182,7 @@ impl Checkpointer for PyStore {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> StoreResult<Vec<RawJson>> {
         self.hydrate(t).await?;
         self.mem.list_messages(t, search, offset, limit).await
     }

@@ -263,7 +263,7 @@ impl NativeStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            Ok(s.get_message(&t(thread_id, user_id), &message_id).await?.map(|v| v.to_string()))
+            Ok(s.get_message(&t(thread_id, user_id), &message_id).await?.map(|v| v.get().to_owned()))
         })
     }
 
@@ -280,7 +280,7 @@ impl NativeStore {
         let s = self.inner.clone();
         awaitable(py, async move {
             let v = s.list_messages(&t(thread_id, user_id), search.as_deref(), offset, limit).await?;
-            Ok(v.iter().map(Value::to_string).collect::<Vec<_>>())
+            Ok(v.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())
         })
     }
 

@@ -7,7 +7,7 @@
 
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LegacyCache, LeaseInfo, LeaseRequest, LedgerEntry, PruneReport, PruneRules, StateVersion,
-    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    RawJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -109,7 +109,7 @@ impl Checkpointer for LazyStore {
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
         self.get().await?.put_messages(t, msgs).await
     }
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         self.get().await?.get_message(t, message_id).await
     }
     async fn list_messages(
@@ -118,7 +118,7 @@ impl Checkpointer for LazyStore {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> StoreResult<Vec<RawJson>> {
         self.get().await?.list_messages(t, search, offset, limit).await
     }
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {

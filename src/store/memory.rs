@@ -28,8 +28,8 @@ struct ThreadData {
     ledger: HashMap<String, (Value, f64)>,
 }
 
-/// A message as the text it was written as: a load copies the texts out; the readers that look
-/// inside one (`get_message`, `list_messages`) decode it then.
+/// A message as the text it was written as: a load and the readers copy the texts out (the
+/// search of `list_messages` looks at its `content` only).
 struct Kept {
     id: String,
     text: RawJson,
@@ -38,10 +38,6 @@ struct Kept {
 impl Kept {
     fn new(m: &StoredMessage) -> Self {
         Kept { id: m.id.clone(), text: m.data.clone() }
-    }
-
-    fn value(&self) -> Value {
-        super::decode_raw(&self.text)
     }
 }
 
@@ -338,13 +334,13 @@ impl Checkpointer for MemoryStore {
         Ok(())
     }
 
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
         let inner = self.lock();
         Ok(self
             .readable(&inner, t)
-            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(Kept::value)))
+            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(|m| m.text.clone())))
     }
 
     async fn list_messages(
@@ -353,15 +349,15 @@ impl Checkpointer for MemoryStore {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> StoreResult<Vec<RawJson>> {
         id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
         let it = d
             .messages
             .iter()
-            .map(Kept::value)
-            .filter(|v| search.is_none_or(|s| message_matches(v, s)));
+            .filter(|m| search.is_none_or(|s| message_matches(&m.text, s)))
+            .map(|m| m.text.clone());
         Ok(page(it, offset, limit))
     }
 

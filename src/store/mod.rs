@@ -139,7 +139,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()>;
     /// One message of the thread by id; None when absent, in another thread, or (under isolation)
     /// the thread is another user's.
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>>;
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>>;
     /// The thread's messages in order, those containing `search` in their text only, paged by
     /// `offset`/`limit`; empty for another user's thread under isolation.
     async fn list_messages(
@@ -148,7 +148,7 @@ pub trait Checkpointer: Send + Sync + 'static {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>>;
+    ) -> StoreResult<Vec<RawJson>>;
     /// Deletes one message of the thread; true when it existed. Another user's thread under
     /// isolation is `StoreError::Forbidden`, nothing deleted.
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool>;
@@ -368,7 +368,16 @@ pub(crate) fn now_secs() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Substring match used by `list_messages(search=...)` on every backend.
-pub(crate) fn message_matches(data: &Value, needle: &str) -> bool {
-    data.get("content").map(|c| c.to_string().contains(needle)).unwrap_or(false)
+/// Substring match used by `list_messages(search=...)` on the memory store: `needle` in the
+/// compact JSON text of the message's `content`. Only `content` is decoded, so a message whose
+/// metadata nests past serde_json's 128 levels is still searched (its text is listed as stored).
+pub(crate) fn message_matches(data: &RawJson, needle: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Content {
+        content: Option<Value>,
+    }
+    match serde_json::from_str::<Content>(data.get()) {
+        Ok(Content { content: Some(c) }) => c.to_string().contains(needle),
+        _ => false,
+    }
 }

@@ -1,13 +1,14 @@
 //! Messages outside a step: upsert, read one, list (with search and paging), delete. Changing a
 //! thread's messages here takes the write mark off its latest state row (see `unmark_latest`).
 
-use super::nul::strip_nul;
+use super::nul::strip_nul_text;
 use super::{Casts, PgStore, Stmt, map_err, threads};
-use crate::store::{MESSAGES_CHANGED, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json};
+use crate::store::{MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::types::Json;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 /// A message row as the JSON the engine stores: `message_data` when we wrote the row, rebuilt from
 /// the columns for a row 10xGraph wrote.
@@ -19,8 +20,9 @@ pub(super) fn message_json() -> &'static str {
 
 /// The messages as the JSON array `tenx_upsert_messages` and `tenx_put_step` take: each row keyed
 /// by the id the engine tracks, NULs replaced. A message whose text already says so (its
-/// `message_id` is that id, no NUL anywhere: every message a run writes) goes in as its text;
-/// only the others are decoded and fixed.
+/// `message_id` is that id, no NUL anywhere: every message a run writes) goes in as its text.
+/// The others are fixed in their text, never through a `Value`: a decode rounded integers past
+/// 64 bits (and stopped at 128 levels), so a NUL in a message silently changed its numbers.
 ///
 /// One row per id: the last text of an id, at the place of its first. One `INSERT ... ON
 /// CONFLICT DO UPDATE` may not touch a row twice (PostgreSQL refused a batch holding one id
@@ -42,44 +44,47 @@ pub(super) fn message_rows(msgs: &[StoredMessage]) -> Json<Vec<Cow<'_, RawValue>
     } else {
         rows.extend(msgs);
     }
-    Json(
-        rows.into_iter()
-            .map(|m| if written_as_keyed(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(raw_json(&keyed_row(m))) })
-            .collect(),
-    )
+    Json(rows.into_iter().map(row_text).collect())
 }
 
-/// The text's `message_id` is the row's key and it has no escaped NUL (JSON text cannot hold a
-/// raw one): the text is the row as `keyed_row` would make it.
-fn written_as_keyed(m: &StoredMessage) -> bool {
+fn row_text(m: &StoredMessage) -> Cow<'_, RawValue> {
+    let keyed = if keyed_as_written(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(with_key(m)) };
+    match strip_nul_text(keyed.get()) {
+        // Replacing one escape by another inside a string keeps the text one JSON value.
+        Some(text) => Cow::Owned(RawValue::from_string(text).expect("an escape swapped inside a string stays valid JSON")),
+        None => keyed,
+    }
+}
+
+/// The text's `message_id` is the row's key: the same string, or the integer written with the
+/// key's digits (an int id stays an int, however large; a bigint id column refuses what it
+/// cannot hold).
+fn keyed_as_written(m: &StoredMessage) -> bool {
     #[derive(serde::Deserialize)]
     struct Head {
-        message_id: Option<Value>,
+        message_id: Option<RawJson>,
     }
-    let text = m.data.get();
-    if text.contains("\\u0000") {
-        return false;
-    }
-    match serde_json::from_str::<Head>(text) {
-        Ok(Head { message_id: Some(Value::String(id)) }) => id == m.id,
-        Ok(Head { message_id: Some(Value::Number(n)) }) => n.is_i64() && n.to_string() == m.id,
-        _ => false,
+    let Ok(Head { message_id: Some(id) }) = serde_json::from_str::<Head>(m.data.get()) else { return false };
+    let id = id.get();
+    if id.starts_with('"') {
+        serde_json::from_str::<String>(id).is_ok_and(|s| s == m.id)
+    } else {
+        id == m.id && is_int_text(id)
     }
 }
 
-fn keyed_row(m: &StoredMessage) -> Value {
-    let mut v = m.value();
-    if let Some(o) = v.as_object_mut() {
-        // The row's key is the id the engine tracks, whatever type the JSON used; an integer id
-        // that is that key stays an integer (an int / bigint schema's message ids come back as
-        // the ints they were).
-        let same_int = matches!(o.get("message_id"), Some(Value::Number(n)) if n.is_i64() && n.to_string() == m.id);
-        if !same_int {
-            o.insert("message_id".into(), Value::String(m.id.clone()));
-        }
-    }
-    strip_nul(&mut v);
-    v
+fn is_int_text(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The message with `message_id` set to the key as a string, every other member's text as
+/// written (member order may change; jsonb does not keep it). A repeated key keeps its last
+/// value, as jsonb does. Not an object: left as it is, for the database to refuse.
+fn with_key(m: &StoredMessage) -> RawJson {
+    let Ok(mut members) = serde_json::from_str::<BTreeMap<String, RawJson>>(m.data.get()) else { return m.data.clone() };
+    members.insert("message_id".into(), raw_json(&Value::String(m.id.clone())));
+    serde_json::value::to_raw_value(&members).expect("a map of JSON texts always serialises")
 }
 
 pub(super) struct Stmts {
@@ -103,9 +108,9 @@ impl Stmts {
                    COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', $2::text)) \
                  WHERE thread_id = $1{t} AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1{t})"
             )),
-            get: Stmt::new(format!("SELECT {m} AS m FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t} ORDER BY seq, created_at")),
+            get: Stmt::new(format!("SELECT ({m})::text AS m FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t} ORDER BY seq, created_at")),
             list: Stmt::new(format!(
-                "SELECT {m} AS m FROM {s}.messages \
+                "SELECT ({m})::text AS m FROM {s}.messages \
                  WHERE thread_id = $1{t} AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
                  ORDER BY seq, created_at OFFSET $3 LIMIT $4"
             )),
@@ -161,16 +166,24 @@ pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessa
     tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
 }
 
-pub(super) async fn get_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+/// The message's stored text, not decoded (see `stored_text`).
+pub(super) async fn get_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
     if !s.readable(t).await? {
         return Ok(None);
     }
-    sqlx::query_scalar(s.sql.messages.get.q())
+    let text: Option<String> = sqlx::query_scalar(s.sql.messages.get.q())
         .bind(&t.thread_id)
         .bind(message_id)
         .fetch_optional(&s.conns)
         .await
-        .map_err(|e| map_err("read message", e, Some(t)))
+        .map_err(|e| map_err("read message", e, Some(t)))?;
+    text.map(|x| stored_text("read message", x)).transpose()
+}
+
+/// jsonb's text handed on as it is: a decode into a `Value` made integers past 64 bits floats
+/// (an id of 2**64 then broke the thread's listing) and refused nesting past 128 levels.
+fn stored_text(op: &'static str, text: String) -> StoreResult<RawJson> {
+    raw_json_from_text(text).map_err(|e| StoreError::backend(op, e))
 }
 
 pub(super) async fn list_messages(
@@ -179,18 +192,19 @@ pub(super) async fn list_messages(
     search: Option<&str>,
     offset: Option<i64>,
     limit: Option<i64>,
-) -> StoreResult<Vec<Value>> {
+) -> StoreResult<Vec<RawJson>> {
     if !s.readable(t).await? {
         return Ok(vec![]);
     }
-    sqlx::query_scalar(s.sql.messages.list.q())
+    let texts: Vec<String> = sqlx::query_scalar(s.sql.messages.list.q())
         .bind(&t.thread_id)
         .bind(search)
         .bind(offset.unwrap_or(0).max(0))
         .bind(limit)
         .fetch_all(&s.conns)
         .await
-        .map_err(|e| map_err("list messages", e, Some(t)))
+        .map_err(|e| map_err("list messages", e, Some(t)))?;
+    texts.into_iter().map(|x| stored_text("list messages", x)).collect()
 }
 
 pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {

@@ -42,7 +42,7 @@ pub use redis_cache::RedisCache;
 
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport, PruneRules,
-    StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
 use errors::map_err;
@@ -212,7 +212,7 @@ impl Checkpointer for PgStore {
         messages::put_messages(self, t, msgs).await
     }
 
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         self.check_thread(t)?;
         self.check_message_id(message_id)?;
         messages::get_message(self, t, message_id).await
@@ -224,7 +224,7 @@ impl Checkpointer for PgStore {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> StoreResult<Vec<RawJson>> {
         self.check_thread(t)?;
         messages::list_messages(self, t, search, offset, limit).await
     }

@@ -35,7 +35,44 @@ pub(super) fn strip_nul(v: &mut Value) {
             _ => 0,
         }
     }
-    let replaced = walk(v);
+    report(walk(v));
+}
+
+/// The same replacement in a JSON text, escape by escape: `\u0000` (the only way a JSON text
+/// holds U+0000) becomes `\ufffd`, and nothing else of the text changes, so no number is
+/// rounded by a decode. None when the text holds no NUL.
+pub(super) fn strip_nul_text(text: &str) -> Option<String> {
+    const NUL: &[u8] = b"\\u0000";
+    if !text.contains("\\u0000") {
+        return None;
+    }
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len() + 8);
+    let (mut i, mut replaced) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+        } else if b[i..].starts_with(NUL) {
+            out.extend_from_slice(b"\\ufffd");
+            replaced += 1;
+            i += NUL.len();
+        } else {
+            // Any other escape is two bytes (`\\` included, so its second backslash never
+            // starts an escape of its own); a `\uXXXX` is copied on from its `u`.
+            out.extend_from_slice(&b[i..(i + 2).min(b.len())]);
+            i += 2;
+        }
+    }
+    if replaced == 0 {
+        return None;
+    }
+    report(replaced);
+    // Only ASCII escapes were swapped for ASCII: still UTF-8.
+    Some(String::from_utf8(out).expect("ASCII swapped for ASCII keeps UTF-8"))
+}
+
+fn report(replaced: usize) {
     if replaced > 0 {
         crate::metrics::inc(&crate::metrics::metrics().nul_replaced);
         tracing::warn!(
@@ -47,8 +84,17 @@ pub(super) fn strip_nul(v: &mut Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::strip_nul;
+    use super::{strip_nul, strip_nul_text};
     use serde_json::json;
+
+    #[test]
+    fn nul_escapes_are_replaced_in_the_text_and_nothing_else() {
+        let text = r#"{"k\u0000":"a\u0000b","esc":"\\u0000","n":18446744073709551617,"u":"\u00e9"}"#;
+        let got = strip_nul_text(text).unwrap();
+        assert_eq!(got, r#"{"k\ufffd":"a\ufffdb","esc":"\\u0000","n":18446744073709551617,"u":"\u00e9"}"#);
+        assert_eq!(strip_nul_text(r#"{"esc":"\\u0000"}"#), None);
+        assert_eq!(strip_nul_text(r#"{"a":"b"}"#), None);
+    }
 
     #[test]
     fn nul_is_replaced_in_keys_and_values_in_order() {

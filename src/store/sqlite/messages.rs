@@ -48,7 +48,7 @@ pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredM
     tx.commit("write messages").await
 }
 
-pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
     if !s.readable(t).await? {
         return Ok(None);
     }
@@ -59,10 +59,10 @@ pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str
             .fetch_optional(&s.pool)
             .await
             .map_err(be("read message"))?;
-    s.map(|s| parse("read message", &s)).transpose()
+    s.map(|s| stored_text("read message", s)).transpose()
 }
 
-pub(super) async fn list_messages(s: &SqliteStore, t: &ThreadRef, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<Value>> {
+pub(super) async fn list_messages(s: &SqliteStore, t: &ThreadRef, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<RawJson>> {
     if !s.readable(t).await? {
         return Ok(vec![]);
     }
@@ -79,7 +79,7 @@ pub(super) async fn list_messages(s: &SqliteStore, t: &ThreadRef, search: Option
     .fetch_all(&s.pool)
     .await
     .map_err(be("list messages"))?;
-    rows.iter().map(|s| parse("list messages", s)).collect()
+    rows.into_iter().map(|s| stored_text("list messages", s)).collect()
 }
 
 pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {

@@ -9,7 +9,7 @@
 use super::id_text;
 use super::{
     Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
-    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
+    RawJson, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -54,6 +54,12 @@ fn to_text(v: &Value) -> String {
 
 fn parse(op: &'static str, s: &str) -> StoreResult<Value> {
     serde_json::from_str(s).map_err(|e| StoreError::backend(op, e))
+}
+
+/// A stored document's text, checked to be one JSON value and not decoded (a corrupt row is
+/// STORAGE_001 as a decode failure was): the message readers hand Python the text as stored.
+fn stored_text(op: &'static str, s: String) -> StoreResult<RawJson> {
+    super::raw_json_from_text(s).map_err(|e| StoreError::backend(op, e))
 }
 
 impl SqliteStore {
@@ -192,7 +198,7 @@ impl Checkpointer for SqliteStore {
         messages::put_messages(self, t, msgs).await
     }
 
-    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<Value>> {
+    async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
         messages::get_message(self, t, message_id).await
@@ -204,7 +210,7 @@ impl Checkpointer for SqliteStore {
         search: Option<&str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> StoreResult<Vec<RawJson>> {
         id_text::check_ref(t)?;
         messages::list_messages(self, t, search, offset, limit).await
     }

@@ -36,7 +36,7 @@ pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<Know
         // the load's error), not decoded.
         messages: msgs
             .into_iter()
-            .map(|m| crate::store::raw_json_from_text(m).map_err(|e| StoreError::backend("load messages", e)))
+            .map(|m| stored_text("load messages", m))
             .collect::<StoreResult<_>>()?,
         rewrite_messages: false,
         messages_known: false,
