@@ -10,7 +10,7 @@ __all__ = [
     "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "wake_hub_fileno", "wake_hub_run", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
     "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
     "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "KeptState", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
-    "nonfinite_path", "resolve_timeout", "stop_key", "text_id",
+    "dump_walk", "resolve_timeout", "stop_key", "text_id",
 ]
 
 __version__: str
@@ -29,11 +29,13 @@ def wake_hub_run(fd: int) -> None:
 def metrics_snapshot() -> dict[str, float]:
     """The process-wide counters and durations as ``{metric name: value}`` (durations as
     ``<name>_sum`` seconds and ``<name>_count``). Lock-free; safe from any thread."""
-def nonfinite_path(value: Any, skip: str | None = None) -> tuple[str, str] | None:
-    """The path (``"blob.x"``, ``"metadata.scores[1]"``) and text (``"NaN"``, ``"inf"``) of the
-    first NaN or infinite float in ``value``, looking into dicts, lists, tuples, sets, pydantic
-    models (fields and extras) and dataclasses; a top-level field named ``skip`` is left out.
-    None when there is none."""
+def dump_walk(value: Any, skip: str | None = None) -> tuple[tuple[str, str] | None, bool]:
+    """One walk of ``value`` (dicts, lists, tuples, sets, pydantic models (fields and extras) and
+    dataclasses; a top-level field named ``skip`` is left out): the path (``"blob.x"``,
+    ``"metadata.scores[1]"``) and text (``"NaN"``, ``"inf"``) of the first NaN or infinite float,
+    or None; and whether a load of the value's JSON would give back something else (a tuple, an
+    int dict key, a datetime, a model where the model declares ``Any``; a field declared
+    ``exclude=True``; see ``tenxgraph._round_trip``)."""
 def ledger_lookup_keys(key: str) -> list[str]:
     """The stored ledger keys ``key`` may name, most literal first: 10xGraph's
     ``"<message id>:<call id>"`` form finds rows recorded under today's keys too."""

@@ -17,7 +17,10 @@ before it starts, so two runs can never share one live state. Code of the user's
 the state after its run (a background task a node started, a hook, a node cancelled by ``stop()``
 that is still in its cleanup): an entry is used only while the state still dumps to the text its
 last commit wrote and its context still has that length and that last message (``unchanged``);
-a stopped run's state is not kept at all, its cancelled node may still be running.
+a stopped run's state is not kept at all, its cancelled node may still be running. Nor is the
+state of a run that committed a value a load would give back changed (``Run.reshaped``: a tuple or
+a datetime where the model declares ``Any``, see ``tenxgraph._round_trip``): the next turn must
+see what a load gives, as it would in any other process.
 """
 
 from __future__ import annotations

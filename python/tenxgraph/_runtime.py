@@ -30,7 +30,7 @@ from tenxgraph._run_values import (
     to_message,
     token_usage,
 )
-from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state, encode_state_meta, encode_state_text
+from tenxgraph._state_codec import STATE_META_KEY, encode_message_shaped, encode_state, encode_state_meta, encode_state_shaped
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
@@ -90,6 +90,10 @@ class Run(RunHooks, RunTools):
         # version, write mark, state, context index, state row); used when the store confirms
         # the thread is still there.
         self.known: Held | None = None
+        # A commit of this run held a value a load of its JSON would give back changed (a tuple
+        # where the model declares Any, a datetime in metadata, ...): the run's state is then not
+        # kept as a live state, so the next turn sees what a load gives, as in any other process.
+        self.reshaped = False
         # The state row of this run's last commit (a _core.KeptState), kept with its live state.
         self.kept_row: Any = None
         # (state text, context length, last message) as the last snapshot wrote them (see snapshot).
@@ -269,7 +273,7 @@ class Run(RunHooks, RunTools):
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
-        data = encode_state_text(state)
+        data, reshaped = encode_state_shaped(state)
         ctx = state.context
         n = len(ctx)
         # Only new messages are written while the stored ones are still the same objects in the
@@ -287,9 +291,18 @@ class Run(RunHooks, RunTools):
         refuse_id_twins(fresh, self._index.ids(ctx))
         self._committed = list(ctx)
         encoded = self._encoded
-        messages = [(str(m.message_id), e[1] if (e := encoded.get(id(m))) is not None and e[0] is m
-                     else encode_message(m)) for m in fresh]
+        messages = []
+        for m in fresh:
+            e = encoded.get(id(m))
+            if e is not None and e[0] is m:  # made from its recorded text: a load gives it back
+                text = e[1]
+            else:
+                text, loose = encode_message_shaped(m)
+                reshaped = reshaped or loose
+            messages.append((str(m.message_id), text))
         encoded.clear()
+        # Sticky for the run: a value a load would give back changed is in the state from then on.
+        self.reshaped = self.reshaped or reshaped
         # What this commit holds, for a live state kept after it (tenxgraph._live_states): the
         # state's text, and the context's length and last object.
         self.committed_as = (data, n, ctx[-1] if n else None)

@@ -17,8 +17,8 @@ from tenxgraph import _core
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_message", "encode_state", "encode_state_meta", "encode_state_text",
-           "refuse_nonfinite"]
+__all__ = ["STATE_META_KEY", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
+           "encode_state_shaped", "encode_state_text", "refuse_nonfinite"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
 # (and store what they dumped, as before).
@@ -44,19 +44,22 @@ def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
                          f"invalid field(s)): {exc}") from None
 
 
-def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> None:
+def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
     """ValueError naming the first NaN or infinite float in ``value`` (``skip``: a top-level
     field left out). pydantic-core writes such a float as ``null`` in most places (a field typed
     ``float``, in the model or in a nested model, dataclass or list: each model instance is
     written by its own class's serializer, whatever config the caller's has) and as a token no
     JSON parser takes in others (a value typed ``Any``). A ``null`` stored in place of the float
-    is a silent change, so every stored form looks first (``_core.nonfinite_path``, a walk in
-    Rust) and is refused by name, as the engine refuses any text that is not JSON."""
-    found = _core.nonfinite_path(value, skip)
+    is a silent change, so every stored form looks first (``_core.dump_walk``, a walk in
+    Rust) and is refused by name, as the engine refuses any text that is not JSON. Returns
+    whether a load of the value's JSON would give back something else (``reshaped``, the same
+    walk: see ``tenxgraph._round_trip``)."""
+    found, reshaped = _core.dump_walk(value, skip)
     if found is not None:
         path, text = found
         raise ValueError(f"{what} is not valid JSON: {path} is {text}, which JSON cannot hold; "
                          "nothing of it was stored")
+    return reshaped
 
 
 def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
@@ -89,26 +92,39 @@ def encode_state_text(state: AgentState) -> str:
     JSON of the state with the class header spliced in. About 5% of a memory turn's instructions
     went to the dump to Python objects and the second pass over them. The same refusals:
     ``refuse_nonfinite`` first, the dict dump's load-back check for a dump pydantic warned about."""
-    refuse_nonfinite(state, "the state", skip="context")
+    return encode_state_shaped(state)[0]
+
+
+def encode_state_shaped(state: AgentState) -> tuple[str, bool]:
+    """``encode_state_text`` and whether a load of that text would give back another state
+    than ``state`` (a value the model declares loosely that JSON does not keep, or a field
+    holding a value of another type than declared, which pydantic warned about)."""
+    reshaped = refuse_nonfinite(state, "the state", skip="context")
     try:
         body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()
     except PydanticSerializationError:  # already walked: the dict dump and its load-back check
-        return json.dumps(_state_dict(state, with_context=False))
+        return json.dumps(_state_dict(state, with_context=False)), True
     cls = type(state)
     header = _HEADERS.get(cls)
     if header is None:
         header = _HEADERS[cls] = json.dumps({STATE_META_KEY: encode_state_meta(state)})[1:]
     # body is a JSON object: its closing brace gives way to the header's key.
-    return body[:-1] + ("," if len(body) > 2 else "") + header
+    return body[:-1] + ("," if len(body) > 2 else "") + header, reshaped
 
 
 def encode_message(message: Message) -> str:
     """A message's stored JSON; ValueError for one that would not load back (e.g. ``tools_calls``
     assigned something that is not a list of dicts) or that holds NaN or an infinity."""
-    refuse_nonfinite(message, f"message {message.message_id} ({message.role})")
+    return encode_message_shaped(message)[0]
+
+
+def encode_message_shaped(message: Message) -> tuple[str, bool]:
+    """``encode_message`` and whether a load of that text would give back another message (as
+    ``encode_state_shaped``)."""
+    reshaped = refuse_nonfinite(message, f"message {message.message_id} ({message.role})")
     try:  # model_dump_json without its Python wrapper
-        return message.__pydantic_serializer__.to_json(message, warnings=_STRICT).decode()
+        return message.__pydantic_serializer__.to_json(message, warnings=_STRICT).decode(), reshaped
     except PydanticSerializationError:
         text = message.model_dump_json(warnings=False)
         _loadable(type(message), text, f"message {message.message_id} ({message.role})")
-        return text
+        return text, True

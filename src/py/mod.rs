@@ -7,7 +7,7 @@ mod graph;
 mod host;
 mod kept_state;
 mod logging;
-mod nonfinite;
+mod dump_walk;
 mod options;
 mod py_store;
 mod runtime;
@@ -53,13 +53,17 @@ pub mod _core {
         super::driver::hub_run(py, fd)
     }
 
-    /// The path and text of the first NaN or infinite float in `value` (dicts, lists, tuples,
-    /// sets, pydantic models, dataclasses; `skip` names a top-level field left out), or None:
-    /// what `tenxgraph._state_codec` refuses before a dump could write it as `null`.
+    /// `(nonfinite, reshaped)` for `value` (dicts, lists, tuples, sets, pydantic models,
+    /// dataclasses; `skip` names a top-level field left out): the path and text of the first NaN
+    /// or infinite float, or None, which `tenxgraph._state_codec` refuses before a dump could
+    /// write it as `null`; and whether a load of its JSON would give back something else (a
+    /// tuple, an int key, a datetime where the model declares `Any`), which keeps a run's state
+    /// out of the live states.
     #[pyfunction]
     #[pyo3(signature = (value, skip=None))]
-    fn nonfinite_path(py: Python<'_>, value: &Bound<'_, PyAny>, skip: Option<&str>) -> PyResult<Option<(String, String)>> {
-        super::nonfinite::find(py, value, skip)
+    fn dump_walk(py: Python<'_>, value: &Bound<'_, PyAny>, skip: Option<&str>) -> PyResult<(Option<(String, String)>, bool)> {
+        let found = super::dump_walk::walk(py, value, skip)?;
+        Ok((found.nonfinite, found.reshaped))
     }
 
     /// Process-wide counters: `{metric name: value}`.

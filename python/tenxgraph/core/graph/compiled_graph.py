@@ -217,9 +217,10 @@ class CompiledGraph(Generic[StateT]):
         outcome = await self._execute(run, cfg)
         # "low" hands out copies of its messages only, so nobody else can change the live state.
         # A stopped run's node was cancelled, not awaited: its cleanup may still change the state.
+        # A state a load would not give back as it is (Run.reshaped) is not kept either.
         response = run.response(granularity)
         if (granularity == ResponseGranularity.LOW.value and outcome.get("mark") and run.state is not None
-                and not outcome.get("stopped")):
+                and not outcome.get("stopped") and not run.reshaped):
             self._live.keep(key, int(outcome["version"]), str(outcome["mark"]), run.state, run._index, run.kept_row,
                             run.committed_as)
         return response

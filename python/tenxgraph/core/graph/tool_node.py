@@ -616,7 +616,7 @@ class ToolNode:
                 for b in result.content
             ]
             merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
-            found = _core.nonfinite_path(merged)
+            found, _ = _core.dump_walk(merged)
             if found is not None:
                 # Its other fields are the tool's to set: a NaN there has no stored form, and
                 # pydantic would write it as null. The tool ran, so the model gets an error
