@@ -12,7 +12,9 @@ from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock
-from tenxgraph.logs import log_fields
+import asyncio
+
+from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from tenxgraph.utils.callbacks import CallbackManager
 
 __all__ = ["REMOTE_TOOL_REASON", "RunTools"]
+
+_log = run_logger("tenxgraph.tools")
 
 # 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
 REMOTE_TOOL_REASON = "remote_tool_call"
@@ -45,6 +49,10 @@ class RunTools:
     _fresh_ids: set[Any]
     _before_node: AgentState | None
     _encoded: dict[int, tuple[Message, str]]
+    # (ledger key, envelope) of every recordable result a tool of this run returned: the Rust
+    # handler records each (at once, or in the step's transaction), but a run whose await is
+    # cancelled drops that work with its future (see record_finished_tools).
+    _finished: list[tuple[str, str]]
 
     if TYPE_CHECKING:  # Run's own
 
@@ -110,6 +118,8 @@ class RunTools:
             events.tool_start(name, index, call.call_id, call.name, call.arguments, False)
         with log_fields(node=name, tool=step.calls[index].name):
             out = await step.run(index, config, idempotency_key, ledger_key)
+        if out[1] and ledger_key is not None:
+            self._finished.append((ledger_key, out[0]))
         if events is not None:
             message = step.message_of(index, out[0])
             if not is_remote_call(message):
@@ -118,6 +128,38 @@ class RunTools:
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out
+
+    async def record_finished_tools(self) -> None:
+        """Called when the run's await is cancelled (a client's timeout, ``task.cancel()``, a
+        stream closed, the loop ending): the Rust future is dropped on the spot, and with it the
+        ledger write of a tool that had already returned (a result not yet polled, its own commit
+        in flight, or the step's transaction that was to carry it). Those results are written
+        here before the cancellation reaches the caller, so a retry answers them from the ledger
+        instead of firing the tools again. First result wins: a row the handler did write stays.
+        Unfenced, like a sync tool's late result: the side effect happened, whoever holds the
+        thread now."""
+        pending, self._finished = self._finished, []
+        if not pending:
+            return
+        native = self.graph._checkpointer._native
+        thread_id, user_id = str(self.config["thread_id"]), str(self.config["user_id"])
+
+        async def put_all() -> None:
+            for key, envelope in pending:
+                try:
+                    if await native.ledger_put(thread_id, user_id, key, envelope):
+                        _log.warning("tool call finished before its run was cancelled; its result is recorded "
+                                     "in the ledger, and a resume answers from it",
+                                     extra={"ledger_key": key, "event": "tool_result_recorded_after_cancel"})
+                except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
+                    _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": key, "event": NOT_RECORDED_EVENT,
+                                                            "error": f"after the run was cancelled: {exc}"})
+
+        task = asyncio.ensure_future(put_all())
+        try:
+            await asyncio.shield(task)  # cancelled again: the writes go on, the caller is not held
+        except asyncio.CancelledError:
+            pass
 
     def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
         """An at-most-once call found started but never completed (see ToolStep.unknown): None

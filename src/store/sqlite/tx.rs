@@ -29,9 +29,16 @@ impl WriteTx {
                 "database is locked: waited {} s behind this process's other writers", BUSY_TIMEOUT.as_secs()
             )))
         })?;
-        let mut conn = pool.acquire().await.map_err(be(op))?;
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(be(op))?;
-        Ok(WriteTx { conn: Some(conn), _gate: gate })
+        let conn = pool.acquire().await.map_err(be(op))?;
+        // The transaction owns the connection before BEGIN is sent: sqlx's worker thread runs a
+        // statement it was sent even when the future awaiting it is dropped (a client cancelling
+        // its run while BEGIN waits for the lock), so a connection handed back to the pool here
+        // would keep that transaction open (every later BEGIN on it: "cannot start a transaction
+        // within a transaction"; every other connection, and process: "database is locked").
+        // Dropped or failed, `Drop` rolls back first (a no-op when BEGIN did not happen).
+        let mut tx = WriteTx { conn: Some(conn), _gate: gate };
+        sqlx::query("BEGIN IMMEDIATE").execute(tx.conn()).await.map_err(be(op))?;
+        Ok(tx)
     }
 
     pub(super) fn conn(&mut self) -> &mut SqliteConnection {
@@ -39,11 +46,23 @@ impl WriteTx {
     }
 
     pub(super) async fn commit(mut self, op: &'static str) -> StoreResult<()> {
-        let mut conn = self.conn.take().expect("present until commit or drop");
-        match sqlx::query("COMMIT").execute(&mut *conn).await {
-            Ok(_) => Ok(()),
+        // The connection stays in `self` while COMMIT is in flight: dropped then, `Drop` rolls
+        // back before the connection is reused (a no-op after a COMMIT that went through).
+        match sqlx::query("COMMIT").execute(self.conn()).await {
+            Ok(_) => {
+                drop(self.conn.take());
+                Ok(())
+            }
             Err(e) => {
-                finish_failed(conn).await;
+                let conn = self.conn.take().expect("present until commit or drop");
+                // On the runtime, awaited: the rollback is done before the error goes on, and a
+                // caller dropped meanwhile does not leave it half done.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) => {
+                        let _ = h.spawn(finish_failed(conn)).await;
+                    }
+                    Err(_) => finish_failed(conn).await,
+                }
                 Err(be(op)(e))
             }
         }

@@ -299,25 +299,32 @@ class CompiledGraph(Generic[StateT]):
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
         known = run.known
-        raw = await run.native.run(
-            run,
-            asyncio.get_running_loop(),
-            contextvars.copy_context(),
-            options.for_run(
-                has_messages=bool(run.input_messages),
-                # A resume answer is committed before the node, like a state update.
-                has_state_update=bool(run.state_update) or run.has_resume,
-                start_node=run.start_node,
-                streaming=streaming,
-                known_version=known[0] if known else None,
-                known_mark=known[1] if known else None,
-                known_state=known[4] if known else None,
-                resume_only=resume_only,
-                # The store checks the owner again in the run's own reads and writes: a thread
-                # another user creates after check_authz looked is still refused.
-                owner_scoped=authz_owner_scoped(cfg),
-            ),
-        )
+        try:
+            raw = await run.native.run(
+                run,
+                asyncio.get_running_loop(),
+                contextvars.copy_context(),
+                options.for_run(
+                    has_messages=bool(run.input_messages),
+                    # A resume answer is committed before the node, like a state update.
+                    has_state_update=bool(run.state_update) or run.has_resume,
+                    start_node=run.start_node,
+                    streaming=streaming,
+                    known_version=known[0] if known else None,
+                    known_mark=known[1] if known else None,
+                    known_state=known[4] if known else None,
+                    resume_only=resume_only,
+                    # The store checks the owner again in the run's own reads and writes: a thread
+                    # another user creates after check_authz looked is still refused.
+                    owner_scoped=authz_owner_scoped(cfg),
+                ),
+            )
+        except BaseException as exc:
+            # Cancelled (a client's timeout, a stream closed, the loop ending), or an interrupt
+            # raised on the loop: the results of tools that returned are recorded first.
+            if not isinstance(exc, Exception):
+                await run.record_finished_tools()
+            raise
         text, run.kept_row = raw
         outcome: dict[str, Any] = json.loads(text)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
