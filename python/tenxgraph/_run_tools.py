@@ -4,6 +4,7 @@ one inside the replay-safe handler, ``accept_replay`` / ``unknown_outcome`` answ
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from tenxgraph._core import NodeResult
@@ -12,8 +13,6 @@ from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock
-import asyncio
-
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 

@@ -29,6 +29,19 @@ pub struct NativeStore {
 /// interpreter finalizes: worker threads still running during process exit crashed it (SIGBUS).
 static OPEN: std::sync::Mutex<Vec<std::sync::Weak<dyn Checkpointer>>> = std::sync::Mutex::new(Vec::new());
 
+/// `ttl_seconds` as every store can hold it: None or 0 is no expiry, a longer one (infinity
+/// included) is cut to `MAX_CACHE_TTL_SECONDS`, NaN or a negative is refused. Postgres could not hold
+/// `NOW() + 1e15 s` (STORAGE_001 "timestamp out of range") and Redis refused such a `PX` (and was
+/// marked down for it), while memory and SQLite stored the value.
+fn cache_ttl(ttl: Option<f64>) -> PyResult<Option<f64>> {
+    match ttl {
+        Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!("ttl_seconds must be >= 0, got {t}"))),
+        Some(t) if t == 0.0 => Ok(None),
+        Some(t) => Ok(Some(t.min(crate::store::MAX_CACHE_TTL_SECONDS))),
+        None => Ok(None),
+    }
+}
+
 impl NativeStore {
     fn register(inner: Arc<dyn Checkpointer>) -> Self {
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
@@ -371,7 +384,8 @@ impl NativeStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let v = json_in(&value_json)?;
-        awaitable(py, async move { s.cache_put(&namespace, &key, &v, ttl_seconds).await.map(|_| true) })
+        let ttl = cache_ttl(ttl_seconds)?;
+        awaitable(py, async move { s.cache_put(&namespace, &key, &v, ttl).await.map(|_| true) })
     }
 
     fn cache_get<'py>(&self, py: Python<'py>, namespace: String, key: String) -> PyResult<Bound<'py, PyAny>> {

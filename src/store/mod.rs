@@ -360,6 +360,10 @@ pub(crate) mod generic_state_cache {
     }
 }
 
+/// The longest expiry of a generic cache value (about 31 years, the cap of the run's timeouts):
+/// Postgres cannot hold `NOW()` plus much more, and Redis refuses a `PX` past 2^63 ms.
+pub const MAX_CACHE_TTL_SECONDS: f64 = 1e9;
+
 /// Seconds since the epoch (0 if the clock is before it).
 pub(crate) fn now_secs() -> f64 {
     std::time::SystemTime::now()

@@ -142,8 +142,8 @@ impl RedisCache {
     pub async fn put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> bool {
         let mut cmd = redis::cmd("SET");
         cmd.arg(generic_key(ns, key)).arg(value.to_string());
-        if let Some(t) = ttl.filter(|t| *t > 0.0) {
-            cmd.arg("PX").arg(((t * 1000.0) as u64).max(1));
+        if let Some(ms) = px(ttl) {
+            cmd.arg("PX").arg(ms);
         }
         self.run::<()>(&cmd).await.is_some()
     }
@@ -153,8 +153,8 @@ impl RedisCache {
     pub async fn put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> Option<bool> {
         let mut cmd = redis::cmd("SET");
         cmd.arg(generic_key(ns, key)).arg(value.to_string()).arg("NX");
-        if let Some(t) = ttl.filter(|t| *t > 0.0) {
-            cmd.arg("PX").arg(((t * 1000.0) as u64).max(1));
+        if let Some(ms) = px(ttl) {
+            cmd.arg("PX").arg(ms);
         }
         // Redis answers OK when set, nil when the key was there.
         self.run::<Option<String>>(&cmd).await.map(|r| r.is_some())
@@ -266,4 +266,11 @@ fn json_kind(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
+}
+
+/// A TTL in seconds as Redis' `PX` milliseconds: at least 1, at most `MAX_CACHE_TTL_SECONDS`. Redis refuses a `PX` whose deadline passes 2^63 ms ("invalid expire time" / "value is
+/// not an integer or out of range"); that counted as a Redis failure, so one bad TTL marked Redis
+/// down (a `redis_down` warning and a fallback to Postgres).
+fn px(ttl: Option<f64>) -> Option<u64> {
+    ttl.filter(|t| *t > 0.0).map(|t| ((t.min(crate::store::MAX_CACHE_TTL_SECONDS) * 1000.0) as u64).max(1))
 }

@@ -272,9 +272,11 @@ class ResourceNotFoundError(StorageError):
         super().__init__(message, error_code, context)
 
 
-class MessageNotFoundError(ResourceNotFoundError, IndexError):
+class MessageNotFoundError(ResourceNotFoundError, IndexError, ValueError):
     """``aget_message`` / ``adelete_message`` of a message the thread does not hold
-    (STORAGE_NOT_FOUND_001). An ``IndexError`` too, which is what 10xGraph 0.10 raised there."""
+    (STORAGE_NOT_FOUND_001). An ``IndexError`` and a ``ValueError`` too: 10xGraph 0.10's
+    in-memory and SQLite checkpointers raised ``IndexError`` there, its PgCheckpointer
+    ``ValueError("Message not found: ...")``, so code written for either still catches it."""
     default_code = "STORAGE_NOT_FOUND_001"
 
     def __init__(

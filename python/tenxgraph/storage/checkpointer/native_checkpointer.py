@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state
-from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError
+from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError, StaleStateError
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
@@ -26,6 +26,8 @@ __all__ = ["NativeCheckpointer"]
 
 StateT = TypeVar("StateT", bound=AgentState)
 _VERSION_KEY = "_checkpoint_version"
+# Versions are 64-bit signed ints in every store.
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _log = run_logger("tenxgraph.checkpointer")
 
 
@@ -70,6 +72,54 @@ def _ledger_key(tool_call_id: Any, *, write: bool = True) -> str:
         raise InvalidConfigError(f"tool_call_id {reason}", "STORAGE_CONFIG_002",
                                  {"field": "tool_call_id", "value": shown})
     return key
+
+
+def _version_of(config: dict[str, Any]) -> int | None:
+    """``config["_checkpoint_version"]`` as an int (None when absent), read as 10xGraph 0.10's
+    PgCheckpointer reads it (``int(value)``: ``"3"``, ``3.0`` are 3). A value ``int()`` cannot
+    take (``"x"``, NaN, infinity, a list) is ``InvalidConfigError`` STORAGE_CONFIG_002 with
+    ``context["field"] == "_checkpoint_version"``, on every backend, before anything is written.
+    Before: a bare ``ValueError`` / ``OverflowError`` / ``TypeError`` from ``int()``, and an int
+    past 64 bits an ``OverflowError`` from the core ("Python int too large to convert to C long").
+    An int outside 64 bits is returned as it is: the caller decides (no stored version equals it)."""
+    raw = config.get(_VERSION_KEY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidConfigError(
+            f"{_VERSION_KEY} must be a whole number (a version aget_state set), got {raw!r}: {exc}",
+            "STORAGE_CONFIG_002", {"field": _VERSION_KEY, "value": repr(raw)[:80]},
+        ) from None
+
+
+def _cache_ttl(ttl_seconds: Any) -> float | None:
+    """``ttl_seconds`` of ``aput_cache_value``, the same answer on every backend. None or 0: no
+    expiry (10xGraph's ``ttl_seconds or ...``). A positive number: that many seconds, cut by the
+    core to about 31 years (infinity included: Postgres cannot hold ``NOW() + 1e15 s`` and Redis
+    refuses a ``PX`` past 2**63 ms, so such TTLs failed there and nowhere else). Anything else (a negative number, NaN, a bool,
+    a string, an int too large for a float) is ``InvalidConfigError`` STORAGE_CONFIG_002 with
+    ``context["field"] == "ttl_seconds"``, nothing written. Before: infinity and TTLs past about
+    9e12 s failed on Postgres only (STORAGE_001, "interval out of range"), a negative TTL or NaN
+    meant "never expires" (10xGraph's in-memory and SQLite checkpointers: already expired), a
+    bool counted as 0 or 1 s, and ``10**400`` / ``"5"`` raised a bare OverflowError / TypeError."""
+    if ttl_seconds is None:
+        return None
+    reason = None
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
+        reason = f"must be a number of seconds or None, got {type(ttl_seconds).__name__}"
+    else:
+        try:
+            ttl = float(ttl_seconds)
+        except OverflowError:
+            ttl = float("inf")  # an int past a float's range: as infinity, cut below
+        if ttl != ttl or ttl < 0:
+            reason = f"must be >= 0 (0 or None: no expiry), got {ttl_seconds!r}"
+    if reason is not None:
+        raise InvalidConfigError(f"ttl_seconds {reason}", "STORAGE_CONFIG_002",
+                                 {"field": "ttl_seconds", "value": repr(ttl_seconds)[:80]})
+    return None if ttl == 0 else ttl
 
 
 def _page(search: Any, offset: Any, limit: Any) -> None:
@@ -139,10 +189,18 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         if not isinstance(state, AgentState):
             raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
-        expected = config.get(_VERSION_KEY)
-        if expected is None:
+        expected = _version_of(config)
+        if expected is None or not _I64_MIN <= expected <= _I64_MAX:
             row = await self._native.load(thread_id, user_id)
-            expected = row[0] if row is not None else 0
+            current = row[0] if row is not None else 0
+            if expected is not None:
+                # No stored version is past 64 bits: stale, as 10xGraph's PgCheckpointer answers.
+                raise StaleStateError(
+                    f"State was modified by another execution (expected version {expected}, found {current})",
+                    "STORAGE_CONFLICT_001",
+                    {"thread_id": thread_id, "expected_version": expected, "current_version": current},
+                )
+            expected = current
         data = encode_state(state, with_context=False)
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
@@ -163,11 +221,19 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
         """Caches the whole state under the version in ``config`` (set by reads and writes); an
         older version never replaces a newer cached one."""
+        await self._state_cache_put(config, state)
+        return state
+
+    async def _state_cache_put(self, config: dict[str, Any], state: StateT) -> bool | None:
+        """True when cached, False when a newer cached version kept its place, None when the
+        version in ``config`` is past 64 bits (no commit can have it: nothing cached)."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        version = int(config.get(_VERSION_KEY) or 0)
-        await self._native.state_cache_put(thread_id, user_id, version, json.dumps(self._encode_state(state)))
-        return state
+        version = _version_of(config) or 0
+        if not _I64_MIN <= version <= _I64_MAX:
+            return None
+        return bool(await self._native.state_cache_put(thread_id, user_id, version,
+                                                       json.dumps(self._encode_state(state))))
 
     async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
         await check_authz(self, config)
@@ -175,14 +241,26 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         hit = await self._native.state_cache_get(thread_id, user_id)
         if hit is not None:
             version, raw = hit
-            config[_VERSION_KEY] = version
-            return self._decode_state(json.loads(raw))  # type: ignore[return-value]
+            # Only while it is the thread's latest version (0: nothing committed yet): runs commit
+            # without writing the cache (10xGraph's loop rewrote it at every step), so an entry
+            # cached before a run, or by a writer that then lost a version check, would be served
+            # as the thread's state.
+            versions = await self._native.state_versions(thread_id, user_id)
+            if version == (versions[0][0] if versions else 0):
+                config[_VERSION_KEY] = version
+                return self._decode_state(json.loads(raw))  # type: ignore[return-value]
+            await self._native.state_cache_clear(thread_id, user_id)
+            state = await self.aget_state(config)
+            if state is not None:
+                await self._state_cache_put(config, state)
+            return state
         return await self.aget_state(config)
 
     # -- generic cache and stop requests ---------------------------------------------------
 
     async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
-        await self._native.cache_put(namespace, key, json.dumps(value), ttl_seconds)
+        ttl = _cache_ttl(ttl_seconds)
+        await self._native.cache_put(namespace, key, json.dumps(value), ttl)
         return value
 
     async def aget_cache_value(self, namespace: str, key: str) -> Any:

@@ -147,9 +147,9 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
     async def aclear_state(self, config: dict[str, Any]) -> None:
         await super().aclear_state(config)
 
-    async def aput_state_cache(self, config: dict[str, Any], state: Any) -> bool:
-        await super().aput_state_cache(config, state)
-        return True
+    async def aput_state_cache(self, config: dict[str, Any], state: Any) -> bool | None:
+        """True when cached; None when not (a newer version is cached), as 10xGraph's."""
+        return True if await self._state_cache_put(config, state) else None
 
     async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> bool:
         await super().aput_cache_value(namespace, key, value, ttl_seconds)
