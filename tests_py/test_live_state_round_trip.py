@@ -78,6 +78,9 @@ CASES: dict[str, tuple[Any, bool]] = {
     "datetime-in-metadata": (_meta(datetime.datetime(2026, 1, 2, 3, 4, 5)), False),
     "tuple-in-metadata": (_meta((1, 2)), False),
     "str-assigned-to-int": (_set("count", "5"), False),
+    # Postgres stores U+0000 as U+FFFD; kept nowhere, so every backend answers alike.
+    "nul-in-any": (_set("bag", "a\x00b"), False),
+    "nul-in-metadata": (_meta("a\x00b"), False),
     "excluded-field": (_set("scratch", "left by turn 1"), False),
     # Declared types a load restores: these states are kept.
     "declared-tuple": (_set("pair", (1, 2)), True),

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
 
+# How JSON writes U+0000, which Postgres stores as U+FFFD (see Run.reshaped).
+_NUL = "\\u0000"
+
 
 class Run(RunHooks, RunTools):
     """One ``ainvoke`` call. Not reused across calls."""
@@ -295,15 +298,17 @@ class Run(RunHooks, RunTools):
         messages = []
         for m in fresh:
             e = encoded.get(id(m))
-            if e is not None and e[0] is m:  # made from its recorded text: a load gives it back
+            if e is not None and e[0] is m:  # made from its recorded text
                 text = e[1]
             else:
                 text, loose = encode_message_shaped(m)
                 reshaped = reshaped or loose
+            # A NUL (always escaped in JSON) comes back from Postgres as U+FFFD.
+            reshaped = reshaped or _NUL in text
             messages.append((str(m.message_id), text))
         encoded.clear()
         # Sticky for the run: a value a load would give back changed is in the state from then on.
-        self.reshaped = self.reshaped or reshaped
+        self.reshaped = self.reshaped or reshaped or _NUL in data
         # What this commit holds, for a live state kept after it (tenxgraph._live_states): the
         # state's text, and the context's length and last object.
         self.committed_as = (data, n, ctx[-1] if n else None)
