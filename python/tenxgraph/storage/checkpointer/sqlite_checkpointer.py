@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tenxgraph import _core
-from tenxgraph.core.state.message import Message
+from tenxgraph.storage.checkpointer._local_returns import LocalReturns
 from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
-from tenxgraph.utils.thread_info import ThreadInfo
 
 __all__ = ["SqliteCheckpointer", "DEFAULT_SQLITE_PATH"]
 
@@ -19,7 +18,7 @@ DEFAULT_SQLITE_PATH = os.path.join(os.path.expanduser("~"), ".agentflow", "check
 StateT = TypeVar("StateT")
 
 
-class SqliteCheckpointer(NativeCheckpointer[StateT]):
+class SqliteCheckpointer(LocalReturns, NativeCheckpointer[StateT]):
     """SQLite in WAL mode; several processes may share one file.
 
     ``synchronous="full"`` (default) fsyncs every commit, so a committed step and a recorded tool
@@ -43,23 +42,3 @@ class SqliteCheckpointer(NativeCheckpointer[StateT]):
         self.db_path = path
         self.enforce_user_isolation = enforce_user_isolation
         self._native = _core.NativeStore.sqlite(path, enforce_user_isolation, synchronous == "full")
-
-    # -- return values as 10xGraph's SqliteCheckpointer gives them --------------------------
-
-    async def asetup(self) -> None:
-        return None  # the Rust store creates and migrates the file when it opens
-
-    async def aput_messages(self, config: dict[str, Any], messages: list[Message],
-                            metadata: dict[str, Any] | None = None) -> bool:
-        await super().aput_messages(config, messages, metadata)
-        return True
-
-    async def aput_thread(self, config: dict[str, Any], thread_info: ThreadInfo) -> bool:
-        await super().aput_thread(config, thread_info)
-        return True
-
-    async def aclear_cache_value(self, namespace: str, key: str) -> Any:
-        """The value removed, or None when there was none."""
-        value = await self.aget_cache_value(namespace, key)
-        await super().aclear_cache_value(namespace, key)
-        return value
