@@ -15,19 +15,63 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["model_shape"]
+__all__ = ["exact_types", "model_shape"]
 
 # Containers whose unparametrised form means "of Any".
 _BARE = (dict, list, tuple, set, frozenset)
 
 
 def model_shape(cls: type[BaseModel]) -> tuple[frozenset[str], bool]:
-    """(the names of ``cls``'s fields declared loosely, whether a field is ``exclude=True``).
+    """(the names of ``cls``'s fields declared loosely, whether an instance of ``cls`` may come
+    back from its JSON as another value: a field is ``exclude=True``, or the class writes a value
+    its load does not read back as it was, a custom serializer (``field_serializer``,
+    ``model_serializer``, ``PlainSerializer`` / ``WrapSerializer``), or an alias a load does not
+    accept by the field's name).
     Called once per class by the walk, which keeps the answer."""
     fields = getattr(cls, "__pydantic_fields__", None) or {}
     loose = frozenset(name for name, info in fields.items() if _loose(info.annotation, 0))
-    excludes = any(bool(info.exclude) for info in fields.values())
+    excludes = any(bool(info.exclude) for info in fields.values()) or _rewrites(cls, fields)
     return loose, excludes
+
+
+def _rewrites(cls: type[BaseModel], fields: dict[str, Any]) -> bool:
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    if decorators is not None:
+        # The engine's own (Message's parsed_content serializer keeps what a load reads back).
+        found = [*decorators.field_serializers.values(), *decorators.model_serializers.values()]
+        if any(not _ours(d) for d in found):
+            return True
+    config = getattr(cls, "model_config", {}) or {}
+    by_name = bool(config.get("populate_by_name") or config.get("validate_by_name"))
+    for name, info in fields.items():
+        alias = info.validation_alias if info.validation_alias is not None else info.alias
+        if alias is not None and alias != name and not by_name and not cls.__module__.startswith("tenxgraph."):
+            return True  # dumped by name, loaded by alias only: the load drops the value
+        if any(_is_serializer(m) for m in info.metadata) or _annotation_serializes(info.annotation, 0):
+            return True
+    return False
+
+
+def _ours(decorator: Any) -> bool:
+    func = getattr(decorator, "func", None)
+    func = getattr(func, "__func__", func)
+    return str(getattr(func, "__module__", "") or "").startswith("tenxgraph.")
+
+
+def _is_serializer(m: Any) -> bool:
+    return type(m).__name__ in ("PlainSerializer", "WrapSerializer")
+
+
+def _annotation_serializes(tp: Any, depth: int) -> bool:
+    """A serializer inside the annotation (``list[Annotated[str, PlainSerializer(...)]]``)."""
+    if depth > 20:
+        return False
+    if typing.get_origin(tp) is typing.Annotated:
+        args = typing.get_args(tp)
+        if any(_is_serializer(m) for m in args[1:]):
+            return True
+        return _annotation_serializes(args[0], depth + 1)
+    return any(_annotation_serializes(a, depth + 1) for a in typing.get_args(tp))
 
 
 def _loose(tp: Any, depth: int) -> bool:
@@ -48,3 +92,41 @@ def _loose(tp: Any, depth: int) -> bool:
     if origin is not None and not args and origin in _BARE:
         return True
     return any(_loose(a, depth + 1) for a in args if a is not Ellipsis and a is not type(None))
+
+
+def exact_types(cls: type[BaseModel]) -> dict[str, tuple[type, ...]]:
+    """field name -> the classes a load gives back in it, for the fields (not declared loosely)
+    whose annotation is plain classes only: ``str``, ``float``, ``Point``, ``Point | None``,
+    ``Annotated[int, ...]``. A value of another type there (a str enum in a ``str`` field, a bool
+    in an ``int`` one, an int in a ``float`` one, a subclass of the declared model) is written
+    as the declared type and comes back as it. Other annotations (containers, Literal, unions
+    with generics) are not listed: the walk checks nothing for them."""
+    out: dict[str, tuple[type, ...]] = {}
+    fields = getattr(cls, "__pydantic_fields__", None) or {}
+    for name, info in fields.items():
+        if _loose(info.annotation, 0):
+            continue
+        classes = _plain_classes(info.annotation)
+        if classes:
+            out[name] = classes
+    return out
+
+
+def _plain_classes(tp: Any) -> tuple[type, ...] | None:
+    if typing.get_origin(tp) is typing.Annotated:
+        return _plain_classes(typing.get_args(tp)[0])
+    members = typing.get_args(tp) if _is_union(tp) else (tp,)
+    out: list[type] = []
+    for m in members:
+        if m is type(None):
+            continue
+        if not isinstance(m, type) or typing.get_origin(m) is not None or getattr(m, "__parameters__", ()):
+            return None  # a generic, a Literal, a nested union: not checked
+        out.append(m)
+    return tuple(out) or None
+
+
+def _is_union(tp: Any) -> bool:
+    import types
+    origin = typing.get_origin(tp)
+    return origin is typing.Union or origin is types.UnionType

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["REMOTE_TOOL_REASON", "RunTools"]
 
 _log = run_logger("tenxgraph.tools")
+# How long a cancelled run waits for its tool tasks to unwind before recording what finished.
+_UNWIND_SECONDS = 5.0
 
 # 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
 REMOTE_TOOL_REASON = "remote_tool_call"
@@ -52,6 +54,8 @@ class RunTools:
     # handler records each (at once, or in the step's transaction), but a run whose await is
     # cancelled drops that work with its future (see record_finished_tools).
     _finished: list[tuple[str, str]]
+    # The asyncio tasks running this run's tool calls (run_tool), while they run.
+    _tool_tasks: set[asyncio.Task[Any]]
 
     if TYPE_CHECKING:  # Run's own
 
@@ -115,8 +119,23 @@ class RunTools:
         call = step.calls[index]
         if events is not None:
             events.tool_start(name, index, call.call_id, call.name, call.arguments, False)
-        with log_fields(node=name, tool=step.calls[index].name):
-            out = await step.run(index, config, idempotency_key, ledger_key)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tool_tasks.add(task)
+        try:
+            with log_fields(node=name, tool=step.calls[index].name):
+                out = await step.run(index, config, idempotency_key, ledger_key)
+        except asyncio.CancelledError:
+            # Cancelled after the tool returned (in an after_invoke callback): still a finished call.
+            cut = step.cut_off.pop(index, None)
+            if cut is not None and ledger_key is not None:
+                envelope, record = step._envelope_of(index, cut, ledger_key)
+                if record:
+                    self._finished.append((ledger_key, envelope))
+            raise
+        finally:
+            if task is not None:
+                self._tool_tasks.discard(task)
         if out[1] and ledger_key is not None:
             self._finished.append((ledger_key, out[0]))
         if events is not None:
@@ -136,14 +155,19 @@ class RunTools:
         here before the cancellation reaches the caller, so a retry answers them from the ledger
         instead of firing the tools again. First result wins: a row the handler did write stays.
         Unfenced, like a sync tool's late result: the side effect happened, whoever holds the
-        thread now."""
-        pending, self._finished = self._finished, []
-        if not pending:
-            return
+        thread now.
+
+        The tool tasks the dropped future cancelled unwind first (bounded), so a call cut off
+        after it returned is on the list. The caller is held until the writes are done, also
+        when cancelled again: a retry it starts at once must find them."""
         native = self.graph._checkpointer._native
         thread_id, user_id = str(self.config["thread_id"]), str(self.config["user_id"])
 
         async def put_all() -> None:
+            unwinding = [t for t in self._tool_tasks if not t.done()]
+            if unwinding:
+                await asyncio.wait(unwinding, timeout=_UNWIND_SECONDS)
+            pending, self._finished = self._finished, []
             for key, envelope in pending:
                 try:
                     if await native.ledger_put(thread_id, user_id, key, envelope):
@@ -154,11 +178,14 @@ class RunTools:
                     _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": key, "event": NOT_RECORDED_EVENT,
                                                             "error": f"after the run was cancelled: {exc}"})
 
+        if not self._finished and not self._tool_tasks:
+            return
         task = asyncio.ensure_future(put_all())
-        try:
-            await asyncio.shield(task)  # cancelled again: the writes go on, the caller is not held
-        except asyncio.CancelledError:
-            pass
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                pass  # cancelled again: still held until the results are on record (each write is bounded)
 
     def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
         """An at-most-once call found started but never completed (see ToolStep.unknown): None

@@ -85,6 +85,7 @@ class Run(RunHooks, RunTools):
         # runs user code (run_node, eval_condition, lifecycle, begin_tools).
         self._encoded: dict[int, tuple[Message, str]] = {}
         self._finished: list[tuple[str, str]] = []
+        self._tool_tasks: set[asyncio.Task[Any]] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
         self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
         # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never

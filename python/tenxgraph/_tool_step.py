@@ -64,6 +64,9 @@ class ToolStep:
     # The graph's CallbackManager: its TOOL callbacks wrap each call that really runs (a call
     # answered from the ledger runs nothing, so it fires none).
     callbacks: Any = None
+    # Outcomes of calls that returned and were then cancelled (in an after_invoke callback):
+    # RunTools.run_tool hands them to the run's record of finished calls.
+    cut_off: dict[int, Any] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -171,6 +174,7 @@ class ToolStep:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,
                 flight_key=flight_key, late_record=late, callback_manager=self.callbacks,
+                on_return=lambda outcome: self.cut_off.__setitem__(index, outcome),
             )
         finally:
             deactivate(token)

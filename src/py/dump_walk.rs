@@ -62,6 +62,10 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                 return Ok(Found { nonfinite: Some((path(&trail, at), format!("{x}"))), reshaped });
             }
             reshaped |= loose && !v.is_exact_instance_of::<PyFloat>();
+            // PostgreSQL's jsonb writes numbers its own way: -0.0 comes back 0.0, and a float
+            // written with an exponent (1.2345678901234568e16, 2.5e20: pydantic's form from 1e16
+            // on) comes back as its digits, an int for a load where no type is declared.
+            reshaped |= (x == 0.0 && x.is_sign_negative()) || (loose && x.abs() >= 1e16 && x.fract() == 0.0);
             continue;
         }
         if depth >= MAX_DEPTH || is_leaf(&v) || v.is_instance_of::<PyBytes>() {
@@ -116,6 +120,11 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             // field comes back without that field's value.
             let shape = shape_of(py, &v.get_type())?;
             reshaped |= loose || shape.excludes;
+            // Where a field declares plain classes (`str`, `int`, `float`, `Point | None`), a load
+            // gives back exactly one of them: a str enum or str subclass, an IntEnum or a bool in
+            // an `int` field, an int in a `float` field, a subclass of the declared model were
+            // written as the declared type and come back as it.
+            let exact = shape.exact.as_ref();
             if let Ok(fields) = v.getattr(pyo3::intern!(py, "__dict__"))
                 && let Ok(fields) = fields.cast::<PyDict>()
             {
@@ -124,6 +133,15 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                         continue;
                     }
                     let loose = shape.loose.contains(&k)?;
+                    if !loose
+                        && !child.is_none()
+                        && let Some(exact) = exact
+                        && let Some(types) = exact.get_item(&k)?
+                    {
+                        let types = types.cast_into::<PyTuple>()?;
+                        let ty = child.get_type();
+                        reshaped |= !types.iter().any(|t| t.as_ptr() == ty.as_ptr());
+                    }
                     push(child, Seg::Field(v.clone(), k), loose, &mut stack, &mut reshaped);
                 }
             }
@@ -163,6 +181,9 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
 struct ShapeRef<'py> {
     loose: Bound<'py, PyFrozenSet>,
     excludes: bool,
+    /// field name -> the classes a load gives back there (`tenxgraph._round_trip.exact_types`);
+    /// None when no field declares plain classes only.
+    exact: Option<Bound<'py, PyDict>>,
 }
 
 fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef<'py>> {
@@ -183,7 +204,28 @@ fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef
         }
     };
     let (loose, excludes): (Bound<'py, PyFrozenSet>, bool) = got.extract()?;
-    Ok(ShapeRef { loose, excludes })
+    let exact = exact_of(py, cls)?;
+    Ok(ShapeRef { loose, excludes, exact })
+}
+
+/// `tenxgraph._round_trip.exact_types(cls)`, once per class (an empty dict kept as None).
+fn exact_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    static EXACT: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    static COMPUTE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let cache = EXACT.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    let got = match cache.get_item(cls)? {
+        Some(got) => got,
+        None => {
+            let compute = COMPUTE.import(py, "tenxgraph._round_trip", "exact_types")?;
+            // Unreadable annotations: nothing checked here (model_shape already counts such a
+            // class as one a load changes).
+            let got = compute.call1((cls,)).unwrap_or_else(|_| PyDict::new(py).into_any());
+            cache.set_item(cls, &got)?;
+            got
+        }
+    };
+    let d = got.cast_into::<PyDict>()?;
+    Ok(if d.is_empty() { None } else { Some(d) })
 }
 
 /// None, a str or an int (bool included): nothing to look into, nothing that can be NaN.

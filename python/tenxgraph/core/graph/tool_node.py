@@ -10,6 +10,7 @@ Differences from 10xGraph 0.10, on purpose:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
@@ -289,6 +290,7 @@ class ToolNode:
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
         callback_manager: Any = None,
+        on_return: Callable[[ToolOutcome], None] | None = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
         Exceptions (cancellation, GraphInterrupt) propagate.
@@ -296,9 +298,12 @@ class ToolNode:
         A sync tool runs in a thread of its own, which no deadline can stop. With a
         ``flight_key`` (see tenxgraph._sync_calls) a call already running under that key is
         waited for instead of started again, and a result that arrives after every attempt
-        stopped waiting goes to ``late_record`` (on the worker thread)."""
+        stopped waiting goes to ``late_record`` (on the worker thread). ``on_return`` gets the
+        tool's own outcome when the tool returned and a TOOL ``after_invoke`` callback is then
+        cancelled: the side effect happened, so the caller can still record it."""
         outcome, _ = await self._execute(
-            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record, callback_manager
+            name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record, callback_manager,
+            on_return=on_return,
         )
         return outcome
 
@@ -369,6 +374,7 @@ class ToolNode:
         late_record: Callable[[ToolOutcome], None] | None = None,
         callback_manager: Any = None,
         emit: Any = None,
+        on_return: Callable[[ToolOutcome], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -407,7 +413,7 @@ class ToolNode:
         }
         if callback_manager is not None and callback_manager.wraps(_TOOL):
             return await self._execute_with_callbacks(
-                callback_manager, fn, name, args, injected, meta, flight_key, late_record
+                callback_manager, fn, name, args, injected, meta, flight_key, late_record, on_return
             )
         try:
             call_args, call_kwargs = self._bind(name, args or {}, injected)
@@ -428,6 +434,7 @@ class ToolNode:
         meta: dict[str, Any],
         flight_key: Hashable | None,
         late_record: Callable[[ToolOutcome], None] | None,
+        on_return: Callable[[ToolOutcome], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
         tool's keyword arguments, injected ones included; after_invoke the tool's raw return
@@ -449,7 +456,14 @@ class ToolNode:
             else:
                 raw = await self._run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
                                                flight_key, late_record)
-            raw = await mgr.execute_after_invoke(context, input_data, raw)
+            try:
+                raw = await mgr.execute_after_invoke(context, input_data, raw)
+            except asyncio.CancelledError:
+                # The tool returned: its side effect happened. Handed up so the run records it
+                # (as the tool returned it; no after_invoke ran to completion for it).
+                if on_return is not None:
+                    on_return(self._map_result(raw, tool_call_id, meta)[0])
+                raise
             return self._map_result(raw, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             recovery = await mgr.execute_on_error(context, input_data, exc)
