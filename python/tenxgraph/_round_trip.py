@@ -10,28 +10,38 @@ would come back from a load as it is (``tenxgraph._live_states`` keeps it only t
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["exact_types", "model_shape"]
+__all__ = ["model_shape"]
 
 # Containers whose unparametrised form means "of Any".
 _BARE = (dict, list, tuple, set, frozenset)
 
 
-def model_shape(cls: type[BaseModel]) -> tuple[frozenset[str], bool]:
-    """(the names of ``cls``'s fields declared loosely, whether an instance of ``cls`` may come
+def model_shape(cls: type[BaseModel]) -> tuple[frozenset[str], bool, dict[str, tuple[type, ...]] | None]:
+    """(the names of ``cls``'s fields declared loosely; whether an instance of ``cls`` may come
     back from its JSON as another value: a field is ``exclude=True``, or the class writes a value
     its load does not read back as it was, a custom serializer (``field_serializer``,
     ``model_serializer``, ``PlainSerializer`` / ``WrapSerializer``), or an alias a load does not
-    accept by the field's name).
-    Called once per class by the walk, which keeps the answer."""
+    accept by the field's name; field name -> the classes a load gives back there, for the other
+    fields whose annotation is plain classes only, None when there are none).
+    Called once per class by the walk, which keeps the answer.
+
+    The plain classes: ``str``, ``float``, ``Point``, ``Point | None``, ``Annotated[int, ...]``.
+    A value of another type there (a str enum in a ``str`` field, a bool in an ``int`` one, an
+    int in a ``float`` one, a subclass of the declared model) is written as the declared type and
+    comes back as it. Other annotations (containers, Literal, unions with generics) are not
+    listed: the walk checks nothing for them."""
     fields = getattr(cls, "__pydantic_fields__", None) or {}
     loose = frozenset(name for name, info in fields.items() if _loose(info.annotation, 0))
     excludes = any(bool(info.exclude) for info in fields.values()) or _rewrites(cls, fields)
-    return loose, excludes
+    exact = {name: classes for name, info in fields.items()
+             if name not in loose and (classes := _plain_classes(info.annotation))}
+    return loose, excludes, exact or None
 
 
 def _rewrites(cls: type[BaseModel], fields: dict[str, Any]) -> bool:
@@ -94,24 +104,6 @@ def _loose(tp: Any, depth: int) -> bool:
     return any(_loose(a, depth + 1) for a in args if a is not Ellipsis and a is not type(None))
 
 
-def exact_types(cls: type[BaseModel]) -> dict[str, tuple[type, ...]]:
-    """field name -> the classes a load gives back in it, for the fields (not declared loosely)
-    whose annotation is plain classes only: ``str``, ``float``, ``Point``, ``Point | None``,
-    ``Annotated[int, ...]``. A value of another type there (a str enum in a ``str`` field, a bool
-    in an ``int`` one, an int in a ``float`` one, a subclass of the declared model) is written
-    as the declared type and comes back as it. Other annotations (containers, Literal, unions
-    with generics) are not listed: the walk checks nothing for them."""
-    out: dict[str, tuple[type, ...]] = {}
-    fields = getattr(cls, "__pydantic_fields__", None) or {}
-    for name, info in fields.items():
-        if _loose(info.annotation, 0):
-            continue
-        classes = _plain_classes(info.annotation)
-        if classes:
-            out[name] = classes
-    return out
-
-
 def _plain_classes(tp: Any) -> tuple[type, ...] | None:
     if typing.get_origin(tp) is typing.Annotated:
         return _plain_classes(typing.get_args(tp)[0])
@@ -127,6 +119,5 @@ def _plain_classes(tp: Any) -> tuple[type, ...] | None:
 
 
 def _is_union(tp: Any) -> bool:
-    import types
     origin = typing.get_origin(tp)
     return origin is typing.Union or origin is types.UnionType

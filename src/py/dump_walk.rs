@@ -174,15 +174,15 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
     Ok(Found { nonfinite: None, reshaped })
 }
 
-/// What a load restores of a model class: its fields declared loosely (`Any` somewhere in the
-/// type, a bare container, no annotation), and whether a field is `exclude=True`. Computed by
-/// `tenxgraph._round_trip.model_shape` once per class and kept with a reference to the class (so
-/// no other class can ever reuse its address).
+/// What a load restores of a model class (`tenxgraph._round_trip.model_shape`): its fields
+/// declared loosely (`Any` somewhere in the type, a bare container, no annotation), whether an
+/// instance may come back as another value (an `exclude=True` field, a custom serializer, an
+/// alias-only field), and, by field, the classes a load gives back where a field declares plain
+/// classes only (None when no field does). Computed once per class and kept with a reference to
+/// the class (so no other class can ever reuse its address): one lookup per model walked.
 struct ShapeRef<'py> {
     loose: Bound<'py, PyFrozenSet>,
     excludes: bool,
-    /// field name -> the classes a load gives back there (`tenxgraph._round_trip.exact_types`);
-    /// None when no field declares plain classes only.
     exact: Option<Bound<'py, PyDict>>,
 }
 
@@ -196,36 +196,18 @@ fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef
             let compute = COMPUTE.import(py, "tenxgraph._round_trip", "model_shape")?;
             // A class whose annotations cannot be read counts as one a load changes: that costs
             // its threads a load per turn, never a commit.
-            let got = compute
-                .call1((cls,))
-                .unwrap_or_else(|_| (PyFrozenSet::empty(py).expect("an empty frozenset"), true).into_pyobject(py).expect("a tuple").into_any());
+            let got = compute.call1((cls,)).unwrap_or_else(|_| {
+                (PyFrozenSet::empty(py).expect("an empty frozenset"), true, py.None())
+                    .into_pyobject(py)
+                    .expect("a tuple")
+                    .into_any()
+            });
             shapes.set_item(cls, &got)?;
             got
         }
     };
-    let (loose, excludes): (Bound<'py, PyFrozenSet>, bool) = got.extract()?;
-    let exact = exact_of(py, cls)?;
+    let (loose, excludes, exact): (Bound<'py, PyFrozenSet>, bool, Option<Bound<'py, PyDict>>) = got.extract()?;
     Ok(ShapeRef { loose, excludes, exact })
-}
-
-/// `tenxgraph._round_trip.exact_types(cls)`, once per class (an empty dict kept as None).
-fn exact_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<Option<Bound<'py, PyDict>>> {
-    static EXACT: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
-    static COMPUTE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let cache = EXACT.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
-    let got = match cache.get_item(cls)? {
-        Some(got) => got,
-        None => {
-            let compute = COMPUTE.import(py, "tenxgraph._round_trip", "exact_types")?;
-            // Unreadable annotations: nothing checked here (model_shape already counts such a
-            // class as one a load changes).
-            let got = compute.call1((cls,)).unwrap_or_else(|_| PyDict::new(py).into_any());
-            cache.set_item(cls, &got)?;
-            got
-        }
-    };
-    let d = got.cast_into::<PyDict>()?;
-    Ok(if d.is_empty() { None } else { Some(d) })
 }
 
 /// None, a str or an int (bool included): nothing to look into, nothing that can be NaN.
