@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_serial
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.utils import CallbackManager, InvocationType
 from .tool_graphs import call, tool_graph, tool_texts
+from .test_live_state_round_trip import shape
 
 
 def _status(state: Any) -> str:
@@ -237,16 +238,6 @@ _OPEN = {
     "model-subclass-in-list-of-models": "the walk checks a declared field's exact class, not the items of a "
                                         "list[Model] field: a subclass there is kept, a load gives the declared model",
 }
-
-
-def shape(v: Any) -> Any:
-    if isinstance(v, BaseModel):
-        return (type(v).__name__, shape(dict(v.__dict__)))
-    if isinstance(v, dict):
-        return (type(v).__name__, sorted((repr(k), repr(shape(x))) for k, x in v.items()))
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return (type(v).__name__, [shape(x) for x in v])
-    return (type(v).__name__, repr(v))
 
 
 def _graph(cp: Any, seen: list[Any], field: str, value: Any, **compile_kw: Any) -> Any:
