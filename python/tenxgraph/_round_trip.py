@@ -22,26 +22,53 @@ __all__ = ["model_shape"]
 _BARE = (dict, list, tuple, set, frozenset)
 
 
-def model_shape(cls: type[BaseModel]) -> tuple[frozenset[str], bool, dict[str, tuple[type, ...]] | None]:
+def model_shape(
+    cls: type[BaseModel],
+) -> tuple[frozenset[str], bool, dict[str, tuple[type, ...] | list[tuple[type, ...]]] | None]:
     """(the names of ``cls``'s fields declared loosely; whether an instance of ``cls`` may come
     back from its JSON as another value: a field is ``exclude=True``, or the class writes a value
     its load does not read back as it was, a custom serializer (``field_serializer``,
     ``model_serializer``, ``PlainSerializer`` / ``WrapSerializer``), or an alias a load does not
     accept by the field's name; field name -> the classes a load gives back there, for the other
-    fields whose annotation is plain classes only, None when there are none).
+    fields whose annotation is plain classes only or a sequence of them (``_exact_spec``), None when
+    there are none).
     Called once per class by the walk, which keeps the answer.
 
     The plain classes: ``str``, ``float``, ``Point``, ``Point | None``, ``Annotated[int, ...]``.
     A value of another type there (a str enum in a ``str`` field, a bool in an ``int`` one, an
     int in a ``float`` one, a subclass of the declared model) is written as the declared type and
-    comes back as it. Other annotations (containers, Literal, unions with generics) are not
-    listed: the walk checks nothing for them."""
+    comes back as it. Other annotations (dicts, fixed-length tuples, Literal, unions with generics)
+    are not listed: the walk checks nothing for them."""
     fields = getattr(cls, "__pydantic_fields__", None) or {}
     loose = frozenset(name for name, info in fields.items() if _loose(info.annotation, 0))
     excludes = any(bool(info.exclude) for info in fields.values()) or _rewrites(cls, fields)
-    exact = {name: classes for name, info in fields.items()
-             if name not in loose and (classes := _plain_classes(info.annotation))}
+    exact = {name: spec for name, info in fields.items()
+             if name not in loose and (spec := _exact_spec(info.annotation))}
     return loose, excludes, exact or None
+
+
+def _exact_spec(tp: Any) -> tuple[type, ...] | list[tuple[type, ...]] | None:
+    """What the walk checks of a field's value: a tuple of plain classes (the value's exact
+    class is one of them), or, for a sequence of plain classes (``list[Point]``,
+    ``tuple[int, ...]``, ``set[str]``), ``[container classes, item classes]``: a load gives
+    back the declared container with each item as the declared class, so a subclass of the
+    model in a ``list[Point]`` (or a tuple in a ``list`` field) comes back changed."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return _exact_spec(typing.get_args(tp)[0])
+    members = [m for m in (typing.get_args(tp) if _is_union(tp) else (tp,)) if m is not type(None)]
+    if len(members) == 1:
+        origin = typing.get_origin(members[0])
+        args = typing.get_args(members[0])
+        if origin in _SEQUENCES and args:
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                return None  # a fixed-length tuple: its positions have types of their own
+            items = _plain_classes(args[0])
+            return [(origin,), items] if items else None
+    return _plain_classes(tp)
+
+
+# Sequences a load gives back as that container.
+_SEQUENCES = (list, tuple, set, frozenset)
 
 
 def _rewrites(cls: type[BaseModel], fields: dict[str, Any]) -> bool:

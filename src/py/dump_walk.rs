@@ -123,7 +123,8 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             // Where a field declares plain classes (`str`, `int`, `float`, `Point | None`), a load
             // gives back exactly one of them: a str enum or str subclass, an IntEnum or a bool in
             // an `int` field, an int in a `float` field, a subclass of the declared model were
-            // written as the declared type and come back as it.
+            // written as the declared type and come back as it; so do the items of a sequence of
+            // such classes (`list[Point]`).
             let exact = shape.exact.as_ref();
             if let Ok(fields) = v.getattr(pyo3::intern!(py, "__dict__"))
                 && let Ok(fields) = fields.cast::<PyDict>()
@@ -138,9 +139,7 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
                         && let Some(exact) = exact
                         && let Some(types) = exact.get_item(&k)?
                     {
-                        let types = types.cast_into::<PyTuple>()?;
-                        let ty = child.get_type();
-                        reshaped |= !types.iter().any(|t| t.as_ptr() == ty.as_ptr());
+                        reshaped |= !matches_spec(&child, &types)?;
                     }
                     push(child, Seg::Field(v.clone(), k), loose, &mut stack, &mut reshaped);
                 }
@@ -208,6 +207,33 @@ fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef
     };
     let (loose, excludes, exact): (Bound<'py, PyFrozenSet>, bool, Option<Bound<'py, PyDict>>) = got.extract()?;
     Ok(ShapeRef { loose, excludes, exact })
+}
+
+/// Whether a load gives back `v` as it is, for a field whose `model_shape` spec is `spec`: a
+/// tuple of classes (`v`'s exact class is one of them), or `[containers, items]` for a sequence
+/// of such classes (`list[Point]`): `v` is exactly one of the containers and each item not None
+/// is exactly one of the item classes.
+fn matches_spec(v: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let exactly = |v: &Bound<'_, PyAny>, classes: &Bound<'_, PyTuple>| {
+        let ty = v.get_type();
+        classes.iter().any(|t| t.as_ptr() == ty.as_ptr())
+    };
+    if let Ok(classes) = spec.cast::<PyTuple>() {
+        return Ok(exactly(v, classes));
+    }
+    let spec = spec.cast::<PyList>()?;
+    let containers = spec.get_item(0)?.cast_into::<PyTuple>()?;
+    let items = spec.get_item(1)?.cast_into::<PyTuple>()?;
+    if !exactly(v, &containers) {
+        return Ok(false);
+    }
+    for item in v.try_iter()? {
+        let item = item?;
+        if !item.is_none() && !exactly(&item, &items) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// None, a str or an int (bool included): nothing to look into, nothing that can be NaN.
