@@ -197,12 +197,16 @@ class NativeStore:
         cache_ttl: float = 86400.0,
         id_type: str = "string",
         user_id_type: str = "string",
+        statement_timeout: float = 30.0,
+        lock_timeout: float = 5.0,
     ) -> NativeStore:
         """A Postgres store (Redis as cache and signal bus when ``redis_url`` is given) that connects
         and migrates on first use, not here; the DSN, schema name and Redis URL are checked now (no
         I/O), so a typo fails at once. ``id_type`` / ``user_id_type`` (``"string"``, ``"int"``,
         ``"bigint"``) are the id column types of a new database; an existing one must match them.
-        Ids still cross as strings (the canonical decimal of an integer id)."""
+        Ids still cross as strings (the canonical decimal of an integer id). ``statement_timeout``:
+        the client's deadline per statement (a transaction: twice it); ``lock_timeout``: the
+        server's wait for a row lock."""
     def state_cache_get(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str] | None]:
         """The cached ``(version, state_json)`` of the thread, or None."""
     def state_cache_put(self, thread_id: str, user_id: str, version: int, state_json: str) -> Awaitable[bool]:

@@ -27,6 +27,10 @@ __all__ = ["REMOTE_TOOL_REASON", "RunTools"]
 _log = run_logger("tenxgraph.tools")
 # How long a cancelled run waits for its tool tasks to unwind before recording what finished.
 _UNWIND_SECONDS = 5.0
+# The bound of each ledger write made on the way out (cancelled runs, late results): the comment
+# of record_finished_tools promised "each write is bounded", which only the store's own
+# deadlines made true (none on Postgres).
+_RECORD_SECONDS = 10.0
 
 # 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
 REMOTE_TOOL_REASON = "remote_tool_call"
@@ -138,6 +142,12 @@ class RunTools:
                 self._tool_tasks.discard(task)
         if out[1] and ledger_key is not None:
             self._finished.append((ledger_key, out[0]))
+            if task is not None and task.cancelling():
+                # The run stopped waiting for this call (tool_timeout, node_timeout, stop()), the
+                # tool swallowed its cancellation and returned: its side effect happened and
+                # nobody else will record it. Recorded now, as a sync tool's late result is, so
+                # a resume answers it from the ledger instead of firing it again.
+                await self._record_late_async(ledger_key, out[0])
         if events is not None:
             message = step.message_of(index, out[0])
             if not is_remote_call(message):
@@ -146,6 +156,20 @@ class RunTools:
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out
+
+    async def _record_late_async(self, key: str, envelope: str) -> None:
+        native = self.graph._checkpointer._native
+        thread_id, user_id = str(self.config["thread_id"]), str(self.config["user_id"])
+        try:
+            inserted = await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope), _RECORD_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
+            _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": key, "event": NOT_RECORDED_EVENT,
+                                                    "error": f"late result of an async tool that ignored its cancellation: {exc}"})
+            return
+        if inserted:
+            _log.warning("async tool call ignored its cancellation and finished after its run stopped waiting; its "
+                         "result is recorded in the ledger, and a resume answers from it",
+                         extra={"ledger_key": key, "event": "async_tool_late_result_recorded"})
 
     async def record_finished_tools(self) -> None:
         """Called when the run's await is cancelled (a client's timeout, ``task.cancel()``, a
@@ -170,7 +194,7 @@ class RunTools:
             pending, self._finished = self._finished, []
             for key, envelope in pending:
                 try:
-                    if await native.ledger_put(thread_id, user_id, key, envelope):
+                    if await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope), _RECORD_SECONDS):
                         _log.warning("tool call finished before its run was cancelled; its result is recorded "
                                      "in the ledger, and a resume answers from it",
                                      extra={"ledger_key": key, "event": "tool_result_recorded_after_cancel"})

@@ -70,7 +70,15 @@ class Run(RunHooks, RunTools):
         self.state: AgentState | None = None
         self.has_resume = isinstance(input_data, dict) and "resume" in input_data
         self.resume_value = input_data.get("resume") if self.has_resume else None
+        # The question the answer is for (``pending_interrupt(state).id`` as the client read it):
+        # with it, an answer that arrives after its question was answered (a client's retry after
+        # a lost response, a second worker given the same request) is refused instead of being
+        # taken as the answer to whatever the thread waits at by then.
+        self.resume_for = input_data.get("interrupt_id") if self.has_resume else None
         self.produced: list[Message] = []
+        # The thread was finished and the input asked to finish it: nothing runs, and the
+        # response (ainvoke) or the stream (astream) is the stored last turn.
+        self.answered_from_store = False
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = ContextIndex()
         # Ids of messages a node of this run added to the context, new to it, that no tool node
@@ -176,6 +184,7 @@ class Run(RunHooks, RunTools):
             # response is the stored last turn.
             start = max((i for i, m in enumerate(state.context) if m.role == "user"), default=-1) + 1
             self.produced = list(state.context[start:])
+            self.answered_from_store = True
         self.state = state
         return stored_len, last_id
 
@@ -351,6 +360,11 @@ class Run(RunHooks, RunTools):
         if self.has_resume and pending is None:
             raise ValueError("Nothing to resume: the thread is not paused at an interrupt().")
         if pending is not None:
+            if self.resume_for is not None and self.resume_for != pending.id:
+                raise ValueError(
+                    f"the answer is for interrupt {self.resume_for!r}, but the thread waits at interrupt "
+                    f"{pending.id!r} ({pending.key}): it was answered already; nothing was written"
+                )
             check_answer(self.resume_value, pending.response_schema)
             try:
                 json.dumps(self.resume_value)

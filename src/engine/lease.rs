@@ -166,6 +166,9 @@ pub struct Lease {
     released: std::sync::atomic::AtomicBool,
     /// Keeps the run in `live_runs` for as long as it holds the lease.
     _live: LiveRun,
+    /// The run waited for another live holder before it got the lease (`on_busy` wait or
+    /// interrupt): what it loads is what that run left, not what its caller saw.
+    pub waited: bool,
 }
 
 impl Lease {
@@ -270,6 +273,7 @@ impl Taking {
             cut_off: Default::default(),
             released: Default::default(),
             _live: self.0,
+            waited: false,
         }
     }
 }
@@ -283,6 +287,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
     let deadline = started + policy.busy_timeout;
     let mut pause = Duration::from_millis(10);
     let mut asked = false;
+    let mut waited = false;
     let mut live = Some(LiveRun::enter(&thread_id, &cfg.run_id));
     loop {
         let info = match store.lease_acquire(&thread_id, &req).await? {
@@ -299,7 +304,16 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                 }
                 let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
                 let _live = live.take().expect("entered once, taken once");
-                return Ok(Lease { thread_id, token, ttl: policy.ttl, next_renewal, cut_off: Default::default(), released: Default::default(), _live });
+                return Ok(Lease {
+                    thread_id,
+                    token,
+                    ttl: policy.ttl,
+                    next_renewal,
+                    cut_off: Default::default(),
+                    released: Default::default(),
+                    _live,
+                    waited,
+                });
             }
             LeaseAttempt::Held(info) => info,
         };
@@ -323,6 +337,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     inc(&metrics().busy_rejections);
                     return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
                 }
+                waited = true;
                 sleep(pause.min(deadline - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }

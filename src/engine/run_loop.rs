@@ -279,6 +279,15 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             };
         tokio::pin!(fut);
         let deadline = self.cfg.node_timeout.map(|d| Instant::now() + d);
+        // The store round trips this loop makes while the node runs (a stop check, a lease
+        // renewal) run beside the node, the deadline and the stop signal, one at a time: awaited
+        // inside a branch, a round trip the server never answers (a frozen backend, a row lock
+        // held by a frozen session, a network blackhole) stopped the deadline and stop() too.
+        enum Chore {
+            Stop(StopKind),
+            Renewed(bool),
+        }
+        let mut chore: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Chore> + Send + '_>>> = None;
         loop {
             let wake = signal.notify.notified();
             tokio::select! {
@@ -292,17 +301,28 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     crate::metrics::inc(&m.node_timeouts);
                     return Err(Guard::Timeout(secs));
                 }
-                _ = wake => if self.stop_requested(signal).await == StopKind::Hard {
-                    crate::metrics::inc(&m.node_stopped);
-                    return Err(Guard::Stopped);
-                },
-                _ = sleep(self.cfg.stop_poll) => if self.stop_requested(signal).await == StopKind::Hard {
-                    crate::metrics::inc(&m.node_stopped);
-                    return Err(Guard::Stopped);
-                },
-                _ = sleep_until(self.lease().renewal_due()) => if !self.lease().renew(self.store, self.cfg).await {
-                    return Err(Guard::LeaseLost);
-                },
+                done = async { chore.as_mut().expect("guarded by is_some").await }, if chore.is_some() => {
+                    chore = None;
+                    match done {
+                        Chore::Stop(StopKind::Hard) => {
+                            crate::metrics::inc(&m.node_stopped);
+                            return Err(Guard::Stopped);
+                        }
+                        Chore::Renewed(false) => return Err(Guard::LeaseLost),
+                        _ => {}
+                    }
+                }
+                // A stop signalled by this process: confirmed against the store like a poll,
+                // beside the node (a signal raised meanwhile is kept by `take_raised`).
+                _ = wake, if chore.is_none() => {
+                    chore = Some(Box::pin(async move { Chore::Stop(self.stop_requested(signal).await) }));
+                }
+                _ = sleep(self.cfg.stop_poll), if chore.is_none() => {
+                    chore = Some(Box::pin(async move { Chore::Stop(self.stop_requested(signal).await) }));
+                }
+                _ = sleep_until(self.lease().renewal_due()), if chore.is_none() => {
+                    chore = Some(Box::pin(async move { Chore::Renewed(self.lease().renew(self.store, self.cfg).await) }));
+                }
             }
         }
     }

@@ -127,7 +127,7 @@ impl NativeStore {
     /// not here: a module-level checkpointer must import while the database is down. The DSN,
     /// schema name and Redis URL are checked now (no I/O), so a typo still fails at once.
     #[staticmethod]
-    #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0, id_type="string", user_id_type="string"))]
+    #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0, id_type="string", user_id_type="string", statement_timeout=30.0, lock_timeout=5.0))]
     #[allow(clippy::too_many_arguments)]
     fn postgres(
         dsn: String,
@@ -140,14 +140,18 @@ impl NativeStore {
         cache_ttl: f64,
         id_type: &str,
         user_id_type: &str,
+        statement_timeout: f64,
+        lock_timeout: f64,
     ) -> PyResult<Self> {
         use crate::store::postgres::IdType;
         let id_type_of = |key: &str, v: &str| {
             IdType::parse(v).ok_or_else(|| PyValueError::new_err(format!("{key} must be 'string', 'int' or 'bigint', not {v:?}")))
         };
         let (id_type, user_id_type) = (id_type_of("id_type", id_type)?, id_type_of("user_id_type", user_id_type)?);
-        if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) {
-            return Err(PyValueError::new_err("max_connections, acquire_timeout and cache_ttl must be positive"));
+        if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) || !(statement_timeout > 0.0) || !(lock_timeout > 0.0) {
+            return Err(PyValueError::new_err(
+                "max_connections, acquire_timeout, cache_ttl, statement_timeout and lock_timeout must be positive",
+            ));
         }
         crate::store::postgres::validate_schema(&schema).map_err(|e| PyValueError::new_err(e.to_string()))?;
         <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(&dsn).map_err(|e| {
@@ -166,6 +170,8 @@ impl NativeStore {
             enforce_user_isolation,
             id_type,
             user_id_type,
+            statement_deadline: std::time::Duration::from_secs_f64(statement_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
+            lock_wait: std::time::Duration::from_secs_f64(lock_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
             ..PgOptions::default()
         };
         let ttl = std::time::Duration::from_secs_f64(cache_ttl);

@@ -154,7 +154,17 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and
     // their results and break the thread. Finish it first with `{}`.
-    if previous == ExecStatus::Running && stored.is_some() && (input.has_messages || input.start_node.is_some())
+    // The same holds for a thread that stopped (or paused, or failed) *at* a tool node: a hard
+    // `stop()` cancels a tool node half way (or before it ran), a static `interrupt_before` on
+    // the tool node waits in front of it, a node timeout fails it; each leaves the assistant's
+    // tool calls without results, and the new message would land right there (the tool node
+    // then runs on the user's message: NODE_002, the thread in `error` at that node for good).
+    // Only the client's results for a remote-tool pause may come as messages.
+    let tools_unanswered = previous != ExecStatus::Completed
+        && graph.tool_nodes.iter().any(|n| *n == exec.current_node)
+        && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON);
+    if (previous == ExecStatus::Running || (tools_unanswered && input.start_node.is_none())) && stored.is_some()
+        && (input.has_messages || input.start_node.is_some())
         && exec.current_node != crate::engine::START
     {
         // Without the lease, "running" may be a live run's: its lease decides, under the policy.
@@ -162,6 +172,22 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             opt.refuse();
         }
         return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone() });
+    }
+    // A bare `{}` ("finish this thread") that had to wait for another run of the thread: that run
+    // may have finished the crashed turn and paused at a static review gate (`interrupt_before` /
+    // `interrupt_after`) or at a stop. Going on would take this `{}` for the reviewer's "go on",
+    // which its caller never saw to give (two recovery workers on one crashed thread). What it
+    // asked for is done: it gets the paused thread as it is, and nothing runs or is written.
+    let bare = !input.has_messages && !input.has_state_update && input.start_node.is_none();
+    if bare
+        && lease.get().is_some_and(|l| l.waited)
+        && matches!(previous, ExecStatus::InterruptedBefore | ExecStatus::InterruptedAfter)
+        && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON)
+        && let Some(cp) = &stored
+    {
+        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+        host.prepare(parts, &exec).await?;
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
     }
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
     let mut skip_before = None;

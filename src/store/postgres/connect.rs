@@ -45,27 +45,41 @@ impl PgStore {
             tracing::warn!("postgres connect failed (attempt {attempt}), retrying: {err}");
             tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
         }
+        // The server's halves of the deadline (the client's is `Conns::deadline`): a lock wait
+        // ends (a row held by a frozen session means busy, not wait for ever), and so does a
+        // transaction a frozen client left open, with its locks. No `statement_timeout`: a
+        // migration or a prune of a large database may rightly run for minutes, and a statement
+        // the client gave up on ends with its connection (`client_connection_check_interval`).
+        let ms = |d: Duration| d.as_millis().max(1);
+        let server_limits = format!(
+            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+            ms(opts.lock_wait),
+            ms(opts.statement_deadline * 2)
+        );
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout)
-            .after_connect(|conn, _meta| {
+            .after_connect(move |conn, _meta| {
+                let server_limits = server_limits.clone();
                 Box::pin(async move {
                     // A killed client's transaction must end, not wait for a lock and commit
                     // later: let the server notice dead clients (PostgreSQL 14+; older servers
                     // reject the setting, which is then skipped).
                     let _ = sqlx::Executor::execute(&mut *conn, "SET client_connection_check_interval = 1000").await;
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(server_limits)).execute(&mut *conn).await?;
                     Ok(())
                 })
             })
             .connect_with(connect.clone())
             .await
             .map_err(|e| map_err("connect", e, None))?;
-        let ids = migrate(&pool, &opts.schema, (opts.id_type, opts.user_id_type)).await?;
+        let ids = migrate(&pool, &opts.schema, (opts.id_type, opts.user_id_type), opts.statement_deadline).await?;
         let redis = match redis_url {
             Some(url) => Some(RedisCache::connect(url).await?),
             None => None,
         };
-        Ok(PgStore { conns: super::conns::Conns::new(pool), sql: Sql::new(&schema, ids), opts, redis })
+        let deadline = opts.statement_deadline;
+        Ok(PgStore { conns: super::conns::Conns::new(pool, deadline), sql: Sql::new(&schema, ids), opts, redis })
     }
 
     /// Sets how long Redis keeps a state cache entry; without Redis it does nothing.

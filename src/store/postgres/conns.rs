@@ -61,6 +61,12 @@ struct Out {
 
 pub(super) struct Conns {
     pool: PgPool,
+    /// How long one statement (or one transaction's statement, BEGIN or COMMIT) may wait for the
+    /// server's answer (`PgOptions::statement_deadline`). Past it the statement fails with
+    /// `sqlx::Error::Io(TimedOut)` (a `StoreError::Transient`: STORAGE_TRANSIENT_001) and its
+    /// connection is closed, never returned to the pool: sqlx pings a returned connection with
+    /// no deadline, so a frozen one would hold its pool slot for good.
+    pub(super) deadline: Duration,
     /// The runtime the store was opened in: dropping a pooled connection spawns its return to
     /// the pool, which panics outside a runtime's context (the store may be dropped by Python's
     /// garbage collector on any thread).
@@ -98,6 +104,14 @@ struct Lease<'a> {
     keep: bool,
 }
 
+/// The statement got no answer within the deadline (see `Conns::deadline`).
+pub(super) fn timed_out(deadline: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from PostgreSQL within {} s (the server, or the network to it, stopped answering)", deadline.as_secs_f64()),
+    ))
+}
+
 impl Lease<'_> {
     fn conn(&mut self) -> &mut sqlx::PgConnection {
         &mut self.conn.as_mut().expect("a lease holds its connection until dropped").conn
@@ -105,6 +119,16 @@ impl Lease<'_> {
 
     fn keep(mut self) {
         self.keep = true;
+    }
+
+    /// The statement timed out: the connection is closed (bounded by sqlx's close-on-drop
+    /// timeout), not pinged back into the pool.
+    fn abandon(mut self) {
+        if let Some(mut out) = self.conn.take() {
+            out.conn.close_on_drop();
+            self.conns.discard(vec![out.conn]);
+        }
+        self.conns.return_spares();
     }
 }
 
@@ -137,8 +161,8 @@ impl Drop for Conns {
 
 impl Conns {
     /// Called inside the runtime (the store is opened there).
-    pub(super) fn new(pool: PgPool) -> Self {
-        Conns { pool, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()) }
+    pub(super) fn new(pool: PgPool, deadline: Duration) -> Self {
+        Conns { pool, deadline, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()) }
     }
 
     /// Hands connections back to the pool, inside the runtime's context.
@@ -217,8 +241,11 @@ impl Conns {
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         let conn = self.take().await?.conn;
         // What `PgPool::begin` does with the connection it acquires (public, doc-hidden in sqlx
-        // 0.9, whose version Cargo.toml pins).
-        Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None).await
+        // 0.9, whose version Cargo.toml pins). The statements of the transaction are bounded by
+        // their callers (`PgStore::bounded`); BEGIN here.
+        tokio::time::timeout(self.deadline, Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None))
+            .await
+            .map_err(|_| timed_out(self.deadline))?
     }
 
     /// The outcome of a statement; connection trouble sends every spare back to the pool.
@@ -251,7 +278,13 @@ macro_rules! on_lease {
         Box::pin(async move {
             let mut lease = $conns.lease().await?;
             let $c = lease.conn();
-            let out = $conns.checked($run.await)?;
+            let out = match tokio::time::timeout($conns.deadline, $run).await {
+                Ok(r) => $conns.checked(r)?,
+                Err(_) => {
+                    lease.abandon();
+                    return Err(timed_out($conns.deadline));
+                }
+            };
             lease.keep();
             Ok(out)
         })
@@ -272,7 +305,13 @@ impl<'c> Executor<'c> for &'c Conns {
         // the connection is clean. No statement of the store streams a large result.
         futures::stream::once(async move {
             let mut lease = self.lease().await?;
-            let all: Vec<_> = self.checked(lease.conn().fetch_many(query).try_collect().await)?;
+            let all: Vec<_> = match tokio::time::timeout(self.deadline, lease.conn().fetch_many(query).try_collect()).await {
+                Ok(r) => self.checked(r)?,
+                Err(_) => {
+                    lease.abandon();
+                    return Err(timed_out(self.deadline));
+                }
+            };
             lease.keep();
             Ok::<_, sqlx::Error>(futures::stream::iter(all.into_iter().map(Ok)))
         })

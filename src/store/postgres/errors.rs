@@ -29,7 +29,11 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
         }
     }
     if matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
-        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03")
+        // 57014: statement_timeout; 55P03: lock_timeout; 25P03: the server ended a session idle in
+        // a transaction: the server or a peer stopped answering, a retry later can pass.
+        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| {
+            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P03" | "57014" | "55P03" | "25P03")
+        })
     {
         return StoreError::Transient { op, message: redact(&e.to_string()) };
     }

@@ -20,6 +20,7 @@ use super::ident::quote_schema;
 use super::options::IdType;
 use crate::store::{StoreError, StoreResult};
 use sqlx::{AssertSqlSafe, PgPool};
+use std::time::Duration;
 
 /// 10xGraph's lock key (ASCII "AGNTFLW!"), so we also serialise against its own migrator.
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
@@ -49,10 +50,22 @@ pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// `ids` (thread/message, user) are the types a new database gets; a database that has its
 /// `threads` table keeps its own, and a different request is `StoreError::InvalidInput` before
 /// anything is written. Returns the types the database has.
-pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> StoreResult<(IdType, IdType)> {
+pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType), deadline: Duration) -> StoreResult<(IdType, IdType)> {
     let ident = quote_schema(schema)?;
     let err = |e: sqlx::Error| StoreError::Schema(e.to_string());
+    // A database already at CURRENT_VERSION needs no lock: a running fleet's `setup()` (and every
+    // new worker's first call) must not queue behind a migrator that froze holding it. Bounded
+    // like any statement; the migration itself is not (it may rightly take minutes).
+    let read = tokio::time::timeout(deadline, up_to_date(pool, schema, ids)).await.map_err(|_| StoreError::Transient {
+        op: "migrate",
+        message: super::conns::timed_out(deadline).to_string(),
+    })?;
+    if let Some(found) = read? {
+        return Ok(found);
+    }
     let mut tx = pool.begin().await.map_err(err)?;
+    // Waiting for another migrator is the point of the lock: no `lock_timeout` for it.
+    sqlx::raw_sql("SET LOCAL lock_timeout = 0").execute(&mut *tx).await.map_err(err)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_KEY).execute(&mut *tx).await.map_err(err)?;
     // The one statement with the schema in its text (an identifier cannot be bound).
     sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {ident}"))).execute(&mut *tx).await.map_err(err)?;
@@ -104,6 +117,39 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> Stor
     }
     tx.commit().await.map_err(err)?;
     Ok(ids)
+}
+
+/// The database's id types when its schema is at `CURRENT_VERSION` with the functions our
+/// statements call (read without the lock); None when `migrate` must run.
+async fn up_to_date(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> StoreResult<Option<(IdType, IdType)>> {
+    let mut conn = pool.acquire().await.map_err(|e| StoreError::Schema(e.to_string()))?;
+    let table = format!("{}.schema_version", quote_schema(schema)?);
+    // Named as `format_type` names it: the schema quoted only where it must be.
+    let own_role = |r: &str| {
+        let name = r.strip_suffix(".message_role").unwrap_or("");
+        r == "message_role" || name == schema.to_ascii_lowercase() || quote_schema(schema).is_ok_and(|q| q == name)
+    };
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| StoreError::Schema(e.to_string()))?;
+    if !exists {
+        return Ok(None);
+    }
+    let current: i32 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COALESCE(MAX(version), 0) FROM {table}")))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| StoreError::Schema(e.to_string()))?;
+    if current < CURRENT_VERSION {
+        return Ok(None);
+    }
+    // The id types and the role-type repair are decided under the lock as before when they differ.
+    match existing_id_types(&mut conn, schema).await? {
+        // Read outside the schema's search path, the type is named with its schema.
+        Some(found) if found == ids && existing_role_type(&mut conn, schema).await?.is_some_and(|r| own_role(&r)) => Ok(Some(found)),
+        _ => Ok(None),
+    }
 }
 
 /// A migration's text for these id types (see the module comment).

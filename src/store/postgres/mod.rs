@@ -132,6 +132,17 @@ impl PgStore {
         Ok(threads::thread_owner(self, &t.thread_id).await?.is_none_or(|o| o == t.user_id))
     }
 
+    /// `fut` (a transaction: BEGIN, its statements and COMMIT) bounded by twice the statement
+    /// deadline: each statement of a transaction runs on `&mut *tx`, outside `Conns`' own
+    /// per-statement bound.
+    async fn bounded<T>(&self, op: &'static str, fut: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        let limit = self.opts.statement_deadline * 2;
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Transient { op, message: conns::timed_out(limit).to_string() }),
+        }
+    }
+
     /// Redis while it is configured and not marked down; None sends the caller to the tables.
     fn redis(&self) -> Option<&RedisCache> {
         self.redis.as_ref().filter(|r| r.is_up())
@@ -145,7 +156,8 @@ impl Checkpointer for PgStore {
     }
 
     async fn setup(&self) -> StoreResult<()> {
-        migrate(self.conns.pool(), &self.opts.schema, (self.opts.id_type, self.opts.user_id_type)).await.map(|_| ())
+        let ids = (self.opts.id_type, self.opts.user_id_type);
+        migrate(self.conns.pool(), &self.opts.schema, ids, self.opts.statement_deadline).await.map(|_| ())
     }
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
@@ -172,7 +184,7 @@ impl Checkpointer for PgStore {
         w: StepWrite<'_>,
         stop: Option<crate::store::StopKey<'_>>,
     ) -> StoreResult<crate::store::LeasedInput> {
-        input_lease::put_input(self, t, req, w, stop, false).await
+        self.bounded("write input", input_lease::put_input(self, t, req, w, stop, false)).await
     }
     fn checks_head_at_input(&self) -> bool {
         true
@@ -184,7 +196,7 @@ impl Checkpointer for PgStore {
         w: StepWrite<'_>,
         stop: Option<crate::store::StopKey<'_>>,
     ) -> StoreResult<crate::store::LeasedInput> {
-        input_lease::put_input(self, t, req, w, stop, true).await
+        self.bounded("write input", input_lease::put_input(self, t, req, w, stop, true)).await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
@@ -198,18 +210,18 @@ impl Checkpointer for PgStore {
     async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
         self.check_thread(t)?;
         self.check_messages(w.new_messages)?;
-        steps::put_step(self, t, w, rows).await
+        self.bounded("write step", steps::put_step(self, t, w, rows)).await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.check_thread(t)?;
-        steps::clear_state(self, t).await
+        self.bounded("clear state", steps::clear_state(self, t)).await
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
         self.check_thread(t)?;
         self.check_messages(msgs)?;
-        messages::put_messages(self, t, msgs).await
+        self.bounded("write messages", messages::put_messages(self, t, msgs)).await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
@@ -370,11 +382,14 @@ impl Checkpointer for PgStore {
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
+        // Not bounded: one transaction over the whole database, which may rightly take minutes.
         prune::prune(self, rules).await
     }
 
     async fn release(&self) -> StoreResult<()> {
-        self.conns.close().await;
+        // A statement stuck on a frozen server would hold `close` (the pool waits for every
+        // connection) for ever: bounded, the stuck connections are dropped with the pool.
+        let _ = tokio::time::timeout(self.opts.statement_deadline, self.conns.close()).await;
         Ok(())
     }
 

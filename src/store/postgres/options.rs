@@ -19,6 +19,15 @@ pub struct PgOptions {
     pub enforce_user_isolation: bool,
     /// Connection attempts before `TransientStorageError` (with 0.2 s, 0.4 s, ... backoff).
     pub connect_retries: u32,
+    /// The longest one statement (a transaction: each of its statements, BEGIN and COMMIT) waits
+    /// for the server's answer before `StoreError::Transient` (STORAGE_TRANSIENT_001); the
+    /// server is also asked to end a statement after it (`statement_timeout`), to give up a lock
+    /// wait after `lock_wait` (`lock_timeout`), and to end a session idle in a transaction for
+    /// this long (`idle_in_transaction_session_timeout`: a frozen client's locks go with it).
+    pub statement_deadline: Duration,
+    /// How long a statement waits for a row or advisory lock (`lock_timeout`): a lease row held
+    /// by a frozen session then means "busy", not "wait for ever".
+    pub lock_wait: Duration,
     /// The type of thread and message ids (10xGraph's `id_type`), for a database this store
     /// creates; an existing database keeps the types it was created with (`migrate`).
     pub id_type: IdType,
@@ -115,6 +124,8 @@ impl Default for PgOptions {
             state_history_limit: 20,
             enforce_user_isolation: true,
             connect_retries: 3,
+            statement_deadline: Duration::from_secs(30),
+            lock_wait: Duration::from_secs(5),
             id_type: IdType::String,
             user_id_type: IdType::String,
         }

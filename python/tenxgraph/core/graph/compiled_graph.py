@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
+from tenxgraph._run_values import copy_message
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
@@ -370,6 +371,12 @@ class CompiledGraph(Generic[StateT]):
                 raise
             for chunk in emitter.take_held():  # nothing normally: the final commit flushed it all
                 yield chunk
+            if run.answered_from_store:
+                # A finished thread asked to finish ({}): nothing ran, and ainvoke returns the
+                # stored last turn; a client that lost the end of its stream (a kill right after
+                # the last commit) reconnects this way, so it gets that turn here too.
+                for m in run.produced:
+                    yield emitter.make(StreamEvent.MESSAGE, message=copy_message(m), status="node_invoked")
             for chunk in _final_chunks(emitter, run, outcome, started):
                 yield chunk
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from tenxgraph import _core
+from tenxgraph.core.exceptions import InvalidConfigError
 from tenxgraph.core.state.message import Message
 from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
@@ -27,6 +28,28 @@ def _id_type_option(key: str, value: Any) -> str:
     return name
 
 
+def _seconds(pool: dict[str, Any], keys: tuple[str, ...], default: float) -> float:
+    """A positive number of seconds from ``pool_config`` (the first of ``keys`` given; asyncpg's
+    ``command_timeout`` is what a 10xGraph user already passes for the per-statement bound). A
+    bool, a non-number, zero, a negative or NaN is ``InvalidConfigError`` STORAGE_CONFIG_002:
+    "no deadline" is not offered, since a statement the server never answers would then hang
+    its run for ever."""
+    key = next((k for k in keys if pool.get(k) is not None), None)
+    if key is None:
+        return default
+    value = pool[key]
+    seconds = float("nan")
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = float("inf")  # an int past a float's range: cut below
+    if not seconds > 0:
+        raise InvalidConfigError(f"pool_config[{key!r}] must be a positive number of seconds, got {value!r}",
+                                 "STORAGE_CONFIG_002", {"field": key, "value": repr(value)[:80]})
+    return min(seconds, 1e9)
+
+
 def _as_id(value: Any, id_type: str) -> Any:
     """An id read back as text, as the column holds it: an int on an int / bigint schema."""
     if id_type != "string" and isinstance(value, str) and value.isdigit():
@@ -47,6 +70,14 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
 
     Threads belong to the user who created them (``enforce_user_isolation=True``, as in 10xGraph):
     another user's read sees nothing and a write raises STORAGE_FORBIDDEN_001.
+
+    Every statement has a deadline: ``pool_config={"command_timeout": 30}`` (asyncpg's name;
+    ``statement_timeout`` also works; default 30 s, a transaction twice that). A server or network
+    that stops answering then ends the call with ``TransientStorageError``
+    ``STORAGE_TRANSIENT_001`` instead of a wait for ever, and the connection is closed. A row lock
+    held by another session is waited for ``pool_config["lock_timeout"]`` (default 5 s), and a
+    transaction a frozen client left open ends after twice the deadline. Migrations and
+    ``aprune`` are not bounded (they may rightly take minutes on a large database).
 
     Nothing connects here: a module-level checkpointer imports while the database is down. The
     first call that needs the database (``asetup()``, a run, a read) connects and migrates, and
@@ -109,6 +140,8 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
             self.cache_ttl,
             self.id_type,
             self.user_id_type,
+            _seconds(pool, ("command_timeout", "statement_timeout"), 30.0),
+            _seconds(pool, ("lock_timeout",), 5.0),
         )
 
     def __repr__(self) -> str:
