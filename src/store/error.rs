@@ -87,8 +87,10 @@ pub enum StoreError {
         /// The database's message, password redacted.
         message: String,
     },
-    /// The database could not be reached (after retries): TransientStorageError.
-    #[error("{op} failed: the database is unreachable: {message}")]
+    /// The database could not be reached (after retries), gave no answer in time, or was locked
+    /// by another writer for longer than the wait allows: TransientStorageError (a later retry
+    /// can pass). The message says which.
+    #[error("{op} failed: {message}")]
     Transient {
         /// The operation that could not reach the database.
         op: &'static str,

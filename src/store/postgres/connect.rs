@@ -36,7 +36,7 @@ impl PgStore {
                     break;
                 }
                 Ok(Err(e)) => map_err("connect", e, None),
-                Err(_) => StoreError::Transient { op: "connect", message: "timed out".into() },
+                Err(_) => StoreError::Transient { op: "connect", message: "the database is unreachable: timed out".into() },
             };
             attempt += 1;
             if !matches!(err, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {

@@ -35,7 +35,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P03" | "57014" | "55P03" | "25P03")
         })
     {
-        return StoreError::Transient { op, message: redact(&e.to_string()) };
+        return StoreError::Transient { op, message: format!("the database is unreachable: {}", redact(&e.to_string())) };
     }
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };

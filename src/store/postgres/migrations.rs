@@ -124,11 +124,6 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType), deadlin
 async fn up_to_date(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> StoreResult<Option<(IdType, IdType)>> {
     let mut conn = pool.acquire().await.map_err(|e| StoreError::Schema(e.to_string()))?;
     let table = format!("{}.schema_version", quote_schema(schema)?);
-    // Named as `format_type` names it: the schema quoted only where it must be.
-    let own_role = |r: &str| {
-        let name = r.strip_suffix(".message_role").unwrap_or("");
-        r == "message_role" || name == schema.to_ascii_lowercase() || quote_schema(schema).is_ok_and(|q| q == name)
-    };
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(&table)
         .fetch_one(&mut *conn)
@@ -144,12 +139,29 @@ async fn up_to_date(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> Store
     if current < CURRENT_VERSION {
         return Ok(None);
     }
-    // The id types and the role-type repair are decided under the lock as before when they differ.
-    match existing_id_types(&mut conn, schema).await? {
-        // Read outside the schema's search path, the type is named with its schema.
-        Some(found) if found == ids && existing_role_type(&mut conn, schema).await?.is_some_and(|r| own_role(&r)) => Ok(Some(found)),
-        _ => Ok(None),
+    // Other id types are refused under the lock, as before.
+    let Some(found) = existing_id_types(&mut conn, schema).await?.filter(|found| *found == ids) else {
+        return Ok(None);
+    };
+    // A role type outside the schema (10xGraph's `public.message_role` beside a custom schema)
+    // with functions that cast to it unqualified is repaired under the lock (see `migrate`).
+    let role_schema: Option<String> = sqlx::query_scalar(
+        "SELECT tn.nspname::text FROM pg_attribute a \
+         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+         JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = t.typnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'messages' AND c.relkind IN ('r', 'p') \
+         AND a.attname = 'role' AND NOT a.attisdropped",
+    )
+    .bind(schema)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| StoreError::Schema(e.to_string()))?;
+    match role_schema {
+        Some(own) if own == schema => {}
+        Some(_) if !has_unresolvable_role_casts(&mut conn, schema).await? => {}
+        _ => return Ok(None),
     }
+    Ok(Some(found))
 }
 
 /// A migration's text for these id types (see the module comment).

@@ -44,7 +44,13 @@ pub struct SqliteStore {
 }
 
 fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |e| StoreError::backend(op, e)
+    // Another writer (another process) held the database past the busy wait: a retry can pass.
+    move |e| if tx::is_locked(&e) { locked(op, e.to_string()) } else { StoreError::backend(op, e) }
+}
+
+/// The database stayed locked by other writers past the busy wait (TransientStorageError).
+fn locked(op: &'static str, detail: String) -> StoreError {
+    StoreError::Transient { op, message: format!("{detail} (another writer held it past the {} s wait; retry later)", tx::BUSY_TIMEOUT.as_secs()) }
 }
 
 fn to_text(v: &Value) -> String {

@@ -24,11 +24,9 @@ impl WriteTx {
     pub(super) async fn begin(pool: &SqlitePool, gate: &Arc<tokio::sync::Mutex<()>>, op: &'static str) -> StoreResult<Self> {
         // Bounded like SQLite's own busy wait, so a writer queued behind many others (each of
         // which may wait out another process's lock) gives up instead of hanging.
-        let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned()).await.map_err(|_| {
-            StoreError::backend(op, std::io::Error::new(std::io::ErrorKind::TimedOut, format!(
-                "database is locked: waited {} s behind this process's other writers", BUSY_TIMEOUT.as_secs()
-            )))
-        })?;
+        let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned())
+            .await
+            .map_err(|_| locked(op, "database is locked: queued behind this process's other writers".into()))?;
         let conn = pool.acquire().await.map_err(be(op))?;
         // The transaction owns the connection before BEGIN is sent: sqlx's worker thread runs a
         // statement it was sent even when the future awaiting it is dropped (a client cancelling
