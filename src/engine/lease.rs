@@ -169,6 +169,10 @@ pub struct Lease {
     /// The run waited for another live holder before it got the lease (`on_busy` wait or
     /// interrupt): what it loads is what that run left, not what its caller saw.
     pub waited: bool,
+    /// The thread's head version when the run first found the lease held (None: it did not wait,
+    /// or the thread had no state). A holder that wrote nothing (a recovery check, a `{}` on a
+    /// paused thread) leaves it as it was: the caller saw that thread, and its `{}` goes on.
+    pub waited_from: Option<i64>,
 }
 
 impl Lease {
@@ -274,6 +278,7 @@ impl Taking {
             released: Default::default(),
             _live: self.0,
             waited: false,
+            waited_from: None,
         }
     }
 }
@@ -288,6 +293,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
     let mut pause = Duration::from_millis(10);
     let mut asked = false;
     let mut waited = false;
+    let mut waited_from: Option<i64> = None;
     let mut live = Some(LiveRun::enter(&thread_id, &cfg.run_id));
     loop {
         let info = match store.lease_acquire(&thread_id, &req).await? {
@@ -313,6 +319,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     released: Default::default(),
                     _live,
                     waited,
+                    waited_from,
                 });
             }
             LeaseAttempt::Held(info) => info,
@@ -336,6 +343,10 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                 if now >= deadline {
                     inc(&metrics().busy_rejections);
                     return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
+                }
+                if !waited {
+                    // One read, on the contended path only (it sleeps next anyway).
+                    waited_from = store.load_with(&cfg.thread, None).await.ok().flatten().map(|cp| cp.version);
                 }
                 waited = true;
                 sleep(pause.min(deadline - now)).await;

@@ -180,7 +180,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // asked for is done: it gets the paused thread as it is, and nothing runs or is written.
     let bare = !input.has_messages && !input.has_state_update && input.start_node.is_none();
     if bare
-        && lease.get().is_some_and(|l| l.waited)
+        && lease.get().is_some_and(|l| l.waited && l.waited_from != Some(version))
         && matches!(previous, ExecStatus::InterruptedBefore | ExecStatus::InterruptedAfter)
         && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON)
         && let Some(cp) = &stored

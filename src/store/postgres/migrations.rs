@@ -26,7 +26,7 @@ use std::time::Duration;
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
-const MIGRATIONS: [(i32, &str, &str); 11] = [
+const MIGRATIONS: [(i32, &str, &str); 12] = [
     (1, "0001_threads_states_messages.sql", include_str!("../../../migrations/postgres/0001_threads_states_messages.sql")),
     (2, "0002_state_versions.sql", include_str!("../../../migrations/postgres/0002_state_versions.sql")),
     (3, "0003_tool_executions.sql", include_str!("../../../migrations/postgres/0003_tool_executions.sql")),
@@ -38,6 +38,7 @@ const MIGRATIONS: [(i32, &str, &str); 11] = [
     (9, "0009_lean_step_and_input.sql", include_str!("../../../migrations/postgres/0009_lean_step_and_input.sql")),
     (10, "0010_thread_names.sql", include_str!("../../../migrations/postgres/0010_thread_names.sql")),
     (11, "0011_input_on_known_head.sql", include_str!("../../../migrations/postgres/0011_input_on_known_head.sql")),
+    (12, "0012_step_lock_waits.sql", include_str!("../../../migrations/postgres/0012_step_lock_waits.sql")),
 ];
 
 /// The schema version `migrate` brings a database to (the last file of `migrations/postgres`).

@@ -244,13 +244,14 @@ impl Checkpointer for PgStore {
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
         self.check_thread(t)?;
         self.check_message_id(message_id)?;
-        messages::delete_message(self, t, message_id).await
+        // A transaction: its statements run on `&mut *tx`, outside `Conns`' per-statement bound.
+        self.bounded("delete message", messages::delete_message(self, t, message_id)).await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         self.check_thread(t)?;
         crate::store::id_text::check_thread_name(name)?;
-        threads::put_thread(self, t, name, meta).await
+        self.bounded("write thread", threads::put_thread(self, t, name, meta)).await
     }
 
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
