@@ -48,7 +48,8 @@ from tenxgraph.testing.services import PostgresServer, RedisServer, find_pg_bina
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "frozen_child.py"
 sys.path.insert(0, str(HERE))
-import frozen_child  # noqa: E402  (the graphs the children run, for reference runs in this process)
+import frozen_child  # noqa: E402
+from tests_py.redteam.waits import wait_until as _wait_until  # noqa: E402  (the graphs the children run, for reference runs in this process)
 
 # Seconds a call may take after a fault before it counts as hung. Every timeout the tests set is
 # at most 2 s (pool acquire 2 s, node_timeout 2 s, tool_timeout <= 2 s, lease_ttl <= 2 s, the
@@ -128,15 +129,8 @@ def ledger_calls(pg: PostgresServer, dbname: str, schema: str, thread: str) -> l
     return sorted(str(json.loads(r[0])[1]) for r in out)
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    return _wait_until(what, check, timeout)
 
 
 def counts(path: Path) -> Counter[str]:
