@@ -716,6 +716,7 @@ def test_sqlite_write_lock_held_by_another_process(tmp_path: Path, monkeypatch: 
         async def during() -> tuple[Any, float, float]:
             t0 = time.monotonic()
             state = await asyncio.wait_for(cp.aget_state(dict(cfg)), BOUND)
+            assert state is not None, "the thread's first turn is not readable while another process writes"
             read = time.monotonic() - t0
             t0 = time.monotonic()
             try:

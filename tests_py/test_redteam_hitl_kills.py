@@ -531,7 +531,6 @@ def test_random_stop_kill_and_new_turn(db: str, tmp_path: Path, effects: EffectC
                       + [(rng.uniform(0, span), "kill")] * (rng.random() < 0.6))
         c = None
         on_busy = rng.choice(["reject", "wait", "interrupt"])
-        before = effects.counts()
         for at, what in plan:
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
             if what == "stop":
