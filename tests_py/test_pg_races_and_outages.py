@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from tenxgraph.testing.services import (
 )
 
 from tests_py.crash_agents.pg_agent import USER, effects, tool_graph
-from tests_py.redteam.waits import wait_until as _wait_until
+from tests_py.redteam.waits import await_until as _await_until, wait_until as _wait_until
 
 AGENT = Path(__file__).parent / "crash_agents" / "pg_agent.py"
 REPO = Path(__file__).resolve().parent.parent
@@ -55,17 +55,6 @@ def _child_env(effects_path: Path | None = None) -> dict[str, str]:
     if effects_path is not None:
         env["TENX_EFFECTS"] = str(effects_path)
     return env
-
-
-async def _await_until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _dbname(dsn: str) -> str:

@@ -18,3 +18,17 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 30.0, every
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(every)
+
+
+async def await_until(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.01) -> Any:
+    """``wait_until`` for a coroutine: the event loop runs between the checks."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(every)
