@@ -28,6 +28,8 @@ from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import find_pg_binary
 from tenxgraph.utils import interrupt, pending_interrupt
 
+from tests_py.redteam.blackhole import BlackholeAfterBegin
+
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
 pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (python -m tenxgraph.testing serve ENV)")
 PSQL = find_pg_binary("psql") if DSN else "psql"
@@ -348,67 +350,6 @@ def test_a_user_whose_tool_node_fails_for_good_can_still_send_a_new_turn(tmp_pat
 
 
 # --------------------------------------------------------------------------- 6. transactions left unbounded
-
-class BlackholeAfterBegin:
-    """TCP proxy to Postgres. Once armed, the first client packet that follows a BEGIN on a
-    connection is held, and nothing more is forwarded either way (a network blackhole that starts
-    right after the transaction began: BEGIN answered, the next statement never is)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        import threading
-
-        self.target = (host, port)
-        self.armed = False
-        self.tripped = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.writers: set[asyncio.StreamWriter] = set()
-        self.server = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._handle, "127.0.0.1", 0),
-                                                       self.loop).result(10)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    def dsn_for(self, dsn: str, app: str) -> str:
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(dsn)
-        userinfo = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-        query = (parts.query + "&" if parts.query else "") + f"application_name={app}"
-        return urlunsplit(parts._replace(netloc=f"{userinfo}127.0.0.1:{self.port}", query=query))
-
-    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        sr, sw = await asyncio.open_connection(*self.target)
-        self.writers |= {cw, sw}
-        state = {"began": False, "dead": False}
-        await asyncio.gather(self._pump(cr, sw, state, upstream=True), self._pump(sr, cw, state, upstream=False))
-
-    async def _pump(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, state: dict[str, bool], upstream: bool) -> None:
-        try:
-            while data := await r.read(65536):
-                if state["dead"]:
-                    continue  # swallowed: the blackhole
-                if upstream and self.armed:
-                    if state["began"]:
-                        state["dead"] = True
-                        self.tripped.set()
-                        continue
-                    if b"BEGIN" in data:
-                        state["began"] = True
-                w.write(data)
-                await w.drain()
-        except (OSError, asyncio.CancelledError):
-            pass
-
-    def stop(self) -> None:
-        async def close() -> None:
-            for w in list(self.writers):
-                w.close()
-            self.server.close()
-
-        asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
 
 @pytest.mark.parametrize("op", ["aput_thread", "adelete_message", "aput_messages"])
 def test_a_checkpointer_write_whose_transaction_meets_a_blackhole_ends_in_bounded_time(op: str) -> None:

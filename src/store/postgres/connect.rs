@@ -56,6 +56,7 @@ impl PgStore {
             ms(opts.lock_wait),
             ms(opts.statement_deadline * 2)
         );
+        let release_deadline = opts.statement_deadline;
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout)
@@ -68,6 +69,23 @@ impl PgStore {
                     let _ = sqlx::Executor::execute(&mut *conn, "SET client_connection_check_interval = 1000").await;
                     sqlx::raw_sql(sqlx::AssertSqlSafe(server_limits)).execute(&mut *conn).await?;
                     Ok(())
+                })
+            })
+            .after_release(move |conn, _meta| {
+                Box::pin(async move {
+                    // A transaction dropped mid-statement (`PgStore::bounded` gave up on it, or its
+                    // run was cancelled) left its ROLLBACK queued, and sqlx's own ping on return
+                    // has no deadline: on a network that stopped answering it would hold the pool
+                    // slot until TCP gives up. Flushed here within the deadline; past it the
+                    // connection is closed hard (an `Err` here), and the slot freed.
+                    if !sqlx::Connection::should_flush(&*conn) {
+                        return Ok(true);
+                    }
+                    match tokio::time::timeout(release_deadline, sqlx::Connection::ping(&mut *conn)).await {
+                        Ok(Ok(())) => Ok(true),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(super::conns::timed_out(release_deadline)),
+                    }
                 })
             })
             .connect_with(connect.clone())
