@@ -107,7 +107,7 @@ def tool_graph(effects: Effects, cp: PgCheckpointer, *, interrupt_before: list[s
 
     async def charge(order_id: str) -> str:
         """Charge the order."""
-        if hang:
+        if hang and order_id == "o-1":  # its backend hangs for this order, not for later ones
             await asyncio.Event().wait()
         effects.record("charge")
         return f"charged {order_id}"
@@ -316,14 +316,12 @@ def test_a_crafted_interrupt_id_is_refused_and_writes_nothing(tmp_path: Path) ->
 
 # --------------------------------------------------------------------------- 5. a tool node that fails for good
 
-@pytest.mark.xfail(strict=True, reason="design gap, not a regression: 10xGraph 0.10 wedges the same thread too "
-                   "(NODE_002 on every later turn, checked with the oracle); tenxgraph now refuses with a typed "
-                   "STORAGE_BUSY_001 and writes nothing, but documents no way out (FINDINGS.md #5)")
 def test_a_user_whose_tool_node_fails_for_good_can_still_send_a_new_turn(tmp_path: Path) -> None:
     """Item 5: new input is refused (STORAGE_BUSY_001) while a tool node's calls are unanswered,
     and `{}` is the documented way out. A tool whose backend hangs for good (node_timeout every
     time) leaves the thread failed at the tool node; `{}` fails the same way. Can the user ever
-    send a new turn? (Typed errors are checked on the way.)"""
+    send a new turn? (Typed errors are checked on the way.) Fixed in session 18: the new turn
+    answers the failed node's calls first (tests_py/test_failed_tool_node_new_turn.py)."""
     cp = checkpointer(new_schema())
     effects = Effects(tmp_path / "effects")
     app = tool_graph(effects, cp, hang=True)

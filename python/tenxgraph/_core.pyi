@@ -96,6 +96,7 @@ class RunOptions:
     known_version: int | None
     known_mark: str | None
     resume_only: bool
+    close_failed_tools: bool
     owner_scoped: bool
     def __new__(cls, config: dict[str, Any]) -> RunOptions:
         """Resolves the run settings of ``config`` once (ids, recursion limit, timeouts,
@@ -113,8 +114,10 @@ class RunOptions:
         known_state: KeptState | None = None,
         resume_only: bool = False,
         owner_scoped: bool = False,
+        close_failed_tools: bool = False,
     ) -> RunOptions:
-        """These settings with the facts of one call."""
+        """These settings with the facts of one call. ``close_failed_tools``: the run only
+        answers the calls of a tool node the thread failed at (nothing runs), and completes it."""
 
 @final
 class ExecView:

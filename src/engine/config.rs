@@ -38,6 +38,12 @@ pub struct RunConfig {
     pub lease: LeasePolicy,
     /// Crash-test failpoints in force (the environment's plus the run's); usually none.
     pub failpoints: Armed,
+    /// The run only closes a tool node that failed: a thread in `error` at a tool node whose
+    /// calls have no results (a node timeout, say) gets one result message per call, the
+    /// ledger's where a call's result was recorded and an error that says it was not run
+    /// otherwise; nothing runs, and the thread ends `completed` after that node. What a new turn
+    /// on such a thread does first (`EngineError::Busy { closable: true }`).
+    pub closing_failed_tools: bool,
 }
 
 impl RunConfig {
@@ -54,6 +60,7 @@ impl RunConfig {
             stop_poll: Duration::from_millis(500),
             lease: LeasePolicy::default(),
             failpoints: Armed::new(Failpoints::from_env(), None),
+            closing_failed_tools: false,
         }
     }
 }

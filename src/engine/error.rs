@@ -64,6 +64,9 @@ pub enum EngineError {
         thread_id: String,
         /// The node its unfinished run is at.
         node: String,
+        /// The thread failed at a tool node (not a run under way, a stop, or a review gate): a
+        /// run with `RunConfig::closing_failed_tools` answers the calls, and the turn can go on.
+        closable: bool,
     },
     /// Another execution holds the thread's lease and the run's `on_busy` policy gave up
     /// (`reject`, or `wait`/`interrupt` past `busy_timeout`): ThreadBusyError. Nothing ran.
@@ -102,7 +105,9 @@ impl EngineError {
                 json!({"max_steps": limit, "current_step": step, "current_node": node})
             }
             EngineError::NodeTimeout { node, timeout } => json!({"node_name": node, "timeout": timeout}),
-            EngineError::Busy { thread_id, node } => json!({"thread_id": thread_id, "current_node": node}),
+            EngineError::Busy { thread_id, node, closable } => {
+                json!({"thread_id": thread_id, "current_node": node, "failed_tool_node": closable})
+            }
             EngineError::LeaseBusy { thread_id, holder: Some(holder), waited } => json!({
                 "thread_id": thread_id,
                 "holder_run_id": holder.holder,

@@ -217,6 +217,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             };
             self.step_node = node.clone();
             self.host.lifecycle(Lifecycle::NodeDone { node: &node }, &self.exec).await;
+            if self.cfg.closing_failed_tools {
+                // Every call has its answer: the thread is done with this turn (no route on, no
+                // pause, no review gate), and the new turn that asked for the close comes next.
+                self.exec.step += 1;
+                self.exec.current_node = END.into();
+                continue;
+            }
             if let Some(reason) = out.pause {
                 // current_node stays: the resumed run routes past it (see resume_after).
                 self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, None);

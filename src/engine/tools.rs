@@ -155,8 +155,10 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     // run it again). A node of idempotent calls reads the ledger with a plain read: no intent
     // rows, no row locks, so no commit (the ledger records outcomes; a crashed idempotent call is
     // run again, as it would be after finding its intent). The records after each call stay fenced.
-    let with_intents = batch.calls.iter().any(|c| c.effects == SideEffects::AtMostOnce);
-    let (recorded, read_ok, intents_ok) = if batch.fresh && cfg.durable_every_step && !with_intents {
+    // A run closing a failed node runs nothing: it only reads what was recorded.
+    let closing = cfg.closing_failed_tools;
+    let with_intents = !closing && batch.calls.iter().any(|c| c.effects == SideEffects::AtMostOnce);
+    let (recorded, read_ok, intents_ok) = if batch.fresh && cfg.durable_every_step && !with_intents && !closing {
         (HashMap::new(), true, true)
     } else {
         begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents).await?
@@ -168,6 +170,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         let plan = match (row, old) {
             (Some(env), _) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
             (_, Some(env)) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+            _ if closing => Plan::Refuse(NOT_ANSWERED),
             (Some(env), _) if is_paused(env) => Plan::Resume,
             (Some(env), _) if is_intent(env) => Plan::Unknown,
             _ if call.effects == SideEffects::AtMostOnce && key.is_none() => Plan::Refuse(UNKEYED),
@@ -217,6 +220,9 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
 const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
 so running it without knowing whether an earlier attempt took effect could repeat a side effect; try again later \
 [TOOL_LEDGER_UNAVAILABLE]";
+const NOT_ANSWERED: &str = "it was not run again: its tool node failed before this call's result was recorded, and \
+a new message came instead of a retry, so it may or may not have taken effect; check before calling it again \
+[TOOL_NOT_ANSWERED]";
 const UNKEYED: &str = "it was not run: the assistant message that asked for it has no id, so a replay could not \
 tell whether this call already ran, and this tool must run at most once [TOOL_CALL_UNKEYED]";
 const INTENT_UNWRITABLE: &str = "it was not run: its start could not be recorded, and this tool must run at most \

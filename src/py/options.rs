@@ -63,6 +63,9 @@ pub struct RunOptions {
     known_state: Option<Arc<serde_json::Value>>,
     #[pyo3(get)]
     resume_only: bool,
+    /// The run only closes a failed tool node (`RunConfig::closing_failed_tools`).
+    #[pyo3(get)]
+    close_failed_tools: bool,
     /// The call carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`).
     #[pyo3(get)]
     owner_scoped: bool,
@@ -233,6 +236,7 @@ impl RunOptions {
             known_mark: None,
             known_state: None,
             resume_only: false,
+            close_failed_tools: false,
             owner_scoped: false,
             parsed_failpoints,
         })
@@ -242,7 +246,7 @@ impl RunOptions {
     /// (or a resume answer), where it starts, whether it is streamed, the commit (version, write
     /// mark) of the live state it holds with that commit's state row, and whether it is
     /// recovery's resume-only pass.
-    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, known_state=None, resume_only=false, owner_scoped=false))]
+    #[pyo3(signature = (*, has_messages, has_state_update, start_node=None, streaming=false, known_version=None, known_mark=None, known_state=None, resume_only=false, owner_scoped=false, close_failed_tools=false))]
     #[allow(clippy::too_many_arguments)]
     fn for_run(
         &self,
@@ -255,9 +259,11 @@ impl RunOptions {
         known_state: Option<PyRef<'_, super::kept_state::KeptState>>,
         resume_only: bool,
         owner_scoped: bool,
+        close_failed_tools: bool,
     ) -> Self {
         RunOptions {
             owner_scoped,
+            close_failed_tools,
             has_messages,
             has_state_update,
             start_node,
@@ -287,6 +293,7 @@ impl RunOptions {
         cfg.node_timeout = self.node_timeout.map(Duration::from_secs_f64);
         cfg.tool_timeout = self.tool_timeout.map(Duration::from_secs_f64);
         cfg.durable_every_step = self.durable;
+        cfg.closing_failed_tools = self.close_failed_tools;
         cfg.lease = engine::LeasePolicy {
             ttl: Duration::from_secs_f64(self.lease_ttl),
             on_busy: engine::OnBusy::parse(self.on_busy).unwrap_or(engine::OnBusy::Reject),

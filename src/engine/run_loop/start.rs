@@ -171,7 +171,19 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         if let Some(opt) = optimistic {
             opt.refuse();
         }
-        return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone() });
+        let closable = tools_unanswered && previous == ExecStatus::Error && input.has_messages && input.start_node.is_none();
+        return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone(), closable });
+    }
+    // A run that closes a failed tool node finds, under the lease, whether there still is one
+    // (another worker may have closed it, or resumed it, since the turn was refused): if not it
+    // does nothing, and the turn is tried again as it is.
+    let closing = cfg.closing_failed_tools;
+    if closing && !(tools_unanswered && previous == ExecStatus::Error && input.start_node.is_none() && !input.has_messages)
+        && let Some(cp) = &stored
+    {
+        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+        host.prepare(parts, &exec).await?;
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true, state: None });
     }
     // A bare `{}` ("finish this thread") that had to wait for another run of the thread: that run
     // may have finished the crashed turn and paused at a static review gate (`interrupt_before` /
@@ -218,6 +230,10 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         }
         exec.current_node = start.to_owned();
         skip_before = None;
+    }
+    if closing {
+        // Its review gate was for running the calls; closing runs none.
+        skip_before = Some(exec.current_node.clone());
     }
     exec.clear_interrupt();
     exec.error = None;

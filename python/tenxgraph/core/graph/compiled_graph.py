@@ -25,7 +25,7 @@ from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publish
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz, thread_owner
-from tenxgraph.core.exceptions import StorageError
+from tenxgraph.core.exceptions import StorageError, ThreadBusyError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -299,9 +299,40 @@ class CompiledGraph(Generic[StateT]):
 
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
+        try:
+            raw = await self._native_call(run, cfg, options, streaming, resume_only)
+        except ThreadBusyError as exc:
+            # The thread failed at a tool node (a node timeout, say), its calls unanswered: the new
+            # turn cannot land between those calls and their results, and `{}` would fail the same
+            # way again. Each call is answered first (from the ledger, or "not run again"), the
+            # thread is completed, and the turn goes on.
+            if not exc.context.get("failed_tool_node"):
+                raise
+            await self._close_failed_tools(cfg, options, str(exc.context.get("current_node", "")))
+            run.known = None  # the close committed after the state this process kept
+            raw = await self._native_call(run, cfg, options, streaming, resume_only)
+        text, run.kept_row = raw
+        outcome: dict[str, Any] = json.loads(text)
+        _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
+        return outcome
+
+    async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
+        """The run that answers a failed tool node's calls without running any (see
+        ``RunConfig::closing_failed_tools``); nothing when, under the lease, there is none left."""
+        closer = Run(self, cfg, {})
+        raw = await self._native_call(closer, cfg, options, False, False, close=True)
+        outcome = json.loads(raw[0])
+        if not outcome.get("nothing_to_resume"):
+            _log.warning("thread %s had failed at tool node '%s' with its calls unanswered; they were answered "
+                         "(recorded results, or 'not run again') before the new turn",
+                         cfg["thread_id"], node,
+                         extra={"event": "failed_tool_node_closed"})
+
+    async def _native_call(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool, resume_only: bool,
+                           close: bool = False) -> Any:
         known = run.known
         try:
-            raw = await run.native.run(
+            return await run.native.run(
                 run,
                 asyncio.get_running_loop(),
                 contextvars.copy_context(),
@@ -318,6 +349,7 @@ class CompiledGraph(Generic[StateT]):
                     # The store checks the owner again in the run's own reads and writes: a thread
                     # another user creates after check_authz looked is still refused.
                     owner_scoped=authz_owner_scoped(cfg),
+                    close_failed_tools=close,
                 ),
             )
         except BaseException as exc:
@@ -326,10 +358,6 @@ class CompiledGraph(Generic[StateT]):
             if not isinstance(exc, Exception):
                 await run.record_finished_tools()
             raise
-        text, run.kept_row = raw
-        outcome: dict[str, Any] = json.loads(text)
-        _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
-        return outcome
 
     async def astream(
         self,
