@@ -19,7 +19,7 @@ Found in session 17 (docs/reliability.md, "Red-team pass (session 17)"): before 
 these failed (a statement in flight on a frozen server or network waited for ever on every entry
 point; a frozen session's row locks held `tenxgraph recover` for ever; a stuck lease renewal held
 node_timeout and stop(); setup() queued behind a frozen migrator; an async tool that ignored its
-cancellation ran again on resume). The last test is a known limit, strict xfail.
+cancellation ran again on resume). The last test was a known limit (strict xfail) until session 18.
 """
 
 from __future__ import annotations
@@ -659,14 +659,12 @@ def test_async_tool_ignoring_cancellation_is_not_fired_again_by_the_resume(tmp_p
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="known limit (docs/production.md): a sync tool's thread is not a daemon, so a "
-                   "process whose tool is blocked for ever cannot exit until the tool returns")
 def test_sync_tool_blocked_forever_run_ends_and_process_exits(tmp_path: Path) -> None:
     """A sync tool blocks in ``time.sleep(3600)`` (a C call no deadline can interrupt). Sync
     ``invoke`` with tool_timeout=1 must return within BOUND (the model is told the tool timed
     out). Then the program's main function returns: the process must exit within BOUND.
-    docs/production.md says "The process also waits for such threads at exit": the run is
-    bounded, the process is not (a worker that cannot exit until the tool returns)."""
+    Before session 18 the process waited for such threads at exit for ever; now for
+    TENXGRAPH_SYNC_TOOL_EXIT_GRACE (10 s by default), then it exits."""
     env, effects, marks = run_env(tmp_path, "sync")
     child = Child(tmp_path, "sync", {"mode": "run", "graph": "blocked_sync", "entry": "invoke",
                                      "sqlite": str(tmp_path / "cp.db"), "thread": "t-sync", "env": env,

@@ -14,14 +14,24 @@ derived from the thread and the ledger key) until its result is settled:
 Each call gets a thread of its own, not the event loop's default executor: ``asyncio.run`` (under
 ``invoke``) waits for that executor on exit, so a run cut off at its deadline would still hang
 until the tool finished.
+
+At interpreter exit the process waits for those threads, so a tool mid-effect can finish and its
+late result be recorded (a restart then answers from the ledger instead of running it again), but
+only for ``TENXGRAPH_SYNC_TOOL_EXIT_GRACE`` seconds (default 10, a container's usual stop grace):
+the threads are daemons, and a tool blocked for ever no longer keeps its process from exiting.
+What is still running then is named in a warning (``sync_tool_abandoned_at_exit``); it is left as
+a SIGKILL would leave it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
+import os
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -32,6 +42,10 @@ __all__ = ["in_flight", "run"]
 _log = run_logger("tenxgraph.tools")
 _lock = threading.Lock()
 _flights: dict[Hashable, _Flight] = {}
+# The threads of sync calls and of their late records that have not ended (see the module notes).
+_threads: set[threading.Thread] = set()
+
+DEFAULT_EXIT_GRACE = 10.0
 
 
 class _Flight:
@@ -68,7 +82,7 @@ async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callab
                   extra={"tool": name, "event": "sync_tool_joined"})
     else:
         ctx = contextvars.copy_context()
-        threading.Thread(target=_work, args=(key, flight, ctx, work), name=f"tenxgraph-tool-{name}").start()
+        _start(f"tenxgraph-tool-{name}", _work, key, flight, ctx, work)
     try:
         result = await asyncio.wrap_future(flight.future)
     except asyncio.CancelledError:
@@ -128,7 +142,7 @@ def _give_up(key: Hashable | None, flight: _Flight) -> None:
             del _flights[key]  # an error is no result: nothing to record or to wait for
     if record:
         result = flight.future.result()
-        threading.Thread(target=_record_late, args=(key, flight, result), name="tenxgraph-late-record").start()
+        _start("tenxgraph-late-record", _record_late, key, flight, result)
 
 
 def _record_late(key: Hashable | None, flight: _Flight, result: Any) -> None:
@@ -149,3 +163,55 @@ def _forget(key: Hashable | None, flight: _Flight, *, answered: bool) -> None:
             flight.settled = True
         if key is not None and _flights.get(key) is flight and (flight.waiters == 0 or not answered):
             del _flights[key]
+
+
+def _start(name: str, target: Callable[..., None], *args: Any) -> None:
+    thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
+    with _lock:
+        _threads.add(thread)
+    thread.start()
+
+
+def _tracked(target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    try:
+        target(*args)
+    finally:
+        with _lock:
+            _threads.discard(threading.current_thread())
+
+
+def exit_grace() -> float:
+    """``TENXGRAPH_SYNC_TOOL_EXIT_GRACE`` in seconds (>= 0), else the default; a bad value warns
+    and gives the default (read at exit, where raising helps nobody)."""
+    raw = os.environ.get("TENXGRAPH_SYNC_TOOL_EXIT_GRACE", "").strip()
+    if not raw:
+        return DEFAULT_EXIT_GRACE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0.0 <= value < float("inf")):
+        _log.warning("TENXGRAPH_SYNC_TOOL_EXIT_GRACE must be a number of seconds >= 0, got %r; using %gs",
+                     raw, DEFAULT_EXIT_GRACE, extra={"event": "invalid_setting"})
+        return DEFAULT_EXIT_GRACE
+    return value
+
+
+def wait_at_exit(grace: float | None = None) -> list[str]:
+    """Waits up to ``grace`` seconds (default: ``exit_grace()``) for the sync calls still running
+    and their late records; returns the names of the threads still running after it, each named
+    in a warning. Registered with ``atexit``."""
+    deadline = time.monotonic() + (exit_grace() if grace is None else grace)
+    with _lock:
+        pending = list(_threads)
+    for thread in pending:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in pending if t.is_alive()]
+    for name in left:
+        _log.warning("process exiting while sync tool thread %s still runs: it is abandoned, as a kill would leave "
+                     "it (its result, if it ever comes, is not recorded; a resume treats the call as unrecorded)",
+                     name, extra={"event": "sync_tool_abandoned_at_exit"})
+    return left
+
+
+atexit.register(wait_at_exit)
