@@ -383,7 +383,8 @@ impl Checkpointer for PgStore {
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
-        // Not bounded: one transaction over the whole database, which may rightly take minutes.
+        // Each batch is bounded (a real run commits batch by batch); the whole is not: on a large
+        // database it may rightly take minutes.
         prune::prune(self, rules).await
     }
 

@@ -1,5 +1,5 @@
 //! Retention: old state versions, finished threads and old ledger rows, never a thread that is not
-//! completed or whose lease is held.
+//! completed or whose lease is held. A real run deletes in batches, each its own write transaction.
 
 use super::*;
 
@@ -9,9 +9,14 @@ pub(super) const FINISHED: &str = "SELECT s.thread_id FROM states s \
        AND json_extract(s.state_data, '$.execution_meta.status') = 'completed' \
        AND s.thread_id NOT IN (SELECT thread_id FROM leases WHERE released = 0 AND expires_at > ?1)";
 
+/// Rows a real run deletes per write transaction: a turn waiting for the write lock waits for one
+/// batch, not for the whole prune (SQLite has one writer; its busy wait ends after 10 s).
+const ROWS_PER_BATCH: i64 = 1000;
+/// Threads per batch: each takes its messages, states and ledger rows with it.
+const THREADS_PER_BATCH: i64 = 50;
+
 pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<PruneReport> {
     let now = now_secs();
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
     let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
     // Each rule is counted with the WHERE clause it deletes with, so a dry run reports exactly
     // what the real run would remove. Every value is a bind: `?1` is now, then the rule's own.
@@ -35,42 +40,62 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
         });
     }
     for (from, args) in plan {
-        let counted: i64 = bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {from}"))), now, &args)
-            .fetch_one(tx.conn())
-            .await
-            .map_err(be("prune"))?;
-        if from.starts_with("FROM threads") {
+        let threads = from.starts_with("FROM threads");
+        if rules.dry_run {
+            let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
+            let counted = count(&mut tx, &format!("SELECT COUNT(*) {from}"), now, &args).await?;
             // The ledger rows that go with the threads (cascade) are reported too.
-            let rows: i64 = bind_all(
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"
-                ))),
-                now,
-                &args,
-            )
-            .fetch_one(tx.conn())
-            .await
-            .map_err(be("prune"))?;
-            report.threads += counted as u64;
-            report.ledger_rows += rows as u64;
-        } else if from.starts_with("FROM states") {
-            report.state_versions += counted as u64;
-        } else {
-            report.ledger_rows += counted as u64;
+            let ledger = if threads {
+                count(&mut tx, &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"), now, &args)
+                    .await?
+            } else {
+                0
+            };
+            tx.commit("prune").await?;
+            tally(&mut report, &from, counted, ledger);
+            continue;
         }
-        if !rules.dry_run {
-            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {from}"))).bind(now);
+        // The rows of one batch: the first of the rule's rows by rowid, the same set for the
+        // ledger count and the delete (one write transaction).
+        let size = if threads { THREADS_PER_BATCH } else { ROWS_PER_BATCH };
+        let table = from.split_whitespace().nth(1).unwrap_or_default();
+        let batch = format!("SELECT rowid {from} ORDER BY rowid LIMIT {size}");
+        loop {
+            let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
+            let ledger = if threads {
+                count(&mut tx, &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN \
+                    (SELECT thread_id FROM threads WHERE rowid IN ({batch}))"), now, &args).await?
+            } else {
+                0
+            };
+            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({batch})"))).bind(now);
             for a in &args {
                 delete = delete.bind(*a);
             }
-            delete
-                .execute(tx.conn())
-                .await
-                .map_err(be("prune"))?;
+            let deleted = delete.execute(tx.conn()).await.map_err(be("prune"))?.rows_affected() as i64;
+            tx.commit("prune").await?;
+            tally(&mut report, &from, deleted, ledger);
+            if deleted < size {
+                break;
+            }
         }
     }
-    tx.commit("prune").await?;
     Ok(report)
+}
+
+fn tally(report: &mut PruneReport, from: &str, rows: i64, ledger: i64) {
+    if from.starts_with("FROM threads") {
+        report.threads += rows as u64;
+        report.ledger_rows += ledger as u64;
+    } else if from.starts_with("FROM states") {
+        report.state_versions += rows as u64;
+    } else {
+        report.ledger_rows += rows as u64;
+    }
+}
+
+async fn count(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
+    bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())), now, args).fetch_one(tx.conn()).await.map_err(be("prune"))
 }
 
 /// A count query with its binds: now, then the rule's values in order.

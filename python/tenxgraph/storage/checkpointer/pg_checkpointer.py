@@ -76,8 +76,10 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
     that stops answering then ends the call with ``TransientStorageError``
     ``STORAGE_TRANSIENT_001`` instead of a wait for ever, and the connection is closed. A row lock
     held by another session is waited for ``pool_config["lock_timeout"]`` (default 5 s), and a
-    transaction a frozen client left open ends after twice the deadline. Migrations and
-    ``aprune`` are not bounded (they may rightly take minutes on a large database).
+    transaction a frozen client left open ends after twice the deadline. Migrations are not
+    bounded (they may rightly take minutes on a large database); ``aprune`` commits in batches,
+    each bounded, so a live thread waits for one batch, not for the whole prune (a dry run is one
+    transaction, rolled back).
 
     Nothing connects here: a module-level checkpointer imports while the database is down. The
     first call that needs the database (``asetup()``, a run, a read) connects and migrates, and
