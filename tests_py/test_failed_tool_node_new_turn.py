@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import AgentState, Message
 from tenxgraph.core.exceptions import NodeTimeoutError
-from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.state.message_block import ToolResultBlock
+from tests_py.redteam.graphs import agent_loop
 
 
 def _call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
@@ -54,16 +54,7 @@ def build(cp: Any, effects: Counter[str], hang_for: set[str], interrupt_before: 
             return msg
         return Message.text_message("done", role="assistant")
 
-    def route(state: AgentState) -> str:
-        return "tools" if state.context[-1].tools_calls else END
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([charge, ship]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=cp, interrupt_before=interrupt_before)
+    return agent_loop(model, [charge, ship], cp, interrupt_before=interrupt_before)
 
 
 def turn(text: str) -> dict[str, Any]:

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import find_pg_binary
 from tenxgraph.utils import interrupt, pending_interrupt
 
 from tests_py.redteam.blackhole import BlackholeAfterBegin
+from tests_py.redteam.graphs import agent_loop
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
 pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (python -m tenxgraph.testing serve ENV)")
@@ -120,16 +120,7 @@ def tool_graph(effects: Effects, cp: PgCheckpointer, *, interrupt_before: list[s
             return msg
         return Message.text_message("done", role="assistant")
 
-    def route(state: AgentState) -> str:
-        return "tools" if state.context[-1].tools_calls else END
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([charge]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=cp, interrupt_before=interrupt_before)
+    return agent_loop(model, [charge], cp, interrupt_before=interrupt_before)
 
 
 def user(text: str) -> dict[str, Any]:
