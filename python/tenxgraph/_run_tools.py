@@ -48,6 +48,8 @@ class RunTools:
     emitter: Any
     events: Any
     has_lifecycle_hooks: bool
+    # The run only closes a failed tool node (CompiledGraph._close_failed_tools).
+    closing_failed_tools: bool
     _callbacks: CallbackManager
     _tool_steps: dict[str, ToolStep]
     _index: ContextIndex
@@ -83,9 +85,14 @@ class RunTools:
         try:
             step = ToolStep.begin(name, self.nodes[name].func, state)
         except Exception as exc:
-            if events is not None:
-                events.node_error(name, state.execution_meta.step, exc)
-            raise
+            if self.closing_failed_tools and getattr(exc, "error_code", None) == "NODE_002":
+                # Closing a failed tool node whose calls were answered already (the node ran and
+                # what failed came after it, e.g. the routing out of it): nothing to answer.
+                step = ToolStep(name, self.nodes[name].func, None, [], state, None)
+            else:
+                if events is not None:
+                    events.node_error(name, state.execution_meta.step, exc)
+                raise
         step.callbacks = self._callbacks
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step

@@ -116,6 +116,7 @@ class Run(RunHooks, RunTools):
         self._callbacks = graph._callbacks
         # Only lifecycle hooks make the loop call back at its lifecycle points (see lifecycle()).
         self.has_lifecycle_hooks = bool(self._callbacks._lifecycle_hooks)
+        self.closing_failed_tools = False
         self._input_data = input_data
         self._resumed_node: str | None = None  # set when this run resumes a paused thread
         self._before_node: AgentState | None = None  # the state a node started from (for hooks)

@@ -73,14 +73,15 @@ impl PgStore {
             })
             .after_release(move |conn, _meta| {
                 Box::pin(async move {
-                    // A transaction dropped mid-statement (`PgStore::bounded` gave up on it, or its
-                    // run was cancelled) left its ROLLBACK queued, and sqlx's own ping on return
-                    // has no deadline: on a network that stopped answering it would hold the pool
-                    // slot until TCP gives up. Flushed here within the deadline; past it the
-                    // connection is closed hard (an `Err` here), and the slot freed.
-                    if !sqlx::Connection::should_flush(&*conn) {
-                        return Ok(true);
-                    }
+                    // A statement dropped mid-flight (`PgStore::bounded` gave up on it, or its run
+                    // was cancelled) left the connection waiting for its ReadyForQuery, and a
+                    // dropped transaction its ROLLBACK queued too; sqlx's own ping on return has no
+                    // deadline: on a network that stopped answering it would hold the pool slot
+                    // until TCP gives up. `should_flush` only sees the queued ROLLBACK (the write
+                    // buffer), not a plain statement or a BEGIN dropped in flight (empty write
+                    // buffer, reply pending), so every release is pinged here within the deadline;
+                    // past it the connection is closed hard (an `Err` here), and the slot freed.
+                    // Costs one round trip more per release (sqlx pings again after this).
                     match tokio::time::timeout(release_deadline, sqlx::Connection::ping(&mut *conn)).await {
                         Ok(Ok(())) => Ok(true),
                         Ok(Err(e)) => Err(e),

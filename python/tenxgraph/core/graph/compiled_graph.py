@@ -308,6 +308,10 @@ class CompiledGraph(Generic[StateT]):
             # thread is completed, and the turn goes on.
             if not exc.context.get("failed_tool_node"):
                 raise
+            if any(m.role == "tool" for m in run.input_messages):
+                # Tool results sent as the new input would land after the close's own answers to
+                # the same calls (two results for one call): refused as before the close existed.
+                raise
             await self._close_failed_tools(cfg, options, str(exc.context.get("current_node", "")))
             run.known = None  # the close committed after the state this process kept
             raw = await self._native_call(run, cfg, options, streaming, resume_only)
@@ -320,6 +324,7 @@ class CompiledGraph(Generic[StateT]):
         """The run that answers a failed tool node's calls without running any (see
         ``RunConfig::closing_failed_tools``); nothing when, under the lease, there is none left."""
         closer = Run(self, cfg, {})
+        closer.closing_failed_tools = True  # a node whose calls were all answered closes empty
         raw = await self._native_call(closer, cfg, options, False, False, close=True)
         outcome = json.loads(raw[0])
         if not outcome.get("nothing_to_resume"):

@@ -491,6 +491,11 @@ class ToolNode:
                 return _Raw(fn(*args, **kwargs))
             except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
                 return _Raised(exc)
+            except SystemExit as exc:
+                # sys.exit() in this worker thread ends only this thread in Python (an argparse or
+                # click CLI wrapped as a tool, on the model's bad arguments): a tool error for the
+                # model, not a SystemExit raised again in the caller's thread.
+                return _Raised(RuntimeError(f"the tool called sys.exit({exc.code!r})"))
 
         def late(out: Any) -> None:
             if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
@@ -549,6 +554,9 @@ class ToolNode:
                 return self._map_result(result, tool_call_id, meta)
             except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
                 return self._failure(name, tool_call_id, meta, exc), False
+            except SystemExit as exc:
+                # sys.exit() in this worker thread ends only this thread in Python (see _run_sync_raw).
+                return self._failure(name, tool_call_id, meta, RuntimeError(f"the tool called sys.exit({exc.code!r})")), False
 
         def late(out: Any) -> None:
             if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone

@@ -1,0 +1,94 @@
+"""Child process for the SIGKILL tests: argv = kind, where (sqlite path or pg dsn|schema), thread,
+action (fail|turn:<text>|resume), effects file, ready file. Prints one JSON line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests_py.redteam.tool_history import call, turn  # noqa: E402
+from tenxgraph import END, START, AgentState, Message, StateGraph  # noqa: E402
+from tenxgraph.core.graph.tool_node import ToolNode  # noqa: E402
+from tenxgraph.utils import tool  # noqa: E402
+
+kind, where, thread, action, effects_path, ready = sys.argv[1:7]
+HANG = os.environ.get("RT_HANG") == "1"
+AMO = os.environ.get("RT_AMO") == "1"
+
+
+def effect(what: str) -> None:
+    fd = os.open(effects_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (what + "\n").encode())
+    os.close(fd)
+
+
+deco = tool(side_effects="at_most_once") if AMO else (lambda f: f)
+
+
+@deco
+async def charge(order_id: str) -> str:
+    """Charge."""
+    effect(f"charge {order_id}")
+    return f"charged {order_id}"
+
+
+@deco
+async def ship(order_id: str) -> str:
+    """Ship."""
+    if HANG:
+        await asyncio.Event().wait()
+    await asyncio.sleep(0.02)
+    effect(f"ship {order_id}")
+    return f"shipped {order_id}"
+
+
+async def model(state: AgentState) -> Message:
+    await asyncio.sleep(0.05)
+    last = state.context[-1]
+    if last.role == "user":
+        o = last.text()
+        msg = Message.text_message(f"on it: {o}", role="assistant")
+        msg.tools_calls = [call(f"charge-{o}", "charge", order_id=o), call(f"ship-{o}", "ship", order_id=o)]
+        return msg
+    return Message.text_message("done", role="assistant")
+
+
+def route(state: AgentState) -> str:
+    return "tools" if state.context[-1].tools_calls else END
+
+
+def checkpointer() -> Any:
+    from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
+    if kind == "sqlite":
+        return SqliteCheckpointer(where)
+    dsn, schema = where.split("|")
+    cp = PgCheckpointer(dsn, schema=schema, enforce_user_isolation=False)
+    cp.setup()
+    return cp
+
+
+async def main() -> None:
+    cp = checkpointer()
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([charge, ship]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=cp)
+    cfg = {"thread_id": thread, "user_id": "u1", "node_timeout": 0.5, "lease_ttl": 1.0,
+           "on_busy": "wait", "busy_timeout": 60}
+    data = {} if action == "resume" else turn(action.split(":", 1)[1])
+    open(ready, "w").close()
+    try:
+        await app.ainvoke(data, cfg)
+        out = {"ok": True}
+    except Exception as exc:
+        out = {"ok": False, "code": getattr(exc, "error_code", None), "type": type(exc).__name__, "msg": str(exc)[:300]}
+    print(json.dumps(out), flush=True)
+
+
+asyncio.run(main())

@@ -1,0 +1,237 @@
+"""Red team, commit 195981d: a new turn on a thread that failed at a tool node.
+
+Promises defended: no thread is wedged for ever (every bad input gets a typed error or the turn
+goes on), the model sees a correct history (each assistant tool call followed by exactly its
+results), no finished tool fires twice, another user's thread is never touched."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests_py.redteam.tool_history import call, check_history, results, turn
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.core.state.message_block import ToolResultBlock
+from tenxgraph.utils import tool
+from tenxgraph.utils.interrupt import interrupt
+
+
+def build(cp: Any, effects: Counter[str], ctl: dict[str, Any], *, route_after_tools: Any = None,
+          at_most_once: bool = False, two_nodes: bool = False) -> Any:
+    deco = tool(side_effects="at_most_once") if at_most_once else (lambda f: f)
+
+    @deco
+    async def charge(order_id: str) -> str:
+        """Charge the order."""
+        effects[f"charge {order_id}"] += 1
+        return f"charged {order_id}"
+
+    @deco
+    async def ship(order_id: str) -> str:
+        """Ship the order."""
+        how = ctl.get("ship", "ok")
+        if how == "hang":
+            await asyncio.Event().wait()
+        if how == "interrupt":
+            interrupt("ship it?")
+        effects[f"ship {order_id}"] += 1
+        return f"shipped {order_id}"
+
+    async def model(state: AgentState) -> Message:
+        last = state.context[-1]
+        if last.role == "user":
+            o = last.text()
+            msg = Message.text_message(f"on it: {o}", role="assistant")
+            msg.tools_calls = [call(f"charge-{o}", "charge", order_id=o), call(f"ship-{o}", "ship", order_id=o)]
+            return msg
+        return Message.text_message("done", role="assistant")
+
+    def route(state: AgentState) -> str:
+        if state.context[-1].tools_calls:
+            return "tools_b" if two_nodes and ctl.get("use_b") else "tools"
+        return END
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([charge, ship]))
+    targets = {"tools": "tools", END: END}
+    if two_nodes:
+        g.add_node("tools_b", ToolNode([charge, ship]))
+        g.add_edge("tools_b", "model")
+        targets["tools_b"] = "tools_b"
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, targets)
+    if route_after_tools is not None:
+        g.add_conditional_edges("tools", route_after_tools, {"model": "model"})
+    else:
+        g.add_edge("tools", "model")
+    return g.compile(checkpointer=cp)
+
+
+LOCAL = ["memory", "sqlite"]
+
+
+@pytest.fixture(params=LOCAL, ids=LOCAL)
+def local_cp(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    from tests_py.conftest import make_checkpointer
+    return make_checkpointer(request.param, request, tmp_path)
+
+
+def test_a_routing_error_after_a_finished_tool_node_does_not_wedge_the_thread(checkpointer: Any, make_thread: Any) -> None:
+    """Promise: nothing hangs / a failed tool node takes a new turn. The tool node ran and its
+    results are in the thread; the condition routing out of it raised once (a transient
+    failure). The thread is `error` at the tool node, so the new turn is routed to the close,
+    which re-enters the tool node on a thread whose last message is a tool result: NODE_002,
+    committed as the error again. Every later turn and every `{}` fails the same way, for ever."""
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"router_down": True}
+
+    def after_tools(state: AgentState) -> str:
+        if ctl["router_down"]:
+            raise RuntimeError("router backend down")
+        return "model"
+
+    app = build(checkpointer, effects, ctl, route_after_tools=after_tools)
+    cfg = {"thread_id": make_thread("route-fail"), "user_id": "u1"}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception) as first:
+            await app.ainvoke(turn("o-1"), cfg)
+        assert getattr(first.value, "error_code", None) == "GRAPH_ROUTING_001"
+        st = await checkpointer.aget_state(cfg)
+        assert (st.execution_meta.status.value, st.execution_meta.current_node) == ("error", "tools")
+        ctl["router_down"] = False  # the router is back
+        await app.ainvoke(turn("o-2"), cfg)  # FAILS today: NodeError NODE_002, for ever
+
+    asyncio.run(scenario())
+    st = asyncio.run(checkpointer.aget_state(cfg))
+    assert st.execution_meta.status.value == "completed"
+    check_history(st.context)
+    assert effects == Counter({"charge o-1": 1, "ship o-1": 1, "charge o-2": 1, "ship o-2": 1})
+
+
+def test_client_tool_results_sent_to_a_failed_tool_node_do_not_duplicate_answers(local_cp: Any, make_thread: Any) -> None:
+    """Promise: the model sees a correct history (each call followed by exactly its results), or
+    the input gets a typed error. A client sends its own tool-result message for the hung call
+    (as it would for a remote-tool pause). The close answers the call with [TOOL_NOT_ANSWERED]
+    and then the client's result is appended too: two results for one call id (before the
+    change: STORAGE_BUSY_001, nothing written)."""
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang"}
+    app = build(local_cp, effects, ctl)
+    cfg = {"thread_id": make_thread("client-results"), "user_id": "u1", "node_timeout": 0.5}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), cfg)
+        ctl["ship"] = "ok"
+        answer = Message.tool_message([ToolResultBlock(call_id="ship-o-1", output="client: shipped")])
+        before = await local_cp.aget_state(cfg)
+        try:
+            await app.ainvoke({"messages": [answer]}, cfg)
+        except Exception as exc:  # a typed refusal is acceptable, with nothing written
+            assert getattr(exc, "error_code", None), exc
+            after = await local_cp.aget_state(cfg)
+            assert len(after.context) == len(before.context)
+            return
+        check_history((await local_cp.aget_state(cfg)).context)
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_node_with_an_interrupted_call_and_a_hung_call_closes_cleanly(local_cp: Any, make_thread: Any) -> None:
+    """Promise: each call answered exactly once, nothing fires twice. Parallel calls: charge ran
+    and was recorded, ship hung; both at_most_once (intent rows). The new turn closes the node
+    (charge from the ledger, ship not answered) and a later `{}` changes nothing."""
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang"}
+    app = build(local_cp, effects, ctl, at_most_once=True)
+    cfg = {"thread_id": make_thread("amo"), "user_id": "u1", "node_timeout": 0.5}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), cfg)
+        ctl["ship"] = "ok"
+        await app.ainvoke(turn("o-2"), cfg)
+        await app.ainvoke({}, cfg)
+
+    asyncio.run(scenario())
+    ctx = asyncio.run(local_cp.aget_state(cfg)).context
+    check_history(ctx)
+    outs = {b.call_id: b for m in ctx for b in results(m)}
+    assert outs["charge-o-1"].output == "charged o-1" and not outs["charge-o-1"].is_error
+    assert "TOOL_NOT_ANSWERED" in str(outs["ship-o-1"].output)
+    assert effects == Counter({"charge o-1": 1, "charge o-2": 1, "ship o-2": 1})
+
+
+def test_a_failed_second_tool_node_is_the_one_closed(local_cp: Any, make_thread: Any) -> None:
+    """Promise: correct history on a graph with several tool nodes."""
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang", "use_b": True}
+    app = build(local_cp, effects, ctl, two_nodes=True)
+    cfg = {"thread_id": make_thread("two-nodes"), "user_id": "u1", "node_timeout": 0.5}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), cfg)
+        st = await local_cp.aget_state(cfg)
+        assert st.execution_meta.current_node == "tools_b"
+        ctl.update(ship="ok", use_b=False)
+        await app.ainvoke(turn("o-2"), cfg)
+
+    asyncio.run(scenario())
+    ctx = asyncio.run(local_cp.aget_state(cfg)).context
+    check_history(ctx)
+    assert effects == Counter({"charge o-1": 1, "charge o-2": 1, "ship o-2": 1})
+
+
+@pytest.mark.parametrize("how", ["user_isolation", "authz"])
+def test_another_user_cannot_close_the_owners_failed_tool_node(request: pytest.FixtureRequest, tmp_path: Any,
+                                                               make_thread: Any, how: str) -> None:
+    """Promise: another user's thread is never touched: user B's turn on user A's failed thread is
+    refused (typed error) and A's thread is unchanged (still failed, calls unanswered)."""
+    from tests_py.conftest import make_checkpointer
+    cp = make_checkpointer("postgres", request, tmp_path, enforce_user_isolation=(how == "user_isolation"))
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang"}
+    app = build(cp, effects, ctl)
+    thread = make_thread("foreign")
+    extra = {"authz": {"scope": "owner"}} if how == "authz" else {}
+    owner = {"thread_id": thread, "user_id": "alice", "node_timeout": 0.5, **extra}
+    other = {"thread_id": thread, "user_id": "mallory", "node_timeout": 0.5, **extra}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), owner)
+        before = await cp.aget_state(owner)
+        with pytest.raises(Exception) as refused:
+            await app.ainvoke(turn("o-evil"), other)
+        assert str(getattr(refused.value, "error_code", "")).startswith("STORAGE_FORBIDDEN"), refused.value
+        after = await cp.aget_state(owner)
+        assert [m.role for m in after.context] == [m.role for m in before.context]
+        assert after.execution_meta.status.value == "error"
+
+    asyncio.run(scenario())
+    assert effects == Counter({"charge o-1": 1})
+
+
+def test_recursion_limit_before_a_tool_node_then_new_turn(local_cp: Any, make_thread: Any) -> None:
+    """A run that hit its recursion limit right before the tool node (calls never started): the
+    new turn closes the node. Promise: history correct and nothing fires twice. (The answer says
+    'may or may not have taken effect' for calls that never started: documented as a note.)"""
+    effects: Counter[str] = Counter()
+    app = build(local_cp, effects, {})
+    cfg = {"thread_id": make_thread("recursion"), "user_id": "u1"}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), {**cfg, "recursion_limit": 1})
+        await app.ainvoke(turn("o-2"), cfg)
+
+    asyncio.run(scenario())
+    ctx = asyncio.run(local_cp.aget_state(cfg)).context
+    check_history(ctx)
+    assert effects == Counter({"charge o-2": 1, "ship o-2": 1})
