@@ -326,12 +326,15 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         unserialisable: false,
         carried: Default::default(),
     };
-    if stored.is_none()
-        || rewrite
-        || input.has_messages
-        || input.has_state_update
-        || input.start_node.is_some()
-        || previous != ExecStatus::Running
+    // A close writes once, at its end: a crash before that leaves the failed node as it was, and
+    // the next turn closes it again.
+    if !closing
+        && (stored.is_none()
+            || rewrite
+            || input.has_messages
+            || input.has_state_update
+            || input.start_node.is_some()
+            || previous != ExecStatus::Running)
     {
         if let Err(e) = run.commit(true).await {
             if let (Some(opt), true) = (optimistic, run.unserialisable) {
