@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests_py.redteam.tool_history import call, check_history, results, turn
+from tests_py.redteam.tool_history import check_history, order_turn_message, results, turn
 from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.state.message_block import ToolResultBlock
@@ -41,13 +41,7 @@ def build(cp: Any, effects: Counter[str], ctl: dict[str, Any], *, route_after_to
         return f"shipped {order_id}"
 
     async def model(state: AgentState) -> Message:
-        last = state.context[-1]
-        if last.role == "user":
-            o = last.text()
-            msg = Message.text_message(f"on it: {o}", role="assistant")
-            msg.tools_calls = [call(f"charge-{o}", "charge", order_id=o), call(f"ship-{o}", "ship", order_id=o)]
-            return msg
-        return Message.text_message("done", role="assistant")
+        return order_turn_message(state)
 
     def route(state: AgentState) -> str:
         if state.context[-1].tools_calls:

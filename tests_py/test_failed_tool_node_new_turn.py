@@ -11,7 +11,6 @@ saying it was not run again otherwise, and then goes on as any turn. Every backe
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections import Counter
@@ -23,10 +22,7 @@ from tenxgraph import AgentState, Message
 from tenxgraph.core.exceptions import NodeTimeoutError
 from tenxgraph.core.state.message_block import ToolResultBlock
 from tests_py.redteam.graphs import agent_loop
-
-
-def _call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+from tests_py.redteam.tool_history import order_turn_message
 
 
 def build(cp: Any, effects: Counter[str], hang_for: set[str], interrupt_before: list[str] | None = None) -> Any:
@@ -46,13 +42,7 @@ def build(cp: Any, effects: Counter[str], hang_for: set[str], interrupt_before: 
         return f"shipped {order_id}"
 
     async def model(state: AgentState) -> Message:
-        last = state.context[-1]
-        if last.role == "user":
-            order = last.text()
-            msg = Message.text_message(f"on it: {order}", role="assistant")
-            msg.tools_calls = [_call(f"charge-{order}", "charge", order_id=order), _call(f"ship-{order}", "ship", order_id=order)]
-            return msg
-        return Message.text_message("done", role="assistant")
+        return order_turn_message(state)
 
     return agent_loop(model, [charge, ship], cp, interrupt_before=interrupt_before)
 

@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from tests_py.redteam.tool_history import call, turn  # noqa: E402
-from tenxgraph import END, START, AgentState, Message, StateGraph  # noqa: E402
-from tenxgraph.core.graph.tool_node import ToolNode  # noqa: E402
+from tests_py.redteam.graphs import agent_loop  # noqa: E402
+from tests_py.redteam.tool_history import order_turn_message, turn  # noqa: E402
+from tenxgraph import AgentState, Message  # noqa: E402
 from tenxgraph.utils import tool  # noqa: E402
 
 kind, where, thread, action, effects_path, ready = sys.argv[1:7]
@@ -47,17 +47,7 @@ async def ship(order_id: str) -> str:
 
 async def model(state: AgentState) -> Message:
     await asyncio.sleep(0.05)
-    last = state.context[-1]
-    if last.role == "user":
-        o = last.text()
-        msg = Message.text_message(f"on it: {o}", role="assistant")
-        msg.tools_calls = [call(f"charge-{o}", "charge", order_id=o), call(f"ship-{o}", "ship", order_id=o)]
-        return msg
-    return Message.text_message("done", role="assistant")
-
-
-def route(state: AgentState) -> str:
-    return "tools" if state.context[-1].tools_calls else END
+    return order_turn_message(state)
 
 
 def checkpointer() -> Any:
@@ -72,13 +62,7 @@ def checkpointer() -> Any:
 
 async def main() -> None:
     cp = checkpointer()
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([charge, ship]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    app = g.compile(checkpointer=cp)
+    app = agent_loop(model, [charge, ship], cp)
     cfg = {"thread_id": thread, "user_id": "u1", "node_timeout": 0.5, "lease_ttl": 1.0,
            "on_busy": "wait", "busy_timeout": 60}
     data = {} if action == "resume" else turn(action.split(":", 1)[1])

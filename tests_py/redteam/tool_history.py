@@ -40,3 +40,15 @@ def check_history(ctx: list[Message]) -> None:
             i = j
             continue
         i += 1
+
+
+def order_turn_message(state: Any) -> Message:
+    """The scripted model of the order tests: a user's order gets `charge` and `ship` calls for it
+    (ids `charge-<order>`, `ship-<order>`), anything else the answer "done"."""
+    last = state.context[-1]
+    if last.role == "user":
+        order = last.text()
+        msg = Message.text_message(f"on it: {order}", role="assistant")
+        msg.tools_calls = [call(f"charge-{order}", "charge", order_id=order), call(f"ship-{order}", "ship", order_id=order)]
+        return msg
+    return Message.text_message("done", role="assistant")
