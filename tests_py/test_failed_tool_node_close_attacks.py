@@ -6,6 +6,8 @@ results), no finished tool fires twice, another user's thread is never touched."
 from __future__ import annotations
 
 import asyncio
+import logging
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -229,3 +231,102 @@ def test_recursion_limit_before_a_tool_node_then_new_turn(local_cp: Any, make_th
     ctx = asyncio.run(local_cp.aget_state(cfg)).context
     check_history(ctx)
     assert effects == Counter({"charge o-2": 1, "ship o-2": 1})
+
+
+# --------------------------------------------------------------------------- review of session 18
+
+
+def test_calls_left_without_results_behind_a_later_message_are_not_closed_over(checkpointer: Any, make_thread: Any) -> None:
+    """10xGraph 0.10's wedge: a user message stored after an assistant's unanswered tool calls,
+    the thread failed at the tool node (NODE_002). A close must not mark that thread completed
+    with the calls still unanswered (every provider refuses such a history): the new turn gets
+    the node's typed error, and nothing is written."""
+    effects: Counter[str] = Counter()
+    app = build(checkpointer, effects, {"ship": "ok"})
+    cfg = {"thread_id": make_thread("wedged-10x"), "user_id": "u1"}
+
+    async def scenario() -> None:
+        asked = order_turn_message(AgentState(context=[Message.text_message("o-1")]))
+        state = AgentState(context=[Message.text_message("o-1"), asked, Message.text_message("hello?")])
+        state.execution_meta.current_node = "tools"
+        state.execution_meta.status = state.execution_meta.status.__class__("error")
+        await checkpointer.aput_state(cfg, state)
+        before = await checkpointer.aget_state(cfg)
+        with pytest.raises(Exception) as refused:
+            await app.ainvoke(turn("o-2"), cfg)
+        assert getattr(refused.value, "error_code", None) == "NODE_002", refused.value
+        after = await checkpointer.aget_state(cfg)
+        assert [m.message_id for m in after.context] == [m.message_id for m in before.context]
+        assert after.execution_meta.status.value == "error"
+
+    asyncio.run(scenario())
+    assert not effects
+
+
+def test_two_racing_turns_log_one_close(checkpointer: Any, make_thread: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The turn that finds the node closed by the other did nothing, and says nothing."""
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang"}
+    app = build(checkpointer, effects, ctl)
+    cfg = {"thread_id": make_thread("race-log"), "user_id": "u1", "node_timeout": 0.5}
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), cfg)
+        ctl["ship"] = "ok"
+        wait = {**cfg, "on_busy": "wait", "busy_timeout": 60}
+        with caplog.at_level(logging.WARNING, logger="tenxgraph"):
+            await asyncio.gather(app.ainvoke(turn("o-2"), {**wait, "run_id": "r-2"}),
+                                 app.ainvoke(turn("o-3"), {**wait, "run_id": "r-3"}))
+
+    asyncio.run(scenario())
+    closed = [r for r in caplog.records if getattr(r, "event", None) == "failed_tool_node_closed"]
+    assert len(closed) == 1, [r.getMessage() for r in closed]
+    check_history(asyncio.run(checkpointer.aget_state(cfg)).context)
+
+
+def test_a_close_that_cannot_read_the_ledger_fails_and_writes_nothing(tenx_postgres: Any, make_thread: Any) -> None:
+    """The close answers each call from the ledger. When the ledger cannot be read, answering
+    "not run again" would hide a call that finished (its recorded result never used, the model
+    invited to call it again): the turn fails with a typed storage error instead, the thread stays
+    failed at its tool node, and the next turn closes it with the recorded result."""
+    import subprocess
+
+    from tenxgraph.storage.checkpointer import PgCheckpointer
+    from tenxgraph.testing.postgres_server import find_pg_binary
+
+    schema = f"cl_{uuid.uuid4().hex[:10]}"
+    cp = PgCheckpointer(tenx_postgres.dsn, schema=schema, enforce_user_isolation=False)
+    cp.setup()
+    effects: Counter[str] = Counter()
+    ctl: dict[str, Any] = {"ship": "hang"}
+    app = build(cp, effects, ctl)
+    cfg = {"thread_id": make_thread("no-ledger"), "user_id": "u1", "node_timeout": 0.5}
+
+    def psql(sql: str) -> None:
+        subprocess.run([find_pg_binary("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", tenx_postgres.dsn, "-c", sql],
+                       check=True, capture_output=True, timeout=60)
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):
+            await app.ainvoke(turn("o-1"), cfg)
+        ctl["ship"] = "ok"
+        before = await cp.aget_state(cfg)
+        psql(f'ALTER TABLE "{schema}".tool_executions RENAME TO tool_executions_away')
+        try:
+            with pytest.raises(Exception) as failed:
+                await app.ainvoke(turn("o-2"), cfg)
+            assert str(getattr(failed.value, "error_code", "")).startswith("STORAGE"), failed.value
+        finally:
+            psql(f'ALTER TABLE "{schema}".tool_executions_away RENAME TO tool_executions')
+        after = await cp.aget_state(cfg)
+        assert [m.message_id for m in after.context] == [m.message_id for m in before.context]
+        assert (after.execution_meta.status.value, after.execution_meta.current_node) == ("error", "tools")
+        await app.ainvoke(turn("o-3"), cfg)
+
+    asyncio.run(scenario())
+    ctx = asyncio.run(cp.aget_state(cfg)).context
+    check_history(ctx)
+    first_results = [results(m)[0] for m in ctx[2:4]]
+    assert (first_results[0].output, first_results[0].is_error) == ("charged o-1", False)  # the recorded result
+    assert effects["charge o-1"] == 1 and "o-2" not in [m.text() for m in ctx if m.role == "user"]

@@ -143,3 +143,48 @@ def test_a_turn_during_a_large_sqlite_prune_waits_for_one_batch_not_for_the_prun
     assert junk_left() == JUNK_THREADS // 3
     ctx = asyncio.run(cp.aget_state(cfg)).context
     assert [m.text() for m in ctx][-2:] == ["during the prune", "echo 3"]
+
+
+@needs_pg
+def test_a_thread_a_turn_touches_while_a_prune_batch_chose_it_is_kept() -> None:
+    """The threads rule chooses old finished threads, then deletes them. A turn that commits on
+    one in between (here: a session holding the thread row, then moving its `updated_at` to now)
+    makes it recent: the DELETE re-checks the age on the new row and keeps the thread, with what
+    the turn wrote. (A review said Postgres re-checks only the DELETE's own WHERE, not the
+    choosing query, so the age is repeated there; this test also passed on the statement
+    without the repeat, in session 18's runs: a regression test of the promise, not proof of
+    that race.)"""
+    schema = f"pr_{uuid.uuid4().hex[:10]}"
+    cp = PgCheckpointer(DSN, schema=schema, enforce_user_isolation=False)
+    cp.setup()
+    app = app_on(cp)
+    cfg = {"thread_id": "old", "user_id": "u1"}
+    asyncio.run(app.ainvoke({"messages": [Message.text_message("m0")]}, cfg))
+    s = f'"{schema}"'
+    psql(f"UPDATE {s}.threads SET updated_at = now() - interval '1 hour'")
+    holder = subprocess.Popen([find_pg_binary("psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", DSN],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert holder.stdin is not None
+    holder.stdin.write(f"BEGIN;\nUPDATE {s}.threads SET updated_at = clock_timestamp() WHERE thread_id = 'old';\n"
+                       "SELECT 'held';\n")
+    holder.stdin.flush()
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+
+    async def scenario() -> dict[str, Any]:
+        prune = asyncio.create_task(cp.aprune(finished_older_than=60))
+        loop = asyncio.get_running_loop()
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   f"AND query LIKE '%DELETE FROM {s}.threads%'")
+        while not prune.done() and await loop.run_in_executor(None, psql, waiting) == "0":
+            await asyncio.sleep(0.01)
+        assert not prune.done(), "the prune did not wait for the held thread row"
+        holder.stdin.write("COMMIT;\n")
+        holder.stdin.close()
+        return await prune
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        holder.wait(timeout=30)
+    assert report["threads"] == 0, report
+    assert [m.text() for m in asyncio.run(cp.aget_state(cfg)).context] == ["m0", "echo 1"]

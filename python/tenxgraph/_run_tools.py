@@ -12,7 +12,7 @@ from tenxgraph._run_values import clear_answers
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
-from tenxgraph.core.state.message_block import RemoteToolCallBlock
+from tenxgraph.core.state.message_block import RemoteToolCallBlock, ToolResultBlock
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
 from tenxgraph.prebuilt.tools.handoff import handoff_target
 
@@ -85,9 +85,12 @@ class RunTools:
         try:
             step = ToolStep.begin(name, self.nodes[name].func, state)
         except Exception as exc:
-            if self.closing_failed_tools and getattr(exc, "error_code", None) == "NODE_002":
+            if self.closing_failed_tools and getattr(exc, "error_code", None) == "NODE_002" \
+                    and _calls_all_answered(state.context):
                 # Closing a failed tool node whose calls were answered already (the node ran and
-                # what failed came after it, e.g. the routing out of it): nothing to answer.
+                # what failed came after it, e.g. the routing out of it): nothing to answer. Calls
+                # left without results (10xGraph's wedge: a user message after them) are not
+                # closed over: the thread stays failed, with the node's own error.
                 step = ToolStep(name, self.nodes[name].func, None, [], state, None)
             else:
                 if events is not None:
@@ -281,3 +284,15 @@ def is_remote_call(m: Message) -> bool:
 
 def remote_id(m: Message) -> str | None:
     return next((b.id for b in m.content if isinstance(b, RemoteToolCallBlock)), None)
+
+
+def _calls_all_answered(context: list[Any]) -> bool:
+    """Whether every call of the last message that asked for tools has a tool result after it."""
+    for i in range(len(context) - 1, -1, -1):
+        calls = context[i].tools_calls
+        if calls:
+            wanted = {str(c.get("id")) for c in calls if isinstance(c, dict)}
+            answered = {str(b.call_id) for m in context[i + 1:] if m.role == "tool"
+                        for b in m.content if isinstance(b, ToolResultBlock)}
+            return wanted <= answered
+    return True

@@ -169,7 +169,14 @@ def _start(name: str, target: Callable[..., None], *args: Any) -> None:
     thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
     with _lock:
         _threads.add(thread)
-    thread.start()
+    try:
+        thread.start()
+    except BaseException:
+        # Never started (no threads left, or the interpreter shutting down): nothing to wait for,
+        # and a join at exit would raise.
+        with _lock:
+            _threads.discard(thread)
+        raise
 
 
 def _tracked(target: Callable[..., None], args: tuple[Any, ...]) -> None:

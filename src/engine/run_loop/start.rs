@@ -149,7 +149,9 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     if let (true, Some(cp)) = (finished, &stored) {
         let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
         host.prepare(parts, &exec).await?;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
+        // A close that finds the thread finished (another turn closed it) did nothing either.
+        let nothing_to_resume = cfg.closing_failed_tools;
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None });
     }
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and

@@ -46,10 +46,14 @@ impl Stmts {
             )),
             // $1: seconds; $2: the batch. The ledger rows go by cascade at the end of the
             // statement; the count reads them from the statement's snapshot, before they went.
+            // The DELETE repeats the age test, so a thread a new turn touched while the batch
+            // chose it is judged on its new row and kept, whatever the plan re-checks of the
+            // choosing query.
             threads: Stmt::new(format!(
                 "WITH v AS (SELECT t.thread_id FROM {s}.threads t \
                    WHERE t.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {} LIMIT $2::int8), \
-                 d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) RETURNING thread_id) \
+                 d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) \
+                   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id) \
                  SELECT (SELECT COUNT(*) FROM v), COUNT(*), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)) FROM d",
                 finished("t")
