@@ -188,3 +188,34 @@ def test_a_thread_a_turn_touches_while_a_prune_batch_chose_it_is_kept() -> None:
         holder.wait(timeout=30)
     assert report["threads"] == 0, report
     assert [m.text() for m in asyncio.run(cp.aget_state(cfg)).context] == ["m0", "echo 1"]
+
+
+@needs_pg
+@pytest.mark.parametrize("id_type", ["string", "int", "bigint"])
+def test_every_rule_walks_past_its_first_window_on_every_id_type(id_type: str) -> None:
+    """More finished threads, state versions and ledger rows than one window holds, with kept rows
+    (an unfinished thread) in between: a dry run and the real run count the same, every eligible
+    row goes, the unfinished thread keeps everything. Integer ids are keyed as integers (ids 2 and
+    10 in order), text ids as text."""
+    schema = f"pw_{uuid.uuid4().hex[:10]}"
+    cp = PgCheckpointer(DSN, schema=schema, enforce_user_isolation=False, id_type=id_type)
+    cp.setup()
+    s = f'"{schema}"'
+    n = 250  # threads: 2.5 windows of the threads rule; ledger rows: 10 per thread (1.25 windows); states: 10 per thread
+    ids = [str(i) for i in range(1, n + 1)]
+    values = ",".join(f"('{i}', 'u1', now() - interval '1 hour')" for i in ids)
+    psql(f"INSERT INTO {s}.threads (thread_id, user_id, updated_at) VALUES {values}")
+    psql(f"INSERT INTO {s}.states (thread_id, version, state_data) SELECT t.thread_id, v, "
+         "jsonb_build_object('execution_meta', jsonb_build_object('status', CASE WHEN t.thread_id::text = '7' "
+         "THEN 'error' ELSE 'completed' END)) "
+         f"FROM {s}.threads t, generate_series(1, 10) v")
+    psql(f"INSERT INTO {s}.tool_executions (thread_id, tool_call_id, result, created_at) SELECT t.thread_id, 'call-' || k, "
+         f"'{{}}'::jsonb, now() - interval '1 hour' FROM {s}.threads t, generate_series(1, 10) k")
+    dry = asyncio.run(cp.aprune(keep_versions=2, ledger_ttl=60, dry_run=True))
+    real = asyncio.run(cp.aprune(keep_versions=2, ledger_ttl=60))
+    assert {k: v for k, v in dry.items() if k != "dry_run"} == {k: v for k, v in real.items() if k != "dry_run"}, (dry, real)
+    assert real["state_versions"] == n * 8 and real["ledger_rows"] == (n - 1) * 10, real
+    assert psql(f"SELECT count(*) FROM {s}.tool_executions WHERE thread_id::text = '7'") == "10"
+    gone = asyncio.run(cp.aprune(finished_older_than=60))
+    assert gone["threads"] == n - 1, gone
+    assert psql(f"SELECT string_agg(thread_id::text, ',') FROM {s}.threads") == "7"

@@ -383,8 +383,9 @@ impl Checkpointer for PgStore {
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
-        // Each batch is bounded (a real run commits batch by batch); the whole is not: on a large
-        // database it may rightly take minutes.
+        // A real run's batches are each bounded (each reads one window of rows and commits); the
+        // whole is not, and neither is a dry run (one transaction): on a large database either may
+        // rightly take minutes.
         prune::prune(self, rules).await
     }
 

@@ -1,31 +1,36 @@
-//! Retention on PostgreSQL, in batches. Each rule deletes at most a batch of rows per statement
-//! and repeats until a batch comes back short: a real run commits each batch on its own, so the
-//! row locks a batch takes last as long as that batch (a live thread's step that trims its own
-//! history, or a new turn on a finished thread, waits for one batch, not for the whole prune,
-//! which on a large database may rightly take minutes). A dry run runs the same batches in one
-//! transaction and rolls it back, so what it reports is exactly what the real run removes at that
-//! moment (rules that follow see what earlier ones deleted, in both). Which threads are finished
-//! is decided per candidate row by index lookups, not by a scan of every state per batch. The
-//! numbers of a rule are bind parameters.
+//! Retention on PostgreSQL, in batches. Each rule walks its table in key order, a window of rows
+//! per statement (keyset: each window starts after the last key of the one before), deletes what
+//! qualifies in the window and commits: the row locks a batch takes last as long as that batch (a
+//! live thread's step that trims its own history, or a new turn on a finished thread, waits for
+//! one batch, not for the whole prune, which on a large database may rightly take minutes), and
+//! each statement reads at most a window of rows, whatever share of them qualifies, so every row
+//! is read once and a batch's time does not grow with the table. A dry run runs the same batches
+//! in one transaction and rolls it back, so what it reports is exactly what the real run removes
+//! at that moment (rules that follow see what earlier ones deleted, in both). Which threads are
+//! finished is decided per candidate row by index lookups. The numbers of a rule are bind
+//! parameters.
 
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{PruneReport, PruneRules, StoreResult};
 use sqlx::{Postgres, Transaction};
 
-/// Rows per batch: old state versions and ledger rows are small; a thread takes its messages,
-/// states and ledger rows with it (by cascade), so fewer of those per batch.
+/// Rows read per batch: old state versions and ledger rows are small; a thread takes its
+/// messages, states and ledger rows with it (by cascade), so fewer of those per batch.
 const ROWS_PER_BATCH: i64 = 2000;
 const THREADS_PER_BATCH: i64 = 100;
 
+/// Each rule's statement twice: for the first window (no key to start after) and for the next
+/// ones (`$3`, `$4`: the key). One statement with `$3 IS NULL OR key > $3` would be planned
+/// without the key's index range.
 pub(super) struct Stmts {
-    states: Stmt,
-    threads: Stmt,
-    ledger: Stmt,
+    states: [Stmt; 2],
+    threads: [Stmt; 2],
+    ledger: [Stmt; 2],
 }
 
 impl Stmts {
     pub(super) fn new(s: &str, c: &Casts) -> Self {
-        let tt = c.id_text;
+        let (id, tt) = (c.id, c.id_text);
         // The thread of row `x` is completed (by its latest state) and not leased: the only
         // threads prune touches.
         let finished = |x: &str| {
@@ -36,57 +41,80 @@ impl Stmts {
                    AND NOT l.released AND l.expires_at > clock_timestamp())"
             )
         };
+        // Each statement returns: the rows its window read, the rows it deleted, the ledger rows
+        // that went with deleted threads, and the window's last key (as text; NULL when empty).
+        // $1: the rule's number; $2: the window; $3 (and $4): the key the window starts after.
+        let both = |f: &dyn Fn(&str) -> String, next: &str| [Stmt::new(f("TRUE")), Stmt::new(f(next))];
         Stmts {
-            // $1: versions to keep (at least 1: the latest always stays); $2: the batch.
-            states: Stmt::new(format!(
-                "WITH v AS (SELECT st.state_id FROM {s}.states st WHERE st.version <= \
-                   (SELECT MAX(s2.version) FROM {s}.states s2 WHERE s2.thread_id = st.thread_id) - $1::int8 LIMIT $2::int8), \
+            // $1: versions to keep (at least 1: the latest always stays).
+            states: both(&|after| format!(
+                "WITH w AS (SELECT st.state_id, st.thread_id, st.version FROM {s}.states st \
+                   WHERE {after} ORDER BY st.state_id LIMIT $2::int8), \
+                 v AS (SELECT w.state_id FROM w WHERE w.version <= \
+                   (SELECT MAX(s2.version) FROM {s}.states s2 WHERE s2.thread_id = w.thread_id) - $1::int8), \
                  d AS (DELETE FROM {s}.states WHERE state_id = ANY(ARRAY(SELECT state_id FROM v)) RETURNING 1) \
-                 SELECT (SELECT COUNT(*) FROM v), (SELECT COUNT(*) FROM d), 0::int8"
-            )),
-            // $1: seconds; $2: the batch. The ledger rows go by cascade at the end of the
-            // statement; the count reads them from the statement's snapshot, before they went.
-            // The DELETE repeats the age test, so a thread a new turn touched while the batch
-            // chose it is judged on its new row and kept, whatever the plan re-checks of the
-            // choosing query.
-            threads: Stmt::new(format!(
-                "WITH v AS (SELECT t.thread_id FROM {s}.threads t \
-                   WHERE t.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {} LIMIT $2::int8), \
+                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), 0::int8, (SELECT MAX(state_id)::text FROM w), NULL::text"
+            ), "st.state_id > $3::text::int8"),
+            // $1: seconds. The ledger rows go by cascade at the end of the statement; the count
+            // reads them from the statement's snapshot, before they went. The DELETE repeats the
+            // age test, so a thread a new turn touched while the batch chose it is judged on its
+            // new row and kept, whatever the plan re-checks of the choosing query.
+            threads: both(&|after| format!(
+                "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
+                   WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
+                 v AS (SELECT w.thread_id FROM w \
+                   WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
                  d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) \
                    AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id) \
-                 SELECT (SELECT COUNT(*) FROM v), COUNT(*), \
-                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)) FROM d",
-                finished("t")
-            )),
-            // $1: seconds; $2: the batch. Runs after the thread rule, so rows that went with
-            // their thread are not counted twice.
-            ledger: Stmt::new(format!(
-                "WITH v AS (SELECT x.ctid AS c FROM {s}.tool_executions x \
-                   WHERE x.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {} LIMIT $2::int8), \
-                 d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM v)) RETURNING 1) \
-                 SELECT (SELECT COUNT(*) FROM v), (SELECT COUNT(*) FROM d), 0::int8",
-                finished("x")
-            )),
+                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), \
+                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
+                   (SELECT MAX(thread_id){tt} FROM w), NULL::text",
+                finished("w")
+            ), &format!("t.thread_id > $3::text{id}")),
+            // $1: seconds. Runs after the thread rule, so rows that went with their thread are
+            // not counted twice. Keyed by the primary key (thread_id, tool_call_id).
+            ledger: both(&|after| format!(
+                "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
+                   WHERE {after} ORDER BY x.thread_id, x.tool_call_id LIMIT $2::int8), \
+                 v AS (SELECT w.c FROM w \
+                   WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
+                 d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM v)) RETURNING 1), \
+                 last AS (SELECT thread_id{tt} AS t, tool_call_id::text AS k FROM w ORDER BY thread_id DESC, tool_call_id DESC LIMIT 1) \
+                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), 0::int8, (SELECT t FROM last), (SELECT k FROM last)",
+                finished("w")
+            ), &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)")),
         }
     }
 }
 
-/// One batch of one rule, with its bind. A batch reports the rows it chose, the rows it deleted
-/// (fewer when a live thread's own trim deleted some first) and, for threads, their ledger rows.
+/// One rule, with its number: a batch reads a window of its table after `after` and reports
+/// the rows it read, the rows it deleted (fewer than qualified when a live thread's own trim
+/// deleted some first), the ledger rows of deleted threads, and the window's last key.
 enum Batch {
     States(i64),
     Threads(f64),
     Ledger(f64),
 }
 
+/// What one batch reports (see `Batch`).
+type Got = (i64, i64, i64, Option<String>, Option<String>);
+
 impl Batch {
-    async fn run(&self, s: &PgStore, tx: &mut Transaction<'static, Postgres>) -> Result<(i64, i64, i64), sqlx::Error> {
+    async fn run(&self, s: &PgStore, tx: &mut Transaction<'static, Postgres>, after: &(Option<String>, Option<String>)) -> Result<Got, sqlx::Error> {
+        let next = usize::from(after.0.is_some());
         let q = match *self {
-            Batch::States(keep) => sqlx::query_as(s.sql.prune.states.q()).bind(keep),
-            Batch::Threads(age) => sqlx::query_as(s.sql.prune.threads.q()).bind(age),
-            Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger.q()).bind(ttl),
+            Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
+            Batch::Threads(age) => sqlx::query_as(s.sql.prune.threads[next].q()).bind(age),
+            Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
         };
-        q.bind(self.size()).fetch_one(&mut **tx).await
+        let q = q.bind(self.size());
+        match (&after.0, matches!(self, Batch::Ledger(_))) {
+            (None, _) => q,
+            (Some(key), false) => q.bind(key.as_str()),
+            (Some(key), true) => q.bind(key.as_str()).bind(after.1.as_deref().unwrap_or_default()),
+        }
+        .fetch_one(&mut **tx)
+        .await
     }
 
     fn size(&self) -> i64 {
@@ -118,29 +146,31 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
     if let Some(ttl) = rules.ledger_ttl {
         rule_batches.push(Batch::Ledger(ttl));
     }
-    // A dry run: every batch in one transaction, rolled back at the end (unbounded, as before: a
-    // count of a large database may take minutes, and its row locks are held until then).
+    // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
+    // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };
     for batch in &rule_batches {
+        let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
             let got = match dry.as_mut() {
-                Some(tx) => batch.run(s, tx).await.map_err(err)?,
+                Some(tx) => batch.run(s, tx, &after).await.map_err(err)?,
                 // Each batch commits on its own, bounded like any transaction of the store.
                 None => {
                     s.bounded("prune", async {
                         let mut tx = s.conns.begin().await.map_err(err)?;
-                        let got = batch.run(s, &mut tx).await.map_err(err)?;
+                        let got = batch.run(s, &mut tx, &after).await.map_err(err)?;
                         tx.commit().await.map_err(err)?;
                         Ok(got)
                     })
                     .await?
                 }
             };
-            let (chosen, deleted, ledger) = got;
+            let (read, deleted, ledger, last, last_call) = got;
             batch.count(&mut report, deleted, ledger);
-            if chosen < batch.size() {
+            if read < batch.size() || last.is_none() {
                 break;
             }
+            after = (last, last_call);
         }
     }
     if let Some(tx) = dry {

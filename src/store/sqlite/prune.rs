@@ -55,29 +55,36 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
             tally(&mut report, &from, counted, ledger);
             continue;
         }
-        // The rows of one batch: the first of the rule's rows by rowid, the same set for the
-        // ledger count and the delete (one write transaction).
+        // The table is walked by rowid, a window of rows per write transaction: what qualifies in
+        // the window is counted (ledger rows of threads) and deleted, and the next window starts
+        // after it. Each window reads at most `size` rows, whatever share qualifies, so every row
+        // is read once and a batch's time does not grow with the table.
         let size = if threads { THREADS_PER_BATCH } else { ROWS_PER_BATCH };
         let table = from.split_whitespace().nth(1).unwrap_or_default();
-        let batch = format!("SELECT rowid {from} ORDER BY rowid LIMIT {size}");
+        let mut after: i64 = i64::MIN;
         loop {
             let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
+            let window = format!("SELECT MAX(rowid) FROM (SELECT rowid FROM {table} WHERE rowid > {after} ORDER BY rowid LIMIT {size})");
+            let last: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(window)).fetch_one(tx.conn()).await.map_err(be("prune"))?;
+            let Some(last) = last else {
+                tx.commit("prune").await?;
+                break;
+            };
+            let chosen = format!("SELECT rowid {from} AND rowid > {after} AND rowid <= {last}");
             let ledger = if threads {
                 count(&mut tx, &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN \
-                    (SELECT thread_id FROM threads WHERE rowid IN ({batch}))"), now, &args).await?
+                    (SELECT thread_id FROM threads WHERE rowid IN ({chosen}))"), now, &args).await?
             } else {
                 0
             };
-            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({batch})"))).bind(now);
+            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({chosen})"))).bind(now);
             for a in &args {
                 delete = delete.bind(*a);
             }
             let deleted = delete.execute(tx.conn()).await.map_err(be("prune"))?.rows_affected() as i64;
             tx.commit("prune").await?;
             tally(&mut report, &from, deleted, ledger);
-            if deleted < size {
-                break;
-            }
+            after = last;
         }
     }
     Ok(report)
