@@ -67,6 +67,13 @@ def build(cp: Any, effects: Counter[str], ctl: dict[str, Any], *, route_after_to
     return g.compile(checkpointer=cp)
 
 
+async def fail_at_tools(app: Any, cfg: dict[str, Any], ctl: dict[str, Any]) -> None:
+    """The turn "o-1" fails at its tool node (ship hangs past node_timeout); ship works after."""
+    with pytest.raises(Exception):
+        await app.ainvoke(turn("o-1"), cfg)
+    ctl["ship"] = "ok"
+
+
 LOCAL = ["memory", "sqlite"]
 
 
@@ -121,9 +128,7 @@ def test_client_tool_results_sent_to_a_failed_tool_node_do_not_duplicate_answers
     cfg = {"thread_id": make_thread("client-results"), "user_id": "u1", "node_timeout": 0.5}
 
     async def scenario() -> None:
-        with pytest.raises(Exception):
-            await app.ainvoke(turn("o-1"), cfg)
-        ctl["ship"] = "ok"
+        await fail_at_tools(app, cfg, ctl)
         answer = Message.tool_message([ToolResultBlock(call_id="ship-o-1", output="client: shipped")])
         before = await local_cp.aget_state(cfg)
         try:
@@ -148,9 +153,7 @@ def test_a_failed_node_with_an_interrupted_call_and_a_hung_call_closes_cleanly(l
     cfg = {"thread_id": make_thread("amo"), "user_id": "u1", "node_timeout": 0.5}
 
     async def scenario() -> None:
-        with pytest.raises(Exception):
-            await app.ainvoke(turn("o-1"), cfg)
-        ctl["ship"] = "ok"
+        await fail_at_tools(app, cfg, ctl)
         await app.ainvoke(turn("o-2"), cfg)
         await app.ainvoke({}, cfg)
 
@@ -271,9 +274,7 @@ def test_two_racing_turns_log_one_close(checkpointer: Any, make_thread: Any, cap
     cfg = {"thread_id": make_thread("race-log"), "user_id": "u1", "node_timeout": 0.5}
 
     async def scenario() -> None:
-        with pytest.raises(Exception):
-            await app.ainvoke(turn("o-1"), cfg)
-        ctl["ship"] = "ok"
+        await fail_at_tools(app, cfg, ctl)
         wait = {**cfg, "on_busy": "wait", "busy_timeout": 60}
         with caplog.at_level(logging.WARNING, logger="tenxgraph"):
             await asyncio.gather(app.ainvoke(turn("o-2"), {**wait, "run_id": "r-2"}),
@@ -308,9 +309,7 @@ def test_a_close_that_cannot_read_the_ledger_fails_and_writes_nothing(tenx_postg
                        check=True, capture_output=True, timeout=60)
 
     async def scenario() -> None:
-        with pytest.raises(Exception):
-            await app.ainvoke(turn("o-1"), cfg)
-        ctl["ship"] = "ok"
+        await fail_at_tools(app, cfg, ctl)
         before = await cp.aget_state(cfg)
         psql(f'ALTER TABLE "{schema}".tool_executions RENAME TO tool_executions_away')
         try:

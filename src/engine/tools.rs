@@ -351,13 +351,12 @@ fn ledger_read_failed(
         inc(&metrics().fenced_writes);
         return Err(HostFailure::Passthrough(Box::new(e)));
     }
+    inc(&metrics().ledger_read_failures);
     if cfg.closing_failed_tools {
         // A close answers each call from what was recorded: without the ledger it would call a
         // finished tool "not answered" for good. The close fails, writing nothing.
-        inc(&metrics().ledger_read_failures);
         return Err(HostFailure::Passthrough(Box::new(e)));
     }
-    inc(&metrics().ledger_read_failures);
     tracing::warn!(
         thread_id = %cfg.thread.thread_id,
         event = "ledger_read_failed",

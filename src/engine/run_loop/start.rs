@@ -147,11 +147,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && !input.has_state_update
         && input.start_node.is_none();
     if let (true, Some(cp)) = (finished, &stored) {
-        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
-        host.prepare(parts, &exec).await?;
         // A close that finds the thread finished (another turn closed it) did nothing either.
-        let nothing_to_resume = cfg.closing_failed_tools;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None });
+        return as_stored(host, cp, exec, version, cfg.closing_failed_tools).await;
     }
     // A run that has not finished (crashed, or still running elsewhere) owns the thread: new
     // messages appended in the middle of it would land between an assistant's tool calls and
@@ -165,6 +162,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let tools_unanswered = previous != ExecStatus::Completed
         && graph.tool_nodes.iter().any(|n| *n == exec.current_node)
         && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON);
+    // Failed there (a node timeout, say), rather than stopped or paused: a close can answer it.
+    let failed_at_tools = tools_unanswered && previous == ExecStatus::Error;
     if (previous == ExecStatus::Running || (tools_unanswered && input.start_node.is_none())) && stored.is_some()
         && (input.has_messages || input.start_node.is_some())
         && exec.current_node != crate::engine::START
@@ -173,19 +172,17 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         if let Some(opt) = optimistic {
             opt.refuse();
         }
-        let closable = tools_unanswered && previous == ExecStatus::Error && input.has_messages && input.start_node.is_none();
+        let closable = failed_at_tools && input.has_messages;
         return Err(EngineError::Busy { thread_id: t.thread_id.clone(), node: exec.current_node.clone(), closable });
     }
     // A run that closes a failed tool node finds, under the lease, whether there still is one
     // (another worker may have closed it, or resumed it, since the turn was refused): if not it
     // does nothing, and the turn is tried again as it is.
     let closing = cfg.closing_failed_tools;
-    if closing && !(tools_unanswered && previous == ExecStatus::Error && input.start_node.is_none() && !input.has_messages)
+    if closing && !(failed_at_tools && input.start_node.is_none() && !input.has_messages)
         && let Some(cp) = &stored
     {
-        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
-        host.prepare(parts, &exec).await?;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true, state: None });
+        return as_stored(host, cp, exec, version, true).await;
     }
     // A bare `{}` ("finish this thread") that had to wait for another run of the thread: that run
     // may have finished the crashed turn and paused at a static review gate (`interrupt_before` /
@@ -199,9 +196,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON)
         && let Some(cp) = &stored
     {
-        let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
-        host.prepare(parts, &exec).await?;
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
+        return as_stored(host, cp, exec, version, false).await;
     }
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
     let mut skip_before = None;
@@ -364,4 +359,18 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let _ = run.write_carried(run.carried.take()).await;
     StopSignals::global().release(&key, &signal);
     result
+}
+
+/// The thread handed to the host as it is stored, and the run ends there: nothing runs and
+/// nothing is written.
+async fn as_stored<H: NodeHost + ?Sized>(
+    host: &H,
+    cp: &Checkpoint,
+    exec: ExecMeta,
+    version: i64,
+    nothing_to_resume: bool,
+) -> Result<RunOutcome, EngineError> {
+    let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+    host.prepare(parts, &exec).await?;
+    Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None })
 }

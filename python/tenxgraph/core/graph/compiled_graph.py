@@ -324,8 +324,8 @@ class CompiledGraph(Generic[StateT]):
         """The run that answers a failed tool node's calls without running any (see
         ``RunConfig::closing_failed_tools``); nothing when, under the lease, there is none left."""
         closer = Run(self, cfg, {})
-        closer.closing_failed_tools = True  # a node whose calls were all answered closes empty
-        raw = await self._native_call(closer, cfg, options, False, False, close=True)
+        closer.closing_failed_tools = True
+        raw = await self._native_call(closer, cfg, options, False, False)
         outcome = json.loads(raw[0])
         if not outcome.get("nothing_to_resume"):
             _log.warning("thread %s had failed at tool node '%s' with its calls unanswered; they were answered "
@@ -333,8 +333,7 @@ class CompiledGraph(Generic[StateT]):
                          cfg["thread_id"], node,
                          extra={"event": "failed_tool_node_closed"})
 
-    async def _native_call(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool, resume_only: bool,
-                           close: bool = False) -> Any:
+    async def _native_call(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool, resume_only: bool) -> Any:
         known = run.known
         try:
             return await run.native.run(
@@ -354,7 +353,7 @@ class CompiledGraph(Generic[StateT]):
                     # The store checks the owner again in the run's own reads and writes: a thread
                     # another user creates after check_authz looked is still refused.
                     owner_scoped=authz_owner_scoped(cfg),
-                    close_failed_tools=close,
+                    close_failed_tools=run.closing_failed_tools,
                 ),
             )
         except BaseException as exc:

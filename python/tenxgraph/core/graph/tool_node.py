@@ -492,10 +492,7 @@ class ToolNode:
             except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
                 return _Raised(exc)
             except SystemExit as exc:
-                # sys.exit() in this worker thread ends only this thread in Python (an argparse or
-                # click CLI wrapped as a tool, on the model's bad arguments): a tool error for the
-                # model, not a SystemExit raised again in the caller's thread.
-                return _Raised(RuntimeError(f"the tool called sys.exit({exc.code!r})"))
+                return _Raised(_exit_error(exc))
 
         def late(out: Any) -> None:
             if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
@@ -555,8 +552,7 @@ class ToolNode:
             except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
                 return self._failure(name, tool_call_id, meta, exc), False
             except SystemExit as exc:
-                # sys.exit() in this worker thread ends only this thread in Python (see _run_sync_raw).
-                return self._failure(name, tool_call_id, meta, RuntimeError(f"the tool called sys.exit({exc.code!r})")), False
+                return self._failure(name, tool_call_id, meta, _exit_error(exc)), False
 
         def late(out: Any) -> None:
             if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
@@ -687,3 +683,10 @@ def _stream_emitter(config: dict[str, Any] | None, tool: str, tool_call_id: str)
     queue, loop = stream
     return StreamEmitter(tool_name=tool, tool_call_id=str(tool_call_id), node_name=str(config.get("_node_name", "")),
                          thread_id=config.get("thread_id"), run_id=config.get("run_id"), queue=queue, loop=loop)
+
+
+def _exit_error(exc: SystemExit) -> RuntimeError:
+    """A sync tool's ``sys.exit()`` as the error the model reads. In the tool's worker thread it
+    would end only that thread (an argparse or click CLI wrapped as a tool, given bad arguments by
+    the model); raised again in the caller's thread it ended the process and left the run behind."""
+    return RuntimeError(f"the tool called sys.exit({exc.code!r})")
