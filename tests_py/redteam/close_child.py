@@ -63,7 +63,10 @@ def checkpointer() -> Any:
 async def main() -> None:
     cp = checkpointer()
     app = agent_loop(model, [charge, ship], cp)
-    cfg = {"thread_id": thread, "user_id": "u1", "node_timeout": 0.5, "lease_ttl": 1.0,
+    # The short node timeout only where ship hangs (the turn that must fail there); elsewhere a
+    # loaded machine must not time a node out. A lease that a killed child leaves expires in 3 s,
+    # long enough for a starved holder to renew it.
+    cfg = {"thread_id": thread, "user_id": "u1", "node_timeout": 0.5 if HANG else 60, "lease_ttl": 3.0,
            "on_busy": "wait", "busy_timeout": 60}
     data = {} if action == "resume" else turn(action.split(":", 1)[1])
     open(ready, "w").close()
