@@ -13,6 +13,14 @@ if [ -z "${TENXGRAPH_TEST_PG_DSN:-}" ] || [ -z "${TENXGRAPH_TEST_REDIS_URL:-}" ]
   start_test_services python
 fi
 
+echo "== cargo fmt --check (rustfmt.toml) =="
+# rustfmt's stable style does not change between releases of one edition, so a diff here is code
+# that was not formatted, not a newer tool.
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --check >/dev/null || { echo "Rust sources are not formatted: run cargo fmt" >&2; exit 1; }
+else
+  echo "rustfmt is not installed (rustup component add rustfmt): format not checked"
+fi
 echo "== cargo test (engine and store, no Python; Postgres from TENXGRAPH_TEST_PG_DSN) =="
 # A database is there now, so the PostgreSQL cases must run: without this a missing DSN would
 # skip them and cargo would still say "passed".

@@ -22,8 +22,17 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Every failpoint name a spec may use.
-pub const POINTS: &[&str] =
-    &["before_tool", "after_tool", "after_record", "after_step", "in_step_tx", "mid_stream", "lease_renew", "after_lease", "before_input_tx"];
+pub const POINTS: &[&str] = &[
+    "before_tool",
+    "after_tool",
+    "after_record",
+    "after_step",
+    "in_step_tx",
+    "mid_stream",
+    "lease_renew",
+    "after_lease",
+    "before_input_tx",
+];
 
 /// What a failpoint does when it fires.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,18 +76,27 @@ impl Failpoints {
     pub fn parse(spec: &str) -> Result<Self, String> {
         let mut entries = vec![];
         for raw in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            let (lhs, action) = raw.split_once('=').ok_or_else(|| format!("failpoint {raw:?}: expected point=action"))?;
+            let (lhs, action) =
+                raw.split_once('=').ok_or_else(|| format!("failpoint {raw:?}: expected point=action"))?;
             let action = match action.trim() {
                 "kill" => Action::Kill,
                 "raise" => Action::Raise,
                 a if a.starts_with("delay(") && a.ends_with(')') => {
-                    let ms: u64 = a[6..a.len() - 1].trim().parse().map_err(|_| format!("failpoint {raw:?}: bad delay"))?;
+                    let ms: u64 =
+                        a[6..a.len() - 1].trim().parse().map_err(|_| format!("failpoint {raw:?}: bad delay"))?;
                     Action::Delay(Duration::from_millis(ms))
                 }
                 other => return Err(format!("failpoint {raw:?}: unknown action {other:?} (kill, raise, delay(MS))")),
             };
             let (lhs, nth) = match lhs.split_once('@') {
-                Some((l, n)) => (l, n.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| format!("failpoint {raw:?}: bad @n"))?),
+                Some((l, n)) => (
+                    l,
+                    n.trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| format!("failpoint {raw:?}: bad @n"))?,
+                ),
                 None => (lhs, 1),
             };
             let (point, target) = match lhs.split_once(':') {
@@ -184,7 +202,8 @@ mod tests {
 
     #[test]
     fn parses_and_rejects() {
-        let f = Failpoints::parse("after_tool:charge_card@2=kill; before_tool=delay(5);in_step_tx:model=raise").unwrap();
+        let f =
+            Failpoints::parse("after_tool:charge_card@2=kill; before_tool=delay(5);in_step_tx:model=raise").unwrap();
         assert_eq!(f.entries.len(), 3);
         assert_eq!(f.entries[0].nth, 2);
         assert_eq!(f.entries[1].action, Action::Delay(Duration::from_millis(5)));

@@ -43,7 +43,11 @@ impl NodeHost for Host {
 
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {
         if self.fail == Some(node) {
-            return Err(HostFailure::Raised { error_type: "ValueError".into(), message: "boom".into(), cause: Box::new(Boom) });
+            return Err(HostFailure::Raised {
+                error_type: "ValueError".into(),
+                message: "boom".into(),
+                cause: Box::new(Boom),
+            });
         }
         let id = format!("{node}-{}", exec.step);
         self.messages.lock().unwrap().push(StoredMessage::new(id.clone(), &json!({"id": id})));
@@ -78,11 +82,17 @@ fn linear(nodes: &[&str]) -> GraphSpec {
         edges.push(EdgeSpec::fixed(w[0], w[1]));
     }
     edges.push(EdgeSpec::fixed(nodes[nodes.len() - 1], END));
-    GraphSpec { nodes: nodes.iter().map(|s| s.to_string()).collect(), edges, entry: Some(nodes[0].into()), ..Default::default() }
+    GraphSpec {
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        edges,
+        entry: Some(nodes[0].into()),
+        ..Default::default()
+    }
 }
 
 const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, start_node: None, resume_only: false };
-const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
+const RESUME: RunInput =
+    RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
 
 fn cfg(thread: &str) -> RunConfig {
     RunConfig::new(ThreadRef::new(thread, "u"))
@@ -94,10 +104,7 @@ async fn a_completed_run_calls_start_each_node_end_and_a_checkpoint_before_each_
     let host = Host::default();
     let out = run(&linear(&["a", "b"]), &store, &host, &cfg("t"), NEW).await.unwrap();
     assert_eq!(out.exec.status, ExecStatus::Completed);
-    assert_eq!(
-        host.points(),
-        ["start", "checkpoint", "node_done:a", "checkpoint", "node_done:b", "end", "checkpoint"]
-    );
+    assert_eq!(host.points(), ["start", "checkpoint", "node_done:a", "checkpoint", "node_done:b", "end", "checkpoint"]);
 }
 
 #[tokio::test]
@@ -111,7 +118,10 @@ async fn pauses_call_interrupt_with_their_kind_before_the_pause_is_committed() {
     assert_eq!(host.points(), ["start", "checkpoint", "node_done:a", "checkpoint", "interrupt:b:before", "checkpoint"]);
     let host = Host::default();
     run(&g, &store, &host, &cfg("p"), RESUME).await.unwrap();
-    assert_eq!(host.points(), ["start", "checkpoint", "node_done:b", "checkpoint", "node_done:c", "interrupt:c:after", "checkpoint"]);
+    assert_eq!(
+        host.points(),
+        ["start", "checkpoint", "node_done:b", "checkpoint", "node_done:c", "interrupt:c:after", "checkpoint"]
+    );
 }
 
 #[tokio::test]

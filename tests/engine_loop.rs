@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tenxgraph::engine::{
-    OnBusy,
     BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
-    NodeOutput, RouteValue, RunConfig, RunInput, STOP_NAMESPACE, START, Snapshot, StopSignals, Stored, run, stop_key,
+    NodeOutput, OnBusy, RouteValue, RunConfig, RunInput, START, STOP_NAMESPACE, Snapshot, StopSignals, Stored, run,
+    stop_key,
 };
 use tenxgraph::store::{Checkpointer, MemoryStore, SqliteStore, StoredMessage, ThreadRef};
 
@@ -46,7 +46,12 @@ impl TestHost {
     fn new(nodes: &[(&'static str, Behave)], input: &[&str]) -> Self {
         TestHost {
             live: Mutex::default(),
-            input: input.iter().map(|t| StoredMessage::new(format!("in-{t}"), &json!({"id": format!("in-{t}"), "role": "user", "text": t}))).collect(),
+            input: input
+                .iter()
+                .map(|t| {
+                    StoredMessage::new(format!("in-{t}"), &json!({"id": format!("in-{t}"), "role": "user", "text": t}))
+                })
+                .collect(),
             nodes: nodes.iter().copied().collect(),
             loop_until: 3,
             calls: Mutex::default(),
@@ -99,7 +104,11 @@ impl NodeHost for TestHost {
         let behave = self.nodes[node];
         match behave {
             Behave::Fail => {
-                return Err(HostFailure::Raised { error_type: "ValueError".into(), message: "boom".into(), cause: Box::new(Boom) });
+                return Err(HostFailure::Raised {
+                    error_type: "ValueError".into(),
+                    message: "boom".into(),
+                    cause: Box::new(Boom),
+                });
             }
             Behave::Hang => {
                 let _flag = DropFlag(self.hang_dropped.clone());
@@ -139,7 +148,12 @@ fn linear(nodes: &[&str]) -> GraphSpec {
         edges.push(EdgeSpec::fixed(w[0], w[1]));
     }
     edges.push(EdgeSpec::fixed(nodes[nodes.len() - 1], END));
-    GraphSpec { nodes: nodes.iter().map(|s| s.to_string()).collect(), edges, entry: Some(nodes[0].into()), ..Default::default() }
+    GraphSpec {
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        edges,
+        entry: Some(nodes[0].into()),
+        ..Default::default()
+    }
 }
 
 fn cfg(thread: &str) -> RunConfig {
@@ -147,7 +161,8 @@ fn cfg(thread: &str) -> RunConfig {
 }
 
 const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, start_node: None, resume_only: false };
-const RESUME: RunInput = RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
+const RESUME: RunInput =
+    RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
 
 async fn stores() -> Vec<Arc<dyn Checkpointer>> {
     let sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();

@@ -8,8 +8,8 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tenxgraph::engine::{
-    BoxError, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost, NodeOutput,
-    RouteValue, RunConfig, RunInput, START, END, Snapshot, Stored, recovery_candidates, run,
+    BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
+    NodeOutput, RouteValue, RunConfig, RunInput, START, Snapshot, Stored, recovery_candidates, run,
 };
 use tenxgraph::store::{Checkpointer, LeaseRequest, MemoryStore, SqliteStore, StepWrite, StoredMessage, ThreadRef};
 
@@ -39,7 +39,12 @@ impl NodeHost for Host {
         Ok(RouteValue::Str(END.into()))
     }
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
-        Ok(Snapshot { state: json!({"execution_meta": exec}), new_messages: vec![], replace_messages: false, cursor: cursor.clone() })
+        Ok(Snapshot {
+            state: json!({"execution_meta": exec}),
+            new_messages: vec![],
+            replace_messages: false,
+            cursor: cursor.clone(),
+        })
     }
 }
 
@@ -59,7 +64,8 @@ fn graph() -> GraphSpec {
 }
 
 const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, start_node: None, resume_only: false };
-const RECOVER: RunInput = RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: true };
+const RECOVER: RunInput =
+    RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: true };
 
 fn cfg(thread: &str, user: &str) -> RunConfig {
     let mut c = RunConfig::new(ThreadRef::new(thread, user));
@@ -73,8 +79,14 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Checkpointer>)> {
     let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> =
         vec![("memory", Arc::new(MemoryStore::new(false))), ("sqlite", Arc::new(sqlite))];
     if let Some(dsn) = common::pg_dsn() {
-        let opts = tenxgraph::store::PgOptions { schema: format!("rc_{}", uuid::Uuid::new_v4().simple()), ..Default::default() };
-        all.push(("postgres", Arc::new(tenxgraph::store::PgStore::connect(&dsn, None, opts).await.expect("test Postgres"))));
+        let opts = tenxgraph::store::PgOptions {
+            schema: format!("rc_{}", uuid::Uuid::new_v4().simple()),
+            ..Default::default()
+        };
+        all.push((
+            "postgres",
+            Arc::new(tenxgraph::store::PgStore::connect(&dsn, None, opts).await.expect("test Postgres")),
+        ));
     }
     all
 }
@@ -171,8 +183,12 @@ async fn candidates_name_a_live_holder_and_pass_over_dead_or_expired_ones() {
         tokio::time::timeout(Duration::from_secs(30), host.entered.notified()).await.expect("the run reached node b");
 
         let page = recovery_candidates(&*store, None, 100).await.unwrap();
-        let seen: Vec<(String, String, Option<String>)> =
-            page.iter().map(|c| (c.thread.thread_id.clone(), c.thread.user_id.clone(), c.holder.as_ref().map(|h| h.holder.clone()))).collect();
+        let seen: Vec<(String, String, Option<String>)> = page
+            .iter()
+            .map(|c| {
+                (c.thread.thread_id.clone(), c.thread.user_id.clone(), c.holder.as_ref().map(|h| h.holder.clone()))
+            })
+            .collect();
         assert_eq!(
             seen,
             [
@@ -187,7 +203,8 @@ async fn candidates_name_a_live_holder_and_pass_over_dead_or_expired_ones() {
         let out = tokio::time::timeout(Duration::from_secs(30), task).await.expect("run finished").unwrap().unwrap();
         assert_eq!(out.exec.status, ExecStatus::Completed, "{name}");
         // Finished: off the list.
-        let ids: Vec<String> = recovery_candidates(&*store, None, 100).await.unwrap().into_iter().map(|c| c.thread.thread_id).collect();
+        let ids: Vec<String> =
+            recovery_candidates(&*store, None, 100).await.unwrap().into_iter().map(|c| c.thread.thread_id).collect();
         assert_eq!(ids, ["elsewhere", "expired", "free"], "{name}");
     }
 }

@@ -36,7 +36,10 @@ impl ToolHost {
         ToolHost {
             batch: ToolBatch {
                 origin_message_id: message_id,
-                calls: calls.iter().map(|(id, name, fx, _)| ToolCall { call_id: id.clone(), name: (*name).into(), effects: *fx }).collect(),
+                calls: calls
+                    .iter()
+                    .map(|(id, name, fx, _)| ToolCall { call_id: id.clone(), name: (*name).into(), effects: *fx })
+                    .collect(),
                 fresh: false,
             },
             acts: calls.iter().map(|c| c.3).collect(),
@@ -70,7 +73,13 @@ impl NodeHost for ToolHost {
     fn begin_tools(&self, _: &str, _: &ExecMeta) -> Result<ToolBatch, HostFailure> {
         Ok(self.batch.clone())
     }
-    async fn run_tool(&self, _: &str, index: usize, key: Option<&str>, _: Option<String>) -> Result<ToolRun, HostFailure> {
+    async fn run_tool(
+        &self,
+        _: &str,
+        index: usize,
+        key: Option<&str>,
+        _: Option<String>,
+    ) -> Result<ToolRun, HostFailure> {
         *self.runs.lock().unwrap().entry(index).or_insert(0) += 1;
         self.keys_seen.lock().unwrap().push(key.map(str::to_owned));
         match self.acts[index] {
@@ -134,8 +143,10 @@ fn ran_value(o: &ToolOutcome) -> Option<&Value> {
 async fn a_finished_call_is_answered_from_the_ledger_not_run_again() {
     for (name, store) in stores().await {
         let c = cfg(&format!("replay-{name}"));
-        let calls = [(Some(json!("call_1")), "charge_card", SideEffects::Idempotent, Act::Answer),
-            (Some(json!("call_2")), "send_receipt", SideEffects::AtMostOnce, Act::Answer)];
+        let calls = [
+            (Some(json!("call_1")), "charge_card", SideEffects::Idempotent, Act::Answer),
+            (Some(json!("call_2")), "send_receipt", SideEffects::AtMostOnce, Act::Answer),
+        ];
         let first = ToolHost::new(Some(json!("m-1")), &calls);
         let out = run(&first, &*store, &c).await;
         assert!(out.iter().all(|o| matches!(o, ToolOutcome::Ran(_))), "{name}: {out:?}");
@@ -176,8 +187,10 @@ async fn pure_tools_never_touch_the_ledger() {
 async fn without_a_message_id_idempotent_tools_run_and_at_most_once_tools_are_refused() {
     for (name, store) in stores().await {
         let c = cfg(&format!("unkeyed-{name}"));
-        let calls = [(Some(json!("call_1")), "lookup", SideEffects::Idempotent, Act::Answer),
-            (Some(json!("call_2")), "charge_card", SideEffects::AtMostOnce, Act::Answer)];
+        let calls = [
+            (Some(json!("call_1")), "lookup", SideEffects::Idempotent, Act::Answer),
+            (Some(json!("call_2")), "charge_card", SideEffects::AtMostOnce, Act::Answer),
+        ];
         let host = ToolHost::new(None, &calls);
         let out = run(&host, &*store, &c).await;
         assert_eq!(ran_value(&out[0]), Some(&json!("lookup done")), "{name}");
@@ -194,8 +207,10 @@ async fn without_a_message_id_idempotent_tools_run_and_at_most_once_tools_are_re
 async fn a_call_started_but_never_recorded_is_settled_by_its_side_effect_class() {
     for (name, store) in stores().await {
         let c = cfg(&format!("unknown-{name}"));
-        let calls = [(Some(json!("call_1")), "send_receipt", SideEffects::Idempotent, Act::Answer),
-            (Some(json!("call_2")), "charge_card", SideEffects::AtMostOnce, Act::Answer)];
+        let calls = [
+            (Some(json!("call_1")), "send_receipt", SideEffects::Idempotent, Act::Answer),
+            (Some(json!("call_2")), "charge_card", SideEffects::AtMostOnce, Act::Answer),
+        ];
         // An earlier attempt recorded both starts and never got a result (here: both hung past
         // tool_timeout; a crash mid-call leaves the same rows).
         let mut hung = c.clone();
@@ -226,20 +241,29 @@ async fn a_hung_call_times_out_alone_and_its_siblings_are_recorded() {
     for (name, store) in stores().await {
         let mut c = cfg(&format!("timeout-{name}"));
         c.tool_timeout = Some(Duration::from_millis(200));
-        let calls = [(Some(json!("call_1")), "smtp", SideEffects::Idempotent, Act::Hang),
+        let calls = [
+            (Some(json!("call_1")), "smtp", SideEffects::Idempotent, Act::Hang),
             (Some(json!("call_2")), "lookup", SideEffects::Idempotent, Act::Answer),
-            (Some(json!("call_3")), "charge_card", SideEffects::Idempotent, Act::Raise)];
+            (Some(json!("call_3")), "charge_card", SideEffects::Idempotent, Act::Raise),
+        ];
         let host = ToolHost::new(Some(json!("m-1")), &calls);
         let out = run(&host, &*store, &c).await;
         assert!(matches!(out[0], ToolOutcome::TimedOut { secs } if (secs - 0.2).abs() < 1e-9), "{name}: {out:?}");
         assert_eq!(ran_value(&out[1]), Some(&json!("lookup done")), "{name}");
-        assert!(matches!(&out[2], ToolOutcome::Failed { message } if message.contains("card declined")), "{name}: {out:?}");
+        assert!(
+            matches!(&out[2], ToolOutcome::Failed { message } if message.contains("card declined")),
+            "{name}: {out:?}"
+        );
         let rows: HashMap<String, Option<Value>> =
             store.ledger_list(&c.thread).await.unwrap().into_iter().map(|e| (e.key, e.result)).collect();
         assert_eq!(rows[r#"["m-1","call_2"]"#].as_ref().unwrap()["value"], "lookup done", "{name}");
         // Neither the timed-out nor the failed call has a result: a replay runs them again.
         for k in [r#"["m-1","call_1"]"#, r#"["m-1","call_3"]"#] {
-            assert_ne!(rows.get(k).and_then(|r| r.as_ref()).and_then(|r| r.get("__kind__")), Some(&json!("raw")), "{name}: {k}");
+            assert_ne!(
+                rows.get(k).and_then(|r| r.as_ref()).and_then(|r| r.get("__kind__")),
+                Some(&json!("raw")),
+                "{name}: {k}"
+            );
         }
     }
 }
@@ -248,8 +272,10 @@ async fn a_hung_call_times_out_alone_and_its_siblings_are_recorded() {
 async fn a_repeated_call_id_gets_a_key_of_its_own() {
     for (name, store) in stores().await {
         let c = cfg(&format!("repeat-{name}"));
-        let calls = [(Some(json!("call_1")), "lookup", SideEffects::Idempotent, Act::Answer),
-            (Some(json!("call_1")), "charge_card", SideEffects::Idempotent, Act::Answer)];
+        let calls = [
+            (Some(json!("call_1")), "lookup", SideEffects::Idempotent, Act::Answer),
+            (Some(json!("call_1")), "charge_card", SideEffects::Idempotent, Act::Answer),
+        ];
         let host = ToolHost::new(Some(json!("m-1")), &calls);
         run(&host, &*store, &c).await;
         let keys = host.keys_seen.lock().unwrap().clone();
@@ -259,10 +285,13 @@ async fn a_repeated_call_id_gets_a_key_of_its_own() {
         let replay = ToolHost::new(Some(json!("m-1")), &calls);
         let out = run(&replay, &*store, &c).await;
         assert_eq!((replay.runs(0), replay.runs(1)), (0, 0), "{name}");
-        let values: Vec<Value> = out.iter().map(|o| match o {
-            ToolOutcome::Replayed(env) => env["value"].clone(),
-            other => panic!("{name}: {other:?}"),
-        }).collect();
+        let values: Vec<Value> = out
+            .iter()
+            .map(|o| match o {
+                ToolOutcome::Replayed(env) => env["value"].clone(),
+                other => panic!("{name}: {other:?}"),
+            })
+            .collect();
         assert_eq!(values, vec![json!("lookup done"), json!("charge_card done")], "{name}: each call its own result");
     }
 }

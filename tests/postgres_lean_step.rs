@@ -2,12 +2,14 @@
 //! input commit is one plpgsql call with no nested ones, every way of taking the lease still
 //! works through its inlined take, a refused input step still undoes the take, and the input
 //! commit writes exactly the rows a fenced `tenx_put_step` writes for the same step.
+#![allow(clippy::type_complexity)] // rows read back as tuples, compared whole
 
 mod common;
 
 use serde_json::{Value, json};
 use tenxgraph::store::{
-    Checkpointer, LeaseAttempt, LeaseRequest, LeasedInput, PgOptions, PgStore, StepWrite, StoreError, StoredMessage, ThreadRef,
+    Checkpointer, LeaseAttempt, LeaseRequest, LeasedInput, PgOptions, PgStore, StepWrite, StoreError, StoredMessage,
+    ThreadRef,
 };
 
 async fn pg() -> Option<(PgStore, String)> {
@@ -18,7 +20,10 @@ async fn pg() -> Option<(PgStore, String)> {
 }
 
 fn msg(id: &str, role: &str) -> StoredMessage {
-    StoredMessage::new(id, &json!({"message_id": id, "role": role, "content": [{"type": "text", "text": id}], "metadata": {"k": 1}, "usages": {"t": 2}}))
+    StoredMessage::new(
+        id,
+        &json!({"message_id": id, "role": role, "content": [{"type": "text", "text": id}], "metadata": {"k": 1}, "usages": {"t": 2}}),
+    )
 }
 
 fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
@@ -35,7 +40,16 @@ fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepW
 }
 
 fn req(holder: &str, ttl: std::time::Duration) -> LeaseRequest {
-    LeaseRequest { holder: holder.into(), host: "h".into(), pid: 7, pid_start: 8, ttl, steal: None, user_id: Some("u".into()), owner_scoped: false }
+    LeaseRequest {
+        holder: holder.into(),
+        host: "h".into(),
+        pid: 7,
+        pid_start: 8,
+        ttl,
+        steal: None,
+        user_id: Some("u".into()),
+        owner_scoped: false,
+    }
 }
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -83,7 +97,8 @@ async fn the_input_commit_and_a_step_are_one_plpgsql_call_each() {
     );
     // The thread committed for real now, so a fenced step has a lease to check.
     let st = json!({"execution_meta": {"status": "running"}});
-    let LeasedInput::Committed { token, .. } = s.put_input_leased(&ThreadRef::new("fc", "u"), &req("run", MINUTE), step(0, &st, &[]), None).await.unwrap()
+    let LeasedInput::Committed { token, .. } =
+        s.put_input_leased(&ThreadRef::new("fc", "u"), &req("run", MINUTE), step(0, &st, &[]), None).await.unwrap()
     else {
         panic!("the first take must succeed")
     };
@@ -104,7 +119,10 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
     let first = s.put_input_leased(&t, &req("r1", MINUTE), step(0, &st, &[msg("take-1", "user")]), None).await.unwrap();
     assert_eq!(first, LeasedInput::Committed { token: 1, version: 1 });
     let lease = s.lease_get("take").await.unwrap().unwrap();
-    assert!(lease.is_live() && (lease.holder.as_str(), lease.host.as_str(), lease.pid, lease.pid_start) == ("r1", "h", 7, 8));
+    assert!(
+        lease.is_live()
+            && (lease.holder.as_str(), lease.host.as_str(), lease.pid, lease.pid_start) == ("r1", "h", 7, 8)
+    );
 
     // Live: refused, the holder reported, nothing written.
     match s.put_input_leased(&t, &req("r2", MINUTE), step(1, &st, &[msg("take-2", "user")]), None).await.unwrap() {
@@ -117,7 +135,8 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
     // Released with the run's last step: the next input takes it with the next token.
     let w = StepWrite { fence: Some(1), release_lease: true, ..step(1, &st, &[]) };
     assert_eq!(s.put_step(&t, w).await.unwrap(), 2);
-    let released = s.put_input_leased(&t, &req("r3", std::time::Duration::from_millis(1)), step(2, &st, &[]), None).await.unwrap();
+    let released =
+        s.put_input_leased(&t, &req("r3", std::time::Duration::from_millis(1)), step(2, &st, &[]), None).await.unwrap();
     assert_eq!(released, LeasedInput::Committed { token: 2, version: 3 });
 
     // Expired (a 1 ms lease, polled until the server says so): taken without naming its token.
@@ -131,7 +150,10 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
 
     // Live but named by its token: stolen.
     let steal = LeaseRequest { steal: Some(3), ..req("r5", MINUTE) };
-    assert_eq!(s.put_input_leased(&t, &steal, step(4, &st, &[]), None).await.unwrap(), LeasedInput::Committed { token: 4, version: 5 });
+    assert_eq!(
+        s.put_input_leased(&t, &steal, step(4, &st, &[]), None).await.unwrap(),
+        LeasedInput::Committed { token: 4, version: 5 }
+    );
     assert_eq!(s.lease_get("take").await.unwrap().unwrap().holder, "r5");
 }
 
@@ -151,15 +173,21 @@ async fn a_refused_input_step_undoes_the_take() {
     s.put_step(&owner, w).await.unwrap();
 
     let other = ThreadRef::new("other", "u");
-    let err = s.put_input_leased(&other, &req("x", MINUTE), step(0, &st, &[msg("shared", "user")]), None).await.unwrap_err();
+    let err =
+        s.put_input_leased(&other, &req("x", MINUTE), step(0, &st, &[msg("shared", "user")]), None).await.unwrap_err();
     assert!(matches!(err, StoreError::MessageInOtherThread { .. }), "{err:?}");
     assert!(s.lease_get("other").await.unwrap().is_none(), "the first take is undone with the step");
     assert!(s.load(&other).await.unwrap().is_none());
 
-    let err = s.put_input_leased(&owner, &req("y", MINUTE), step(1, &st, &[msg("late", "user")]), None).await.unwrap_err();
+    let err =
+        s.put_input_leased(&owner, &req("y", MINUTE), step(1, &st, &[msg("late", "user")]), None).await.unwrap_err();
     assert!(matches!(err, StoreError::Stale { .. }), "{err:?}");
     let lease = s.lease_get("owner").await.unwrap().unwrap();
-    assert_eq!((lease.token, lease.released, lease.holder.as_str()), (token, true, "o"), "the released row is as it was");
+    assert_eq!(
+        (lease.token, lease.released, lease.holder.as_str()),
+        (token, true, "o"),
+        "the released row is as it was"
+    );
     assert!(s.get_message(&owner, "late").await.unwrap().is_none());
 }
 
@@ -177,17 +205,26 @@ async fn the_input_commit_writes_what_a_fenced_step_writes() {
     let (a, b) = (ThreadRef::new("par-in", "u"), ThreadRef::new("par-st", "u"));
 
     // Thread a: both writes are input commits. Thread b: the same two writes as fenced steps.
-    let LeasedInput::Committed { token: ta, .. } = s.put_input_leased(&a, &req("a", MINUTE), step(0, &marked, &m1[..1]), None).await.unwrap() else {
+    let LeasedInput::Committed { token: ta, .. } =
+        s.put_input_leased(&a, &req("a", MINUTE), step(0, &marked, &m1[..1]), None).await.unwrap()
+    else {
         panic!()
     };
     s.put_step(&a, StepWrite { fence: Some(ta), release_lease: true, ..step(1, &marked, &[]) }).await.unwrap();
     let second = StepWrite { previous_mark: Some("stale-mark"), ..step(2, &remarked, &m1[1..]) };
-    assert!(matches!(s.put_input_leased(&a, &req("a2", MINUTE), second, None).await.unwrap(), LeasedInput::Committed { version: 3, .. }));
+    assert!(matches!(
+        s.put_input_leased(&a, &req("a2", MINUTE), second, None).await.unwrap(),
+        LeasedInput::Committed { version: 3, .. }
+    ));
 
-    let LeaseAttempt::Acquired { token: tb } = s.lease_acquire("par-st", &req("b", MINUTE)).await.unwrap() else { panic!() };
+    let LeaseAttempt::Acquired { token: tb } = s.lease_acquire("par-st", &req("b", MINUTE)).await.unwrap() else {
+        panic!()
+    };
     s.put_step(&b, StepWrite { fence: Some(tb), ..step(0, &marked, &m2[..1]) }).await.unwrap();
     s.put_step(&b, StepWrite { fence: Some(tb), ..step(1, &marked, &[]) }).await.unwrap();
-    s.put_step(&b, StepWrite { fence: Some(tb), previous_mark: Some("stale-mark"), ..step(2, &remarked, &m2[1..]) }).await.unwrap();
+    s.put_step(&b, StepWrite { fence: Some(tb), previous_mark: Some("stale-mark"), ..step(2, &remarked, &m2[1..]) })
+        .await
+        .unwrap();
 
     let rows = |thread: &'static str| {
         let pool = s.pool().clone();
@@ -218,7 +255,18 @@ async fn the_input_commit_writes_what_a_fenced_step_writes() {
     assert!(sa[2].1["__state_meta__"].get("write").is_none(), "a previous mark that does not match drops the mark");
     assert_eq!(ma.len(), 2);
     let strip = |m: &[(String, Option<String>, Option<Value>, Value, Value, Value)]| -> Vec<_> {
-        m.iter().map(|(r, c, t, u, me, d)| (r.clone(), c.as_ref().map(|c| c.replace("p-in", "p-st")), t.clone(), u.clone(), me.clone(), d.to_string().replace("p-in", "p-st"))).collect()
+        m.iter()
+            .map(|(r, c, t, u, me, d)| {
+                (
+                    r.clone(),
+                    c.as_ref().map(|c| c.replace("p-in", "p-st")),
+                    t.clone(),
+                    u.clone(),
+                    me.clone(),
+                    d.to_string().replace("p-in", "p-st"),
+                )
+            })
+            .collect()
     };
     assert_eq!(strip(&ma), strip(&mb));
 }
@@ -231,14 +279,30 @@ async fn the_input_commit_writes_what_a_fenced_step_writes() {
 async fn the_start_read_answers_what_the_two_reads_answer() {
     use tenxgraph::store::KnownHead;
     let Some((s, _)) = pg().await else { return };
-    let same = |a: &(Result<Option<tenxgraph::store::LeaseInfo>, StoreError>, Result<Option<tenxgraph::store::Checkpoint>, StoreError>),
+    let same = |a: &(
+        Result<Option<tenxgraph::store::LeaseInfo>, StoreError>,
+        Result<Option<tenxgraph::store::Checkpoint>, StoreError>,
+    ),
                 b: &(Option<tenxgraph::store::LeaseInfo>, Option<tenxgraph::store::Checkpoint>)| {
         let lease = a.0.as_ref().unwrap();
-        assert_eq!(lease.as_ref().map(|l| (l.token, l.holder.clone(), l.released, l.is_live())), b.0.as_ref().map(|l| (l.token, l.holder.clone(), l.released, l.is_live())));
+        assert_eq!(
+            lease.as_ref().map(|l| (l.token, l.holder.clone(), l.released, l.is_live())),
+            b.0.as_ref().map(|l| (l.token, l.holder.clone(), l.released, l.is_live()))
+        );
         let cp = a.1.as_ref().unwrap();
         assert_eq!(
-            cp.as_ref().map(|c| (c.version, c.state.clone(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>(), c.messages_known)),
-            b.1.as_ref().map(|c| (c.version, c.state.clone(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>(), c.messages_known))
+            cp.as_ref().map(|c| (
+                c.version,
+                c.state.clone(),
+                c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>(),
+                c.messages_known
+            )),
+            b.1.as_ref().map(|c| (
+                c.version,
+                c.state.clone(),
+                c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>(),
+                c.messages_known
+            ))
         );
     };
     let t = ThreadRef::new("start", "u");
@@ -261,9 +325,17 @@ async fn the_start_read_answers_what_the_two_reads_answer() {
     assert_eq!(live.1.as_ref().unwrap().as_ref().unwrap().messages.len(), 1);
     same(&live, &apart(None).await);
 
-    s.put_step(&t, StepWrite { fence: Some(token), release_lease: true, previous_mark: Some("mark-1"), ..step(1, &marked, &[msg("start-2", "assistant")]) })
-        .await
-        .unwrap();
+    s.put_step(
+        &t,
+        StepWrite {
+            fence: Some(token),
+            release_lease: true,
+            previous_mark: Some("mark-1"),
+            ..step(1, &marked, &[msg("start-2", "assistant")])
+        },
+    )
+    .await
+    .unwrap();
     let head = KnownHead { version: 2, mark: "mark-1" };
     let known = s.lease_and_load(&t, Some(head)).await;
     let cp = known.1.as_ref().unwrap().as_ref().unwrap();

@@ -133,7 +133,9 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
         other => panic!("not committed: {other:?}"),
     }
     assert!(!s.lease_get(&t2.thread_id).await.unwrap().unwrap().released);
-    let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else { panic!("lease held") };
+    let LeaseAttempt::Acquired { token } = s.lease_acquire(&t.thread_id, &req).await.unwrap() else {
+        panic!("lease held")
+    };
     let m = StoredMessage::new("old-db-m1", &json!({"message_id": "old-db-m1", "role": "user", "content": []}));
     let running = json!({"execution_meta": {"status": "running"}});
     let mut w = step(0, &running);
@@ -141,9 +143,13 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     w.new_messages = &msgs;
     w.fence = Some(token);
     assert_eq!(s.put_step(&t, w).await.unwrap(), 1);
-    let (found, written) = s.ledger_begin(&t, &[("k1".into(), json!({"__kind__": "started"}))], &[], Some(token)).await.unwrap();
+    let (found, written) =
+        s.ledger_begin(&t, &[("k1".into(), json!({"__kind__": "started"}))], &[], Some(token)).await.unwrap();
     assert!(found.is_empty() && written.is_ok());
-    assert_eq!(s.ledger_put_many(&t, &[("k1".into(), json!({"__kind__": "raw", "value": 1}))], Some(token)).await.unwrap(), 1);
+    assert_eq!(
+        s.ledger_put_many(&t, &[("k1".into(), json!({"__kind__": "raw", "value": 1}))], Some(token)).await.unwrap(),
+        1
+    );
     assert_eq!(s.ledger_mark(&t, &[("k1".into(), json!({"__kind__": "started"}))], Some(token)).await.unwrap(), 0);
     let completed = json!({"execution_meta": {"status": "completed"}});
     let mut last = step(1, &completed);
@@ -154,7 +160,8 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     let cp = s.load(&t).await.unwrap().unwrap();
     assert_eq!((cp.version, cp.messages.len()), (2, 1));
     assert!(!is_intent(&s.ledger_get(&t, &["k1".into()]).await.unwrap()["k1"]));
-    let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: None, dry_run };
+    let rules =
+        |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: None, dry_run };
     let dry = s.prune(&rules(true)).await.unwrap();
     let real = s.prune(&rules(false)).await.unwrap();
     // Thread "old-db" (completed, two versions, one ledger row); "old-db-2" is still running.

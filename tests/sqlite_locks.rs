@@ -47,8 +47,16 @@ async fn our_locks_are_seen_by_posix_lockers_in_this_process_and_survive_their_c
     let t = ThreadRef::new("th", "u");
     let state = json!({"n": 1});
     let msgs = [StoredMessage::new("m1", &json!({"message_id": "m1", "role": "user", "content": []}))];
-    let step = StepWrite { expected_version: 0, state: &state, new_messages: &msgs, replace_messages: false, fence: None,
-                           release_lease: false, in_tx: None, previous_mark: None };
+    let step = StepWrite {
+        expected_version: 0,
+        state: &state,
+        new_messages: &msgs,
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    };
     store.put_step(&t, step).await.unwrap();
 
     // Idle pooled connections in WAL mode keep a SHARED lock on the database and the -shm DMS.

@@ -5,8 +5,8 @@ mod common;
 use serde_json::json;
 use std::sync::Arc;
 use tenxgraph::store::{
-    Checkpointer, LeaseAttempt, LeaseRequest, MemoryStore, PruneRules, SqliteStore, StepWrite, StoreError,
-    StoredMessage, ThreadRef, is_intent, KnownHead, set_write_mark, write_mark, MESSAGES_CHANGED,
+    Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, MESSAGES_CHANGED, MemoryStore, PruneRules, SqliteStore,
+    StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, write_mark,
 };
 
 use common::stores::pg;
@@ -21,8 +21,11 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
     sqlite.setup().await.unwrap();
     let mem_sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
     mem_sqlite.setup().await.unwrap();
-    let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> =
-        vec![("memory", Arc::new(MemoryStore::new(false))), ("sqlite", Arc::new(sqlite)), ("sqlite-mem", Arc::new(mem_sqlite))];
+    let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> = vec![
+        ("memory", Arc::new(MemoryStore::new(false))),
+        ("sqlite", Arc::new(sqlite)),
+        ("sqlite-mem", Arc::new(mem_sqlite)),
+    ];
     if let Some(p) = pg(false, false).await {
         all.push(("postgres", Arc::new(p)));
     }
@@ -33,7 +36,16 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None, previous_mark: None }
+    StepWrite {
+        expected_version: expected,
+        state,
+        new_messages: msgs,
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    }
 }
 
 #[tokio::test]
@@ -119,10 +131,24 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             .await
             .unwrap()
             .iter()
-            .map(|m| serde_json::from_str::<serde_json::Value>(m.get()).unwrap()["content"][0]["text"].as_str().unwrap().to_owned())
+            .map(|m| {
+                serde_json::from_str::<serde_json::Value>(m.get()).unwrap()["content"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
-        let w = StepWrite { expected_version: 1, state: &st, new_messages: &[msg("z", "only")], replace_messages: true, fence: None, release_lease: false, in_tx: None, previous_mark: None };
+        let w = StepWrite {
+            expected_version: 1,
+            state: &st,
+            new_messages: &[msg("z", "only")],
+            replace_messages: true,
+            fence: None,
+            release_lease: false,
+            in_tx: None,
+            previous_mark: None,
+        };
         s.put_step(&t, w).await.unwrap();
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!(cp.messages.len(), 1, "{name}");
@@ -173,7 +199,8 @@ async fn user_isolation_rejects_other_users_when_enabled() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(dir.path().join("iso.db").to_str().unwrap(), true, false).await.unwrap();
     sqlite.setup().await.unwrap();
-    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> = vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
+    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> =
+        vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
     if let Some(p) = pg(true, false).await {
         stores.push(("postgres", Arc::new(p)));
     }
@@ -194,14 +221,16 @@ async fn another_user_reads_no_ledger_row_and_cannot_take_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(dir.path().join("iso.db").to_str().unwrap(), true, false).await.unwrap();
     sqlite.setup().await.unwrap();
-    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> = vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
+    let mut stores: Vec<(&str, Arc<dyn Checkpointer>)> =
+        vec![("memory", Arc::new(MemoryStore::new(true))), ("sqlite", Arc::new(sqlite))];
     if let Some(p) = pg(true, false).await {
         stores.push(("postgres", Arc::new(p)));
     }
     for (name, s) in stores {
         let owner = ThreadRef::new("iso-lease", "alice");
         let intruder = ThreadRef::new("iso-lease", "mallory");
-        let as_user = |holder: &str, user: &str| LeaseRequest { user_id: Some(user.into()), ..lease_req(holder, 60_000, None) };
+        let as_user =
+            |holder: &str, user: &str| LeaseRequest { user_id: Some(user.into()), ..lease_req(holder, 60_000, None) };
         let token = acquired(s.lease_acquire(&owner.thread_id, &as_user("alice-run", "alice")).await.unwrap());
         s.put_step(&owner, step(0, &json!({}), &[])).await.unwrap();
         s.ledger_put(&owner, "m:c1", &json!({"v": "secret"})).await.unwrap();
@@ -306,7 +335,13 @@ async fn leases_admit_one_holder_and_tokens_rise_with_every_new_holder() {
         }
         assert!(s.lease_renew(&tid, t1, std::time::Duration::from_secs(60)).await.unwrap(), "{name}");
         // Steal only works against the token it names.
-        assert!(matches!(s.lease_acquire(&tid, &lease_req("run-b", 60_000, Some(t1 + 7))).await.unwrap(), LeaseAttempt::Held(_)), "{name}");
+        assert!(
+            matches!(
+                s.lease_acquire(&tid, &lease_req("run-b", 60_000, Some(t1 + 7))).await.unwrap(),
+                LeaseAttempt::Held(_)
+            ),
+            "{name}"
+        );
         let t2 = acquired(s.lease_acquire(&tid, &lease_req("run-b", 60_000, Some(t1))).await.unwrap());
         assert!(t2 > t1, "{name}");
         // The old holder has lost it for good: renewing fails, releasing is a no-op.
@@ -381,7 +416,11 @@ async fn an_intent_record_is_replaced_by_its_result_but_never_replaces_one() {
         assert_eq!(s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"], done, "{name}");
         // Completed: neither an intent nor another result replaces it.
         let other = json!({"__kind__": "raw", "value": "again"});
-        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent), ("m:c".into(), other)], None).await.unwrap(), 0, "{name}");
+        assert_eq!(
+            s.ledger_put_many(&t, &[("m:c".into(), intent), ("m:c".into(), other)], None).await.unwrap(),
+            0,
+            "{name}"
+        );
         assert_eq!(s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"], done, "{name}");
     }
 }
@@ -403,8 +442,14 @@ async fn prune_keeps_what_unfinished_threads_need() {
             s.ledger_put(t, "m:1", &json!({"__kind__": "raw", "value": 1})).await.unwrap();
         }
         let token = acquired(s.lease_acquire(&held.thread_id, &lease_req("busy", 60_000, None)).await.unwrap());
-        let dry = s.prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: true, ..Default::default() }).await.unwrap();
-        let real = s.prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: false, ..Default::default() }).await.unwrap();
+        let dry = s
+            .prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: true, ..Default::default() })
+            .await
+            .unwrap();
+        let real = s
+            .prune(&PruneRules { keep_versions: Some(2), ledger_ttl: Some(0.0), dry_run: false, ..Default::default() })
+            .await
+            .unwrap();
         assert_eq!((dry.state_versions, dry.ledger_rows), (real.state_versions, real.ledger_rows), "{name}");
         // Older versions go everywhere (the latest stays); only the finished, free thread loses its ledger.
         assert!(real.state_versions >= 6, "{name}: {real:?}");
@@ -442,7 +487,12 @@ async fn prune_dry_run_reports_what_every_rule_together_removes() {
             s.ledger_put(&done, k, &json!({"__kind__": "raw", "value": 1})).await.unwrap();
             s.ledger_put(&open, k, &json!({"__kind__": "raw", "value": 1})).await.unwrap();
         }
-        let rules = |dry_run| PruneRules { keep_versions: Some(1), finished_older_than: Some(0.0), ledger_ttl: Some(0.0), dry_run };
+        let rules = |dry_run| PruneRules {
+            keep_versions: Some(1),
+            finished_older_than: Some(0.0),
+            ledger_ttl: Some(0.0),
+            dry_run,
+        };
         let dry = s.prune(&rules(true)).await.unwrap();
         // Nothing changed: the thread, its versions and its ledger are all still there.
         assert_eq!(s.load(&done).await.unwrap().unwrap().version, 3, "{name}");
@@ -503,7 +553,9 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         let t = ThreadRef::new(format!("begin-{name}"), "u");
         let intent = |tool: &str| json!({"__kind__": "started", "tool": tool});
         let done = json!({"__kind__": "raw", "value": "charged"});
-        s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None).await.unwrap();
+        s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None)
+            .await
+            .unwrap();
         let wanted = [("m:done".into(), intent("a")), ("m:crashed".into(), intent("b")), ("m:new".into(), intent("c"))];
         let (found, written) = s.ledger_begin(&t, &wanted, &[], None).await.unwrap();
         assert!(written.is_ok(), "{name}");
@@ -512,13 +564,21 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         assert_eq!(found["m:done"], done, "{name}");
         assert_eq!(found["m:crashed"], intent("old"), "{name}");
         let now = s.ledger_get(&t, &["m:done".into(), "m:crashed".into(), "m:new".into()]).await.unwrap();
-        assert_eq!((now["m:done"].clone(), now["m:crashed"].clone(), now["m:new"].clone()), (done.clone(), intent("old"), intent("c")), "{name}");
+        assert_eq!(
+            (now["m:done"].clone(), now["m:crashed"].clone(), now["m:new"].clone()),
+            (done.clone(), intent("old"), intent("c")),
+            "{name}"
+        );
         // Fenced by a token that is not the lease's: refused, nothing written.
         let token = acquired(s.lease_acquire(&t.thread_id, &lease_req("run-1", 5000, None)).await.unwrap());
         let err = s.ledger_begin(&t, &[("m:late".into(), intent("d"))], &[], Some(token + 1)).await.unwrap_err();
         assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
         assert!(s.ledger_get(&t, &["m:late".into()]).await.unwrap().is_empty(), "{name}");
-        assert_eq!(s.ledger_begin(&t, &[("m:late".into(), intent("d"))], &[], Some(token)).await.unwrap().0.len(), 0, "{name}");
+        assert_eq!(
+            s.ledger_begin(&t, &[("m:late".into(), intent("d"))], &[], Some(token)).await.unwrap().0.len(),
+            0,
+            "{name}"
+        );
         assert_eq!(s.ledger_get(&t, &["m:late".into()]).await.unwrap()["m:late"], intent("d"), "{name}");
     }
 }
@@ -588,7 +648,11 @@ async fn messages_written_or_deleted_outside_a_step_end_the_known_head() {
             let after = s.load_with(&t, Some(known)).await.unwrap().unwrap();
             // Deleting nothing changes nothing; any real change makes the holder load again.
             assert_eq!(after.messages_known, change == "delete-missing", "{name} {change}");
-            let expected = match change { "put" => 3, "delete" => 1, _ => 0 };
+            let expected = match change {
+                "put" => 3,
+                "delete" => 1,
+                _ => 0,
+            };
             assert_eq!(after.messages.len(), expected, "{name} {change}");
         }
     }
@@ -604,9 +668,12 @@ async fn a_commit_keeps_its_mark_only_while_the_latest_row_carries_the_mark_the_
             set_write_mark(&mut v, m);
             v
         };
-        let latest_mark = |cp: Option<tenxgraph::store::Checkpoint>| cp.and_then(|c| write_mark(&c.state).map(str::to_owned));
+        let latest_mark =
+            |cp: Option<tenxgraph::store::Checkpoint>| cp.and_then(|c| write_mark(&c.state).map(str::to_owned));
         let a = marked("a");
-        s.put_step(&t, StepWrite { previous_mark: None, ..step(0, &a, &[msg(&format!("c1-{name}"), "x")]) }).await.unwrap();
+        s.put_step(&t, StepWrite { previous_mark: None, ..step(0, &a, &[msg(&format!("c1-{name}"), "x")]) })
+            .await
+            .unwrap();
         assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("a"), "{name}");
         let b = marked("b");
         s.put_step(&t, StepWrite { previous_mark: Some("a"), ..step(1, &b, &[]) }).await.unwrap();

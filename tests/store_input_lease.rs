@@ -5,8 +5,7 @@ mod common;
 
 use serde_json::json;
 use tenxgraph::store::{
-    LeaseAttempt, LeaseRequest, LeasedInput, StepWrite,
-    StopKey, StoreError, StoredMessage, ThreadRef,
+    LeaseAttempt, LeaseRequest, LeasedInput, StepWrite, StopKey, StoreError, StoredMessage, ThreadRef,
 };
 
 use common::stores::backends;
@@ -16,7 +15,16 @@ fn msg(id: &str) -> StoredMessage {
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None, previous_mark: None }
+    StepWrite {
+        expected_version: expected,
+        state,
+        new_messages: msgs,
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    }
 }
 
 fn req(holder: &str, user: Option<&str>) -> LeaseRequest {
@@ -45,7 +53,8 @@ async fn the_lease_the_input_and_the_stop_key_clear_commit_together() {
         let t = ThreadRef::new("th", "u");
         s.cache_put(NS, "th:u", &json!({"stop": true}), None).await.unwrap();
         let st = json!({"n": 1});
-        let got = s.put_input_leased(&t, &req("run-1", Some("u")), step(0, &st, &[msg("m1")]), stop("th:u")).await.unwrap();
+        let got =
+            s.put_input_leased(&t, &req("run-1", Some("u")), step(0, &st, &[msg("m1")]), stop("th:u")).await.unwrap();
         assert_eq!(got, LeasedInput::Committed { token: 1, version: 1 }, "{name}");
         let lease = s.lease_get("th").await.unwrap().expect("lease row");
         assert!(lease.is_live() && lease.holder == "run-1" && lease.token == 1, "{name}: {lease:?}");
@@ -74,7 +83,10 @@ async fn a_busy_thread_is_refused_before_anything_is_written() {
         };
         s.cache_put(NS, "busy:u", &json!({"stop": true}), None).await.unwrap();
         let st = json!({"n": 1});
-        let got = s.put_input_leased(&t, &req("late", Some("u")), step(0, &st, &[msg("late-m")]), stop("busy:u")).await.unwrap();
+        let got = s
+            .put_input_leased(&t, &req("late", Some("u")), step(0, &st, &[msg("late-m")]), stop("busy:u"))
+            .await
+            .unwrap();
         match got {
             LeasedInput::Held(info) => assert_eq!((info.holder.as_str(), info.token), ("holder", token), "{name}"),
             other => panic!("{name}: expected Held, got {other:?}"),
@@ -100,14 +112,20 @@ async fn a_thread_moved_since_the_load_is_refused_and_keeps_its_lease_row() {
         let other = json!({"by": "other"});
         s.put_step(&t, step(0, &other, &[msg("other-m")])).await.unwrap();
         let mine = json!({"by": "me"});
-        let err = s.put_input_leased(&t, &req("run", Some("u")), step(0, &mine, &[msg("my-m")]), None).await.unwrap_err();
+        let err =
+            s.put_input_leased(&t, &req("run", Some("u")), step(0, &mine, &[msg("my-m")]), None).await.unwrap_err();
         assert!(matches!(err, StoreError::Stale { expected: 0, current: 1, .. }), "{name}: {err:?}");
         assert!(s.lease_get("moved").await.unwrap().is_none_or(|l| !l.is_live()), "{name}: no lease taken");
         let cp = s.load(&t).await.unwrap().unwrap();
         assert_eq!((cp.version, &cp.state), (1, &other), "{name}");
-        assert!(s.get_message(&t, "my-m").await.unwrap().is_none(), "{name}: the refused input's message is not stored");
+        assert!(
+            s.get_message(&t, "my-m").await.unwrap().is_none(),
+            "{name}: the refused input's message is not stored"
+        );
         // And a lease row that exists is not moved by the refusal either.
-        let LeaseAttempt::Acquired { token } = s.lease_acquire("moved", &req("a", None)).await.unwrap() else { panic!("{name}") };
+        let LeaseAttempt::Acquired { token } = s.lease_acquire("moved", &req("a", None)).await.unwrap() else {
+            panic!("{name}")
+        };
         s.lease_release("moved", token).await.unwrap();
         let err = s.put_input_leased(&t, &req("run", Some("u")), step(0, &mine, &[]), None).await.unwrap_err();
         assert!(matches!(err, StoreError::Stale { .. }), "{name}: {err:?}");
@@ -122,11 +140,13 @@ async fn another_users_thread_is_refused_and_its_lease_row_stays() {
     for (name, s) in backends(&dir, true).await {
         let alice = ThreadRef::new("owned", "alice");
         let st = json!({"n": 1});
-        let got = s.put_input_leased(&alice, &req("a-run", Some("alice")), step(0, &st, &[msg("a-m")]), None).await.unwrap();
+        let got =
+            s.put_input_leased(&alice, &req("a-run", Some("alice")), step(0, &st, &[msg("a-m")]), None).await.unwrap();
         assert_eq!(got, LeasedInput::Committed { token: 1, version: 1 }, "{name}");
         s.lease_release("owned", 1).await.unwrap();
         let bob = ThreadRef::new("owned", "bob");
-        let err = s.put_input_leased(&bob, &req("b-run", Some("bob")), step(1, &st, &[msg("b-m")]), None).await.unwrap_err();
+        let err =
+            s.put_input_leased(&bob, &req("b-run", Some("bob")), step(1, &st, &[msg("b-m")]), None).await.unwrap_err();
         assert!(matches!(err, StoreError::Forbidden { .. }), "{name}: {err:?}");
         let lease = s.lease_get("owned").await.unwrap().unwrap();
         assert_eq!((lease.token, lease.holder.as_str()), (1, "a-run"), "{name}: bob moved alice's lease row");
@@ -145,7 +165,10 @@ async fn an_input_on_a_kept_head_commits_only_on_that_very_commit() {
         let mut first = json!({"n": 1});
         set_write_mark(&mut first, "mark-a");
         if !s.checks_head_at_input() {
-            let e = s.put_input_on_head(&t, &req("run-0", Some("u")), step(0, &first, &[msg("k0")]), None).await.unwrap_err();
+            let e = s
+                .put_input_on_head(&t, &req("run-0", Some("u")), step(0, &first, &[msg("k0")]), None)
+                .await
+                .unwrap_err();
             assert!(matches!(e, StoreError::Stale { .. }), "{name}: {e:?}");
             assert!(s.load(&t).await.unwrap().is_none() && s.lease_get("kept").await.unwrap().is_none(), "{name}");
             continue;

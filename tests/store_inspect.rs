@@ -32,7 +32,16 @@ async fn backends(dir: &tempfile::TempDir, isolation: bool) -> Vec<(&'static str
 
 // The one place that builds a StepWrite in this file.
 fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
-    StepWrite { expected_version: expected, state, new_messages: &[], replace_messages: false, fence: None, release_lease: false, in_tx: None, previous_mark: None }
+    StepWrite {
+        expected_version: expected,
+        state,
+        new_messages: &[],
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    }
 }
 
 #[tokio::test]

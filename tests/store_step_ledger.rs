@@ -14,7 +14,16 @@ fn msg(id: &str) -> StoredMessage {
 }
 
 fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
-    StepWrite { expected_version: expected, state, new_messages: msgs, replace_messages: false, fence: None, release_lease: false, in_tx: None, previous_mark: None }
+    StepWrite {
+        expected_version: expected,
+        state,
+        new_messages: msgs,
+        replace_messages: false,
+        fence: None,
+        release_lease: false,
+        in_tx: None,
+        previous_mark: None,
+    }
 }
 
 fn result(v: &str) -> Value {
@@ -54,7 +63,11 @@ async fn rows_and_step_commit_together_and_keep_the_ledger_rules() {
         // the first and leave the second.
         let started = json!({"__kind__": "started", "tool": "t"});
         s.ledger_put_many(&t, &[("m:1".into(), started), ("m:2".into(), result("first"))], None).await.unwrap();
-        let rows = vec![("m:1".to_owned(), result("one")), ("m:2".to_owned(), result("second")), ("m:3".to_owned(), result("three"))];
+        let rows = vec![
+            ("m:1".to_owned(), result("one")),
+            ("m:2".to_owned(), result("second")),
+            ("m:3".to_owned(), result("three")),
+        ];
         let st2 = json!({"n": 2});
         let ms = [msg(&format!("{name}-b"))];
         assert_eq!(s.put_step_with_ledger(&t, step(1, &st2, &ms), &rows).await.unwrap(), 2, "{name}");

@@ -1,5 +1,5 @@
-use crate::failpoints::{Armed, Failpoints};
 use super::LeasePolicy;
+use crate::failpoints::{Armed, Failpoints};
 use crate::store::ThreadRef;
 use std::time::Duration;
 

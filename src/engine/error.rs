@@ -58,7 +58,9 @@ pub enum EngineError {
     Store(#[from] StoreError),
     /// New input for a thread whose last run has not finished (crashed mid-run, or running in
     /// another process): ThreadBusyError. Nothing was written.
-    #[error("thread '{thread_id}' has an unfinished run at node '{node}'; resume it with ainvoke({{}}, config) (or wait for it) before sending new input")]
+    #[error(
+        "thread '{thread_id}' has an unfinished run at node '{node}'; resume it with ainvoke({{}}, config) (or wait for it) before sending new input"
+    )]
     Busy {
         /// The thread.
         thread_id: String,
@@ -116,7 +118,9 @@ impl EngineError {
                 "lease_expires_in": holder.expires_in,
                 "waited": waited,
             }),
-            EngineError::LeaseBusy { thread_id, holder: None, waited } => json!({"thread_id": thread_id, "waited": waited}),
+            EngineError::LeaseBusy { thread_id, holder: None, waited } => {
+                json!({"thread_id": thread_id, "waited": waited})
+            }
             EngineError::Store(StoreError::Fenced { thread_id, token, current }) => {
                 json!({"thread_id": thread_id, "lease_token": token, "current_token": current})
             }

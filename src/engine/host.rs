@@ -188,7 +188,12 @@ pub trait NodeHost: Send + Sync {
     /// Settles at-most-once call `index`, found started by an earlier attempt but never completed:
     /// the host's answer for the model, a human's via `interrupt()` (`HostFailure::Interrupt`), or
     /// `Retry`. The default tells the model the outcome is unknown.
-    fn unknown_outcome(&self, _node: &str, _index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
+    fn unknown_outcome(
+        &self,
+        _node: &str,
+        _index: usize,
+        idempotency_key: Option<String>,
+    ) -> Result<UnknownAnswer, HostFailure> {
         let text = format!(
             "The outcome of this call is unknown: it started earlier but its result was never recorded, and it \
              must run at most once, so it was not run again. Check whether it took effect (idempotency key {}) \

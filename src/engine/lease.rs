@@ -238,7 +238,6 @@ impl Lease {
     }
 }
 
-
 /// What this run asks of the store when it takes the thread's lease.
 pub(super) fn request(cfg: &RunConfig) -> LeaseRequest {
     let me = me();

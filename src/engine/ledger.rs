@@ -75,7 +75,10 @@ pub fn legacy_row_matches(k: &CallKey<'_>, row: &Value) -> bool {
     };
     let named = |v: Option<&Value>| v.is_some_and(|v| text(v) == cid);
     named(msg.pointer("/metadata/tool_call_id"))
-        || msg.get("content").and_then(Value::as_array).is_some_and(|blocks| blocks.iter().any(|b| named(b.get("call_id"))))
+        || msg
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| blocks.iter().any(|b| named(b.get("call_id"))))
 }
 
 /// The stored keys a user's key may name, most literal first: the key itself, then, for a key
@@ -85,10 +88,10 @@ pub fn lookup_keys(user_key: &str) -> Vec<String> {
     let mut out = vec![user_key.to_owned()];
     let forms = |s: &str| -> Vec<Value> {
         let mut v = vec![Value::from(s)];
-        if let Ok(n) = s.parse::<i64>() {
-            if n.to_string() == s {
-                v.push(Value::from(n));
-            }
+        if let Ok(n) = s.parse::<i64>()
+            && n.to_string() == s
+        {
+            v.push(Value::from(n));
         }
         v
     };
@@ -97,10 +100,10 @@ pub fn lookup_keys(user_key: &str) -> Vec<String> {
         for mid in forms(m) {
             for cid in forms(c) {
                 let k = CallKey { message_id: Some(&mid), call_id: Some(&cid), position: 0, occurrence: 0 };
-                if let Some(key) = ledger_key(&k) {
-                    if !out.contains(&key) {
-                        out.push(key);
-                    }
+                if let Some(key) = ledger_key(&k)
+                    && !out.contains(&key)
+                {
+                    out.push(key);
                 }
             }
         }
@@ -134,7 +137,10 @@ mod tests {
     #[test]
     fn key_needs_the_message_id_and_falls_back_to_the_position_without_a_call_id() {
         assert_eq!(key(json!("m1"), json!("call_1"), 0, 0).as_deref(), Some(r#"["m1","call_1"]"#));
-        assert_eq!(ledger_key(&CallKey { message_id: None, call_id: Some(&json!("c")), position: 0, occurrence: 0 }), None);
+        assert_eq!(
+            ledger_key(&CallKey { message_id: None, call_id: Some(&json!("c")), position: 0, occurrence: 0 }),
+            None
+        );
         assert_eq!(key(json!(""), json!("c"), 0, 0), None);
         assert_eq!(key(json!("m1"), json!(""), 2, 0).as_deref(), Some(r#"["m1",null,2]"#));
         assert_eq!(key(json!("m1"), Value::Null, 3, 0).as_deref(), Some(r#"["m1",null,3]"#));

@@ -93,11 +93,7 @@ pub fn from_cache(
 /// Whether the resumed state's last message asks for tools that nothing has answered yet (a
 /// tool node's results come after the message that asked).
 pub fn awaits_tool_results(messages: &[Value]) -> bool {
-    messages
-        .last()
-        .and_then(|m| m.get("tools_calls"))
-        .and_then(Value::as_array)
-        .is_some_and(|calls| !calls.is_empty())
+    messages.last().and_then(|m| m.get("tools_calls")).and_then(Value::as_array).is_some_and(|calls| !calls.is_empty())
 }
 
 /// Where routing on from the completed node named by 10xGraph's row may lead for the resume to
@@ -226,7 +222,10 @@ mod tests {
     #[test]
     fn only_a_last_message_with_tool_calls_awaits_results() {
         assert!(awaits_tool_results(&[json!({"role": "assistant", "tools_calls": [{"id": "c1"}]})]));
-        assert!(!awaits_tool_results(&[json!({"role": "assistant", "tools_calls": [{"id": "c1"}]}), json!({"role": "tool"})]));
+        assert!(!awaits_tool_results(&[
+            json!({"role": "assistant", "tools_calls": [{"id": "c1"}]}),
+            json!({"role": "tool"})
+        ]));
         assert!(!awaits_tool_results(&[json!({"role": "assistant", "tools_calls": []})]));
         assert!(!awaits_tool_results(&[]));
     }

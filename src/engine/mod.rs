@@ -10,24 +10,26 @@ mod exec;
 mod graph;
 mod host;
 mod lease;
-mod legacy_resume;
 pub mod ledger;
+mod legacy_resume;
 mod recovery;
-mod run_loop;
 mod routing;
+mod run_loop;
 mod stop;
 mod tools;
 
+pub use crate::metrics::{Metrics, metrics};
 pub use config::{RunConfig, resolve_timeout};
 pub use error::{BoxError, EngineError};
 pub use exec::{ExecMeta, ExecStatus};
 pub use graph::{END, EdgeSpec, GraphSpec, START};
 pub use host::{HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, Snapshot, Stored};
-pub use routing::next_node;
-pub use recovery::{RecoveryCandidate, recovery_candidates};
-pub use run_loop::{RunInput, RunOutcome, run};
-pub use ledger::{idempotency_key, is_valid_envelope, ledger_key};
-pub use crate::metrics::{Metrics, metrics};
 pub use lease::{LeasePolicy, OnBusy};
-pub use tools::{Carried, CarriedRow, SideEffects, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer, run_tool_node};
+pub use ledger::{idempotency_key, is_valid_envelope, ledger_key};
+pub use recovery::{RecoveryCandidate, recovery_candidates};
+pub use routing::next_node;
+pub use run_loop::{RunInput, RunOutcome, run};
 pub use stop::{STOP_NAMESPACE, StopSignals, stop_key};
+pub use tools::{
+    Carried, CarriedRow, SideEffects, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer, run_tool_node,
+};

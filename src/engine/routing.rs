@@ -25,11 +25,7 @@ pub fn next_node(
             (None, RouteValue::Truthy(false)) => continue,
         }
     }
-    Ok(outgoing
-        .iter()
-        .find(|e| e.condition.is_none())
-        .map(|e| e.to.clone())
-        .unwrap_or_else(|| END.to_owned()))
+    Ok(outgoing.iter().find(|e| e.condition.is_none()).map(|e| e.to.clone()).unwrap_or_else(|| END.to_owned()))
 }
 
 fn error_type(e: &(dyn std::error::Error + Send + Sync)) -> String {

@@ -3,7 +3,10 @@
 
 use super::lease::{self, Lease};
 use super::stop::StopSignal;
-use super::{EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RunConfig, graph::END, next_node};
+use super::{
+    EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RunConfig,
+    graph::END, next_node,
+};
 use crate::store::{Checkpointer, StoreError};
 use serde_json::{Value, json};
 use start::{Optimistic, optimistic_start, run_leased};
@@ -171,7 +174,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             self.keep_lease().await?;
             let node = self.exec.current_node.clone();
-            let tool_node = self.graph.tool_nodes.iter().any(|n| *n == node);
+            let tool_node = self.graph.tool_nodes.contains(&node);
             match self.stop_requested(signal).await {
                 StopKind::Hard => return self.stop(StopKind::Hard).await,
                 // A safe point: not between an assistant's tool calls and their results.
@@ -182,7 +185,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             let skip = skip_before.take().is_some_and(|n| n == node);
             if !skip && self.graph.interrupt_before.contains(&node) {
-                self.exec.set_interrupt(&node, format!("interrupt_before: {node}"), ExecStatus::InterruptedBefore, None);
+                self.exec.set_interrupt(
+                    &node,
+                    format!("interrupt_before: {node}"),
+                    ExecStatus::InterruptedBefore,
+                    None,
+                );
                 self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "before" }, &self.exec).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
@@ -280,7 +288,15 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeOutput, HostFailure>> + Send + '_>> =
             if self.graph.tool_nodes.iter().any(|n| n == node) {
                 let carry = self.carries_ledger(node).then_some(&self.carried);
-                Box::pin(super::run_tool_node(self.host, self.store, self.cfg, node, &self.exec, Some(self.lease().token), carry))
+                Box::pin(super::run_tool_node(
+                    self.host,
+                    self.store,
+                    self.cfg,
+                    node,
+                    &self.exec,
+                    Some(self.lease().token),
+                    carry,
+                ))
             } else {
                 self.host.run_node(node, &self.exec)
             };

@@ -2,8 +2,8 @@
 //! misses run concurrently under `tool_timeout`, each result recorded the moment it returns.
 
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
-use crate::metrics::{add_duration, inc, metrics};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
+use crate::metrics::{add_duration, inc, metrics};
 use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent, is_paused};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -86,7 +86,12 @@ impl ToolBatch {
                     *n += 1;
                     *n - 1
                 });
-                CallKey { message_id: self.origin_message_id.as_ref(), call_id: c.call_id.as_ref(), position, occurrence }
+                CallKey {
+                    message_id: self.origin_message_id.as_ref(),
+                    call_id: c.call_id.as_ref(),
+                    position,
+                    occurrence,
+                }
             })
             .collect()
     }
@@ -186,7 +191,8 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     // An at-most-once call's row stays in its own commit: a crash before the step would leave
     // its intent, an "outcome unknown" for a human to settle, not a call run again.
     let carry = carry.filter(|_| {
-        !with_intents && (cfg.failpoints.is_off() || !batch.calls.iter().any(|c| cfg.failpoints.arms("after_record", &c.name)))
+        !with_intents
+            && (cfg.failpoints.is_off() || !batch.calls.iter().any(|c| cfg.failpoints.arms("after_record", &c.name)))
     });
     let recorder = Recorder::new(batch.calls.len(), with_intents, carry);
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
@@ -284,7 +290,11 @@ async fn restart_paused(
     };
     for (plan, call) in plans.iter_mut().zip(&batch.calls) {
         if matches!(plan, Plan::Resume) {
-            *plan = if written || call.effects != SideEffects::AtMostOnce { Plan::Run } else { Plan::Refuse(INTENT_UNWRITABLE) };
+            *plan = if written || call.effects != SideEffects::AtMostOnce {
+                Plan::Run
+            } else {
+                Plan::Refuse(INTENT_UNWRITABLE)
+            };
         }
     }
     Ok(())
@@ -561,6 +571,7 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // each is a distinct fact of one call's record
     async fn record(
         &self,
         store: &dyn Checkpointer,
@@ -599,7 +610,11 @@ impl<'a> Recorder<'a> {
                         carry.push(rows);
                         Ok(Recorded::Carried)
                     }
-                    _ => store.ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence).await.map(|_| Recorded::Written).map_err(|e| e.to_string()),
+                    _ => store
+                        .ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence)
+                        .await
+                        .map(|_| Recorded::Written)
+                        .map_err(|e| e.to_string()),
                 };
                 for done in waiting {
                     let _ = done.send(result.clone());

@@ -53,7 +53,9 @@ impl ExecView {
     pub fn new(py: Python<'_>, exec: &ExecMeta) -> PyResult<Py<ExecView>> {
         let interrupt_data = match &exec.interrupt_data {
             None | Some(serde_json::Value::Null) => py.None(),
-            Some(v) => pythonize::pythonize(py, v).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?.unbind(),
+            Some(v) => pythonize::pythonize(py, v)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
+                .unbind(),
         };
         Py::new(
             py,

@@ -318,7 +318,12 @@ impl Driver {
 impl Driver {
     /// Binds the driver to the running loop (`call_soon` with `context`) and the asyncio future
     /// `done` its outcome goes to, then polls once.
-    fn start(slf: &Bound<'_, Self>, event_loop: &Bound<'_, PyAny>, context: &Bound<'_, PyAny>, done: Py<PyAny>) -> PyResult<()> {
+    fn start(
+        slf: &Bound<'_, Self>,
+        event_loop: &Bound<'_, PyAny>,
+        context: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<()> {
         let py = slf.py();
         let me = slf.get();
         if me.shared.loop_thread.set(std::thread::current().id()).is_err() {
@@ -327,8 +332,11 @@ impl Driver {
         let _ = me.shared.hub.set(Hub::here()?);
         let kwargs = PyDict::new(py);
         kwargs.set_item("context", context)?;
-        *me.shared.schedule.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Schedule { call_soon: event_loop.getattr("call_soon")?.unbind(), step: slf.clone().into_any().unbind(), kwargs: kwargs.unbind() });
+        *me.shared.schedule.lock().unwrap_or_else(|p| p.into_inner()) = Some(Schedule {
+            call_soon: event_loop.getattr("call_soon")?.unbind(),
+            step: slf.clone().into_any().unbind(),
+            kwargs: kwargs.unbind(),
+        });
         *me.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
         me.shared.scheduled.store(true, Ordering::Release);
         Self::__call__(slf)
@@ -367,7 +375,9 @@ impl Driver {
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown panic".into());
                     Box::new(move |_py: Python<'_>| {
-                        Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the native call failed with an internal error: {what}")))
+                        Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                            "the native call failed with an internal error: {what}"
+                        )))
                     }) as Convert
                 }
             }

@@ -74,14 +74,15 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
         }
         // Strings, ints and None (most of a message) get no trail entry and no stack slot; where
         // loose, only their exact type is looked at (a str enum comes back a str).
-        let mut push = |child: Bound<'py, PyAny>, seg: Seg<'py>, loose: bool, stack: &mut Vec<_>, reshaped: &mut bool| {
-            if is_leaf(&child) {
-                *reshaped |= loose && !is_json_leaf(&child);
-            } else {
-                trail.push((at, seg));
-                stack.push((child, depth + 1, trail.len() - 1, loose));
-            }
-        };
+        let mut push =
+            |child: Bound<'py, PyAny>, seg: Seg<'py>, loose: bool, stack: &mut Vec<_>, reshaped: &mut bool| {
+                if is_leaf(&child) {
+                    *reshaped |= loose && !is_json_leaf(&child);
+                } else {
+                    trail.push((at, seg));
+                    stack.push((child, depth + 1, trail.len() - 1, loose));
+                }
+            };
         let top = depth == 0;
         if let Ok(d) = v.cast::<PyDict>() {
             if !seen.insert(v.as_ptr() as usize) {
@@ -90,7 +91,9 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             // Where a type is declared, the load restores a dict's key type (`dict[int, str]`).
             // Its values are taken as loose either way: a `dict[str, Model]` field is then never
             // kept, where the other mistake would keep one a load would not give back.
-            reshaped |= loose && (!v.is_exact_instance_of::<PyDict>() || d.keys().iter().any(|k| !k.is_exact_instance_of::<PyString>()));
+            reshaped |= loose
+                && (!v.is_exact_instance_of::<PyDict>()
+                    || d.keys().iter().any(|k| !k.is_exact_instance_of::<PyString>()));
             for (k, child) in d.iter() {
                 push(child, Seg::Key(k), true, &mut stack, &mut reshaped);
             }
@@ -243,7 +246,10 @@ fn is_leaf(v: &Bound<'_, PyAny>) -> bool {
 
 /// A leaf that comes back from JSON as itself: not a str or int subclass (an enum), not bytes.
 fn is_json_leaf(v: &Bound<'_, PyAny>) -> bool {
-    v.is_none() || v.is_exact_instance_of::<PyString>() || v.is_exact_instance_of::<PyInt>() || v.is_exact_instance_of::<PyBool>()
+    v.is_none()
+        || v.is_exact_instance_of::<PyString>()
+        || v.is_exact_instance_of::<PyInt>()
+        || v.is_exact_instance_of::<PyBool>()
 }
 
 /// An instance of a `BaseModel` subclass, by the type's MRO alone: `isinstance` would go through

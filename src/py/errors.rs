@@ -22,10 +22,10 @@ fn raise(py: Python<'_>, class: &str, message: String, code: &str, context: &Val
 }
 
 fn with_cause(py: Python<'_>, err: PyErr, cause: Option<Box<dyn std::error::Error + Send + Sync>>) -> PyErr {
-    if let Some(c) = cause {
-        if let Ok(pyerr) = c.downcast::<PyErr>() {
-            err.set_cause(py, Some(*pyerr));
-        }
+    if let Some(c) = cause
+        && let Ok(pyerr) = c.downcast::<PyErr>()
+    {
+        err.set_cause(py, Some(*pyerr));
     }
     err
 }
@@ -41,7 +41,9 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
     let context = e.context();
     let message = e.to_string();
     match e {
-        EngineError::Graph { code, cause, .. } => with_cause(py, raise(py, "GraphError", message, code, &context), cause),
+        EngineError::Graph { code, cause, .. } => {
+            with_cause(py, raise(py, "GraphError", message, code, &context), cause)
+        }
         EngineError::Node { code, cause, .. } => with_cause(py, raise(py, "NodeError", message, code, &context), cause),
         EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, "RECURSION_001", &context),
         EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),

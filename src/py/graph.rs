@@ -24,6 +24,7 @@ type EdgeTuple = (String, String, Option<usize>, Option<String>);
 #[pymethods]
 impl NativeGraph {
     /// Validates the topology (GRAPH_002/003/004) and binds it to a store.
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keyword arguments
     #[new]
     fn new(
         py: Python<'_>,
@@ -62,7 +63,8 @@ impl NativeGraph {
     ) -> PyResult<Bound<'py, PyAny>> {
         let cfg = options.run_config();
         let input = options.input();
-        let (has_messages, has_state_update, resume_only) = (input.has_messages, input.has_state_update, input.resume_only);
+        let (has_messages, has_state_update, resume_only) =
+            (input.has_messages, input.has_state_update, input.resume_only);
         let start_node = input.start_node.map(str::to_owned);
         let streaming = options.streaming();
         let known = options.known();

@@ -4,8 +4,8 @@
 use super::boundary::{ExecView, NodeResult};
 use super::bridge::{Locals, PyTask};
 use crate::engine::{
-    BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects, Snapshot, Stored,
-    ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
+    BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects,
+    Snapshot, Stored, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
 use crate::store::{KnownHead, RawJson, STATE_META_KEY, StoredMessage};
 use async_trait::async_trait;
@@ -159,7 +159,10 @@ impl NodeHost for PyHost {
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
         // Copy the text out while attached, parse after: JSON parsing needs no interpreter.
         let (state, msgs, replace, len, last_id) = Python::attach(|py| {
-            let r = self.run.bind(py).call_method1("snapshot", (exec_view(py, exec)?, cursor.len, cursor.last_id.clone()))?;
+            let r = self
+                .run
+                .bind(py)
+                .call_method1("snapshot", (exec_view(py, exec)?, cursor.len, cursor.last_id.clone()))?;
             r.extract::<(String, Vec<(String, String)>, bool, usize, Option<String>)>()
         })
         .map_err(host_err)?;
@@ -234,7 +237,11 @@ impl NodeHost for PyHost {
             let mut out = Vec::with_capacity(calls.len());
             for (call_id, name, fx) in calls {
                 // The decorator validates the class; anything else is treated as the default.
-                out.push(ToolCall { call_id: ledger_id(&call_id)?, name, effects: SideEffects::parse(&fx).unwrap_or_default() });
+                out.push(ToolCall {
+                    call_id: ledger_id(&call_id)?,
+                    name,
+                    effects: SideEffects::parse(&fx).unwrap_or_default(),
+                });
             }
             Ok(ToolBatch { origin_message_id: ledger_id(&origin)?, calls: out, fresh })
         })
@@ -242,19 +249,28 @@ impl NodeHost for PyHost {
         .map_err(|e: PyErr| HostFailure::Passthrough(Box::new(e)))
     }
 
-    fn unknown_outcome(&self, node: &str, index: usize, idempotency_key: Option<String>) -> Result<UnknownAnswer, HostFailure> {
+    fn unknown_outcome(
+        &self,
+        node: &str,
+        index: usize,
+        idempotency_key: Option<String>,
+    ) -> Result<UnknownAnswer, HostFailure> {
         let answer = Python::attach(|py| {
-            self.run
-                .bind(py)
-                .call_method1("unknown_outcome", (node, index, idempotency_key))?
-                .extract::<Option<(String, bool, bool)>>()
+            self.run.bind(py).call_method1("unknown_outcome", (node, index, idempotency_key))?.extract::<Option<(
+                String,
+                bool,
+                bool,
+            )>>()
         })
         .map_err(classify)?;
         let Some((envelope, record, is_error)) = answer else {
             return Ok(UnknownAnswer::Retry);
         };
-        let envelope = serde_json::from_str(&envelope)
-            .map_err(|e| HostFailure::Raised { error_type: "SerializationError".into(), message: e.to_string(), cause: Box::new(e) })?;
+        let envelope = serde_json::from_str(&envelope).map_err(|e| HostFailure::Raised {
+            error_type: "SerializationError".into(),
+            message: e.to_string(),
+            cause: Box::new(e),
+        })?;
         Ok(UnknownAnswer::Answer(ToolRun { envelope, record, is_error }))
     }
 

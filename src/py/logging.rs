@@ -52,9 +52,29 @@ impl Visit for Fields {
 /// Attributes every Python `LogRecord` already has: `makeRecord` refuses an `extra` that would
 /// overwrite one (KeyError), so such a field is passed as `field_<name>` instead.
 const RECORD_ATTRIBUTES: &[&str] = &[
-    "name", "msg", "args", "levelname", "levelno", "pathname", "filename", "module", "exc_info", "exc_text",
-    "stack_info", "lineno", "funcName", "created", "msecs", "relativeCreated", "thread", "threadName",
-    "processName", "process", "taskName", "message", "asctime",
+    "name",
+    "msg",
+    "args",
+    "levelname",
+    "levelno",
+    "pathname",
+    "filename",
+    "module",
+    "exc_info",
+    "exc_text",
+    "stack_info",
+    "lineno",
+    "funcName",
+    "created",
+    "msecs",
+    "relativeCreated",
+    "thread",
+    "threadName",
+    "processName",
+    "process",
+    "taskName",
+    "message",
+    "asctime",
 ];
 
 fn python_key(name: &str) -> String {
@@ -101,10 +121,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for PyLogLayer {
     }
 
     fn on_record(&self, id: &span::Id, values: &span::Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
-                values.record(fields);
-            }
+        if let Some(span) = ctx.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<Fields>()
+        {
+            values.record(fields);
         }
     }
 

@@ -2,18 +2,18 @@
 
 mod boundary;
 mod bridge;
+mod driver;
+mod dump_walk;
 mod errors;
 mod graph;
 mod host;
 mod kept_state;
 mod logging;
-mod dump_walk;
 mod options;
+mod pid;
 mod py_store;
 mod runtime;
 mod store;
-mod driver;
-mod pid;
 
 use pyo3::prelude::*;
 
@@ -27,15 +27,15 @@ pub mod _core {
     #[pymodule_export]
     use super::bridge::Completion;
     #[pymodule_export]
-    use super::options::RunOptions;
-    #[pymodule_export]
-    use super::kept_state::KeptState;
+    use super::driver::Driver;
     #[pymodule_export]
     use super::graph::NativeGraph;
     #[pymodule_export]
-    use super::store::NativeStore;
+    use super::kept_state::KeptState;
     #[pymodule_export]
-    use super::driver::Driver;
+    use super::options::RunOptions;
+    #[pymodule_export]
+    use super::store::NativeStore;
 
     /// The socket the event loops of this thread watch (`add_reader`, once per loop) for
     /// native awaitables woken from another thread (see src/py/driver.rs).
@@ -61,7 +61,11 @@ pub mod _core {
     /// out of the live states.
     #[pyfunction]
     #[pyo3(signature = (value, skip=None))]
-    fn dump_walk(py: Python<'_>, value: &Bound<'_, PyAny>, skip: Option<&str>) -> PyResult<(Option<(String, String)>, bool)> {
+    fn dump_walk(
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        skip: Option<&str>,
+    ) -> PyResult<(Option<(String, String)>, bool)> {
         let found = super::dump_walk::walk(py, value, skip)?;
         Ok((found.nonfinite, found.reshaped))
     }
@@ -85,7 +89,11 @@ pub mod _core {
     /// `default`.
     #[pyfunction]
     #[pyo3(signature = (config, key, default))]
-    fn resolve_timeout(config: &Bound<'_, pyo3::types::PyDict>, key: &str, default: Option<f64>) -> PyResult<Option<f64>> {
+    fn resolve_timeout(
+        config: &Bound<'_, pyo3::types::PyDict>,
+        key: &str,
+        default: Option<f64>,
+    ) -> PyResult<Option<f64>> {
         super::options::timeout_from(config, key, default)
     }
 

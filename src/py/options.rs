@@ -156,7 +156,10 @@ fn seconds_setting(config: &Bound<'_, PyDict>, key: &str, low: f64, default: f64
     };
     match value {
         Some(x) if low < x && x <= MAX_SECONDS => Ok(x),
-        _ => Err(PyValueError::new_err(format!("{key} must be a number of seconds in ({low}, 86400], got {}", v.repr()?))),
+        _ => Err(PyValueError::new_err(format!(
+            "{key} must be a number of seconds in ({low}, 86400], got {}",
+            v.repr()?
+        ))),
     }
 }
 
@@ -173,7 +176,12 @@ impl RunOptions {
             None => defaults::DEFAULT_RECURSION_LIMIT,
             Some(v) => match (v.is_instance_of::<PyBool>(), v.extract::<i64>()) {
                 (false, Ok(n)) if n >= 1 && v.is_instance_of::<PyInt>() => n,
-                _ => return Err(PyValueError::new_err(format!("recursion_limit must be a positive int, got {}", v.repr()?))),
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "recursion_limit must be a positive int, got {}",
+                        v.repr()?
+                    )));
+                }
             },
         };
         let on_busy = match item(config, "on_busy")? {
@@ -195,7 +203,11 @@ impl RunOptions {
             Some(v) if v.is_none() => None,
             Some(v) => match v.extract::<String>() {
                 Ok(s) => Some(s),
-                Err(_) => return Err(PyValueError::new_err("config['failpoints'] must be a string like 'after_tool:charge_card=kill'")),
+                Err(_) => {
+                    return Err(PyValueError::new_err(
+                        "config['failpoints'] must be a string like 'after_tool:charge_card=kill'",
+                    ));
+                }
             },
         };
         let parsed_failpoints = match failpoints.as_deref().filter(|s| !s.trim().is_empty()) {
@@ -225,7 +237,12 @@ impl RunOptions {
             tool_timeout,
             durable,
             on_busy,
-            busy_timeout: seconds_setting(config, "busy_timeout", MIN_BUSY_TIMEOUT, defaults::DEFAULT_BUSY_TIMEOUT_SECONDS)?,
+            busy_timeout: seconds_setting(
+                config,
+                "busy_timeout",
+                MIN_BUSY_TIMEOUT,
+                defaults::DEFAULT_BUSY_TIMEOUT_SECONDS,
+            )?,
             lease_ttl: seconds_setting(config, "lease_ttl", MIN_LEASE_TTL, defaults::DEFAULT_LEASE_TTL_SECONDS)?,
             failpoints,
             has_messages: false,
@@ -279,7 +296,13 @@ impl RunOptions {
     fn __repr__(&self) -> String {
         format!(
             "RunOptions(thread_id={:?}, user_id={:?}, run_id={:?}, recursion_limit={}, node_timeout={:?}, tool_timeout={:?}, on_busy={:?})",
-            self.thread_id, self.user_id, self.run_id, self.recursion_limit, self.node_timeout, self.tool_timeout, self.on_busy
+            self.thread_id,
+            self.user_id,
+            self.run_id,
+            self.recursion_limit,
+            self.node_timeout,
+            self.tool_timeout,
+            self.on_busy
         )
     }
 }
@@ -287,7 +310,8 @@ impl RunOptions {
 impl RunOptions {
     /// The engine's `RunConfig` for these settings.
     pub fn run_config(&self) -> RunConfig {
-        let mut cfg = RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()).scoped(self.owner_scoped));
+        let mut cfg =
+            RunConfig::new(ThreadRef::new(self.thread_id.clone(), self.user_id.clone()).scoped(self.owner_scoped));
         cfg.run_id = self.run_id.clone();
         cfg.recursion_limit = self.recursion_limit;
         cfg.node_timeout = self.node_timeout.map(Duration::from_secs_f64);

@@ -10,8 +10,9 @@
 
 use super::bridge::{Locals, PyTask};
 use crate::store::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore, PruneReport, PruneRules,
-    RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore, PruneReport,
+    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    is_intent,
 };
 use async_trait::async_trait;
 use pyo3::prelude::*;
@@ -73,7 +74,8 @@ impl PyStore {
                 .iter()
                 .map(|m| {
                     let data: Value = serde_json::from_str(m)?;
-                    let id = data.get("message_id").map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
+                    let id =
+                        data.get("message_id").map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
                     Ok(StoredMessage::new(id.unwrap_or_default(), &data))
                 })
                 .collect::<Result<Vec<_>, serde_json::Error>>()
@@ -153,13 +155,13 @@ impl Checkpointer for PyStore {
         // Python checkpointer then gets the step as from `put_step`.
         self.hydrate(t).await?;
         let done = self.mem.put_input_leased(t, req, w, stop).await?;
-        if let crate::store::LeasedInput::Committed { token, .. } = done {
-            if let Err(e) = self.save(t, w.new_messages).await {
-                let _ = self.mem.clear_state(t).await;
-                self.forget(t);
-                let _ = self.mem.lease_release(&t.thread_id, token).await;
-                return Err(e);
-            }
+        if let crate::store::LeasedInput::Committed { token, .. } = done
+            && let Err(e) = self.save(t, w.new_messages).await
+        {
+            let _ = self.mem.clear_state(t).await;
+            self.forget(t);
+            let _ = self.mem.lease_release(&t.thread_id, token).await;
+            return Err(e);
         }
         Ok(done)
     }
@@ -232,14 +234,18 @@ impl Checkpointer for PyStore {
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         let mut found = self.mem.ledger_get(t, keys).await?;
         // Results this process has not seen (an earlier process recorded them) are in Python.
-        let ask: Vec<String> =
-            keys.iter().filter(|k| found.get(*k).is_none_or(|v| is_intent(v))).cloned().collect();
+        let ask: Vec<String> = keys.iter().filter(|k| found.get(*k).is_none_or(is_intent)).cloned().collect();
         for (k, v) in self.python_ledger(t, ask).await? {
             found.insert(k, v);
         }
         Ok(found)
     }
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize> {
         let written = self.mem.ledger_put_many(t, entries, fence).await?;
         // Intent records stay in process: the Python ledger holds results only.
         let results: Vec<(String, String)> =

@@ -8,10 +8,11 @@
 use super::errors::store_err;
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
 use crate::store::{
-    Checkpointer, LazyStore, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, ThreadRow,
+    Checkpointer, LazyStore, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError,
+    StoredMessage, ThreadRef, ThreadRow,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::BoundObject;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::Value;
 use std::future::Future;
@@ -36,9 +37,8 @@ static OPEN: std::sync::Mutex<Vec<std::sync::Weak<dyn Checkpointer>>> = std::syn
 fn cache_ttl(ttl: Option<f64>) -> PyResult<Option<f64>> {
     match ttl {
         Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!("ttl_seconds must be >= 0, got {t}"))),
-        Some(t) if t == 0.0 => Ok(None),
-        Some(t) => Ok(Some(t.min(crate::store::MAX_CACHE_TTL_SECONDS))),
-        None => Ok(None),
+        Some(t) if t > 0.0 => Ok(Some(t.min(crate::store::MAX_CACHE_TTL_SECONDS))),
+        Some(_) | None => Ok(None),
     }
 }
 
@@ -89,7 +89,9 @@ fn json_in(s: &str) -> PyResult<Value> {
 
 fn messages_in(msgs: Vec<(String, String)>) -> PyResult<Vec<StoredMessage>> {
     msgs.into_iter()
-        .map(|(id, d)| StoredMessage::from_text(id, d).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}"))))
+        .map(|(id, d)| {
+            StoredMessage::from_text(id, d).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
+        })
         .collect()
 }
 
@@ -129,6 +131,8 @@ impl NativeStore {
     #[staticmethod]
     #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0, id_type="string", user_id_type="string", statement_timeout=30.0, lock_timeout=5.0))]
     #[allow(clippy::too_many_arguments)]
+    // `!(x > 0.0)` on purpose: it refuses NaN too, which `x <= 0.0` lets through.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn postgres(
         dsn: String,
         redis_url: Option<String>,
@@ -145,10 +149,16 @@ impl NativeStore {
     ) -> PyResult<Self> {
         use crate::store::postgres::IdType;
         let id_type_of = |key: &str, v: &str| {
-            IdType::parse(v).ok_or_else(|| PyValueError::new_err(format!("{key} must be 'string', 'int' or 'bigint', not {v:?}")))
+            IdType::parse(v)
+                .ok_or_else(|| PyValueError::new_err(format!("{key} must be 'string', 'int' or 'bigint', not {v:?}")))
         };
         let (id_type, user_id_type) = (id_type_of("id_type", id_type)?, id_type_of("user_id_type", user_id_type)?);
-        if max_connections == 0 || !(acquire_timeout > 0.0) || !(cache_ttl > 0.0) || !(statement_timeout > 0.0) || !(lock_timeout > 0.0) {
+        if max_connections == 0
+            || !(acquire_timeout > 0.0)
+            || !(cache_ttl > 0.0)
+            || !(statement_timeout > 0.0)
+            || !(lock_timeout > 0.0)
+        {
             return Err(PyValueError::new_err(
                 "max_connections, acquire_timeout, cache_ttl, statement_timeout and lock_timeout must be positive",
             ));
@@ -170,7 +180,9 @@ impl NativeStore {
             enforce_user_isolation,
             id_type,
             user_id_type,
-            statement_deadline: std::time::Duration::from_secs_f64(statement_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
+            statement_deadline: std::time::Duration::from_secs_f64(
+                statement_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS),
+            ),
             lock_wait: std::time::Duration::from_secs_f64(lock_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
             ..PgOptions::default()
         };
@@ -198,9 +210,10 @@ impl NativeStore {
     /// Version-guarded state cache: `(version, state_json)` or None.
     fn state_cache_get<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move {
-            Ok(s.state_cache_get(&t(thread_id, user_id)).await?.map(|(v, d)| (v, d.to_string())))
-        })
+        awaitable(
+            py,
+            async move { Ok(s.state_cache_get(&t(thread_id, user_id)).await?.map(|(v, d)| (v, d.to_string()))) },
+        )
     }
 
     fn state_cache_put<'py>(
@@ -216,7 +229,12 @@ impl NativeStore {
         awaitable(py, async move { s.state_cache_put(&t(thread_id, user_id), version, &v).await })
     }
 
-    fn state_cache_clear<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    fn state_cache_clear<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move { s.state_cache_clear(&t(thread_id, user_id)).await.map(|_| true) })
     }
@@ -226,7 +244,9 @@ impl NativeStore {
         let s = self.inner.clone();
         awaitable(py, async move {
             let cp = s.load(&t(thread_id, user_id)).await?;
-            Ok(cp.map(|c| (c.version, c.state.to_string(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())))
+            Ok(cp.map(|c| {
+                (c.version, c.state.to_string(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())
+            }))
         })
     }
 
@@ -248,13 +268,28 @@ impl NativeStore {
         let state = json_in(&state_json)?;
         let msgs = messages_in(messages)?;
         awaitable(py, async move {
-            let w = StepWrite { expected_version, state: &state, new_messages: &msgs, replace_messages, fence: None, release_lease: false, in_tx: None, previous_mark: None };
+            let w = StepWrite {
+                expected_version,
+                state: &state,
+                new_messages: &msgs,
+                replace_messages,
+                fence: None,
+                release_lease: false,
+                in_tx: None,
+                previous_mark: None,
+            };
             s.put_step(&t(thread_id, user_id).scoped(owner_scoped), w).await
         })
     }
 
     #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
-    fn clear_state<'py>(&self, py: Python<'py>, thread_id: String, user_id: String, owner_scoped: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn clear_state<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move { s.clear_state(&t(thread_id, user_id).scoped(owner_scoped)).await.map(|_| true) })
     }
@@ -270,7 +305,9 @@ impl NativeStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let msgs = messages_in(messages)?;
-        awaitable(py, async move { s.put_messages(&t(thread_id, user_id).scoped(owner_scoped), &msgs).await.map(|_| msgs.len()) })
+        awaitable(py, async move {
+            s.put_messages(&t(thread_id, user_id).scoped(owner_scoped), &msgs).await.map(|_| msgs.len())
+        })
     }
 
     fn get_message<'py>(
@@ -328,7 +365,10 @@ impl NativeStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let meta = json_in(&meta_json)?;
-        awaitable(py, async move { s.put_thread(&t(thread_id, user_id).scoped(owner_scoped), name.as_deref(), &meta).await })
+        awaitable(
+            py,
+            async move { s.put_thread(&t(thread_id, user_id).scoped(owner_scoped), name.as_deref(), &meta).await },
+        )
     }
 
     fn get_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
@@ -353,7 +393,13 @@ impl NativeStore {
     }
 
     #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
-    fn clean_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String, owner_scoped: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn clean_thread<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move { s.clean_thread(&t(thread_id, user_id).scoped(owner_scoped)).await.map(|_| true) })
     }
@@ -362,7 +408,12 @@ impl NativeStore {
     /// owner's name only to the owner (None to anybody else, as for a thread that does not
     /// exist). Without, for operators (the CLI).
     #[pyo3(signature = (thread_id, user_id=None))]
-    fn thread_owner<'py>(&self, py: Python<'py>, thread_id: String, user_id: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+    fn thread_owner<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
             let owner = s.thread_owner(&thread_id).await?;
@@ -405,7 +456,12 @@ impl NativeStore {
     }
 
     #[pyo3(signature = (namespace, prefix=None))]
-    fn cache_keys<'py>(&self, py: Python<'py>, namespace: String, prefix: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+    fn cache_keys<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        prefix: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move { s.cache_keys(&namespace, prefix.as_deref()).await })
     }
@@ -456,7 +512,12 @@ impl NativeStore {
     /// state is running, by thread id after `after`, as `[(thread_id, owner, live_holder_json |
     /// None)]`; None means no live run holds the thread (its run died).
     #[pyo3(signature = (after=None, limit=100))]
-    fn recovery_candidates<'py>(&self, py: Python<'py>, after: Option<String>, limit: i64) -> PyResult<Bound<'py, PyAny>> {
+    fn recovery_candidates<'py>(
+        &self,
+        py: Python<'py>,
+        after: Option<String>,
+        limit: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
             let page = crate::engine::recovery_candidates(&*s, after.as_deref(), limit).await?;
@@ -488,7 +549,8 @@ impl NativeStore {
         super::runtime::check_not_forked()?;
         let s = self.inner.clone();
         let v = json_in(&result_json)?;
-        let limit = std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
+        let limit =
+            std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
         let r = py.detach(|| {
             pyo3_async_runtimes::tokio::get_runtime()
                 .block_on(async { tokio::time::timeout(limit, s.ledger_put(&t(thread_id, user_id), &key, &v)).await })
@@ -496,20 +558,27 @@ impl NativeStore {
         match r {
             Ok(Ok(inserted)) => Ok(inserted),
             Ok(Err(e)) => Err(store_err(py, e)),
-            Err(_) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!("ledger write did not finish within {limit:?}"))),
+            Err(_) => {
+                Err(pyo3::exceptions::PyTimeoutError::new_err(format!("ledger write did not finish within {limit:?}")))
+            }
         }
     }
 
     /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one. With `user_id`,
     /// None also when that user may not see it (`Checkpointer::is_owner`); without, for operators.
     #[pyo3(signature = (thread_id, user_id=None))]
-    fn lease_get<'py>(&self, py: Python<'py>, thread_id: String, user_id: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+    fn lease_get<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            if let Some(u) = user_id {
-                if !s.is_owner(&t(thread_id.clone(), u)).await? {
-                    return Ok(None);
-                }
+            if let Some(u) = user_id
+                && !s.is_owner(&t(thread_id.clone(), u)).await?
+            {
+                return Ok(None);
             }
             let info = s.lease_get(&thread_id).await?;
             Ok(info.map(|i| serde_json::to_string(&i).unwrap_or_default()))
@@ -550,10 +619,7 @@ impl NativeStore {
         let s = self.inner.clone();
         awaitable(py, async move {
             let rows = s.ledger_list(&t(thread_id, user_id)).await?;
-            Ok(rows
-                .into_iter()
-                .map(|r| (r.key, r.result.map(|v| v.to_string()), r.created_at))
-                .collect::<Vec<_>>())
+            Ok(rows.into_iter().map(|r| (r.key, r.result.map(|v| v.to_string()), r.created_at)).collect::<Vec<_>>())
         })
     }
 

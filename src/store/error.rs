@@ -59,7 +59,9 @@ pub enum StoreError {
     InvalidInput(String),
     /// The run's lease on the thread was taken over by another execution: this write, and every
     /// later one of this run, is refused (STORAGE_FENCED_001).
-    #[error("thread '{thread_id}' lease token {token} was superseded (current token {current:?}); this run no longer owns the thread and wrote nothing")]
+    #[error(
+        "thread '{thread_id}' lease token {token} was superseded (current token {current:?}); this run no longer owns the thread and wrote nothing"
+    )]
     Fenced {
         /// The thread written.
         thread_id: String,

@@ -6,8 +6,8 @@
 //! remembered, so the next call tries again and a database started later is picked up.
 
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LegacyCache, LeaseInfo, LeaseRequest, LedgerEntry, PruneReport, PruneRules, StateVersion,
-    RawJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport,
+    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -78,7 +78,12 @@ impl Checkpointer for LazyStore {
         self.cell.get().is_some_and(|s| s.joins_ledger_to_step())
     }
 
-    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+    async fn put_step_with_ledger(
+        &self,
+        t: &ThreadRef,
+        w: StepWrite<'_>,
+        rows: &[(String, Value)],
+    ) -> StoreResult<i64> {
         self.get().await?.put_step_with_ledger(t, w, rows).await
     }
     async fn put_input_leased(
@@ -189,7 +194,12 @@ impl Checkpointer for LazyStore {
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         self.get().await?.ledger_get(t, keys).await
     }
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize> {
         self.get().await?.ledger_put_many(t, entries, fence).await
     }
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {

@@ -8,9 +8,9 @@
 
 use super::id_text;
 use super::{
-    Checkpoint, KnownHead, Checkpointer, RawJson, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
-    StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent, is_running_state, may_take, message_matches,
-    now_secs,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
+    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent,
+    is_running_state, may_take, message_matches, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -165,11 +165,7 @@ impl MemoryStore {
         self.check_owner(d, t)?;
         let current = d.states.last().map(|(v, _)| *v).unwrap_or(0);
         if current != w.expected_version {
-            return Err(StoreError::Stale {
-                thread_id: t.thread_id.clone(),
-                expected: w.expected_version,
-                current,
-            });
+            return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
         }
         ensure_row(d, t);
         let new_version = current + 1;
@@ -188,11 +184,11 @@ impl MemoryStore {
         if let Some(r) = d.row.as_mut() {
             r.updated_at = now_secs();
         }
-        if let (true, Some(token)) = (w.release_lease, w.fence) {
-            if let Some(l) = inner.leases.get_mut(&t.thread_id).filter(|l| l.info.token == token) {
-                l.info.released = true;
-                l.expires_at = now_secs();
-            }
+        if let (true, Some(token)) = (w.release_lease, w.fence)
+            && let Some(l) = inner.leases.get_mut(&t.thread_id).filter(|l| l.info.token == token)
+        {
+            l.info.released = true;
+            l.expires_at = now_secs();
         }
         Ok(new_version)
     }
@@ -256,7 +252,12 @@ impl Checkpointer for MemoryStore {
         true
     }
 
-    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+    async fn put_step_with_ledger(
+        &self,
+        t: &ThreadRef,
+        w: StepWrite<'_>,
+        rows: &[(String, Value)],
+    ) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
         // No transaction to be inside of: the hook runs before anything changes, which is what a
@@ -283,7 +284,9 @@ impl Checkpointer for MemoryStore {
     ) -> StoreResult<super::LeasedInput> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
-        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = &req.user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         if let Some(h) = w.in_tx {
             h.in_transaction().await.map_err(StoreError::Failpoint)?;
         }
@@ -353,11 +356,8 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
-        let it = d
-            .messages
-            .iter()
-            .filter(|m| search.is_none_or(|s| message_matches(&m.text, s)))
-            .map(|m| m.text.clone());
+        let it =
+            d.messages.iter().filter(|m| search.is_none_or(|s| message_matches(&m.text, s))).map(|m| m.text.clone());
         Ok(page(it, offset, limit))
     }
 
@@ -406,7 +406,9 @@ impl Checkpointer for MemoryStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<ThreadRow>> {
-        if let Some(u) = user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         let inner = self.lock();
         let mut rows: Vec<ThreadRow> = inner
             .threads
@@ -442,12 +444,16 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
-        if let Some(a) = after { id_text::check_text_id("thread_id", a)?; }
+        if let Some(a) = after {
+            id_text::check_text_id("thread_id", a)?;
+        }
         let inner = self.lock();
         let mut out: Vec<ThreadRef> = inner
             .threads
             .iter()
-            .filter(|(id, d)| after.is_none_or(|a| id.as_str() > a) && d.states.last().is_some_and(|(_, s)| is_running_state(s)))
+            .filter(|(id, d)| {
+                after.is_none_or(|a| id.as_str() > a) && d.states.last().is_some_and(|(_, s)| is_running_state(s))
+            })
             .filter_map(|(id, d)| d.row.as_ref().map(|r| ThreadRef::new(id.clone(), r.user_id.clone())))
             .collect();
         out.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
@@ -512,7 +518,12 @@ impl Checkpointer for MemoryStore {
         Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), v.clone()))).collect())
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize> {
         id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
@@ -541,7 +552,9 @@ impl Checkpointer for MemoryStore {
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         id_text::check_text_id("thread_id", thread_id)?;
-        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = &req.user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         let mut inner = self.lock();
         self.take_locked(&mut inner, thread_id, req)
     }
@@ -633,7 +646,9 @@ impl Checkpointer for MemoryStore {
             .iter()
             .map(|(k, (v, at))| super::LedgerEntry { key: k.clone(), result: Some(v.clone()), created_at: Some(*at) })
             .collect();
-        rows.sort_by(|a, b| a.created_at.unwrap_or(0.0).total_cmp(&b.created_at.unwrap_or(0.0)).then_with(|| a.key.cmp(&b.key)));
+        rows.sort_by(|a, b| {
+            a.created_at.unwrap_or(0.0).total_cmp(&b.created_at.unwrap_or(0.0)).then_with(|| a.key.cmp(&b.key))
+        });
         Ok(rows)
     }
 

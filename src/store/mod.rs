@@ -9,6 +9,7 @@
 mod error;
 pub mod id_text;
 mod input_lease;
+mod inspect;
 mod lazy;
 mod lease;
 mod memory;
@@ -16,7 +17,6 @@ pub mod postgres;
 mod sqlite;
 mod sqlite_locks;
 mod types;
-mod inspect;
 
 /// The key of the header a stored state carries (class, format, and the write mark the stores
 /// compare). The stores' SQL names it too.
@@ -24,20 +24,21 @@ pub const STATE_META_KEY: &str = "__state_meta__";
 
 pub use error::{StoreError, StoreResult};
 pub use id_text::MAX_ID_CHARS;
-pub use lease::{
-    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state, is_intent, is_paused,
-    is_running_state,
-    may_take,
-};
 pub use input_lease::{LeasedInput, StopKey};
+pub use inspect::{LedgerEntry, StateVersion};
 pub use lazy::{LazyStore, Opener};
+pub use lease::{
+    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state,
+    is_intent, is_paused, is_running_state, may_take,
+};
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    chained_state, decode_raw, mark_messages_changed, raw_json, raw_json_from_text, set_write_mark, write_mark, write_mark_json_path, MESSAGES_CHANGED, WRITE_MARK_PATH, Checkpoint, KnownHead, RawJson, LegacyCache, StepWrite, StoredMessage, ThreadRef, ThreadRow, TxHook,
+    Checkpoint, KnownHead, LegacyCache, MESSAGES_CHANGED, RawJson, StepWrite, StoredMessage, ThreadRef, ThreadRow,
+    TxHook, WRITE_MARK_PATH, chained_state, decode_raw, mark_messages_changed, raw_json, raw_json_from_text,
+    set_write_mark, write_mark, write_mark_json_path,
 };
-pub use inspect::{LedgerEntry, StateVersion};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -86,7 +87,12 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// `w.fence`) in the same transaction: both or neither. The default writes the rows first, in
     /// their own commit, and writes no step when they fail; it is not atomic, which is why
     /// `joins_ledger_to_step` says false for it.
-    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+    async fn put_step_with_ledger(
+        &self,
+        t: &ThreadRef,
+        w: StepWrite<'_>,
+        rows: &[(String, Value)],
+    ) -> StoreResult<i64> {
         if !rows.is_empty() {
             self.ledger_put_many(t, rows, w.fence).await?;
         }
@@ -241,7 +247,12 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// an intent record is written only where no row exists, and a result replaces an intent.
     /// With `fence`, nothing is written (`StoreError::Fenced`) unless the thread's lease still
     /// carries that token. Returns how many rows were written.
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize>;
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize>;
 
     /// Replaces intent records, and only intent records, with other intent records (a call marked
     /// paused at `interrupt()`, or started again when its thread is resumed); a key whose row is a
@@ -345,10 +356,10 @@ pub(crate) mod generic_state_cache {
 
     /// Writes the entry unless a newer version is cached; false when it was not written.
     pub async fn put<S: Checkpointer + ?Sized>(s: &S, t: &ThreadRef, version: i64, state: &Value) -> StoreResult<bool> {
-        if let Some((cur, _)) = get(s, t).await? {
-            if cur > version {
-                return Ok(false);
-            }
+        if let Some((cur, _)) = get(s, t).await?
+            && cur > version
+        {
+            return Ok(false);
         }
         s.cache_put(STATE_CACHE_NS, &key(t), &json!({"v": version, "d": state}), Some(86400.0)).await?;
         Ok(true)
@@ -366,10 +377,7 @@ pub const MAX_CACHE_TTL_SECONDS: f64 = 1e9;
 
 /// Seconds since the epoch (0 if the clock is before it).
 pub(crate) fn now_secs() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// Substring match used by `list_messages(search=...)` on the memory store: `needle` in the

@@ -208,7 +208,12 @@ mod imp {
             let ours = key.is_some_and(|k| dup.is_some() || t.by_inode.contains_key(&k));
             if ours || !t.parked.is_empty() {
                 let foreign = foreign_posix_locked_inodes();
-                t.parked.retain(|&(p, ino)| foreign.contains(&ino) || { close_now.push(p); false });
+                t.parked.retain(|&(p, ino)| {
+                    foreign.contains(&ino) || {
+                        close_now.push(p);
+                        false
+                    }
+                });
                 match key {
                     Some((_, ino)) if ours && foreign.contains(&ino) => {
                         park = true;
@@ -324,8 +329,19 @@ mod imp {
                 let f: unsafe extern "C" fn(c_int, c_int, usize) -> c_int = fcntl_shim;
                 let c: unsafe extern "C" fn(c_int) -> c_int = close_shim;
                 // close first: a lock taken through the new fcntl must be released by the new close.
-                let ok = set(vfs, close_name, Some(std::mem::transmute::<_, unsafe extern "C" fn()>(c))) == ffi::SQLITE_OK
-                    && set(vfs, fcntl_name, Some(std::mem::transmute::<_, unsafe extern "C" fn()>(f))) == ffi::SQLITE_OK;
+                let ok = set(
+                    vfs,
+                    close_name,
+                    Some(std::mem::transmute::<unsafe extern "C" fn(c_int) -> c_int, unsafe extern "C" fn()>(c)),
+                ) == ffi::SQLITE_OK
+                    && set(
+                        vfs,
+                        fcntl_name,
+                        Some(std::mem::transmute::<
+                            unsafe extern "C" fn(c_int, c_int, usize) -> c_int,
+                            unsafe extern "C" fn(),
+                        >(f)),
+                    ) == ffi::SQLITE_OK;
                 if !ok {
                     set(vfs, close_name, Some(old_close));
                     tracing::warn!("could not switch SQLite to open-file-description locks; POSIX locks stay in use");

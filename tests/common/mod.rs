@@ -20,9 +20,9 @@ static SKIPPED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 pub fn pg_dsn() -> Option<String> {
     match std::env::var("TENXGRAPH_TEST_PG_DSN") {
         Ok(dsn) if !dsn.is_empty() => Some(dsn),
-        _ if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") => panic!(
-            "{REQUIRE_ENV}=1 but TENXGRAPH_TEST_PG_DSN is not set: the PostgreSQL cases cannot run"
-        ),
+        _ if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") => {
+            panic!("{REQUIRE_ENV}=1 but TENXGRAPH_TEST_PG_DSN is not set: the PostgreSQL cases cannot run")
+        }
         _ => {
             // libtest runs each test on a thread named after it.
             let test = std::thread::current().name().unwrap_or("?").to_owned();

@@ -42,4 +42,3 @@ pub async fn backends(dir: &tempfile::TempDir, isolation: bool) -> Vec<(&'static
     }
     all
 }
-

@@ -23,14 +23,21 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if carried.is_empty() {
             return self.store.put_step(&self.cfg.thread, w).await;
         }
-        let err = match self.store.put_step_with_ledger(&self.cfg.thread, w, &crate::engine::tools::ledger_rows(&carried)).await {
+        let err = match self
+            .store
+            .put_step_with_ledger(&self.cfg.thread, w, &crate::engine::tools::ledger_rows(&carried))
+            .await
+        {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
         let rows_written = self.write_carried(carried).await;
         let the_steps_own = matches!(
             err,
-            StoreError::Stale { .. } | StoreError::Fenced { .. } | StoreError::Forbidden { .. } | StoreError::Failpoint(_)
+            StoreError::Stale { .. }
+                | StoreError::Fenced { .. }
+                | StoreError::Forbidden { .. }
+                | StoreError::Failpoint(_)
         );
         if rows_written || the_steps_own {
             return Err(err);

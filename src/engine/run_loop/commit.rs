@@ -34,9 +34,9 @@ impl TxHook for InTx<'_> {
 /// A stored state without its messages: the part a commit writes.
 fn without_context(state: &Value) -> Value {
     match state.as_object() {
-        Some(o) if o.contains_key("context") => {
-            Value::Object(o.iter().filter(|(k, _)| k.as_str() != "context").map(|(k, v)| (k.clone(), v.clone())).collect())
-        }
+        Some(o) if o.contains_key("context") => Value::Object(
+            o.iter().filter(|(k, _)| k.as_str() != "context").map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ),
         _ => state.clone(),
     }
 }
@@ -56,7 +56,11 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// The input commit of an optimistic start: the lease and the step in one transaction. The
     /// outer error ends the run as it is (a failpoint, a refusal marked on `opt`: nothing was
     /// written); the inner one is the store's, handled as `put_step`'s.
-    pub(super) async fn commit_input(&self, w: StepWrite<'_>, opt: &Optimistic) -> Result<Result<i64, StoreError>, EngineError> {
+    pub(super) async fn commit_input(
+        &self,
+        w: StepWrite<'_>,
+        opt: &Optimistic,
+    ) -> Result<Result<i64, StoreError>, EngineError> {
         let cfg = self.cfg;
         if !cfg.failpoints.is_off() {
             cfg.failpoints.hit("before_input_tx", &cfg.thread.thread_id).await?;
@@ -187,7 +191,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             exec.current_node = self.step_node.clone();
         }
         let meta = state.as_object_mut()?.entry("execution_meta").or_insert_with(|| json!({}));
-        let Some(meta) = meta.as_object_mut() else { return None };
+        let meta = meta.as_object_mut()?;
         if let Ok(Value::Object(fields)) = serde_json::to_value(&exec) {
             meta.extend(fields);
         }
@@ -195,7 +199,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if let Some(internal) = internal.as_object_mut() {
             internal.insert("error".into(), json!(exec.error));
         }
-        Some(crate::engine::Snapshot { state, new_messages: vec![], replace_messages: false, cursor: self.cursor.clone() })
+        Some(crate::engine::Snapshot {
+            state,
+            new_messages: vec![],
+            replace_messages: false,
+            cursor: self.cursor.clone(),
+        })
     }
 
     /// Marks the thread as failed, commits that, and returns `err`.

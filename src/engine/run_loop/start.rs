@@ -2,7 +2,7 @@
 //! decide where to start, commit the input, then drive. An optimistic start loads before it holds
 //! the lease and takes the lease with its input commit; a refused one starts again lease first.
 
-use super::{Run, RunInput, RunOutcome, REMOTE_TOOL_REASON};
+use super::{REMOTE_TOOL_REASON, Run, RunInput, RunOutcome};
 use crate::engine::lease::Lease;
 use crate::engine::{
     EngineError, ExecMeta, ExecStatus, GraphSpec, Lifecycle, MsgCursor, NodeHost, RunConfig, STOP_NAMESPACE,
@@ -45,7 +45,12 @@ pub(super) fn optimistic_start(cfg: &RunConfig, input: &RunInput<'_>) -> bool {
 /// the input commit then checks that the head is still that commit (`put_input_on_head`). None
 /// when the host kept no state row, or the row is not the commit it names, or it says `running`:
 /// such a start reads, so a run under way is judged by its lease and not by a kept copy.
-pub(super) fn kept_head<H: NodeHost + ?Sized>(host: &H, k: KnownHead<'_>, entry: &str, thread_id: &str) -> Option<Checkpoint> {
+pub(super) fn kept_head<H: NodeHost + ?Sized>(
+    host: &H,
+    k: KnownHead<'_>,
+    entry: &str,
+    thread_id: &str,
+) -> Option<Checkpoint> {
     let state = host.known_state()?;
     if !k.matches(k.version, state) || ExecMeta::from_state(state, entry, thread_id).status == ExecStatus::Running {
         return None;
@@ -59,6 +64,7 @@ pub(super) fn kept_head<H: NodeHost + ?Sized>(host: &H, k: KnownHead<'_>, entry:
     })
 }
 
+#[allow(clippy::too_many_arguments)] // the run's parts, borrowed from run_loop
 pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     graph: &GraphSpec,
     store: &dyn Checkpointer,
@@ -70,10 +76,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     reload: bool,
 ) -> Result<RunOutcome, EngineError> {
     let t = &cfg.thread;
-    let entry = graph
-        .entry
-        .clone()
-        .ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
+    let entry = graph.entry.clone().ok_or_else(|| EngineError::graph("GRAPH_002", "No entry point set", json!({})))?;
     // After a refused start the host's live state already has the input merged: load it all.
     let known = if reload { None } else { host.known_head() };
     let kept = match (optimistic, known) {
@@ -135,7 +138,9 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let previous = exec.status;
     // A state that still points at START was written outside a run (aput_state): no run of the
     // engine died there, so recovery leaves it alone.
-    if input.resume_only && (stored.is_none() || previous != ExecStatus::Running || exec.current_node == crate::engine::START) {
+    if input.resume_only
+        && (stored.is_none() || previous != ExecStatus::Running || exec.current_node == crate::engine::START)
+    {
         return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: true, state: None });
     }
     // "Finish this thread if it is not finished" on a finished thread: nothing to run. The host
@@ -160,11 +165,12 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // then runs on the user's message: NODE_002, the thread in `error` at that node for good).
     // Only the client's results for a remote-tool pause may come as messages.
     let tools_unanswered = previous != ExecStatus::Completed
-        && graph.tool_nodes.iter().any(|n| *n == exec.current_node)
+        && graph.tool_nodes.contains(&exec.current_node)
         && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON);
     // Failed there (a node timeout, say), rather than stopped or paused: a close can answer it.
     let failed_at_tools = tools_unanswered && previous == ExecStatus::Error;
-    if (previous == ExecStatus::Running || (tools_unanswered && input.start_node.is_none())) && stored.is_some()
+    if (previous == ExecStatus::Running || (tools_unanswered && input.start_node.is_none()))
+        && stored.is_some()
         && (input.has_messages || input.start_node.is_some())
         && exec.current_node != crate::engine::START
     {
@@ -179,7 +185,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // (another worker may have closed it, or resumed it, since the turn was refused): if not it
     // does nothing, and the turn is tried again as it is.
     let closing = cfg.closing_failed_tools;
-    if closing && !(failed_at_tools && input.start_node.is_none() && !input.has_messages)
+    if closing
+        && !(failed_at_tools && input.start_node.is_none() && !input.has_messages)
         && let Some(cp) = &stored
     {
         return as_stored(host, cp, exec, version, true).await;
@@ -223,7 +230,9 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     }
     if let Some(start) = input.start_node {
         if !graph.nodes.iter().any(|n| n == start) {
-            return Err(EngineError::InvalidInput(format!("input state current_node '{start}' is not a node of this graph")));
+            return Err(EngineError::InvalidInput(format!(
+                "input state current_node '{start}' is not a node of this graph"
+            )));
         }
         exec.current_node = start.to_owned();
         skip_before = None;
@@ -265,7 +274,12 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let route_on = match &stored {
         Some(c) if resuming && !from_legacy_cache && legacy_resume::unfinished_legacy_run(Some(c)) => {
             // Only the last message is looked at: the rest stay undecoded.
-            legacy_resume::route_on_from(graph, &exec.current_node, previous, &c.last_message().into_iter().collect::<Vec<_>>())
+            legacy_resume::route_on_from(
+                graph,
+                &exec.current_node,
+                previous,
+                &c.last_message().into_iter().collect::<Vec<_>>(),
+            )
         }
         _ => None,
     };
@@ -332,17 +346,17 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             || input.has_state_update
             || input.start_node.is_some()
             || previous != ExecStatus::Running)
+        && let Err(e) = run.commit(true).await
     {
-        if let Err(e) = run.commit(true).await {
-            if let (Some(opt), true) = (optimistic, run.unserialisable) {
-                // The error state is written under the lease, by the start that takes it first.
-                opt.refuse();
-                return Err(e);
-            }
-            return if run.unserialisable { run.fail(e).await } else { Err(e) };
+        if let (Some(opt), true) = (optimistic, run.unserialisable) {
+            // The error state is written under the lease, by the start that takes it first.
+            opt.refuse();
+            return Err(e);
         }
+        return if run.unserialisable { run.fail(e).await } else { Err(e) };
     }
-    if drop_legacy_cache && run.mark.is_some()
+    if drop_legacy_cache
+        && run.mark.is_some()
         && let Err(e) = store.state_cache_clear(t).await
     {
         tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
@@ -370,7 +384,8 @@ async fn as_stored<H: NodeHost + ?Sized>(
     version: i64,
     nothing_to_resume: bool,
 ) -> Result<RunOutcome, EngineError> {
-    let parts = if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
+    let parts =
+        if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
     host.prepare(parts, &exec).await?;
     Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None })
 }

@@ -3,8 +3,8 @@
 
 use super::{Run, RunOutcome};
 use crate::engine::lease::Lease;
-use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE};
 use crate::engine::stop::StopSignal;
+use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE};
 use crate::store::StoreError;
 use serde_json::json;
 use tokio::time::Instant;
@@ -51,11 +51,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// Renews the lease when due; a lost lease ends the run without another write.
     pub(super) async fn keep_lease(&self) -> Result<(), EngineError> {
-        if self.lease().renew(self.store, self.cfg).await {
-            Ok(())
-        } else {
-            Err(self.lease_lost())
-        }
+        if self.lease().renew(self.store, self.cfg).await { Ok(()) } else { Err(self.lease_lost()) }
     }
 
     pub(super) fn lease_lost(&self) -> EngineError {
@@ -71,7 +67,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not consume the stop request: {e}");
         }
         let node = self.exec.current_node.clone();
-        let (reason, source) = if kind == StopKind::Soft { ("preempted", "preempt") } else { ("stop_requested", "stop") };
+        let (reason, source) =
+            if kind == StopKind::Soft { ("preempted", "preempt") } else { ("stop_requested", "stop") };
         self.exec.set_interrupt(
             &node,
             reason.into(),

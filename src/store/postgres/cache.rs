@@ -40,16 +40,23 @@ impl Stmts {
 }
 
 pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
-    if let Some(r) = s.redis() {
-        if r.put(ns, key, value, ttl).await {
-            return Ok(());
-        }
+    if let Some(r) = s.redis()
+        && r.put(ns, key, value, ttl).await
+    {
+        return Ok(());
     }
     table_write(s, &s.sql.cache.put, ns, key, value, ttl).await.map(drop)
 }
 
 /// The table's write of `cache_put` (`put`) or `cache_put_absent` (`put_absent`): rows written.
-async fn table_write(s: &PgStore, stmt: &Stmt, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<u64> {
+async fn table_write(
+    s: &PgStore,
+    stmt: &Stmt,
+    ns: &str,
+    key: &str,
+    value: &Value,
+    ttl: Option<f64>,
+) -> StoreResult<u64> {
     // jsonb holds no U+0000: replaced, as in states, messages and ledger rows (it was the one JSON
     // write without it, and failed with "unsupported Unicode escape sequence").
     let mut value = value.clone();
@@ -77,7 +84,13 @@ async fn table_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value
 
 /// The table's value decides first: one written there while Redis was down is what `cache_get`
 /// would fall back to only on a Redis miss, so a Redis write beside it would hide it.
-pub(super) async fn cache_put_absent(s: &PgStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+pub(super) async fn cache_put_absent(
+    s: &PgStore,
+    ns: &str,
+    key: &str,
+    value: &Value,
+    ttl: Option<f64>,
+) -> StoreResult<bool> {
     if let Some(r) = s.redis() {
         if table_get(s, ns, key).await?.is_some() {
             return Ok(false);
@@ -90,10 +103,10 @@ pub(super) async fn cache_put_absent(s: &PgStore, ns: &str, key: &str, value: &V
 }
 
 pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
-    if let Some(r) = s.redis() {
-        if let Some(Some(found)) = r.get(ns, key).await {
-            return Ok(Some(found));
-        }
+    if let Some(r) = s.redis()
+        && let Some(Some(found)) = r.get(ns, key).await
+    {
+        return Ok(Some(found));
     }
     table_get(s, ns, key).await
 }

@@ -29,14 +29,20 @@ impl PgStore {
         // acquire timeout and then reports only "timed out", hiding the cause.
         let mut attempt = 0;
         loop {
-            let probe = tokio::time::timeout(opts.acquire_timeout, <sqlx::PgConnection as sqlx::Connection>::connect_with(&connect)).await;
+            let probe = tokio::time::timeout(
+                opts.acquire_timeout,
+                <sqlx::PgConnection as sqlx::Connection>::connect_with(&connect),
+            )
+            .await;
             let err = match probe {
                 Ok(Ok(c)) => {
                     let _ = sqlx::Connection::close(c).await;
                     break;
                 }
                 Ok(Err(e)) => map_err("connect", e, None),
-                Err(_) => StoreError::Transient { op: "connect", message: "the database is unreachable: timed out".into() },
+                Err(_) => {
+                    StoreError::Transient { op: "connect", message: "the database is unreachable: timed out".into() }
+                }
             };
             attempt += 1;
             if !matches!(err, StoreError::Transient { .. }) || attempt >= opts.connect_retries.max(1) {

@@ -108,7 +108,10 @@ struct Lease<'a> {
 pub(super) fn timed_out(deadline: Duration) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!("no answer from PostgreSQL within {} s (the server, or the network to it, stopped answering)", deadline.as_secs_f64()),
+        format!(
+            "no answer from PostgreSQL within {} s (the server, or the network to it, stopped answering)",
+            deadline.as_secs_f64()
+        ),
     ))
 }
 
@@ -202,7 +205,8 @@ impl Conns {
             }
         };
         self.discard(stale);
-        let from_pool = |r: Result<PoolConnection<Postgres>, sqlx::Error>| r.map(|conn| Out { conn, since: Instant::now() });
+        let from_pool =
+            |r: Result<PoolConnection<Postgres>, sqlx::Error>| r.map(|conn| Out { conn, since: Instant::now() });
         let Some(mut rx) = handed else { return from_pool(self.pool.acquire().await) };
         let acquired = tokio::select! {
             biased;
@@ -243,9 +247,12 @@ impl Conns {
         // What `PgPool::begin` does with the connection it acquires (public, doc-hidden in sqlx
         // 0.9, whose version Cargo.toml pins). The statements of the transaction are bounded by
         // their callers (`PgStore::bounded`); BEGIN here.
-        tokio::time::timeout(self.deadline, Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None))
-            .await
-            .map_err(|_| timed_out(self.deadline))?
+        tokio::time::timeout(
+            self.deadline,
+            Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None),
+        )
+        .await
+        .map_err(|_| timed_out(self.deadline))?
     }
 
     /// The outcome of a statement; connection trouble sends every spare back to the pool.
@@ -305,13 +312,14 @@ impl<'c> Executor<'c> for &'c Conns {
         // the connection is clean. No statement of the store streams a large result.
         futures::stream::once(async move {
             let mut lease = self.lease().await?;
-            let all: Vec<_> = match tokio::time::timeout(self.deadline, lease.conn().fetch_many(query).try_collect()).await {
-                Ok(r) => self.checked(r)?,
-                Err(_) => {
-                    lease.abandon();
-                    return Err(timed_out(self.deadline));
-                }
-            };
+            let all: Vec<_> =
+                match tokio::time::timeout(self.deadline, lease.conn().fetch_many(query).try_collect()).await {
+                    Ok(r) => self.checked(r)?,
+                    Err(_) => {
+                        lease.abandon();
+                        return Err(timed_out(self.deadline));
+                    }
+                };
             lease.keep();
             Ok::<_, sqlx::Error>(futures::stream::iter(all.into_iter().map(Ok)))
         })
@@ -343,7 +351,11 @@ impl<'c> Executor<'c> for &'c Conns {
         on_lease!(self, |c| c.execute(query))
     }
 
-    fn prepare_with<'e>(self, sql: SqlStr, parameters: &'e [PgTypeInfo]) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
     where
         'c: 'e,
     {

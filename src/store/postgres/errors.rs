@@ -8,7 +8,9 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     let tid = || t.map(|t| t.thread_id.clone()).unwrap_or_default();
     if let Some(db) = e.as_database_error() {
         let detail = || {
-            db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().and_then(|p| p.detail().map(str::to_owned)).unwrap_or_default()
+            db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|p| p.detail().map(str::to_owned))
+                .unwrap_or_default()
         };
         match db.code().as_deref() {
             Some("TX001") => {
@@ -35,7 +37,10 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P03" | "57014" | "55P03" | "25P03")
         })
     {
-        return StoreError::Transient { op, message: format!("the database is unreachable: {}", redact(&e.to_string())) };
+        return StoreError::Transient {
+            op,
+            message: format!("the database is unreachable: {}", redact(&e.to_string())),
+        };
     }
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };
@@ -55,7 +60,11 @@ pub fn redact(text: &str) -> String {
         // may hold spaces or '@' (unencoded, as users paste them), and the host never has '@'.
         let line_end = rest.find('\n').unwrap_or(rest.len());
         let end = match rest[..line_end].rfind('@') {
-            Some(at) => at + rest[at..line_end].find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(line_end - at),
+            Some(at) => {
+                at + rest[at..line_end]
+                    .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                    .unwrap_or(line_end - at)
+            }
             None => rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len()),
         };
         let token = &rest[..end];

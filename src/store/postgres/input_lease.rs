@@ -74,10 +74,10 @@ pub(super) async fn put_input(
         Ok(row) => row,
         Err(e) => {
             let err = super::messages::name_taken_id(s, t, w.new_messages, map_err("write input", e, Some(t))).await;
-            if matches!(err, StoreError::Stale { .. }) {
-                if let Some(r) = s.redis() {
-                    r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
-                }
+            if matches!(err, StoreError::Stale { .. })
+                && let Some(r) = s.redis()
+            {
+                r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
             }
             return Err(err);
         }

@@ -71,7 +71,11 @@ pub(super) async fn lease_acquire(s: &PgStore, thread_id: &str, req: &LeaseReque
     // No row: the owner check refused the take (the function returns one row whenever it runs).
     let Some(row) = row else { return Err(StoreError::Forbidden { thread_id: thread_id.to_owned() }) };
     let info = lease_info(&row);
-    Ok(if row.get::<bool, _>("acquired") { LeaseAttempt::Acquired { token: info.token } } else { LeaseAttempt::Held(info) })
+    Ok(if row.get::<bool, _>("acquired") {
+        LeaseAttempt::Acquired { token: info.token }
+    } else {
+        LeaseAttempt::Held(info)
+    })
 }
 
 pub(super) async fn lease_renew(s: &PgStore, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {

@@ -28,7 +28,9 @@ impl Stmts {
             )),
             put: Stmt::new(format!("SELECT {s}.tenx_ledger_put($1, $2, $3, $4::text[], $5::jsonb[], $6)")),
             mark: Stmt::new(format!("SELECT {s}.tenx_ledger_mark($1, $2, $3, $4::text[], $5::jsonb[], $6)")),
-            begin: Stmt::new(format!("SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6, $7::text[])")),
+            begin: Stmt::new(format!(
+                "SELECT * FROM {s}.tenx_ledger_begin($1, $2, $3, $4::text[], $5::jsonb[], $6, $7::text[])"
+            )),
             list: Stmt::new(format!(
                 "SELECT tool_call_id, result, EXTRACT(EPOCH FROM created_at)::float8 AS created_at \
                  FROM {s}.tool_executions WHERE thread_id = $1{t} ORDER BY created_at, tool_call_id"
@@ -70,11 +72,21 @@ pub(super) async fn ledger_get(s: &PgStore, t: &ThreadRef, keys: &[String]) -> S
     Ok(by_key(rows))
 }
 
-pub(super) async fn ledger_put_many(s: &PgStore, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+pub(super) async fn ledger_put_many(
+    s: &PgStore,
+    t: &ThreadRef,
+    entries: &[(String, Value)],
+    fence: Option<i64>,
+) -> StoreResult<usize> {
     write_rows(s, &s.sql.ledger.put, t, entries, fence).await
 }
 
-pub(super) async fn ledger_mark(s: &PgStore, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+pub(super) async fn ledger_mark(
+    s: &PgStore,
+    t: &ThreadRef,
+    marks: &[(String, Value)],
+    fence: Option<i64>,
+) -> StoreResult<usize> {
     if marks.is_empty() {
         return Ok(0);
     }
@@ -82,7 +94,13 @@ pub(super) async fn ledger_mark(s: &PgStore, t: &ThreadRef, marks: &[(String, Va
 }
 
 /// `tenx_ledger_put` or `tenx_ledger_mark`: same arguments, rows written back.
-async fn write_rows(s: &PgStore, stmt: &Stmt, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+async fn write_rows(
+    s: &PgStore,
+    stmt: &Stmt,
+    t: &ThreadRef,
+    entries: &[(String, Value)],
+    fence: Option<i64>,
+) -> StoreResult<usize> {
     let (keys, results) = columns(entries);
     let written: i32 = sqlx::query_scalar(stmt.q())
         .bind(&t.thread_id)
@@ -135,6 +153,10 @@ pub(super) async fn ledger_list(s: &PgStore, t: &ThreadRef) -> StoreResult<Vec<L
         .map_err(|e| map_err("ledger list", e, Some(t)))?;
     Ok(rows
         .iter()
-        .map(|r| LedgerEntry { key: r.get("tool_call_id"), result: Some(r.get("result")), created_at: r.get("created_at") })
+        .map(|r| LedgerEntry {
+            key: r.get("tool_call_id"),
+            result: Some(r.get("result")),
+            created_at: r.get("created_at"),
+        })
         .collect())
 }

@@ -3,7 +3,9 @@
 
 use super::nul::strip_nul_text;
 use super::{Casts, PgStore, Stmt, map_err, threads};
-use crate::store::{MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text};
+use crate::store::{
+    MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::types::Json;
@@ -51,7 +53,9 @@ fn row_text(m: &StoredMessage) -> Cow<'_, RawValue> {
     let keyed = if keyed_as_written(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(with_key(m)) };
     match strip_nul_text(keyed.get()) {
         // Replacing one escape by another inside a string keeps the text one JSON value.
-        Some(text) => Cow::Owned(RawValue::from_string(text).expect("an escape swapped inside a string stays valid JSON")),
+        Some(text) => {
+            Cow::Owned(RawValue::from_string(text).expect("an escape swapped inside a string stays valid JSON"))
+        }
         None => keyed,
     }
 }
@@ -82,7 +86,9 @@ fn is_int_text(s: &str) -> bool {
 /// written (member order may change; jsonb does not keep it). A repeated key keeps its last
 /// value, as jsonb does. Not an object: left as it is, for the database to refuse.
 fn with_key(m: &StoredMessage) -> RawJson {
-    let Ok(mut members) = serde_json::from_str::<BTreeMap<String, RawJson>>(m.data.get()) else { return m.data.clone() };
+    let Ok(mut members) = serde_json::from_str::<BTreeMap<String, RawJson>>(m.data.get()) else {
+        return m.data.clone();
+    };
     members.insert("message_id".into(), raw_json(&Value::String(m.id.clone())));
     serde_json::value::to_raw_value(&members).expect("a map of JSON texts always serialises")
 }
@@ -108,7 +114,9 @@ impl Stmts {
                    COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', $2::text)) \
                  WHERE thread_id = $1{t} AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1{t})"
             )),
-            get: Stmt::new(format!("SELECT ({m})::text AS m FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t} ORDER BY seq, created_at")),
+            get: Stmt::new(format!(
+                "SELECT ({m})::text AS m FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t} ORDER BY seq, created_at"
+            )),
             list: Stmt::new(format!(
                 "SELECT ({m})::text AS m FROM {s}.messages \
                  WHERE thread_id = $1{t} AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
@@ -132,7 +140,12 @@ pub(super) async fn name_taken_id(s: &PgStore, t: &ThreadRef, msgs: &[StoredMess
         return err;
     }
     let ids: Vec<&str> = msgs.iter().map(|m| m.id.as_str()).collect();
-    match sqlx::query_scalar::<_, String>(s.sql.messages.taken.q()).bind(&ids).bind(&t.thread_id).fetch_optional(&s.conns).await {
+    match sqlx::query_scalar::<_, String>(s.sql.messages.taken.q())
+        .bind(&ids)
+        .bind(&t.thread_id)
+        .fetch_optional(&s.conns)
+        .await
+    {
         Ok(Some(id)) => StoreError::MessageInOtherThread { message_id: id },
         _ => err,
     }
@@ -267,9 +280,15 @@ mod tests {
             (StoredMessage::new("k", &json!({"message_id": "other", "a": 1})), json!({"message_id": "k", "a": 1})),
             (StoredMessage::new("k", &json!({"a": 1})), json!({"a": 1, "message_id": "k"})),
             (StoredMessage::new("8", &json!({"message_id": 7})), json!({"message_id": "8"})),
-            (StoredMessage::from_text("k", r#"{"message_id":"k","message_id":"j"}"#.into()).unwrap(), json!({"message_id": "k"})),
+            (
+                StoredMessage::from_text("k", r#"{"message_id":"k","message_id":"j"}"#.into()).unwrap(),
+                json!({"message_id": "k"}),
+            ),
             // an escaped NUL anywhere is replaced
-            (StoredMessage::new("k", &json!({"message_id": "k", "t": "a\u{0}b"})), json!({"message_id": "k", "t": "a\u{FFFD}b"})),
+            (
+                StoredMessage::new("k", &json!({"message_id": "k", "t": "a\u{0}b"})),
+                json!({"message_id": "k", "t": "a\u{FFFD}b"}),
+            ),
         ];
         for (m, want) in cases {
             let (borrowed, got) = rows(std::slice::from_ref(&m));

@@ -27,12 +27,20 @@ const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
 const MIGRATIONS: [(i32, &str, &str); 12] = [
-    (1, "0001_threads_states_messages.sql", include_str!("../../../migrations/postgres/0001_threads_states_messages.sql")),
+    (
+        1,
+        "0001_threads_states_messages.sql",
+        include_str!("../../../migrations/postgres/0001_threads_states_messages.sql"),
+    ),
     (2, "0002_state_versions.sql", include_str!("../../../migrations/postgres/0002_state_versions.sql")),
     (3, "0003_tool_executions.sql", include_str!("../../../migrations/postgres/0003_tool_executions.sql")),
     (4, "0004_step_functions.sql", include_str!("../../../migrations/postgres/0004_step_functions.sql")),
     (5, "0005_leases.sql", include_str!("../../../migrations/postgres/0005_leases.sql")),
-    (6, "0006_inline_step_and_ledger.sql", include_str!("../../../migrations/postgres/0006_inline_step_and_ledger.sql")),
+    (
+        6,
+        "0006_inline_step_and_ledger.sql",
+        include_str!("../../../migrations/postgres/0006_inline_step_and_ledger.sql"),
+    ),
     (7, "0007_ledger_marks.sql", include_str!("../../../migrations/postgres/0007_ledger_marks.sql")),
     (8, "0008_put_input.sql", include_str!("../../../migrations/postgres/0008_put_input.sql")),
     (9, "0009_lean_step_and_input.sql", include_str!("../../../migrations/postgres/0009_lean_step_and_input.sql")),
@@ -51,16 +59,20 @@ pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// `ids` (thread/message, user) are the types a new database gets; a database that has its
 /// `threads` table keeps its own, and a different request is `StoreError::InvalidInput` before
 /// anything is written. Returns the types the database has.
-pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType), deadline: Duration) -> StoreResult<(IdType, IdType)> {
+pub async fn migrate(
+    pool: &PgPool,
+    schema: &str,
+    ids: (IdType, IdType),
+    deadline: Duration,
+) -> StoreResult<(IdType, IdType)> {
     let ident = quote_schema(schema)?;
     let err = |e: sqlx::Error| StoreError::Schema(e.to_string());
     // A database already at CURRENT_VERSION needs no lock: a running fleet's `setup()` (and every
     // new worker's first call) must not queue behind a migrator that froze holding it. Bounded
     // like any statement; the migration itself is not (it may rightly take minutes).
-    let read = tokio::time::timeout(deadline, up_to_date(pool, schema, ids)).await.map_err(|_| StoreError::Transient {
-        op: "migrate",
-        message: super::conns::timed_out(deadline).to_string(),
-    })?;
+    let read = tokio::time::timeout(deadline, up_to_date(pool, schema, ids))
+        .await
+        .map_err(|_| StoreError::Transient { op: "migrate", message: super::conns::timed_out(deadline).to_string() })?;
     if let Some(found) = read? {
         return Ok(found);
     }
@@ -69,15 +81,22 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType), deadlin
     sqlx::raw_sql("SET LOCAL lock_timeout = 0").execute(&mut *tx).await.map_err(err)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_KEY).execute(&mut *tx).await.map_err(err)?;
     // The one statement with the schema in its text (an identifier cannot be bound).
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {ident}"))).execute(&mut *tx).await.map_err(err)?;
-    // Local to this transaction: the pooled connection goes back with its own path.
-    sqlx::query("SELECT set_config('search_path', $1, true)").bind(&ident).execute(&mut *tx).await.map_err(err)?;
-    sqlx::raw_sql("CREATE TABLE IF NOT EXISTS schema_version (version INT PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT NOW())")
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {ident}")))
         .execute(&mut *tx)
         .await
         .map_err(err)?;
-    let current: i32 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetch_one(&mut *tx).await.map_err(err)?;
+    // Local to this transaction: the pooled connection goes back with its own path.
+    sqlx::query("SELECT set_config('search_path', $1, true)").bind(&ident).execute(&mut *tx).await.map_err(err)?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INT PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT NOW())",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(err)?;
+    let current: i32 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
     let ids = existing_id_types(&mut tx, schema).await?.map_or(Ok(ids), |found| {
         if found == ids {
             Ok(found)
@@ -107,9 +126,10 @@ pub async fn migrate(pool: &PgPool, schema: &str, ids: (IdType, IdType), deadlin
         if version <= current && version < repair_from {
             continue;
         }
-        sqlx::raw_sql(AssertSqlSafe(with_role_type(&with_id_types(sql, ids), role.as_deref()))).execute(&mut *tx).await.map_err(|e| {
-            StoreError::Schema(format!("migration to version {version} ({file}) failed: {e}"))
-        })?;
+        sqlx::raw_sql(AssertSqlSafe(with_role_type(&with_id_types(sql, ids), role.as_deref())))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::Schema(format!("migration to version {version} ({file}) failed: {e}")))?;
         sqlx::query("INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(version)
             .execute(&mut *tx)
@@ -224,9 +244,9 @@ async fn existing_id_types(tx: &mut sqlx::PgConnection, schema: &str) -> StoreRe
     let of = |col: &str| -> StoreResult<Option<IdType>> {
         match rows.iter().find(|(c, _)| c == col) {
             None => Ok(None),
-            Some((_, t)) => IdType::from_data_type(t)
-                .map(Some)
-                .ok_or_else(|| StoreError::Schema(format!("threads.{col} has type {t}, which is not an id type 10xGraph creates"))),
+            Some((_, t)) => IdType::from_data_type(t).map(Some).ok_or_else(|| {
+                StoreError::Schema(format!("threads.{col} has type {t}, which is not an id type 10xGraph creates"))
+            }),
         }
     };
     Ok(match (of("thread_id")?, of("user_id")?) {

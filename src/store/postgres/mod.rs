@@ -21,8 +21,8 @@ mod errors;
 mod id_check;
 mod ident;
 mod input_lease;
-mod ledger;
 mod lease;
+mod ledger;
 mod messages;
 mod migrations;
 mod nul;
@@ -41,8 +41,8 @@ pub use options::{IdType, PgOptions};
 pub use redis_cache::RedisCache;
 
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport, PruneRules,
-    RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport,
+    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
 };
 use async_trait::async_trait;
 use errors::map_err;
@@ -135,7 +135,11 @@ impl PgStore {
     /// `fut` (a transaction: BEGIN, its statements and COMMIT) bounded by twice the statement
     /// deadline: each statement of a transaction runs on `&mut *tx`, outside `Conns`' own
     /// per-statement bound.
-    async fn bounded<T>(&self, op: &'static str, fut: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        fut: impl std::future::Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
         let limit = self.opts.statement_deadline * 2;
         match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
@@ -207,7 +211,12 @@ impl Checkpointer for PgStore {
         true
     }
 
-    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+    async fn put_step_with_ledger(
+        &self,
+        t: &ThreadRef,
+        w: StepWrite<'_>,
+        rows: &[(String, Value)],
+    ) -> StoreResult<i64> {
         self.check_thread(t)?;
         self.check_messages(w.new_messages)?;
         self.bounded("write step", steps::put_step(self, t, w, rows)).await
@@ -333,7 +342,12 @@ impl Checkpointer for PgStore {
         ledger::ledger_get(self, t, keys).await
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize> {
         self.check_thread(t)?;
         ledger::ledger_put_many(self, t, entries, fence).await
     }

@@ -100,6 +100,9 @@ mod tests {
     fn nul_is_replaced_in_keys_and_values_in_order() {
         let mut v = json!({"a": 1, "k\u{0}": {"x\u{0}y": "v\u{0}"}, "z": [ "\u{0}" ]});
         strip_nul(&mut v);
-        assert_eq!(v.to_string(), json!({"a": 1, "k\u{FFFD}": {"x\u{FFFD}y": "v\u{FFFD}"}, "z": ["\u{FFFD}"]}).to_string());
+        assert_eq!(
+            v.to_string(),
+            json!({"a": 1, "k\u{FFFD}": {"x\u{FFFD}y": "v\u{FFFD}"}, "z": ["\u{FFFD}"]}).to_string()
+        );
     }
 }

@@ -47,20 +47,27 @@ impl Stmts {
         let both = |f: &dyn Fn(&str) -> String, next: &str| [Stmt::new(f("TRUE")), Stmt::new(f(next))];
         Stmts {
             // $1: versions to keep (at least 1: the latest always stays).
-            states: both(&|after| format!(
-                "WITH w AS (SELECT st.state_id, st.thread_id, st.version FROM {s}.states st \
+            states: both(
+                &|after| {
+                    format!(
+                        "WITH w AS (SELECT st.state_id, st.thread_id, st.version FROM {s}.states st \
                    WHERE {after} ORDER BY st.state_id LIMIT $2::int8), \
                  v AS (SELECT w.state_id FROM w WHERE w.version <= \
                    (SELECT MAX(s2.version) FROM {s}.states s2 WHERE s2.thread_id = w.thread_id) - $1::int8), \
                  d AS (DELETE FROM {s}.states WHERE state_id = ANY(ARRAY(SELECT state_id FROM v)) RETURNING 1) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), 0::int8, (SELECT MAX(state_id)::text FROM w), NULL::text"
-            ), "st.state_id > $3::text::int8"),
+                    )
+                },
+                "st.state_id > $3::text::int8",
+            ),
             // $1: seconds. The ledger rows go by cascade at the end of the statement; the count
             // reads them from the statement's snapshot, before they went. The DELETE repeats the
             // age test, so a thread a new turn touched while the batch chose it is judged on its
             // new row and kept, whatever the plan re-checks of the choosing query.
-            threads: both(&|after| format!(
-                "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
+            threads: both(
+                &|after| {
+                    format!(
+                        "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
                  v AS (SELECT w.thread_id FROM w \
                    WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
@@ -69,20 +76,28 @@ impl Stmts {
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
                    (SELECT MAX(thread_id){tt} FROM w), NULL::text",
-                finished("w")
-            ), &format!("t.thread_id > $3::text{id}")),
+                        finished("w")
+                    )
+                },
+                &format!("t.thread_id > $3::text{id}"),
+            ),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
             // not counted twice. Keyed by the primary key (thread_id, tool_call_id).
-            ledger: both(&|after| format!(
-                "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
+            ledger: both(
+                &|after| {
+                    format!(
+                        "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
                    WHERE {after} ORDER BY x.thread_id, x.tool_call_id LIMIT $2::int8), \
                  v AS (SELECT w.c FROM w \
                    WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
                  d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM v)) RETURNING 1), \
                  last AS (SELECT thread_id{tt} AS t, tool_call_id::text AS k FROM w ORDER BY thread_id DESC, tool_call_id DESC LIMIT 1) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), 0::int8, (SELECT t FROM last), (SELECT k FROM last)",
-                finished("w")
-            ), &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)")),
+                        finished("w")
+                    )
+                },
+                &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)"),
+            ),
         }
     }
 }
@@ -100,7 +115,12 @@ enum Batch {
 type Got = (i64, i64, i64, Option<String>, Option<String>);
 
 impl Batch {
-    async fn run(&self, s: &PgStore, tx: &mut Transaction<'static, Postgres>, after: &(Option<String>, Option<String>)) -> Result<Got, sqlx::Error> {
+    async fn run(
+        &self,
+        s: &PgStore,
+        tx: &mut Transaction<'static, Postgres>,
+        after: &(Option<String>, Option<String>),
+    ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
@@ -138,7 +158,7 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
     let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
     let mut rule_batches = Vec::new();
     if let Some(keep) = rules.keep_versions {
-        rule_batches.push(Batch::States(keep.max(1) as i64));
+        rule_batches.push(Batch::States(keep.max(1)));
     }
     if let Some(age) = rules.finished_older_than {
         rule_batches.push(Batch::Threads(age));

@@ -64,8 +64,9 @@ fn legacy_state_key(t: &ThreadRef) -> String {
 impl RedisCache {
     /// Opens the client; an unreachable server is not an error (runs go on from Postgres).
     pub async fn connect(url: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::InvalidInput(format!("invalid redis_url: {}", super::errors::redact(&e.to_string()))))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            StoreError::InvalidInput(format!("invalid redis_url: {}", super::errors::redact(&e.to_string())))
+        })?;
         let cache = RedisCache {
             client,
             conn: tokio::sync::Mutex::new(None),
@@ -91,7 +92,11 @@ impl RedisCache {
     fn mark_down(&self, e: &dyn std::fmt::Display) {
         *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         if self.up.swap(false, Ordering::Relaxed) {
-            tracing::warn!(event = "redis_down", "redis failed, falling back to Postgres: {}", super::errors::redact(&e.to_string()));
+            tracing::warn!(
+                event = "redis_down",
+                "redis failed, falling back to Postgres: {}",
+                super::errors::redact(&e.to_string())
+            );
             crate::metrics::inc(&crate::metrics::metrics().redis_fallbacks);
         }
     }
@@ -220,18 +225,22 @@ impl RedisCache {
     /// Our state cache entry (version and state) for the thread; None when absent, unreadable,
     /// 10xGraph's entry, or Redis failed.
     pub async fn get_state(&self, t: &ThreadRef) -> Option<(i64, Value)> {
-        let (v, d): (Option<i64>, Option<String>) = self.script(redis::Script::new(STATE_GET).key(state_key(t))).await?;
+        let (v, d): (Option<i64>, Option<String>) =
+            self.script(redis::Script::new(STATE_GET).key(state_key(t))).await?;
         Some((v?, serde_json::from_str(&d?).ok()?))
     }
 
     /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded.
     pub async fn get_legacy_state(&self, t: &ThreadRef) -> LegacyCache {
-        let raw: Option<Option<String>> = self.script(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t))).await;
+        let raw: Option<Option<String>> =
+            self.script(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t))).await;
         match raw.flatten() {
             None => LegacyCache::Absent,
             Some(text) => match serde_json::from_str::<Value>(&text) {
                 Ok(v @ Value::Object(_)) => LegacyCache::Found(v),
-                Ok(other) => LegacyCache::Unreadable(format!("a JSON {} where a state object was expected", json_kind(&other))),
+                Ok(other) => {
+                    LegacyCache::Unreadable(format!("a JSON {} where a state object was expected", json_kind(&other)))
+                }
                 Err(e) => LegacyCache::Unreadable(format!("not JSON ({e})")),
             },
         }

@@ -4,7 +4,9 @@
 use super::messages::{message_json, message_rows};
 use super::nul::strip_nul;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text};
+use crate::store::{
+    Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text,
+};
 use serde_json::Value;
 use sqlx::Row;
 
@@ -58,7 +60,11 @@ impl Stmts {
     }
 }
 
-pub(super) async fn load_with(s: &PgStore, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+pub(super) async fn load_with(
+    s: &PgStore,
+    t: &ThreadRef,
+    known: Option<KnownHead<'_>>,
+) -> StoreResult<Option<Checkpoint>> {
     let row = sqlx::query(s.sql.steps.load.q())
         .bind(&t.thread_id)
         .bind(t.isolated(s.opts.enforce_user_isolation))
@@ -94,7 +100,12 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
 }
 
 /// The step, and with `rows` the ledger rows, in one statement.
-pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+pub(super) async fn put_step(
+    s: &PgStore,
+    t: &ThreadRef,
+    w: StepWrite<'_>,
+    rows: &[(String, Value)],
+) -> StoreResult<i64> {
     let mut state = w.state.clone();
     strip_nul(&mut state);
     let sql = if rows.is_empty() { &s.sql.steps.put_step } else { &s.sql.steps.put_step_ledger };
@@ -129,10 +140,10 @@ pub(super) async fn put_step(s: &PgStore, t: &ThreadRef, w: StepWrite<'_>, rows:
         Ok(v) => Ok(v),
         Err(e) => {
             let err = super::messages::name_taken_id(s, t, w.new_messages, map_err("write step", e, Some(t))).await;
-            if matches!(err, StoreError::Stale { .. }) {
-                if let Some(r) = s.redis() {
-                    r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
-                }
+            if matches!(err, StoreError::Stale { .. })
+                && let Some(r) = s.redis()
+            {
+                r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
             }
             Err(err)
         }
@@ -145,7 +156,11 @@ pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
     }
     let mut tx = s.conns.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
     for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
-        sqlx::query(q.q()).bind(&t.thread_id).execute(&mut *tx).await.map_err(|e| map_err("clear state", e, Some(t)))?;
+        sqlx::query(q.q())
+            .bind(&t.thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("clear state", e, Some(t)))?;
     }
     tx.commit().await.map_err(|e| map_err("clear state", e, Some(t)))
 }

@@ -21,8 +21,10 @@ pub(super) struct Stmts {
 impl Stmts {
     pub(super) fn new(s: &str, c: &Casts) -> Self {
         let (t, u, tt, ut) = (c.id, c.user, c.id_text, c.user_text);
-        let columns = format!("SELECT thread_id{tt} AS thread_id, user_id{ut} AS user_id, thread_name, COALESCE(meta, '{{}}'::jsonb) AS meta, \
-             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at");
+        let columns = format!(
+            "SELECT thread_id{tt} AS thread_id, user_id{ut} AS user_id, thread_name, COALESCE(meta, '{{}}'::jsonb) AS meta, \
+             EXTRACT(EPOCH FROM created_at)::float8 AS created_at, EXTRACT(EPOCH FROM updated_at)::float8 AS updated_at"
+        );
         Stmts {
             lock_thread: Stmt::new(format!("SELECT {s}.tenx_lock_thread($1, $2, $3)")),
             exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1{t})")),
@@ -62,7 +64,12 @@ fn thread_row(r: &sqlx::postgres::PgRow) -> ThreadRow {
 }
 
 /// Ensures and locks the thread row inside `tx`, checking the owner (`StoreError::Forbidden`).
-pub(super) async fn lock_thread(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef, op: &'static str) -> StoreResult<()> {
+pub(super) async fn lock_thread(
+    s: &PgStore,
+    tx: &mut sqlx::PgConnection,
+    t: &ThreadRef,
+    op: &'static str,
+) -> StoreResult<()> {
     sqlx::query(s.sql.threads.lock_thread.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)

@@ -2,7 +2,13 @@
 
 use super::*;
 
-pub(super) async fn cache_put(s: &SqliteStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
+pub(super) async fn cache_put(
+    s: &SqliteStore,
+    ns: &str,
+    key: &str,
+    value: &Value,
+    ttl: Option<f64>,
+) -> StoreResult<()> {
     let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
     sqlx::query(
         "INSERT INTO cache (namespace, key, value, expires_at) VALUES (?, ?, ?, ?) \
@@ -19,7 +25,13 @@ pub(super) async fn cache_put(s: &SqliteStore, ns: &str, key: &str, value: &Valu
 }
 
 /// One statement: an unexpired row stays as it is.
-pub(super) async fn cache_put_absent(s: &SqliteStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
+pub(super) async fn cache_put_absent(
+    s: &SqliteStore,
+    ns: &str,
+    key: &str,
+    value: &Value,
+    ttl: Option<f64>,
+) -> StoreResult<bool> {
     let now = now_secs();
     let expires = ttl.filter(|t| *t > 0.0).map(|t| now + t);
     let done = sqlx::query(

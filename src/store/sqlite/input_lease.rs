@@ -18,7 +18,8 @@ pub(super) async fn put_input_leased(
         LeaseAttempt::Held(info) => return Ok(LeasedInput::Held(info)),
     };
     // Stale, fenced or another user's thread: an error here drops `tx`, undoing the take.
-    let version = super::steps::step_in(s, tx.conn(), t, StepWrite { fence: Some(token), release_lease: false, ..w }).await?;
+    let version =
+        super::steps::step_in(s, tx.conn(), t, StepWrite { fence: Some(token), release_lease: false, ..w }).await?;
     if let Some(k) = stop {
         sqlx::query("DELETE FROM cache WHERE namespace = ? AND key = ?")
             .bind(k.namespace)

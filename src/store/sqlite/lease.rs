@@ -43,7 +43,8 @@ pub(super) fn lease_info(r: &sqlx::sqlite::SqliteRow, now: f64) -> LeaseInfo {
     }
 }
 
-pub(super) const LEASE_COLUMNS: &str = "SELECT token, holder, host, pid, pid_start, expires_at, released FROM leases WHERE thread_id = ?";
+pub(super) const LEASE_COLUMNS: &str =
+    "SELECT token, holder, host, pid, pid_start, expires_at, released FROM leases WHERE thread_id = ?";
 
 pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "acquire lease").await?;
@@ -55,7 +56,12 @@ pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseR
 }
 
 /// The take inside the caller's write transaction (BEGIN IMMEDIATE).
-pub(super) async fn take_in(s: &SqliteStore, c: &mut SqliteConnection, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
+pub(super) async fn take_in(
+    s: &SqliteStore,
+    c: &mut SqliteConnection,
+    thread_id: &str,
+    req: &LeaseRequest,
+) -> StoreResult<LeaseAttempt> {
     if let Some(user) = req.user_id.as_deref().filter(|_| s.enforce_user_isolation || req.owner_scoped) {
         // Inside BEGIN IMMEDIATE: no writer can create or hand over the thread in between.
         let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")

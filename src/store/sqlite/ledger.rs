@@ -31,7 +31,12 @@ pub(super) async fn ledger_get(s: &SqliteStore, t: &ThreadRef, keys: &[String]) 
     Ok(out)
 }
 
-pub(super) async fn ledger_put_many(s: &SqliteStore, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+pub(super) async fn ledger_put_many(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    entries: &[(String, Value)],
+    fence: Option<i64>,
+) -> StoreResult<usize> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     s.own_thread(tx.conn(), t).await?;
@@ -42,7 +47,11 @@ pub(super) async fn ledger_put_many(s: &SqliteStore, t: &ThreadRef, entries: &[(
 
 /// Ledger rows inside the caller's write transaction, whose fence and owner checks are done:
 /// the first result wins, and a result replaces an intent.
-pub(super) async fn rows_in(c: &mut SqliteConnection, t: &ThreadRef, entries: &[(String, Value)]) -> StoreResult<usize> {
+pub(super) async fn rows_in(
+    c: &mut SqliteConnection,
+    t: &ThreadRef,
+    entries: &[(String, Value)],
+) -> StoreResult<usize> {
     let now = now_secs();
     let mut inserted = 0;
     for (key, result) in entries {
@@ -64,7 +73,12 @@ pub(super) async fn rows_in(c: &mut SqliteConnection, t: &ThreadRef, entries: &[
     Ok(inserted)
 }
 
-pub(super) async fn ledger_mark(s: &SqliteStore, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+pub(super) async fn ledger_mark(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    marks: &[(String, Value)],
+    fence: Option<i64>,
+) -> StoreResult<usize> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     s.own_thread(tx.conn(), t).await?;

@@ -20,7 +20,11 @@ pub(super) async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> St
 }
 
 /// Inserts or replaces messages by id (a message keeps its place when it is rewritten).
-pub(super) async fn upsert_messages(c: &mut SqliteConnection, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+pub(super) async fn upsert_messages(
+    c: &mut SqliteConnection,
+    t: &ThreadRef,
+    msgs: &[StoredMessage],
+) -> StoreResult<()> {
     let now = now_secs();
     for m in msgs {
         sqlx::query(
@@ -62,7 +66,13 @@ pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str
     s.map(|s| stored_text("read message", s)).transpose()
 }
 
-pub(super) async fn list_messages(s: &SqliteStore, t: &ThreadRef, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<RawJson>> {
+pub(super) async fn list_messages(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    search: Option<&str>,
+    offset: Option<i64>,
+    limit: Option<i64>,
+) -> StoreResult<Vec<RawJson>> {
     if !s.readable(t).await? {
         return Ok(vec![]);
     }

@@ -8,22 +8,22 @@
 
 use super::id_text;
 use super::{
-    Checkpoint, KnownHead, Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, StepWrite, StoreError,
-    RawJson, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
+    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqliteConnection};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 mod cache;
 mod input_lease;
-mod ledger;
 mod lease;
+mod ledger;
 mod messages;
 mod migrations;
 mod prune;
@@ -50,7 +50,13 @@ fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 
 /// The database stayed locked by other writers past the busy wait (TransientStorageError).
 fn locked(op: &'static str, detail: String) -> StoreError {
-    StoreError::Transient { op, message: format!("{detail} (another writer held it past the {} s wait; retry later)", tx::BUSY_TIMEOUT.as_secs()) }
+    StoreError::Transient {
+        op,
+        message: format!(
+            "{detail} (another writer held it past the {} s wait; retry later)",
+            tx::BUSY_TIMEOUT.as_secs()
+        ),
+    }
 }
 
 fn to_text(v: &Value) -> String {
@@ -84,16 +90,15 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .synchronous(if durable_sync { SqliteSynchronous::Full } else { SqliteSynchronous::Normal });
-        if !memory {
-            if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| StoreError::backend("create directory", e))?;
-            }
+        if !memory && let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::backend("create directory", e))?;
         }
         // ":memory:" is per connection, so it must stay one connection that never expires.
         // No ping when the pool hands a connection out: a SQLite connection has no server that
         // could have dropped it, and the ping is a round trip to the connection's worker thread
         // on every statement's path.
-        let mut pool_opts = SqlitePoolOptions::new().max_connections(if memory { 1 } else { 4 }).test_before_acquire(false);
+        let mut pool_opts =
+            SqlitePoolOptions::new().max_connections(if memory { 1 } else { 4 }).test_before_acquire(false);
         if memory {
             pool_opts = pool_opts.idle_timeout(None).max_lifetime(None).min_connections(1);
         }
@@ -174,7 +179,12 @@ impl Checkpointer for SqliteStore {
         true
     }
 
-    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+    async fn put_step_with_ledger(
+        &self,
+        t: &ThreadRef,
+        w: StepWrite<'_>,
+        rows: &[(String, Value)],
+    ) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
         steps::put_step(self, t, w, rows).await
@@ -189,7 +199,9 @@ impl Checkpointer for SqliteStore {
     ) -> StoreResult<super::LeasedInput> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
-        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = &req.user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         input_lease::put_input_leased(self, t, req, w, stop).await
     }
 
@@ -245,7 +257,9 @@ impl Checkpointer for SqliteStore {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<ThreadRow>> {
-        if let Some(u) = user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         threads::list_threads(self, user_id, search, offset, limit).await
     }
 
@@ -260,7 +274,9 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
-        if let Some(a) = after { id_text::check_text_id("thread_id", a)?; }
+        if let Some(a) = after {
+            id_text::check_text_id("thread_id", a)?;
+        }
         threads::running_threads(self, after, limit).await
     }
 
@@ -289,7 +305,12 @@ impl Checkpointer for SqliteStore {
         ledger::ledger_get(self, t, keys).await
     }
 
-    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
+    async fn ledger_put_many(
+        &self,
+        t: &ThreadRef,
+        entries: &[(String, Value)],
+        fence: Option<i64>,
+    ) -> StoreResult<usize> {
         id_text::check_ref(t)?;
         ledger::ledger_put_many(self, t, entries, fence).await
     }
@@ -301,7 +322,9 @@ impl Checkpointer for SqliteStore {
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
         id_text::check_text_id("thread_id", thread_id)?;
-        if let Some(u) = &req.user_id { id_text::check_text_id("user_id", u)?; }
+        if let Some(u) = &req.user_id {
+            id_text::check_text_id("user_id", u)?;
+        }
         lease::lease_acquire(self, thread_id, req).await
     }
 

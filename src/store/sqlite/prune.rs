@@ -34,8 +34,10 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
         // Rows of threads the rule above deletes are counted there, not twice.
         let from = format!("FROM tool_executions WHERE created_at < ?2 AND thread_id IN ({FINISHED})");
         plan.push(match rules.finished_older_than {
-            Some(age) => (format!("{from} AND thread_id NOT IN (SELECT thread_id FROM threads WHERE updated_at < ?3)"),
-                vec![now - ttl, now - age]),
+            Some(age) => (
+                format!("{from} AND thread_id NOT IN (SELECT thread_id FROM threads WHERE updated_at < ?3)"),
+                vec![now - ttl, now - age],
+            ),
             None => (from, vec![now - ttl]),
         });
     }
@@ -46,8 +48,13 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
             let counted = count(&mut tx, &format!("SELECT COUNT(*) {from}"), now, &args).await?;
             // The ledger rows that go with the threads (cascade) are reported too.
             let ledger = if threads {
-                count(&mut tx, &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"), now, &args)
-                    .await?
+                count(
+                    &mut tx,
+                    &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN (SELECT thread_id {from})"),
+                    now,
+                    &args,
+                )
+                .await?
             } else {
                 0
             };
@@ -64,20 +71,32 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
         let mut after: i64 = i64::MIN;
         loop {
             let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
-            let window = format!("SELECT MAX(rowid) FROM (SELECT rowid FROM {table} WHERE rowid > {after} ORDER BY rowid LIMIT {size})");
-            let last: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(window)).fetch_one(tx.conn()).await.map_err(be("prune"))?;
+            let window = format!(
+                "SELECT MAX(rowid) FROM (SELECT rowid FROM {table} WHERE rowid > {after} ORDER BY rowid LIMIT {size})"
+            );
+            let last: Option<i64> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(window)).fetch_one(tx.conn()).await.map_err(be("prune"))?;
             let Some(last) = last else {
                 tx.commit("prune").await?;
                 break;
             };
             let chosen = format!("SELECT rowid {from} AND rowid > {after} AND rowid <= {last}");
             let ledger = if threads {
-                count(&mut tx, &format!("SELECT COUNT(*) FROM tool_executions WHERE thread_id IN \
-                    (SELECT thread_id FROM threads WHERE rowid IN ({chosen}))"), now, &args).await?
+                count(
+                    &mut tx,
+                    &format!(
+                        "SELECT COUNT(*) FROM tool_executions WHERE thread_id IN \
+                    (SELECT thread_id FROM threads WHERE rowid IN ({chosen}))"
+                    ),
+                    now,
+                    &args,
+                )
+                .await?
             } else {
                 0
             };
-            let mut delete = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({chosen})"))).bind(now);
+            let mut delete =
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({chosen})"))).bind(now);
             for a in &args {
                 delete = delete.bind(*a);
             }
@@ -102,7 +121,10 @@ fn tally(report: &mut PruneReport, from: &str, rows: i64, ledger: i64) {
 }
 
 async fn count(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
-    bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())), now, args).fetch_one(tx.conn()).await.map_err(be("prune"))
+    bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())), now, args)
+        .fetch_one(tx.conn())
+        .await
+        .map_err(be("prune"))
 }
 
 /// A count query with its binds: now, then the rule's values in order.

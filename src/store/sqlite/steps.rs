@@ -5,7 +5,11 @@ use super::*;
 
 pub(super) const STATE_HISTORY: i64 = 20;
 
-pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
+pub(super) async fn load_with(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    known: Option<KnownHead<'_>>,
+) -> StoreResult<Option<Checkpoint>> {
     // A non-owner reads nothing (writes are what raise).
     if !s.readable(t).await? {
         return Ok(None);
@@ -21,29 +25,36 @@ pub(super) async fn load_with(s: &SqliteStore, t: &ThreadRef, known: Option<Know
     let version: i64 = row.get("version");
     let state = parse("load state", &state_text)?;
     if known.is_some_and(|k| k.matches(version, &state)) {
-        return Ok(Some(Checkpoint { version, state, messages: Vec::new(), rewrite_messages: false, messages_known: true }));
+        return Ok(Some(Checkpoint {
+            version,
+            state,
+            messages: Vec::new(),
+            rewrite_messages: false,
+            messages_known: true,
+        }));
     }
-    let msgs: Vec<String> =
-        sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
-            .bind(&t.thread_id)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(be("load messages"))?;
+    let msgs: Vec<String> = sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
+        .bind(&t.thread_id)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(be("load messages"))?;
     Ok(Some(Checkpoint {
         version,
         state,
         // Each row's text goes on as stored, checked to be one JSON value (a corrupt row is still
         // the load's error), not decoded.
-        messages: msgs
-            .into_iter()
-            .map(|m| stored_text("load messages", m))
-            .collect::<StoreResult<_>>()?,
+        messages: msgs.into_iter().map(|m| stored_text("load messages", m)).collect::<StoreResult<_>>()?,
         rewrite_messages: false,
         messages_known: false,
     }))
 }
 
-pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[(String, Value)]) -> StoreResult<i64> {
+pub(super) async fn put_step(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    w: StepWrite<'_>,
+    rows: &[(String, Value)],
+) -> StoreResult<i64> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "begin step").await?;
     let new_version = step_in(s, tx.conn(), t, w).await?;
     if !rows.is_empty() {
@@ -57,7 +68,12 @@ pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>, r
 }
 
 /// The step's writes inside the caller's write transaction (which rolls back on an error).
-pub(super) async fn step_in(s: &SqliteStore, c: &mut SqliteConnection, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
+pub(super) async fn step_in(
+    s: &SqliteStore,
+    c: &mut SqliteConnection,
+    t: &ThreadRef,
+    w: StepWrite<'_>,
+) -> StoreResult<i64> {
     check_fence(&mut *c, &t.thread_id, w.fence).await?;
     s.own_thread(&mut *c, t).await?;
     let latest: Option<(i64, Option<String>)> = sqlx::query_as(
@@ -126,11 +142,12 @@ pub(super) async fn state_versions(s: &SqliteStore, t: &ThreadRef) -> StoreResul
     if !s.readable(t).await? {
         return Ok(vec![]);
     }
-    let rows = sqlx::query("SELECT version, state_data, created_at FROM states WHERE thread_id = ? ORDER BY version DESC")
-        .bind(&t.thread_id)
-        .fetch_all(&s.pool)
-        .await
-        .map_err(be("state versions"))?;
+    let rows =
+        sqlx::query("SELECT version, state_data, created_at FROM states WHERE thread_id = ? ORDER BY version DESC")
+            .bind(&t.thread_id)
+            .fetch_all(&s.pool)
+            .await
+            .map_err(be("state versions"))?;
     rows.iter()
         .map(|r| {
             Ok(crate::store::StateVersion {

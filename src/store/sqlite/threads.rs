@@ -43,7 +43,13 @@ pub(super) async fn get_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Op
     r.as_ref().map(thread_row).transpose()
 }
 
-pub(super) async fn list_threads(s: &SqliteStore, user_id: Option<&str>, search: Option<&str>, offset: Option<i64>, limit: Option<i64>) -> StoreResult<Vec<ThreadRow>> {
+pub(super) async fn list_threads(
+    s: &SqliteStore,
+    user_id: Option<&str>,
+    search: Option<&str>,
+    offset: Option<i64>,
+    limit: Option<i64>,
+) -> StoreResult<Vec<ThreadRow>> {
     let pattern = search.map(|s| format!("%{s}%"));
     let rows = sqlx::query(
         "SELECT * FROM threads WHERE (? IS NULL OR user_id = ?) \

@@ -21,7 +21,11 @@ pub(super) struct WriteTx {
 }
 
 impl WriteTx {
-    pub(super) async fn begin(pool: &SqlitePool, gate: &Arc<tokio::sync::Mutex<()>>, op: &'static str) -> StoreResult<Self> {
+    pub(super) async fn begin(
+        pool: &SqlitePool,
+        gate: &Arc<tokio::sync::Mutex<()>>,
+        op: &'static str,
+    ) -> StoreResult<Self> {
         // Bounded like SQLite's own busy wait, so a writer queued behind many others (each of
         // which may wait out another process's lock) gives up instead of hanging.
         let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned())
