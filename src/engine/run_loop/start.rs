@@ -222,6 +222,13 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // A static interrupt_before is answered by resuming; a dynamic interrupt() re-runs its
         // node, whose interrupt_before (if any) was answered when the node first started.
         ExecStatus::InterruptedBefore => skip_before = exec.interrupted_node.clone(),
+        // Paused after the graph's last node: the turn is over but for the reviewer's "go on".
+        // A new message is a new turn (as in 10xGraph); going on from END would store it, run
+        // nothing and complete the thread with the message never answered.
+        ExecStatus::InterruptedAfter if exec.current_node == crate::engine::END && input.has_messages => {
+            exec.current_node = entry.clone();
+            exec.step = 0;
+        }
         ExecStatus::InterruptedAfter | ExecStatus::Running => {}
     }
     // A state written outside a run (aput_state) still points at START.

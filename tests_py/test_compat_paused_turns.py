@@ -1,0 +1,75 @@
+"""Differences with 10xGraph 0.10.0 found by a seeded differential fuzzer (session 19): each case
+is run on every backend, and where it matters the same script on the real 10xGraph through the
+``oracle`` fixture (tests_py/oracle.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, AgentState, Message, StateGraph
+
+
+def _reply_graph(checkpointer: Any, **compile_kw: Any) -> Any:
+    def reply(state: AgentState) -> Message:
+        return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("reply", reply)
+    g.set_entry_point("reply")
+    g.add_edge("reply", END)
+    return g.compile(checkpointer=checkpointer, **compile_kw)
+
+
+@pytest.mark.asyncio
+async def test_a_new_message_after_a_pause_after_the_last_node_is_a_new_turn(checkpointer, make_thread) -> None:
+    """Paused after the graph's last node (its next node is END), a new message used to be stored,
+    run no node and complete the thread: the user was never answered. It is a new turn from the
+    entry, as in 10xGraph, and pauses after the node again."""
+    app = _reply_graph(checkpointer, interrupt_after=["reply"])
+    cfg = {"thread_id": make_thread("pause-end")}
+    first = await app.ainvoke({"messages": [Message.text_message("first")]}, config=cfg)
+    assert [m.text() for m in first["messages"]] == ["first", "reply to first"]
+    second = await app.ainvoke({"messages": [Message.text_message("second")]}, config=cfg)
+    assert [m.text() for m in second["messages"]] == ["second", "reply to second"]
+    state = await checkpointer.aget_state(cfg)
+    assert [m.text() for m in state.context] == ["first", "reply to first", "second", "reply to second"]
+    assert state.execution_meta.status.value == "interrupted_after"
+    # The reviewer's "go on" still ends the turn there, running nothing again.
+    done = await app.ainvoke({}, config=cfg)
+    state = await checkpointer.aget_state(cfg)
+    assert [m.text() for m in state.context] == ["first", "reply to first", "second", "reply to second"]
+    assert state.execution_meta.status.value == "completed"
+    assert "reply to second" not in [m.text() for m in done["messages"]][1:]
+
+
+def test_a_new_message_after_a_pause_after_the_last_node_matches_10xgraph(oracle) -> None:
+    script = """
+import asyncio
+from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+def reply(state):
+    return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
+
+g = StateGraph(AgentState)
+g.add_node("reply", reply)
+g.set_entry_point("reply")
+g.add_edge("reply", END)
+cp = InMemoryCheckpointer()
+app = g.compile(checkpointer=cp, interrupt_after=["reply"])
+
+async def main():
+    cfg = {"thread_id": "t1"}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, config=cfg)
+    r2 = await app.ainvoke({"messages": [Message.text_message("second")]}, config=cfg)
+    st = await cp.aget_state(cfg)
+    return {"r2": [m.text() for m in r2["messages"]], "context": [m.text() for m in st.context],
+            "status": st.execution_meta.status.value}
+
+emit(asyncio.run(main()))
+"""
+    theirs, ours = oracle.run_both(script)
+    assert theirs["r2"] == ["second", "reply to second"], theirs
+    assert ours == theirs
