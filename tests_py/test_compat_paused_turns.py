@@ -36,12 +36,26 @@ async def test_a_new_message_after_a_pause_after_the_last_node_is_a_new_turn(che
     state = await checkpointer.aget_state(cfg)
     assert [m.text() for m in state.context] == ["first", "reply to first", "second", "reply to second"]
     assert state.execution_meta.status.value == "interrupted_after"
-    # The reviewer's "go on" still ends the turn there, running nothing again.
+    # The reviewer's "go on" ends the turn there, running nothing again (10xGraph ran the node
+    # again and paused after it again, for every "go on"), and answers with the turn as stored,
+    # as `{}` on a finished thread does; a stream yields it too.
     done = await app.ainvoke({}, config=cfg)
+    assert [m.text() for m in done["messages"]] == ["second", "reply to second"]
     state = await checkpointer.aget_state(cfg)
     assert [m.text() for m in state.context] == ["first", "reply to first", "second", "reply to second"]
     assert state.execution_meta.status.value == "completed"
-    assert "reply to second" not in [m.text() for m in done["messages"]][1:]
+
+
+@pytest.mark.asyncio
+async def test_a_stream_told_to_go_on_after_the_last_node_yields_the_turn(checkpointer, make_thread) -> None:
+    app = _reply_graph(checkpointer, interrupt_after=["reply"])
+    cfg = {"thread_id": make_thread("pause-end-stream")}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, config=cfg)
+    texts = [c.message.text() async for c in app.astream({}, config=cfg) if c.message is not None]
+    assert texts == ["reply to first"]
+    state = await checkpointer.aget_state(cfg)
+    assert state.execution_meta.status.value == "completed"
+    assert [m.text() for m in state.context] == ["first", "reply to first"]
 
 
 def test_a_new_message_after_a_pause_after_the_last_node_matches_10xgraph(oracle) -> None:

@@ -38,6 +38,7 @@ from tenxgraph.core.state.message import Message
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.command import Command
+from tenxgraph.utils.constants import END
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
 
 if TYPE_CHECKING:
@@ -179,8 +180,12 @@ class Run(RunHooks, RunTools):
                     "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,
                     extra=self._log_fields(),
                 )
+        # Paused after the graph's last node and told to go on: nothing is left to run either.
+        meta = state.execution_meta
+        paused_at_end = (meta.status == ExecutionStatus.INTERRUPTED_AFTER and meta.current_node == END
+                         and not self.input_messages)
         self._apply_exec(state, exec_view)
-        if state.execution_meta.status == ExecutionStatus.COMPLETED:
+        if state.execution_meta.status == ExecutionStatus.COMPLETED or paused_at_end:
             # Only a finished thread asked to finish is prepared completed: nothing runs, and the
             # response is the stored last turn.
             start = max((i for i, m in enumerate(state.context) if m.role == "user"), default=-1) + 1
