@@ -485,7 +485,7 @@ async def test_async_tool_awaited() -> None:
 
     outcome = await run(ToolNode([fetch]), "fetch", {"a": 1})
     block = only_block(outcome.message)
-    assert block.output == {"a": 1}
+    assert block.output == [{"a": 1}]  # 10xGraph's shape of a returned dict
     assert (block.status, block.is_error) == ("completed", False)
     assert outcome.message.role == "tool"
     assert outcome.message.metadata == {
@@ -605,7 +605,7 @@ async def test_raising_tool_is_error_message() -> None:
     assert block.output == "Internal execution error: card declined"
     assert block.is_error and block.status == "failed"
     error = next(b for b in outcome.message.content if isinstance(b, ErrorBlock))
-    assert (error.message, error.code) == ("card declined", "ValueError")
+    assert (error.message, error.code) == ("Internal execution error: card declined", "ValueError")
     assert outcome.message.metadata["function_name"] == "explode"
 
 
@@ -644,17 +644,20 @@ class Opaque:
         (Opaque(), "<opaque thing>"),
         (
             {"obj": Opaque(), "when": dt.date(2024, 1, 1)},
-            {"obj": "<opaque thing>", "when": "2024-01-01"},
+            [{"obj": "<opaque thing>", "when": "2024-01-01"}],
         ),
-        ([1, None, Color.RED], [1, None, "red"]),
-        (None, ""),
+        # 10xGraph's shapes: a dict (a model's, a dataclass's fields) as a one-item list, a list
+        # item by item with each item that is not a dict as {"content": item}, None as "None".
+        ([1, None, Color.RED], [{"content": 1}, {"content": None}, {"content": "red"}]),
+        (None, "None"),
         (7, "7"),
-        (Point(1, 2), {"x": 1, "y": 2, "labels": []}),
-        (Address(street="s"), {"street": "s", "zip_code": 0, "tags": []}),
+        ((1, 2), "(1, 2)"),
+        (Point(1, 2), [{"x": 1, "y": 2, "labels": []}]),
+        (Address(street="s"), [{"street": "s", "zip_code": 0, "tags": []}]),
         # A non-str key: JSON would rename it (and could fold it into another key): its text form.
-        ({(1, 2): "tuple key"}, "{(1, 2): 'tuple key'}"),
+        ({(1, 2): "tuple key"}, "[{(1, 2): 'tuple key'}]"),
         # NaN is not JSON: the whole value falls back to its text form.
-        ({"x": math.nan}, "{'x': nan}"),
+        ({"x": math.nan}, "[{'x': nan}]"),
     ],
 )
 async def test_output_is_always_json_serialisable(value: Any, expected: Any) -> None:

@@ -44,16 +44,28 @@ class Opaque:
         return "<Opaque>"
 
 
+def shaped(value: Any) -> Any:
+    """10xGraph's shape of a plain tool result (docs/concepts.md), written out here on its own: a
+    dict as a one-item list, a list item by item with each item that is not a dict as
+    ``{"content": item}``, anything else as it is (before the JSON rules)."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list):
+        return [v if isinstance(v, dict) else {"content": v} for v in value]
+    return value
+
+
 def as_text(value: Any) -> Callable[[Any], bool]:
-    expected = str(value)
+    expected = str(shaped(value))
     return lambda out: out == expected
 
 
 def equals(expected: Any) -> Callable[[Any], bool]:
-    return lambda out: out == expected
+    return lambda out: out == shaped(expected)
 
 
-AT_LIMIT = nested_dict(MAX_RESULT_DEPTH)
+# The shape's list is one level of nesting: a dict one level short of the limit is the deepest kept.
+AT_LIMIT = nested_dict(MAX_RESULT_DEPTH - 1)
 PAST_LIMIT = nested_list(MAX_RESULT_DEPTH + 1)
 DEEP_DICT = nested_dict(150)
 DEEP_LIST = nested_list(200)
@@ -68,6 +80,7 @@ VERY_DEEP = nested_dict(5000)  # too deep even for str()
 
 CASES: list[tuple[str, Callable[[], Any], Callable[[Any], bool]]] = [
     ("dict-at-depth-limit", lambda: AT_LIMIT, equals(AT_LIMIT)),
+    ("dict-past-depth-limit", lambda: nested_dict(MAX_RESULT_DEPTH), as_text(nested_dict(MAX_RESULT_DEPTH))),
     ("list-past-depth-limit", lambda: PAST_LIMIT, as_text(PAST_LIMIT)),
     ("dict-150-deep", lambda: DEEP_DICT, as_text(DEEP_DICT)),
     ("list-200-deep", lambda: DEEP_LIST, as_text(DEEP_LIST)),
@@ -80,7 +93,7 @@ CASES: list[tuple[str, Callable[[], Any], Callable[[Any], bool]]] = [
     ("int-past-64-bits", lambda: WIDE_INT, as_text(WIDE_INT)),
     ("ints-at-64-bit-edges", lambda: EDGE_INTS, equals(EDGE_INTS)),
     ("bare-huge-int", lambda: 10**400, as_text(10**400)),
-    ("too-deep-for-str", lambda: VERY_DEEP, lambda out: isinstance(out, str) and out.startswith("{'k': {'k': ")),
+    ("too-deep-for-str", lambda: VERY_DEEP, lambda out: isinstance(out, str) and out.startswith("[{'k': {'k': ")),
 ]
 
 

@@ -47,10 +47,15 @@ impl StopSignals {
         G.get_or_init(StopSignals::default)
     }
 
-    /// The signal a run on `key` waits on; runs on the same key share one.
-    pub fn subscribe(&self, key: &str) -> Arc<StopSignal> {
+    /// The signal a run on `key` waits on; runs on the same key share one. The entry goes when
+    /// the last `Subscription` of the key is dropped: when its run ends, and also when the run's
+    /// future is dropped mid-way (a caller's `wait_for`, `task.cancel()`, a closed stream), which
+    /// never reaches the code after its last await. Released only at the end of the run, every
+    /// cancelled run left its key in this map for the life of the process.
+    pub fn subscribe(&'static self, key: &str) -> Subscription {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(key.to_owned()).or_default().clone()
+        let signal = m.entry(key.to_owned()).or_default().clone();
+        Subscription { signals: self, key: key.to_owned(), signal: Some(signal) }
     }
 
     /// Wakes a run of this process on `key`.
@@ -62,12 +67,37 @@ impl StopSignals {
         }
     }
 
-    /// A run on `key` ended; the entry goes when no other run still holds it.
-    pub fn release(&self, key: &str, s: &Arc<StopSignal>) {
+    /// A run on `key` ended (or was dropped); the entry goes when no other run still holds it.
+    /// The run's own reference is dropped under the map's lock, where every subscribe and release
+    /// happens, so the count is exact: two runs of one key ending at once could both see the
+    /// other's reference before (and neither removed the entry).
+    fn release(&self, key: &str, s: Arc<StopSignal>) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        // Only drop the entry if no other run of the same key still holds it.
-        if Arc::strong_count(s) <= 2 {
+        drop(s);
+        if m.get(key).is_some_and(|e| Arc::strong_count(e) == 1) {
             m.remove(key);
+        }
+    }
+}
+
+/// A run's hold on its key's [`StopSignal`]; released on drop.
+pub struct Subscription {
+    signals: &'static StopSignals,
+    key: String,
+    signal: Option<Arc<StopSignal>>,
+}
+
+impl Subscription {
+    /// The signal the run waits on.
+    pub fn signal(&self) -> &Arc<StopSignal> {
+        self.signal.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(s) = self.signal.take() {
+            self.signals.release(&self.key, s);
         }
     }
 }
@@ -86,5 +116,41 @@ mod key_tests {
         assert_ne!(stop_key("a", "b:c"), stop_key("a:b", "c"));
         assert_eq!(stop_key("a:b", "c"), "a%3Ab:c");
         assert_ne!(stop_key("a%3Ab", "c"), stop_key("a:b", "c"));
+    }
+}
+
+#[cfg(test)]
+mod subscription_tests {
+    use super::StopSignals;
+
+    fn held(key: &str) -> bool {
+        StopSignals::global().map.lock().unwrap().contains_key(key)
+    }
+
+    #[test]
+    fn the_entry_lives_while_any_run_of_the_key_holds_it() {
+        let a = StopSignals::global().subscribe("sub-test-two");
+        let b = StopSignals::global().subscribe("sub-test-two");
+        assert!(std::sync::Arc::ptr_eq(a.signal(), b.signal()));
+        drop(a);
+        assert!(held("sub-test-two"));
+        drop(b);
+        assert!(!held("sub-test-two"));
+    }
+
+    #[test]
+    fn a_run_future_dropped_mid_await_releases_its_key() {
+        // A caller's cancel drops the run's future where it waits: the code after that await
+        // never runs, so the release must be the subscription's drop.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async {
+            let run = async {
+                let _sub = StopSignals::global().subscribe("sub-test-cancel");
+                std::future::pending::<()>().await;
+            };
+            let timed_out = tokio::time::timeout(std::time::Duration::from_millis(5), run).await;
+            assert!(timed_out.is_err());
+        });
+        assert!(!held("sub-test-cancel"));
     }
 }

@@ -368,9 +368,10 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     {
         tracing::warn!(thread_id = %t.thread_id, "could not drop 10xGraph's stale state cache entry: {e}");
     }
-    let signal = StopSignals::global().subscribe(&key);
+    // Released when this function returns or its future is dropped (a caller's cancel).
+    let subscription = StopSignals::global().subscribe(&key);
     let resume_after = if input.start_node.is_some() { None } else { resume_after };
-    let result = match run.drive(skip_before, resume_after, &signal).await {
+    let result = match run.drive(skip_before, resume_after, subscription.signal()).await {
         // A state the store cannot hold ends the run like a node that raised: the thread is left
         // in the error status (not `running`, which would wedge it), with the error named.
         Err(e) if run.unserialisable => run.fail(e).await,
@@ -378,7 +379,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     };
     // Rows no commit carried (the run ended between its tool node and that node's step).
     let _ = run.write_carried(run.carried.take()).await;
-    StopSignals::global().release(&key, &signal);
+    drop(subscription);
     result
 }
 

@@ -30,7 +30,27 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             _ => {}
         }
     }
-    if matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+    // The checkpointer was released (`arelease`, or `aclose` of a graph compiled with it): no
+    // retry will ever pass, so not transient (a caller that retries transient errors, as the docs
+    // tell it to, looped for ever on "the database is unreachable").
+    if matches!(e, sqlx::Error::PoolClosed) {
+        return StoreError::Backend {
+            op,
+            source: "the checkpointer was closed (arelease(), or aclose() of a graph compiled with it); \
+                     open a new one"
+                .into(),
+        };
+    }
+    // Every connection of the pool is in use: the server may be fine (say so, a retry can pass).
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return StoreError::Transient {
+            op,
+            message: "no connection of the pool became free within its timeout (pool_config max_size / timeout): \
+                      every connection is in use or the database is unreachable"
+                .into(),
+        };
+    }
+    if matches!(e, sqlx::Error::Io(_) | sqlx::Error::Tls(_))
         // 57014: statement_timeout; 55P03: lock_timeout; 25P03: the server ended a session idle in
         // a transaction: the server or a peer stopped answering, a retry later can pass.
         || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| {

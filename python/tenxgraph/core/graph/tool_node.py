@@ -31,7 +31,7 @@ from tenxgraph.core.state.message_block import (
     ToolResultBlock,
 )
 # MAX_RESULT_DEPTH is read from here by callers that knew it here.
-from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH, _normalise_output  # noqa: F401
+from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH, _normalise_output, shape_plain_result  # noqa: F401
 from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph import _core, _sync_calls
@@ -524,7 +524,8 @@ class ToolNode:
                     status="failed",
                     is_error=True,
                 ),
-                ErrorBlock(message=str(exc), code=type(exc).__name__),
+                # 10xGraph's text; the exception's class name is ours, added as its code.
+                ErrorBlock(message=f"Internal execution error: {exc}", code=type(exc).__name__),
             ],
             meta=meta,
         )
@@ -598,7 +599,7 @@ class ToolNode:
                 raw = args[p.name]
                 value = p.adapter.validate_python(raw) if p.adapter is not None else raw
             elif p.default is _EMPTY:
-                raise TypeError(f"tool '{name}' missing required argument '{p.name}'")
+                raise TypeError(f"Missing required parameter '{p.name}' for function '{name}'")  # 10xGraph's text
             else:
                 continue  # let Python apply the default
             if p.kind is inspect.Parameter.POSITIONAL_ONLY:
@@ -646,8 +647,9 @@ class ToolNode:
                 )
                 return ToolOutcome(Message.tool_message([block], meta=meta)), False
             return ToolOutcome(merged), False
+        output, failed = shape_plain_result(result)
         block = ToolResultBlock(
-            call_id=tool_call_id, output=_normalise_output(result), status="completed"
+            call_id=tool_call_id, output=output, status="failed" if failed else "completed", is_error=failed
         )
         return ToolOutcome(Message.tool_message([block], meta=meta)), False
 

@@ -127,3 +127,64 @@ def _normalise_output(result: Any) -> Any:
             return output
         _log.info("tool result kept as its str(): JSON cannot hold it as it is", extra={"event": "tool_result_as_text"})
     return _as_text(result)
+
+
+# 10xGraph 0.10's reading of a returned dict's own verdict on itself (facts of its API: these
+# words, compared lower-cased).
+_OK_WORDS = frozenset({"completed", "success", "ok", "done", "true", "1"})
+_FAIL_WORDS = frozenset({"failed", "failure", "error", "false", "0"})
+_ERROR_WORDS = frozenset({"true", "1", "yes", "error", "failed", "failure"})
+
+
+def _says(value: Any, words: frozenset[str]) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() in words
+
+
+def _reports_error(data: dict[str, Any]) -> bool:
+    """Whether a returned dict says it failed, as 10xGraph reads it: ``is_error`` (else
+    ``error``) when present, else ``success``; a ``status`` of a failure word fails it too. Unlike
+    10xGraph, the keys stay in the output: it deleted them, so ``{"error": "not found"}`` reached
+    the model as ``{}``."""
+    flag = data["is_error"] if "is_error" in data else data.get("error")
+    if flag is not None:
+        failed = _says(flag, _ERROR_WORDS)
+    elif data.get("success") is not None:
+        failed = not _says(data["success"], _OK_WORDS)
+    else:
+        failed = False
+    status = data.get("status")
+    return failed or (status is not None and str(status).lower() in _FAIL_WORDS)
+
+
+def _fields(result: Any) -> dict[str, Any] | None:
+    """The dict 10xGraph makes of a returned object: a dict itself, a model's or a dataclass's
+    dump; None for anything else."""
+    if isinstance(result, dict):
+        return result
+    if isinstance(result, BaseModel):
+        dumped = result.model_dump(mode="json")
+        return dumped if isinstance(dumped, dict) else None
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    # 10xGraph also took any other object's __dict__ ([{}] for most, its text lost): such an
+    # object stays its str() here, which is what the model can read.
+    return None
+
+
+def shape_plain_result(result: Any) -> tuple[Any, bool]:
+    """A tool's plain return value (not a ToolResult or a Message) as 10xGraph 0.10 hands it to
+    the model, with whether it reports a failure: a str as it is; a dict (or a model's or a
+    dataclass's fields) as a one-item list of it, read by ``_reports_error``; a list
+    item by item, each item not a dict as ``{"content": item}``; anything else (None, a number, a
+    tuple) as its str(). Then ``_normalise_output`` keeps the store exact."""
+    if isinstance(result, str):
+        return result, False
+    try:
+        fields = _fields(result)
+    except Exception:  # noqa: BLE001 - a dump that fails: the text form, as for any such value
+        fields = None
+    if fields is not None:
+        return _normalise_output([fields]), _reports_error(fields)
+    if isinstance(result, list):
+        return _normalise_output([item if isinstance(item, dict) else {"content": item} for item in result]), False
+    return _as_text(result), False
