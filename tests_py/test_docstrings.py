@@ -228,11 +228,22 @@ FIELD = re.compile(r"^\s*[a-z_][a-z0-9_]*\s*:")
 
 def _documented(lines: list[str], i: int) -> bool:
     j = i - 1
-    while j >= 0 and (ATTRIBUTE.match(lines[j]) or lines[j].strip().startswith("//") and not lines[j].strip().startswith("///")):
+    while j >= 0 and (ATTRIBUTE.match(lines[j]) or lines[j].strip().startswith("//") and not lines[j].strip().startswith("///")
+                      or _attribute_end(lines, j)):
+        if _attribute_end(lines, j):  # an attribute rustfmt split over lines: back to its `#[`
+            while j > 0 and not lines[j].strip().startswith("#["):
+                j -= 1
         if lines[j].strip().startswith("#[doc"):
             return True
         j -= 1
     return j >= 0 and (lines[j].strip().startswith("///") or lines[j].strip().startswith("#[doc"))
+
+
+def _attribute_end(lines: list[str], j: int) -> bool:
+    """Whether line ``j`` closes an attribute opened on an earlier line (``)]``)."""
+    line = lines[j].strip()
+    return line.endswith(")]") and not line.startswith("#[") and any(
+        lines[k].strip().startswith("#[") and not lines[k].strip().endswith("]") for k in range(max(0, j - 20), j))
 
 
 def missing_rust_docs(root: Path, entries: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ const STATE_HISTORY: usize = 20;
 struct ThreadData {
     row: Option<ThreadRow>,
     states: Vec<(i64, Value)>,
-    messages: Vec<Kept>,
+    messages: Messages,
     /// key -> (row, recorded at)
     ledger: HashMap<String, (Value, f64)>,
 }
@@ -38,6 +38,52 @@ struct Kept {
 impl Kept {
     fn new(m: &StoredMessage) -> Self {
         Kept { id: m.id.clone(), text: m.data.clone() }
+    }
+}
+
+/// A thread's messages in order, with an index from id to position: finding a message by id
+/// was a scan of the list, so an input of n messages cost O(n^2) (50,000 messages: 11 s, under
+/// the store's one lock) and every step O(history).
+#[derive(Default)]
+struct Messages {
+    list: Vec<Kept>,
+    at: HashMap<String, usize>,
+}
+
+impl Messages {
+    fn upsert(&mut self, m: &StoredMessage) {
+        match self.at.get(&m.id) {
+            Some(&i) => self.list[i] = Kept::new(m),
+            None => {
+                self.at.insert(m.id.clone(), self.list.len());
+                self.list.push(Kept::new(m));
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.list.clear();
+        self.at.clear();
+    }
+
+    fn get(&self, id: &str) -> Option<&Kept> {
+        self.at.get(id).map(|&i| &self.list[i])
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Kept> {
+        self.list.iter()
+    }
+
+    /// Removes the message `id`; whether it was there.
+    fn remove(&mut self, id: &str) -> bool {
+        let Some(i) = self.at.remove(id) else { return false };
+        self.list.remove(i);
+        for k in &self.list[i..] {
+            if let Some(p) = self.at.get_mut(&k.id) {
+                *p -= 1;
+            }
+        }
+        true
     }
 }
 
@@ -57,7 +103,23 @@ impl LeaseRow {
 struct Inner {
     threads: HashMap<String, ThreadData>,
     cache: HashMap<(String, String), (Value, Option<f64>)>,
+    /// The cache's size after its last sweep of expired entries (see `sweep_cache`).
+    cache_swept_at: usize,
     leases: HashMap<String, LeaseRow>,
+}
+
+impl Inner {
+    /// Drops expired cache entries once the cache has doubled since the last sweep: amortised
+    /// O(1) per write. Before, an expired entry went only when its own key was read again, so a
+    /// cache written with TTLs (sessions, rate limits, the stop requests' hour) only grew.
+    fn sweep_cache(&mut self) {
+        if self.cache.len() < 2 * self.cache_swept_at.max(512) {
+            return;
+        }
+        let now = now_secs();
+        self.cache.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
+        self.cache_swept_at = self.cache.len();
+    }
 }
 
 impl Inner {
@@ -142,13 +204,6 @@ fn unmark_latest(d: &mut ThreadData) {
     }
 }
 
-fn upsert(list: &mut Vec<Kept>, m: &StoredMessage) {
-    match list.iter_mut().find(|x| x.id == m.id) {
-        Some(x) => *x = Kept::new(m),
-        None => list.push(Kept::new(m)),
-    }
-}
-
 fn page<T: Clone>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Option<i64>) -> Vec<T> {
     let it = items.skip(offset.unwrap_or(0).max(0) as usize);
     match limit {
@@ -179,7 +234,7 @@ impl MemoryStore {
             d.messages.clear();
         }
         for m in w.new_messages {
-            upsert(&mut d.messages, m);
+            d.messages.upsert(m);
         }
         if let Some(r) = d.row.as_mut() {
             r.updated_at = now_secs();
@@ -329,7 +384,7 @@ impl Checkpointer for MemoryStore {
         self.check_owner(d, t)?;
         ensure_row(d, t);
         for m in msgs {
-            upsert(&mut d.messages, m);
+            d.messages.upsert(m);
         }
         if !msgs.is_empty() {
             unmark_latest(d);
@@ -341,9 +396,7 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
         let inner = self.lock();
-        Ok(self
-            .readable(&inner, t)
-            .and_then(|d| d.messages.iter().find(|m| m.id == message_id).map(|m| m.text.clone())))
+        Ok(self.readable(&inner, t).and_then(|d| d.messages.get(message_id).map(|m| m.text.clone())))
     }
 
     async fn list_messages(
@@ -367,9 +420,7 @@ impl Checkpointer for MemoryStore {
         let mut inner = self.lock();
         let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(false) };
         self.check_owner(d, t)?;
-        let before = d.messages.len();
-        d.messages.retain(|m| m.id != message_id);
-        let deleted = d.messages.len() != before;
+        let deleted = d.messages.remove(message_id);
         if deleted {
             unmark_latest(d);
         }
@@ -463,7 +514,9 @@ impl Checkpointer for MemoryStore {
 
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
         let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
-        self.lock().cache.insert((ns.into(), key.into()), (value.clone(), expires));
+        let mut inner = self.lock();
+        inner.cache.insert((ns.into(), key.into()), (value.clone(), expires));
+        inner.sweep_cache();
         Ok(())
     }
 
@@ -475,6 +528,7 @@ impl Checkpointer for MemoryStore {
             return Ok(false);
         }
         inner.cache.insert(k, (value.clone(), ttl.filter(|t| *t > 0.0).map(|t| now + t)));
+        inner.sweep_cache();
         Ok(true)
     }
 
@@ -661,5 +715,64 @@ impl Checkpointer for MemoryStore {
             .rev()
             .map(|(v, s)| super::StateVersion { version: *v, created_at: None, state: s.clone() })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::{Inner, Messages, now_secs};
+    use crate::store::StoredMessage;
+    use serde_json::json;
+
+    fn msg(id: &str, n: i64) -> StoredMessage {
+        StoredMessage::new(id, &json!({ "message_id": id, "n": n }))
+    }
+
+    fn ids(m: &Messages) -> Vec<String> {
+        m.iter().map(|k| k.id.clone()).collect()
+    }
+
+    #[test]
+    fn the_message_index_follows_upserts_and_removals() {
+        let mut m = Messages::default();
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            m.upsert(&msg(id, i as i64));
+        }
+        m.upsert(&msg("b", 9)); // replaced where it stands
+        assert_eq!(ids(&m), ["a", "b", "c", "d"]);
+        assert!(m.get("b").unwrap().text.get().contains("9"));
+        assert!(m.remove("b"));
+        assert!(!m.remove("b"));
+        assert_eq!(ids(&m), ["a", "c", "d"]);
+        // Every id after the removed one still finds its own message.
+        for id in ["a", "c", "d"] {
+            assert_eq!(m.get(id).unwrap().id, id);
+        }
+        m.upsert(&msg("b", 1)); // a removed id comes back at the end
+        m.upsert(&msg("d", 7));
+        assert_eq!(ids(&m), ["a", "c", "d", "b"]);
+        assert!(m.get("d").unwrap().text.get().contains("7"));
+        m.clear();
+        assert!(m.get("a").is_none() && ids(&m).is_empty());
+    }
+
+    #[test]
+    fn expired_cache_entries_are_swept_as_the_cache_grows() {
+        let mut inner = Inner::default();
+        let past = Some(now_secs() - 1.0);
+        for i in 0..5000 {
+            inner.cache.insert(("ns".into(), format!("k{i}")), (json!(i), past));
+            inner.sweep_cache();
+        }
+        inner.cache.insert(("ns".into(), "kept".into()), (json!(1), None));
+        inner.cache.insert(("ns".into(), "later".into()), (json!(1), Some(now_secs() + 3600.0)));
+        for i in 0..2000 {
+            inner.cache.insert(("ns".into(), format!("j{i}")), (json!(i), past));
+            inner.sweep_cache();
+        }
+        // Never more than twice the live entries (or the floor of 512) between two sweeps.
+        assert!(inner.cache.len() <= 1024, "{} entries", inner.cache.len());
+        assert!(inner.cache.contains_key(&("ns".into(), "kept".into())));
+        assert!(inner.cache.contains_key(&("ns".into(), "later".into())));
     }
 }

@@ -22,7 +22,7 @@ from tenxgraph._sync import run_sync
 from tenxgraph.core.graph.remote_tool import RemoteToolConfig, attach_remote_tools
 from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
-from tenxgraph.runtime.publisher.publish import outbox_for
+from tenxgraph.runtime.publisher.publish import forget_outbox, outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz, thread_owner
 from tenxgraph.core.exceptions import StorageError, ThreadBusyError
@@ -604,7 +604,10 @@ class CompiledGraph(Generic[StateT]):
         assert self._outbox is not None and self._publisher is not None
         if not await self._outbox.flush(bound / 2):
             _log.warning("publisher: events still queued at close were dropped")
-        await self._publisher.close()
+        try:
+            await self._publisher.close()
+        finally:
+            forget_outbox(self._publisher)
 
     async def _finish_recovery(self) -> None:
         task = self.recovery

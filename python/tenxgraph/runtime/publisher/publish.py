@@ -192,6 +192,17 @@ def outbox_for(publisher: BasePublisher) -> EventOutbox:
         return box
 
 
+def forget_outbox(publisher: BasePublisher) -> None:
+    """Drops the outbox ``outbox_for`` had to keep in this module for ``publisher`` (one that
+    takes no attribute). Called when the graph that owns the publisher closes it: the entry held
+    the publisher itself, so neither was ever freed, one pair per graph built with such a
+    publisher (a graph per request) for the life of the process."""
+    with _outboxes_lock:
+        held = _strong.get(id(publisher))
+        if held is not None and held.publisher is publisher:
+            del _strong[id(publisher)]
+
+
 def publish_event(event: EventModel, publisher: BasePublisher | None = None, task_manager: Any = None) -> None:
     """Fire-and-forget: queue ``event`` for ``publisher`` (default: the publisher of the graph
     whose node or tool is running; no publisher, nothing happens). Returns at once.
