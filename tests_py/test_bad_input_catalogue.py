@@ -761,3 +761,31 @@ async def test_a_message_s_own_json_dump_keeps_pydantic_s_null_for_nan() -> None
     m = Message.text_message("x", role="assistant")
     m.metadata = {"score": float("nan")}
     assert '"score":null' in m.model_dump_json()
+
+
+class BlobState(AgentState):
+    blob: Any = None
+
+
+async def test_an_input_state_nested_past_the_recursion_limit_is_a_value_error(checkpointer, make_thread) -> None:
+    """5,000 levels deep (150 already gives "state is not valid JSON"): was a bare RecursionError
+    from the copy of the caller's value; now the ValueError of every refused input, naming the
+    key, with nothing stored, and the thread takes its next turn."""
+    def reply(state: BlobState) -> Message:
+        return Message.text_message("ok", role="assistant")
+
+    g = StateGraph(BlobState)
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deep-state")}
+    deep: Any = 1
+    for _ in range(5000):
+        deep = {"k": deep}
+    with pytest.raises(ValueError, match="'blob' is nested too deep"):
+        await app.ainvoke({"messages": [Message.text_message("x")], "state": {"blob": deep}}, cfg)
+    stored = await checkpointer.aget_state(cfg)
+    assert stored is None or [m.text() for m in stored.context] == []
+    out = await app.ainvoke({"messages": [Message.text_message("y")]}, cfg)
+    assert [m.text() for m in out["messages"]] == ["y", "ok"]

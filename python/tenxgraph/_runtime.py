@@ -174,7 +174,12 @@ class Run(RunHooks, RunTools):
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
             if key in fields:
-                setattr(state, key, copy.deepcopy(value))  # not shared with the caller
+                try:
+                    copied = copy.deepcopy(value)  # not shared with the caller
+                except RecursionError:
+                    raise ValueError(f"input 'state' key {key!r} is nested too deep to copy (past the "
+                                     "interpreter's recursion limit); nothing of it was stored") from None
+                setattr(state, key, copied)
             else:
                 self.graph._log.warning(
                     "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,
