@@ -274,7 +274,10 @@ def start_postgres(*, use_env: bool = True) -> PostgresServer:
             port = _free_port()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(log_path)  # each attempt gets its own log
-            opts = f"-p {port} -k {sock_dir} -c listen_addresses=127.0.0.1 -c fsync=on"
+            # 300 connections, not the default 100: a test session holds pools of checkpointers its
+            # tests never closed until the collector frees them, beside two workers, child processes
+            # and 10xGraph's own pools, and 100 ran out once in a CI run ("too many clients").
+            opts = f"-p {port} -k {sock_dir} -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=300"
             res = subprocess.run(
                 _as_pg_user([pg_ctl, "-D", data_dir, "-l", log_path, "-w", "-t", "60", "-o", opts, "start"]),
                 env=env, cwd=root_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
