@@ -17,6 +17,9 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+mod messages;
+use messages::Messages;
+
 const STATE_HISTORY: usize = 20;
 
 #[derive(Default)]
@@ -26,65 +29,6 @@ struct ThreadData {
     messages: Messages,
     /// key -> (row, recorded at)
     ledger: HashMap<String, (Value, f64)>,
-}
-
-/// A message as the text it was written as: a load and the readers copy the texts out (the
-/// search of `list_messages` looks at its `content` only).
-struct Kept {
-    id: String,
-    text: RawJson,
-}
-
-impl Kept {
-    fn new(m: &StoredMessage) -> Self {
-        Kept { id: m.id.clone(), text: m.data.clone() }
-    }
-}
-
-/// A thread's messages in order, with an index from id to position: finding a message by id
-/// was a scan of the list, so an input of n messages cost O(n^2) (50,000 messages: 11 s, under
-/// the store's one lock) and every step O(history).
-#[derive(Default)]
-struct Messages {
-    list: Vec<Kept>,
-    at: HashMap<String, usize>,
-}
-
-impl Messages {
-    fn upsert(&mut self, m: &StoredMessage) {
-        match self.at.get(&m.id) {
-            Some(&i) => self.list[i] = Kept::new(m),
-            None => {
-                self.at.insert(m.id.clone(), self.list.len());
-                self.list.push(Kept::new(m));
-            }
-        }
-    }
-
-    fn clear(&mut self) {
-        self.list.clear();
-        self.at.clear();
-    }
-
-    fn get(&self, id: &str) -> Option<&Kept> {
-        self.at.get(id).map(|&i| &self.list[i])
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, Kept> {
-        self.list.iter()
-    }
-
-    /// Removes the message `id`; whether it was there.
-    fn remove(&mut self, id: &str) -> bool {
-        let Some(i) = self.at.remove(id) else { return false };
-        self.list.remove(i);
-        for k in &self.list[i..] {
-            if let Some(p) = self.at.get_mut(&k.id) {
-                *p -= 1;
-            }
-        }
-        true
-    }
 }
 
 /// A lease with its absolute expiry (`LeaseInfo::expires_in` is relative to the reader's now).
