@@ -116,8 +116,9 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
     let Some((s, _)) = pg().await else { return };
     let t = ThreadRef::new("take", "u");
     let st = json!({"execution_meta": {"status": "running"}});
+    // Tokens come from the schema's sequence (version 13): each take's is above the one before.
     let first = s.put_input_leased(&t, &req("r1", MINUTE), step(0, &st, &[msg("take-1", "user")]), None).await.unwrap();
-    assert_eq!(first, LeasedInput::Committed { token: 1, version: 1 });
+    let LeasedInput::Committed { token: t1, version: 1 } = first else { panic!("{first:?}") };
     let lease = s.lease_get("take").await.unwrap().unwrap();
     assert!(
         lease.is_live()
@@ -126,18 +127,19 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
 
     // Live: refused, the holder reported, nothing written.
     match s.put_input_leased(&t, &req("r2", MINUTE), step(1, &st, &[msg("take-2", "user")]), None).await.unwrap() {
-        LeasedInput::Held(info) => assert_eq!((info.holder.as_str(), info.token, info.released), ("r1", 1, false)),
+        LeasedInput::Held(info) => assert_eq!((info.holder.as_str(), info.token, info.released), ("r1", t1, false)),
         other => panic!("expected Held, got {other:?}"),
     }
     assert_eq!(s.load(&t).await.unwrap().unwrap().version, 1);
     assert!(s.get_message(&t, "take-2").await.unwrap().is_none());
 
     // Released with the run's last step: the next input takes it with the next token.
-    let w = StepWrite { fence: Some(1), release_lease: true, ..step(1, &st, &[]) };
+    let w = StepWrite { fence: Some(t1), release_lease: true, ..step(1, &st, &[]) };
     assert_eq!(s.put_step(&t, w).await.unwrap(), 2);
     let released =
         s.put_input_leased(&t, &req("r3", std::time::Duration::from_millis(1)), step(2, &st, &[]), None).await.unwrap();
-    assert_eq!(released, LeasedInput::Committed { token: 2, version: 3 });
+    let LeasedInput::Committed { token: t2, version: 3 } = released else { panic!("{released:?}") };
+    assert!(t2 > t1, "{t2} after {t1}");
 
     // Expired (a 1 ms lease, polled until the server says so): taken without naming its token.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -146,14 +148,14 @@ async fn every_way_of_taking_the_lease_works_in_the_input_commit() {
         tokio::task::yield_now().await;
     }
     let expired = s.put_input_leased(&t, &req("r4", MINUTE), step(3, &st, &[]), None).await.unwrap();
-    assert_eq!(expired, LeasedInput::Committed { token: 3, version: 4 });
+    let LeasedInput::Committed { token: t3, version: 4 } = expired else { panic!("{expired:?}") };
+    assert!(t3 > t2, "{t3} after {t2}");
 
     // Live but named by its token: stolen.
-    let steal = LeaseRequest { steal: Some(3), ..req("r5", MINUTE) };
-    assert_eq!(
-        s.put_input_leased(&t, &steal, step(4, &st, &[]), None).await.unwrap(),
-        LeasedInput::Committed { token: 4, version: 5 }
-    );
+    let steal = LeaseRequest { steal: Some(t3), ..req("r5", MINUTE) };
+    let stolen = s.put_input_leased(&t, &steal, step(4, &st, &[]), None).await.unwrap();
+    let LeasedInput::Committed { token: t4, version: 5 } = stolen else { panic!("{stolen:?}") };
+    assert!(t4 > t3, "{t4} after {t3}");
     assert_eq!(s.lease_get("take").await.unwrap().unwrap().holder, "r5");
 }
 

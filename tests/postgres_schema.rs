@@ -110,9 +110,9 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
     // Opened and migrated, yet its functions of versions 1-7 are the old ones: only the later
     // functions (pinned) are new: the 17-argument tenx_put_input (0008, 0009, a call of 0011's
-    // since 0011), the 11-argument tenx_put_step (0009), 0010's trigger function and 0011's
-    // 18-argument tenx_put_input.
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 4);
+    // since 0011), the 11-argument tenx_put_step (0009), 0010's trigger function, the 18-argument
+    // tenx_put_input (0011, 0013) and tenx_lease_acquire (replaced by 0013: tokens from a sequence).
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 5);
 
     let t = ThreadRef::new("old-db", "u");
     let req = LeaseRequest {
@@ -206,5 +206,45 @@ async fn the_previous_release_s_input_call_keeps_working_on_schema_11() {
     assert_eq!(put(1, marked("b"), Some("z")).await.unwrap(), (true, 2, Some(2)));
     let head = s.load(&ThreadRef::new("old", "u")).await.unwrap().unwrap();
     assert_eq!((head.version, tenxgraph::store::write_mark(&head.state)), (2, None));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(s.pool()).await.unwrap();
+}
+
+/// Version 13 on a database whose lease rows already hold tokens (per-row counts of versions
+/// 5-12): the sequence starts above the greatest of them, so a thread's next take, and the first
+/// take of any thread, is above every token handed out before the upgrade.
+#[tokio::test]
+async fn the_lease_sequence_starts_above_the_tokens_of_an_upgraded_database() {
+    use tenxgraph::store::{LeaseAttempt, LeaseRequest};
+    let Some(dsn) = common::pg_dsn() else { return };
+    let schema = format!("upg13_{}", uuid::Uuid::new_v4().simple());
+    let s = store(&dsn, &schema).await;
+    // Back to version 12 as it was: no sequence, and rows whose tokens their own count made.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM {schema}.schema_version WHERE version = 13; DROP SEQUENCE {schema}.tenx_lease_tokens; \
+         INSERT INTO {schema}.tenx_leases (thread_id, token, holder, host, pid, pid_start, expires_at, released) \
+         VALUES ('busy-before', 41, 'old', 'h', 1, 1, NOW(), TRUE), ('old-thread', 7, 'old', 'h', 1, 1, NOW(), TRUE)"
+    )))
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let s = store(&dsn, &schema).await; // migrates to 13 again
+    assert_eq!(s.schema_version().await.unwrap(), Some(13));
+    let req = |holder: &str| LeaseRequest {
+        holder: holder.into(),
+        host: "h".into(),
+        pid: 1,
+        pid_start: 1,
+        ttl: std::time::Duration::from_secs(60),
+        steal: None,
+        user_id: None,
+        owner_scoped: false,
+    };
+    for (thread, holder) in [("old-thread", "new-1"), ("brand-new", "new-2"), ("old-thread", "new-3")] {
+        s.lease_release(thread, s.lease_get(thread).await.unwrap().map_or(0, |l| l.token)).await.unwrap();
+        match s.lease_acquire(thread, &req(holder)).await.unwrap() {
+            LeaseAttempt::Acquired { token } => assert!(token > 41, "{thread}: {token}"),
+            other => panic!("{thread}: {other:?}"),
+        }
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(s.pool()).await.unwrap();
 }

@@ -3,6 +3,10 @@
 //! step, a ledger record, an intent record) names the token it holds and is refused once the row
 //! carries a newer one, so a worker that was paused past its lease cannot write anything.
 //!
+//! Tokens come from one counter for the whole store, not from the row: a row nobody holds goes
+//! with its thread (`clean_thread`, `prune`), and a thread id used again still never gets back a
+//! token that a stalled run of its earlier life may hold. A write whose row is gone is refused.
+//!
 //! The backends store and compare; deciding whether a holder is dead (its process is gone on this
 //! machine) is the engine's job (`engine::lease`), which then asks to `steal` a specific token.
 
@@ -39,7 +43,9 @@ pub struct LeaseRequest {
 /// The lease row as seen now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LeaseInfo {
-    /// The fencing token: rises by one with every new holder, never reused for the thread.
+    /// The fencing token: rises with every new holder. Tokens come from one counter for the whole
+    /// store, so a thread deleted with its lease row and used again never gets back a token of its
+    /// earlier life.
     pub token: i64,
     /// The holder's id (`LeaseRequest::holder`).
     pub holder: String,
@@ -114,6 +120,8 @@ pub struct PruneReport {
     pub threads: u64,
     /// Ledger rows deleted, by either rule, each counted once.
     pub ledger_rows: u64,
+    /// Expired cache entries deleted (every prune; reads already skipped them).
+    pub cache_entries: u64,
     /// True when nothing was deleted (the rules' `dry_run`).
     pub dry_run: bool,
 }

@@ -174,7 +174,7 @@ async def prune(cp: BaseCheckpointer, args: Any, io: Io) -> int:
     else:
         verb = "would remove" if args.dry_run else "removed"
         io.out.write(f"{verb}: {report['state_versions']} state versions, {report['threads']} completed threads, "
-                     f"{report['ledger_rows']} ledger rows\n")
+                     f"{report['ledger_rows']} ledger rows, {report['cache_entries']} expired cache entries\n")
     return 0
 
 

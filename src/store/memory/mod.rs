@@ -50,6 +50,10 @@ struct Inner {
     /// The cache's size after its last sweep of expired entries (see `sweep_cache`).
     cache_swept_at: usize,
     leases: HashMap<String, LeaseRow>,
+    /// The last fencing token handed out, by any thread: a token is this plus one, so a thread's
+    /// free lease row can go with the thread and a reused thread id still never gets back a token
+    /// a stalled run of its earlier life may hold.
+    last_token: i64,
 }
 
 impl Inner {
@@ -63,6 +67,14 @@ impl Inner {
         let now = now_secs();
         self.cache.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
         self.cache_swept_at = self.cache.len();
+    }
+
+    /// Drops the thread's lease row unless somebody holds it (a live lease stays, so its run is
+    /// still fenced, not silently freed).
+    fn forget_free_lease(&mut self, thread_id: &str) {
+        if self.leases.get(thread_id).is_some_and(|l| !l.view().is_live()) {
+            self.leases.remove(thread_id);
+        }
     }
 }
 
@@ -201,7 +213,8 @@ impl MemoryStore {
         if !may_take(cur.as_ref(), req) {
             return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
         }
-        let token = cur.map(|c| c.token).unwrap_or(0) + 1;
+        let token = cur.map_or(0, |c| c.token).max(inner.last_token) + 1;
+        inner.last_token = token;
         let info = LeaseInfo {
             token,
             holder: req.holder.clone(),
@@ -429,6 +442,7 @@ impl Checkpointer for MemoryStore {
             self.check_owner(d, t)?;
             inner.threads.remove(&t.thread_id);
         }
+        inner.forget_free_lease(&t.thread_id);
         Ok(())
     }
 
@@ -621,7 +635,14 @@ impl Checkpointer for MemoryStore {
         if !rules.dry_run {
             for id in doomed {
                 inner.threads.remove(&id);
+                inner.forget_free_lease(&id);
             }
+        }
+        let expired = |exp: &Option<f64>| exp.is_some_and(|e| e <= now);
+        report.cache_entries = inner.cache.values().filter(|(_, exp)| expired(exp)).count() as u64;
+        if !rules.dry_run {
+            inner.cache.retain(|_, (_, exp)| !expired(exp));
+            inner.cache_swept_at = inner.cache.len();
         }
         Ok(report)
     }

@@ -26,6 +26,7 @@ pub(super) struct Stmts {
     states: [Stmt; 2],
     threads: [Stmt; 2],
     ledger: [Stmt; 2],
+    cache: Stmt,
 }
 
 impl Stmts {
@@ -72,7 +73,9 @@ impl Stmts {
                  v AS (SELECT w.thread_id FROM w \
                    WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
                  d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) \
-                   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id) \
+                   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id), \
+                 dl AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id IN (SELECT thread_id{tt} FROM d) \
+                   AND (l.released OR l.expires_at <= clock_timestamp())) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
                    (SELECT MAX(thread_id){tt} FROM w), NULL::text",
@@ -98,6 +101,17 @@ impl Stmts {
                 },
                 &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)"),
             ),
+            // $1: the window. Expired cache entries: reads skip them and nothing else removes
+            // them. No key to walk: what a batch finds it deletes, so the next batch's scan of
+            // the partial index on expires_at (version 13) starts past them. The last column is
+            // non-NULL while a batch found something, so the loop goes on until one finds less
+            // than a window.
+            cache: Stmt::new(format!(
+                "WITH d AS (DELETE FROM {s}.tenx_cache WHERE ctid = ANY(ARRAY(SELECT ctid FROM {s}.tenx_cache \
+                   WHERE expires_at IS NOT NULL AND expires_at <= clock_timestamp() LIMIT $1::int8)) RETURNING 1) \
+                 SELECT (SELECT COUNT(*) FROM d), (SELECT COUNT(*) FROM d), 0::int8, \
+                   CASE WHEN EXISTS (SELECT 1 FROM d) THEN '' END, NULL::text"
+            )),
         }
     }
 }
@@ -109,6 +123,7 @@ enum Batch {
     States(i64),
     Threads(f64),
     Ledger(f64),
+    Cache,
 }
 
 /// What one batch reports (see `Batch`).
@@ -126,6 +141,7 @@ impl Batch {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
             Batch::Threads(age) => sqlx::query_as(s.sql.prune.threads[next].q()).bind(age),
             Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
+            Batch::Cache => return sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await,
         };
         let q = q.bind(self.size());
         match (&after.0, matches!(self, Batch::Ledger(_))) {
@@ -149,6 +165,7 @@ impl Batch {
                 report.ledger_rows += ledger as u64;
             }
             Batch::Ledger(_) => report.ledger_rows += deleted as u64,
+            Batch::Cache => report.cache_entries += deleted as u64,
         }
     }
 }
@@ -166,6 +183,7 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
     if let Some(ttl) = rules.ledger_ttl {
         rule_batches.push(Batch::Ledger(ttl));
     }
+    rule_batches.push(Batch::Cache);
     // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
     // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };

@@ -37,7 +37,13 @@ impl Stmts {
                  WHERE ($1::text IS NULL OR user_id = $1{u}) AND ($2::text IS NULL OR thread_name ILIKE $2 OR thread_id{tt} ILIKE $2) \
                  ORDER BY updated_at DESC OFFSET $3 LIMIT $4"
             )),
-            delete: Stmt::new(format!("DELETE FROM {s}.threads WHERE thread_id = $1{t}")),
+            // The thread's lease row goes too unless somebody holds it: tokens come from one
+            // sequence (version 13), so a reused id never gets back a token of its earlier life.
+            delete: Stmt::new(format!(
+                "WITH free AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id = $1::text \
+                   AND (l.released OR l.expires_at <= clock_timestamp())) \
+                 DELETE FROM {s}.threads WHERE thread_id = $1::text{t}"
+            )),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
             running: Stmt::new(format!(

@@ -83,7 +83,12 @@ pub(super) async fn take_in(
     if !may_take(cur.as_ref(), req) {
         return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
     }
-    let token = cur.map(|c| c.token).unwrap_or(0) + 1;
+    // From the file's counter (schema v3), never below the row's own: see `store::lease`.
+    let token: i64 = sqlx::query_scalar("UPDATE lease_tokens SET last = MAX(last, ?) + 1 WHERE id = 1 RETURNING last")
+        .bind(cur.map_or(0, |c| c.token))
+        .fetch_one(&mut *c)
+        .await
+        .map_err(be("draw lease token"))?;
     sqlx::query(
         "INSERT INTO leases (thread_id, token, holder, host, pid, pid_start, expires_at, released, acquired_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (thread_id) DO UPDATE SET token = excluded.token, \

@@ -41,6 +41,8 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
             None => (from, vec![now - ttl]),
         });
     }
+    // Every prune: expired cache entries, which reads skip and nothing else removes.
+    plan.push(("FROM cache WHERE expires_at IS NOT NULL AND expires_at <= ?1".into(), vec![]));
     for (from, args) in plan {
         let threads = from.starts_with("FROM threads");
         if rules.dry_run {
@@ -95,12 +97,16 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
             } else {
                 0
             };
-            let mut delete =
-                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE rowid IN ({chosen})"))).bind(now);
-            for a in &args {
-                delete = delete.bind(*a);
+            if threads {
+                // Their lease rows too: free (FINISHED excludes a held lease, and this write
+                // transaction excludes a take), and tokens come from the file's counter.
+                let leases = format!(
+                    "DELETE FROM leases WHERE thread_id IN (SELECT thread_id FROM threads WHERE rowid IN ({chosen}))"
+                );
+                delete(&mut tx, &leases, now, &args).await?;
             }
-            let deleted = delete.execute(tx.conn()).await.map_err(be("prune"))?.rows_affected() as i64;
+            let deleted =
+                delete(&mut tx, &format!("DELETE FROM {table} WHERE rowid IN ({chosen})"), now, &args).await?;
             tx.commit("prune").await?;
             tally(&mut report, &from, deleted, ledger);
             after = last;
@@ -115,9 +121,20 @@ fn tally(report: &mut PruneReport, from: &str, rows: i64, ledger: i64) {
         report.ledger_rows += ledger as u64;
     } else if from.starts_with("FROM states") {
         report.state_versions += rows as u64;
+    } else if from.starts_with("FROM cache") {
+        report.cache_entries += rows as u64;
     } else {
         report.ledger_rows += rows as u64;
     }
+}
+
+/// Runs a DELETE with the binds of `count`; returns the rows it deleted.
+async fn delete(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).bind(now);
+    for a in args {
+        q = q.bind(*a);
+    }
+    Ok(q.execute(tx.conn()).await.map_err(be("prune"))?.rows_affected() as i64)
 }
 
 async fn count(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {

@@ -73,13 +73,21 @@ pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<
     if !s.readable(t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    // Foreign keys cascade to states, messages and the ledger.
+    // Foreign keys cascade to states, messages and the ledger. The lease row goes too unless
+    // somebody holds it (tokens come from the file's counter: a reused id gets new ones).
+    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "delete thread").await?;
     sqlx::query("DELETE FROM threads WHERE thread_id = ?")
         .bind(&t.thread_id)
-        .execute(&s.pool)
+        .execute(tx.conn())
         .await
         .map_err(be("delete thread"))?;
-    Ok(())
+    sqlx::query("DELETE FROM leases WHERE thread_id = ? AND (released = 1 OR expires_at <= ?)")
+        .bind(&t.thread_id)
+        .bind(now_secs())
+        .execute(tx.conn())
+        .await
+        .map_err(be("delete thread"))?;
+    tx.commit("delete thread").await
 }
 
 pub(super) async fn thread_owner(s: &SqliteStore, thread_id: &str) -> StoreResult<Option<String>> {
