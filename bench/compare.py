@@ -49,6 +49,28 @@ SMOKE = {"k": 2, "short_threads": 1, "k_long": 4, "history": "10,100,1000", "rep
          "tput_repeats": 1, "count_turns": 2}
 
 
+def wait_quiet(max_wait: float = 20.0, window: float = 0.5, idle_share: float = 0.85) -> float:
+    """Waits until the machine's CPUs were at least ``idle_share`` idle over two windows in a row,
+    at most ``max_wait`` seconds; returns the seconds waited. What the child before left running
+    (the server's writes after a DROP DATABASE, autovacuum) once doubled the CPU time of the next
+    child's first 250 turns (the in-memory K=10 turn read 0.92 ms in the table, 0.44 ms alone)."""
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            vals = [int(v) for v in f.readline().split()[1:]]
+        return vals[3] + vals[4], sum(vals)  # idle + iowait, all
+
+    t0 = time.perf_counter()
+    quiet = 0
+    prev = snap()
+    while quiet < 2 and time.perf_counter() - t0 < max_wait:
+        time.sleep(window)
+        cur = snap()
+        total = cur[1] - prev[1]
+        quiet = quiet + 1 if total > 0 and (cur[0] - prev[0]) / total >= idle_share else 0
+        prev = cur
+    return time.perf_counter() - t0
+
+
 def with_db(dsn: str, name: str) -> str:
     parts = urllib.parse.urlsplit(dsn)
     return urllib.parse.urlunsplit(parts._replace(path="/" + name))
@@ -90,7 +112,8 @@ class Runner:
             cc.psql(self.dsn, f'DROP DATABASE IF EXISTS "{db}"')
             cc.psql(self.dsn, f'CREATE DATABASE "{db}"')
             cmd += ["--dsn", with_db(self.dsn, db)]
-        print(f"-- {label} ...", end=" ", flush=True)
+        waited = wait_quiet() if os.path.exists("/proc/stat") else 0.0
+        print(f"-- {label} (waited {waited:.1f}s for a quiet machine) ...", end=" ", flush=True)
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.child_timeout)
