@@ -25,6 +25,20 @@ async fn store(dsn: &str, schema: &str) -> PgStore {
     PgStore::connect(dsn, None, opts).await.expect("connect to the test Postgres")
 }
 
+/// A one-minute lease request of `holder` on this machine, no owner check.
+fn minute_lease(holder: &str) -> tenxgraph::store::LeaseRequest {
+    tenxgraph::store::LeaseRequest {
+        holder: holder.into(),
+        host: "h".into(),
+        pid: 1,
+        pid_start: 1,
+        ttl: std::time::Duration::from_secs(60),
+        steal: None,
+        user_id: None,
+        owner_scoped: false,
+    }
+}
+
 async fn schemas_like(s: &PgStore, pattern: &str) -> Vec<String> {
     sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname ILIKE $1 ORDER BY 1")
         .bind(pattern)
@@ -95,7 +109,7 @@ async fn functions_read_their_own_schema_whatever_the_callers_search_path() {
 /// write and read goes on working on it.
 #[tokio::test]
 async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
-    use tenxgraph::store::{LeaseAttempt, LeaseRequest, LeasedInput, PruneRules, StoredMessage, is_intent};
+    use tenxgraph::store::{LeaseAttempt, LeasedInput, PruneRules, StoredMessage, is_intent};
     let Some(dsn) = common::pg_dsn() else { return };
     let pool = sqlx::PgPool::connect(&dsn).await.expect("connect to the test Postgres");
     sqlx::raw_sql("DROP SCHEMA IF EXISTS pre_sql_files_v7 CASCADE").execute(&pool).await.unwrap();
@@ -115,16 +129,7 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 5);
 
     let t = ThreadRef::new("old-db", "u");
-    let req = LeaseRequest {
-        holder: "run-1".into(),
-        host: "h".into(),
-        pid: 1,
-        pid_start: 1,
-        ttl: std::time::Duration::from_secs(60),
-        steal: None,
-        user_id: None,
-        owner_scoped: false,
-    };
+    let req = minute_lease("run-1");
     // A run's first commit through 0008 on the old functions: lease and input in one statement.
     let t2 = ThreadRef::new("old-db-2", "u");
     let first = json!({"execution_meta": {"status": "running"}});
@@ -214,7 +219,7 @@ async fn the_previous_release_s_input_call_keeps_working_on_schema_11() {
 /// take of any thread, is above every token handed out before the upgrade.
 #[tokio::test]
 async fn the_lease_sequence_starts_above_the_tokens_of_an_upgraded_database() {
-    use tenxgraph::store::{LeaseAttempt, LeaseRequest};
+    use tenxgraph::store::LeaseAttempt;
     let Some(dsn) = common::pg_dsn() else { return };
     let schema = format!("upg13_{}", uuid::Uuid::new_v4().simple());
     let s = store(&dsn, &schema).await;
@@ -229,19 +234,9 @@ async fn the_lease_sequence_starts_above_the_tokens_of_an_upgraded_database() {
     .unwrap();
     let s = store(&dsn, &schema).await; // migrates to 13 again
     assert_eq!(s.schema_version().await.unwrap(), Some(13));
-    let req = |holder: &str| LeaseRequest {
-        holder: holder.into(),
-        host: "h".into(),
-        pid: 1,
-        pid_start: 1,
-        ttl: std::time::Duration::from_secs(60),
-        steal: None,
-        user_id: None,
-        owner_scoped: false,
-    };
     for (thread, holder) in [("old-thread", "new-1"), ("brand-new", "new-2"), ("old-thread", "new-3")] {
         s.lease_release(thread, s.lease_get(thread).await.unwrap().map_or(0, |l| l.token)).await.unwrap();
-        match s.lease_acquire(thread, &req(holder)).await.unwrap() {
+        match s.lease_acquire(thread, &minute_lease(holder)).await.unwrap() {
             LeaseAttempt::Acquired { token } => assert!(token > 41, "{thread}: {token}"),
             other => panic!("{thread}: {other:?}"),
         }
