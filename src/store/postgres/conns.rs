@@ -26,6 +26,10 @@
 //!
 //! Transactions (thread, message and prune writes, armed failpoints) take their connection the
 //! same way; it goes back to the pool when the transaction ends.
+//!
+//! Single statements first pass the store's [`Gate`]: at most its limit of them are at the server
+//! at once, a limit that follows their latency (see `gate.rs`: a convoy of more busy connections
+//! than the server has cores). Transactions do not pass it.
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -37,6 +41,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+use super::gate::{Gate, Ticket};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
 /// and this does not: the server ends the session, and the connection is used again less than
@@ -72,6 +78,7 @@ pub(super) struct Conns {
     /// garbage collector on any thread).
     runtime: tokio::runtime::Handle,
     spare: Mutex<Spare>,
+    gate: Gate,
 }
 
 #[derive(Default)]
@@ -102,6 +109,8 @@ struct Lease<'a> {
     conns: &'a Conns,
     conn: Option<Out>,
     keep: bool,
+    /// The statement's pass through the gate: counted and given back after the connection is.
+    _ticket: Ticket<'a>,
 }
 
 /// The statement got no answer within the deadline (see `Conns::deadline`).
@@ -165,7 +174,8 @@ impl Drop for Conns {
 impl Conns {
     /// Called inside the runtime (the store is opened there).
     pub(super) fn new(pool: PgPool, deadline: Duration) -> Self {
-        Conns { pool, deadline, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()) }
+        let gate = Gate::new(pool.options().get_max_connections() as usize);
+        Conns { pool, deadline, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()), gate }
     }
 
     /// Hands connections back to the pool, inside the runtime's context.
@@ -223,7 +233,17 @@ impl Conns {
     }
 
     async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
-        Ok(Lease { conns: self, conn: Some(self.take().await?), keep: false })
+        // Bounded like a wait in the pool, and with the pool's error: the limit is a share of it.
+        let ticket = tokio::time::timeout(self.pool.options().get_acquire_timeout(), self.gate.enter())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?;
+        Ok(Lease { conns: self, conn: Some(self.take().await?), keep: false, _ticket: ticket })
+    }
+
+    /// How many single statements may be at the server at once now (see `gate.rs`).
+    #[allow(dead_code)] // read by tests and kept for the metrics
+    pub(super) fn statement_limit(&self) -> usize {
+        self.gate.limit()
     }
 
     /// Every spare connection back to the pool (before the pool is closed, or lent to a caller

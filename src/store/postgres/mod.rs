@@ -18,6 +18,7 @@ mod cache;
 mod connect;
 mod conns;
 mod errors;
+mod gate;
 mod id_check;
 mod ident;
 mod input_lease;
