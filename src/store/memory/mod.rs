@@ -64,9 +64,15 @@ impl Inner {
         if self.cache.len() < 2 * self.cache_swept_at.max(512) {
             return;
         }
-        let now = now_secs();
+        self.drop_expired_cache(now_secs());
+    }
+
+    /// Drops the cache entries expired at `now`; returns how many went.
+    fn drop_expired_cache(&mut self, now: f64) -> usize {
+        let before = self.cache.len();
         self.cache.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
         self.cache_swept_at = self.cache.len();
+        before - self.cache.len()
     }
 
     /// Drops the thread's lease row unless somebody holds it (a live lease stays, so its run is
@@ -638,12 +644,11 @@ impl Checkpointer for MemoryStore {
                 inner.forget_free_lease(&id);
             }
         }
-        let expired = |exp: &Option<f64>| exp.is_some_and(|e| e <= now);
-        report.cache_entries = inner.cache.values().filter(|(_, exp)| expired(exp)).count() as u64;
-        if !rules.dry_run {
-            inner.cache.retain(|_, (_, exp)| !expired(exp));
-            inner.cache_swept_at = inner.cache.len();
-        }
+        report.cache_entries = if rules.dry_run {
+            inner.cache.values().filter(|(_, exp)| exp.is_some_and(|e| e <= now)).count()
+        } else {
+            inner.drop_expired_cache(now)
+        } as u64;
         Ok(report)
     }
 

@@ -240,12 +240,6 @@ impl Conns {
         Ok(Lease { conns: self, conn: Some(self.take().await?), keep: false, _ticket: ticket })
     }
 
-    /// How many single statements may be at the server at once now (see `gate.rs`).
-    #[allow(dead_code)] // read by tests and kept for the metrics
-    pub(super) fn statement_limit(&self) -> usize {
-        self.gate.limit()
-    }
-
     /// Every spare connection back to the pool (before the pool is closed, or lent to a caller
     /// that uses it directly).
     pub(super) fn return_spares(&self) {

@@ -83,7 +83,8 @@ impl Gate {
     }
 
     /// The current limit.
-    pub(super) fn limit(&self) -> usize {
+    #[cfg(test)]
+    fn limit(&self) -> usize {
         self.lock().limit
     }
 
