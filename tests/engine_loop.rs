@@ -193,7 +193,8 @@ async fn a_linear_graph_commits_input_and_every_node() {
         let msgs = cp.message_values().unwrap();
         let ids: Vec<&str> = msgs.iter().map(|m| m["id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["in-hi", "a-0", "b-1", "c-2"]);
-        assert_eq!(cp.state["execution_meta"]["current_node"], END);
+        // A completed thread names the last node that ran, as 10xGraph's does.
+        assert_eq!(cp.state["execution_meta"]["current_node"], "c");
     }
 }
 
@@ -349,6 +350,10 @@ async fn interrupt_before_and_after_pause_and_resume_once() {
     let out = run(&g, &store, &host3, &cfg("hitl"), RESUME).await.unwrap();
     assert!(host3.calls().is_empty());
     assert_eq!(out.exec.status, ExecStatus::Completed);
+    // Completed by the reviewer's "go on" without running anything: still the node that paused.
+    assert_eq!(out.exec.current_node, "c");
+    let stored = store.load(&ThreadRef::new("hitl", "u")).await.unwrap().unwrap();
+    assert_eq!(stored.state["execution_meta"]["current_node"], "c");
 }
 
 #[tokio::test]

@@ -124,7 +124,7 @@ def test_threads_list_table_and_json(filled: Store) -> None:
 
     rows = filled.run("--json", "threads", "list").json()
     assert {r["thread_id"]: (r["user_id"], r["status"], r["current_node"]) for r in rows} == {
-        "done-1": ("alice", "completed", "__end__"),
+        "done-1": ("alice", "completed", "model"),  # the last node that ran, as in 10xGraph
         "paused-1": ("bob", "interrupted_before", "ask"),
         "failed-1": ("alice", "error", "step"),
     }
@@ -160,7 +160,7 @@ def test_threads_show(filled: Store) -> None:
     assert "versions (newest first):" in r.out
 
     d = filled.run("threads", "show", "done-1", "--json").json()
-    assert (d["status"], d["current_node"], d["step"], d["lease"]) == ("completed", "__end__", 3, None)
+    assert (d["status"], d["current_node"], d["step"], d["lease"]) == ("completed", "model", 3, None)
     versions = [v["version"] for v in d["versions"]]
     assert versions == sorted(versions, reverse=True) and versions[0] == d["version"]
     assert [v["status"] for v in d["versions"]][0] == "completed" and d["versions"][-1]["status"] == "running"

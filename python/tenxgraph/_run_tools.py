@@ -235,7 +235,7 @@ class RunTools:
         if self.emitter is None or step is None or index not in step.pending_stream:
             return
         message = step.message_of(index, step.pending_stream.pop(index))
-        self.emitter.message(message, "tool_result", name, now=True)
+        self.emitter.tool_message(message, name, step.calls[index], now=True)
         step.streamed.add(index)
 
     def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
@@ -249,8 +249,10 @@ class RunTools:
         # Calls the client runs: their placeholders go back to the caller, not into the context,
         # and the run pauses after this node until the client sends the results.
         remote = [m for m in messages if is_remote_call(m)]
+        # Each message's call, by position before the placeholders are taken out.
+        local = [i for i, m in enumerate(messages) if not is_remote_call(m)]
         if remote:
-            messages = [m for m in messages if not is_remote_call(m)]
+            messages = [messages[i] for i in local]
         goto = handoff_target(step)
         self._index.append(state, messages)
         self.produced.extend(messages)
@@ -268,9 +270,9 @@ class RunTools:
                                     kind == "replayed")
             events.node_end(name, state.execution_meta.step, messages, goto)
         if self.emitter is not None:
-            for index, m in enumerate(messages):
+            for index, m in zip(local, messages, strict=True):
                 if index not in step.streamed:  # replayed from the ledger, timed out or failed
-                    self.emitter.message(m, "tool_result", name, now=False)
+                    self.emitter.tool_message(m, name, step.calls[index], now=False)
             self._stream_update("node_invoked", name, now=False)
         if remote:
             self.remote_calls = remote

@@ -218,7 +218,7 @@ class Run(RunHooks, RunTools):
         if self.has_lifecycle_hooks:
             self._before_node = state.model_copy(deep=True)
         token = activate(name, answers)
-        sink = self.emitter.delta_sink(name) if self.emitter is not None else None
+        sink = self.emitter.delta_sink(name, node.function_name) if self.emitter is not None else None
         node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
         try:
             with log_fields(node=name):
@@ -247,7 +247,7 @@ class Run(RunHooks, RunTools):
             events.node_end(name, step, self.produced[produced_before:], goto)
         if self.emitter is not None:
             for m in self.produced[produced_before:]:
-                self.emitter.message(m, "node_invoked", name, now=False)
+                self.emitter.node_message(m, name, node.function_name)
             self._stream_update("node_invoked", name, now=False)
         return goto
 

@@ -12,6 +12,7 @@ the order they were emitted.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -84,24 +85,56 @@ class Emitter:
             held, self._held = self._held, []
         return held
 
-    def delta_sink(self, node: str) -> Any:
+    def delta_sink(self, node: str, function_name: str) -> Any:
         """Where a node's deltas (``Message(delta=True)``, e.g. a model's tokens) go: straight to
         the consumer, as 10xGraph streams them. They are never stored, so showing them early
         shows nothing a crash could undo; the node's final message is still held for its commit."""
 
         def emit(msg: Message) -> None:
-            self.emit(self.make(StreamEvent.MESSAGE, message=msg, node=node, function_name=node))
+            self.emit(self.make(StreamEvent.MESSAGE, message=msg, node=node, function_name=function_name))
 
         return emit
 
     def close(self) -> None:
         self._put(None)
 
-    def message(self, msg: Message, status: str, node: str | None, *, now: bool) -> None:
-        failed = any(isinstance(b, ErrorBlock) for b in msg.content)
-        if failed and status == "tool_result":
-            chunk = self.make(StreamEvent.ERROR, message=msg, data={"status": "tool_failed"}, status="tool_failed",
-                              node=node)
+    def input_message(self, msg: Message) -> None:
+        """A message of the run's input, streamed first (10xGraph's metadata for it)."""
+        self.emit(self.make(StreamEvent.MESSAGE, message=msg, status="invoking_graph",
+                            reason="initial human message"))
+
+    def node_message(self, msg: Message, node: str, function_name: str) -> None:
+        """A message a (non-tool) node produced, held for its step's commit. The metadata has
+        10xGraph's ``node`` and ``function_name`` (the node function's ``__name__``), and our
+        ``status``."""
+        self.hold(self.make(StreamEvent.MESSAGE, message=msg, status="node_invoked", node=node,
+                            function_name=function_name))
+
+    def tool_message(self, msg: Message, node: str, call: Any, *, now: bool) -> None:
+        """A tool's result message. ``data`` is 10xGraph's: the tool's name, its arguments (the
+        parsed JSON object; the raw value when that is not one), the call's id and the node, with
+        ``status`` ``tool_result``; a failed call's chunk is an ERROR chunk whose ``data`` adds
+        10xGraph's ``reason`` and ``error`` (the ErrorBlock's message). The message rides along in
+        both, and the metadata keeps our ``status`` and ``node``."""
+        data: dict[str, Any] = {"tool_name": call.name, "args": _arguments(call.arguments),
+                                "tool_call_id": call.call_id or "", "node": node}
+        error = next((b for b in msg.content if isinstance(b, ErrorBlock)), None)
+        if error is not None:
+            data = {"status": "tool_failed", **data, "reason": "Tool execution resulted in error",
+                    "error": error.message}
+            chunk = self.make(StreamEvent.ERROR, message=msg, data=data, status="tool_failed", node=node)
         else:
-            chunk = self.make(StreamEvent.MESSAGE, message=msg, status=status, node=node)
+            chunk = self.make(StreamEvent.MESSAGE, message=msg, data={"status": "tool_result", **data},
+                              status="tool_result", node=node)
         (self.emit if now else self.hold)(chunk)
+
+
+def _arguments(raw: Any) -> Any:
+    """A call's arguments as 10xGraph's stream shows them: the JSON object parsed."""
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw
+        return parsed if isinstance(parsed, dict) else raw
+    return raw

@@ -75,6 +75,10 @@ struct Run<'a, H: NodeHost + ?Sized> {
     rewrite: bool,
     /// The node whose step the next commit writes (`__input__` before the first node).
     step_node: String,
+    /// The last node that ran in the thread: a completed thread names it as its `current_node`,
+    /// as 10xGraph's does (a run that only completes a thread paused after its last node starts
+    /// with that node).
+    last_node: Option<String>,
     /// The run's lease: empty until the input commit takes it (see `Optimistic`).
     lease: &'a std::sync::OnceLock<Lease>,
     /// Set while the run has loaded the thread without its lease.
@@ -158,6 +162,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     ) -> Result<RunOutcome, EngineError> {
         if let Some(node) = resume_after {
             self.step_node = node.clone();
+            self.last_node = Some(node.clone());
             let next = match self.route(&node, None) {
                 Ok(n) => n,
                 Err(e) => return self.fail(e).await,
@@ -167,6 +172,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         loop {
             if self.exec.current_node == END {
+                if let Some(last) = self.last_node.take() {
+                    self.exec.current_node = last;
+                }
                 self.exec.status = ExecStatus::Completed;
                 self.host.lifecycle(Lifecycle::End, &self.exec).await;
                 self.commit_final().await?;
@@ -224,6 +232,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 }
             };
             self.step_node = node.clone();
+            self.last_node = Some(node.clone());
             self.host.lifecycle(Lifecycle::NodeDone { node: &node }, &self.exec).await;
             if self.cfg.closing_failed_tools {
                 // Every call has its answer: the thread is done with this turn (no route on, no

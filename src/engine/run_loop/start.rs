@@ -248,6 +248,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // Its review gate was for running the calls; closing runs none.
         skip_before = Some(exec.current_node.clone());
     }
+    // Paused after the graph's last node: a bare `{}` completes the thread, naming that node.
+    let last_node = if exec.current_node == crate::engine::END { exec.interrupted_node.clone() } else { None };
     exec.clear_interrupt();
     exec.error = None;
     exec.stop_current_execution = "none".into();
@@ -332,6 +334,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         last_stop_poll: std::sync::Mutex::new(Some(Instant::now())),
         rewrite,
         step_node: "__input__".into(),
+        last_node,
         lease,
         optimistic,
         finishing: false,

@@ -385,7 +385,7 @@ class CompiledGraph(Generic[StateT]):
         emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
         run.emitter = emitter
         for m in run.input_messages:
-            emitter.emit(emitter.make(StreamEvent.MESSAGE, message=m, status="invoking_graph"))
+            emitter.input_message(m)
         started = time.perf_counter()
         task = asyncio.ensure_future(self._execute(run, cfg, streaming=True))
         task.add_done_callback(lambda _t: emitter.close())

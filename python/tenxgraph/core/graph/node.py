@@ -24,6 +24,14 @@ class Node:
         self._plan = _injection_plan(func)
         self.is_async = _is_async(func)
 
+    @property
+    def function_name(self) -> str:
+        """What stream chunks call the node's function (10xGraph's ``function_name``): its
+        ``__name__``, else the node's name (an Agent or a callable object has none; 10xGraph
+        gave such an object's ``str()``, its address)."""
+        name = getattr(self.func, "__name__", None)
+        return name if isinstance(name, str) else self.name
+
     def arguments(self, state: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The ``(args, kwargs)`` the node function is called with: the state, the config, or both, by
         its signature. TypeError naming the node when it has other required parameters."""
@@ -163,7 +171,7 @@ class Node:
         """
         from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 
-        fname = getattr(self.func, "__name__", self.name)
+        fname = self.function_name
 
         def update(status: str) -> StreamChunk:
             return StreamChunk(event=StreamEvent.UPDATES, data={"status": status, "tool_name": fname, "node": self.name},
