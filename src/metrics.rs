@@ -75,6 +75,9 @@ metrics! {
     history_loads => "tenxgraph.storage.history_loads",
     live_state_reuses => "tenxgraph.storage.live_state_reuses",
     start_reads_skipped => "tenxgraph.storage.start_reads_skipped",
+    gate_waits => "tenxgraph.storage.gate_waits",
+    gate_lowered => "tenxgraph.storage.gate_limit_lowered",
+    gate_raised => "tenxgraph.storage.gate_limit_raised",
 }
 
 /// The process-wide metrics.

@@ -125,8 +125,9 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     // Opened and migrated, yet its functions of versions 1-7 are the old ones: only the later
     // functions (pinned) are new: the 17-argument tenx_put_input (0008, 0009, a call of 0011's
     // since 0011), the 11-argument tenx_put_step (0009), 0010's trigger function, the 18-argument
-    // tenx_put_input (0011, 0013) and tenx_lease_acquire (replaced by 0013: tokens from a sequence).
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 5);
+    // tenx_put_input (0011, 0013), tenx_lease_acquire (replaced by 0013: tokens from a sequence)
+    // and the three ledger functions (replaced by 0014: a run's write needs its thread).
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 8);
 
     let t = ThreadRef::new("old-db", "u");
     let req = minute_lease("run-1");
@@ -225,15 +226,15 @@ async fn the_lease_sequence_starts_above_the_tokens_of_an_upgraded_database() {
     let s = store(&dsn, &schema).await;
     // Back to version 12 as it was: no sequence, and rows whose tokens their own count made.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM {schema}.schema_version WHERE version = 13; DROP SEQUENCE {schema}.tenx_lease_tokens; \
+        "DELETE FROM {schema}.schema_version WHERE version >= 13; DROP SEQUENCE {schema}.tenx_lease_tokens; \
          INSERT INTO {schema}.tenx_leases (thread_id, token, holder, host, pid, pid_start, expires_at, released) \
          VALUES ('busy-before', 41, 'old', 'h', 1, 1, NOW(), TRUE), ('old-thread', 7, 'old', 'h', 1, 1, NOW(), TRUE)"
     )))
     .execute(s.pool())
     .await
     .unwrap();
-    let s = store(&dsn, &schema).await; // migrates to 13 again
-    assert_eq!(s.schema_version().await.unwrap(), Some(13));
+    let s = store(&dsn, &schema).await; // migrates 13 (and what follows) again
+    assert_eq!(s.schema_version().await.unwrap(), Some(i64::from(tenxgraph::store::postgres::CURRENT_VERSION)));
     for (thread, holder) in [("old-thread", "new-1"), ("brand-new", "new-2"), ("old-thread", "new-3")] {
         s.lease_release(thread, s.lease_get(thread).await.unwrap().map_or(0, |l| l.token)).await.unwrap();
         match s.lease_acquire(thread, &minute_lease(holder)).await.unwrap() {

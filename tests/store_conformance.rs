@@ -348,7 +348,12 @@ async fn leases_admit_one_holder_and_tokens_rise_with_every_new_holder() {
         assert!(!s.lease_renew(&tid, t1, std::time::Duration::from_secs(60)).await.unwrap(), "{name}");
         s.lease_release(&tid, t1).await.unwrap();
         assert_eq!(s.lease_get(&tid).await.unwrap().unwrap().token, t2, "{name}");
-        // Released: free at once.
+        // Released: free at once. The thread exists, so its row stays, marked released (a row
+        // whose thread does not exist goes: see free_lease_rows_go_with_their_thread...).
+        let completed = json!({"execution_meta": {"status": "completed"}});
+        s.put_step(&ThreadRef::new(tid.clone(), "u"), StepWrite { fence: Some(t2), ..step(0, &completed, &[]) })
+            .await
+            .unwrap();
         s.lease_release(&tid, t2).await.unwrap();
         assert!(s.lease_get(&tid).await.unwrap().unwrap().released, "{name}");
         let t3 = acquired(s.lease_acquire(&tid, &lease_req("run-c", 200, None)).await.unwrap());
@@ -844,7 +849,50 @@ async fn free_lease_rows_go_with_their_thread_and_a_reused_id_never_gets_an_old_
         assert!(gone.threads >= 1, "{name}: {gone:?}");
         assert!(s.lease_get(&p.thread_id).await.unwrap().is_none(), "{name}: the row went with its thread");
         assert!(s.lease_get(&h.thread_id).await.unwrap().is_some_and(|l| l.is_live()), "{name}: the held one stays");
+        // Its holder frees it: the thread is gone, so the row goes now (nothing else would ever
+        // delete it); a stale token frees nothing.
+        s.lease_release(&h.thread_id, held - 1).await.unwrap();
+        assert!(s.lease_get(&h.thread_id).await.unwrap().is_some_and(|l| l.is_live()), "{name}");
         s.lease_release(&h.thread_id, held).await.unwrap();
+        assert!(s.lease_get(&h.thread_id).await.unwrap().is_none(), "{name}: freed after its thread went");
+        // A thread that exists keeps its freed row, as before.
+        let tok = acquired(s.lease_acquire(&h.thread_id, &lease_req("again", 60_000, None)).await.unwrap());
+        assert!(tok > held, "{name}: {tok} after {held}");
+        s.put_step(&h, StepWrite { fence: Some(tok), ..step(0, &completed, &[]) }).await.unwrap();
+        s.lease_release(&h.thread_id, tok).await.unwrap();
+        assert!(s.lease_get(&h.thread_id).await.unwrap().is_some_and(|l| l.released && l.token == tok), "{name}");
+    }
+}
+
+/// A thread deleted while a run holds its lease (the held row stays, so the fence still passes):
+/// the run's ledger writes are refused instead of creating the thread again. Until version 14
+/// (Postgres) each backend brought the deleted thread back, with the tool's result and no state.
+/// A write outside a run (no fence) still creates its thread, as before.
+#[tokio::test]
+async fn a_runs_ledger_write_never_brings_back_a_thread_deleted_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = json!({"execution_meta": {"status": "running"}});
+    let done = json!({"__kind__": "message", "value": {"role": "tool"}});
+    let started = json!({"__kind__": "started", "tool": "charge"});
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("gone-under-run:{name}"), "u");
+        let tok = acquired(s.lease_acquire(&t.thread_id, &lease_req("run", 60_000, None)).await.unwrap());
+        s.put_step(&t, StepWrite { fence: Some(tok), ..step(0, &running, &[]) }).await.unwrap();
+        s.clean_thread(&t).await.unwrap();
+        let put = s.ledger_put_many(&t, &[("m:c1".into(), done.clone())], Some(tok)).await;
+        assert!(matches!(put, Err(StoreError::Fenced { current: None, .. })), "{name}: {put:?}");
+        let mark = s.ledger_mark(&t, &[("m:c1".into(), started.clone())], Some(tok)).await;
+        assert!(matches!(mark, Err(StoreError::Fenced { current: None, .. })), "{name}: {mark:?}");
+        let begin = s.ledger_begin(&t, &[("m:c2".into(), started.clone())], &[], Some(tok)).await;
+        assert!(matches!(begin, Err(StoreError::Fenced { .. })), "{name}: {begin:?}");
+        assert!(s.load(&t).await.unwrap().is_none(), "{name}");
+        assert_eq!(s.thread_owner(&t.thread_id).await.unwrap(), None, "{name}: the thread came back");
+        assert!(s.ledger_list(&t).await.unwrap().is_empty(), "{name}");
+        s.lease_release(&t.thread_id, tok).await.unwrap();
+        assert!(s.lease_get(&t.thread_id).await.unwrap().is_none(), "{name}");
+        // Outside a run, a ledger write still makes its thread.
+        assert_eq!(s.ledger_put_many(&t, &[("m:c1".into(), done.clone())], None).await.unwrap(), 1, "{name}");
+        assert_eq!(s.thread_owner(&t.thread_id).await.unwrap().as_deref(), Some("u"), "{name}");
     }
 }
 

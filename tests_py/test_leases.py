@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
-from tenxgraph.core.exceptions import LeaseLostError, ThreadBusyError
+from tenxgraph.core.exceptions import LeaseLostError, StaleStateError, ThreadBusyError
 from tenxgraph.testing import CrashKit, EffectCounter
 from tenxgraph.testing.crash import child_env
 from tenxgraph.utils.interrupt import interrupt, pending_interrupt
@@ -462,6 +462,79 @@ async def test_a_deleted_thread_takes_its_free_lease_row_along_and_its_id_runs_a
     for t in (tid, pruned):
         assert await checkpointer.aget_lease({"thread_id": t}) is None
         assert await checkpointer.aget_state({"thread_id": t}) is None
+
+
+@pytest.mark.asyncio
+async def test_a_thread_deleted_while_its_run_holds_the_lease_loses_the_row_when_the_run_ends(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    """aclean_thread keeps a held lease row (its run is still fenced). Until session 21 that run's
+    release then marked the row released and nothing ever deleted it: one row per thread deleted
+    mid-run. Now the release deletes it; the run itself ends with STORAGE_CONFLICT_001 and writes
+    nothing back, as before."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def fast(state: AgentState) -> Message:
+        return Message.text_message("fast", role="assistant")
+
+    async def slow(state: AgentState) -> Message:
+        entered.set()
+        await release.wait()
+        return Message.text_message("late", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("a", fast)
+    g.add_node("b", slow)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deleted-mid-run")}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
+    await asyncio.wait_for(entered.wait(), 30)
+    held = await checkpointer.aget_lease(cfg)
+    assert held is not None and not held["released"]
+    await checkpointer.aclean_thread(cfg)
+    assert (await checkpointer.aget_lease(cfg))["token"] == held["token"]  # still fenced
+    release.set()
+    with pytest.raises(StaleStateError):
+        await asyncio.wait_for(run, 30)
+    assert await checkpointer.aget_lease(cfg) is None
+    assert await checkpointer.aget_state(cfg) is None
+    r = await app.ainvoke({"messages": [Message.text_message("again")]}, cfg)  # the id runs again
+    release.set()
+    assert [m.text() for m in r["messages"]][-1] == "late"
+    lease = await checkpointer.aget_lease(cfg)
+    assert lease is not None and lease["released"] and lease["token"] > held["token"]
+
+
+@pytest.mark.asyncio
+async def test_a_thread_deleted_while_its_tool_runs_stays_deleted(checkpointer: Any, make_thread: Any) -> None:
+    """Until session 21 the tool's ledger record, written when it returned, created the deleted
+    thread again on every backend: alist_threads listed it, with the tool's result and no state,
+    and its lease row stayed. Now a run's ledger write needs its thread: the run ends with a typed
+    storage error, and nothing of the thread is left."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def charge(order_id: str) -> str:
+        """Charges an order."""
+        entered.set()
+        await release.wait()
+        return f"charged {order_id}"
+
+    app = tool_graph(AgentState, [charge], [[call("c1", "charge", {"order_id": "o:1"})]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deleted-mid-tool")}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("pay")]}, cfg))
+    await asyncio.wait_for(entered.wait(), 30)
+    await checkpointer.aclean_thread(cfg)
+    release.set()
+    with pytest.raises((StaleStateError, LeaseLostError)) as raised:
+        await asyncio.wait_for(run, 30)
+    assert raised.value.error_code in ("STORAGE_CONFLICT_001", "STORAGE_FENCED_001")
+    assert await checkpointer.aget_state(cfg) is None
+    assert await checkpointer.aget_thread(cfg) is None
+    assert cfg["thread_id"] not in [t.thread_id for t in await checkpointer.alist_threads({})]
+    assert await checkpointer.aget_lease(cfg) is None
 
 
 # --------------------------------------------------------------------------- bad input

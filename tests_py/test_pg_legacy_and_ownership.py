@@ -31,7 +31,7 @@ from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
 
 # Every schema version a migrated database records: 10xGraph's 1-3, then ours (migrations/postgres).
-ALL_VERSIONS = tuple(range(1, 14))
+ALL_VERSIONS = tuple(range(1, 15))
 
 OWNER = "u1"
 INTRUDER = "u2"

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import PostgresServer, _pg_env, find_pg_binary
@@ -308,8 +308,11 @@ async def test_more_runs_than_connections_all_finish(pg_dsn: str) -> None:
     async def three_turns(n: int) -> list[list[str]]:
         return [await turn(app, f"crowd-{n}") for _ in range(3)]
 
+    waits = metrics.snapshot()["tenxgraph.storage.gate_waits"]
     results = await asyncio.gather(*(three_turns(n) for n in range(12)))
     assert results == [[EXPECTED] * 3] * 12
+    # Twelve runs' statements on two permits: the statement gate counts those that waited.
+    assert metrics.snapshot()["tenxgraph.storage.gate_waits"] > waits
     stored = [m.text() for m in await cp.alist_messages({"thread_id": "crowd-11"})]
     assert stored == EXPECTED * 3
     await cp.arelease()

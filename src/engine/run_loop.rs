@@ -140,10 +140,12 @@ pub async fn run<H: NodeHost + ?Sized>(
             run_leased(graph, store, host, cfg, input, &cell, None, refused).await
         }
     };
-    // The last commit released it in its own transaction unless the run ended without one.
+    // The last commit released it in its own transaction unless the run ended without one. Also
+    // after a refused write: the release names this run's token, so where a newer holder has the
+    // lease it changes nothing, and where the thread was deleted under the run (its ledger write
+    // refused) it frees the row at once instead of leaving it held until it expires.
     if let Some(lease) = cell.get()
         && !lease.released()
-        && !matches!(result, Err(EngineError::Store(StoreError::Fenced { .. })))
     {
         lease.release(store).await;
     }

@@ -60,7 +60,13 @@ pub enum StoreError {
     /// The run's lease on the thread was taken over by another execution: this write, and every
     /// later one of this run, is refused (STORAGE_FENCED_001).
     #[error(
-        "thread '{thread_id}' lease token {token} was superseded (current token {current:?}); this run no longer owns the thread and wrote nothing"
+        "thread '{thread_id}' lease token {token} {}; this run no longer owns the thread and wrote nothing",
+        match current {
+            Some(c) => format!("was superseded (current token {c})"),
+            // No newer holder: the lease could not be renewed in time, or the thread was deleted
+            // while this run held it.
+            None => "is no longer valid (the lease could not be renewed, or the thread was deleted)".to_owned(),
+        }
     )]
     Fenced {
         /// The thread written.

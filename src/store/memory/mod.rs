@@ -85,6 +85,18 @@ impl Inner {
 }
 
 impl Inner {
+    /// A run's ledger write (`fence` set) needs its thread: the run's input commit made it, so a
+    /// missing one was deleted under the run, and writing would bring it back with that row and
+    /// no state. Refused like a superseded lease, with no current token.
+    fn thread_of_run(&self, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
+        match fence {
+            Some(token) if !self.threads.contains_key(thread_id) => {
+                Err(StoreError::Fenced { thread_id: thread_id.to_owned(), token, current: None })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn fence(&self, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
         let current = self.leases.get(thread_id).map(|l| l.info.token);
         if fence_ok(current, fence) {
@@ -178,12 +190,19 @@ impl MemoryStore {
     /// The step write under the store's lock (see `put_step`).
     fn step_locked(&self, inner: &mut Inner, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
         inner.fence(&t.thread_id, w.fence)?;
-        let d = inner.threads.entry(t.thread_id.clone()).or_default();
-        self.check_owner(d, t)?;
-        let current = d.states.last().map(|(v, _)| *v).unwrap_or(0);
+        // Checked before the entry is made: a refused write to a deleted thread (a run that held
+        // its lease through aclean_thread) must not leave an empty thread behind.
+        let current = match inner.threads.get(&t.thread_id) {
+            Some(d) => {
+                self.check_owner(d, t)?;
+                d.states.last().map(|(v, _)| *v).unwrap_or(0)
+            }
+            None => 0,
+        };
         if current != w.expected_version {
             return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
         }
+        let d = inner.threads.entry(t.thread_id.clone()).or_default();
         ensure_row(d, t);
         let new_version = current + 1;
         let state = super::chained_state(&w, d.states.last().and_then(|(_, s)| super::write_mark(s))).into_owned();
@@ -545,6 +564,7 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
+        inner.thread_of_run(&t.thread_id, fence)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         self.check_owner(d, t)?;
         ensure_row(d, t);
@@ -555,6 +575,7 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
+        inner.thread_of_run(&t.thread_id, fence)?;
         let Some(d) = inner.threads.get_mut(&t.thread_id) else { return Ok(0) };
         self.check_owner(d, t)?;
         let now = now_secs();
@@ -592,9 +613,14 @@ impl Checkpointer for MemoryStore {
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
         id_text::check_text_id("thread_id", thread_id)?;
         let mut inner = self.lock();
+        let gone = !inner.threads.contains_key(thread_id);
         if let Some(l) = inner.leases.get_mut(thread_id).filter(|l| l.info.token == token) {
             l.info.released = true;
             l.expires_at = now_secs();
+            if gone {
+                // Deleted while this run held it: nothing else would ever drop the row.
+                inner.leases.remove(thread_id);
+            }
         }
         Ok(())
     }

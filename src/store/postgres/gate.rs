@@ -78,6 +78,9 @@ impl Gate {
     /// Waits for a permit. Cancel-safe: a dropped wait takes nothing.
     pub(super) async fn enter(&self) -> Ticket<'_> {
         let crowded = self.sem.available_permits() == 0;
+        if crowded {
+            crate::metrics::inc(&crate::metrics::metrics().gate_waits);
+        }
         let permit = self.sem.acquire().await.expect("the gate's semaphore is never closed");
         Ticket { gate: self, permit: Some(permit), started: std::time::Instant::now(), crowded }
     }
@@ -114,6 +117,8 @@ impl Gate {
                     }
                 }
                 if st.limit != before {
+                    let m = crate::metrics::metrics();
+                    crate::metrics::inc(if st.limit < before { &m.gate_lowered } else { &m.gate_raised });
                     tracing::debug!(
                         limit = st.limit,
                         mean_ms = mean * 1e3,

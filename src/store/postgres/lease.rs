@@ -30,8 +30,11 @@ impl Stmts {
                 "UPDATE {s}.tenx_leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
                  WHERE thread_id = $1 AND token = $2 AND NOT released"
             )),
+            // A thread deleted while this run held its lease: the row goes (nothing else would
+            // ever delete it; tokens come from the sequence, so a reused id is still fenced).
+            // Both branches test the same snapshot, so exactly one of them touches the row.
             release: Stmt::new(format!(
-                "UPDATE {s}.tenx_leases SET released = TRUE, expires_at = clock_timestamp() WHERE thread_id = $1 AND token = $2"
+                "WITH gone AS (DELETE FROM {s}.tenx_leases WHERE thread_id = $1 AND token = $2                    AND NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t}))                  UPDATE {s}.tenx_leases SET released = TRUE, expires_at = clock_timestamp()                  WHERE thread_id = $1 AND token = $2                    AND EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t})"
             )),
             get: Stmt::new(format!(
                 "SELECT TRUE AS acquired, token, holder, host, pid, pid_start, \

@@ -26,7 +26,7 @@ use std::time::Duration;
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
-const MIGRATIONS: [(i32, &str, &str); 13] = [
+const MIGRATIONS: [(i32, &str, &str); 14] = [
     (
         1,
         "0001_threads_states_messages.sql",
@@ -48,6 +48,11 @@ const MIGRATIONS: [(i32, &str, &str); 13] = [
     (11, "0011_input_on_known_head.sql", include_str!("../../../migrations/postgres/0011_input_on_known_head.sql")),
     (12, "0012_step_lock_waits.sql", include_str!("../../../migrations/postgres/0012_step_lock_waits.sql")),
     (13, "0013_lease_tokens.sql", include_str!("../../../migrations/postgres/0013_lease_tokens.sql")),
+    (
+        14,
+        "0014_ledger_needs_its_thread.sql",
+        include_str!("../../../migrations/postgres/0014_ledger_needs_its_thread.sql"),
+    ),
 ];
 
 /// The schema version `migrate` brings a database to (the last file of `migrations/postgres`).
@@ -274,7 +279,7 @@ mod tests {
             assert_eq!(*version as usize, i + 1);
             assert!(file.starts_with(&format!("{version:04}_")), "{file} is not version {version}");
         }
-        assert_eq!(CURRENT_VERSION, 13);
+        assert_eq!(CURRENT_VERSION, 14);
     }
 
     /// The files name no schema, so they work in any; and a function that did not pin its

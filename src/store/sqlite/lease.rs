@@ -122,6 +122,19 @@ pub(super) async fn lease_renew(s: &SqliteStore, thread_id: &str, token: i64, tt
 
 pub(super) async fn lease_release(s: &SqliteStore, thread_id: &str, token: i64) -> StoreResult<()> {
     let mut c = s.pool.acquire().await.map_err(be("release lease"))?;
+    // A thread deleted while this run held its lease: the row goes (nothing else would ever
+    // delete it; tokens come from one counter, so a reused id is still fenced). When the row
+    // went, the UPDATE below finds nothing; a thread deleted between the two statements keeps a
+    // released row, as every such row did before.
+    sqlx::query(
+        "DELETE FROM leases WHERE thread_id = ? AND token = ?          AND NOT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?)",
+    )
+    .bind(thread_id)
+    .bind(token)
+    .bind(thread_id)
+    .execute(&mut *c)
+    .await
+    .map_err(be("release lease"))?;
     release_in(&mut c, thread_id, token).await
 }
 

@@ -39,7 +39,16 @@ pub(super) async fn ledger_put_many(
 ) -> StoreResult<usize> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
-    s.own_thread(tx.conn(), t).await?;
+    if s.own_thread(tx.conn(), t).await? && fence.is_some() {
+        // A run's write: its input commit made the thread, so the thread was deleted under it
+        // (its held lease row kept the fence passing). Creating it again would bring the deleted
+        // thread back with this row and no state; the transaction is dropped, nothing written.
+        return Err(StoreError::Fenced {
+            thread_id: t.thread_id.clone(),
+            token: fence.unwrap_or_default(),
+            current: None,
+        });
+    }
     let inserted = rows_in(tx.conn(), t, entries).await?;
     tx.commit("ledger write").await?;
     Ok(inserted)
@@ -81,7 +90,14 @@ pub(super) async fn ledger_mark(
 ) -> StoreResult<usize> {
     let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
-    s.own_thread(tx.conn(), t).await?;
+    if s.own_thread(tx.conn(), t).await? && fence.is_some() {
+        // As in ledger_put_many: the thread was deleted under the run.
+        return Err(StoreError::Fenced {
+            thread_id: t.thread_id.clone(),
+            token: fence.unwrap_or_default(),
+            current: None,
+        });
+    }
     let now = now_secs();
     let mut written = 0;
     for (key, mark) in marks.iter().filter(|(_, m)| is_intent(m)) {
