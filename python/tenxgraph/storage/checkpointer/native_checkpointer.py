@@ -424,7 +424,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
         ``pid``, ``expires_in`` (seconds; negative once expired) and ``released``; None when no
-        run ever held the thread, and under user isolation when the caller does not own the
+        run ever held the thread or the thread was deleted (its row goes with it once nobody
+        holds it), and under user isolation when the caller does not own the
         thread (a thread nobody owns yet included: a run holds it and has not written)."""
         await check_authz(self, config)
         raw = await self._native.lease_get(*_ids(config))
