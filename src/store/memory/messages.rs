@@ -61,3 +61,42 @@ impl Messages {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Messages;
+    use crate::store::StoredMessage;
+    use serde_json::json;
+
+    fn msg(id: &str, n: i64) -> StoredMessage {
+        StoredMessage::new(id, &json!({ "message_id": id, "n": n }))
+    }
+
+    fn ids(m: &Messages) -> Vec<String> {
+        m.iter().map(|k| k.id.clone()).collect()
+    }
+
+    #[test]
+    fn the_message_index_follows_upserts_and_removals() {
+        let mut m = Messages::default();
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            m.upsert(&msg(id, i as i64));
+        }
+        m.upsert(&msg("b", 9)); // replaced where it stands
+        assert_eq!(ids(&m), ["a", "b", "c", "d"]);
+        assert!(m.get("b").unwrap().text.get().contains("9"));
+        assert!(m.remove("b"));
+        assert!(!m.remove("b"));
+        assert_eq!(ids(&m), ["a", "c", "d"]);
+        // Every id after the removed one still finds its own message.
+        for id in ["a", "c", "d"] {
+            assert_eq!(m.get(id).unwrap().id, id);
+        }
+        m.upsert(&msg("b", 1)); // a removed id comes back at the end
+        m.upsert(&msg("d", 7));
+        assert_eq!(ids(&m), ["a", "c", "d", "b"]);
+        assert!(m.get("d").unwrap().text.get().contains("7"));
+        m.clear();
+        assert!(m.get("a").is_none() && ids(&m).is_empty());
+    }
+}

@@ -2,22 +2,27 @@
 //! Values are stored as JSON copies, never live Python objects (10xGraph kept references, which
 //! made snapshots backend-dependent).
 //!
-//! One file (~570 lines) on purpose: every method takes the one `Mutex<Inner>` and does all its
-//! checks before its first change, which is what makes each call atomic here; split by concept,
-//! that discipline would have to be re-read in every file. The concepts are sections below.
+//! Every `Checkpointer` method takes the one `Mutex<Inner>` and does all its checks before its
+//! first change, which is what makes each call atomic here. The leases (`leases.rs`), the cache
+//! (`cache.rs`) and retention (`prune.rs`) are methods of `Inner` (or take it) for that reason:
+//! they run under a lock their caller holds, and never take it themselves.
 
 use super::id_text;
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
-    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_completed_state, is_intent,
-    is_running_state, may_take, message_matches, now_secs,
+    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent, is_running_state,
+    message_matches, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+mod cache;
+mod leases;
 mod messages;
+mod prune;
+use leases::LeaseRow;
 use messages::Messages;
 
 const STATE_HISTORY: usize = 20;
@@ -31,18 +36,6 @@ struct ThreadData {
     ledger: HashMap<String, (Value, f64)>,
 }
 
-/// A lease with its absolute expiry (`LeaseInfo::expires_in` is relative to the reader's now).
-struct LeaseRow {
-    info: LeaseInfo,
-    expires_at: f64,
-}
-
-impl LeaseRow {
-    fn view(&self) -> LeaseInfo {
-        LeaseInfo { expires_in: self.expires_at - now_secs(), ..self.info.clone() }
-    }
-}
-
 #[derive(Default)]
 struct Inner {
     threads: HashMap<String, ThreadData>,
@@ -54,57 +47,6 @@ struct Inner {
     /// free lease row can go with the thread and a reused thread id still never gets back a token
     /// a stalled run of its earlier life may hold.
     last_token: i64,
-}
-
-impl Inner {
-    /// Drops expired cache entries once the cache has doubled since the last sweep: amortised
-    /// O(1) per write. Before, an expired entry went only when its own key was read again, so a
-    /// cache written with TTLs (sessions, rate limits, the stop requests' hour) only grew.
-    fn sweep_cache(&mut self) {
-        if self.cache.len() < 2 * self.cache_swept_at.max(512) {
-            return;
-        }
-        self.drop_expired_cache(now_secs());
-    }
-
-    /// Drops the cache entries expired at `now`; returns how many went.
-    fn drop_expired_cache(&mut self, now: f64) -> usize {
-        let before = self.cache.len();
-        self.cache.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
-        self.cache_swept_at = self.cache.len();
-        before - self.cache.len()
-    }
-
-    /// Drops the thread's lease row unless somebody holds it (a live lease stays, so its run is
-    /// still fenced, not silently freed).
-    fn forget_free_lease(&mut self, thread_id: &str) {
-        if self.leases.get(thread_id).is_some_and(|l| !l.view().is_live()) {
-            self.leases.remove(thread_id);
-        }
-    }
-}
-
-impl Inner {
-    /// A run's ledger write (`fence` set) needs its thread: the run's input commit made it, so a
-    /// missing one was deleted under the run, and writing would bring it back with that row and
-    /// no state. Refused like a superseded lease, with no current token.
-    fn thread_of_run(&self, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
-        match fence {
-            Some(token) if !self.threads.contains_key(thread_id) => {
-                Err(StoreError::Fenced { thread_id: thread_id.to_owned(), token, current: None })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn fence(&self, thread_id: &str, fence: Option<i64>) -> StoreResult<()> {
-        let current = self.leases.get(thread_id).map(|l| l.info.token);
-        if fence_ok(current, fence) {
-            Ok(())
-        } else {
-            Err(StoreError::Fenced { thread_id: thread_id.to_owned(), token: fence.unwrap_or_default(), current })
-        }
-    }
 }
 
 /// The in-process store: the same contract as the durable backends (conformance suite), nothing
@@ -227,30 +169,6 @@ impl MemoryStore {
             l.expires_at = now_secs();
         }
         Ok(new_version)
-    }
-
-    /// The lease take under the store's lock (see `lease_acquire`).
-    fn take_locked(&self, inner: &mut Inner, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-        if let (Some(user), Some(d)) = (&req.user_id, inner.threads.get(thread_id)) {
-            self.check_owner(d, &ThreadRef::new(thread_id, user.as_str()).scoped(req.owner_scoped))?;
-        }
-        let cur = inner.leases.get(thread_id).map(LeaseRow::view);
-        if !may_take(cur.as_ref(), req) {
-            return Ok(LeaseAttempt::Held(cur.expect("may_take is true without a row")));
-        }
-        let token = cur.map_or(0, |c| c.token).max(inner.last_token) + 1;
-        inner.last_token = token;
-        let info = LeaseInfo {
-            token,
-            holder: req.holder.clone(),
-            host: req.host.clone(),
-            pid: req.pid,
-            pid_start: req.pid_start,
-            expires_in: req.ttl.as_secs_f64(),
-            released: false,
-        };
-        inner.leases.insert(thread_id.to_owned(), LeaseRow { info, expires_at: now_secs() + req.ttl.as_secs_f64() });
-        Ok(LeaseAttempt::Acquired { token })
     }
 }
 
@@ -496,36 +414,16 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
-        let expires = ttl.filter(|t| *t > 0.0).map(|t| now_secs() + t);
-        let mut inner = self.lock();
-        inner.cache.insert((ns.into(), key.into()), (value.clone(), expires));
-        inner.sweep_cache();
+        self.lock().cache_put(ns, key, value, ttl);
         Ok(())
     }
 
     async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
-        let mut inner = self.lock();
-        let k = (ns.to_owned(), key.to_owned());
-        let now = now_secs();
-        if inner.cache.get(&k).is_some_and(|(_, exp)| exp.is_none_or(|e| e > now)) {
-            return Ok(false);
-        }
-        inner.cache.insert(k, (value.clone(), ttl.filter(|t| *t > 0.0).map(|t| now + t)));
-        inner.sweep_cache();
-        Ok(true)
+        Ok(self.lock().cache_put_absent(ns, key, value, ttl))
     }
 
     async fn cache_get(&self, ns: &str, key: &str) -> StoreResult<Option<Value>> {
-        let mut inner = self.lock();
-        let k = (ns.to_owned(), key.to_owned());
-        match inner.cache.get(&k) {
-            Some((_, Some(exp))) if *exp <= now_secs() => {
-                inner.cache.remove(&k);
-                Ok(None)
-            }
-            Some((v, _)) => Ok(Some(v.clone())),
-            None => Ok(None),
-        }
+        Ok(self.lock().cache_get(ns, key))
     }
 
     async fn cache_clear(&self, ns: &str, key: &str) -> StoreResult<()> {
@@ -534,18 +432,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn cache_keys(&self, ns: &str, prefix: Option<&str>) -> StoreResult<Vec<String>> {
-        let now = now_secs();
-        let inner = self.lock();
-        let mut keys: Vec<String> = inner
-            .cache
-            .iter()
-            .filter(|((n, k), (_, exp))| {
-                n == ns && prefix.is_none_or(|p| k.starts_with(p)) && exp.is_none_or(|e| e > now)
-            })
-            .map(|((_, k), _)| k.clone())
-            .collect();
-        keys.sort();
-        Ok(keys)
+        Ok(self.lock().cache_keys(ns, prefix))
     }
 
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
@@ -600,28 +487,12 @@ impl Checkpointer for MemoryStore {
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: std::time::Duration) -> StoreResult<bool> {
         id_text::check_text_id("thread_id", thread_id)?;
-        let mut inner = self.lock();
-        match inner.leases.get_mut(thread_id) {
-            Some(l) if l.info.token == token && !l.info.released => {
-                l.expires_at = now_secs() + ttl.as_secs_f64();
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.lock().renew_lease(thread_id, token, ttl))
     }
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
         id_text::check_text_id("thread_id", thread_id)?;
-        let mut inner = self.lock();
-        let gone = !inner.threads.contains_key(thread_id);
-        if let Some(l) = inner.leases.get_mut(thread_id).filter(|l| l.info.token == token) {
-            l.info.released = true;
-            l.expires_at = now_secs();
-            if gone {
-                // Deleted while this run held it: nothing else would ever drop the row.
-                inner.leases.remove(thread_id);
-            }
-        }
+        self.lock().release_lease(thread_id, token);
         Ok(())
     }
 
@@ -631,51 +502,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
-        let now = now_secs();
-        let mut inner = self.lock();
-        let mut report = PruneReport { dry_run: rules.dry_run, ..Default::default() };
-        let held: std::collections::HashSet<String> =
-            inner.leases.iter().filter(|(_, l)| l.view().is_live()).map(|(k, _)| k.clone()).collect();
-        let mut doomed = Vec::new();
-        for (id, d) in inner.threads.iter_mut() {
-            if let Some(keep) = rules.keep_versions {
-                let excess = d.states.len().saturating_sub(keep.max(1) as usize);
-                report.state_versions += excess as u64;
-                if !rules.dry_run {
-                    d.states.drain(..excess);
-                }
-            }
-            let finished = d.states.last().is_some_and(|(_, s)| is_completed_state(s)) && !held.contains(id);
-            if !finished {
-                continue;
-            }
-            let updated = d.row.as_ref().map(|r| r.updated_at).unwrap_or(now);
-            if rules.finished_older_than.is_some_and(|age| now - updated > age) {
-                report.threads += 1;
-                report.ledger_rows += d.ledger.len() as u64;
-                doomed.push(id.clone());
-                continue;
-            }
-            if let Some(ttl) = rules.ledger_ttl {
-                let expired = d.ledger.values().filter(|(_, at)| now - at > ttl).count();
-                report.ledger_rows += expired as u64;
-                if !rules.dry_run {
-                    d.ledger.retain(|_, (_, at)| now - *at <= ttl);
-                }
-            }
-        }
-        if !rules.dry_run {
-            for id in doomed {
-                inner.threads.remove(&id);
-                inner.forget_free_lease(&id);
-            }
-        }
-        report.cache_entries = if rules.dry_run {
-            inner.cache.values().filter(|(_, exp)| exp.is_some_and(|e| e <= now)).count()
-        } else {
-            inner.drop_expired_cache(now)
-        } as u64;
-        Ok(report)
+        Ok(self.lock().prune(rules))
     }
 
     async fn release(&self) -> StoreResult<()> {
@@ -711,64 +538,5 @@ impl Checkpointer for MemoryStore {
             .rev()
             .map(|(v, s)| super::StateVersion { version: *v, created_at: None, state: s.clone() })
             .collect())
-    }
-}
-
-#[cfg(test)]
-mod bounds_tests {
-    use super::{Inner, Messages, now_secs};
-    use crate::store::StoredMessage;
-    use serde_json::json;
-
-    fn msg(id: &str, n: i64) -> StoredMessage {
-        StoredMessage::new(id, &json!({ "message_id": id, "n": n }))
-    }
-
-    fn ids(m: &Messages) -> Vec<String> {
-        m.iter().map(|k| k.id.clone()).collect()
-    }
-
-    #[test]
-    fn the_message_index_follows_upserts_and_removals() {
-        let mut m = Messages::default();
-        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
-            m.upsert(&msg(id, i as i64));
-        }
-        m.upsert(&msg("b", 9)); // replaced where it stands
-        assert_eq!(ids(&m), ["a", "b", "c", "d"]);
-        assert!(m.get("b").unwrap().text.get().contains("9"));
-        assert!(m.remove("b"));
-        assert!(!m.remove("b"));
-        assert_eq!(ids(&m), ["a", "c", "d"]);
-        // Every id after the removed one still finds its own message.
-        for id in ["a", "c", "d"] {
-            assert_eq!(m.get(id).unwrap().id, id);
-        }
-        m.upsert(&msg("b", 1)); // a removed id comes back at the end
-        m.upsert(&msg("d", 7));
-        assert_eq!(ids(&m), ["a", "c", "d", "b"]);
-        assert!(m.get("d").unwrap().text.get().contains("7"));
-        m.clear();
-        assert!(m.get("a").is_none() && ids(&m).is_empty());
-    }
-
-    #[test]
-    fn expired_cache_entries_are_swept_as_the_cache_grows() {
-        let mut inner = Inner::default();
-        let past = Some(now_secs() - 1.0);
-        for i in 0..5000 {
-            inner.cache.insert(("ns".into(), format!("k{i}")), (json!(i), past));
-            inner.sweep_cache();
-        }
-        inner.cache.insert(("ns".into(), "kept".into()), (json!(1), None));
-        inner.cache.insert(("ns".into(), "later".into()), (json!(1), Some(now_secs() + 3600.0)));
-        for i in 0..2000 {
-            inner.cache.insert(("ns".into(), format!("j{i}")), (json!(i), past));
-            inner.sweep_cache();
-        }
-        // Never more than twice the live entries (or the floor of 512) between two sweeps.
-        assert!(inner.cache.len() <= 1024, "{} entries", inner.cache.len());
-        assert!(inner.cache.contains_key(&("ns".into(), "kept".into())));
-        assert!(inner.cache.contains_key(&("ns".into(), "later".into())));
     }
 }
