@@ -380,16 +380,35 @@ pub(crate) fn now_secs() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Substring match used by `list_messages(search=...)` on the memory store: `needle` in the
-/// compact JSON text of the message's `content`. Only `content` is decoded, so a message whose
-/// metadata nests past serde_json's 128 levels is still searched (its text is listed as stored).
+/// Substring match used by `list_messages(search=...)` on the memory and SQLite stores: `needle`
+/// in the compact JSON text of the message's `content`, ignoring case (Unicode lower case), as
+/// every 10xGraph 0.10 checkpointer searches. `needle` comes lower-cased (`to_lowercase`, once per
+/// listing). Only `content` is decoded, so a message whose metadata nests past serde_json's 128
+/// levels is still searched (its text is listed as stored).
 pub(crate) fn message_matches(data: &RawJson, needle: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Content {
         content: Option<Value>,
     }
     match serde_json::from_str::<Content>(data.get()) {
-        Ok(Content { content: Some(c) }) => c.to_string().contains(needle),
+        Ok(Content { content: Some(c) }) => c.to_string().to_lowercase().contains(needle),
         _ => false,
+    }
+}
+
+/// `list_threads(search=...)` on the memory and SQLite stores: `needle` (lower-cased once) in the
+/// thread's name or id, ignoring case, taken literally (`%` and `_` are characters, as in
+/// 10xGraph's in-memory and SQLite checkpointers).
+pub(crate) fn thread_matches(row: &ThreadRow, needle: &str) -> bool {
+    row.thread_name.as_deref().unwrap_or("").to_lowercase().contains(needle)
+        || row.thread_id.to_lowercase().contains(needle)
+}
+
+/// A page of an already filtered listing: `offset` items skipped, at most `limit` kept.
+pub(crate) fn page<T>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Option<i64>) -> Vec<T> {
+    let it = items.skip(offset.unwrap_or(0).max(0) as usize);
+    match limit {
+        Some(l) => it.take(l.max(0) as usize).collect(),
+        None => it.collect(),
     }
 }

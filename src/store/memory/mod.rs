@@ -11,7 +11,7 @@ use super::id_text;
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
     StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent, is_running_state,
-    message_matches, now_secs,
+    message_matches, now_secs, page, thread_matches,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -117,14 +117,6 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
 fn unmark_latest(d: &mut ThreadData) {
     if let Some((_, s)) = d.states.last_mut() {
         super::mark_messages_changed(s);
-    }
-}
-
-fn page<T: Clone>(items: impl Iterator<Item = T>, offset: Option<i64>, limit: Option<i64>) -> Vec<T> {
-    let it = items.skip(offset.unwrap_or(0).max(0) as usize);
-    match limit {
-        Some(l) => it.take(l.max(0) as usize).collect(),
-        None => it.collect(),
     }
 }
 
@@ -309,8 +301,12 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(vec![]) };
-        let it =
-            d.messages.iter().filter(|m| search.is_none_or(|s| message_matches(&m.text, s))).map(|m| m.text.clone());
+        let needle = search.map(str::to_lowercase);
+        let it = d
+            .messages
+            .iter()
+            .filter(|m| needle.as_deref().is_none_or(|s| message_matches(&m.text, s)))
+            .map(|m| m.text.clone());
         Ok(page(it, offset, limit))
     }
 
@@ -360,19 +356,14 @@ impl Checkpointer for MemoryStore {
         if let Some(u) = user_id {
             id_text::check_text_id("user_id", u)?;
         }
+        let needle = search.map(str::to_lowercase);
         let inner = self.lock();
         let mut rows: Vec<ThreadRow> = inner
             .threads
             .values()
             .filter_map(|d| d.row.clone())
             .filter(|r| user_id.is_none_or(|u| r.user_id == u))
-            .filter(|r| {
-                search.is_none_or(|s| {
-                    let s = s.to_lowercase();
-                    r.thread_name.as_deref().unwrap_or("").to_lowercase().contains(&s)
-                        || r.thread_id.to_lowercase().contains(&s)
-                })
-            })
+            .filter(|r| needle.as_deref().is_none_or(|s| thread_matches(r, s)))
             .collect();
         rows.sort_by(|a, b| b.updated_at.total_cmp(&a.updated_at));
         Ok(page(rows.into_iter(), offset, limit))

@@ -119,7 +119,7 @@ impl Stmts {
             )),
             list: Stmt::new(format!(
                 "SELECT ({m})::text AS m FROM {s}.messages \
-                 WHERE thread_id = $1{t} AND ($2::text IS NULL OR strpos(COALESCE(message_data->>'content', content), $2) > 0) \
+                 WHERE thread_id = $1{t} AND ($2::text IS NULL OR strpos(lower(COALESCE(message_data->>'content', content)), lower($2)) > 0) \
                  ORDER BY seq, created_at OFFSET $3 LIMIT $4"
             )),
             delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t}")),

@@ -134,7 +134,9 @@ pub(super) async fn list_threads(
 ) -> StoreResult<Vec<ThreadRow>> {
     let rows = sqlx::query(s.sql.threads.list.q())
         .bind(user_id)
-        .bind(search.map(|s| format!("%{s}%")))
+        // Literal: `%`, `_` and the escape character itself are escaped (ILIKE's default escape
+        // is the backslash), so the search means the same as on the other stores.
+        .bind(search.map(|s| format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))))
         .bind(offset.unwrap_or(0).max(0))
         .bind(limit)
         .fetch_all(&s.conns)

@@ -76,20 +76,27 @@ pub(super) async fn list_messages(
     if !s.readable(t).await? {
         return Ok(vec![]);
     }
-    let rows: Vec<String> = sqlx::query_scalar(
-        "SELECT message_data FROM messages WHERE thread_id = ? \
-         AND (? IS NULL OR instr(json_extract(message_data, '$.content'), ?) > 0) \
-         ORDER BY seq LIMIT ? OFFSET ?",
-    )
-    .bind(&t.thread_id)
-    .bind(search)
-    .bind(search)
-    .bind(limit.unwrap_or(-1))
-    .bind(offset.unwrap_or(0).max(0))
-    .fetch_all(&s.pool)
-    .await
-    .map_err(be("list messages"))?;
-    rows.into_iter().map(|s| stored_text("list messages", s)).collect()
+    let Some(needle) = search.map(str::to_lowercase) else {
+        let rows: Vec<String> =
+            sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq LIMIT ? OFFSET ?")
+                .bind(&t.thread_id)
+                .bind(limit.unwrap_or(-1))
+                .bind(offset.unwrap_or(0).max(0))
+                .fetch_all(&s.pool)
+                .await
+                .map_err(be("list messages"))?;
+        return rows.into_iter().map(|s| stored_text("list messages", s)).collect();
+    };
+    // Matched here, not by SQLite: its lower() and LIKE fold ASCII only, and the search ignores
+    // case as 10xGraph's does ("été" finds "ÉTÉ"), the same test as the memory store's.
+    let rows: Vec<String> = sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
+        .bind(&t.thread_id)
+        .fetch_all(&s.pool)
+        .await
+        .map_err(be("list messages"))?;
+    let found: Vec<RawJson> =
+        rows.into_iter().map(|s| stored_text("list messages", s)).collect::<StoreResult<Vec<_>>>()?;
+    Ok(crate::store::page(found.into_iter().filter(|m| crate::store::message_matches(m, &needle)), offset, limit))
 }
 
 pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {

@@ -50,23 +50,29 @@ pub(super) async fn list_threads(
     offset: Option<i64>,
     limit: Option<i64>,
 ) -> StoreResult<Vec<ThreadRow>> {
-    let pattern = search.map(|s| format!("%{s}%"));
-    let rows = sqlx::query(
-        "SELECT * FROM threads WHERE (? IS NULL OR user_id = ?) \
-         AND (? IS NULL OR thread_name LIKE ? OR thread_id LIKE ?) \
-         ORDER BY updated_at DESC LIMIT ? OFFSET ?",
-    )
-    .bind(user_id)
-    .bind(user_id)
-    .bind(&pattern)
-    .bind(&pattern)
-    .bind(&pattern)
-    .bind(limit.unwrap_or(-1))
-    .bind(offset.unwrap_or(0).max(0))
-    .fetch_all(&s.pool)
-    .await
-    .map_err(be("list threads"))?;
-    rows.iter().map(thread_row).collect()
+    let Some(needle) = search.map(str::to_lowercase) else {
+        let rows = sqlx::query(
+            "SELECT * FROM threads WHERE (? IS NULL OR user_id = ?) ORDER BY updated_at DESC LIMIT ? OFFSET ?",
+        )
+        .bind(user_id)
+        .bind(user_id)
+        .bind(limit.unwrap_or(-1))
+        .bind(offset.unwrap_or(0).max(0))
+        .fetch_all(&s.pool)
+        .await
+        .map_err(be("list threads"))?;
+        return rows.iter().map(thread_row).collect();
+    };
+    // Matched here: SQLite's LIKE took `%` and `_` in the search as wildcards ("_" listed every
+    // thread) and folded ASCII only; the search is literal and ignores case, as 10xGraph's.
+    let rows = sqlx::query("SELECT * FROM threads WHERE (? IS NULL OR user_id = ?) ORDER BY updated_at DESC")
+        .bind(user_id)
+        .bind(user_id)
+        .fetch_all(&s.pool)
+        .await
+        .map_err(be("list threads"))?;
+    let all = rows.iter().map(thread_row).collect::<StoreResult<Vec<_>>>()?;
+    Ok(crate::store::page(all.into_iter().filter(|r| crate::store::thread_matches(r, &needle)), offset, limit))
 }
 
 pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {

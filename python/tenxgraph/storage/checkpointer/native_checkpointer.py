@@ -48,6 +48,21 @@ def _user(config: dict[str, Any] | None) -> str:
     return _core.text_id("user_id", user_id_of(config))
 
 
+def _thread_info_user(config: dict[str, Any], thread_info: ThreadInfo, user_id: str) -> str:
+    """Whose thread ``aput_thread`` writes: the ThreadInfo's ``user_id`` where the config names
+    none (10xGraph stores the ThreadInfo's user; until session 21 it was replaced by the anonymous
+    user without a word), else the config's. A ThreadInfo naming another user than the config, or
+    than an authz owner scope, is refused like a mismatched thread id."""
+    if thread_info.user_id is None:
+        return user_id
+    wanted = _core.text_id("user_id", thread_info.user_id)
+    if wanted == user_id:
+        return user_id
+    if config.get("user_id") is None and not authz_owner_scoped(config):
+        return wanted
+    raise ValueError(f"ThreadInfo.user_id {thread_info.user_id!r} does not match config user_id {user_id!r}")
+
+
 def _ledger_key(tool_call_id: Any, *, write: bool = True) -> str:
     """A ledger key given to ``aput_tool_result``: the limits of every other id (at most 255
     characters, no NUL, valid Unicode), checked the same on every backend. PostgreSQL's
@@ -122,22 +137,30 @@ def _cache_ttl(ttl_seconds: Any) -> float | None:
     return None if ttl == 0 else ttl
 
 
-def _page(search: Any, offset: Any, limit: Any) -> None:
+def _page(search: Any, offset: Any, limit: Any) -> int | None:
     """The same answer on every backend for a bad page or search: a ValueError. Before, a negative
     limit listed nothing (memory), everything (SQLite) or failed with PostgreSQL's own STORAGE_001,
-    and a NUL in the search text failed on PostgreSQL alone."""
+    and a NUL in the search text failed on PostgreSQL alone. Returns the limit to apply: a limit
+    of 0 is no limit, as on every 10xGraph 0.10 checkpointer (it listed nothing here until
+    session 21)."""
     for name, value in (("offset", offset), ("limit", limit)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
     if search is not None and (not isinstance(search, str) or "\x00" in search):
         raise ValueError("search must be text without the NUL character (U+0000)")
+    return limit or None
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
     rows = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if not isinstance(m, Message):
             raise TypeError(f"expected Message, got {type(m).__name__}")
+        # Set to None (or "") after construction: stored under the key "None", it made the thread
+        # unreadable on memory and SQLite (every later read a ValidationError). Refused first,
+        # nothing written.
+        if m.message_id is None or m.message_id == "" or isinstance(m.message_id, bool):
+            raise ValueError(f"messages[{i}].message_id must be a str or int id, got {m.message_id!r}")
         rows.append((str(m.message_id), encode_message(m)))
     return rows
 
@@ -355,7 +378,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         offset: int | None = None,
         limit: int | None = None,
     ) -> list[Message]:
-        _page(search, offset, limit)
+        limit = _page(search, offset, limit)
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
@@ -379,6 +402,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             raise ValueError(
                 f"ThreadInfo.thread_id {thread_info.thread_id!r} does not match config thread_id {thread_id!r}"
             )
+        user_id = _thread_info_user(config, thread_info, user_id)
         # run_id rides in the metadata, where 10xGraph's Postgres schema keeps it too.
         meta = json.dumps({**(thread_info.metadata or {}), "run_id": thread_info.run_id})
         return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta,
@@ -400,7 +424,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         """The caller's threads under user isolation (a config without a ``user_id`` is the
         anonymous user, as for every other method, so it never lists other users' threads);
         every thread without isolation."""
-        _page(search, offset, limit)
+        limit = _page(search, offset, limit)
         scope = _user(config) if self._native.isolates_users or authz_owner_scoped(config) else None
         rows = await self._native.list_threads(scope, search, offset, limit)
         return [_thread_info(r, self._run_id_in_metadata) for r in rows]
