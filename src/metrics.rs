@@ -76,6 +76,7 @@ metrics! {
     live_state_reuses => "tenxgraph.storage.live_state_reuses",
     start_reads_skipped => "tenxgraph.storage.start_reads_skipped",
     gate_waits => "tenxgraph.storage.gate_waits",
+    gate_bypasses => "tenxgraph.storage.gate_bypasses",
     gate_lowered => "tenxgraph.storage.gate_limit_lowered",
     gate_raised => "tenxgraph.storage.gate_limit_raised",
 }

@@ -42,7 +42,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-use super::gate::{Gate, Ticket};
+use super::gate::{self, Gate, Ticket};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
 /// and this does not: the server ends the session, and the connection is used again less than
@@ -233,10 +233,8 @@ impl Conns {
     }
 
     async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
-        // Bounded like a wait in the pool, and with the pool's error: the limit is a share of it.
-        let ticket = tokio::time::timeout(self.pool.options().get_acquire_timeout(), self.gate.enter())
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)?;
+        // At most the gate's patience, never longer than a wait in the pool may take.
+        let ticket = self.gate.enter(gate::PATIENCE.min(self.pool.options().get_acquire_timeout())).await;
         Ok(Lease { conns: self, conn: Some(self.take().await?), keep: false, _ticket: ticket })
     }
 

@@ -11,7 +11,8 @@
 //! lately (`base`, which drifts up slowly so it can follow a server that got slower for good). A
 //! window at least [`QUEUEING`] times the base lowers the limit by one, down to half the pool (at
 //! least [`MIN_LIMIT`]); a window close to the base in which most statements found every permit
-//! taken raises it by one, up to the pool's size. Not lower than half: a statement can be slow for
+//! taken raises it by one, up to the pool's size; so does a statement that waited [`PATIENCE`]
+//! for a permit, which then goes on without one. Not lower than half: a statement can be slow for
 //! its own reasons (a row lock it waits for, up to the statement deadline), and the statements of
 //! other threads must still find connections beside a few of those. A single caller never meets the limit; statements to a far server, slow
 //! but not queueing, keep the whole pool. Only single statements pass through here: a transaction
@@ -32,6 +33,13 @@ const QUEUEING: f64 = 2.0;
 const ROOM: f64 = 1.3;
 /// How much the base rises per window when no quicker window comes.
 const BASE_DRIFT: f64 = 1.002;
+/// The longest a statement waits for a permit. Waits in a queue the gate keeps short are a few
+/// milliseconds (64 threads on 5 permits: ~6 ms); a wait this long means the permits are held by
+/// statements slow for their own reasons (row locks they wait for, up to the statement
+/// deadline), and the statement goes on to the pool without one, and the limit rises by one.
+/// Without it, half the pool's statements waiting on locks kept every other thread off the idle
+/// half of the pool until `acquire_timeout` (red-team, session 21).
+pub(super) const PATIENCE: Duration = Duration::from_millis(50);
 
 pub(super) struct Gate {
     sem: Semaphore,
@@ -75,14 +83,46 @@ impl Gate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits for a permit. Cancel-safe: a dropped wait takes nothing.
-    pub(super) async fn enter(&self) -> Ticket<'_> {
+    /// Waits for a permit, at most `patience`: then the statement passes without one (its ticket
+    /// counts nothing) and the limit rises by one (see [`PATIENCE`]). Cancel-safe: a dropped wait
+    /// takes nothing.
+    pub(super) async fn enter(&self, patience: Duration) -> Ticket<'_> {
         let crowded = self.sem.available_permits() == 0;
+        let m = crate::metrics::metrics();
         if crowded {
-            crate::metrics::inc(&crate::metrics::metrics().gate_waits);
+            crate::metrics::inc(&m.gate_waits);
         }
-        let permit = self.sem.acquire().await.expect("the gate's semaphore is never closed");
-        Ticket { gate: self, permit: Some(permit), started: std::time::Instant::now(), crowded }
+        let permit = match tokio::time::timeout(patience, self.sem.acquire()).await {
+            Ok(p) => Some(p.expect("the gate's semaphore is never closed")),
+            Err(_) => {
+                crate::metrics::inc(&m.gate_bypasses);
+                self.held_too_long();
+                None
+            }
+        };
+        Ticket { gate: self, permit, started: std::time::Instant::now(), crowded }
+    }
+
+    /// A statement waited its whole patience: one permit more, up to the pool.
+    fn held_too_long(&self) {
+        let grow = {
+            let mut st = self.lock();
+            if st.limit >= self.max {
+                return;
+            }
+            st.limit += 1;
+            crate::metrics::inc(&crate::metrics::metrics().gate_raised);
+            tracing::debug!(limit = st.limit, "statement limit raised: a statement waited for a permit too long");
+            if st.owed > 0 {
+                st.owed -= 1;
+                false
+            } else {
+                true
+            }
+        };
+        if grow {
+            self.sem.add_permits(1);
+        }
     }
 
     /// The current limit.
@@ -222,10 +262,10 @@ mod tests {
     #[tokio::test]
     async fn permits_held_while_the_limit_drops_are_kept_back_and_a_dropped_wait_takes_none() {
         let g = Gate::new(3);
-        let held: Vec<_> = vec![g.enter().await, g.enter().await, g.enter().await];
+        let held: Vec<_> = vec![g.enter(PATIENCE).await, g.enter(PATIENCE).await, g.enter(PATIENCE).await];
         assert_eq!(g.sem.available_permits(), 0);
         // A wait that is given up takes nothing.
-        assert!(tokio::time::timeout(Duration::from_millis(20), g.enter()).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(20), g.enter(PATIENCE)).await.is_err());
         {
             let mut st = g.lock();
             st.limit = 2;
@@ -233,9 +273,30 @@ mod tests {
         }
         drop(held);
         assert_eq!(g.sem.available_permits(), 2, "one of the three was kept back");
-        let (a, b) = (g.enter().await, g.enter().await);
-        assert!(tokio::time::timeout(Duration::from_millis(20), g.enter()).await.is_err(), "the limit is 2");
+        let (a, b) = (g.enter(PATIENCE).await, g.enter(PATIENCE).await);
+        assert!(tokio::time::timeout(Duration::from_millis(20), g.enter(PATIENCE)).await.is_err(), "the limit is 2");
         drop((a, b));
         assert_eq!(g.sem.available_permits(), 2);
+    }
+
+    /// Permits held by statements that wait on row locks must not keep the others off the rest of
+    /// the pool: past its patience a statement goes on without a permit, and the limit rises.
+    #[tokio::test]
+    async fn a_statement_waits_at_most_its_patience_and_the_limit_then_rises() {
+        let g = Gate::new(10);
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        run(&g, 5 * WINDOW, Duration::from_millis(9), true);
+        assert_eq!(g.limit(), 5, "lowered to its floor");
+        let held: Vec<_> = futures::future::join_all((0..5).map(|_| g.enter(PATIENCE))).await;
+        assert!(held.iter().all(|t| t.permit.is_some()) && g.sem.available_permits() == 0);
+        let started = std::time::Instant::now();
+        let through = tokio::time::timeout(Duration::from_secs(30), g.enter(Duration::from_millis(30))).await;
+        let through = through.expect("a statement is never held past its patience");
+        assert!(through.permit.is_none() && started.elapsed() >= Duration::from_millis(30));
+        assert_eq!(g.limit(), 6, "one more permit for the next statement");
+        let next = tokio::time::timeout(Duration::from_secs(30), g.enter(PATIENCE)).await.unwrap();
+        assert!(next.permit.is_some(), "the raised limit made a permit");
+        drop((held, through, next));
+        assert_eq!(g.sem.available_permits(), 6, "a ticket without a permit gives none back");
     }
 }
