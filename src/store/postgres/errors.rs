@@ -62,6 +62,19 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             message: format!("the database is unreachable: {}", redact(&e.to_string())),
         };
     }
+    // 40P01: the server broke a deadlock by aborting this statement; 40001: a serialization
+    // failure. Nothing of the statement was written, and the same call again can pass: said so,
+    // instead of a generic STORAGE_001 that tells a caller not to retry.
+    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "40P01" | "40001")) {
+        return StoreError::Transient {
+            op,
+            message: format!(
+                "the database aborted the statement to resolve a conflict with another transaction; \
+                 nothing was written, a retry can pass: {}",
+                redact(&e.to_string())
+            ),
+        };
+    }
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };
     }
@@ -110,7 +123,55 @@ pub fn redact(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{map_err, redact};
+    use crate::store::StoreError;
+    use std::borrow::Cow;
+
+    /// A server error with only its SQLSTATE, as sqlx hands one over.
+    #[derive(Debug)]
+    struct Coded(&'static str);
+
+    impl std::fmt::Display for Coded {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "server error {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Coded {}
+
+    impl sqlx::error::DatabaseError for Coded {
+        fn message(&self) -> &str {
+            "server error"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    #[test]
+    fn a_deadlock_or_serialization_victim_is_transient_and_other_server_errors_are_not() {
+        for code in ["40P01", "40001"] {
+            let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded(code))), None);
+            assert!(
+                matches!(&e, StoreError::Transient { message, .. } if message.contains("retry can pass")),
+                "{code}: {e:?}"
+            );
+        }
+        let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded("42P01"))), None);
+        assert!(matches!(e, StoreError::Backend { .. }), "{e:?}");
+    }
 
     #[test]
     fn passwords_are_redacted() {

@@ -284,7 +284,7 @@ impl Checkpointer for PgStore {
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
         self.check_thread(t)?;
-        threads::clean_thread(self, t).await
+        self.bounded("delete thread", threads::clean_thread(self, t)).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {

@@ -14,6 +14,7 @@ pub(super) struct Stmts {
     get: Stmt,
     list: Stmt,
     delete: Stmt,
+    lock_lease: Stmt,
     owner: Stmt,
     running: Stmt,
 }
@@ -44,6 +45,7 @@ impl Stmts {
                    AND (l.released OR l.expires_at <= clock_timestamp())) \
                  DELETE FROM {s}.threads WHERE thread_id = $1::text{t}"
             )),
+            lock_lease: Stmt::new(format!("SELECT 1 FROM {s}.tenx_leases WHERE thread_id = $1::text FOR UPDATE")),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
             running: Stmt::new(format!(
@@ -149,11 +151,21 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
     if !s.readable(t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    sqlx::query(s.sql.threads.delete.q())
+    // The lease row first, then the thread: the order a run's input and step commits lock them
+    // in. The delete alone locked the thread (and its rows) first and the lease row last, so it
+    // could deadlock with a run taking the thread's lease (red-team, session 21).
+    let mut tx = s.conns.begin().await.map_err(|e| map_err("delete thread", e, Some(t)))?;
+    sqlx::query(s.sql.threads.lock_lease.q())
         .bind(&t.thread_id)
-        .execute(&s.conns)
+        .execute(&mut *tx)
         .await
         .map_err(|e| map_err("delete thread", e, Some(t)))?;
+    sqlx::query(s.sql.threads.delete.q())
+        .bind(&t.thread_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("delete thread", e, Some(t)))?;
+    tx.commit().await.map_err(|e| map_err("delete thread", e, Some(t)))?;
     if let Some(r) = s.redis() {
         r.clear_state_cache(t).await;
     }

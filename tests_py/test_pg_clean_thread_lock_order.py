@@ -1,0 +1,85 @@
+"""``aclean_thread`` on Postgres takes the thread's lease row before the thread row, the order a
+run's input and step commits lock them in. Its one statement locked the thread row (and, by
+cascade, its rows) first and the lease row last, so it could deadlock with a run taking the
+thread's lease: a red-team pass (session 21) saw 2 ``STORAGE_001`` "deadlock detected" errors in
+8,260 deletes beside running turns. Here the run's side is played by a second session that locks
+the lease row, waits until the delete is blocked, then writes the thread row, as
+``tenx_put_input`` does. Before the change that second write deadlocked (one of the two aborted);
+now the delete waits for the lease and goes on once the other transaction commits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import PgCheckpointer
+from tenxgraph.testing.postgres_server import find_pg_binary
+
+
+def _graph(cp: PgCheckpointer):
+    async def model(state: AgentState) -> Message:
+        return Message.text_message("ok", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=cp)
+
+
+async def _psql_scalar(psql: str, dsn: str, sql: str) -> str:
+    p = await asyncio.create_subprocess_exec(psql, dsn, "-Atc", sql, stdout=asyncio.subprocess.PIPE)
+    out, _ = await p.communicate()
+    return out.decode().strip()
+
+
+@pytest.mark.asyncio
+async def test_a_delete_beside_a_lease_take_waits_instead_of_deadlocking(pg_dsn: str) -> None:
+    psql = find_pg_binary("psql")
+    tag = uuid.uuid4().hex[:10]
+    schema, app_name = f"lock_order_{tag}", f"lock_order_{tag}"
+    cp = PgCheckpointer(pg_dsn + ("&" if "?" in pg_dsn else "?") + f"application_name={app_name}", schema=schema,
+                        enforce_user_isolation=False)
+    await cp.asetup()
+    try:
+        tid = "doomed"
+        await _graph(cp).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
+        # The "run": holds the lease row, as an input commit does before it writes the thread.
+        other = await asyncio.create_subprocess_exec(
+            psql, pg_dsn, "-v", "ON_ERROR_STOP=1", "-At", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert other.stdin is not None
+        other.stdin.write(f"BEGIN;\nSELECT 'locked' FROM {schema}.tenx_leases WHERE thread_id = '{tid}' FOR UPDATE;\n"
+                          .encode())
+        await other.stdin.drain()
+        deadline = time.monotonic() + 30
+        while await _psql_scalar(psql, pg_dsn, (
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                f"WHERE c.relname = 'tenx_leases' AND c.relnamespace = '{schema}'::regnamespace "
+                "AND l.mode = 'RowShareLock' AND l.granted")) in ("", "0"):
+            assert time.monotonic() < deadline, "the other session never locked the lease row"
+            await asyncio.sleep(0.02)
+        delete = asyncio.create_task(cp.aclean_thread({"thread_id": tid}))
+        # The delete is blocked on a lock (on the lease row with the fix; on it after the thread
+        # row without).
+        while await _psql_scalar(psql, pg_dsn, (
+                f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app_name}' "
+                "AND wait_event_type = 'Lock'")) in ("", "0"):
+            assert time.monotonic() < deadline and not delete.done(), (
+                "the delete never waited for the lease row", delete.done() and delete.exception())
+            await asyncio.sleep(0.02)
+        # The "run" now writes the thread row, and commits.
+        other.stdin.write(f"UPDATE {schema}.threads SET updated_at = NOW() WHERE thread_id = '{tid}';\nCOMMIT;\n"
+                          .encode())
+        other.stdin.close()
+        out, err = await asyncio.wait_for(other.communicate(), 30)
+        assert other.returncode == 0 and b"deadlock" not in err, (out, err)
+        await asyncio.wait_for(delete, 30)  # (PgCheckpointer.aclean_thread returns None, as 10xGraph's)
+        assert await cp.aget_thread({"thread_id": tid}) is None
+        assert await cp.aget_lease({"thread_id": tid}) is None
+    finally:
+        await cp.arelease()
