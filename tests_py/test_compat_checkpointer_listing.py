@@ -240,3 +240,29 @@ async def test_a_message_without_an_id_is_refused_and_the_thread_stays_readable(
     with pytest.raises(ValueError, match="message_id"):
         await checkpointer.aput_messages(cfg, [Message.text_message("also not stored"), m])
     assert [x.text() for x in await checkpointer.alist_messages(cfg)] == ["kept"]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def isolated(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    from tests_py.conftest import make_checkpointer
+
+    return make_checkpointer(request.param, request, tmp_path, enforce_user_isolation=True)
+
+
+@pytest.mark.asyncio
+async def test_a_thread_info_user_never_changes_who_the_caller_is_under_isolation(isolated: Any, make_thread: Any) -> None:
+    """Keeping the ThreadInfo's user (above) must not let a caller act as that user where users are
+    isolated: an anonymous config with ``ThreadInfo(user_id="alice")`` would otherwise write
+    alice's thread. Refused there, nothing changed."""
+    tid = make_thread("alices")
+    alice = {"thread_id": tid, "user_id": "alice"}
+    await isolated.aput_thread(alice, ThreadInfo(thread_id=tid, thread_name="mine"))
+    for config in ({"thread_id": tid}, {"thread_id": tid, "user_id": "mallory"}):
+        with pytest.raises(ValueError, match="user_id"):
+            await isolated.aput_thread(config, ThreadInfo(thread_id=tid, user_id="alice", thread_name="hijacked"))
+    info = await isolated.aget_thread(alice)
+    assert info is not None and info.thread_name == "mine" and str(info.user_id) == "alice"
+    fresh = make_thread("fresh")
+    with pytest.raises(ValueError, match="user_id"):
+        await isolated.aput_thread({"thread_id": fresh}, ThreadInfo(thread_id=fresh, user_id="alice"))
+    assert await isolated.aget_thread({"thread_id": fresh, "user_id": "alice"}) is None

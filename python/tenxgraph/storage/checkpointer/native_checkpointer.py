@@ -48,17 +48,20 @@ def _user(config: dict[str, Any] | None) -> str:
     return _core.text_id("user_id", user_id_of(config))
 
 
-def _thread_info_user(config: dict[str, Any], thread_info: ThreadInfo, user_id: str) -> str:
+def _thread_info_user(config: dict[str, Any], thread_info: ThreadInfo, user_id: str, isolated: bool) -> str:
     """Whose thread ``aput_thread`` writes: the ThreadInfo's ``user_id`` where the config names
-    none (10xGraph stores the ThreadInfo's user; until session 21 it was replaced by the anonymous
-    user without a word), else the config's. A ThreadInfo naming another user than the config, or
-    than an authz owner scope, is refused like a mismatched thread id."""
+    none and users are not isolated (10xGraph stores the ThreadInfo's user; until session 21 it
+    was replaced by the anonymous user without a word), else the config's. Under user isolation
+    or an authz owner scope the config's user is the caller's identity, which a ThreadInfo must
+    not change (it would let an anonymous caller write another user's thread): a ThreadInfo
+    naming another user is refused there, like a mismatched thread id, as it is everywhere when
+    the config names a user."""
     if thread_info.user_id is None:
         return user_id
     wanted = _core.text_id("user_id", thread_info.user_id)
     if wanted == user_id:
         return user_id
-    if config.get("user_id") is None and not authz_owner_scoped(config):
+    if config.get("user_id") is None and not isolated and not authz_owner_scoped(config):
         return wanted
     raise ValueError(f"ThreadInfo.user_id {thread_info.user_id!r} does not match config user_id {user_id!r}")
 
@@ -402,7 +405,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             raise ValueError(
                 f"ThreadInfo.thread_id {thread_info.thread_id!r} does not match config thread_id {thread_id!r}"
             )
-        user_id = _thread_info_user(config, thread_info, user_id)
+        user_id = _thread_info_user(config, thread_info, user_id, self._native.isolates_users)
         # run_id rides in the metadata, where 10xGraph's Postgres schema keeps it too.
         meta = json.dumps({**(thread_info.metadata or {}), "run_id": thread_info.run_id})
         return bool(await self._native.put_thread(thread_id, user_id, thread_info.thread_name, meta,
