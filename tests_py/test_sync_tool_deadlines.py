@@ -227,3 +227,31 @@ def test_sync_invoke_returns_at_its_deadline_while_the_tool_thread_runs_on(tmp_p
     r = asyncio.run(resume())
     assert tool_texts(r["messages"]) == {"c1": "charged"}
     assert (gate.starts, gate.effects) == (1, 1)
+
+
+@pytest.mark.asyncio
+async def test_a_late_result_does_not_bring_back_a_thread_deleted_meanwhile(checkpointer, make_thread) -> None:
+    """A sync tool past its tool_timeout finishes after its thread was deleted (aclean_thread). Its
+    late result was written unfenced and created the thread again (alist_threads listed it, with
+    that ledger row and no state). Now the late write needs its thread: it is refused and logged as
+    not recorded, and the thread stays deleted."""
+    gate = Gate()
+    refused = EventSeen("tool_result_not_recorded")
+    logger = logging.getLogger("tenxgraph")
+    logger.addHandler(refused)
+    try:
+        app = tool_graph(AgentState, [idempotent_tool(gate)], [[call("c1", "charge")]], checkpointer=checkpointer)
+        cfg = {"thread_id": make_thread("late-after-delete"), "tool_timeout": 0.3}
+        try:
+            r = await asyncio.wait_for(app.ainvoke({"messages": [user("pay")]}, dict(cfg)), WAIT)
+            assert "NODE_TIMEOUT_002" in tool_texts(r["messages"])["c1"]
+            await checkpointer.aclean_thread(dict(cfg))
+        finally:
+            gate.release.set()
+        await first_of(refused.seen)
+        assert gate.effects == 1
+        assert await checkpointer.aget_thread(dict(cfg)) is None
+        assert cfg["thread_id"] not in [str(t.thread_id) for t in await checkpointer.alist_threads({})]
+        assert await checkpointer.aget_state(dict(cfg)) is None
+    finally:
+        logger.removeHandler(refused)

@@ -3,8 +3,10 @@
 -- aclean_thread while its tool node ran (its lease row stays while held, so the fence passed) came
 -- back as a row with the tool's result and no state, listed by alist_threads. A fenced write
 -- (a run's: its input commit made the thread) now finds the thread or writes nothing, with the
--- fence's error and no current token (the run no longer has a thread to own). An unfenced
--- write (ledger_put outside a run) still creates it, as before.
+-- fence's error and no current token (the run no longer has a thread to own). A fence of 0
+-- checks no token but needs the thread too: a result a run records after it stopped waiting
+-- (a sync tool past its deadline, results recorded as a run is cancelled). An unfenced write
+-- (ledger_put outside a run) still creates it, as before.
 --
 -- The three functions of versions 6 and 7 with that one change (tenx_ledger_put keeps version
 -- 12's lock_timeout, which a replaced function would otherwise lose). Idempotent.
@@ -14,7 +16,7 @@ CREATE OR REPLACE FUNCTION tenx_ledger_put(
 ) RETURNS INT LANGUAGE plpgsql SET search_path FROM CURRENT SET lock_timeout = 0 AS $fn$
 DECLARE v_token BIGINT; v_owner TEXT; v_written INT;
 BEGIN
-  IF p_fence IS NOT NULL THEN
+  IF p_fence IS NOT NULL AND p_fence <> 0 THEN
     SELECT l.token INTO v_token FROM tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
     IF v_token IS DISTINCT FROM p_fence THEN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
@@ -44,7 +46,7 @@ CREATE OR REPLACE FUNCTION tenx_ledger_mark(
 ) RETURNS INT LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE v_token BIGINT; v_owner TEXT; v_written INT;
 BEGIN
-  IF p_fence IS NOT NULL THEN
+  IF p_fence IS NOT NULL AND p_fence <> 0 THEN
     SELECT l.token INTO v_token FROM tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
     IF v_token IS DISTINCT FROM p_fence THEN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');
@@ -75,7 +77,7 @@ CREATE OR REPLACE FUNCTION tenx_ledger_begin(
 #variable_conflict use_column
 DECLARE v_token BIGINT; v_owner TEXT;
 BEGIN
-  IF p_fence IS NOT NULL THEN
+  IF p_fence IS NOT NULL AND p_fence <> 0 THEN
     SELECT l.token INTO v_token FROM tenx_leases l WHERE l.thread_id = p_thread FOR SHARE;
     IF v_token IS DISTINCT FROM p_fence THEN
       RAISE EXCEPTION 'lease superseded' USING ERRCODE = 'TX004', DETAIL = p_fence || ',' || COALESCE(v_token::text, '');

@@ -312,16 +312,20 @@ class NativeStore:
         """Retention: never touches a thread that is not completed or whose lease is held, and keeps
         each thread's latest state. Resolves to the report as JSON (nothing removed with ``dry_run``)."""
     def ledger_put(
-        self, thread_id: str, user_id: str, key: str, result_json: str, owner_scoped: bool = False
+        self, thread_id: str, user_id: str, key: str, result_json: str, owner_scoped: bool = False,
+        late: bool = False,
     ) -> Awaitable[bool]:
         """Records one tool result; True when this call inserted it (False: a result was already
-        there, and it stays: the first result wins)."""
+        there, and it stays: the first result wins). ``late``: a run's result recorded after the
+        run stopped waiting: no lease token checked, but the thread must exist (a deleted one is
+        not created again: ``LeaseLostError``)."""
     def ledger_put_blocking(
         self, thread_id: str, user_id: str, key: str, result_json: str, timeout: float = 30.0
     ) -> bool:
-        """``ledger_put`` for a worker thread without an event loop; blocks for at most ``timeout``
-        seconds (never call it on a loop's thread). Unfenced: the side effect happened whoever holds
-        the thread now. True when this call inserted the result."""
+        """``ledger_put(late=True)`` for a worker thread without an event loop; blocks for at most
+        ``timeout`` seconds (never call it on a loop's thread). No token checked: the side effect
+        happened whoever holds the thread now; a thread deleted meanwhile stays deleted. True when
+        this call inserted the result."""
     def setup(self) -> Awaitable[bool]:
         """Opens a lazily opened store (connect, migrate) and runs its migrations; True."""
     def release(self) -> Awaitable[bool]:

@@ -171,7 +171,7 @@ class RunTools:
         native = self.graph._checkpointer._native
         thread_id, user_id = str(self.config["thread_id"]), str(self.config["user_id"])
         try:
-            inserted = await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope), _RECORD_SECONDS)
+            inserted = await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope, late=True), _RECORD_SECONDS)
         except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
             _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": key, "event": NOT_RECORDED_EVENT,
                                                     "error": f"late result of an async tool that ignored its cancellation: {exc}"})
@@ -204,7 +204,7 @@ class RunTools:
             pending, self._finished = self._finished, []
             for key, envelope in pending:
                 try:
-                    if await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope), _RECORD_SECONDS):
+                    if await asyncio.wait_for(native.ledger_put(thread_id, user_id, key, envelope, late=True), _RECORD_SECONDS):
                         _log.warning("tool call finished before its run was cancelled; its result is recorded "
                                      "in the ledger, and a resume answers from it",
                                      extra={"ledger_key": key, "event": "tool_result_recorded_after_cancel"})

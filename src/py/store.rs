@@ -83,6 +83,14 @@ where
     Ok(driver.into_bound(py).into_any())
 }
 
+/// One ledger row; `late` as `ledger_put` says (the thread must exist, no token checked).
+async fn put_one(s: &dyn Checkpointer, t: &ThreadRef, key: &str, v: &Value, late: bool) -> Result<bool, StoreError> {
+    if !late {
+        return s.ledger_put(t, key, v).await;
+    }
+    Ok(s.ledger_put_many(t, &[(key.to_owned(), v.clone())], Some(crate::store::THREAD_MUST_EXIST)).await? > 0)
+}
+
 fn json_in(s: &str) -> PyResult<Value> {
     serde_json::from_str(s).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
 }
@@ -493,7 +501,12 @@ impl NativeStore {
         })
     }
 
-    #[pyo3(signature = (thread_id, user_id, key, result_json, owner_scoped=false))]
+    /// Records one tool result; true when this call inserted it. `late`: a run's result recorded
+    /// after the run stopped waiting for it: no lease token is checked (the side effect happened,
+    /// whoever holds the thread now), but the thread must still exist (`THREAD_MUST_EXIST`), so a
+    /// thread deleted meanwhile is not created again; the refusal is `LeaseLostError`.
+    #[pyo3(signature = (thread_id, user_id, key, result_json, owner_scoped=false, late=false))]
+    #[allow(clippy::too_many_arguments)]
     fn ledger_put<'py>(
         &self,
         py: Python<'py>,
@@ -502,10 +515,11 @@ impl NativeStore {
         key: String,
         result_json: String,
         owner_scoped: bool,
+        late: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let v = json_in(&result_json)?;
-        awaitable(py, async move { s.ledger_put(&t(thread_id, user_id).scoped(owner_scoped), &key, &v).await })
+        awaitable(py, async move { put_one(&*s, &t(thread_id, user_id).scoped(owner_scoped), &key, &v, late).await })
     }
 
     /// One page of recovery's candidates (`engine::recovery_candidates`): threads whose latest
@@ -531,11 +545,11 @@ impl NativeStore {
         })
     }
 
-    /// `ledger_put` for a worker thread with no event loop: a sync tool's result that arrived
-    /// after its run gave up on it (deadline, stop). Blocks the calling thread (detached) for at
-    /// most `timeout` seconds; never call it on an event loop's thread. Unfenced on purpose: the
-    /// side effect happened whoever holds the thread now, and the first result recorded wins.
-    /// True when this call inserted the result.
+    /// `ledger_put(late=True)` for a worker thread with no event loop: a sync tool's result that
+    /// arrived after its run gave up on it (deadline, stop). Blocks the calling thread (detached)
+    /// for at most `timeout` seconds; never call it on an event loop's thread. No token checked on
+    /// purpose: the side effect happened whoever holds the thread now, and the first result
+    /// recorded wins; a thread deleted meanwhile stays deleted. True when this call inserted it.
     #[pyo3(signature = (thread_id, user_id, key, result_json, timeout=30.0))]
     fn ledger_put_blocking(
         &self,
@@ -552,8 +566,9 @@ impl NativeStore {
         let limit =
             std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
         let r = py.detach(|| {
-            pyo3_async_runtimes::tokio::get_runtime()
-                .block_on(async { tokio::time::timeout(limit, s.ledger_put(&t(thread_id, user_id), &key, &v)).await })
+            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+                tokio::time::timeout(limit, put_one(&*s, &t(thread_id, user_id), &key, &v, true)).await
+            })
         });
         match r {
             Ok(Ok(inserted)) => Ok(inserted),

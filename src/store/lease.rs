@@ -92,10 +92,16 @@ pub fn may_take(cur: Option<&LeaseInfo>, req: &LeaseRequest) -> bool {
 /// while the thread's lease row still has that token. No fence: a write from outside a run.
 pub fn fence_ok(current_token: Option<i64>, fence: Option<i64>) -> bool {
     match fence {
-        None => true,
+        None | Some(THREAD_MUST_EXIST) => true,
         Some(f) => current_token == Some(f),
     }
 }
+
+/// A ledger write's fence that checks no token but, like every fenced ledger write, needs its
+/// thread: a result a run records after it stopped waiting (a sync tool past its deadline, a
+/// result recorded as its run is cancelled). Whoever holds the thread now, the side effect
+/// happened; but a thread deleted meanwhile must stay deleted. Tokens start at 1.
+pub const THREAD_MUST_EXIST: i64 = 0;
 
 /// What `prune` may remove. Nothing a pending interrupt, an unfinished run or a held lease needs is
 /// ever removed: only threads whose latest state is `completed` lose ledger rows or the thread.

@@ -28,8 +28,8 @@ pub use input_lease::{LeasedInput, StopKey};
 pub use inspect::{LedgerEntry, StateVersion};
 pub use lazy::{LazyStore, Opener};
 pub use lease::{
-    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, fence_ok, is_completed_state,
-    is_intent, is_paused, is_running_state, may_take,
+    INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, THREAD_MUST_EXIST, fence_ok,
+    is_completed_state, is_intent, is_paused, is_running_state, may_take,
 };
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
