@@ -13,6 +13,18 @@ import pytest
 from tenxgraph import Message
 from tenxgraph.utils.thread_info import ThreadInfo
 
+# Each script defines ``run(cp)``; this runs it on a fresh in-memory and a fresh SQLite
+# checkpointer and emits both answers.
+_ON_BOTH_STORES = """
+async def main():
+    return {"memory": await run(InMemoryCheckpointer()),
+            "sqlite": await run(SqliteCheckpointer(os.path.join(tempfile.mkdtemp(), "c.db")))}
+
+emit(asyncio.run(main()))
+sys.stdout.flush()
+os._exit(0)  # 10xGraph's SqliteCheckpointer leaves its aiosqlite thread running at exit
+"""
+
 
 # alist_messages(search=...) is case-insensitive on every 10xGraph 0.10 checkpointer (in-memory and
 # SQLite lower-case both sides, Postgres uses ILIKE); tenxgraph's was case-sensitive on every backend
@@ -32,14 +44,7 @@ async def run(cp):
         out[needle] = [m.message_id for m in await cp.alist_messages(cfg, search=needle)]
     return out
 
-async def main():
-    return {"memory": await run(InMemoryCheckpointer()),
-            "sqlite": await run(SqliteCheckpointer(os.path.join(tempfile.mkdtemp(), "c.db")))}
-
-emit(asyncio.run(main()))
-sys.stdout.flush()
-os._exit(0)  # 10xGraph's SqliteCheckpointer leaves its aiosqlite thread running at exit
-"""
+""" + _ON_BOTH_STORES
 
 
 def test_message_search_is_case_insensitive_as_in_10xgraph(oracle) -> None:
@@ -71,14 +76,7 @@ async def run(cp):
                                  if str(t.thread_id).startswith("th")),
     }
 
-async def main():
-    return {"memory": await run(InMemoryCheckpointer()),
-            "sqlite": await run(SqliteCheckpointer(os.path.join(tempfile.mkdtemp(), "c.db")))}
-
-emit(asyncio.run(main()))
-sys.stdout.flush()
-os._exit(0)  # 10xGraph's SqliteCheckpointer leaves its aiosqlite thread running at exit
-"""
+""" + _ON_BOTH_STORES
 
 
 def test_limit_zero_lists_everything_as_in_10xgraph(oracle) -> None:
@@ -105,14 +103,7 @@ async def run(cp):
     return {s: sorted(t.thread_id for t in await cp.alist_threads({}, search=s))
             for s in ["%", "_", "user_1", "PLAIN", "été"]}
 
-async def main():
-    return {"memory": await run(InMemoryCheckpointer()),
-            "sqlite": await run(SqliteCheckpointer(os.path.join(tempfile.mkdtemp(), "c.db")))}
-
-emit(asyncio.run(main()))
-sys.stdout.flush()
-os._exit(0)  # 10xGraph's SqliteCheckpointer leaves its aiosqlite thread running at exit
-"""
+""" + _ON_BOTH_STORES
 
 
 def test_thread_search_is_literal_as_in_10xgraph(oracle) -> None:
@@ -151,14 +142,7 @@ async def run(cp):
                                      if t.user_id == "alice")
     return out
 
-async def main():
-    return {"memory": await run(InMemoryCheckpointer()),
-            "sqlite": await run(SqliteCheckpointer(os.path.join(tempfile.mkdtemp(), "c.db")))}
-
-emit(asyncio.run(main()))
-sys.stdout.flush()
-os._exit(0)  # 10xGraph's SqliteCheckpointer leaves its aiosqlite thread running at exit
-"""
+""" + _ON_BOTH_STORES
 
 
 def test_thread_info_user_id_is_not_silently_replaced(oracle) -> None:

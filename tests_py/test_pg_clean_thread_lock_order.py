@@ -15,20 +15,10 @@ import uuid
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import find_pg_binary
-
-
-def _graph(cp: PgCheckpointer):
-    async def model(state: AgentState) -> Message:
-        return Message.text_message("ok", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    return g.compile(checkpointer=cp)
+from tests_py.tool_graphs import one_node_graph
 
 
 async def _psql_scalar(psql: str, dsn: str, sql: str) -> str:
@@ -47,7 +37,7 @@ async def test_a_delete_beside_a_lease_take_waits_instead_of_deadlocking(pg_dsn:
     await cp.asetup()
     try:
         tid = "doomed"
-        await _graph(cp).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
+        await one_node_graph(cp).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
         # The "run": holds the lease row, as an input commit does before it writes the thread.
         other = await asyncio.create_subprocess_exec(
             psql, pg_dsn, "-v", "ON_ERROR_STOP=1", "-At", stdin=asyncio.subprocess.PIPE,

@@ -16,8 +16,10 @@ import uuid
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer
+
+from tests_py.tool_graphs import one_node_graph
 
 try:
     from tenxgraph.testing.postgres_server import find_pg_binary
@@ -48,17 +50,6 @@ def _waiting_on_locks(dsn: str, app: str) -> int:
     return int(_psql(dsn, f"SELECT count(*) FROM pg_stat_activity WHERE application_name='{app}' AND wait_event_type='Lock'") or 0)
 
 
-def _build(cp: PgCheckpointer):
-    async def model(state: AgentState) -> Message:
-        return Message.text_message("ok", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    return g.compile(checkpointer=cp)
-
-
 async def _scenario(dsn: str, lower_first: bool) -> tuple[list[object], int, int]:
     # A schema and an application name of its own: the two tests may run at once (xdist).
     tag = uuid.uuid4().hex[:10]
@@ -66,7 +57,7 @@ async def _scenario(dsn: str, lower_first: bool) -> tuple[list[object], int, int
     app_dsn = dsn + ("&" if "?" in dsn else "?") + f"application_name={app_name}"
     cp = PgCheckpointer(app_dsn, schema=schema, enforce_user_isolation=False, pool_config={"max_size": POOL, "timeout": 3, "command_timeout": 20, "lock_timeout": 8})
     await cp.asetup()
-    app = _build(cp)
+    app = one_node_graph(cp)
     hot = [f"hot-{i}" for i in range(POOL // 2)]
     try:
         for t in hot:

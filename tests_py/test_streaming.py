@@ -285,3 +285,29 @@ async def test_stream_node_timeout(checkpointer, make_thread) -> None:
         await collect(app.astream({"messages": [user("x")]}, {"thread_id": make_thread(), "node_timeout": 0.2}))
     assert e.value.error_code == "NODE_TIMEOUT_001"
     await seen_cancelled(seen)
+
+
+@pytest.mark.asyncio
+async def test_a_streamed_turn_answers_unreadable_tool_arguments_as_invoke_does(checkpointer, make_thread) -> None:
+    """Arguments nested past the interpreter's recursion limit: the tool answers with an error the
+    model reads, under ``ainvoke`` and ``astream`` alike. The stream's chunk decoration (session
+    21: the parsed ``args`` in the chunk's data) raised RecursionError there, failed the tool
+    node after its messages were in the live state, and stored an error state whose context
+    already ended in the tool result: every ``{}`` after it failed with NODE_002 (red-team)."""
+    deep = '{"order_id": ' + "[" * 50000 + "]" * 50000 + "}"
+
+    def lookup(order_id: str = "x") -> str:
+        """Looks an order up."""
+        return "ok"
+
+    app = tool_graph(AgentState, [lookup], [[call("c1", "lookup", raw_args=deep)]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deep-args")}
+    chunks = [c async for c in app.astream({"messages": [Message.text_message("hi")]}, dict(cfg))]
+    tool_chunk = next(c for c in chunks if c.message is not None and c.message.role == "tool")
+    assert tool_chunk.data is not None and tool_chunk.data["args"] == deep  # as the model sent it
+    state = await checkpointer.aget_state(dict(cfg))
+    assert state.execution_meta.status == "completed"
+    assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
+    assert "failed" in state.context[2].text()
+    again = await app.ainvoke({"messages": [Message.text_message("again")]}, dict(cfg))
+    assert again["messages"][-1].text() == "done"

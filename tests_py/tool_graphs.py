@@ -66,3 +66,16 @@ async def seen_cancelled(seen: list[str], timeout: float = 30.0) -> None:
     while not seen and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
     assert seen == ["cancelled"], seen
+
+
+def one_node_graph(checkpointer: Any, reply: str = "ok") -> Any:
+    """START -> model -> END, the model answering ``reply``: the least a turn can be."""
+
+    async def model(state: AgentState) -> Message:
+        return Message.text_message(reply, role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=checkpointer)

@@ -254,6 +254,12 @@ class RunTools:
         if remote:
             messages = [messages[i] for i in local]
         goto = handoff_target(step)
+        if self.emitter is not None:
+            # Held for the step's commit, and made before the live state changes: a chunk that
+            # could not be made fails the node with the state as it was before it.
+            for index, m in zip(local, messages, strict=True):
+                if index not in step.streamed:  # replayed from the ledger, timed out or failed
+                    self.emitter.tool_message(m, name, step.calls[index], now=False)
         self._index.append(state, messages)
         self.produced.extend(messages)
         clear_answers(state)
@@ -270,9 +276,6 @@ class RunTools:
                                     kind == "replayed")
             events.node_end(name, state.execution_meta.step, messages, goto)
         if self.emitter is not None:
-            for index, m in zip(local, messages, strict=True):
-                if index not in step.streamed:  # replayed from the ledger, timed out or failed
-                    self.emitter.tool_message(m, name, step.calls[index], now=False)
             self._stream_update("node_invoked", name, now=False)
         if remote:
             self.remote_calls = remote

@@ -130,11 +130,14 @@ class Emitter:
 
 
 def _arguments(raw: Any) -> Any:
-    """A call's arguments as 10xGraph's stream shows them: the JSON object parsed."""
+    """A call's arguments as 10xGraph's stream shows them: the JSON object parsed; anything that
+    does not parse to one (not JSON, nested past the interpreter's recursion limit: a
+    RecursionError, not a ValueError) as the model sent it. Never raises: a chunk's decoration
+    must not fail the node (it did, under ``astream`` only, in session 21's red-team pass)."""
     if isinstance(raw, str):
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw
         return parsed if isinstance(parsed, dict) else raw
     return raw

@@ -50,6 +50,17 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
                 .into(),
         };
     }
+    // 55P03: lock_timeout. The server is fine: another session held what the statement needed.
+    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "55P03") {
+        return StoreError::Transient {
+            op,
+            message: format!(
+                "another session held a lock this statement needed past lock_timeout; nothing was written, \
+                 a retry can pass: {}",
+                redact(&e.to_string())
+            ),
+        };
+    }
     if matches!(e, sqlx::Error::Io(_) | sqlx::Error::Tls(_))
         // 57014: statement_timeout; 55P03: lock_timeout; 25P03: the server ended a session idle in
         // a transaction: the server or a peer stopped answering, a retry later can pass.
@@ -169,6 +180,8 @@ mod tests {
                 "{code}: {e:?}"
             );
         }
+        let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded("55P03"))), None);
+        assert!(matches!(&e, StoreError::Transient { message, .. } if message.contains("lock_timeout")), "{e:?}");
         let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded("42P01"))), None);
         assert!(matches!(e, StoreError::Backend { .. }), "{e:?}");
     }

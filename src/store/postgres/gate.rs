@@ -60,6 +60,20 @@ struct State {
     base: Option<f64>,
 }
 
+impl State {
+    /// The limit one higher; returns whether a permit must be made for it (a permit still owed
+    /// is simply not kept back instead).
+    fn raise(&mut self) -> bool {
+        self.limit += 1;
+        if self.owed > 0 {
+            self.owed -= 1;
+            false
+        } else {
+            true
+        }
+    }
+}
+
 /// One statement's permit: returned (or kept back) and its time counted when dropped.
 pub(super) struct Ticket<'a> {
     gate: &'a Gate,
@@ -110,15 +124,9 @@ impl Gate {
             if st.limit >= self.max {
                 return;
             }
-            st.limit += 1;
             crate::metrics::inc(&crate::metrics::metrics().gate_raised);
-            tracing::debug!(limit = st.limit, "statement limit raised: a statement waited for a permit too long");
-            if st.owed > 0 {
-                st.owed -= 1;
-                false
-            } else {
-                true
-            }
+            tracing::debug!(limit = st.limit + 1, "statement limit raised: a statement waited for a permit too long");
+            st.raise()
         };
         if grow {
             self.sem.add_permits(1);
@@ -148,13 +156,7 @@ impl Gate {
                     st.limit -= 1;
                     st.owed += 1;
                 } else if mean <= base * ROOM && st.crowded * 2 >= st.n && st.limit < self.max {
-                    st.limit += 1;
-                    // A permit still owed is simply not kept back; otherwise one more is made.
-                    if st.owed > 0 {
-                        st.owed -= 1;
-                    } else {
-                        grow = true;
-                    }
+                    grow = st.raise();
                 }
                 if st.limit != before {
                     let m = crate::metrics::metrics();
