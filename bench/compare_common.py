@@ -350,7 +350,14 @@ async def count_per_turn(make: Callable[[], Driver], dsn: str, turns: int) -> di
     await warm.turn(new_thread("warm"))
     await warm.close()
     await asyncio.sleep(0.3)
-    empty = await session(0)
-    full = await session(turns)
-    return {k: (full[k] - empty[k]) / turns for k in _COUNTERS}
+    # The server's own background flushes (the WAL writer, autovacuum after the throughput runs)
+    # land in a window now and then: one in a 20-turn window reads as 0.05 commits per turn. The
+    # median of three bracketed measurements keeps the runtime's figure and drops a stray one; a
+    # commit the runtime makes on some turns only would still show in every window.
+    diffs = []
+    for _ in range(3):
+        empty = await session(0)
+        full = await session(turns)
+        diffs.append({k: (full[k] - empty[k]) / turns for k in _COUNTERS})
+    return {k: statistics.median(d[k] for d in diffs) for k in _COUNTERS}
 

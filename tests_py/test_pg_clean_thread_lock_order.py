@@ -73,3 +73,56 @@ async def test_a_delete_beside_a_lease_take_waits_instead_of_deadlocking(pg_dsn:
         assert await cp.aget_lease({"thread_id": tid}) is None
     finally:
         await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_prune_beside_a_run_taking_the_lease_waits_and_keeps_the_thread(pg_dsn: str) -> None:
+    """``aprune``'s thread rule, the same race: its batch locked a finished thread's row (and its
+    rows by cascade) before the thread's lease row, a run's input commit the lease row first. The
+    "run" here takes the lease as a new turn does (held, unexpired), waits until the prune is
+    blocked, writes the thread row and commits. Before: "deadlock detected", one side aborted
+    (a user's turn, or the prune). Now the prune waits for the lease row, sees it held by the
+    run that committed meanwhile, and leaves that thread alone."""
+    psql = find_pg_binary("psql")
+    tag = uuid.uuid4().hex[:10]
+    schema, app_name = f"prune_order_{tag}", f"prune_order_{tag}"
+    cp = PgCheckpointer(pg_dsn + ("&" if "?" in pg_dsn else "?") + f"application_name={app_name}", schema=schema,
+                        enforce_user_isolation=False)
+    await cp.asetup()
+    try:
+        tid = "finished:old"
+        await one_node_graph(cp).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid})
+        other = await asyncio.create_subprocess_exec(
+            psql, pg_dsn, "-v", "ON_ERROR_STOP=1", "-At", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert other.stdin is not None
+        other.stdin.write((
+            f"BEGIN;\nUPDATE {schema}.tenx_leases SET released = FALSE, token = token + 1, "
+            f"expires_at = clock_timestamp() + interval '5 minutes' WHERE thread_id = '{tid}';\n").encode())
+        await other.stdin.drain()
+        deadline = time.monotonic() + 30
+        while await _psql_scalar(psql, pg_dsn, (
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                f"WHERE c.relname = 'tenx_leases' AND c.relnamespace = '{schema}'::regnamespace "
+                "AND l.mode = 'RowExclusiveLock' AND l.granted")) in ("", "0"):
+            assert time.monotonic() < deadline, "the other session never took the lease row"
+            await asyncio.sleep(0.02)
+        prune = asyncio.create_task(cp.aprune(finished_older_than=0))
+        while await _psql_scalar(psql, pg_dsn, (
+                f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app_name}' "
+                "AND wait_event_type = 'Lock'")) in ("", "0"):
+            assert time.monotonic() < deadline and not prune.done(), (
+                "the prune never waited for the lease row", prune.done() and prune.exception())
+            await asyncio.sleep(0.02)
+        other.stdin.write(f"UPDATE {schema}.threads SET updated_at = NOW() WHERE thread_id = '{tid}';\nCOMMIT;\n"
+                          .encode())
+        other.stdin.close()
+        out, err = await asyncio.wait_for(other.communicate(), 30)
+        assert other.returncode == 0 and b"deadlock" not in err, (out, err)
+        report = await asyncio.wait_for(prune, 30)
+        assert report["threads"] == 0, report
+        assert await cp.aget_thread({"thread_id": tid}) is not None, "a thread whose lease a run took was pruned"
+        lease = await cp.aget_lease({"thread_id": tid})
+        assert lease is not None and not lease["released"], lease
+    finally:
+        await cp.arelease()

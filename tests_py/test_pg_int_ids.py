@@ -313,6 +313,23 @@ async def test_ids_read_back_as_ints(pg_dsn: str) -> None:
 
 
 @pytest.mark.asyncio
+async def test_prune_removes_a_finished_integer_thread_with_its_lease_row(pg_dsn: str) -> None:
+    """The thread rule's statement compares integer thread ids with the text ids of the lease
+    table (and locks the lease rows first): run on a bigint schema, not only a text one."""
+    cp = PgCheckpointer(pg_dsn, id_type="bigint", enforce_user_isolation=False)
+    app = echo_graph(cp, id_generator=BigIntIDGenerator())
+    await app.ainvoke({"messages": [msg(101, "user", "hi")]}, {"thread_id": 4242})
+    assert await cp.aget_lease({"thread_id": 4242}) is not None
+    dry = await cp.aprune(finished_older_than=0, dry_run=True)
+    assert dry["threads"] == 1 and await cp.aget_thread({"thread_id": 4242}) is not None
+    report = await cp.aprune(finished_older_than=0)
+    assert report["threads"] == 1, report
+    assert await cp.aget_thread({"thread_id": 4242}) is None
+    assert await cp.aget_lease({"thread_id": 4242}) is None
+    await cp.arelease()
+
+
+@pytest.mark.asyncio
 async def test_isolation_and_the_authz_owner_scope_hold_on_integer_ids(pg_dsn: str) -> None:
     from tenxgraph.core.authz import build_authz
 

@@ -65,6 +65,12 @@ impl Stmts {
             // reads them from the statement's snapshot, before they went. The DELETE repeats the
             // age test, so a thread a new turn touched while the batch chose it is judged on its
             // new row and kept, whatever the plan re-checks of the choosing query.
+            // The chosen threads' lease rows are locked before any thread row (`lk` is evaluated
+            // for the DELETE's filter, before its first row is deleted): a run's input commit
+            // locks them in that order, and the other order deadlocked with it (one side
+            // aborted: a user's turn, or the prune). A lease row a run took meanwhile is read
+            // as that run committed it (FOR UPDATE waits and reads the latest version), and its
+            // thread is kept.
             threads: both(
                 &|after| {
                     format!(
@@ -72,7 +78,11 @@ impl Stmts {
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
                  v AS (SELECT w.thread_id FROM w \
                    WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
+                 lk AS (SELECT l.thread_id, l.released, l.expires_at FROM {s}.tenx_leases l \
+                   WHERE l.thread_id IN (SELECT thread_id{tt} FROM v) ORDER BY l.thread_id FOR UPDATE), \
                  d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) \
+                   AND thread_id{tt} NOT IN (SELECT lk.thread_id FROM lk \
+                     WHERE NOT lk.released AND lk.expires_at > clock_timestamp()) \
                    AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id), \
                  dl AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id IN (SELECT thread_id{tt} FROM d) \
                    AND (l.released OR l.expires_at <= clock_timestamp())) \
