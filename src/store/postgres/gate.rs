@@ -10,12 +10,20 @@
 //! Each window of [`WINDOW`] statements compares their mean time with the least window mean seen
 //! lately (`base`, which drifts up slowly so it can follow a server that got slower for good). A
 //! window at least [`QUEUEING`] times the base lowers the limit by one, down to half the pool (at
-//! least [`MIN_LIMIT`]); a window close to the base in which most statements found every permit
-//! taken raises it by one, up to the pool's size. A statement that waited [`PATIENCE`] for a
-//! permit goes on without one. Not lower than half: a statement can be slow for
-//! its own reasons (a row lock it waits for, up to the statement deadline), and the statements of
-//! other threads must still find connections beside a few of those. A single caller never meets the limit; statements to a far server, slow
-//! but not queueing, keep the whole pool. Only single statements pass through here: a transaction
+//! least [`MIN_LIMIT`]); windows close to the base in which most statements found every permit
+//! taken raise it by one, up to the pool's size. A raise followed by a lowering within
+//! [`VERDICT`] windows was a mistake (the step up was a convoy), and the next raise needs twice
+//! as many such windows in a row (up to [`MAX_ROOMY_NEEDED`]); a raise that holds keeps the pace.
+//! At 64 threads on two cores the limit was raised 4-24 times and lowered 9-29 times per 3-round
+//! benchmark child, most steps up a window of convoy; with the doubling 1-7 and 6-12 (six A/B
+//! pairs of release builds, docs/benchmark-profile.md, session 22; the turns/s moved within the
+//! noise: medians 747 against 723).
+//!
+//! A statement that waited [`PATIENCE`] for a permit goes on without one. Not lower than half: a
+//! statement can be slow for its own reasons (a row lock it waits for, up to the statement
+//! deadline), and the statements of other threads must still find connections beside a few of
+//! those. A single caller never meets the limit; statements to a far server, slow but not
+//! queueing, keep the whole pool. Only single statements pass through here: a transaction
 //! holds its connection across several statements and takes none of these permits, so no caller
 //! ever waits for a permit while holding one.
 
@@ -33,6 +41,10 @@ const QUEUEING: f64 = 2.0;
 const ROOM: f64 = 1.3;
 /// How much the base rises per window when no quicker window comes.
 const BASE_DRIFT: f64 = 1.002;
+/// A lowering this many windows after a raise or sooner undoes it.
+const VERDICT: u32 = 2;
+/// The most roomy windows in a row a raise can need: one probe per 2,048 statements at worst.
+const MAX_ROOMY_NEEDED: u32 = 64;
 /// The longest a statement waits for a permit; then it goes on to the pool without one. Most
 /// waits in the queue the gate keeps are a few milliseconds (64 threads on 5 permits: ~6 ms); a
 /// wait this long means the permits are held by statements slow for their own reasons (row locks
@@ -60,6 +72,10 @@ struct State {
     crowded: u32,
     /// The least window mean lately, in seconds.
     base: Option<f64>,
+    /// Roomy, crowded windows in a row, how many a raise needs, and windows since the last raise.
+    roomy: u32,
+    needed: u32,
+    since_raise: u32,
 }
 
 impl State {
@@ -67,6 +83,8 @@ impl State {
     /// is simply not kept back instead).
     fn raise(&mut self) -> bool {
         self.limit += 1;
+        self.roomy = 0;
+        self.since_raise = 0;
         if self.owed > 0 {
             self.owed -= 1;
             false
@@ -91,7 +109,17 @@ impl Gate {
             sem: Semaphore::new(max),
             max,
             min: (max / 2).max(MIN_LIMIT).min(max),
-            state: Mutex::new(State { limit: max, owed: 0, n: 0, total: Duration::ZERO, crowded: 0, base: None }),
+            state: Mutex::new(State {
+                limit: max,
+                owed: 0,
+                n: 0,
+                total: Duration::ZERO,
+                crowded: 0,
+                base: None,
+                roomy: 0,
+                needed: 1,
+                since_raise: u32::MAX,
+            }),
         }
     }
 
@@ -136,11 +164,21 @@ impl Gate {
                 let before = st.limit;
                 let base = st.base.map_or(mean, |b| (b * BASE_DRIFT).min(mean));
                 st.base = Some(base);
+                st.since_raise = st.since_raise.saturating_add(1);
                 if mean >= base * QUEUEING && st.limit > self.min {
                     st.limit -= 1;
                     st.owed += 1;
+                    st.roomy = 0;
+                    if st.since_raise <= VERDICT {
+                        st.needed = (st.needed * 2).min(MAX_ROOMY_NEEDED);
+                    }
                 } else if mean <= base * ROOM && st.crowded * 2 >= st.n && st.limit < self.max {
-                    grow = st.raise();
+                    st.roomy += 1;
+                    if st.roomy >= st.needed {
+                        grow = st.raise();
+                    }
+                } else {
+                    st.roomy = 0;
                 }
                 if st.limit != before {
                     let m = crate::metrics::metrics();
@@ -210,6 +248,51 @@ mod tests {
         }
         run(&g, 5 * WINDOW, Duration::from_millis(1), true);
         assert_eq!((g.limit(), g.sem.available_permits()), (10, 10), "never above the pool");
+    }
+
+    #[test]
+    fn a_raise_that_queueing_undoes_makes_the_next_raise_wait_twice_as_long() {
+        let g = Gate::new(10);
+        run(&g, WINDOW, Duration::from_millis(1), true); // the base: 1 ms
+        run(&g, 5 * WINDOW, Duration::from_millis(5), true);
+        assert_eq!(g.limit(), 5, "lowered to its floor (no raise before: no verdict)");
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        assert_eq!(g.limit(), 6, "one quick crowded window raises it");
+        let mut needed = 1;
+        // Each round: the raise brings a convoy (a slow window), the limit goes back to 5, and
+        // the next raise takes twice the quick windows, up to the cap.
+        for _ in 0..9 {
+            run(&g, WINDOW, Duration::from_millis(5), true);
+            assert_eq!(g.limit(), 5);
+            needed = (needed * 2).min(MAX_ROOMY_NEEDED);
+            run(&g, (needed - 1) * WINDOW, Duration::from_millis(1), true);
+            assert_eq!(g.limit(), 5, "{} quick windows are not enough after the raise to {needed}", needed - 1);
+            run(&g, WINDOW, Duration::from_millis(1), true);
+            assert_eq!(g.limit(), 6, "{needed} quick windows raise it");
+        }
+        assert_eq!(needed, MAX_ROOMY_NEEDED);
+        // A window between roomy and queueing breaks the run of quick ones.
+        run(&g, (MAX_ROOMY_NEEDED - 1) * WINDOW, Duration::from_millis(1), true);
+        run(&g, WINDOW, Duration::from_micros(1600), true);
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        assert_eq!(g.limit(), 6, "the run of quick windows starts again");
+        run(&g, (MAX_ROOMY_NEEDED - 1) * WINDOW, Duration::from_millis(1), true);
+        assert_eq!(g.limit(), 7);
+    }
+
+    #[test]
+    fn queueing_long_after_a_raise_does_not_slow_the_next_one() {
+        let g = Gate::new(10);
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        run(&g, 2 * WINDOW, Duration::from_millis(5), true);
+        assert_eq!(g.limit(), 8);
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        assert_eq!(g.limit(), 9, "a raise");
+        run(&g, 3 * WINDOW, Duration::from_micros(1500), false); // neither: no verdict on the raise
+        run(&g, WINDOW, Duration::from_millis(5), true); // the server got busy, later
+        assert_eq!(g.limit(), 8);
+        run(&g, WINDOW, Duration::from_millis(1), true);
+        assert_eq!(g.limit(), 9, "one quick window still raises it");
     }
 
     #[test]
