@@ -12,7 +12,7 @@
 
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{PruneReport, PruneRules, StoreResult};
-use sqlx::{Postgres, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 
 /// Rows read per batch: old state versions and ledger rows are small; a thread takes its
 /// messages, states and ledger rows with it (by cascade), so fewer of those per batch.
@@ -25,6 +25,7 @@ const THREADS_PER_BATCH: i64 = 100;
 pub(super) struct Stmts {
     states: [Stmt; 2],
     threads: [Stmt; 2],
+    threads_delete: Stmt,
     ledger: [Stmt; 2],
     cache: Stmt,
 }
@@ -61,16 +62,12 @@ impl Stmts {
                 },
                 "st.state_id > $3::text::int8",
             ),
-            // $1: seconds. The ledger rows go by cascade at the end of the statement; the count
-            // reads them from the statement's snapshot, before they went. The DELETE repeats the
-            // age test, so a thread a new turn touched while the batch chose it is judged on its
-            // new row and kept, whatever the plan re-checks of the choosing query.
-            // The chosen threads' lease rows are locked before any thread row (`lk` is evaluated
-            // for the DELETE's filter, before its first row is deleted): a run's input commit
-            // locks them in that order, and the other order deadlocked with it (one side
-            // aborted: a user's turn, or the prune). A lease row a run took meanwhile is read
-            // as that run committed it (FOR UPDATE waits and reads the latest version), and its
-            // thread is kept.
+            // The thread rule is two statements in the batch's transaction. This one chooses
+            // ($1: seconds) and locks, never waiting: the chosen threads' lease rows first (the
+            // order a run's input commit takes them in: the other order deadlocked with it), then
+            // their thread rows, each `SKIP LOCKED` (a thread a run is writing is busy, not
+            // finished). A thread whose lease row exists but was skipped is left. It returns the
+            // locked threads' ids (text) as its last column.
             threads: both(
                 &|after| {
                     format!(
@@ -78,22 +75,37 @@ impl Stmts {
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
                  v AS (SELECT w.thread_id FROM w \
                    WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
-                 lk AS (SELECT l.thread_id, l.released, l.expires_at FROM {s}.tenx_leases l \
-                   WHERE l.thread_id IN (SELECT thread_id{tt} FROM v) ORDER BY l.thread_id FOR UPDATE), \
-                 d AS (DELETE FROM {s}.threads WHERE thread_id IN (SELECT thread_id FROM v) \
-                   AND thread_id{tt} NOT IN (SELECT lk.thread_id FROM lk \
-                     WHERE NOT lk.released AND lk.expires_at > clock_timestamp()) \
-                   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8) RETURNING thread_id), \
-                 dl AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id IN (SELECT thread_id{tt} FROM d) \
-                   AND (l.released OR l.expires_at <= clock_timestamp())) \
-                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), \
-                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
-                   (SELECT MAX(thread_id){tt} FROM w), NULL::text",
+                 lk AS (SELECT l.thread_id FROM {s}.tenx_leases l \
+                   WHERE l.thread_id IN (SELECT thread_id{tt} FROM v) ORDER BY l.thread_id FOR UPDATE SKIP LOCKED), \
+                 th AS (SELECT t.thread_id FROM {s}.threads t WHERE t.thread_id IN (SELECT thread_id FROM v) \
+                   AND (t.thread_id{tt} IN (SELECT thread_id FROM lk) \
+                     OR NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l2 WHERE l2.thread_id = t.thread_id{tt})) \
+                   ORDER BY t.thread_id FOR UPDATE SKIP LOCKED) \
+                 SELECT (SELECT COUNT(*) FROM w), 0::int8, 0::int8, (SELECT MAX(thread_id){tt} FROM w), NULL::text, \
+                   ARRAY(SELECT thread_id{tt} FROM th) AS locked",
                         finished("w")
                     )
                 },
                 &format!("t.thread_id > $3::text{id}"),
             ),
+            // The second: the locked threads judged again on a snapshot taken now ($1: their
+            // ids, $2: seconds), then deleted. The first statement's snapshot is older than its
+            // locks: a run that committed in between (a new turn that took the lease, paused at
+            // an interrupt, or crashed mid-node, its state no longer completed) was judged on
+            // rows it had not written yet, and such a thread was deleted under its run (red-team,
+            // session 22). From the locks on, no run can commit to these threads (their input
+            // and step commits write the thread row or rows that reference it), so this check
+            // is the last word. The ledger rows go by cascade at the end of the statement; the
+            // count reads them from its snapshot, before they went.
+            threads_delete: Stmt::new(format!(
+                "WITH d AS (DELETE FROM {s}.threads t WHERE t.thread_id = ANY($1::text[]{id}[]) \
+                   AND t.updated_at < clock_timestamp() - make_interval(secs => $2::float8) AND {} RETURNING t.thread_id), \
+                 dl AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id IN (SELECT thread_id{tt} FROM d) \
+                   AND (l.released OR l.expires_at <= clock_timestamp())) \
+                 SELECT (SELECT COUNT(*) FROM d), \
+                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d))",
+                finished("t")
+            )),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
             // not counted twice. Keyed by the primary key (thread_id, tool_call_id).
             ledger: both(
@@ -147,9 +159,12 @@ impl Batch {
         after: &(Option<String>, Option<String>),
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
+        if let Batch::Threads(age) = *self {
+            return threads_batch(s, tx, after, next, age).await;
+        }
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(age) => sqlx::query_as(s.sql.prune.threads[next].q()).bind(age),
+            Batch::Threads(_) => unreachable!("run by threads_batch"),
             Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
             Batch::Cache => return sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await,
         };
@@ -178,6 +193,30 @@ impl Batch {
             Batch::Cache => report.cache_entries += deleted as u64,
         }
     }
+}
+
+/// The thread rule's batch: choose and lock, then judge again and delete (see `Stmts::new`).
+async fn threads_batch(
+    s: &PgStore,
+    tx: &mut Transaction<'static, Postgres>,
+    after: &(Option<String>, Option<String>),
+    next: usize,
+    age: f64,
+) -> Result<Got, sqlx::Error> {
+    let q = sqlx::query(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
+    let row = match &after.0 {
+        None => q,
+        Some(key) => q.bind(key.as_str()),
+    }
+    .fetch_one(&mut **tx)
+    .await?;
+    let (read, last, locked): (i64, Option<String>, Vec<String>) = (row.try_get(0)?, row.try_get(3)?, row.try_get(5)?);
+    if locked.is_empty() {
+        return Ok((read, 0, 0, last, None));
+    }
+    let (deleted, ledger): (i64, i64) =
+        sqlx::query_as(s.sql.prune.threads_delete.q()).bind(&locked).bind(age).fetch_one(&mut **tx).await?;
+    Ok((read, deleted, ledger, last, None))
 }
 
 pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneReport> {
