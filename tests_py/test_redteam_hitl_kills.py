@@ -667,9 +667,15 @@ def test_two_recovery_resumes_do_not_pass_the_review_gate(db: str, tmp_path: Pat
     assert status_of(state_of(db, tid)) == "running"
     bar = tmp_path / "bar"
     bar.mkdir()
+    # Whichever worker takes the lease first holds it 3 s before it loads the thread, so the other
+    # really asks while it is held and waits. Without it, on a loaded machine the first could
+    # finish its whole recovery before the second started: that second `{}` then reaches a
+    # thread paused at the review with no holder, where it is the reviewer's "go on" (CI,
+    # session 22: the test failed so, once).
+    hold = {**env, "TENXGRAPH_FAILPOINTS": f"after_lease:{tid}=delay(3000)"}
     pair = [Child(tmp_path / tid, f"w{i}", {"db": db, "thread_id": tid, "mode": "once", "input": {},
                                            "config": {"on_busy": "wait", "busy_timeout": 30},
-                                           "barrier": {"dir": str(bar), "index": i, "workers": 2}}, env)
+                                           "barrier": {"dir": str(bar), "index": i, "workers": 2}}, hold)
             for i in range(2)]
     outs = [c.finish()[1] for c in pair]
     st = state_of(db, tid)
