@@ -12,7 +12,7 @@
 
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{PruneReport, PruneRules, StoreResult};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
 /// Rows read per batch: old state versions and ledger rows are small; a thread takes its
 /// messages, states and ledger rows with it (by cascade), so fewer of those per batch.
@@ -67,7 +67,7 @@ impl Stmts {
             // order a run's input commit takes them in: the other order deadlocked with it), then
             // their thread rows, each `SKIP LOCKED` (a thread a run is writing is busy, not
             // finished). A thread whose lease row exists but was skipped is left. It returns the
-            // locked threads' ids (text) as its last column.
+            // rows the window read, its last key and the locked threads' ids (as text).
             threads: both(
                 &|after| {
                     format!(
@@ -81,8 +81,7 @@ impl Stmts {
                    AND (t.thread_id{tt} IN (SELECT thread_id FROM lk) \
                      OR NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l2 WHERE l2.thread_id = t.thread_id{tt})) \
                    ORDER BY t.thread_id FOR UPDATE SKIP LOCKED) \
-                 SELECT (SELECT COUNT(*) FROM w), 0::int8, 0::int8, (SELECT MAX(thread_id){tt} FROM w), NULL::text, \
-                   ARRAY(SELECT thread_id{tt} FROM th) AS locked",
+                 SELECT (SELECT COUNT(*) FROM w), (SELECT MAX(thread_id){tt} FROM w), ARRAY(SELECT thread_id{tt} FROM th)",
                         finished("w")
                     )
                 },
@@ -159,12 +158,9 @@ impl Batch {
         after: &(Option<String>, Option<String>),
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
-        if let Batch::Threads(age) = *self {
-            return threads_batch(s, tx, after, next, age).await;
-        }
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(_) => unreachable!("run by threads_batch"),
+            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age).await,
             Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
             Batch::Cache => return sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await,
         };
@@ -199,18 +195,17 @@ impl Batch {
 async fn threads_batch(
     s: &PgStore,
     tx: &mut Transaction<'static, Postgres>,
-    after: &(Option<String>, Option<String>),
+    after: Option<&str>,
     next: usize,
     age: f64,
 ) -> Result<Got, sqlx::Error> {
-    let q = sqlx::query(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
-    let row = match &after.0 {
+    let q = sqlx::query_as(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
+    let (read, last, locked): (i64, Option<String>, Vec<String>) = match after {
         None => q,
-        Some(key) => q.bind(key.as_str()),
+        Some(key) => q.bind(key),
     }
     .fetch_one(&mut **tx)
     .await?;
-    let (read, last, locked): (i64, Option<String>, Vec<String>) = (row.try_get(0)?, row.try_get(3)?, row.try_get(5)?);
     if locked.is_empty() {
         return Ok((read, 0, 0, last, None));
     }
