@@ -470,7 +470,8 @@ async def test_a_thread_deleted_while_its_run_holds_the_lease_loses_the_row_when
 ) -> None:
     """aclean_thread keeps a held lease row (its run is still fenced). Until session 21 that run's
     release then marked the row released and nothing ever deleted it: one row per thread deleted
-    mid-run. Now the release deletes it; the run itself ends with STORAGE_CONFLICT_001 and writes
+    mid-run. Now the release deletes it; the run itself ends with STORAGE_FENCED_001 (until
+    session 23 STORAGE_CONFLICT_001, as if another run had written the thread) and writes
     nothing back, as before."""
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -497,7 +498,7 @@ async def test_a_thread_deleted_while_its_run_holds_the_lease_loses_the_row_when
     await checkpointer.aclean_thread(cfg)
     assert (await checkpointer.aget_lease(cfg))["token"] == held["token"]  # still fenced
     release.set()
-    with pytest.raises(StaleStateError):
+    with pytest.raises(LeaseLostError, match="thread was deleted"):
         await asyncio.wait_for(run, 30)
     assert await checkpointer.aget_lease(cfg) is None
     assert await checkpointer.aget_state(cfg) is None
@@ -528,13 +529,74 @@ async def test_a_thread_deleted_while_its_tool_runs_stays_deleted(checkpointer: 
     await asyncio.wait_for(entered.wait(), 30)
     await checkpointer.aclean_thread(cfg)
     release.set()
-    with pytest.raises((StaleStateError, LeaseLostError)) as raised:
+    with pytest.raises(LeaseLostError, match="thread was deleted") as raised:
         await asyncio.wait_for(run, 30)
-    assert raised.value.error_code in ("STORAGE_CONFLICT_001", "STORAGE_FENCED_001")
+    assert raised.value.error_code == "STORAGE_FENCED_001"
+    await _nothing_of_the_thread_is_left(checkpointer, cfg)
+
+
+async def _nothing_of_the_thread_is_left(checkpointer: Any, cfg: dict[str, Any]) -> None:
     assert await checkpointer.aget_state(cfg) is None
     assert await checkpointer.aget_thread(cfg) is None
     assert cfg["thread_id"] not in [t.thread_id for t in await checkpointer.alist_threads({})]
     assert await checkpointer.aget_lease(cfg) is None
+
+
+@pytest.mark.asyncio
+async def test_a_thread_deleted_while_its_model_node_runs_ends_the_run_as_fenced(checkpointer: Any,
+                                                                                 make_thread: Any) -> None:
+    """The step write of a run whose thread was deleted under it is refused like its ledger
+    writes: LeaseLostError (the run no longer has a thread to own). Until session 23 a node
+    without tools ended with StaleStateError "expected version 1, found 0", as if another run
+    had written the thread, and a tool node with LeaseLostError."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def model(state: AgentState) -> AgentState:
+        entered.set()
+        await release.wait()
+        return state
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deleted-mid-model")}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
+    await asyncio.wait_for(entered.wait(), 30)
+    await checkpointer.aclean_thread(cfg)
+    release.set()
+    with pytest.raises(LeaseLostError, match="thread was deleted") as raised:
+        await asyncio.wait_for(run, 30)
+    assert raised.value.error_code == "STORAGE_FENCED_001"
+    await _nothing_of_the_thread_is_left(checkpointer, cfg)
+
+
+@pytest.mark.asyncio
+async def test_a_state_cleared_under_a_run_is_still_a_stale_write(checkpointer: Any, make_thread: Any) -> None:
+    """The other side of the rule above: aclear_state keeps the thread (its row, lease, ledger),
+    so the run's next write finds another writer's change, StaleStateError, and the thread stays."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def model(state: AgentState) -> AgentState:
+        entered.set()
+        await release.wait()
+        return state
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("cleared-mid-model")}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
+    await asyncio.wait_for(entered.wait(), 30)
+    await checkpointer.aclear_state(cfg)
+    release.set()
+    with pytest.raises(StaleStateError) as raised:
+        await asyncio.wait_for(run, 30)
+    assert raised.value.error_code == "STORAGE_CONFLICT_001"
+    assert await checkpointer.aget_thread(cfg) is not None
 
 
 # --------------------------------------------------------------------------- bad input

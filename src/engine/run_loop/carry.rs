@@ -17,8 +17,33 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// the ledger is what failed, and a ledger that cannot be written must not stop the run
     /// (promise 2: the failure is logged and the result still goes to the model), so the step
     /// is written once more without them. A refusal (stale, fenced, forbidden) or a failpoint is
-    /// the step's own: no second attempt.
+    /// the step's own: no second attempt. A fenced step whose thread was deleted under the run
+    /// is `Fenced` (see `stale_or_deleted`).
     pub(super) async fn put_step_carrying(&self, w: StepWrite<'_>) -> Result<i64, StoreError> {
+        let fence = w.fence;
+        match (self.put_step_carrying_as_read(w).await, fence) {
+            (Err(stale @ StoreError::Stale { current, .. }), Some(token)) if current <= 0 => {
+                Err(self.stale_or_deleted(stale, token).await)
+            }
+            (r, _) => r,
+        }
+    }
+
+    /// A fenced step that found no state: the thread was cleared (`aclear_state`: its row stays,
+    /// another writer's change, `Stale`) or deleted under the run (`aclean_thread`: the lease
+    /// row stays while held, so the fence passed). A deleted thread is refused as the run's
+    /// ledger writes refuse it, `Fenced` with no current token: the run no longer has a thread
+    /// to own, and a caller must not read it as a conflict a retry could pass. Read on this
+    /// error path only; a failing read leaves the error as it was.
+    async fn stale_or_deleted(&self, stale: StoreError, token: i64) -> StoreError {
+        match self.store.get_thread(&self.cfg.thread).await {
+            Ok(None) => StoreError::Fenced { thread_id: self.cfg.thread.thread_id.clone(), token, current: None },
+            _ => stale,
+        }
+    }
+
+    /// `put_step_carrying` with the store's own answer.
+    async fn put_step_carrying_as_read(&self, w: StepWrite<'_>) -> Result<i64, StoreError> {
         let carried = self.carried.take();
         if carried.is_empty() {
             return self.store.put_step(&self.cfg.thread, w).await;

@@ -244,8 +244,8 @@ class ThreadBusyError(StorageError):
 
 class LeaseLostError(StorageError):
     """This run's lease on the thread was taken over by another execution (it was paused or cut
-    off past its lease): the write was refused and the run stopped; nothing more of it reaches
-    the database. STORAGE_FENCED_001."""
+    off past its lease), could not be renewed, or the thread was deleted under the run: the write
+    was refused and the run stopped; nothing more of it reaches the database. STORAGE_FENCED_001."""
 
     default_code = "STORAGE_FENCED_000"
     log_level = logging.WARNING
