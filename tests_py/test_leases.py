@@ -524,7 +524,13 @@ async def test_a_thread_deleted_while_its_tool_runs_stays_deleted(checkpointer: 
         return f"charged {order_id}"
 
     app = tool_graph(AgentState, [charge], [[call("c1", "charge", {"order_id": "o:1"})]], checkpointer=checkpointer)
-    cfg = {"thread_id": make_thread("deleted-mid-tool")}
+    await _delete_mid_run(checkpointer, app, entered, release, {"thread_id": make_thread("deleted-mid-tool")})
+
+
+async def _delete_mid_run(checkpointer: Any, app: Any, entered: asyncio.Event, release: asyncio.Event,
+                          cfg: dict[str, Any]) -> None:
+    """Deletes the thread while the run's node waits at ``entered``, lets the node go on, and
+    checks the run ends as fenced with nothing of the thread left."""
     run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("pay")]}, cfg))
     await asyncio.wait_for(entered.wait(), 30)
     await checkpointer.aclean_thread(cfg)
@@ -532,14 +538,26 @@ async def test_a_thread_deleted_while_its_tool_runs_stays_deleted(checkpointer: 
     with pytest.raises(LeaseLostError, match="thread was deleted") as raised:
         await asyncio.wait_for(run, 30)
     assert raised.value.error_code == "STORAGE_FENCED_001"
-    await _nothing_of_the_thread_is_left(checkpointer, cfg)
-
-
-async def _nothing_of_the_thread_is_left(checkpointer: Any, cfg: dict[str, Any]) -> None:
     assert await checkpointer.aget_state(cfg) is None
     assert await checkpointer.aget_thread(cfg) is None
     assert cfg["thread_id"] not in [t.thread_id for t in await checkpointer.alist_threads({})]
     assert await checkpointer.aget_lease(cfg) is None
+
+
+def _gated_model_app(checkpointer: Any) -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A one-node graph whose node reports it started and waits until the test releases it."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def model(state: AgentState) -> AgentState:
+        entered.set()
+        await release.wait()
+        return state
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=checkpointer), entered, release
 
 
 @pytest.mark.asyncio
@@ -549,45 +567,15 @@ async def test_a_thread_deleted_while_its_model_node_runs_ends_the_run_as_fenced
     writes: LeaseLostError (the run no longer has a thread to own). Until session 23 a node
     without tools ended with StaleStateError "expected version 1, found 0", as if another run
     had written the thread, and a tool node with LeaseLostError."""
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def model(state: AgentState) -> AgentState:
-        entered.set()
-        await release.wait()
-        return state
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
-    cfg = {"thread_id": make_thread("deleted-mid-model")}
-    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
-    await asyncio.wait_for(entered.wait(), 30)
-    await checkpointer.aclean_thread(cfg)
-    release.set()
-    with pytest.raises(LeaseLostError, match="thread was deleted") as raised:
-        await asyncio.wait_for(run, 30)
-    assert raised.value.error_code == "STORAGE_FENCED_001"
-    await _nothing_of_the_thread_is_left(checkpointer, cfg)
+    app, entered, release = _gated_model_app(checkpointer)
+    await _delete_mid_run(checkpointer, app, entered, release, {"thread_id": make_thread("deleted-mid-model")})
 
 
 @pytest.mark.asyncio
 async def test_a_state_cleared_under_a_run_is_still_a_stale_write(checkpointer: Any, make_thread: Any) -> None:
     """The other side of the rule above: aclear_state keeps the thread (its row, lease, ledger),
     so the run's next write finds another writer's change, StaleStateError, and the thread stays."""
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def model(state: AgentState) -> AgentState:
-        entered.set()
-        await release.wait()
-        return state
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    app = g.compile(checkpointer=checkpointer)
+    app, entered, release = _gated_model_app(checkpointer)
     cfg = {"thread_id": make_thread("cleared-mid-model")}
     run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
     await asyncio.wait_for(entered.wait(), 30)
