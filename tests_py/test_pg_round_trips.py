@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import struct
 import subprocess
@@ -26,6 +27,7 @@ import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import PostgresServer, _pg_env, find_pg_binary
 
@@ -240,6 +242,35 @@ async def test_sessions_the_server_ended_are_replaced(pg_dsn: str, tenx_postgres
     assert await turn(app, "after") == EXPECTED
     assert [m.text() for m in await cp.alist_messages({"thread_id": "after"})] == EXPECTED
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_sessions_the_server_ended_close_without_a_warning_per_connection(
+    pg_dsn: str, tenx_postgres: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection whose session the server ended fails the ping it gets when it goes back to
+    the pool, and is closed. Until session 23 each such close logged sqlx's WARNING "error from
+    `after_release`" (~200 in a red-team run that terminated backends under load), next to the
+    failed statement's own error: noise an operator could not act on. Now it is closed quietly;
+    the runs after it go on new connections."""
+    dbname = pg_dsn.rsplit("/", 1)[1].split("?", 1)[0]
+    cp = PgCheckpointer(pg_dsn, schema="ended_quiet", enforce_user_isolation=False)
+    await cp.asetup()
+    app = support_graph(cp)
+    # Several connections in the pool: concurrent turns.
+    assert await asyncio.gather(*(turn(app, f"before-{i}") for i in range(4))) == [EXPECTED] * 4
+    caplog.set_level(logging.DEBUG)
+    reset_level_cache()  # the Rust side looks a logger's level up once
+    assert await asyncio.to_thread(_terminate_backends, tenx_postgres, dbname) >= 1
+    await asyncio.sleep(0.5)  # every spare connection is stale: each goes back to the pool, pinged
+    for i in range(3):
+        assert await turn(app, f"after-{i}") == EXPECTED
+    await cp.arelease()
+    closed = [r for r in caplog.records if "failed its ping" in r.getMessage()]
+    warned = [r for r in caplog.records if "after_release" in r.getMessage()]
+    reset_level_cache()  # later tests look the restored levels up again
+    assert warned == [], [r.getMessage() for r in warned]
+    assert closed, "no connection was closed after a failed ping: the case was not reached"
 
 
 @pytest.mark.asyncio
