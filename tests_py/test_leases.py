@@ -587,6 +587,62 @@ async def test_a_state_cleared_under_a_run_is_still_a_stale_write(checkpointer: 
     assert await checkpointer.aget_thread(cfg) is not None
 
 
+_RESUME_ELSEWHERE = """
+import asyncio, json, sys
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tests_py.crash_agents.lease_agent import open_db
+
+async def main(db, tid):
+    cp = open_db(db)
+    async def model(state: AgentState) -> Message:
+        return Message.text_message("resumed", role="assistant")
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    try:
+        r = await g.compile(checkpointer=cp).ainvoke({}, {"thread_id": tid, "on_busy": "reject"})
+        print(json.dumps({"outcome": "completed", "last": r["messages"][-1].text()}))
+    except Exception as exc:
+        print(json.dumps({"outcome": f"{type(exc).__name__}/{getattr(exc, 'error_code', None)}"}))
+    await cp.arelease()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_run_frees_its_thread_for_other_processes_at_once(db: str, make_thread: Any) -> None:
+    """A run cancelled by its caller (``task.cancel()`` of its ``ainvoke``) while its node ran:
+    its lease row is released right away, so another process resumes the thread at once, even
+    with ``on_busy="reject"``. Until session 23 only this process saw the thread free; the row
+    stayed held (this process is alive) until ``lease_ttl``, and another process was refused
+    (red-team: 190 of 252 cancelled runs' rows still held after every run had returned)."""
+    cp = open_db(db)
+    app, entered, _ = _gated_model_app(cp)
+    tid = make_thread("cancelled")
+    cfg = {"thread_id": tid, "lease_ttl": 120}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, cfg))
+    await asyncio.wait_for(entered.wait(), 30)
+    held = await cp.aget_lease(cfg)
+    assert held is not None and not held["released"]
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    deadline = time.monotonic() + 30  # a quarter of the lease's time
+    while not (await cp.aget_lease(cfg))["released"]:
+        assert time.monotonic() < deadline, "the cancelled run's lease is still held"
+        await asyncio.sleep(0.05)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RESUME_ELSEWHERE, db, tid, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-4000:]
+    assert json.loads(out.decode().strip().splitlines()[-1]) == {"outcome": "completed", "last": "resumed"}
+    lease = await cp.aget_lease(cfg)
+    assert lease["released"] and lease["token"] > held["token"]
+    await cp.arelease()
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use stopping::StopKind;
 use tokio::time::{Instant, sleep, sleep_until};
 
+mod abandoned;
 mod carry;
 mod commit;
 mod start;
@@ -113,12 +114,14 @@ struct Run<'a, H: NodeHost + ?Sized> {
 /// replays at most the node in flight. Every commit names the version it started from.
 pub async fn run<H: NodeHost + ?Sized>(
     graph: &GraphSpec,
-    store: &dyn Checkpointer,
+    shared_store: &Arc<dyn Checkpointer>,
     host: &H,
     cfg: &RunConfig,
     input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
+    let store: &dyn Checkpointer = &**shared_store;
     let cell = std::sync::OnceLock::new();
+    let abandoned = abandoned::ReleaseIfAbandoned::new(&cell, shared_store);
     let mut done = None;
     let mut refused = false;
     if optimistic_start(cfg, &input) {
@@ -149,6 +152,7 @@ pub async fn run<H: NodeHost + ?Sized>(
     {
         lease.release(store).await;
     }
+    abandoned.finish();
     result
 }
 
