@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
+from tenxgraph.core.exceptions import TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import PgCheckpointer
@@ -394,3 +395,80 @@ async def test_release_while_runs_finish_statements_returns(pg_dsn: str) -> None
     assert not pending, "runs still waiting after the store closed"
     for r in done:
         assert r.exception() is None or isinstance(r.exception(), StorageError), r.exception()
+
+
+class _RowLocker:
+    """A psql session holding one thread row ``FOR UPDATE`` until closed."""
+
+    def __init__(self, pg: PostgresServer, dbname: str, schema: str, thread_id: str) -> None:
+        self.proc = subprocess.Popen(
+            [find_pg_binary("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", pg.dsn_for(dbname)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ) if pg.external else _pg_env(),
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"BEGIN; SELECT 1 FROM {schema}.threads WHERE thread_id = '{thread_id}' FOR UPDATE; "
+                              "SELECT 'locked';\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "1"
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("ROLLBACK;\n")
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+@pytest.mark.asyncio
+async def test_a_statement_the_server_cancels_says_so(pg_dsn: str, tenx_postgres: PostgresServer) -> None:
+    """A statement cancelled by the server's ``statement_timeout`` (here: set in the DSN, below
+    the store's lock_timeout, while another session holds the thread's row) is a
+    TransientStorageError that names the timeout. Until session 23 it read "the database is
+    unreachable", which sends an operator to the network."""
+    dbname = pg_dsn.rsplit("/", 1)[1].split("?", 1)[0]
+    sep = "&" if "?" in pg_dsn else "?"
+    cp = PgCheckpointer(pg_dsn + f"{sep}options=-c%20statement_timeout%3D500", schema="srv_cancel",
+                        enforce_user_isolation=False)
+    await cp.asetup()
+    app = support_graph(cp)
+    assert await turn(app, "locked") == EXPECTED
+    locker = await asyncio.to_thread(_RowLocker, tenx_postgres, dbname, "srv_cancel", "locked")
+    try:
+        with pytest.raises(TransientStorageError) as raised:
+            await asyncio.wait_for(turn(app, "locked"), 60)
+    finally:
+        await asyncio.to_thread(locker.close)
+    assert "the server cancelled the statement (statement_timeout" in str(raised.value)
+    assert "unreachable" not in str(raised.value)
+    assert await turn(app, "locked") == EXPECTED  # the lock gone, the thread takes the turn
+    await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_statement_whose_session_the_server_ends_says_so(pg_dsn: str, tenx_postgres: PostgresServer) -> None:
+    """A statement whose backend is terminated (``pg_terminate_backend``) while it waits on a row
+    lock: TransientStorageError naming the ended session, not "the database is unreachable"."""
+    dbname = pg_dsn.rsplit("/", 1)[1].split("?", 1)[0]
+    cp = PgCheckpointer(pg_dsn, schema="srv_ended", enforce_user_isolation=False)
+    await cp.asetup()
+    app = support_graph(cp)
+    assert await turn(app, "locked") == EXPECTED
+    locker = await asyncio.to_thread(_RowLocker, tenx_postgres, dbname, "srv_ended", "locked")
+    try:
+        blocked = asyncio.create_task(turn(app, "locked"))
+        waiting = (f"SELECT pid FROM pg_stat_activity WHERE datname = '{dbname}' AND wait_event_type = 'Lock' "
+                   "AND query LIKE '%tenx_%'")
+        deadline = time.monotonic() + 60
+        while not (pids := (await asyncio.to_thread(tenx_postgres.psql, waiting, dbname=dbname)).split()):
+            assert not blocked.done(), blocked
+            assert time.monotonic() < deadline, "the turn's statement never waited on the lock"
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(tenx_postgres.psql, f"SELECT pg_terminate_backend({pids[0]})", dbname=dbname)
+        with pytest.raises(TransientStorageError) as raised:
+            await asyncio.wait_for(blocked, 60)
+    finally:
+        await asyncio.to_thread(locker.close)
+    assert "the server ended the session" in str(raised.value), str(raised.value)
+    assert await turn(app, "locked") == EXPECTED
+    await cp.arelease()

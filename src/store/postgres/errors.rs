@@ -61,12 +61,23 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             ),
         };
     }
+    // The server is up but ended the statement or the session: said as such, so an operator
+    // looks at timeouts and at who terminates sessions, not at the network.
+    let code = e.as_database_error().and_then(|d| d.code());
+    let server_ended = match code.as_deref() {
+        Some("57014") => Some("the server cancelled the statement (statement_timeout, or pg_cancel_backend)"),
+        Some("57P01" | "57P02" | "57P03") => {
+            Some("the server ended the session (pg_terminate_backend, a restart or a shutdown)")
+        }
+        _ => None,
+    };
+    if let Some(what) = server_ended {
+        return StoreError::Transient { op, message: format!("{what}; a retry can pass: {}", redact(&e.to_string())) };
+    }
+    // 25P03: the server ended a session idle in a transaction: the server or a peer stopped
+    // answering, a retry later can pass.
     if matches!(e, sqlx::Error::Io(_) | sqlx::Error::Tls(_))
-        // 57014: statement_timeout; 55P03: lock_timeout; 25P03: the server ended a session idle in
-        // a transaction: the server or a peer stopped answering, a retry later can pass.
-        || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| {
-            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P03" | "57014" | "55P03" | "25P03")
-        })
+        || code.is_some_and(|c| c.starts_with("08") || c == "25P03")
     {
         return StoreError::Transient {
             op,
