@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
-from tenxgraph.core.exceptions import TransientStorageError
+from tenxgraph.core.exceptions import SchemaVersionError, TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import PgCheckpointer
@@ -397,21 +397,24 @@ async def test_release_while_runs_finish_statements_returns(pg_dsn: str) -> None
         assert r.exception() is None or isinstance(r.exception(), StorageError), r.exception()
 
 
-class _RowLocker:
-    """A psql session holding one thread row ``FOR UPDATE`` until closed."""
+class _Locker:
+    """A psql session that runs ``BEGIN; <lock>`` and holds what it locked until closed."""
 
-    def __init__(self, pg: PostgresServer, dbname: str, schema: str, thread_id: str) -> None:
+    def __init__(self, pg: PostgresServer, dbname: str, lock: str) -> None:
         self.proc = subprocess.Popen(
             [find_pg_binary("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", pg.dsn_for(dbname)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env=dict(os.environ) if pg.external else _pg_env(),
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"BEGIN; SELECT 1 FROM {schema}.threads WHERE thread_id = '{thread_id}' FOR UPDATE; "
-                              "SELECT 'locked';\n")
+        self.proc.stdin.write(f"BEGIN; {lock}; SELECT 'locked';\n")
         self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip() == "1"
-        assert self.proc.stdout.readline().strip() == "locked"
+        while (line := self.proc.stdout.readline().strip()) != "locked":
+            assert line, "the locking session ended"
+
+    @classmethod
+    def thread_row(cls, pg: PostgresServer, dbname: str, schema: str, thread_id: str) -> _Locker:
+        return cls(pg, dbname, f"SELECT 1 FROM {schema}.threads WHERE thread_id = '{thread_id}' FOR UPDATE")
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -433,7 +436,7 @@ async def test_a_statement_the_server_cancels_says_so(pg_dsn: str, tenx_postgres
     await cp.asetup()
     app = support_graph(cp)
     assert await turn(app, "locked") == EXPECTED
-    locker = await asyncio.to_thread(_RowLocker, tenx_postgres, dbname, "srv_cancel", "locked")
+    locker = await asyncio.to_thread(_Locker.thread_row, tenx_postgres, dbname, "srv_cancel", "locked")
     try:
         with pytest.raises(TransientStorageError) as raised:
             await asyncio.wait_for(turn(app, "locked"), 60)
@@ -454,7 +457,7 @@ async def test_a_statement_whose_session_the_server_ends_says_so(pg_dsn: str, te
     await cp.asetup()
     app = support_graph(cp)
     assert await turn(app, "locked") == EXPECTED
-    locker = await asyncio.to_thread(_RowLocker, tenx_postgres, dbname, "srv_ended", "locked")
+    locker = await asyncio.to_thread(_Locker.thread_row, tenx_postgres, dbname, "srv_ended", "locked")
     try:
         blocked = asyncio.create_task(turn(app, "locked"))
         waiting = (f"SELECT pid FROM pg_stat_activity WHERE datname = '{dbname}' AND wait_event_type = 'Lock' "
@@ -471,4 +474,31 @@ async def test_a_statement_whose_session_the_server_ends_says_so(pg_dsn: str, te
         await asyncio.to_thread(locker.close)
     assert "the server ended the session" in str(raised.value), str(raised.value)
     assert await turn(app, "locked") == EXPECTED
+    await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_setup_beside_a_lock_on_the_schema_version_table_is_transient(
+    pg_dsn: str, tenx_postgres: PostgresServer
+) -> None:
+    """A new worker's ``asetup()`` on a migrated schema while another session holds
+    ``schema_version`` (a migrator of another version, a DBA's ``LOCK TABLE``): past lock_timeout
+    it is TransientStorageError, a retry passes once the lock is gone. Until session 23 it was
+    SchemaVersionError STORAGE_SCHEMA_001, "migration failed", which says the schema is broken."""
+    dbname = pg_dsn.rsplit("/", 1)[1].split("?", 1)[0]
+    first = PgCheckpointer(pg_dsn, schema="srv_setup", enforce_user_isolation=False)
+    await first.asetup()
+    await first.arelease()
+    locker = await asyncio.to_thread(_Locker, tenx_postgres, dbname,
+                                     "LOCK TABLE srv_setup.schema_version IN ACCESS EXCLUSIVE MODE")
+    cp = PgCheckpointer(pg_dsn, schema="srv_setup", enforce_user_isolation=False, pool_config={"lock_timeout": 1})
+    try:
+        with pytest.raises(TransientStorageError) as raised:
+            await asyncio.wait_for(cp.asetup(), 60)
+        assert not isinstance(raised.value, SchemaVersionError)
+        assert "lock_timeout" in str(raised.value)
+    finally:
+        await asyncio.to_thread(locker.close)
+    assert await asyncio.wait_for(cp.asetup(), 60) is True
+    assert await turn(support_graph(cp), "after-setup") == EXPECTED
     await cp.arelease()

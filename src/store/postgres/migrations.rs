@@ -55,6 +55,20 @@ const MIGRATIONS: [(i32, &str, &str); 14] = [
     ),
 ];
 
+/// A failure reading or migrating the schema. One a retry can pass (a lock not granted within
+/// `lock_timeout`, a statement the server cancelled, an ended session, connection trouble) is
+/// `Transient`, classified as every statement's is: as `Schema` (`STORAGE_SCHEMA_001`, "a
+/// migration failed") it sent a fleet's new worker, whose `asetup()` met another session's lock
+/// on `schema_version`, looking for a broken schema (red-team, session 23). Anything else is
+/// `Schema`.
+fn schema_err(e: sqlx::Error) -> StoreError {
+    let text = e.to_string();
+    match super::errors::map_err("migrate", e, None) {
+        transient @ StoreError::Transient { .. } => transient,
+        _ => StoreError::Schema(super::errors::redact(&text)),
+    }
+}
+
 /// The schema version `migrate` brings a database to (the last file of `migrations/postgres`).
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -72,7 +86,7 @@ pub async fn migrate(
     deadline: Duration,
 ) -> StoreResult<(IdType, IdType)> {
     let ident = quote_schema(schema)?;
-    let err = |e: sqlx::Error| StoreError::Schema(e.to_string());
+    let err = schema_err;
     // A database already at CURRENT_VERSION needs no lock: a running fleet's `setup()` (and every
     // new worker's first call) must not queue behind a migrator that froze holding it. Bounded
     // like any statement; the migration itself is not (it may rightly take minutes).
@@ -135,7 +149,12 @@ pub async fn migrate(
         sqlx::raw_sql(AssertSqlSafe(with_role_type(&with_id_types(sql, ids), role.as_deref())))
             .execute(&mut *tx)
             .await
-            .map_err(|e| StoreError::Schema(format!("migration to version {version} ({file}) failed: {e}")))?;
+            .map_err(|e| match schema_err(e) {
+                StoreError::Schema(text) => {
+                    StoreError::Schema(format!("migration to version {version} ({file}) failed: {text}"))
+                }
+                transient => transient,
+            })?;
         sqlx::query("INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(version)
             .execute(&mut *tx)
@@ -149,20 +168,20 @@ pub async fn migrate(
 /// The database's id types when its schema is at `CURRENT_VERSION` with the functions our
 /// statements call (read without the lock); None when `migrate` must run.
 async fn up_to_date(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> StoreResult<Option<(IdType, IdType)>> {
-    let mut conn = pool.acquire().await.map_err(|e| StoreError::Schema(e.to_string()))?;
+    let mut conn = pool.acquire().await.map_err(schema_err)?;
     let table = format!("{}.schema_version", quote_schema(schema)?);
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(&table)
         .fetch_one(&mut *conn)
         .await
-        .map_err(|e| StoreError::Schema(e.to_string()))?;
+        .map_err(schema_err)?;
     if !exists {
         return Ok(None);
     }
     let current: i32 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COALESCE(MAX(version), 0) FROM {table}")))
         .fetch_one(&mut *conn)
         .await
-        .map_err(|e| StoreError::Schema(e.to_string()))?;
+        .map_err(schema_err)?;
     if current < CURRENT_VERSION {
         return Ok(None);
     }
@@ -182,7 +201,7 @@ async fn up_to_date(pool: &PgPool, schema: &str, ids: (IdType, IdType)) -> Store
     .bind(schema)
     .fetch_optional(&mut *conn)
     .await
-    .map_err(|e| StoreError::Schema(e.to_string()))?;
+    .map_err(schema_err)?;
     match role_schema {
         Some(own) if own == schema => {}
         Some(_) if !has_unresolvable_role_casts(&mut conn, schema).await? => {}
@@ -222,7 +241,7 @@ async fn existing_role_type(tx: &mut sqlx::PgConnection, schema: &str) -> StoreR
     .bind(schema)
     .fetch_optional(&mut *tx)
     .await
-    .map_err(|e| StoreError::Schema(e.to_string()))
+    .map_err(schema_err)
 }
 
 /// Whether a function of `schema` casts to `message_role` unqualified (see `migrate`).
@@ -234,7 +253,7 @@ async fn has_unresolvable_role_casts(tx: &mut sqlx::PgConnection, schema: &str) 
     .bind(schema)
     .fetch_one(&mut *tx)
     .await
-    .map_err(|e| StoreError::Schema(e.to_string()))
+    .map_err(schema_err)
 }
 
 /// The id types of an existing `threads` table (thread id, user id), None before version 1.
@@ -246,7 +265,7 @@ async fn existing_id_types(tx: &mut sqlx::PgConnection, schema: &str) -> StoreRe
     .bind(schema)
     .fetch_all(&mut *tx)
     .await
-    .map_err(|e| StoreError::Schema(e.to_string()))?;
+    .map_err(schema_err)?;
     let of = |col: &str| -> StoreResult<Option<IdType>> {
         match rows.iter().find(|(c, _)| c == col) {
             None => Ok(None),
