@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tenxgraph::engine::{
     BoxError, END, EdgeSpec, EngineError, ExecMeta, ExecStatus, GraphSpec, HostFailure, MsgCursor, NodeHost,
-    NodeOutput, OnBusy, RouteValue, RunConfig, RunInput, START, STOP_NAMESPACE, Snapshot, StopSignals, Stored, run,
-    stop_key,
+    NodeOutput, OnBusy, RouteValue, RunConfig, RunInput, START, STOP_NAMESPACE, Snapshot, StopSignals, Stored,
+    release_abandoned, run, run_shared, stop_key,
 };
 use tenxgraph::store::{Checkpointer, MemoryStore, SqliteStore, StoredMessage, ThreadRef};
 
@@ -309,6 +309,44 @@ async fn stop_ends_a_hung_node_quickly_and_resume_reruns_it() {
     let out = run(&g, &*store, &host2, &c, RESUME).await.unwrap();
     assert_eq!(host2.calls(), ["hang", "c"]);
     assert_eq!(out.exec.status, ExecStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_shared_run_dropped_mid_node_releases_its_lease_once_its_host_is_done() {
+    for store in stores().await {
+        let g = linear(&["a", "b"]);
+        let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Hang)], &["x"]);
+        // Dropped while "b" is in flight, as a caller's cancel drops it.
+        let c = cfg("shared");
+        let r = tokio::time::timeout(Duration::from_millis(200), run_shared(&g, &store, &host, &c, NEW)).await;
+        assert!(r.is_err());
+        // Parked until the host has written what the run left (its late ledger rows).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!store.lease_get("shared").await.unwrap().expect("the run took the lease").released);
+        release_abandoned("shared", &c.run_id);
+        let deadline = Instant::now() + Duration::from_secs(10); // the lease's 30 s are far off
+        loop {
+            let lease = store.lease_get("shared").await.unwrap().expect("the run took the lease");
+            if lease.released {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the dropped run's lease is still held: {lease:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A caller that lends the store cannot hand it to a task: the lease waits for its expiry.
+        // (Other node names: a node's message ids are its name and a count, unique per store.)
+        let lent = linear(&["p", "q"]);
+        let host = TestHost::new(&[("p", Behave::Say), ("q", Behave::Hang)], &["y"]);
+        let r = tokio::time::timeout(Duration::from_millis(200), run(&lent, &*store, &host, &cfg("lent"), NEW)).await;
+        assert!(r.is_err(), "{:?}", r.map(|o| o.map(|o| o.exec.status)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!store.lease_get("lent").await.unwrap().expect("the run took the lease").released);
+        // The released thread resumes at the node in flight.
+        let host2 = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say)], &[]);
+        let out = run_shared(&g, &store, &host2, &cfg("shared"), RESUME).await.unwrap();
+        assert_eq!(host2.calls(), ["b"]);
+        assert_eq!(out.exec.status, ExecStatus::Completed);
+    }
 }
 
 #[tokio::test]

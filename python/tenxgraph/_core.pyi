@@ -17,6 +17,9 @@ __version__: str
 
 PG_SCHEMA_VERSION: int
 
+def release_abandoned(thread_id: str, run_id: str) -> None:
+    """The cancelled run's late ledger writes are done: its parked lease is released."""
+
 def wake_hub_fileno() -> int:
     """The socket this thread's event loops watch (``add_reader``, once per loop) for native
     awaitables woken from another thread; one per thread, an ended thread's or made on first

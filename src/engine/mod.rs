@@ -28,7 +28,7 @@ pub use lease::{LeasePolicy, OnBusy};
 pub use ledger::{idempotency_key, is_valid_envelope, ledger_key};
 pub use recovery::{RecoveryCandidate, recovery_candidates};
 pub use routing::next_node;
-pub use run_loop::{RunInput, RunOutcome, run};
+pub use run_loop::{RunInput, RunOutcome, release_abandoned, run, run_shared};
 pub use stop::{STOP_NAMESPACE, StopSignals, stop_key};
 pub use tools::{
     Carried, CarriedRow, SideEffects, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer, run_tool_node,

@@ -15,6 +15,7 @@ use stopping::StopKind;
 use tokio::time::{Instant, sleep, sleep_until};
 
 mod abandoned;
+pub use abandoned::release_abandoned;
 mod carry;
 mod commit;
 mod start;
@@ -112,21 +113,46 @@ struct Run<'a, H: NodeHost + ?Sized> {
 /// Durability: the run's input is committed before the first node; after each node the state and
 /// the node's new messages are committed in one transaction (`durable_every_step`), so a crash
 /// replays at most the node in flight. Every commit names the version it started from.
+///
+/// A run whose future is dropped before it ends keeps its lease row held until it expires; a
+/// caller that shares the store uses `run_shared`, which releases it.
 pub async fn run<H: NodeHost + ?Sized>(
     graph: &GraphSpec,
-    shared_store: &Arc<dyn Checkpointer>,
+    store: &dyn Checkpointer,
     host: &H,
     cfg: &RunConfig,
     input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
-    let store: &dyn Checkpointer = &**shared_store;
-    let cell = std::sync::OnceLock::new();
-    let abandoned = abandoned::ReleaseIfAbandoned::new(&cell, shared_store);
+    run_holding(graph, store, None, host, cfg, input).await
+}
+
+/// `run`, for a caller that holds the store shared: a run whose future is dropped before it ends
+/// (its caller cancelled it) releases its lease on a task of its own (see `abandoned`).
+pub async fn run_shared<H: NodeHost + ?Sized>(
+    graph: &GraphSpec,
+    store: &Arc<dyn Checkpointer>,
+    host: &H,
+    cfg: &RunConfig,
+    input: RunInput<'_>,
+) -> Result<RunOutcome, EngineError> {
+    run_holding(graph, &**store, Some(store), host, cfg, input).await
+}
+
+async fn run_holding<H: NodeHost + ?Sized>(
+    graph: &GraphSpec,
+    store: &dyn Checkpointer,
+    shared: Option<&Arc<dyn Checkpointer>>,
+    host: &H,
+    cfg: &RunConfig,
+    input: RunInput<'_>,
+) -> Result<RunOutcome, EngineError> {
+    let abandoned = abandoned::ReleaseIfAbandoned::new(shared, &cfg.run_id);
+    let cell = &abandoned.cell;
     let mut done = None;
     let mut refused = false;
     if optimistic_start(cfg, &input) {
         let opt = Optimistic::default();
-        let r = run_leased(graph, store, host, cfg, input, &cell, Some(&opt), false).await;
+        let r = run_leased(graph, store, host, cfg, input, cell, Some(&opt), false).await;
         refused = opt.refused.load(std::sync::atomic::Ordering::Acquire);
         if refused {
             tracing::debug!(thread_id = %cfg.thread.thread_id, "the thread was busy or moved since it was loaded; taking its lease first");
@@ -140,7 +166,7 @@ pub async fn run<H: NodeHost + ?Sized>(
             // The lease comes first: what is loaded next is what the previous holder left.
             let lease = lease::acquire(store, cfg).await?;
             let _ = cell.set(lease);
-            run_leased(graph, store, host, cfg, input, &cell, None, refused).await
+            run_leased(graph, store, host, cfg, input, cell, None, refused).await
         }
     };
     // The last commit released it in its own transaction unless the run ended without one. Also

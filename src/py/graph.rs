@@ -77,7 +77,7 @@ impl NativeGraph {
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref(), resume_only };
-            engine::run(&spec, &store, &host, &cfg, input).await
+            engine::run_shared(&spec, &store, &host, &cfg, input).await
         };
         let fut = tracing::Instrument::instrument(fut, span);
         let driver = super::driver::drive(py, fut, |py, r| match r {

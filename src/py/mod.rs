@@ -37,6 +37,15 @@ pub mod _core {
     #[pymodule_export]
     use super::store::NativeStore;
 
+    /// The host's word that the cancelled run `run_id` on `thread_id` has written its late
+    /// results (the tools that returned before the cancel): its lease, parked when the run's
+    /// future was dropped, is released now (see src/engine/run_loop/abandoned.rs).
+    #[pyfunction]
+    fn release_abandoned(py: Python<'_>, thread_id: &str, run_id: &str) {
+        let _enter = pyo3_async_runtimes::tokio::get_runtime().enter();
+        py.detach(|| crate::engine::release_abandoned(thread_id, run_id));
+    }
+
     /// The socket the event loops of this thread watch (`add_reader`, once per loop) for
     /// native awaitables woken from another thread (see src/py/driver.rs).
     #[pyfunction]

@@ -1,32 +1,65 @@
 //! A run whose future is dropped before it ends (its caller cancelled `ainvoke`, left a stream
-//! early, or a sync wrapper was interrupted) still holds its lease row. The run's own release is
-//! an `await` at the end of `run`, which a dropped future never reaches: in this process the
-//! thread was free at once (the run left `live_runs`), but every other process found it busy
-//! until the lease expired (`lease_ttl`; `on_busy="reject"` refused it, `"wait"` waited that
-//! long). Red-team, session 23: 190 of 252 cancelled runs' rows still held once every run had
-//! returned.
+//! early, or a sync wrapper was interrupted) still holds its lease row: the run's own release is
+//! an `await` at the end of `run`, which a dropped future never reaches. Other processes found
+//! the thread busy until the lease expired (`lease_ttl`); red-team, session 23: 190 of 252
+//! cancelled runs' rows still held once every run had returned.
 //!
-//! The guard below sends that release on its own task when the future is dropped with the lease
-//! still held. Safe for the same reasons an expiry is: the dropped run writes nothing more (its
-//! future is gone); a statement of it still in flight at the server is fenced by its token and
-//! versioned, so it either commits before the next holder takes the lease (which then reads it)
-//! or is refused; and the release names this run's token, so it frees nothing a newer holder has.
+//! The lease is not freed on the spot, though: the host still has work of the run to do. The
+//! results of tools that returned before the drop are written to the ledger after it
+//! (`record_finished_tools` in Python), and a resume that took the thread before those writes
+//! landed fired a returned idempotent tool again, or read an at-most-once one as an unknown
+//! outcome (red-team, session 23: a stream dropped without `aclose()` beside a waiting resume in
+//! the same process, 3 of 60). So the dropped run's lease, with its entry among this process's
+//! live runs, is parked here until the host says its late writes are done (`release_abandoned`),
+//! or at most [`SETTLE_BOUND`]; then the release is sent. Safe as an expiry is: the run writes
+//! nothing more through the engine, a statement of it still in flight is fenced and versioned,
+//! and the release names its token, so it frees nothing a newer holder has.
 
 use super::Lease;
 use crate::store::Checkpointer;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-/// Releases the run's lease on a task of its own if the run's future is dropped while holding it.
-pub(super) struct ReleaseIfAbandoned<'a> {
-    cell: &'a OnceLock<Lease>,
-    store: &'a Arc<dyn Checkpointer>,
+/// The longest a dropped run's lease waits for its host: the host's own bounds (tool tasks
+/// unwinding 5 s, each late write 10 s) with room for a few writes.
+pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
+
+struct Parked {
+    store: Arc<dyn Checkpointer>,
+    lease: Lease,
+}
+
+fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
+    static PARKED: OnceLock<Mutex<HashMap<(String, String), Parked>>> = OnceLock::new();
+    PARKED.get_or_init(Default::default)
+}
+
+/// The host's word that the dropped run `run_id` on `thread_id` has nothing more to write: its
+/// parked lease (if any) is released now. Does nothing for a run that ended on its own.
+pub fn release_abandoned(thread_id: &str, run_id: &str) {
+    let entry = parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&(thread_id.to_owned(), run_id.to_owned()));
+    let Some(Parked { store, lease }) = entry else { return };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    rt.spawn(async move {
+        lease.release(&*store).await;
+        drop(lease); // leaves this process's live runs only once the row is free
+    });
+}
+
+/// Holds the run's lease cell; parks the lease if the run's future is dropped holding it.
+pub(super) struct ReleaseIfAbandoned {
+    pub(super) cell: OnceLock<Lease>,
+    /// None: the caller lends the store and cannot hand it on; the lease expires.
+    store: Option<Arc<dyn Checkpointer>>,
+    run_id: String,
     /// The run reached its own release (or returned): nothing to do on drop.
     finished: bool,
 }
 
-impl<'a> ReleaseIfAbandoned<'a> {
-    pub(super) fn new(cell: &'a OnceLock<Lease>, store: &'a Arc<dyn Checkpointer>) -> Self {
-        ReleaseIfAbandoned { cell, store, finished: false }
+impl ReleaseIfAbandoned {
+    pub(super) fn new(store: Option<&Arc<dyn Checkpointer>>, run_id: &str) -> Self {
+        ReleaseIfAbandoned { cell: OnceLock::new(), store: store.cloned(), run_id: run_id.to_owned(), finished: false }
     }
 
     pub(super) fn finish(mut self) {
@@ -34,21 +67,22 @@ impl<'a> ReleaseIfAbandoned<'a> {
     }
 }
 
-impl Drop for ReleaseIfAbandoned<'_> {
+impl Drop for ReleaseIfAbandoned {
     fn drop(&mut self) {
         if self.finished {
             return;
         }
-        let Some(lease) = self.cell.get().filter(|l| !l.released()) else { return };
+        let Some(store) = self.store.take() else { return };
+        let Some(lease) = self.cell.take().filter(|l| !l.released()) else { return };
         // The host drops a run's future inside the runtime's context; outside one (no runtime
         // left at interpreter exit) the lease expires by itself, as before.
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (store, thread_id, token) = (Arc::clone(self.store), lease.thread_id.clone(), lease.token);
-        tracing::debug!(thread_id = %thread_id, "the run was abandoned (its caller cancelled it): releasing its lease");
+        let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
+        tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
+        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, lease });
         rt.spawn(async move {
-            if let Err(e) = store.lease_release(&thread_id, token).await {
-                tracing::warn!(thread_id = %thread_id, "could not release an abandoned run's lease (it expires by itself): {e}");
-            }
+            tokio::time::sleep(SETTLE_BOUND).await;
+            release_abandoned(&key.0, &key.1);
         });
     }
 }

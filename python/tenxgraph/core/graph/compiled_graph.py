@@ -360,7 +360,12 @@ class CompiledGraph(Generic[StateT]):
             # Cancelled (a client's timeout, a stream closed, the loop ending), or an interrupt
             # raised on the loop: the results of tools that returned are recorded first.
             if not isinstance(exc, Exception):
-                await run.record_finished_tools()
+                try:
+                    await run.record_finished_tools()
+                finally:
+                    # The dropped run's lease was parked until now: a resume that took the thread
+                    # before these writes landed would fire a returned tool again.
+                    _core.release_abandoned(str(cfg["thread_id"]), str(cfg["run_id"]))
             raise
 
     async def astream(
