@@ -378,7 +378,9 @@ class Run(RunHooks, RunTools):
                 )
             check_answer(self.resume_value, pending.response_schema)
             try:
-                json.dumps(self.resume_value)
+                # NaN and infinities too: JSON cannot hold them, and refused later (by the
+                # state's commit) the run had already failed the paused thread.
+                json.dumps(self.resume_value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"the resume value must be JSON-serialisable: {exc}") from exc
             answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})
