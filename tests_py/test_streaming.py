@@ -209,6 +209,37 @@ def test_sync_stream_and_early_exit(make_thread) -> None:
     stream.close()  # leaving early ends the worker thread and the run
 
 
+def test_leaving_a_sync_stream_while_a_tool_runs_cancels_the_tool_at_once(make_thread) -> None:
+    """The consumer of ``stream()`` leaves while a tool is running (here one that would wait for
+    ever). Until session 23 ``close()`` waited for the tool to finish (up to ``tool_timeout``,
+    300 s: a hang from the caller's side) and the tool was not cancelled; the worker only looked
+    at the consumer at the next chunk. Now leaving cancels the run where it is, as leaving
+    ``astream`` does, and the thread stays at its in-flight node for a resume."""
+    import threading
+
+    started, ended = threading.Event(), []
+
+    async def wait_forever() -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return "never"
+
+    app = tool_graph(AgentState, [wait_forever], [[call("c1", "wait_forever")]])
+    cfg = {"thread_id": make_thread("sync-leave")}
+    stream = app.stream({"messages": [user("go")]}, cfg)
+    assert next(stream).message.text() == "go"
+    assert started.wait(60), "the tool never started"
+    closer = threading.Thread(target=stream.close, daemon=True)
+    closer.start()
+    closer.join(60)  # without the cancel, this waits on a tool that never returns
+    assert not closer.is_alive(), "leaving the stream waits for the running tool"
+    assert ended == ["cancelled"]
+
+
 def _support_turn_app(checkpointer: Any):
     async def lookup_order(order_id: str) -> str:
         await asyncio.sleep(0.01)

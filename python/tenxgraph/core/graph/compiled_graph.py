@@ -430,8 +430,14 @@ class CompiledGraph(Generic[StateT]):
         """Sync ``astream``: the run goes on a private event loop in a worker thread."""
         out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=256)
         stop = threading.Event()
+        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
         async def pump() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            running.append((asyncio.get_running_loop(), task))
+            if stop.is_set():  # the consumer left before the run started
+                return
             agen = self.astream(input_data, config, response_granularity)
             try:
                 async for chunk in agen:
@@ -468,6 +474,14 @@ class CompiledGraph(Generic[StateT]):
                     return
         finally:
             stop.set()
+            # A consumer that leaves early cancels the run where it is (a tool still running),
+            # as leaving ``astream`` does; the pump alone would only notice at the next chunk,
+            # and the join below waited for the tool to finish (red-team, session 23).
+            for loop, task in running:
+                try:
+                    loop.call_soon_threadsafe(task.cancel)
+                except RuntimeError:  # the private loop has ended: so has the run
+                    pass
             while thread.is_alive():
                 try:
                     out.get_nowait()
