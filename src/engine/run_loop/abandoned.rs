@@ -9,9 +9,12 @@
 //! (`record_finished_tools` in Python), and a resume that took the thread before those writes
 //! landed fired a returned idempotent tool again, or read an at-most-once one as an unknown
 //! outcome (red-team, session 23: a stream dropped without `aclose()` beside a waiting resume in
-//! the same process, 3 of 60). So the dropped run's lease, with its entry among this process's
-//! live runs, is parked here until the host says its late writes are done (`release_abandoned`),
-//! or at most [`SETTLE_BOUND`]; then the release is sent. Safe as an expiry is: the run writes
+//! the same process, 3 of 60). So the dropped run's lease row is released only once the host says
+//! its late writes are done (`release_abandoned`), or after at most [`SETTLE_BOUND`]: another
+//! process waits for them. This process's own runs still see the thread free the moment the
+//! future is dropped (its entry among the live runs goes with the lease), as before: a retry the
+//! caller starts at once must not be refused by its own cancelled run; the same-process race
+//! above is left open (docs/reliability.md, session 23). Safe as an expiry is: the run writes
 //! nothing more through the engine, a statement of it still in flight is fenced and versioned,
 //! and the release names its token, so it frees nothing a newer holder has.
 
@@ -27,7 +30,7 @@ pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
 
 struct Parked {
     store: Arc<dyn Checkpointer>,
-    lease: Lease,
+    token: i64,
 }
 
 fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
@@ -39,11 +42,13 @@ fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
 /// parked lease (if any) is released now. Does nothing for a run that ended on its own.
 pub fn release_abandoned(thread_id: &str, run_id: &str) {
     let entry = parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&(thread_id.to_owned(), run_id.to_owned()));
-    let Some(Parked { store, lease }) = entry else { return };
+    let Some(Parked { store, token }) = entry else { return };
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let thread_id = thread_id.to_owned();
     rt.spawn(async move {
-        lease.release(&*store).await;
-        drop(lease); // leaves this process's live runs only once the row is free
+        if let Err(e) = store.lease_release(&thread_id, token).await {
+            tracing::warn!(thread_id = %thread_id, "could not release a cancelled run's lease (it expires by itself): {e}");
+        }
     });
 }
 
@@ -79,7 +84,10 @@ impl Drop for ReleaseIfAbandoned {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
         tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
-        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, lease });
+        // This process's own runs see the thread free at once, as before (the lease's entry
+        // among the live runs goes with it); the row waits for the host.
+        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, token: lease.token });
+        drop(lease);
         rt.spawn(async move {
             tokio::time::sleep(SETTLE_BOUND).await;
             release_abandoned(&key.0, &key.1);
