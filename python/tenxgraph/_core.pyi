@@ -7,7 +7,7 @@ from typing import Any, final
 
 
 __all__ = [
-    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "wake_hub_fileno", "wake_hub_run", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
+    "Completion", "ledger_lookup_keys", "NativeGraph", "NativeStore", "PG_SCHEMA_VERSION", "Driver", "release_abandoned", "wake_hub_fileno", "wake_hub_run", "metrics_snapshot", "reset_log_cache", "shutdown", "__version__",
     "DEFAULT_BUSY_TIMEOUT_SECONDS", "DEFAULT_LEASE_TTL_SECONDS", "DEFAULT_NODE_TIMEOUT_SECONDS", "DEFAULT_RECURSION_LIMIT",
     "DEFAULT_TOOL_TIMEOUT_SECONDS", "ExecView", "INTENT_KIND", "KeptState", "NodeResult", "RunOptions", "STATE_META_KEY", "STOP_NAMESPACE",
     "dump_walk", "resolve_timeout", "stop_key", "text_id",
