@@ -202,7 +202,7 @@ def play(*, target: str, db: str, workdir: Path, env: dict[str, str], text: str,
                         assert n.get(c.effect, 0) == done_at[c.call_id], ctx
                     assert (output, failed) == (c.result, False), ctx
             if all(not c.at_most_once for c in calls) or not cut_off:
-                assert final.context[-1].text() == gold_last, ctx
+                assert final.context[-1].text() == gold_last, f"{ctx}; final {final.context[-1].text()!r}, gold {gold_last!r}"
     finally:
         asyncio.run(cp.arelease())
     return kills
