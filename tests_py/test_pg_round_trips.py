@@ -287,20 +287,8 @@ async def test_a_statement_cancelled_mid_flight_leaves_its_connection_behind(
     app = support_graph(cp)
     assert await turn(app, "blocked") == EXPECTED  # the thread's row exists from here on
 
-    locker = subprocess.Popen(
-        [find_pg_binary("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", tenx_postgres.dsn_for(dbname)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=dict(os.environ) if tenx_postgres.external else _pg_env(),
-    )
+    locker = await asyncio.to_thread(_Locker.thread_row, tenx_postgres, dbname, "cancelled", "blocked")
     try:
-        assert locker.stdin is not None and locker.stdout is not None
-        locker.stdin.write(
-            "BEGIN; SELECT 1 FROM cancelled.threads WHERE thread_id = 'blocked' FOR UPDATE; SELECT 'locked';\n"
-        )
-        locker.stdin.flush()
-        assert locker.stdout.readline().strip() == "1"
-        assert locker.stdout.readline().strip() == "locked"
-
         blocked = asyncio.create_task(turn(app, "blocked"))
         deadline = time.monotonic() + 60
         waiting_sql = (
@@ -319,10 +307,7 @@ async def test_a_statement_cancelled_mid_flight_leaves_its_connection_behind(
         for i in range(3):
             assert await asyncio.wait_for(turn(app, f"other-{i}"), 60) == EXPECTED
     finally:
-        if locker.stdin is not None:
-            locker.stdin.write("ROLLBACK;\n")
-            locker.stdin.close()
-        locker.wait(30)
+        await asyncio.to_thread(locker.close)
 
     assert [m.text() for m in await cp.alist_messages({"thread_id": "other-2"})] == EXPECTED
     await cp.arelease()

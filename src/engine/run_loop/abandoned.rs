@@ -55,28 +55,24 @@ pub fn release_abandoned(thread_id: &str, run_id: &str) {
 /// Holds the run's lease cell; parks the lease if the run's future is dropped holding it.
 pub(super) struct ReleaseIfAbandoned {
     pub(super) cell: OnceLock<Lease>,
-    /// None: the caller lends the store and cannot hand it on; the lease expires.
+    /// None: the caller lends the store and cannot hand it on (the lease expires), or the run
+    /// reached its own release (nothing to do on drop).
     store: Option<Arc<dyn Checkpointer>>,
     run_id: String,
-    /// The run reached its own release (or returned): nothing to do on drop.
-    finished: bool,
 }
 
 impl ReleaseIfAbandoned {
     pub(super) fn new(store: Option<&Arc<dyn Checkpointer>>, run_id: &str) -> Self {
-        ReleaseIfAbandoned { cell: OnceLock::new(), store: store.cloned(), run_id: run_id.to_owned(), finished: false }
+        ReleaseIfAbandoned { cell: OnceLock::new(), store: store.cloned(), run_id: run_id.to_owned() }
     }
 
     pub(super) fn finish(mut self) {
-        self.finished = true;
+        self.store = None;
     }
 }
 
 impl Drop for ReleaseIfAbandoned {
     fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
         let Some(store) = self.store.take() else { return };
         let Some(lease) = self.cell.take().filter(|l| !l.released()) else { return };
         // The host drops a run's future inside the runtime's context; outside one (no runtime
