@@ -338,7 +338,7 @@ async fn a_shared_run_dropped_mid_node_releases_its_lease_once_its_host_is_done(
         let lent = linear(&["p", "q"]);
         let host = TestHost::new(&[("p", Behave::Say), ("q", Behave::Hang)], &["y"]);
         let r = tokio::time::timeout(Duration::from_millis(200), run(&lent, &*store, &host, &cfg("lent"), NEW)).await;
-        assert!(r.is_err(), "{:?}", r.map(|o| o.map(|o| o.exec.status)));
+        assert!(r.is_err(), "{:?}", r.as_ref().map(|o| o.as_ref().map(|o| o.exec.status).ok()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!store.lease_get("lent").await.unwrap().expect("the run took the lease").released);
         // The released thread resumes at the node in flight.
@@ -346,6 +346,33 @@ async fn a_shared_run_dropped_mid_node_releases_its_lease_once_its_host_is_done(
         let out = run_shared(&g, &store, &host2, &cfg("shared"), RESUME).await.unwrap();
         assert_eq!(host2.calls(), ["b"]);
         assert_eq!(out.exec.status, ExecStatus::Completed);
+    }
+}
+
+/// The caller's own retry, started the moment its cancel returned (`on_busy` "reject", the
+/// default), waits for the dropped run's host rather than be refused by it, and does not start
+/// before it: the host is still writing the results of tools that returned before the drop.
+#[tokio::test]
+async fn a_retry_in_the_same_process_waits_for_a_dropped_runs_host() {
+    for store in stores().await {
+        let g = linear(&["a", "b"]);
+        let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Hang)], &["x"]);
+        let c = cfg("settle");
+        let r = tokio::time::timeout(Duration::from_millis(200), run_shared(&g, &store, &host, &c, NEW)).await;
+        assert!(r.is_err());
+        let host2 = TestHost::new(&[("a", Behave::Say), ("b", Behave::Say)], &[]);
+        let retry_cfg = cfg("settle");
+        let retry = run_shared(&g, &store, &host2, &retry_cfg, RESUME);
+        tokio::pin!(retry);
+        let early = tokio::time::timeout(Duration::from_millis(300), &mut retry).await;
+        assert!(early.is_err(), "the retry did not wait for the dropped run's host");
+        assert!(host2.calls().is_empty());
+        release_abandoned("settle", &c.run_id);
+        let out = tokio::time::timeout(Duration::from_secs(20), retry)
+            .await
+            .expect("the retry went on once the host was done");
+        assert_eq!(out.unwrap().exec.status, ExecStatus::Completed);
+        assert_eq!(host2.calls(), ["b"]);
     }
 }
 

@@ -355,6 +355,58 @@ async def test_a_cancelled_run_frees_the_thread_at_once(checkpointer: Any, make_
     assert time.monotonic() - started < 5  # not the 60 s lease: this process knows it holds nothing
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("on_busy", ["wait", "reject"])
+async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
+        checkpointer: Any, make_thread: Any, on_busy: str) -> None:
+    """``pay`` returns as its run is cancelled (the run's future drops its ledger write); its
+    sibling ``slow`` takes a while to unwind, so the cancelled run's ``record_finished_tools``
+    writes ``pay``'s result only after it. A resume of this process, started as the cancel
+    lands, must wait for that write: red-team of session 23 (a stream dropped without
+    ``aclose()`` beside a waiting resume) saw it take the thread at once and fire ``pay`` again.
+    With ``"reject"`` (the caller's own retry) it must not be refused by its own cancelled run."""
+    effects: dict[str, int] = {}
+    client: dict[str, Any] = {}
+    unwinding, let_go, ran_again = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        if effects["pay"] > 1:
+            ran_again.set()
+        else:
+            client["task"].cancel()  # the client leaves as pay returns
+        return "paid"
+
+    async def slow(idempotency_key: str) -> str:
+        if client.get("cancelled_once"):
+            return "slow done"
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            client["cancelled_once"] = True
+            unwinding.set()
+            await asyncio.wait_for(let_go.wait(), 4)  # under record_finished_tools' 5 s
+            raise
+        return "never"
+
+    app = tool_graph(AgentState, [slow, pay], [[call("c1", "slow"), call("c2", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("settle")}
+    client["task"] = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg)))
+    await asyncio.wait_for(unwinding.wait(), 60)
+    retry = asyncio.ensure_future(app.ainvoke({}, {**cfg, "on_busy": on_busy}))
+    # Before the fix the retry ran pay again here; give it the time to (or to be refused).
+    again = asyncio.ensure_future(ran_again.wait())
+    await asyncio.wait({retry, again}, timeout=1.5, return_when=asyncio.FIRST_COMPLETED)
+    again.cancel()
+    assert not retry.done(), f"the retry did not wait for the cancelled run: {retry.exception() if retry.done() else ''}"
+    let_go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(client["task"], 60)
+    done = await asyncio.wait_for(retry, 60)
+    assert tool_texts(done["messages"])["c2"] == "paid"
+    assert effects == {"pay": 1}, f"pay returned before the cancel and ran again on the resume: {effects}"
+
+
 # --------------------------------------------------------------------------- side-effect classes
 
 

@@ -109,7 +109,7 @@ fn live_runs() -> &'static Mutex<HashMap<(String, String), usize>> {
 }
 
 /// This run's entry in `live_runs`, removed on drop.
-struct LiveRun {
+pub(super) struct LiveRun {
     key: (String, String),
 }
 
@@ -133,6 +133,12 @@ impl Drop for LiveRun {
     }
 }
 
+/// The holder is this process.
+fn is_me(info: &LeaseInfo) -> bool {
+    let me = me();
+    info.host == me.host && info.pid == me.pid && info.pid_start == me.pid_start
+}
+
 /// A holder that can be proven dead: same machine and PID namespace, and its process is gone (or
 /// is this process, which no longer runs anything under that token). A holder elsewhere is alive
 /// until its lease expires.
@@ -141,7 +147,7 @@ pub(super) fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo
     if info.host != me.host || !std::path::Path::new("/proc/self/stat").exists() {
         return false;
     }
-    if info.pid == me.pid && info.pid_start == me.pid_start {
+    if is_me(info) {
         // The asking run is in `live_runs` itself: a holder with its run id (a caller reusing run
         // ids, or a retry of a run that died) is alive only if another entry exists.
         let live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
@@ -230,6 +236,12 @@ impl Lease {
         self.released.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The lease's token and its entry among this process's live runs, for a run whose future
+    /// was dropped holding it (`run_loop::abandoned` keeps both until its late writes land).
+    pub(super) fn into_parked(self) -> (i64, LiveRun) {
+        (self.token, self._live)
+    }
+
     /// Frees the thread for the next run at once.
     pub async fn release(&self, store: &dyn Checkpointer) {
         if let Err(e) = store.lease_release(&self.thread_id, self.token).await {
@@ -294,6 +306,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
     let mut waited = false;
     let mut waited_from: Option<i64> = None;
     let mut live = Some(LiveRun::enter(&thread_id, &cfg.run_id));
+    let mut settle_pause = Duration::from_millis(1);
     loop {
         let info = match store.lease_acquire(&thread_id, &req).await? {
             LeaseAttempt::Acquired { token } => {
@@ -323,6 +336,19 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             }
             LeaseAttempt::Held(info) => info,
         };
+        if is_me(&info) && super::run_loop::settling(&thread_id, &info.holder) {
+            // A run of this process whose caller dropped it, its late ledger writes (the results
+            // of tools that returned before the drop) still on their way: taking the thread now
+            // would run a returned tool again. Not a busy holder, whatever `on_busy` says: the
+            // caller's own retry waits for them (milliseconds), at most `busy_timeout` here too.
+            if Instant::now() >= deadline {
+                inc(&metrics().busy_rejections);
+                return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
+            }
+            sleep(settle_pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            settle_pause = (settle_pause * 2).min(Duration::from_millis(50));
+            continue;
+        }
         if holder_is_dead(&thread_id, &cfg.run_id, &info) && req.steal != Some(info.token) {
             req.steal = Some(info.token);
             continue;

@@ -16,6 +16,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 mod abandoned;
 pub use abandoned::release_abandoned;
+pub(super) use abandoned::settling;
 mod carry;
 mod commit;
 mod start;

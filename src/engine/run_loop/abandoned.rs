@@ -9,16 +9,17 @@
 //! (`record_finished_tools` in Python), and a resume that took the thread before those writes
 //! landed fired a returned idempotent tool again, or read an at-most-once one as an unknown
 //! outcome (red-team, session 23: a stream dropped without `aclose()` beside a waiting resume in
-//! the same process, 3 of 60). So the dropped run's lease row is released only once the host says
-//! its late writes are done (`release_abandoned`), or after at most [`SETTLE_BOUND`]: another
-//! process waits for them. This process's own runs still see the thread free the moment the
-//! future is dropped (its entry among the live runs goes with the lease), as before: a retry the
-//! caller starts at once must not be refused by its own cancelled run; the same-process race
-//! above is left open (docs/reliability.md, session 23). Safe as an expiry is: the run writes
-//! nothing more through the engine, a statement of it still in flight is fenced and versioned,
-//! and the release names its token, so it frees nothing a newer holder has.
+//! the same process, 3 of 60). So the dropped run's lease, with its entry among this process's
+//! live runs, is parked here until the host says its late writes are done (`release_abandoned`),
+//! or at most [`SETTLE_BOUND`]. Another process finds the row held (and follows its `on_busy`);
+//! a run of this process waits for the parked run whatever its `on_busy` says (`settling`): the
+//! caller's own retry, started the moment its cancel returned, must be neither refused by its
+//! own cancelled run (a first try refused it) nor let in before the writes. Safe as an expiry is:
+//! the run writes nothing more through the engine, a statement of it still in flight is fenced
+//! and versioned, and the release names its token, so it frees nothing a newer holder has.
 
 use super::Lease;
+use crate::engine::lease::LiveRun;
 use crate::store::Checkpointer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -31,6 +32,8 @@ pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
 struct Parked {
     store: Arc<dyn Checkpointer>,
     token: i64,
+    /// Keeps the run live for this process until the host is done (see `settling`).
+    live: LiveRun,
 }
 
 fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
@@ -42,7 +45,10 @@ fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
 /// parked lease (if any) is released now. Does nothing for a run that ended on its own.
 pub fn release_abandoned(thread_id: &str, run_id: &str) {
     let entry = parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&(thread_id.to_owned(), run_id.to_owned()));
-    let Some(Parked { store, token }) = entry else { return };
+    let Some(Parked { store, token, live }) = entry else { return };
+    // Leaves this process's live runs now, before the row is free: a run of this process waiting
+    // for it takes the row over at once (its holder is this process, with no live run under it).
+    drop(live);
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     let thread_id = thread_id.to_owned();
     rt.spawn(async move {
@@ -50,6 +56,12 @@ pub fn release_abandoned(thread_id: &str, run_id: &str) {
             tracing::warn!(thread_id = %thread_id, "could not release a cancelled run's lease (it expires by itself): {e}");
         }
     });
+}
+
+/// Whether `run_id`'s lease on `thread_id` is parked: its run was dropped by this process and its
+/// late writes are not done yet. A run of this process waits for it rather than follow `on_busy`.
+pub fn settling(thread_id: &str, run_id: &str) -> bool {
+    parked().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(thread_id.to_owned(), run_id.to_owned()))
 }
 
 /// Holds the run's lease cell; parks the lease if the run's future is dropped holding it.
@@ -80,10 +92,8 @@ impl Drop for ReleaseIfAbandoned {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
         tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
-        // This process's own runs see the thread free at once, as before (the lease's entry
-        // among the live runs goes with it); the row waits for the host.
-        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, token: lease.token });
-        drop(lease);
+        let (token, live) = lease.into_parked();
+        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, token, live });
         rt.spawn(async move {
             tokio::time::sleep(SETTLE_BOUND).await;
             release_abandoned(&key.0, &key.1);
