@@ -34,7 +34,7 @@ from tenxgraph._state_codec import STATE_META_KEY, encode_message_shaped, encode
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
-from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.command import Command
@@ -170,6 +170,8 @@ class Run(RunHooks, RunTools):
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
             self._index.append(state, self.input_messages)
+            if len(state.context) == stored_len and (known or state_json is not None):
+                self._add_resent_user_message(state)
         fields = type(state).model_fields
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
@@ -334,6 +336,29 @@ class Run(RunHooks, RunTools):
         # state's text, and the context's length and last object.
         self.committed_as = (data, n, ctx[-1] if n else None)
         return data, messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+
+    def _add_resent_user_message(self, state: AgentState) -> None:
+        """Every input message's id was already in the thread (a frontend that sends the whole
+        history with placeholder ids, or a turn sent again with the id of an earlier one): the
+        last one, a user message, is added under a new id so the user is answered, as 10xGraph
+        does. The run used to go on with the input dropped: the model answered the thread's last
+        reply, and a new text under an old id was lost while the response showed it. Only where
+        the thread's last turn is over (completed, failed, paused after its last node): on a
+        thread paused or cut off mid-turn, a message sent again with its own id is the same turn
+        being retried, and goes on as it was (10xGraph appends it there too, after a tool call
+        with no result)."""
+        last = self.input_messages[-1]
+        meta = state.execution_meta
+        over = meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR) or (
+            meta.status == ExecutionStatus.INTERRUPTED_AFTER and meta.current_node == END)
+        if not over or last.role != "user" or (state.context and state.context[-1].role == "user"):
+            return
+        again = last.model_copy(update={"message_id": generate_id(None)})
+        self._index.append(state, [again])
+        self.input_messages[-1] = again  # the response shows the message as stored
+        self.graph._log.info("every input message's id was already in the thread; the last user message was "
+                             "added again under a new id (%s)", again.message_id,
+                             extra=self._log_fields(event="resent_user_message_added"))
 
     # -- results ---------------------------------------------------------------------------
 

@@ -1,0 +1,126 @@
+"""A turn whose input message ids the thread already holds: a frontend that sends the whole
+history each turn with placeholder ids (10xGraph's own example: ``id="0"``), or a turn sent again
+under the id of an earlier one. 10xGraph adds the last user message under a new id so the user is
+answered. Until session 24 the input was dropped and the run went on: the model answered its own
+last reply, and a new text under an old id was lost while the response showed it as sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph.utils.interrupt import interrupt
+
+
+def _reply_graph(checkpointer: Any, **compile_kw: Any) -> Any:
+    def reply(state: AgentState) -> Message:
+        return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("reply", reply)
+    g.set_entry_point("reply")
+    g.add_edge("reply", END)
+    return g.compile(checkpointer=checkpointer, **compile_kw)
+
+
+def _texts(messages: list[Message]) -> list[str]:
+    return [m.text() for m in messages]
+
+
+@pytest.mark.asyncio
+async def test_a_user_message_sent_again_under_its_id_is_answered_as_a_new_turn(checkpointer: Any, make_thread: Any) -> None:
+    app = _reply_graph(checkpointer)
+    cfg = {"thread_id": make_thread("resent")}
+    await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
+    again = await app.ainvoke({"messages": [Message.text_message("other", message_id="m1")]}, config=cfg)
+    assert _texts(again["messages"]) == ["other", "reply to other"]
+    new_id = again["messages"][0].message_id
+    assert new_id not in ("m1", "", None)
+    state = await checkpointer.aget_state(cfg)
+    assert [(m.message_id, m.text()) for m in state.context][2] == (new_id, "other")
+    assert _texts(state.context) == ["hello", "reply to hello", "other", "reply to other"]
+    assert len({m.message_id for m in state.context}) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_frontend_sending_the_whole_history_with_placeholder_ids(checkpointer: Any, make_thread: Any) -> None:
+    app = _reply_graph(checkpointer)
+    cfg = {"thread_id": make_thread("placeholder")}
+    history: list[Message] = []
+    for text in ("one", "two", "three"):
+        history.append(Message.text_message(text, message_id="0"))
+        out = await app.ainvoke({"messages": [m.model_copy() for m in history]}, config=cfg)
+        assert _texts(out["messages"]) == [text, f"reply to {text}"]
+        history.append(Message.text_message(f"reply to {text}", role="assistant", message_id="0"))
+    state = await checkpointer.aget_state(cfg)
+    assert _texts(state.context) == ["one", "reply to one", "two", "reply to two", "three", "reply to three"]
+
+
+@pytest.mark.asyncio
+async def test_a_message_sent_again_at_a_pending_question_is_not_added(checkpointer: Any, make_thread: Any) -> None:
+    """Paused at an ``interrupt()`` the turn is not over: the resend is refused as any new
+    message there is (10xGraph's ValueError and text), and nothing is added under a new id."""
+
+    def ask(state: AgentState) -> Message:
+        answer = interrupt("ok?")
+        return Message.text_message(f"answered {answer}", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("ask", ask)
+    g.set_entry_point("ask")
+    g.add_edge("ask", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("asked")}
+    await app.ainvoke({"messages": [Message.text_message("hi", message_id="m1")]}, config=cfg)
+    with pytest.raises(ValueError, match="paused at interrupt"):
+        await app.ainvoke({"messages": [Message.text_message("hi", message_id="m1")]}, config=cfg)
+    state = await checkpointer.aget_state(cfg)
+    assert state.execution_meta.status.value == "interrupted_before"
+    assert [(m.message_id, m.text()) for m in state.context] == [("m1", "hi")]
+
+
+def test_resent_and_placeholder_ids_match_10xgraph(oracle: Any) -> None:
+    script = """
+import asyncio
+from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+def reply(state):
+    return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
+
+g = StateGraph(AgentState)
+g.add_node("reply", reply)
+g.set_entry_point("reply")
+g.add_edge("reply", END)
+cp = InMemoryCheckpointer()
+app = g.compile(checkpointer=cp)
+
+def shape(messages):
+    return [(m.role, m.text(), m.message_id in ("m1", "0")) for m in messages]
+
+async def main():
+    out = {}
+    cfg = {"thread_id": "resent"}
+    await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
+    r = await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
+    out["same_text"] = shape(r["messages"])
+    r = await app.ainvoke({"messages": [Message.text_message("other", message_id="m1")]}, config=cfg)
+    out["new_text"] = shape(r["messages"])
+    out["context"] = shape((await cp.aget_state(cfg)).context)
+    cfg = {"thread_id": "placeholder"}
+    history = []
+    for text in ("one", "two", "three"):
+        history.append(Message.text_message(text, message_id="0"))
+        r = await app.ainvoke({"messages": list(history)}, config=cfg)
+        out["turn " + text] = shape(r["messages"])
+        history.append(Message.text_message("reply to " + text, role="assistant", message_id="0"))
+    out["placeholder context"] = [(m.role, m.text()) for m in (await cp.aget_state(cfg)).context]
+    return out
+
+emit(asyncio.run(main()))
+"""
+    theirs, ours = oracle.run_both(script)
+    assert theirs["new_text"] == [["user", "other", False], ["assistant", "reply to other", False]], theirs
+    assert ours == theirs
