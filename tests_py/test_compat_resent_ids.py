@@ -81,6 +81,24 @@ async def test_a_message_sent_again_at_a_pending_question_is_not_added(checkpoin
     assert [(m.message_id, m.text()) for m in state.context] == [("m1", "hi")]
 
 
+@pytest.mark.asyncio
+async def test_two_new_input_messages_under_one_id_are_both_stored(checkpointer: Any, make_thread: Any) -> None:
+    """The later one gets a new id (10xGraph stores both under the one id; the merge here kept
+    the first, the model answered it, and the response showed the second)."""
+    app = _reply_graph(checkpointer)
+    cfg = {"thread_id": make_thread("twins")}
+    for first, second, twin_id in (("a", "b", "x"), ("c", "d", "y")):
+        out = await app.ainvoke({"messages": [Message.text_message(first, message_id=twin_id),
+                                              Message.text_message(second, message_id=twin_id)]}, config=cfg)
+        assert _texts(out["messages"]) == [second, f"reply to {second}"]
+    state = await checkpointer.aget_state(cfg)
+    assert _texts(state.context) == ["a", "b", "reply to b", "c", "d", "reply to d"]
+    assert len({m.message_id for m in state.context}) == 6
+    assert state.context[0].message_id == "x"
+    listed = await checkpointer.alist_messages(cfg)
+    assert _texts(listed) == _texts(state.context)
+
+
 def test_resent_and_placeholder_ids_match_10xgraph(oracle: Any) -> None:
     script = """
 import asyncio
@@ -117,6 +135,11 @@ async def main():
         out["turn " + text] = shape(r["messages"])
         history.append(Message.text_message("reply to " + text, role="assistant", message_id="0"))
     out["placeholder context"] = [(m.role, m.text()) for m in (await cp.aget_state(cfg)).context]
+    cfg = {"thread_id": "twins"}
+    r = await app.ainvoke({"messages": [Message.text_message("a", message_id="x"),
+                                        Message.text_message("b", message_id="x")]}, config=cfg)
+    out["twins"] = [m.text() for m in r["messages"]]
+    out["twins context"] = [m.text() for m in (await cp.aget_state(cfg)).context]
     return out
 
 emit(asyncio.run(main()))

@@ -35,6 +35,7 @@ from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message, generate_id
+from tenxgraph.core.state.reducers import RemoveMessage
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.command import Command
@@ -169,6 +170,8 @@ class Run(RunHooks, RunTools):
         self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
+            if len(self.input_messages) > 1:
+                self._rename_twins(state)
             self._index.append(state, self.input_messages)
             if len(state.context) == stored_len and (known or state_json is not None):
                 self._add_resent_user_message(state)
@@ -336,6 +339,22 @@ class Run(RunHooks, RunTools):
         # state's text, and the context's length and last object.
         self.committed_as = (data, n, ctx[-1] if n else None)
         return data, messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+
+    def _rename_twins(self, state: AgentState) -> None:
+        """Two new input messages under one id (a frontend's placeholder id on a history sent
+        to a new thread): the later ones get new ids, so every one is stored. 10xGraph stores
+        them all under the one id (its message list then holds the last one twice); the merge
+        here kept the first and dropped the rest, and the model answered the first while the
+        response showed the last."""
+        stored = self._index.ids(state.context)
+        seen: set[Any] = set()
+        for i, m in enumerate(self.input_messages):
+            if m.delta or isinstance(m, RemoveMessage) or m.message_id in stored:
+                continue
+            if m.message_id in seen:
+                self.input_messages[i] = m.model_copy(update={"message_id": generate_id(None)})
+            else:
+                seen.add(m.message_id)
 
     def _add_resent_user_message(self, state: AgentState) -> None:
         """Every input message's id was already in the thread (a frontend that sends the whole
