@@ -407,6 +407,52 @@ async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
     assert effects == {"pay": 1}, f"pay returned before the cancel and ran again on the resume: {effects}"
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("started", [False, True], ids=["before-the-tool-started", "while-the-tool-ran"])
+async def test_an_at_most_once_call_its_cancelled_run_never_started_runs_on_resume(
+        checkpointer: Any, make_thread: Any, started: bool) -> None:
+    """The run is cancelled after the tool node committed the call's intent row ("started") but
+    before the tool was handed over (a stream left then: red-team of session 23 saw 1-3 such calls
+    in 25-40 rounds). The call never ran, so the resume runs it; it used to answer it with
+    ``TOOL_OUTCOME_UNKNOWN``, and the payment the model asked for was never made. A call that did
+    start when the run was cancelled still reads as unknown and is not run again."""
+    effects: dict[str, int] = {}
+    entered = asyncio.Event()
+
+    @tool(side_effects="at_most_once")
+    async def pay() -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        entered.set()
+        if started and effects["pay"] == 1:
+            await asyncio.sleep(3600)
+        return "paid"
+
+    app = tool_graph(AgentState, [pay], [[call("c1", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("unstarted")}
+    # Held just before the call is handed to the tool, after its intent row is committed.
+    first = {**cfg, "failpoints": "before_tool:pay=delay(120000)"} if not started else dict(cfg)
+    task = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("pay")]}, first))
+
+    async def intent_written() -> bool:
+        state = await checkpointer.aget_state(cfg)
+        if state is None or not state.context or not state.context[-1].tools_calls:
+            return False
+        key = f"{state.context[-1].message_id}:c1"
+        return await checkpointer.aget_tool_status(cfg, key) == "started"
+    await _until(intent_written, "the call's intent row")
+    if started:
+        await asyncio.wait_for(entered.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    done = await asyncio.wait_for(app.ainvoke({}, cfg), 60)
+    text = str(tool_texts(done["messages"])["c1"])
+    if started:
+        assert effects == {"pay": 1} and "TOOL_OUTCOME_UNKNOWN" in text, (effects, text)
+    else:
+        assert effects == {"pay": 1} and text == "paid", (effects, text)
+
+
 # --------------------------------------------------------------------------- side-effect classes
 
 

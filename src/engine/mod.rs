@@ -17,6 +17,7 @@ mod routing;
 mod run_loop;
 mod stop;
 mod tools;
+mod unstarted;
 
 pub use crate::metrics::{Metrics, metrics};
 pub use config::{RunConfig, resolve_timeout};

@@ -147,7 +147,7 @@ async fn run_holding<H: NodeHost + ?Sized>(
     cfg: &RunConfig,
     input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
-    let abandoned = abandoned::ReleaseIfAbandoned::new(shared, &cfg.run_id);
+    let abandoned = abandoned::ReleaseIfAbandoned::new(shared, &cfg.thread.thread_id, &cfg.run_id);
     let cell = &abandoned.cell;
     let mut done = None;
     let mut refused = false;

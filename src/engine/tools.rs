@@ -163,10 +163,20 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     // A run closing a failed node runs nothing: it only reads what was recorded.
     let closing = cfg.closing_failed_tools;
     let with_intents = !closing && batch.calls.iter().any(|c| c.effects == SideEffects::AtMostOnce);
+    // This node's intent rows, told apart from an earlier attempt's (a caller may reuse run ids).
+    let attempt = if with_intents { uuid::Uuid::new_v4().simple().to_string() } else { String::new() };
+    if with_intents {
+        // Before the intents are written: a run dropped while their commit is in flight (which
+        // then lands) has handed none of these calls to the host either.
+        super::unstarted::waiting(
+            cfg,
+            keys.iter().zip(&batch.calls).filter_map(|(k, call)| Some((k.clone()?, intent(call, cfg, &attempt, true)))),
+        );
+    }
     let (recorded, read_ok, intents_ok) = if batch.fresh && cfg.durable_every_step && !with_intents && !closing {
         (HashMap::new(), true, true)
     } else {
-        begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents).await?
+        begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents.then_some(attempt.as_str())).await?
     };
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
@@ -185,7 +195,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         };
         plans.push(plan);
     }
-    restart_paused(store, cfg, fence, &batch, &keys, &mut plans).await?;
+    restart_paused(store, cfg, fence, &batch, &keys, &mut plans, &attempt).await?;
     // `after_record` promises a ledger row committed before the step: where it is armed, every
     // row gets its own commit.
     // An at-most-once call's row stays in its own commit: a crash before the step would leave
@@ -194,7 +204,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         !with_intents
             && (cfg.failpoints.is_off() || !batch.calls.iter().any(|c| cfg.failpoints.arms("after_record", &c.name)))
     });
-    let recorder = Recorder::new(batch.calls.len(), with_intents, carry);
+    let recorder = Recorder::new(batch.calls.len(), with_intents, carry, attempt);
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
         let recorder = &recorder;
         async move {
@@ -249,8 +259,8 @@ enum Plan {
 }
 
 /// The intent record of a call about to run (`paused`: of a call paused at `interrupt()`).
-fn intent(call: &ToolCall, cfg: &RunConfig, paused: bool) -> Value {
-    let mut v = json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id});
+fn intent(call: &ToolCall, cfg: &RunConfig, attempt: &str, paused: bool) -> Value {
+    let mut v = json!({"__kind__": INTENT_KIND, "tool": call.name, "run_id": cfg.run_id, "attempt": attempt});
     if paused {
         v["paused"] = Value::Bool(true);
     }
@@ -267,13 +277,14 @@ async fn restart_paused(
     batch: &ToolBatch,
     keys: &[Option<String>],
     plans: &mut [Plan],
+    attempt: &str,
 ) -> Result<(), HostFailure> {
     let marks: Vec<(String, Value)> = plans
         .iter()
         .zip(keys)
         .zip(&batch.calls)
         .filter(|((p, _), _)| matches!(p, Plan::Resume))
-        .filter_map(|((_, k), call)| Some((k.clone()?, intent(call, cfg, false))))
+        .filter_map(|((_, k), call)| Some((k.clone()?, intent(call, cfg, attempt, false))))
         .collect();
     if marks.is_empty() {
         return Ok(());
@@ -300,7 +311,7 @@ async fn restart_paused(
     Ok(())
 }
 
-/// The node's ledger rows, and (`with_intents`) its intent records written
+/// The node's ledger rows, and (`with_intents`: their attempt) its intent records written
 /// (`Checkpointer::ledger_begin`). Returns the rows found, whether the ledger could be read, and
 /// whether the intents are in.
 async fn begin_ledger(
@@ -310,19 +321,20 @@ async fn begin_ledger(
     batch: &ToolBatch,
     keys: &[Option<String>],
     legacy: &[Option<String>],
-    with_intents: bool,
+    with_intents: Option<&str>,
 ) -> Result<(HashMap<String, Value>, bool, bool), HostFailure> {
+    let attempt = with_intents.unwrap_or_default();
     let intents: Vec<(String, Value)> = batch
         .calls
         .iter()
         .zip(keys)
-        .filter_map(|(call, key)| key.as_ref().map(|k| (k.clone(), intent(call, cfg, false))))
+        .filter_map(|(call, key)| key.as_ref().map(|k| (k.clone(), intent(call, cfg, attempt, false))))
         .collect();
     if intents.is_empty() {
         return Ok((HashMap::new(), true, true));
     }
     let also_read: Vec<String> = legacy.iter().flatten().cloned().collect();
-    if !with_intents {
+    if with_intents.is_none() {
         let calls = intents.len();
         let keys: Vec<String> = intents.into_iter().map(|(k, _)| k).chain(also_read).collect();
         return match store.ledger_get(&cfg.thread, &keys).await {
@@ -440,6 +452,11 @@ async fn run_one<H: NodeHost + ?Sized>(
     inc(&m.tool_calls);
     let crash = |f: crate::failpoints::Fired| HostFailure::Passthrough(Box::new(f));
     cfg.failpoints.hit("before_tool", &call.name).await.map_err(crash)?;
+    if recorder.intents_written
+        && let Some(k) = &key
+    {
+        super::unstarted::started(cfg, k);
+    }
     let started = Instant::now();
     let fut = host.run_tool(node, index, key.as_deref(), idem);
     let result = match cfg.tool_timeout {
@@ -475,7 +492,7 @@ async fn run_one<H: NodeHost + ?Sized>(
             // A pause, not a crash: the row says so, and the resume runs the call again without
             // asking whether an earlier attempt took effect.
             if let Some(k) = key {
-                let mark = [(k.clone(), intent(call, cfg, true))];
+                let mark = [(k.clone(), intent(call, cfg, &recorder.attempt, true))];
                 // A node of idempotent calls wrote no intent rows: where there was no started row
                 // to mark, the paused row is inserted (a result already there is never replaced).
                 let written = match store.ledger_mark(&cfg.thread, &mark, fence).await {
@@ -505,6 +522,8 @@ struct Recorder<'a> {
     queue: Mutex<RecorderQueue>,
     /// The node wrote intent rows before its calls started (it has an at-most-once call).
     intents_written: bool,
+    /// Its intent rows' `attempt` (see `run_tool_node`).
+    attempt: String,
     carry: Option<&'a Carried>,
 }
 
@@ -537,9 +556,9 @@ enum Recorded {
 }
 
 impl<'a> Recorder<'a> {
-    fn new(calls: usize, intents_written: bool, carry: Option<&'a Carried>) -> Self {
+    fn new(calls: usize, intents_written: bool, carry: Option<&'a Carried>, attempt: String) -> Self {
         let queue = RecorderQueue { pending: Vec::new(), writing: false, settled: vec![false; calls], running: calls };
-        Recorder { queue: Mutex::new(queue), intents_written, carry }
+        Recorder { queue: Mutex::new(queue), intents_written, carry, attempt }
     }
 
     /// Call `index` has settled (idempotent; `record` settles its call itself).

@@ -20,6 +20,7 @@
 
 use super::Lease;
 use crate::engine::lease::LiveRun;
+use crate::engine::unstarted;
 use crate::store::Checkpointer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,11 +30,16 @@ use std::time::Duration;
 /// unwinding 5 s, each late write 10 s) with room for a few writes.
 pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
 
+/// The longest the mark of a dropped run's unstarted calls may take (one statement).
+const MARK_BOUND: Duration = Duration::from_secs(10);
+
 struct Parked {
     store: Arc<dyn Checkpointer>,
     token: i64,
     /// Keeps the run live for this process until the host is done (see `settling`).
-    live: LiveRun,
+    _live: LiveRun,
+    /// `release_abandoned` is under way (the host's call, or the bound's).
+    releasing: bool,
 }
 
 fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
@@ -41,19 +47,36 @@ fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
     PARKED.get_or_init(Default::default)
 }
 
-/// The host's word that the dropped run `run_id` on `thread_id` has nothing more to write: its
-/// parked lease (if any) is released now. Does nothing for a run that ended on its own.
+/// The host's word that the dropped run `run_id` on `thread_id` has nothing more to write: the
+/// calls the run never handed to the host are marked so (`unstarted`), then its parked lease (if
+/// any) is released. Does nothing for a run that ended on its own.
 pub fn release_abandoned(thread_id: &str, run_id: &str) {
-    let entry = parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&(thread_id.to_owned(), run_id.to_owned()));
-    let Some(Parked { store, token, live }) = entry else { return };
-    // Leaves this process's live runs now, before the row is free: a run of this process waiting
-    // for it takes the row over at once (its holder is this process, with no live run under it).
-    drop(live);
-    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-    let thread_id = thread_id.to_owned();
+    let key = (thread_id.to_owned(), run_id.to_owned());
+    let (store, token) = {
+        let mut map = parked().lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = map.get_mut(&key).filter(|p| !p.releasing) else { return };
+        p.releasing = true;
+        (p.store.clone(), p.token)
+    };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        unstarted::forget(thread_id, run_id);
+        parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        return;
+    };
     rt.spawn(async move {
-        if let Err(e) = store.lease_release(&thread_id, token).await {
-            tracing::warn!(thread_id = %thread_id, "could not release a cancelled run's lease (it expires by itself): {e}");
+        // Before the run leaves this process's live runs: a run of this process waiting for the
+        // thread must find the calls marked.
+        // Bounded: a store that hangs must not keep this process's waiting runs past the bound.
+        let marked = tokio::time::timeout(MARK_BOUND, unstarted::mark_not_started(&*store, &key.0, &key.1, token)).await;
+        if marked.is_err() {
+            tracing::warn!(thread_id = %key.0, "marking a cancelled run's unstarted tool calls took over {MARK_BOUND:?}; a resume reads them as unknown outcomes");
+        }
+        // Leaves this process's live runs now, before the row is free: a run of this process
+        // waiting for it takes the row over at once (its holder is this process, with no live
+        // run under it).
+        drop(parked().lock().unwrap_or_else(|p| p.into_inner()).remove(&key));
+        if let Err(e) = store.lease_release(&key.0, token).await {
+            tracing::warn!(thread_id = %key.0, "could not release a cancelled run's lease (it expires by itself): {e}");
         }
     });
 }
@@ -70,30 +93,48 @@ pub(super) struct ReleaseIfAbandoned {
     /// None: the caller lends the store and cannot hand it on (the lease expires), or the run
     /// reached its own release (nothing to do on drop).
     store: Option<Arc<dyn Checkpointer>>,
+    thread_id: String,
     run_id: String,
 }
 
 impl ReleaseIfAbandoned {
-    pub(super) fn new(store: Option<&Arc<dyn Checkpointer>>, run_id: &str) -> Self {
-        ReleaseIfAbandoned { cell: OnceLock::new(), store: store.cloned(), run_id: run_id.to_owned() }
+    pub(super) fn new(store: Option<&Arc<dyn Checkpointer>>, thread_id: &str, run_id: &str) -> Self {
+        ReleaseIfAbandoned {
+            cell: OnceLock::new(),
+            store: store.cloned(),
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+        }
     }
 
     pub(super) fn finish(mut self) {
         self.store = None;
     }
+
+    /// The lease to park, if the run was dropped holding it and its store can be handed on.
+    fn take_parkable(&mut self) -> Option<(Arc<dyn Checkpointer>, Lease, tokio::runtime::Handle)> {
+        let store = self.store.take()?;
+        let lease = self.cell.take().filter(|l| !l.released())?;
+        // The host drops a run's future inside the runtime's context; outside one (no runtime
+        // left at interpreter exit) the lease expires by itself, as before.
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        Some((store, lease, rt))
+    }
 }
 
 impl Drop for ReleaseIfAbandoned {
     fn drop(&mut self) {
-        let Some(store) = self.store.take() else { return };
-        let Some(lease) = self.cell.take().filter(|l| !l.released()) else { return };
-        // The host drops a run's future inside the runtime's context; outside one (no runtime
-        // left at interpreter exit) the lease expires by itself, as before.
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let Some((store, lease, rt)) = self.take_parkable() else {
+            unstarted::forget(&self.thread_id, &self.run_id);
+            return;
+        };
         let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
         tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
         let (token, live) = lease.into_parked();
-        parked().lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), Parked { store, token, live });
+        parked()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), Parked { store, token, _live: live, releasing: false });
         rt.spawn(async move {
             tokio::time::sleep(SETTLE_BOUND).await;
             release_abandoned(&key.0, &key.1);

@@ -1,0 +1,103 @@
+//! The at-most-once calls of a run whose intent rows are committed but whose tools were not handed
+//! to the host yet. A run dropped in that window (its caller cancelled it, left a stream) never
+//! ran them, but their rows read "started": the resume could not tell them from a call cut off
+//! mid-flight and answered each with an unknown outcome, so the work was lost (red-team, session
+//! 23: 1-3 calls in 25-40 rounds of leaving a stream). Once the dropped run's host is done
+//! (`run_loop::abandoned`), these rows are marked as a pause marks them: the resume runs the call,
+//! after marking it started again. Fenced by the dropped run's own lease token: if another holder
+//! took the thread meanwhile, nothing is marked and the rows keep reading "started".
+//!
+//! A call leaves the set just *before* `NodeHost::run_tool` is called: from then on the host may
+//! have started it, and its row must keep saying so.
+
+use super::RunConfig;
+use crate::store::{Checkpointer, ThreadRef, is_intent, is_paused};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+struct Calls {
+    thread: ThreadRef,
+    /// Ledger key -> the row that marks the call as not run (a paused intent).
+    marks: HashMap<String, Value>,
+}
+
+fn registry() -> &'static Mutex<HashMap<(String, String), Calls>> {
+    static CALLS: OnceLock<Mutex<HashMap<(String, String), Calls>>> = OnceLock::new();
+    CALLS.get_or_init(Default::default)
+}
+
+fn key(thread_id: &str, run_id: &str) -> (String, String) {
+    (thread_id.to_owned(), run_id.to_owned())
+}
+
+/// The run is about to write intent rows for these calls (`marks`: each one's paused row, with
+/// the attempt of the intent it replaces) and then run them.
+pub(super) fn waiting(cfg: &RunConfig, marks: impl IntoIterator<Item = (String, Value)>) {
+    let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
+    let entry = map
+        .entry(key(&cfg.thread.thread_id, &cfg.run_id))
+        .or_insert_with(|| Calls { thread: cfg.thread.clone(), marks: HashMap::new() });
+    entry.marks.extend(marks);
+}
+
+/// The call is handed to the host now.
+pub(super) fn started(cfg: &RunConfig, ledger_key: &str) {
+    let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(calls) = map.get_mut(&key(&cfg.thread.thread_id, &cfg.run_id)) {
+        calls.marks.remove(ledger_key);
+    }
+}
+
+/// The run ended without being dropped (or its lease is not parked): nothing to mark.
+pub(super) fn forget(thread_id: &str, run_id: &str) {
+    registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&key(thread_id, run_id));
+}
+
+/// Marks the dropped run's calls that never started, fenced by its lease `token`: those whose row
+/// is still the intent this run wrote (its `attempt`), not paused. Under the fence no other run
+/// writes intents between the read and the mark (it would hold a newer token).
+pub(super) async fn mark_not_started(store: &dyn Checkpointer, thread_id: &str, run_id: &str, token: i64) {
+    let Some(calls) = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&key(thread_id, run_id)) else {
+        return;
+    };
+    if calls.marks.is_empty() {
+        return;
+    }
+    let keys: Vec<String> = calls.marks.keys().cloned().collect();
+    let rows = match store.ledger_get(&calls.thread, &keys).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(thread_id = %thread_id, run_id = %run_id,
+                "could not read the ledger of a cancelled run's unstarted tool calls; a resume reads them as unknown outcomes: {e}");
+            return;
+        }
+    };
+    let attempt = |v: &Value| v.get("attempt").and_then(Value::as_str).map(str::to_owned);
+    let marks: Vec<(String, Value)> = calls
+        .marks
+        .into_iter()
+        .filter(|(k, mark)| {
+            rows.get(k).is_some_and(|row| {
+                is_intent(row) && !is_paused(row) && attempt(row).is_some() && attempt(row) == attempt(mark)
+            })
+        })
+        .collect();
+    if marks.is_empty() {
+        return;
+    }
+    match store.ledger_mark(&calls.thread, &marks, Some(token)).await {
+        Ok(n) => tracing::info!(
+            thread_id = %thread_id,
+            run_id = %run_id,
+            event = "unstarted_calls_marked",
+            "the cancelled run had not started {n} tool call(s) it recorded as started; a resume runs them"
+        ),
+        Err(e) => tracing::warn!(
+            thread_id = %thread_id,
+            run_id = %run_id,
+            "could not record that {} tool call(s) of a cancelled run never started; a resume reads them as unknown outcomes: {e}",
+            marks.len()
+        ),
+    }
+}
