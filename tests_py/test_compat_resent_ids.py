@@ -6,6 +6,7 @@ last reply, and a new text under an old id was lost while the response showed it
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -147,3 +148,44 @@ emit(asyncio.run(main()))
     theirs, ours = oracle.run_both(script)
     assert theirs["new_text"] == [["user", "other", False], ["assistant", "reply to other", False]], theirs
     assert ours == theirs
+
+
+@pytest.mark.asyncio
+async def test_a_turn_sent_again_after_its_run_was_cut_off_finishes_it(checkpointer: Any, make_thread: Any) -> None:
+    """A client's retry after a crash or a cancel (its turn's run cut off at the tool node): every
+    input message is stored, so it is that turn's ``{}`` and the turn is finished. It was refused
+    with ``STORAGE_BUSY_001`` (10xGraph appends the message after the unanswered tool calls). A
+    new message there is still refused."""
+    from tenxgraph.core.exceptions import ThreadBusyError
+
+    from .tool_graphs import call, tool_graph, tool_texts
+
+    runs: dict[str, int] = {}
+    entered = asyncio.Event()
+
+    async def pay(idempotency_key: str) -> str:
+        runs["pay"] = runs.get("pay", 0) + 1
+        if runs["pay"] == 1:
+            entered.set()
+            await asyncio.sleep(3600)
+        return "paid"
+
+    app = tool_graph(AgentState, [pay], [[call("c1", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("cut-off")}
+    task = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go", message_id="m1")]}, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await checkpointer.aget_state(cfg)).execution_meta.status.value == "running"
+    with pytest.raises(ThreadBusyError) as refused:
+        await app.ainvoke({"messages": [Message.text_message("something else", message_id="m2")]}, dict(cfg))
+    assert refused.value.error_code == "STORAGE_BUSY_001"
+    done = await asyncio.wait_for(
+        app.ainvoke({"messages": [Message.text_message("go", message_id="m1")]}, dict(cfg)), 60)
+    assert [m.role for m in done["messages"]] == ["user", "tool", "assistant"]
+    assert done["messages"][0].message_id == "m1" and tool_texts(done["messages"]) == {"c1": "paid"}
+    state = await checkpointer.aget_state(cfg)
+    assert state.execution_meta.status.value == "completed"
+    assert [(m.role, m.text()) for m in state.context if m.role == "user"] == [("user", "go")]
+    assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]

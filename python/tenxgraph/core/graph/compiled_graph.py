@@ -302,23 +302,49 @@ class CompiledGraph(Generic[StateT]):
         try:
             raw = await self._native_call(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:
-            # The thread failed at a tool node (a node timeout, say), its calls unanswered: the new
-            # turn cannot land between those calls and their results, and `{}` would fail the same
-            # way again. Each call is answered first (from the ledger, or "not run again"), the
-            # thread is completed, and the turn goes on.
             if not exc.context.get("failed_tool_node"):
-                raise
-            if any(m.role == "tool" for m in run.input_messages):
-                # Tool results sent as the new input would land after the close's own answers to
-                # the same calls (two results for one call): refused as before the close existed.
-                raise
-            await self._close_failed_tools(cfg, options, str(exc.context.get("current_node", "")))
-            run.known = None  # the close committed after the state this process kept
-            raw = await self._native_call(run, cfg, options, streaming, resume_only)
+                if exc.error_code != "STORAGE_BUSY_001" or not await self._resent_into_a_cut_off_turn(run, cfg):
+                    raise
+                # The turn was sent again after its run was cut off (a client's retry after a
+                # crash, a second worker given the same request): every input message is stored
+                # already, so this is that turn's `{}`, and it is finished instead of refused.
+                _log.info("every input message of thread %s is stored, in a turn its run left unfinished; "
+                          "that turn is resumed", cfg["thread_id"], extra={"event": "resent_turn_resumed"})
+                run.input_messages = []
+                run.known = None
+                raw = await self._native_call(run, cfg, options, streaming, resume_only)
+            else:
+                raw = await self._answer_failed_tools(run, cfg, options, streaming, resume_only, exc)
         text, run.kept_row = raw
         outcome: dict[str, Any] = json.loads(text)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
         return outcome
+
+    async def _answer_failed_tools(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool,
+                                   resume_only: bool, exc: ThreadBusyError) -> Any:
+        """The thread failed at a tool node (a node timeout, say), its calls unanswered: the new
+        turn cannot land between those calls and their results, and `{}` would fail the same way
+        again. Each call is answered first (from the ledger, or "not run again"), the thread is
+        completed, and the turn goes on."""
+        if any(m.role == "tool" for m in run.input_messages):
+            # Tool results sent as the new input would land after the close's own answers to the
+            # same calls (two results for one call): refused as before the close existed.
+            raise exc
+        await self._close_failed_tools(cfg, options, str(exc.context.get("current_node", "")))
+        run.known = None  # the close committed after the state this process kept
+        return await self._native_call(run, cfg, options, streaming, resume_only)
+
+    async def _resent_into_a_cut_off_turn(self, run: Run, cfg: dict[str, Any]) -> bool:
+        """Whether the thread's run was cut off mid-turn (a crash, a cancel: status running) and
+        every input message is stored in it already. A thread paused or stopped mid-turn is not
+        resumed by a resend: there `{}` would answer a reviewer's question nobody answered."""
+        if not run.input_messages or run.state_update or run.has_resume or run.start_node is not None:
+            return False
+        state = await self._checkpointer.aget_state(cfg)
+        if state is None or state.execution_meta.status != ExecutionStatus.RUNNING:
+            return False
+        stored = {str(m.message_id) for m in state.context}
+        return all(str(m.message_id) in stored for m in run.input_messages)
 
     async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
         """The run that answers a failed tool node's calls without running any (see
