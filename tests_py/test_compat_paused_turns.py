@@ -4,22 +4,11 @@ is run on every backend, and where it matters the same script on the real 10xGra
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph import Message
 
-
-def _reply_graph(checkpointer: Any, **compile_kw: Any) -> Any:
-    def reply(state: AgentState) -> Message:
-        return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("reply", reply)
-    g.set_entry_point("reply")
-    g.add_edge("reply", END)
-    return g.compile(checkpointer=checkpointer, **compile_kw)
+from .reply_graph import SOURCE, reply_graph
 
 
 @pytest.mark.asyncio
@@ -27,7 +16,7 @@ async def test_a_new_message_after_a_pause_after_the_last_node_is_a_new_turn(che
     """Paused after the graph's last node (its next node is END), a new message used to be stored,
     run no node and complete the thread: the user was never answered. It is a new turn from the
     entry, as in 10xGraph, and pauses after the node again."""
-    app = _reply_graph(checkpointer, interrupt_after=["reply"])
+    app = reply_graph(checkpointer, interrupt_after=["reply"])
     cfg = {"thread_id": make_thread("pause-end")}
     first = await app.ainvoke({"messages": [Message.text_message("first")]}, config=cfg)
     assert [m.text() for m in first["messages"]] == ["first", "reply to first"]
@@ -48,7 +37,7 @@ async def test_a_new_message_after_a_pause_after_the_last_node_is_a_new_turn(che
 
 @pytest.mark.asyncio
 async def test_a_stream_told_to_go_on_after_the_last_node_yields_the_turn(checkpointer, make_thread) -> None:
-    app = _reply_graph(checkpointer, interrupt_after=["reply"])
+    app = reply_graph(checkpointer, interrupt_after=["reply"])
     cfg = {"thread_id": make_thread("pause-end-stream")}
     await app.ainvoke({"messages": [Message.text_message("first")]}, config=cfg)
     texts = [c.message.text() async for c in app.astream({}, config=cfg) if c.message is not None]
@@ -59,20 +48,12 @@ async def test_a_stream_told_to_go_on_after_the_last_node_yields_the_turn(checkp
 
 
 def test_a_new_message_after_a_pause_after_the_last_node_matches_10xgraph(oracle) -> None:
-    script = """
+    script = SOURCE + """
 import asyncio
-from tenxgraph import END, AgentState, Message, StateGraph
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
-def reply(state):
-    return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
-
-g = StateGraph(AgentState)
-g.add_node("reply", reply)
-g.set_entry_point("reply")
-g.add_edge("reply", END)
 cp = InMemoryCheckpointer()
-app = g.compile(checkpointer=cp, interrupt_after=["reply"])
+app = reply_graph(cp, interrupt_after=["reply"])
 
 async def main():
     cfg = {"thread_id": "t1"}

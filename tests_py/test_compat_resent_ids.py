@@ -14,16 +14,7 @@ import pytest
 from tenxgraph import END, AgentState, Message, StateGraph
 from tenxgraph.utils.interrupt import interrupt
 
-
-def _reply_graph(checkpointer: Any, **compile_kw: Any) -> Any:
-    def reply(state: AgentState) -> Message:
-        return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("reply", reply)
-    g.set_entry_point("reply")
-    g.add_edge("reply", END)
-    return g.compile(checkpointer=checkpointer, **compile_kw)
+from .reply_graph import SOURCE, reply_graph
 
 
 def _texts(messages: list[Message]) -> list[str]:
@@ -32,7 +23,7 @@ def _texts(messages: list[Message]) -> list[str]:
 
 @pytest.mark.asyncio
 async def test_a_user_message_sent_again_under_its_id_is_answered_as_a_new_turn(checkpointer: Any, make_thread: Any) -> None:
-    app = _reply_graph(checkpointer)
+    app = reply_graph(checkpointer)
     cfg = {"thread_id": make_thread("resent")}
     await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
     again = await app.ainvoke({"messages": [Message.text_message("other", message_id="m1")]}, config=cfg)
@@ -47,7 +38,7 @@ async def test_a_user_message_sent_again_under_its_id_is_answered_as_a_new_turn(
 
 @pytest.mark.asyncio
 async def test_a_frontend_sending_the_whole_history_with_placeholder_ids(checkpointer: Any, make_thread: Any) -> None:
-    app = _reply_graph(checkpointer)
+    app = reply_graph(checkpointer)
     cfg = {"thread_id": make_thread("placeholder")}
     history: list[Message] = []
     for text in ("one", "two", "three"):
@@ -86,7 +77,7 @@ async def test_a_message_sent_again_at_a_pending_question_is_not_added(checkpoin
 async def test_two_new_input_messages_under_one_id_are_both_stored(checkpointer: Any, make_thread: Any) -> None:
     """The later one gets a new id (10xGraph stores both under the one id; the merge here kept
     the first, the model answered it, and the response showed the second)."""
-    app = _reply_graph(checkpointer)
+    app = reply_graph(checkpointer)
     cfg = {"thread_id": make_thread("twins")}
     for first, second, twin_id in (("a", "b", "x"), ("c", "d", "y")):
         out = await app.ainvoke({"messages": [Message.text_message(first, message_id=twin_id),
@@ -101,20 +92,12 @@ async def test_two_new_input_messages_under_one_id_are_both_stored(checkpointer:
 
 
 def test_resent_and_placeholder_ids_match_10xgraph(oracle: Any) -> None:
-    script = """
+    script = SOURCE + """
 import asyncio
-from tenxgraph import END, AgentState, Message, StateGraph
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
-def reply(state):
-    return Message.text_message("reply to " + state.context[-1].text(), role="assistant")
-
-g = StateGraph(AgentState)
-g.add_node("reply", reply)
-g.set_entry_point("reply")
-g.add_edge("reply", END)
 cp = InMemoryCheckpointer()
-app = g.compile(checkpointer=cp)
+app = reply_graph(cp)
 
 def shape(messages):
     return [(m.role, m.text(), m.message_id in ("m1", "0")) for m in messages]
