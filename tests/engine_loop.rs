@@ -349,6 +349,31 @@ async fn a_shared_run_dropped_mid_node_releases_its_lease_once_its_host_is_done(
     }
 }
 
+/// A dropped run's parked lease is renewed as its run renewed it while its host writes: unrenewed,
+/// it expired under the late writes (the default `lease_ttl` is 5 s, the host's unwinding up to
+/// 5 s) and another process took the thread before them.
+#[tokio::test]
+async fn a_parked_lease_is_kept_renewed_until_its_host_is_done() {
+    for store in stores().await {
+        let g = linear(&["a", "b"]);
+        let host = TestHost::new(&[("a", Behave::Say), ("b", Behave::Hang)], &["x"]);
+        let mut c = cfg("renewed");
+        c.lease.ttl = Duration::from_millis(1500);
+        let r = tokio::time::timeout(Duration::from_millis(200), run_shared(&g, &store, &host, &c, NEW)).await;
+        assert!(r.is_err());
+        // Over two of its lifetimes: renewed every 0.5 s, it has a second left at any moment.
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        let lease = store.lease_get("renewed").await.unwrap().expect("the run took the lease");
+        assert!(lease.is_live(), "the parked lease expired under its host's late writes: {lease:?}");
+        release_abandoned("renewed", &c.run_id);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !store.lease_get("renewed").await.unwrap().expect("the lease row").released {
+            assert!(Instant::now() < deadline, "the released parked lease is still held");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// The caller's own retry, started the moment its cancel returned (`on_busy` "reject", the
 /// default), waits for the dropped run's host rather than be refused by it, and does not start
 /// before it: the host is still writing the results of tools that returned before the drop.

@@ -238,8 +238,8 @@ impl Lease {
 
     /// The lease's token and its entry among this process's live runs, for a run whose future
     /// was dropped holding it (`run_loop::abandoned` keeps both until its late writes land).
-    pub(super) fn into_parked(self) -> (i64, LiveRun) {
-        (self.token, self._live)
+    pub(super) fn into_parked(self) -> (i64, Duration, LiveRun) {
+        (self.token, self.ttl, self._live)
     }
 
     /// Frees the thread for the next run at once.
@@ -308,6 +308,25 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
     let mut live = Some(LiveRun::enter(&thread_id, &cfg.run_id));
     let mut settle_pause = Duration::from_millis(1);
     loop {
+        if super::run_loop::settling_thread(&thread_id) {
+            // A run of this process whose caller dropped it, its late ledger writes (the results
+            // of tools that returned before the drop) still on their way: taking the thread now
+            // would run a returned tool again. Not a busy holder, whatever `on_busy` says: the
+            // caller's own retry waits for them (milliseconds), at most `busy_timeout` here too.
+            // Checked before the store is asked: the parked lease is kept renewed, but one whose
+            // renewal failed must not let this run in early either.
+            if Instant::now() >= deadline {
+                inc(&metrics().busy_rejections);
+                return Err(EngineError::LeaseBusy {
+                    thread_id: thread_id.clone(),
+                    holder: None,
+                    waited: started.elapsed().as_secs_f64(),
+                });
+            }
+            sleep(settle_pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            settle_pause = (settle_pause * 2).min(Duration::from_millis(50));
+            continue;
+        }
         let info = match store.lease_acquire(&thread_id, &req).await? {
             LeaseAttempt::Acquired { token } => {
                 inc(&metrics().leases_acquired);
@@ -336,19 +355,6 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             }
             LeaseAttempt::Held(info) => info,
         };
-        if is_me(&info) && super::run_loop::settling(&thread_id, &info.holder) {
-            // A run of this process whose caller dropped it, its late ledger writes (the results
-            // of tools that returned before the drop) still on their way: taking the thread now
-            // would run a returned tool again. Not a busy holder, whatever `on_busy` says: the
-            // caller's own retry waits for them (milliseconds), at most `busy_timeout` here too.
-            if Instant::now() >= deadline {
-                inc(&metrics().busy_rejections);
-                return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
-            }
-            sleep(settle_pause.min(deadline.saturating_duration_since(Instant::now()))).await;
-            settle_pause = (settle_pause * 2).min(Duration::from_millis(50));
-            continue;
-        }
         if holder_is_dead(&thread_id, &cfg.run_id, &info) && req.steal != Some(info.token) {
             req.steal = Some(info.token);
             continue;

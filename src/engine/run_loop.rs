@@ -16,7 +16,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 mod abandoned;
 pub use abandoned::release_abandoned;
-pub(super) use abandoned::settling;
+pub(super) use abandoned::settling_thread;
 mod carry;
 mod commit;
 mod start;

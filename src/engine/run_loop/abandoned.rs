@@ -11,8 +11,9 @@
 //! outcome (red-team, session 23: a stream dropped without `aclose()` beside a waiting resume in
 //! the same process, 3 of 60). So the dropped run's lease, with its entry among this process's
 //! live runs, is parked here until the host says its late writes are done (`release_abandoned`),
-//! or at most [`SETTLE_BOUND`]. Another process finds the row held (and follows its `on_busy`);
-//! a run of this process waits for the parked run whatever its `on_busy` says (`settling`): the
+//! or at most [`SETTLE_BOUND`], renewed meanwhile as its run renewed it (`keep_parked`). Another
+//! process finds the row held (and follows its `on_busy`); a run of this process waits for the
+//! parked run whatever its `on_busy` says (`settling_thread`): the
 //! caller's own retry, started the moment its cancel returned, must be neither refused by its
 //! own cancelled run (a first try refused it) nor let in before the writes. Safe as an expiry is:
 //! the run writes nothing more through the engine, a statement of it still in flight is fenced
@@ -36,7 +37,7 @@ const MARK_BOUND: Duration = Duration::from_secs(10);
 struct Parked {
     store: Arc<dyn Checkpointer>,
     token: i64,
-    /// Keeps the run live for this process until the host is done (see `settling`).
+    /// Keeps the run live for this process until the host is done (see `settling_thread`).
     _live: LiveRun,
     /// `release_abandoned` is under way (the host's call, or the bound's).
     releasing: bool,
@@ -81,10 +82,46 @@ pub fn release_abandoned(thread_id: &str, run_id: &str) {
     });
 }
 
-/// Whether `run_id`'s lease on `thread_id` is parked: its run was dropped by this process and its
-/// late writes are not done yet. A run of this process waits for it rather than follow `on_busy`.
-pub fn settling(thread_id: &str, run_id: &str) -> bool {
-    parked().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(thread_id.to_owned(), run_id.to_owned()))
+/// Whether a run of this process dropped on `thread_id` is still settling (any run id).
+pub fn settling_thread(thread_id: &str) -> bool {
+    let map = parked().lock().unwrap_or_else(|p| p.into_inner());
+    !map.is_empty() && map.keys().any(|(t, _)| t == thread_id)
+}
+
+/// Whether the lease `token` of `key` in `store` is still parked (not released yet, nor replaced
+/// by another run with that thread and run id, in this store or another).
+fn still_parked(key: &(String, String), store: &Arc<dyn Checkpointer>, token: i64) -> bool {
+    let same_store = |p: &Parked| std::ptr::addr_eq(Arc::as_ptr(&p.store), Arc::as_ptr(store));
+    parked().lock().unwrap_or_else(|p| p.into_inner()).get(key).is_some_and(|p| p.token == token && same_store(p))
+}
+
+/// Keeps a parked lease as its run kept it, renewed every third of its `ttl`, until it is
+/// released, and releases it after at most `SETTLE_BOUND`. Unrenewed, it expired under the late
+/// writes (default `lease_ttl` 5 s, the host's unwinding up to 5 s): another process, or this
+/// one, took the thread before them and ran a returned tool again (red-team, session 24).
+async fn keep_parked(store: Arc<dyn Checkpointer>, key: (String, String), token: i64, ttl: Duration) {
+    let deadline = tokio::time::Instant::now() + SETTLE_BOUND;
+    let every = (ttl / 3).max(Duration::from_millis(10));
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(every.min(left)).await;
+        if !still_parked(&key, &store, token) {
+            return;
+        }
+        match store.lease_renew(&key.0, token, ttl).await {
+            Ok(true) => {}
+            Ok(false) => break, // another holder has it: nothing left to keep
+            Err(e) => {
+                tracing::warn!(thread_id = %key.0, "could not renew a cancelled run's lease while its late writes land: {e}")
+            }
+        }
+    }
+    if still_parked(&key, &store, token) {
+        release_abandoned(&key.0, &key.1);
+    }
 }
 
 /// Holds the run's lease cell; parks the lease if the run's future is dropped holding it.
@@ -130,14 +167,11 @@ impl Drop for ReleaseIfAbandoned {
         };
         let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
         tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
-        let (token, live) = lease.into_parked();
+        let (token, ttl, live) = lease.into_parked();
         parked()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), Parked { store, token, _live: live, releasing: false });
-        rt.spawn(async move {
-            tokio::time::sleep(SETTLE_BOUND).await;
-            release_abandoned(&key.0, &key.1);
-        });
+            .insert(key.clone(), Parked { store: store.clone(), token, _live: live, releasing: false });
+        rt.spawn(keep_parked(store, key, token, ttl));
     }
 }

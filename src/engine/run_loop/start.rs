@@ -39,6 +39,9 @@ pub(super) fn optimistic_start(cfg: &RunConfig, input: &RunInput<'_>) -> bool {
     input.has_messages
         && !input.resume_only
         && (cfg.failpoints.is_off() || !cfg.failpoints.arms("after_lease", &cfg.thread.thread_id))
+        // The input commit takes an expired lease row at once: beside a dropped run of this
+        // process that is still writing, the lease is taken first (`lease::acquire` waits).
+        && !super::abandoned::settling_thread(&cfg.thread.thread_id)
 }
 
 /// The thread as the host kept it from its last commit here, for a start that does not read it:
