@@ -139,17 +139,16 @@ class RunTools:
         try:
             with log_fields(node=name, tool=step.calls[index].name):
                 out = await step.run(index, config, idempotency_key, ledger_key)
-        except asyncio.CancelledError:
-            # Cancelled after the tool returned (in an after_invoke callback): still a finished call.
-            cut = step.cut_off.pop(index, None)
-            if cut is not None and ledger_key is not None:
-                envelope, record = step._envelope_of(index, cut, ledger_key)
-                if record:
-                    self._finished.append((ledger_key, envelope))
+        except BaseException:
+            # Cut off after the tool returned (a cancel or a Ctrl-C in an after_invoke callback,
+            # or while its value became its message): still a finished call, recorded as the tool
+            # returned it once the run unwinds (record_finished_tools).
+            self._salvage(step, index, ledger_key)
             raise
         finally:
             if task is not None:
                 self._tool_tasks.discard(task)
+        step.cut_off.pop(index, None)
         if out[1] and ledger_key is not None:
             self._finished.append((ledger_key, out[0]))
             if task is not None and task.cancelling():
@@ -166,6 +165,19 @@ class RunTools:
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out
+
+    def _salvage(self, step: ToolStep, index: int, ledger_key: str | None) -> None:
+        made = step.cut_off.pop(index, None)
+        if made is None or ledger_key is None:
+            return
+        try:
+            envelope, record = step._envelope_of(index, made(), ledger_key)
+        except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
+            _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": ledger_key, "event": NOT_RECORDED_EVENT,
+                                                    "error": f"its run was cut off and its value could not be kept: {exc}"})
+            return
+        if record:
+            self._finished.append((ledger_key, envelope))
 
     async def _record_late_async(self, key: str, envelope: str) -> None:
         native = self.graph._checkpointer._native

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -64,9 +65,10 @@ class ToolStep:
     # The graph's CallbackManager: its TOOL callbacks wrap each call that really runs (a call
     # answered from the ledger runs nothing, so it fires none).
     callbacks: Any = None
-    # Outcomes of calls that returned and were then cancelled (in an after_invoke callback):
-    # RunTools.run_tool hands them to the run's record of finished calls.
-    cut_off: dict[int, Any] = field(default_factory=dict)
+    # Per call that returned, until its result is handed on: what makes the tool's own outcome.
+    # A call cut off after that (a cancel or a Ctrl-C in an after_invoke callback or while its
+    # value becomes its message) is still recorded (RunTools.run_tool).
+    cut_off: dict[int, Callable[[], Any]] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -174,7 +176,7 @@ class ToolStep:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,
                 flight_key=flight_key, late_record=late, callback_manager=self.callbacks,
-                on_return=lambda outcome: self.cut_off.__setitem__(index, outcome),
+                on_return=lambda made: self.cut_off.__setitem__(index, made),
             )
         finally:
             deactivate(token)

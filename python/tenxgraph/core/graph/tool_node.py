@@ -290,7 +290,7 @@ class ToolNode:
         flight_key: Hashable | None = None,
         late_record: Callable[[ToolOutcome], None] | None = None,
         callback_manager: Any = None,
-        on_return: Callable[[ToolOutcome], None] | None = None,
+        on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> ToolOutcome:
         """Run one call. Tool failures become error messages; BaseExceptions that are not
         Exceptions (cancellation, GraphInterrupt) propagate.
@@ -298,9 +298,10 @@ class ToolNode:
         A sync tool runs in a thread of its own, which no deadline can stop. With a
         ``flight_key`` (see tenxgraph._sync_calls) a call already running under that key is
         waited for instead of started again, and a result that arrives after every attempt
-        stopped waiting goes to ``late_record`` (on the worker thread). ``on_return`` gets the
-        tool's own outcome when the tool returned and a TOOL ``after_invoke`` callback is then
-        cancelled: the side effect happened, so the caller can still record it."""
+        stopped waiting goes to ``late_record`` (on the worker thread). ``on_return`` is called
+        the moment the tool returns, with a function that makes the tool's own outcome: the side
+        effect happened, so a caller cut off after that (a cancel or a Ctrl-C while callbacks
+        run or the value is turned into its message) can still record it."""
         outcome, _ = await self._execute(
             name, args, tool_call_id, config, state, idempotency_key, flight_key, late_record, callback_manager,
             on_return=on_return,
@@ -374,7 +375,7 @@ class ToolNode:
         late_record: Callable[[ToolOutcome], None] | None = None,
         callback_manager: Any = None,
         emit: Any = None,
-        on_return: Callable[[ToolOutcome], None] | None = None,
+        on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         meta = {"function_name": name, "function_argument": args, "tool_call_id": tool_call_id}
         fn = self._funcs.get(name)
@@ -391,6 +392,7 @@ class ToolNode:
                 # The result is what any tool's is: the handler records it in the ledger.
                 result = await self._mcp.call(name, args or {}, tool_call_id, config or {}, idempotency_key,
                                               callback_manager)
+                self._returned(on_return, result, tool_call_id, meta)
                 return self._map_result(result, tool_call_id, meta)
             text = f"Tool '{name}' not found."
             missing = Message.tool_message(
@@ -418,8 +420,10 @@ class ToolNode:
         try:
             call_args, call_kwargs = self._bind(name, args or {}, injected)
             if not _is_async(fn):
-                return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record)
+                return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record,
+                                            on_return)
             result = await fn(*call_args, **call_kwargs)
+            self._returned(on_return, result, tool_call_id, meta)
             return self._map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             return self._failure(name, tool_call_id, meta, exc), False
@@ -434,7 +438,7 @@ class ToolNode:
         meta: dict[str, Any],
         flight_key: Hashable | None,
         late_record: Callable[[ToolOutcome], None] | None,
-        on_return: Callable[[ToolOutcome], None] | None = None,
+        on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
         tool's keyword arguments, injected ones included; after_invoke the tool's raw return
@@ -456,14 +460,10 @@ class ToolNode:
             else:
                 raw = await self._run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
                                                flight_key, late_record)
-            try:
-                raw = await mgr.execute_after_invoke(context, input_data, raw)
-            except asyncio.CancelledError:
-                # The tool returned: its side effect happened. Handed up so the run records it
-                # (as the tool returned it; no after_invoke ran to completion for it).
-                if on_return is not None:
-                    on_return(self._map_result(raw, tool_call_id, meta)[0])
-                raise
+            # Cut off from here on, the call is recorded as the tool returned it (no after_invoke
+            # ran to completion for it).
+            self._returned(on_return, raw, tool_call_id, meta)
+            raw = await mgr.execute_after_invoke(context, input_data, raw)
             return self._map_result(raw, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             recovery = await mgr.execute_on_error(context, input_data, exc)
@@ -531,6 +531,11 @@ class ToolNode:
         )
         return ToolOutcome(error)
 
+    def _returned(self, on_return: Callable[[Callable[[], ToolOutcome]], None] | None, raw: Any,
+                  tool_call_id: str, meta: dict[str, Any]) -> None:
+        if on_return is not None:
+            on_return(lambda: self._map_result(raw, tool_call_id, meta)[0])
+
     async def _run_sync(
         self,
         fn: Callable[..., Any],
@@ -541,6 +546,7 @@ class ToolNode:
         meta: dict[str, Any],
         flight_key: Hashable | None,
         late_record: Callable[[ToolOutcome], None] | None,
+        on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         def work() -> Any:
             # The whole outcome is made on the worker thread: a result nobody waits for any more
@@ -569,9 +575,13 @@ class ToolNode:
         out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
         if isinstance(out, _Awaitable):
             try:
-                return self._map_result(await out.value, tool_call_id, meta)
+                value = await out.value
             except Exception as exc:  # noqa: BLE001
                 return self._failure(name, tool_call_id, meta, exc), False
+            self._returned(on_return, value, tool_call_id, meta)
+            return self._map_result(value, tool_call_id, meta)
+        if on_return is not None and out[1]:
+            on_return(lambda: out[0])
         return out  # type: ignore[no-any-return]
 
     def _bind(
