@@ -374,6 +374,31 @@ async fn a_parked_lease_is_kept_renewed_until_its_host_is_done() {
     }
 }
 
+/// A run dropped after the store granted its lease but before it held a `Lease` (here: held at
+/// the `after_lease` failpoint) leaves no lease to park: the row was held for every other process
+/// until it expired. It is released within a few seconds.
+#[tokio::test]
+async fn a_run_dropped_while_taking_its_lease_does_not_leave_it_held() {
+    use tenxgraph::failpoints::{Armed, Failpoints};
+    for store in stores().await {
+        let g = linear(&["a"]);
+        let host = TestHost::new(&[("a", Behave::Say)], &["x"]);
+        let mut c = cfg("taking");
+        c.lease.ttl = Duration::from_secs(120);
+        c.failpoints = Armed::new(None, Some(Arc::new(Failpoints::parse("after_lease=delay(60000)").unwrap())));
+        let r = tokio::time::timeout(Duration::from_millis(300), run_shared(&g, &store, &host, &c, NEW)).await;
+        assert!(r.is_err());
+        let held = store.lease_get("taking").await.unwrap().expect("the store granted the lease");
+        assert!(held.is_live());
+        let deadline = Instant::now() + Duration::from_secs(20); // the lease's 120 s are far off
+        // (A thread with nothing written loses its released row.)
+        while store.lease_get("taking").await.unwrap().is_some_and(|l| l.is_live()) {
+            assert!(Instant::now() < deadline, "the lease of a run dropped while taking it is still held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// The caller's own retry, started the moment its cancel returned (`on_busy` "reject", the
 /// default), waits for the dropped run's host rather than be refused by it, and does not start
 /// before it: the host is still writing the results of tools that returned before the drop.

@@ -157,6 +157,40 @@ pub(super) fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo
     proc_start(info.pid) != Some(info.pid_start)
 }
 
+/// A run of this process dropped before it held its lease, maybe while taking it (the take's
+/// write may land after the drop, and no `Lease` is left to release it): other processes found
+/// the row held until `lease_ttl` (red-team, session 24: 4 of 15 resumes elsewhere waited out a
+/// 60 s lease). The row is looked at a few times over a few seconds, and released if this run
+/// holds it, by its token. A run of this process under the same run id (a caller reusing ids)
+/// is in `live_runs` and keeps it.
+pub(super) async fn release_if_taken(store: &dyn Checkpointer, thread_id: &str, run_id: &str) {
+    for pause in [0, 100, 500, 2000] {
+        sleep(Duration::from_millis(pause)).await;
+        let info = match store.lease_get(thread_id).await {
+            Ok(Some(info)) => info,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(thread_id = %thread_id, "could not read the lease of a run dropped while taking it: {e}");
+                continue;
+            }
+        };
+        if info.holder != run_id || !is_me(&info) || !info.is_live() {
+            continue;
+        }
+        if live_runs()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(thread_id.to_owned(), run_id.to_owned()))
+        {
+            return;
+        }
+        if let Err(e) = store.lease_release(thread_id, info.token).await {
+            tracing::warn!(thread_id = %thread_id, "could not release the lease of a run dropped while taking it (it expires by itself): {e}");
+        }
+        return;
+    }
+}
+
 /// The lease a run holds.
 pub struct Lease {
     /// The thread leased.

@@ -163,12 +163,14 @@ async fn run_holding<H: NodeHost + ?Sized>(
     }
     let result = match done {
         Some(r) => r,
-        None => {
-            // The lease comes first: what is loaded next is what the previous holder left.
-            let lease = lease::acquire(store, cfg).await?;
-            let _ = cell.set(lease);
-            run_leased(graph, store, host, cfg, input, cell, None, refused).await
-        }
+        // The lease comes first: what is loaded next is what the previous holder left.
+        None => match lease::acquire(store, cfg).await {
+            Ok(lease) => {
+                let _ = cell.set(lease);
+                run_leased(graph, store, host, cfg, input, cell, None, refused).await
+            }
+            Err(e) => Err(e),
+        },
     };
     // The last commit released it in its own transaction unless the run ended without one. Also
     // after a refused write: the release names this run's token, so where a newer holder has the

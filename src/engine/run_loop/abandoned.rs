@@ -147,23 +147,27 @@ impl ReleaseIfAbandoned {
     pub(super) fn finish(mut self) {
         self.store = None;
     }
-
-    /// The lease to park, if the run was dropped holding it and its store can be handed on.
-    fn take_parkable(&mut self) -> Option<(Arc<dyn Checkpointer>, Lease, tokio::runtime::Handle)> {
-        let store = self.store.take()?;
-        let lease = self.cell.take().filter(|l| !l.released())?;
-        // The host drops a run's future inside the runtime's context; outside one (no runtime
-        // left at interpreter exit) the lease expires by itself, as before.
-        let rt = tokio::runtime::Handle::try_current().ok()?;
-        Some((store, lease, rt))
-    }
 }
 
 impl Drop for ReleaseIfAbandoned {
     fn drop(&mut self) {
-        let Some((store, lease, rt)) = self.take_parkable() else {
+        // No store: the run ended (`finish`), or its caller lends the store and cannot hand it on
+        // (the lease expires). No runtime (interpreter exit): the lease expires, as before.
+        let (Some(store), Ok(rt)) = (self.store.take(), tokio::runtime::Handle::try_current()) else {
             unstarted::forget(&self.thread_id, &self.run_id);
             return;
+        };
+        let lease = match self.cell.take() {
+            Some(lease) if !lease.released() => lease,
+            Some(_) => return unstarted::forget(&self.thread_id, &self.run_id),
+            None => {
+                // Dropped before it held a lease, maybe while taking it: the take may land after
+                // the drop, with no `Lease` left to release it.
+                unstarted::forget(&self.thread_id, &self.run_id);
+                let (thread_id, run_id) = (std::mem::take(&mut self.thread_id), std::mem::take(&mut self.run_id));
+                rt.spawn(async move { crate::engine::lease::release_if_taken(&*store, &thread_id, &run_id).await });
+                return;
+            }
         };
         let key = (lease.thread_id.clone(), std::mem::take(&mut self.run_id));
         tracing::debug!(thread_id = %key.0, "the run was abandoned (its caller cancelled it): its lease is released once its late writes are done");
