@@ -117,3 +117,52 @@ async def test_two_graphs_name_their_own_messages() -> None:
         assert str(generate_id(None)).startswith("b-")
     finally:
         set_id_generator(None)
+
+
+GRAPH_WITHOUT_ONE_AFTER = ONE_GRAPH.split("before = generate_id(None)")[0] + """
+b = StateGraph()
+b.add_node("model", model); b.set_entry_point("model"); b.add_edge("model", END)
+app_b = b.compile(checkpointer=InMemoryCheckpointer())
+rb = asyncio.run(app_b.ainvoke({"messages": [Message.text_message("hi", message_id="in-2")]}, config={"thread_id": "t"}))
+emit({"b_reply_random": rb["messages"][-1].message_id.count("-") == 4, "outside_random": generate_id(None).count("-") == 4})
+"""
+
+
+def test_a_graph_built_without_a_generator_binds_random_ids_again_as_10xgraph_does(oracle: Any) -> None:
+    """10xGraph binds its DefaultIDGenerator for a graph built without one: that graph's runs and
+    code outside any run get random ids again. Until session 24 the earlier graph's generator
+    stayed installed, and named the second graph's messages."""
+    theirs, ours = oracle.run_both(GRAPH_WITHOUT_ONE_AFTER)
+    assert theirs == {"b_reply_random": True, "outside_random": True}
+    assert ours == theirs
+
+
+@pytest.mark.asyncio
+async def test_a_graph_without_a_generator_gets_random_ids_in_its_runs_whatever_was_built_after() -> None:
+    def reply(state: AgentState) -> Message:
+        return Message.text_message("reply", role="assistant")
+
+    def build(**kw: Any) -> Any:
+        g = StateGraph(AgentState, **kw)
+        g.add_node("reply", reply)
+        g.set_entry_point("reply")
+        g.add_edge("reply", END)
+        return g.compile(checkpointer=InMemoryCheckpointer())
+
+    class Fixed(BaseIDGenerator):
+        @property
+        def id_type(self) -> str:
+            return "string"
+
+        def generate(self) -> str:
+            return f"fixed-{next(counter)}"
+
+    counter = itertools.count(1)
+    plain = build()
+    build(id_generator=Fixed())  # installed process-wide after `plain` was built
+    try:
+        out = await plain.ainvoke({"messages": [Message.text_message("hi", message_id="in")]}, config={"thread_id": "t"})
+        assert not str(out["messages"][-1].message_id).startswith("fixed-")
+        assert str(generate_id(None)).startswith("fixed-")  # outside runs: the last installed
+    finally:
+        set_id_generator(None)

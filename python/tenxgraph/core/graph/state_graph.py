@@ -83,8 +83,9 @@ class StateGraph(Generic[StateT]):
         self.container = container
         self._id_generator = id_generator
         activate_container(container)
-        if id_generator is not None:
-            set_id_generator(id_generator.generate)
+        # 10xGraph binds a graph's generator process-wide, its DefaultIDGenerator (random ids)
+        # when none is given: a graph built without one undoes an earlier graph's (it kept it).
+        set_id_generator(id_generator.generate if id_generator is not None else None)
         self.nodes: dict[str, Node] = {START: Node(START, _identity), END: Node(END, _identity)}
         self.edges: list[Edge] = []
         self.entry_point: str | None = None

@@ -41,9 +41,11 @@ _id_generator: IdGenerator | None = None
 # The generator of the graph whose run this context belongs to. 10xGraph's container is
 # process-wide, so a second graph's generator named the first graph's messages too; a run's
 # nodes and tools start from a copy of the context its graph set this in, so each graph's runs
-# get its own generator, and code outside any run still gets the process-wide one.
+# get its own generator (random ids for a graph built without one), and code outside any run
+# still gets the process-wide one.
+_OUTSIDE_RUNS: Any = object()
 _run_id_generator: contextvars.ContextVar[IdGenerator | None] = contextvars.ContextVar(
-    "tenxgraph_run_id_generator", default=None)
+    "tenxgraph_run_id_generator", default=_OUTSIDE_RUNS)
 
 
 def set_id_generator(fn: IdGenerator | None) -> None:
@@ -55,8 +57,10 @@ def set_id_generator(fn: IdGenerator | None) -> None:
 
 def get_id_generator() -> IdGenerator | None:
     """The message id generator ``generate_id`` uses here: inside a run of a graph built with
-    ``id_generator=``, that graph's; otherwise the process-wide one, or None."""
-    return _run_id_generator.get() or _id_generator
+    ``id_generator=``, that graph's (None for a graph built without one); outside runs the
+    process-wide one, or None."""
+    run = _run_id_generator.get()
+    return _id_generator if run is _OUTSIDE_RUNS else run
 
 
 def _use_run_id_generator(fn: IdGenerator | None) -> contextvars.Token[IdGenerator | None]:
