@@ -91,6 +91,44 @@ async def test_two_new_input_messages_under_one_id_are_both_stored(checkpointer:
     assert _texts(listed) == _texts(state.context)
 
 
+@pytest.mark.asyncio
+async def test_a_lone_delta_user_message_is_answered(checkpointer: Any, make_thread: Any) -> None:
+    """A ``delta`` message is left out of the merge; sent alone it was lost, and the model
+    answered its own reply. 10xGraph adds it (under a new id) and answers it."""
+    app = reply_graph(checkpointer)
+    for text, mid in (("again", "m1"), ("fresh", "m2")):
+        tid = make_thread(f"delta-{mid}")
+        cfg = {"thread_id": tid}
+        await app.ainvoke({"messages": [Message.text_message("hello", message_id=f"{tid}-m1")]}, config=cfg)
+        sent = Message.text_message(text, message_id=f"{tid}-{mid}")
+        sent.delta = True
+        out = await app.ainvoke({"messages": [sent]}, config=cfg)
+        assert _texts(out["messages"]) == [text, f"reply to {text}"]
+        after = await app.ainvoke({"messages": [Message.text_message("later", message_id=f"{tid}-m9")]}, config=cfg)
+        assert _texts(after["messages"]) == ["later", "reply to later"]
+        state = await checkpointer.aget_state(cfg)
+        assert _texts(state.context) == ["hello", "reply to hello", text, f"reply to {text}", "later", "reply to later"]
+
+
+@pytest.mark.asyncio
+async def test_the_response_shows_the_user_message_the_thread_kept(checkpointer: Any, make_thread: Any) -> None:
+    """With an input message under a stored id (not kept), the response showed it though the
+    thread never stored it; 10xGraph's response starts with the context's last user message once
+    the input is merged."""
+    app = reply_graph(checkpointer)
+    cases = (([("new", "m2", "user"), ("edited", "m1", "user")], ("new", "m2")),
+             ([("a-new", "a9", "assistant"), ("edited", "m1", "user")], ("hello", "m1")))
+    for n, (sent, first) in enumerate(cases):
+        tid = make_thread(f"kept-{n}")
+        cfg = {"thread_id": tid}  # message ids are one namespace per Postgres database: per thread here
+        await app.ainvoke({"messages": [Message.text_message("hello", message_id=f"{tid}-m1")]}, config=cfg)
+        out = await app.ainvoke({"messages": [Message.text_message(t, role=r, message_id=f"{tid}-{i}")
+                                              for t, i, r in sent]}, config=cfg)
+        assert (out["messages"][0].text(), out["messages"][0].message_id) == (first[0], f"{tid}-{first[1]}")
+        state = await checkpointer.aget_state(cfg)
+        assert "edited" not in _texts(state.context)
+
+
 def test_resent_and_placeholder_ids_match_10xgraph(oracle: Any) -> None:
     script = SOURCE + """
 import asyncio
@@ -124,6 +162,16 @@ async def main():
                                         Message.text_message("b", message_id="x")]}, config=cfg)
     out["twins"] = [m.text() for m in r["messages"]]
     out["twins context"] = [m.text() for m in (await cp.aget_state(cfg)).context]
+    cfg = {"thread_id": "delta"}
+    await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
+    lone = Message.text_message("again", message_id="m1")
+    lone.delta = True
+    out["lone delta"] = shape((await app.ainvoke({"messages": [lone]}, config=cfg))["messages"])
+    cfg = {"thread_id": "kept"}
+    await app.ainvoke({"messages": [Message.text_message("hello", message_id="m1")]}, config=cfg)
+    r = await app.ainvoke({"messages": [Message.text_message("new", message_id="m2"),
+                                        Message.text_message("edited", message_id="m1")]}, config=cfg)
+    out["kept"] = [(m.text(), m.message_id) for m in r["messages"][:1]]
     return out
 
 emit(asyncio.run(main()))

@@ -40,8 +40,10 @@ class ContextIndex:
             self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
         return self._ids
 
-    def append(self, state: AgentState, messages: list[Message], new_ids: set[Any] | None = None) -> None:
-        """``new_ids`` collects the ids this call added that the context did not hold."""
+    def append(self, state: AgentState, messages: list[Message], new_ids: set[Any] | None = None,
+               keep_delta: bool = False) -> None:
+        """``new_ids`` collects the ids this call added that the context did not hold;
+        ``keep_delta`` adds ``delta`` messages too (which the merge otherwise leaves out)."""
         if any(isinstance(m, RemoveMessage) for m in messages):
             state.context = add_messages(state.context, messages)  # tombstones: the full rules
             self._ctx = None
@@ -49,7 +51,7 @@ class ContextIndex:
         ctx = state.context
         ids = self.ids(ctx)
         for m in messages:
-            if m.delta or m.message_id in ids:
+            if (m.delta and not keep_delta) or m.message_id in ids:
                 continue
             ctx.append(m)
             self._seen.append(m)

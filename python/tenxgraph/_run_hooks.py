@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
     from tenxgraph.utils.callbacks import CallbackManager
 
-__all__ = ["RunHooks"]
+__all__ = ["NOT_MERGED", "RunHooks"]
+
+# RunHooks._caller before the run's input was merged (or for a run without input).
+NOT_MERGED: Any = object()
 
 
 class StartEffect:
@@ -64,6 +67,7 @@ class RunHooks:
     config: dict[str, Any]
     state: AgentState | None
     input_messages: list[Message]
+    _caller: Any  # the response's user message, or NOT_MERGED (Run.prepare)
     produced: list[Message]
     _callbacks: CallbackManager
     _input_data: dict[str, Any]
@@ -140,13 +144,13 @@ class RunHooks:
         return message
 
     def _caller_message(self, state: AgentState) -> Message | None:
-        """The user message a response starts with: the caller's, as sent (10xGraph's), even
-        when a node replaced it in the context (RAGAgent's SYNTHESIZE); without input (a
+        """The user message a response starts with: with input, the context's last user message
+        once the input was merged (10xGraph's; the caller's as sent, even when a node replaced
+        it in the context later, RAGAgent's SYNTHESIZE); without input (a
         resume), the thread's last user message that no node of this run produced (a
         StructuredOutputAgent's repair prompt is listed in order among the produced ones)."""
-        sent = next((m for m in reversed(self.input_messages) if m.role == "user"), None)
-        if sent is not None:
-            return sent
+        if self._caller is not NOT_MERGED:
+            return self._caller  # type: ignore[no-any-return]
         produced = {id(m) for m in self.produced}
         return next((m for m in reversed(state.context) if m.role == "user" and id(m) not in produced), None)
 

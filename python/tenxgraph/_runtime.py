@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tenxgraph import _node_context
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
-from tenxgraph._run_hooks import RunHooks
+from tenxgraph._run_hooks import NOT_MERGED, RunHooks
 from tenxgraph._run_tools import RunTools
 from tenxgraph._run_values import (
     added,
@@ -125,6 +125,7 @@ class Run(RunHooks, RunTools):
         self._node_error: BaseException | None = None
         self._initial_commit = False  # see _fire_lifecycle
         self._start_effect: StartEffect | None = None  # what the start hooks changed (once per call)
+        self._caller: Any = NOT_MERGED  # see prepare
 
     def _log_fields(self, **more: str) -> dict[str, str]:
         """The run's log fields, for lines made where the run's context is not current (the Rust
@@ -175,6 +176,9 @@ class Run(RunHooks, RunTools):
             self._index.append(state, self.input_messages)
             if len(state.context) == stored_len and (known or state_json is not None):
                 self._add_resent_user_message(state)
+            # The response's user message, as 10xGraph picks it: the context's last one once the
+            # input is merged (a sent message whose id was stored already is not the one kept).
+            self._caller = next((m for m in reversed(state.context) if m.role == "user"), None)
         fields = type(state).model_fields
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
@@ -373,7 +377,7 @@ class Run(RunHooks, RunTools):
         if not over or last.role != "user" or (state.context and state.context[-1].role == "user"):
             return
         again = last.model_copy(update={"message_id": generate_id(None)})
-        self._index.append(state, [again])
+        self._index.append(state, [again], keep_delta=True)  # 10xGraph adds it as it is, delta or not
         self.input_messages[-1] = again  # the response shows the message as stored
         self.graph._log.info("every input message's id was already in the thread; the last user message was "
                              "added again under a new id (%s)", again.message_id,
