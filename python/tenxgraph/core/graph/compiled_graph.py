@@ -336,15 +336,20 @@ class CompiledGraph(Generic[StateT]):
 
     async def _resent_into_a_cut_off_turn(self, run: Run, cfg: dict[str, Any]) -> bool:
         """Whether the thread's run was cut off mid-turn (a crash, a cancel: status running) and
-        every input message is stored in it already. A thread paused or stopped mid-turn is not
-        resumed by a resend: there `{}` would answer a reviewer's question nobody answered."""
+        every input message is stored in it already, as sent (role and content: a changed text
+        under a stored id is new input, refused there). A thread paused or stopped mid-turn is
+        not resumed by a resend: there `{}` would answer a reviewer's question nobody answered."""
         if not run.input_messages or run.state_update or run.has_resume or run.start_node is not None:
             return False
         state = await self._checkpointer.aget_state(cfg)
         if state is None or state.execution_meta.status != ExecutionStatus.RUNNING:
             return False
-        stored = {str(m.message_id) for m in state.context}
-        return all(str(m.message_id) in stored for m in run.input_messages)
+        stored = {str(m.message_id): m for m in state.context}
+
+        def same(m: Any) -> bool:
+            kept = stored.get(str(m.message_id))
+            return kept is not None and kept.role == m.role and kept.content == m.content
+        return all(same(m) for m in run.input_messages)
 
     async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
         """The run that answers a failed tool node's calls without running any (see
