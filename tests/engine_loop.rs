@@ -323,7 +323,7 @@ async fn a_shared_run_dropped_mid_node_releases_its_lease_once_its_host_is_done(
         // Parked until the host has written what the run left (its late ledger rows).
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!store.lease_get("shared").await.unwrap().expect("the run took the lease").released);
-        release_abandoned("shared", &c.run_id);
+        release_abandoned("shared", &c.run_id, None);
         let deadline = Instant::now() + Duration::from_secs(10); // the lease's 30 s are far off
         loop {
             let lease = store.lease_get("shared").await.unwrap().expect("the run took the lease");
@@ -365,7 +365,7 @@ async fn a_parked_lease_is_kept_renewed_until_its_host_is_done() {
         tokio::time::sleep(Duration::from_millis(3200)).await;
         let lease = store.lease_get("renewed").await.unwrap().expect("the run took the lease");
         assert!(lease.is_live(), "the parked lease expired under its host's late writes: {lease:?}");
-        release_abandoned("renewed", &c.run_id);
+        release_abandoned("renewed", &c.run_id, None);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !store.lease_get("renewed").await.unwrap().expect("the lease row").released {
             assert!(Instant::now() < deadline, "the released parked lease is still held");
@@ -417,7 +417,7 @@ async fn a_retry_in_the_same_process_waits_for_a_dropped_runs_host() {
         let early = tokio::time::timeout(Duration::from_millis(300), &mut retry).await;
         assert!(early.is_err(), "the retry did not wait for the dropped run's host");
         assert!(host2.calls().is_empty());
-        release_abandoned("settle", &c.run_id);
+        release_abandoned("settle", &c.run_id, None);
         let out = tokio::time::timeout(Duration::from_secs(20), retry)
             .await
             .expect("the retry went on once the host was done");

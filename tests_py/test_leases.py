@@ -453,6 +453,46 @@ async def test_an_at_most_once_call_its_cancelled_run_never_started_runs_on_resu
         assert effects == {"pay": 1} and text == "paid", (effects, text)
 
 
+@pytest.mark.asyncio
+async def test_streams_left_early_never_leave_an_unstarted_at_most_once_call_unknown(
+        checkpointer: Any, make_thread: Any) -> None:
+    """A stream left at its second event (``aclose()``), then ``ainvoke({})``, 40 times: wherever
+    the run was cut off, an at-most-once call whose tool never ran is run by the resume, and none
+    runs twice. Red-team of session 24: 10-22 of 40 read ``TOOL_OUTCOME_UNKNOWN`` though ``pay``
+    never ran (the cancelled run read its ledger before its in-flight intent commit landed, or the
+    tool task it had handed over was cancelled before it began)."""
+    ran: dict[str, int] = {}
+
+    @tool(side_effects="at_most_once")
+    async def pay(config: dict) -> str:
+        ran[config["thread_id"]] = ran.get(config["thread_id"], 0) + 1
+        return "paid"
+
+    async def lookup() -> str:
+        await asyncio.sleep(0.01)
+        return "looked"
+
+    app = tool_graph(AgentState, [pay, lookup], [[call("c_pay", "pay"), call("c_look", "lookup")]],
+                     checkpointer=checkpointer)
+    unknown = []
+    for n in range(40):
+        tid = make_thread(f"left-{n}")
+        stream = app.astream({"messages": [Message.text_message("go", message_id=f"{tid}-m")]}, {"thread_id": tid})
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if seen >= 2:
+                break
+        await stream.aclose()
+        done = await asyncio.wait_for(app.ainvoke({}, {"thread_id": tid, "on_busy": "wait"}), 60)
+        answer = str(tool_texts(done["messages"]).get("c_pay") or tool_texts(
+            (await checkpointer.aget_state({"thread_id": tid})).context).get("c_pay"))
+        assert ran.get(tid, 0) <= 1, f"round {n}: pay ran twice"
+        if ran.get(tid, 0) == 0:
+            unknown.append((n, answer[:60]))
+    assert not unknown, f"pay never ran, yet the resume did not run it: {unknown}"
+
+
 # --------------------------------------------------------------------------- side-effect classes
 
 

@@ -17,8 +17,10 @@ __version__: str
 
 PG_SCHEMA_VERSION: int
 
-def release_abandoned(thread_id: str, run_id: str) -> None:
-    """The cancelled run's late ledger writes are done: its parked lease is released."""
+def release_abandoned(thread_id: str, run_id: str, entered: set[str] | None = None) -> None:
+    """The cancelled run's late ledger writes are done: the calls handed to the host whose tools
+    it did not start (``entered``: the ledger keys of those it did) are marked not run, and its
+    parked lease is released."""
 
 def wake_hub_fileno() -> int:
     """The socket this thread's event loops watch (``add_reader``, once per loop) for native

@@ -62,6 +62,9 @@ class RunTools:
     _finished: list[tuple[str, str]]
     # The asyncio tasks running this run's tool calls (run_tool), while they run.
     _tool_tasks: set[asyncio.Task[Any]]
+    # The ledger keys of the calls whose run_tool began: a call the Rust core handed over whose
+    # task the run's drop cancelled before it began never ran (see _core.release_abandoned).
+    entered: set[str]
 
     if TYPE_CHECKING:  # Run's own
 
@@ -125,6 +128,8 @@ class RunTools:
 
     async def run_tool(self, name: str, index: int, idempotency_key: str | None,
                        ledger_key: str | None = None) -> tuple[str, bool, bool]:
+        if ledger_key is not None:
+            self.entered.add(ledger_key)
         config = dict(self.config, _node_name=name)
         if self.emitter is not None:  # a streamed run: tools may emit progress chunks (StreamEmitter)
             config["_tenx_stream"] = (self.emitter.queue, self.emitter.loop)

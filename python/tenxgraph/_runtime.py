@@ -96,6 +96,7 @@ class Run(RunHooks, RunTools):
         self._encoded: dict[int, tuple[Message, str]] = {}
         self._finished: list[tuple[str, str]] = []
         self._tool_tasks: set[asyncio.Task[Any]] = set()
+        self.entered: set[str] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
         self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
         # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never

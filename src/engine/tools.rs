@@ -455,7 +455,7 @@ async fn run_one<H: NodeHost + ?Sized>(
     if recorder.intents_written
         && let Some(k) = &key
     {
-        super::unstarted::started(cfg, k);
+        super::unstarted::handed_over(cfg, k);
     }
     let started = Instant::now();
     let fut = host.run_tool(node, index, key.as_deref(), idem);

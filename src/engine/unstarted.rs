@@ -7,19 +7,23 @@
 //! after marking it started again. Fenced by the dropped run's own lease token: if another holder
 //! took the thread meanwhile, nothing is marked and the rows keep reading "started".
 //!
-//! A call leaves the set just *before* `NodeHost::run_tool` is called: from then on the host may
-//! have started it, and its row must keep saying so.
+//! A call is marked handed over just *before* `NodeHost::run_tool` is called: from then on the
+//! host may have started it, and its row keeps saying so, unless the host says which handed-over
+//! calls' tools it started (`release_abandoned`'s `entered`): the others never ran. (The Python
+//! host's tool tasks run on the loop that dropped the run, which cancels those not started yet.)
 
 use super::RunConfig;
 use crate::store::{Checkpointer, ThreadRef, is_intent, is_paused};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 struct Calls {
     thread: ThreadRef,
-    /// Ledger key -> the row that marks the call as not run (a paused intent).
-    marks: HashMap<String, Value>,
+    /// Ledger key -> the row that marks the call as not run (a paused intent), and whether the
+    /// call was handed to the host.
+    marks: HashMap<String, (Value, bool)>,
 }
 
 fn registry() -> &'static Mutex<HashMap<(String, String), Calls>> {
@@ -38,14 +42,16 @@ pub(super) fn waiting(cfg: &RunConfig, marks: impl IntoIterator<Item = (String, 
     let entry = map
         .entry(key(&cfg.thread.thread_id, &cfg.run_id))
         .or_insert_with(|| Calls { thread: cfg.thread.clone(), marks: HashMap::new() });
-    entry.marks.extend(marks);
+    entry.marks.extend(marks.into_iter().map(|(k, mark)| (k, (mark, false))));
 }
 
 /// The call is handed to the host now.
-pub(super) fn started(cfg: &RunConfig, ledger_key: &str) {
+pub(super) fn handed_over(cfg: &RunConfig, ledger_key: &str) {
     let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(calls) = map.get_mut(&key(&cfg.thread.thread_id, &cfg.run_id)) {
-        calls.marks.remove(ledger_key);
+    if let Some((_, handed)) =
+        map.get_mut(&key(&cfg.thread.thread_id, &cfg.run_id)).and_then(|calls| calls.marks.get_mut(ledger_key))
+    {
+        *handed = true;
     }
 }
 
@@ -57,26 +63,47 @@ pub(super) fn forget(thread_id: &str, run_id: &str) {
 /// Marks the dropped run's calls that never started, fenced by its lease `token`: those whose row
 /// is still the intent this run wrote (its `attempt`), not paused. Under the fence no other run
 /// writes intents between the read and the mark (it would hold a newer token).
-pub(super) async fn mark_not_started(store: &dyn Checkpointer, thread_id: &str, run_id: &str, token: i64) {
-    let Some(calls) = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&key(thread_id, run_id)) else {
+/// `entered`: the keys of the calls whose tools the host started (None: it did not say, and every
+/// call handed over counts as started).
+pub(super) async fn mark_not_started(
+    store: &dyn Checkpointer,
+    thread_id: &str,
+    run_id: &str,
+    token: i64,
+    entered: Option<&HashSet<String>>,
+) {
+    let Some(mut calls) = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&key(thread_id, run_id)) else {
         return;
     };
+    calls.marks.retain(|k, (_, handed)| !*handed || entered.is_some_and(|e| !e.contains(k)));
     if calls.marks.is_empty() {
         return;
     }
     let keys: Vec<String> = calls.marks.keys().cloned().collect();
-    let rows = match store.ledger_get(&calls.thread, &keys).await {
-        Ok(rows) => rows,
-        Err(e) => {
-            tracing::warn!(thread_id = %thread_id, run_id = %run_id,
-                "could not read the ledger of a cancelled run's unstarted tool calls; a resume reads them as unknown outcomes: {e}");
-            return;
+    // A run dropped while its intent commit was in flight: the commit may land after the drop
+    // (a COMMIT the server already has). Under the parked lease nobody else writes these rows,
+    // so rows still missing are waited for a little (red-team: read before the commit landed,
+    // 10-22 of 40 streams left at their second event read as unknown outcomes).
+    let mut rows = HashMap::new();
+    for pause in [0, 20, 100, 300, 1000] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        rows = match store.ledger_get(&calls.thread, &keys).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(thread_id = %thread_id, run_id = %run_id,
+                    "could not read the ledger of a cancelled run's unstarted tool calls; a resume reads them as unknown outcomes: {e}");
+                return;
+            }
+        };
+        if keys.iter().all(|k| rows.contains_key(k)) {
+            break;
         }
-    };
+    }
     let attempt = |v: &Value| v.get("attempt").and_then(Value::as_str).map(str::to_owned);
     let marks: Vec<(String, Value)> = calls
         .marks
         .into_iter()
+        .map(|(k, (mark, _))| (k, mark))
         .filter(|(k, mark)| {
             rows.get(k).is_some_and(|row| {
                 is_intent(row) && !is_paused(row) && attempt(row).is_some() && attempt(row) == attempt(mark)

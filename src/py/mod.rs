@@ -39,11 +39,18 @@ pub mod _core {
 
     /// The host's word that the cancelled run `run_id` on `thread_id` has written its late
     /// results (the tools that returned before the cancel): its lease, parked when the run's
-    /// future was dropped, is released now (see src/engine/run_loop/abandoned.rs).
+    /// future was dropped, is released now (see src/engine/run_loop/abandoned.rs). `entered`:
+    /// the ledger keys of the calls whose tools it started (the others never ran).
     #[pyfunction]
-    fn release_abandoned(py: Python<'_>, thread_id: &str, run_id: &str) {
+    #[pyo3(signature = (thread_id, run_id, entered=None))]
+    fn release_abandoned(
+        py: Python<'_>,
+        thread_id: &str,
+        run_id: &str,
+        entered: Option<std::collections::HashSet<String>>,
+    ) {
         let _enter = pyo3_async_runtimes::tokio::get_runtime().enter();
-        py.detach(|| crate::engine::release_abandoned(thread_id, run_id));
+        py.detach(|| crate::engine::release_abandoned(thread_id, run_id, entered));
     }
 
     /// The socket the event loops of this thread watch (`add_reader`, once per loop) for

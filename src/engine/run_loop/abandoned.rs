@@ -23,7 +23,7 @@ use super::Lease;
 use crate::engine::lease::LiveRun;
 use crate::engine::unstarted;
 use crate::store::Checkpointer;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -51,7 +51,9 @@ fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
 /// The host's word that the dropped run `run_id` on `thread_id` has nothing more to write: the
 /// calls the run never handed to the host are marked so (`unstarted`), then its parked lease (if
 /// any) is released. Does nothing for a run that ended on its own.
-pub fn release_abandoned(thread_id: &str, run_id: &str) {
+/// `entered`: the calls (ledger keys) whose tools the host started; None counts every call handed
+/// to the host as started.
+pub fn release_abandoned(thread_id: &str, run_id: &str, entered: Option<HashSet<String>>) {
     let key = (thread_id.to_owned(), run_id.to_owned());
     let (store, token) = {
         let mut map = parked().lock().unwrap_or_else(|p| p.into_inner());
@@ -68,7 +70,7 @@ pub fn release_abandoned(thread_id: &str, run_id: &str) {
         // Before the run leaves this process's live runs: a run of this process waiting for the
         // thread must find the calls marked.
         // Bounded: a store that hangs must not keep this process's waiting runs past the bound.
-        let marked = tokio::time::timeout(MARK_BOUND, unstarted::mark_not_started(&*store, &key.0, &key.1, token)).await;
+        let marked = tokio::time::timeout(MARK_BOUND, unstarted::mark_not_started(&*store, &key.0, &key.1, token, entered.as_ref())).await;
         if marked.is_err() {
             tracing::warn!(thread_id = %key.0, "marking a cancelled run's unstarted tool calls took over {MARK_BOUND:?}; a resume reads them as unknown outcomes");
         }
@@ -120,7 +122,7 @@ async fn keep_parked(store: Arc<dyn Checkpointer>, key: (String, String), token:
         }
     }
     if still_parked(&key, &store, token) {
-        release_abandoned(&key.0, &key.1);
+        release_abandoned(&key.0, &key.1, None);
     }
 }
 

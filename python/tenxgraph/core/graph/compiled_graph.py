@@ -396,7 +396,7 @@ class CompiledGraph(Generic[StateT]):
                 finally:
                     # The dropped run's lease was parked until now: a resume that took the thread
                     # before these writes landed would fire a returned tool again.
-                    _core.release_abandoned(str(cfg["thread_id"]), str(cfg["run_id"]))
+                    _core.release_abandoned(str(cfg["thread_id"]), str(cfg["run_id"]), run.entered)
             raise
 
     async def astream(
