@@ -133,6 +133,12 @@ impl Drop for LiveRun {
     }
 }
 
+/// How many runs of this process under `run_id` hold or are taking `thread_id`'s lease.
+fn live_entries(thread_id: &str, run_id: &str) -> usize {
+    let live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
+    live.get(&(thread_id.to_owned(), run_id.to_owned())).copied().unwrap_or(0)
+}
+
 /// The holder is this process.
 fn is_me(info: &LeaseInfo) -> bool {
     let me = me();
@@ -150,9 +156,7 @@ pub(super) fn holder_is_dead(thread_id: &str, asking_run: &str, info: &LeaseInfo
     if is_me(info) {
         // The asking run is in `live_runs` itself: a holder with its run id (a caller reusing run
         // ids, or a retry of a run that died) is alive only if another entry exists.
-        let live = live_runs().lock().unwrap_or_else(|p| p.into_inner());
-        let entries = live.get(&(thread_id.to_owned(), info.holder.clone())).copied().unwrap_or(0);
-        return entries <= usize::from(info.holder == asking_run);
+        return live_entries(thread_id, &info.holder) <= usize::from(info.holder == asking_run);
     }
     proc_start(info.pid) != Some(info.pid_start)
 }
@@ -177,11 +181,7 @@ pub(super) async fn release_if_taken(store: &dyn Checkpointer, thread_id: &str, 
         if info.holder != run_id || !is_me(&info) || !info.is_live() {
             continue;
         }
-        if live_runs()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&(thread_id.to_owned(), run_id.to_owned()))
-        {
+        if live_entries(thread_id, run_id) > 0 {
             return;
         }
         if let Err(e) = store.lease_release(thread_id, info.token).await {

@@ -1,5 +1,5 @@
-//! The at-most-once calls of a run whose intent rows are committed but whose tools were not handed
-//! to the host yet. A run dropped in that window (its caller cancelled it, left a stream) never
+//! The at-most-once calls of a run whose intent rows are committed but whose tools have not
+//! started. A run dropped in that window (its caller cancelled it, left a stream) never
 //! ran them, but their rows read "started": the resume could not tell them from a call cut off
 //! mid-flight and answered each with an unknown outcome, so the work was lost (red-team, session
 //! 23: 1-3 calls in 25-40 rounds of leaving a stream). Once the dropped run's host is done
@@ -99,14 +99,16 @@ pub(super) async fn mark_not_started(
             break;
         }
     }
-    let attempt = |v: &Value| v.get("attempt").and_then(Value::as_str).map(str::to_owned);
+    fn attempt(v: &Value) -> Option<&str> {
+        v.get("attempt").and_then(Value::as_str)
+    }
     let marks: Vec<(String, Value)> = calls
         .marks
         .into_iter()
         .map(|(k, (mark, _))| (k, mark))
         .filter(|(k, mark)| {
             rows.get(k).is_some_and(|row| {
-                is_intent(row) && !is_paused(row) && attempt(row).is_some() && attempt(row) == attempt(mark)
+                is_intent(row) && !is_paused(row) && attempt(row).is_some_and(|a| Some(a) == attempt(mark))
             })
         })
         .collect();

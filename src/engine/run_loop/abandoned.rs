@@ -49,10 +49,9 @@ fn parked() -> &'static Mutex<HashMap<(String, String), Parked>> {
 }
 
 /// The host's word that the dropped run `run_id` on `thread_id` has nothing more to write: the
-/// calls the run never handed to the host are marked so (`unstarted`), then its parked lease (if
-/// any) is released. Does nothing for a run that ended on its own.
-/// `entered`: the calls (ledger keys) whose tools the host started; None counts every call handed
-/// to the host as started.
+/// calls whose tools never started are marked so (`unstarted`; `entered`: the ledger keys of the
+/// calls whose tools the host started, None counting every call handed to it), then its parked
+/// lease (if any) is released. Does nothing for a run that ended on its own.
 pub fn release_abandoned(thread_id: &str, run_id: &str, entered: Option<HashSet<String>>) {
     let key = (thread_id.to_owned(), run_id.to_owned());
     let (store, token) = {
@@ -67,9 +66,9 @@ pub fn release_abandoned(thread_id: &str, run_id: &str, entered: Option<HashSet<
         return;
     };
     rt.spawn(async move {
-        // Before the run leaves this process's live runs: a run of this process waiting for the
-        // thread must find the calls marked.
-        // Bounded: a store that hangs must not keep this process's waiting runs past the bound.
+        // Before the run leaves this process's live runs (a run of this process waiting for the
+        // thread must find the calls marked), and bounded (a store that hangs must not keep
+        // those waiting runs past it).
         let marked = tokio::time::timeout(MARK_BOUND, unstarted::mark_not_started(&*store, &key.0, &key.1, token, entered.as_ref())).await;
         if marked.is_err() {
             tracing::warn!(thread_id = %key.0, "marking a cancelled run's unstarted tool calls took over {MARK_BOUND:?}; a resume reads them as unknown outcomes");
