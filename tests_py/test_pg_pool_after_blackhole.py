@@ -25,7 +25,7 @@ import pytest
 
 from tenxgraph import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tests_py.redteam.blackhole import BlackholeAfterBegin, FreezeProxy
+from tests_py.redteam.blackhole import BlackholeAfterBegin, FreezeAtPing, FreezeProxy
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
 pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (python -m tenxgraph.testing serve ENV)")
@@ -125,5 +125,36 @@ def test_a_blackholed_statement_gives_its_pool_slot_back(op: str, how: str) -> N
         assert first is None or isinstance(first, asyncio.TimeoutError) or \
             getattr(first, "error_code", None) == "STORAGE_TRANSIENT_001", first
         assert took < 20, (f"the pool slot never came back after {op} ({how}); first={first!r}", errors[-2:])
+    finally:
+        proxy.stop()
+
+
+def test_a_connection_that_goes_dark_between_the_release_pings_gives_its_slot_back() -> None:
+    """A connection given back to the pool is pinged twice: the store's ping, bounded by the
+    deadline, then sqlx's own, which has none. A network that goes dark between the two held
+    the pool's slot until TCP gave up (with one slot, every later call failed): two fresh-clone
+    CI runs of session 24 met it by chance (the freeze above landing between the pings of the
+    first write's connection). Frozen here at that exact point: the slot must come back."""
+    parts = urlsplit(DSN)
+    proxy = FreezeAtPing(parts.hostname or "127.0.0.1", parts.port or 5432)
+    cfg = {"thread_id": f"slot-{uuid.uuid4().hex[:8]}", "user_id": "u1"}
+    try:
+        cp = PgCheckpointer(proxy.dsn_for(DSN, "pool_slot_ping"), schema=f"ps_{uuid.uuid4().hex[:10]}",
+                            enforce_user_isolation=False,
+                            pool_config={"max_size": 1, "timeout": 3.0, "command_timeout": DEADLINE})
+        cp.setup()
+
+        async def scenario() -> tuple[float, list[str]]:
+            proxy.armed = True
+            # A write's transaction gives its connection back through the pool (both pings).
+            await cp.aput_messages(cfg, [Message.text_message("first", message_id="m-1")])
+            await asyncio.get_running_loop().run_in_executor(None, proxy.tripped.wait, 20)
+            return await _recovers(cp, cfg)
+
+        took, errors = asyncio.run(scenario())
+        assert proxy.tripped.is_set(), "the connection never went dark at its second ping"
+        assert took < 20, ("the pool slot never came back", errors[-2:])
+        ids = [str(m.message_id) for m in asyncio.run(cp.alist_messages(cfg))]
+        assert ids[0] == "m-1" and len(ids) == 2, ids
     finally:
         proxy.stop()

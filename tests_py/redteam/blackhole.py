@@ -102,3 +102,36 @@ class FreezeProxy(_Proxy):
         for c in self.conns:
             c["dead"] = True
         return len(self.conns)
+
+
+SYNC = b"S\x00\x00\x00\x04"  # the protocol's Sync message alone: what a ping sends
+
+
+class FreezeAtPing(_Proxy):
+    """Once armed, the first connection that sends two lone Syncs (pings) right after a COMMIT
+    is frozen at the second: a transaction's connection given back to the pool is pinged by the
+    store (bounded), then by sqlx; the network goes dark between the two. Connections opened
+    later pass."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.armed = False
+        self.tripped = threading.Event()
+        super().__init__(host, port)
+
+    def _new_connection(self) -> dict[str, bool]:
+        return {"dead": False, "committed": False, "pinged": False}
+
+    def _forward(self, data: bytes, state: dict[str, bool], upstream: bool) -> bool:
+        if not upstream:
+            return True
+        if data == SYNC and state["committed"]:
+            if state["pinged"] and self.armed:
+                state["dead"] = True
+                self.armed = False
+                self.tripped.set()
+                return False
+            state["pinged"] = True
+            return True
+        state["committed"] = data.startswith(b"Q") and b"COMMIT\x00" in data
+        state["pinged"] = False
+        return True

@@ -25,7 +25,8 @@
 //! - every connection once `close` has begun.
 //!
 //! Transactions (thread, message and prune writes, armed failpoints) take their connection the
-//! same way; it goes back to the pool when the transaction ends.
+//! same way; it goes back to the pool when the transaction ends. Every way back to the pool is
+//! bounded (`pooled.rs`).
 //!
 //! Single statements first pass the store's [`Gate`]: at most its limit of them are at the server
 //! at once, a limit that follows their latency (see `gate.rs`: a convoy of more busy connections
@@ -34,15 +35,15 @@
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
-use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr, Transaction};
+use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::gate::{self, Gate, Ticket};
+use super::pooled::{Home, Pooled, Tx};
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
 /// and this does not: the server ends the session, and the connection is used again less than
@@ -59,24 +60,16 @@ pub(super) const SPARE_FOR: Duration = Duration::from_millis(50);
 /// only when it is in the pool.
 const BACK_TO_POOL_AFTER: Duration = Duration::from_secs(300);
 
-/// A connection out of the pool, and since when.
-struct Out {
-    conn: PoolConnection<Postgres>,
-    since: Instant,
-}
-
 pub(super) struct Conns {
     pool: PgPool,
     /// How long one statement (or one transaction's statement, BEGIN or COMMIT) may wait for the
     /// server's answer (`PgOptions::statement_deadline`). Past it the statement fails with
     /// `sqlx::Error::Io(TimedOut)` (a `StoreError::Transient`: STORAGE_TRANSIENT_001) and its
-    /// connection is closed, never returned to the pool: sqlx pings a returned connection with
-    /// no deadline, so a frozen one would hold its pool slot for good.
+    /// connection is closed, not returned to the pool.
     pub(super) deadline: Duration,
-    /// The runtime the store was opened in: dropping a pooled connection spawns its return to
-    /// the pool, which panics outside a runtime's context (the store may be dropped by Python's
-    /// garbage collector on any thread).
-    runtime: tokio::runtime::Handle,
+    /// The runtime the store was opened in, which gives connections back (the store may be
+    /// dropped by Python's garbage collector on any thread), and the deadline.
+    home: Home,
     spare: Mutex<Spare>,
     gate: Gate,
 }
@@ -84,7 +77,7 @@ pub(super) struct Conns {
 #[derive(Default)]
 struct Spare {
     /// Connections out of the pool that finished a statement cleanly, the most recent last.
-    conns: Vec<(Out, Instant)>,
+    conns: Vec<(Pooled, Instant)>,
     /// Statements waiting for a connection, oldest first. A connection that finishes cleanly goes
     /// to the first of them that still waits, and to `conns` only when none does: kept aside
     /// while others wait in the pool, it left them there until `acquire_timeout` while the rest
@@ -92,7 +85,7 @@ struct Spare {
     /// the pool, which may open a connection or get one back from elsewhere. Under the same lock
     /// as `conns`, so a finished connection is either found by a statement about to wait or
     /// handed to one that waits.
-    waiters: VecDeque<oneshot::Sender<Out>>,
+    waiters: VecDeque<oneshot::Sender<Pooled>>,
     /// `close` has begun: nothing is kept aside any more (the pool waits for every connection).
     closed: bool,
 }
@@ -107,7 +100,7 @@ impl std::fmt::Debug for Conns {
 /// back to the pool (ping, or close when broken) otherwise.
 struct Lease<'a> {
     conns: &'a Conns,
-    conn: Option<Out>,
+    conn: Option<Pooled>,
     keep: bool,
     /// The statement's pass through the gate: counted and given back after the connection is.
     _ticket: Ticket<'a>,
@@ -126,7 +119,7 @@ pub(super) fn timed_out(deadline: Duration) -> sqlx::Error {
 
 impl Lease<'_> {
     fn conn(&mut self) -> &mut sqlx::PgConnection {
-        &mut self.conn.as_mut().expect("a lease holds its connection until dropped").conn
+        self.conn.as_mut().expect("a lease holds its connection until dropped").conn()
     }
 
     fn keep(mut self) {
@@ -136,9 +129,8 @@ impl Lease<'_> {
     /// The statement timed out: the connection is closed (bounded by sqlx's close-on-drop
     /// timeout), not pinged back into the pool.
     fn abandon(mut self) {
-        if let Some(mut out) = self.conn.take() {
-            out.conn.close_on_drop();
-            self.conns.discard(vec![out.conn]);
+        if let Some(conn) = self.conn.take() {
+            conn.close();
         }
         self.conns.return_spares();
     }
@@ -160,8 +152,8 @@ impl Drop for Lease<'_> {
                 return;
             }
         }
-        // sqlx returns it to the pool (ping, rollback flushed, or closed).
-        self.conns.discard(vec![conn.conn]);
+        // Back to the pool (pinged, or closed).
+        drop(conn);
     }
 }
 
@@ -175,15 +167,8 @@ impl Conns {
     /// Called inside the runtime (the store is opened there).
     pub(super) fn new(pool: PgPool, deadline: Duration) -> Self {
         let gate = Gate::new(pool.options().get_max_connections() as usize);
-        Conns { pool, deadline, runtime: tokio::runtime::Handle::current(), spare: Mutex::new(Spare::default()), gate }
-    }
-
-    /// Hands connections back to the pool, inside the runtime's context.
-    fn discard(&self, conns: Vec<PoolConnection<Postgres>>) {
-        if !conns.is_empty() {
-            let _in_runtime = self.runtime.enter();
-            drop(conns);
-        }
+        let home = Home { runtime: tokio::runtime::Handle::current(), deadline };
+        Conns { pool, deadline, home, spare: Mutex::new(Spare::default()), gate }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
@@ -192,7 +177,7 @@ impl Conns {
 
     /// The most recently used spare connection when it is fresh; else the first of a connection
     /// that finishes its statement and one from the pool.
-    async fn take(&self) -> Result<Out, sqlx::Error> {
+    async fn take(&self) -> Result<Pooled, sqlx::Error> {
         let (stale, handed) = {
             let mut spare = self.lock();
             let stale = match spare.conns.pop() {
@@ -200,8 +185,8 @@ impl Conns {
                 // Stale, and every one below it is older: all go back to the pool (outside the
                 // lock), which pings them when it hands them out.
                 Some((stale, _)) => {
-                    let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(o, _)| o.conn).collect();
-                    all.push(stale.conn);
+                    let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(c, _)| c).collect();
+                    all.push(stale);
                     all
                 }
                 None => Vec::new(),
@@ -214,9 +199,8 @@ impl Conns {
                 (stale, Some(rx))
             }
         };
-        self.discard(stale);
-        let from_pool =
-            |r: Result<PoolConnection<Postgres>, sqlx::Error>| r.map(|conn| Out { conn, since: Instant::now() });
+        drop(stale); // back to the pool, which pings them when it hands them out
+        let from_pool = |r: Result<_, sqlx::Error>| r.map(|conn| Pooled::new(conn, &self.home));
         let Some(mut rx) = handed else { return from_pool(self.pool.acquire().await) };
         let acquired = tokio::select! {
             biased;
@@ -226,9 +210,7 @@ impl Conns {
         // A connection handed over meanwhile goes back to the pool; closing the receiver first
         // makes any later hand-over fail and go to the next waiter.
         rx.close();
-        if let Ok(extra) = rx.try_recv() {
-            self.discard(vec![extra.conn]);
-        }
+        drop(rx.try_recv());
         from_pool(acquired)
     }
 
@@ -242,7 +224,7 @@ impl Conns {
     /// that uses it directly).
     pub(super) fn return_spares(&self) {
         let spare = std::mem::take(&mut self.lock().conns);
-        self.discard(spare.into_iter().map(|(o, _)| o.conn).collect());
+        drop(spare);
     }
 
     /// The pool, for callers that use it directly: the spare connections are given back first,
@@ -253,18 +235,9 @@ impl Conns {
     }
 
     /// A transaction on a connection taken as a statement takes one; it goes back to the pool
-    /// when the transaction ends (the pool's ping flushes the rollback of one that was dropped).
-    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        let conn = self.take().await?.conn;
-        // What `PgPool::begin` does with the connection it acquires (public, doc-hidden in sqlx
-        // 0.9, whose version Cargo.toml pins). The statements of the transaction are bounded by
-        // their callers (`PgStore::bounded`); BEGIN here.
-        tokio::time::timeout(
-            self.deadline,
-            Transaction::begin(sqlx::pool::MaybePoolConnection::PoolConnection(conn), None),
-        )
-        .await
-        .map_err(|_| timed_out(self.deadline))?
+    /// when the transaction ends (rolled back first when it ended without COMMIT or ROLLBACK).
+    pub(super) async fn begin(&self) -> Result<Tx, sqlx::Error> {
+        Tx::begin(self.take().await?).await
     }
 
     /// The outcome of a statement; connection trouble sends every spare back to the pool.

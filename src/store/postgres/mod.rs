@@ -28,6 +28,7 @@ mod messages;
 mod migrations;
 mod nul;
 mod options;
+mod pooled;
 mod prune;
 mod redis_cache;
 mod start_read;

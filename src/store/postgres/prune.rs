@@ -10,9 +10,9 @@
 //! finished is decided per candidate row by index lookups. The numbers of a rule are bind
 //! parameters.
 
+use super::pooled::Tx;
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{PruneReport, PruneRules, StoreResult};
-use sqlx::{Postgres, Transaction};
 
 /// Rows read per batch: old state versions and ledger rows are small; a thread takes its
 /// messages, states and ledger rows with it (by cascade), so fewer of those per batch.
@@ -154,7 +154,7 @@ impl Batch {
     async fn run(
         &self,
         s: &PgStore,
-        tx: &mut Transaction<'static, Postgres>,
+        tx: &mut Tx,
         after: &(Option<String>, Option<String>),
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
@@ -194,7 +194,7 @@ impl Batch {
 /// The thread rule's batch: choose and lock, then judge again and delete (see `Stmts::new`).
 async fn threads_batch(
     s: &PgStore,
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut Tx,
     after: Option<&str>,
     next: usize,
     age: f64,
