@@ -408,6 +408,51 @@ async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
 
 
 @pytest.mark.asyncio
+async def test_a_sync_invoke_that_blocks_the_loop_of_a_cancelled_run_says_why_it_is_busy(
+        checkpointer: Any, make_thread: Any) -> None:
+    """A sync ``invoke()`` made inside a coroutine right after cancelling a run there: the
+    cancelled run records its returned tools on this loop, which the sync call blocks, so it waits
+    ``busy_timeout`` in vain. The error must say so (it read "another execution holds it", naming
+    no one), and nothing may run twice: the async retry after it finds ``pay`` recorded."""
+    effects: dict[str, int] = {}
+    client: dict[str, Any] = {}
+    unwinding = asyncio.Event()
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        if effects["pay"] == 1:
+            client["task"].cancel()
+        return "paid"
+
+    async def slow(idempotency_key: str) -> str:
+        if client.get("cancelled_once"):
+            return "slow done"
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            client["cancelled_once"] = True
+            unwinding.set()
+            await asyncio.sleep(0.05)
+            raise
+        return "never"
+
+    app = tool_graph(AgentState, [slow, pay], [[call("c1", "slow"), call("c2", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("settle-sync")}
+    client["task"] = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg)))
+    await asyncio.wait_for(unwinding.wait(), 60)
+    with pytest.raises(ThreadBusyError) as err:
+        app.invoke({}, {**cfg, "busy_timeout": 0.3})  # blocks this loop: on purpose
+    assert err.value.error_code == "STORAGE_BUSY_003"
+    assert "cancelled" in str(err.value) and "ainvoke" in str(err.value), str(err.value)
+    assert err.value.context.get("settling") is True, err.value.context
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(client["task"], 60)
+    done = await asyncio.wait_for(app.ainvoke({}, dict(cfg)), 60)
+    assert tool_texts(done["messages"])["c2"] == "paid"
+    assert effects == {"pay": 1}, effects
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("started", [False, True], ids=["before-the-tool-started", "while-the-tool-ran"])
 async def test_an_at_most_once_call_its_cancelled_run_never_started_runs_on_resume(
         checkpointer: Any, make_thread: Any, started: bool) -> None:

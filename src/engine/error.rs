@@ -82,6 +82,19 @@ pub enum EngineError {
         /// Seconds the run waited for the lease (0 with `reject`).
         waited: f64,
     },
+    /// A run of this process on the thread, dropped by its caller, was still recording the tools
+    /// that returned before the drop when `busy_timeout` ran out: ThreadBusyError. Those writes
+    /// are polled on the event loop that ran it, so they wait for that loop to run again: a
+    /// sync call blocking that loop (an `invoke()` inside a coroutine) waits for them in vain.
+    #[error(
+        "thread '{thread_id}' is busy: a run of it in this process was cancelled and is still recording the tools that returned before the cancel (waited {waited:.1}s); it finishes when the event loop that ran it runs again, so a sync invoke() that blocks that loop waits for it in vain: await ainvoke() there"
+    )]
+    Settling {
+        /// The thread.
+        thread_id: String,
+        /// Seconds the run waited.
+        waited: f64,
+    },
     /// Bad input to a run (the Python layer raises ValueError).
     #[error("{0}")]
     InvalidInput(String),
@@ -120,6 +133,9 @@ impl EngineError {
             }),
             EngineError::LeaseBusy { thread_id, holder: None, waited } => {
                 json!({"thread_id": thread_id, "waited": waited})
+            }
+            EngineError::Settling { thread_id, waited } => {
+                json!({"thread_id": thread_id, "waited": waited, "settling": true})
             }
             EngineError::Store(StoreError::Fenced { thread_id, token, current }) => {
                 json!({"thread_id": thread_id, "lease_token": token, "current_token": current})

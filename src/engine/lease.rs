@@ -351,9 +351,8 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             // renewal failed must not let this run in early either.
             if Instant::now() >= deadline {
                 inc(&metrics().busy_rejections);
-                return Err(EngineError::LeaseBusy {
+                return Err(EngineError::Settling {
                     thread_id: thread_id.clone(),
-                    holder: None,
                     waited: started.elapsed().as_secs_f64(),
                 });
             }

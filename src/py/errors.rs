@@ -53,6 +53,7 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
             let code = if waited > 0.0 { "STORAGE_BUSY_003" } else { "STORAGE_BUSY_002" };
             raise(py, "ThreadBusyError", message, code, &context)
         }
+        EngineError::Settling { .. } => raise(py, "ThreadBusyError", message, "STORAGE_BUSY_003", &context),
         EngineError::Failpoint(_) => raise(py, "FailpointError", message, "FAILPOINT_001", &context),
         EngineError::Host(b) => match b.downcast::<PyErr>() {
             Ok(pyerr) => *pyerr,
