@@ -80,7 +80,8 @@ class KeptState:
 @final
 class RunOptions:
     """One run's settings, resolved and validated from its config dict (ValueError for a bad
-    ``recursion_limit``, ``on_busy``, ``busy_timeout``, ``lease_ttl`` or ``failpoints``; timeouts
+    ``recursion_limit``, ``on_busy``, ``busy_timeout``, ``lease_ttl``, ``idempotent_turns`` or
+    ``failpoints``; timeouts
     follow the lenient rule of ``resolve_timeout``). Immutable."""
 
     thread_id: str

@@ -48,10 +48,16 @@ if TYPE_CHECKING:
     from tenxgraph._run_hooks import StartEffect
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
 
-__all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta"]
+__all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta", "stored_as_sent"]
 
 # How JSON writes U+0000, which Postgres stores as U+FFFD (see Run.reshaped).
 _NUL = "\\u0000"
+
+
+def stored_as_sent(kept: Message, sent: Message) -> bool:
+    """Whether a message the thread holds under a sent message's id is that message as sent (a
+    changed text under a stored id is new input)."""
+    return kept.role == sent.role and kept.content == sent.content
 
 
 class Run(RunHooks, RunTools):
@@ -136,8 +142,10 @@ class Run(RunHooks, RunTools):
     # -- called by the Rust loop -----------------------------------------------------------
 
     def prepare(self, state_json: bytes | str | None, stored_class: str | None, exec_view: ExecView,
-                known: bool = False) -> tuple[int, str | None]:
-        """Builds the live state and merges the input. Returns the cursor of stored messages.
+                known: bool = False) -> tuple[int, str | None, bool]:
+        """Builds the live state and merges the input. Returns the cursor of stored messages, and
+        whether the input is a stored turn sent again, answered from the store (see
+        ``_replayed_turn``): then nothing runs.
 
         ``state_json``: the stored state with its messages as ``context``, one JSON document as
         UTF-8 bytes (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it
@@ -171,6 +179,15 @@ class Run(RunHooks, RunTools):
         stored_len = len(state.context)
         self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
+        if self.input_messages and self.config.get("idempotent_turns") is True:
+            replayed = self._replayed_turn(state)
+            if replayed is not None:
+                self._caller, self.produced = replayed
+                self.answered_from_store = True
+                self.state = state
+                self.graph._log.info("the input is a turn the thread holds, sent again: answered with its stored "
+                                     "result (idempotent_turns)", extra=self._log_fields(event="turn_replayed"))
+                return stored_len, last_id, True
         if self.input_messages:
             if len(self.input_messages) > 1:
                 self._rename_twins(state)
@@ -207,7 +224,7 @@ class Run(RunHooks, RunTools):
             self.produced = list(state.context[start:])
             self.answered_from_store = True
         self.state = state
-        return stored_len, last_id
+        return stored_len, last_id, False
 
     async def run_node(self, name: str, exec_view: ExecView) -> str | None:
         self._encoded.clear()  # user code from here on
@@ -344,6 +361,33 @@ class Run(RunHooks, RunTools):
         # state's text, and the context's length and last object.
         self.committed_as = (data, n, ctx[-1] if n else None)
         return data, messages, not grown, n, (str(ctx[-1].message_id) if n else None)
+
+    def _replayed_turn(self, state: AgentState) -> tuple[Message, list[Message]] | None:
+        """With ``config["idempotent_turns"]``: the input is a turn the thread holds, sent again
+        (every message stored as sent: id, role and content; the last one a user message), on a
+        thread that is not in the middle of a run: that turn's user message and what the thread
+        holds after it, up to the next user message. A client's retry after a lost response, or
+        two workers given one request, then get that turn instead of a second one (10xGraph's
+        rule adds the message again and the model answers it twice: a payment asked for once
+        could be made twice). A thread cut off mid-turn is resumed instead (``ainvoke`` does it);
+        a failed one is not answered from the store (its turn is retried as 10xGraph does)."""
+        if self.state_update or self.has_resume or self.start_node is not None:
+            return None
+        status = state.execution_meta.status
+        if status not in (ExecutionStatus.COMPLETED, ExecutionStatus.INTERRUPTED_BEFORE,
+                          ExecutionStatus.INTERRUPTED_AFTER):
+            return None
+        last = self.input_messages[-1]
+        stored_ids = self._index.ids(state.context)
+        if last.role != "user" or any(m.message_id not in stored_ids for m in self.input_messages):
+            return None  # a new message (the common case): no scan of the context
+        ctx = state.context
+        at = {str(m.message_id): i for i, m in enumerate(ctx)}
+        if not all(stored_as_sent(ctx[at[str(m.message_id)]], m) for m in self.input_messages):
+            return None
+        start = at[str(last.message_id)]
+        end = next((j for j in range(start + 1, len(ctx)) if ctx[j].role == "user"), len(ctx))
+        return ctx[start], list(ctx[start + 1:end])
 
     def _rename_twins(self, state: AgentState) -> None:
         """Two new input messages under one id (a frontend's placeholder id on a history sent

@@ -44,6 +44,10 @@ pub struct RunConfig {
     /// otherwise; nothing runs, and the thread ends `completed` after that node. What a new turn
     /// on such a thread does first (`EngineError::Busy { closable: true }`).
     pub closing_failed_tools: bool,
+    /// `config["idempotent_turns"]`: a turn the thread holds, sent again, is answered from the
+    /// store (the host decides in `prepare`), paused threads included: there new input is
+    /// otherwise refused before the host sees it.
+    pub idempotent_turns: bool,
 }
 
 impl RunConfig {
@@ -61,6 +65,7 @@ impl RunConfig {
             lease: LeasePolicy::default(),
             failpoints: Armed::new(Failpoints::from_env(), None),
             closing_failed_tools: false,
+            idempotent_turns: false,
         }
     }
 }

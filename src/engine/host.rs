@@ -141,6 +141,12 @@ pub trait NodeHost: Send + Sync {
     /// Builds the live state and merges the run's input into it. Returns the cursor of what is
     /// already stored.
     async fn prepare(&self, stored: Stored<'_>, exec: &ExecMeta) -> Result<MsgCursor, EngineError>;
+    /// After `prepare`: the input is a turn the thread holds already, sent again, and the host
+    /// answers it from the stored thread (`config["idempotent_turns"]`): nothing runs and nothing
+    /// is written.
+    fn replays_stored_turn(&self) -> bool {
+        false
+    }
     /// Runs a node on the live state. Dropping the future must cancel the node's work.
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure>;
     /// Calls condition `index` on the live state.

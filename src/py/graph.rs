@@ -73,7 +73,15 @@ impl NativeGraph {
         let spec = self.spec.clone();
         let store = self.store.clone();
         let hooks = run.bind(py).getattr("has_lifecycle_hooks").and_then(|v| v.is_truthy()).unwrap_or(false);
-        let host = PyHost { run, locals: Locals { event_loop, context }, streaming, known, known_state, hooks };
+        let host = PyHost {
+            run,
+            locals: Locals { event_loop, context },
+            streaming,
+            known,
+            known_state,
+            hooks,
+            replayed: Default::default(),
+        };
         let span = super::logging::run_span(&cfg.thread.thread_id, &cfg.run_id);
         let fut = async move {
             let input = RunInput { has_messages, has_state_update, start_node: start_node.as_deref(), resume_only };

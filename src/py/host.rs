@@ -30,6 +30,8 @@ pub struct PyHost {
     pub known_state: Option<std::sync::Arc<serde_json::Value>>,
     /// The graph has lifecycle hooks: without any, no lifecycle point crosses into Python.
     pub hooks: bool,
+    /// `prepare` found the input to be a stored turn sent again (see `replays_stored_turn`).
+    pub replayed: std::sync::atomic::AtomicBool,
 }
 
 fn host_err(e: PyErr) -> EngineError {
@@ -128,10 +130,15 @@ impl NodeHost for PyHost {
             // built first and read back.
             let state = state.map(|t| pyo3::types::PyBytes::new(py, t.as_bytes()));
             let r = self.run.bind(py).call_method1("prepare", (state, stored_class, exec_view(py, exec)?, known))?;
-            let (len, last_id): (usize, Option<String>) = r.extract()?;
+            let (len, last_id, replayed): (usize, Option<String>, bool) = r.extract()?;
+            self.replayed.store(replayed, std::sync::atomic::Ordering::Relaxed);
             Ok(MsgCursor { len, last_id })
         })
         .map_err(host_err)
+    }
+
+    fn replays_stored_turn(&self) -> bool {
+        self.replayed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn run_node(&self, node: &str, exec: &ExecMeta) -> Result<NodeOutput, HostFailure> {

@@ -69,6 +69,7 @@ pub struct RunOptions {
     /// The call carries a `config["authz"]` owner scope (`ThreadRef::owner_scoped`).
     #[pyo3(get)]
     owner_scoped: bool,
+    idempotent_turns: bool,
     parsed_failpoints: Option<Arc<Failpoints>>,
 }
 
@@ -214,6 +215,16 @@ impl RunOptions {
             Some(spec) => Some(Arc::new(Failpoints::parse(spec).map_err(PyValueError::new_err)?)),
             None => None,
         };
+        let idempotent_turns = match item(config, "idempotent_turns")? {
+            None => false,
+            Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => v.is_truthy()?,
+            Some(v) => {
+                return Err(PyValueError::new_err(format!(
+                    "idempotent_turns must be True or False, got {}",
+                    v.repr()?
+                )));
+            }
+        };
         let durable = match item(config, "durable_checkpoint_every_step")? {
             None => true,
             Some(v) => v.is_truthy()?,
@@ -255,6 +266,7 @@ impl RunOptions {
             resume_only: false,
             close_failed_tools: false,
             owner_scoped: false,
+            idempotent_turns,
             parsed_failpoints,
         })
     }
@@ -318,6 +330,7 @@ impl RunOptions {
         cfg.tool_timeout = self.tool_timeout.map(Duration::from_secs_f64);
         cfg.durable_every_step = self.durable;
         cfg.closing_failed_tools = self.close_failed_tools;
+        cfg.idempotent_turns = self.idempotent_turns;
         cfg.lease = engine::LeasePolicy {
             ttl: Duration::from_secs_f64(self.lease_ttl),
             on_busy: engine::OnBusy::parse(self.on_busy).unwrap_or(engine::OnBusy::Reject),

@@ -177,6 +177,24 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && (input.has_messages || input.start_node.is_some())
         && exec.current_node != crate::engine::START
     {
+        // A paused thread's turn sent again, under `idempotent_turns`: answered with the stored
+        // turn when the host finds it is one (what it holds is the paused turn, not the input).
+        if cfg.idempotent_turns
+            && matches!(previous, ExecStatus::InterruptedBefore | ExecStatus::InterruptedAfter)
+            && let Some(cp) = &stored
+        {
+            host.prepare(as_found(cp), &exec).await?;
+            if host.replays_stored_turn() {
+                return Ok(RunOutcome {
+                    exec,
+                    version,
+                    stopped: false,
+                    mark: None,
+                    nothing_to_resume: false,
+                    state: None,
+                });
+            }
+        }
         // Without the lease, "running" may be a live run's: its lease decides, under the policy.
         if let Some(opt) = optimistic {
             opt.refuse();
@@ -281,6 +299,15 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
+    if host.replays_stored_turn()
+        && let Some(cp) = &stored
+    {
+        // A turn the thread holds, sent again (a client's retry after a lost response, a second
+        // worker given the same request): its stored result is the answer. Decided on the state
+        // this run read, which for a run that waited is the state after the other run's turn.
+        let exec = ExecMeta::from_state(&cp.state, &entry, &t.thread_id);
+        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
+    }
     // 10xGraph's row without its cache names the node that completed; where running that node
     // again cannot be right, route on from it (the conditions see the loaded state, as they did).
     let route_on = match &stored {
@@ -389,6 +416,11 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     result
 }
 
+/// What the host builds the live state from, for a stored checkpoint (without counting it).
+fn as_found(cp: &Checkpoint) -> Stored<'_> {
+    if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } }
+}
+
 /// The thread handed to the host as it is stored, and the run ends there: nothing runs and
 /// nothing is written.
 async fn as_stored<H: NodeHost + ?Sized>(
@@ -398,8 +430,6 @@ async fn as_stored<H: NodeHost + ?Sized>(
     version: i64,
     nothing_to_resume: bool,
 ) -> Result<RunOutcome, EngineError> {
-    let parts =
-        if cp.messages_known { Stored::Known } else { Stored::Loaded { state: &cp.state, messages: &cp.messages } };
-    host.prepare(parts, &exec).await?;
+    host.prepare(as_found(cp), &exec).await?;
     Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None })
 }

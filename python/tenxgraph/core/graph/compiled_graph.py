@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
 from tenxgraph._run_values import copy_message
-from tenxgraph._runtime import Run
+from tenxgraph._runtime import Run, stored_as_sent
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
 from tenxgraph._sync import run_sync
@@ -345,11 +345,8 @@ class CompiledGraph(Generic[StateT]):
         if state is None or state.execution_meta.status != ExecutionStatus.RUNNING:
             return False
         stored = {str(m.message_id): m for m in state.context}
-
-        def same(m: Any) -> bool:
-            kept = stored.get(str(m.message_id))
-            return kept is not None and kept.role == m.role and kept.content == m.content
-        return all(same(m) for m in run.input_messages)
+        return all((kept := stored.get(str(m.message_id))) is not None and stored_as_sent(kept, m)
+                   for m in run.input_messages)
 
     async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
         """The run that answers a failed tool node's calls without running any (see

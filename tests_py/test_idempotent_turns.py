@@ -1,0 +1,156 @@
+"""``config["idempotent_turns"] = True``: a turn the thread holds, sent again (a client's retry
+after a lost response, two workers given one request), is answered with its stored result:
+nothing runs and nothing is written. Without it, 10xGraph's rule applies: the user message is
+added again under a new id and answered, so a model asked once to pay can be asked twice."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
+from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
+
+
+def pay_graph(checkpointer: Any, effects: dict[str, int], **compile_kw: Any) -> Any:
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        return "paid"
+
+    # Each turn's model asks for a payment under a new call id, as a model would.
+    return tool_graph(AgentState, [pay], [[call("c1", "pay")], [call("c2", "pay")], [call("c3", "pay")]],
+                      checkpointer=checkpointer, **compile_kw)
+
+
+def ids(messages: list[Message]) -> list[str]:
+    return [str(m.message_id) for m in messages]
+
+
+IDEM = {"idempotent_turns": True}
+
+
+@pytest.mark.asyncio
+async def test_a_turn_sent_again_after_it_finished_returns_its_stored_result(checkpointer: Any, make_thread: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    first = await app.ainvoke(sent, dict(cfg))
+    before = await checkpointer.aget_state(dict(cfg))
+    again = await app.ainvoke(sent, dict(cfg))
+    after = await checkpointer.aget_state(dict(cfg))
+    assert effects == {"pay": 1}
+    assert ids(again["messages"]) == ids(first["messages"]) and ids(first["messages"])[0] == "u-1"
+    assert [m.text() for m in again["messages"]] == [m.text() for m in first["messages"]]
+    assert ids(after.context) == ids(before.context), "nothing was added"
+    assert after.execution_meta.status == before.execution_meta.status
+
+
+@pytest.mark.asyncio
+async def test_without_the_option_a_resent_turn_is_answered_again_as_in_10xgraph(checkpointer: Any, make_thread: Any) -> None:
+    """The control: 10xGraph's rule (the user message added again under a new id): the model
+    asks again, and the tool pays again."""
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-off")}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    await app.ainvoke(sent, dict(cfg))
+    again = await app.ainvoke(sent, dict(cfg))
+    assert effects == {"pay": 2}
+    assert ids(again["messages"])[0] != "u-1"
+
+
+@pytest.mark.asyncio
+async def test_two_identical_requests_at_once_make_one_turn(checkpointer: Any, make_thread: Any) -> None:
+    """Both wait for the thread (``on_busy="wait"``): the second finds the first's turn stored
+    under the lease, and answers with it."""
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-race"), "on_busy": "wait", **IDEM}
+    await app.ainvoke({"messages": [Message.text_message("hello", message_id="u-0")]}, dict(cfg))
+    effects.clear()
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    a, b = await asyncio.gather(app.ainvoke(sent, dict(cfg)), app.ainvoke(sent, dict(cfg)))
+    assert effects == {"pay": 1}, effects
+    assert ids(a["messages"]) == ids(b["messages"]) and ids(a["messages"])[0] == "u-1"
+    state = await checkpointer.aget_state(dict(cfg))
+    assert [str(m.message_id) for m in state.context if m.role == "user"] == ["u-0", "u-1"]
+
+
+@pytest.mark.asyncio
+async def test_an_earlier_turn_sent_again_returns_that_turn_and_runs_nothing(checkpointer: Any, make_thread: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-old"), **IDEM}
+    first = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
+    await app.ainvoke({"messages": [Message.text_message("pay 20", message_id="u-2")]}, dict(cfg))
+    again = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
+    assert effects == {"pay": 2}
+    assert ids(again["messages"]) == ids(first["messages"]), "turn 1, and not turn 2's messages after it"
+
+
+@pytest.mark.asyncio
+async def test_a_changed_text_under_a_stored_id_is_a_new_turn(checkpointer: Any, make_thread: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-changed"), **IDEM}
+    await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
+    again = await app.ainvoke({"messages": [Message.text_message("pay 30", message_id="u-1")]}, dict(cfg))
+    assert effects == {"pay": 2}
+    assert again["messages"][0].text() == "pay 30" and str(again["messages"][0].message_id) != "u-1"
+
+
+@pytest.mark.asyncio
+async def test_a_turn_sent_again_at_a_review_gate_does_not_pass_it(checkpointer: Any, make_thread: Any) -> None:
+    """Paused before the tool node (``interrupt_before``): the resend gets the paused turn; it
+    is not taken for the reviewer's go-on (the payment waits for the review)."""
+    effects: dict[str, int] = {}
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        return "paid"
+
+    g = StateGraph(AgentState)
+    g.add_node("model", scripted_model([[call("c1", "pay")]]))
+    g.add_node("tools", ToolNode([pay]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer, interrupt_before=["tools"])
+    cfg = {"thread_id": make_thread("idem-gate"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    first = await app.ainvoke(sent, dict(cfg))
+    again = await app.ainvoke(sent, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert effects == {}
+    assert state.execution_meta.status.value.startswith("interrupted"), state.execution_meta.status
+    assert ids(again["messages"]) == ids(first["messages"])
+    done = await app.ainvoke({}, dict(cfg))  # the reviewer's go-on
+    assert effects == {"pay": 1} and tool_texts(done["messages"])["c1"] == "paid"
+
+
+@pytest.mark.asyncio
+async def test_a_stream_of_a_turn_sent_again_shows_its_stored_messages(checkpointer: Any, make_thread: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-stream"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    first = await app.ainvoke(sent, dict(cfg))
+    streamed = [c.message for c in [c async for c in app.astream(sent, dict(cfg))] if getattr(c, "message", None)]
+    assert effects == {"pay": 1}
+    produced = ids(first["messages"])[1:]
+    assert [i for i in ids(streamed) if i in produced] == produced
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+async def test_a_bad_value_is_refused_before_anything_is_written(checkpointer: Any, make_thread: Any, bad: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-bad"), "idempotent_turns": bad}
+    with pytest.raises(ValueError, match="idempotent_turns"):
+        await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
+    assert effects == {} and await checkpointer.aget_state(dict(cfg)) is None
