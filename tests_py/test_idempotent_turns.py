@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.exceptions import StorageError
 from tenxgraph.core.graph.tool_node import ToolNode
+from tests_py.conftest import BACKENDS, make_checkpointer
 from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
 
 
@@ -154,3 +156,34 @@ async def test_a_bad_value_is_refused_before_anything_is_written(checkpointer: A
     with pytest.raises(ValueError, match="idempotent_turns"):
         await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
     assert effects == {} and await checkpointer.aget_state(dict(cfg)) is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_another_users_resend_gets_nothing_of_the_turn(kind: str, request: Any, tmp_path: Any,
+                                                             make_thread: Any) -> None:
+    """Under user isolation a resend of another user's turn (same ids, same text) is refused like
+    any call on that thread: answering it from the store must not hand that turn out."""
+    cp = make_checkpointer(kind, request, tmp_path, enforce_user_isolation=True)
+    effects: dict[str, int] = {}
+    app = pay_graph(cp, effects)
+    thread = make_thread("idem-iso")
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    await app.ainvoke(sent, {"thread_id": thread, "user_id": "alice", **IDEM})
+    for attempt in (sent, {}):
+        with pytest.raises(StorageError) as err:
+            await app.ainvoke(attempt, {"thread_id": thread, "user_id": "mallory", **IDEM})
+        assert err.value.error_code == "STORAGE_FORBIDDEN_001"
+    assert effects == {"pay": 1}
+
+
+@pytest.mark.asyncio
+async def test_int_message_ids_sent_again_are_the_same_turn(checkpointer: Any, make_thread: Any) -> None:
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-int"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id=7)]}
+    first = await app.ainvoke(sent, dict(cfg))
+    again = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id=7)]}, dict(cfg))
+    assert effects == {"pay": 1}
+    assert ids(again["messages"]) == ids(first["messages"])
