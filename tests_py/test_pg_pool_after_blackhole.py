@@ -129,7 +129,8 @@ def test_a_blackholed_statement_gives_its_pool_slot_back(op: str, how: str) -> N
         proxy.stop()
 
 
-def test_a_connection_that_goes_dark_between_the_release_pings_gives_its_slot_back() -> None:
+def test_a_connection_that_goes_dark_between_the_release_pings_gives_its_slot_back(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A connection given back to the pool is pinged twice: the store's ping, bounded by the
     deadline, then sqlx's own, which has none. A network that goes dark between the two held
     the pool's slot until TCP gave up (with one slot, every later call failed): two fresh-clone
@@ -156,5 +157,8 @@ def test_a_connection_that_goes_dark_between_the_release_pings_gives_its_slot_ba
         assert took < 20, ("the pool slot never came back", errors[-2:])
         ids = [str(m.message_id) for m in asyncio.run(cp.alist_messages(cfg))]
         assert ids[0] == "m-1" and len(ids) == 2, ids
+        # The operator hears of it (a WARNING through the tenxgraph logger).
+        assert any("given back to the pool got no answer" in r.getMessage() and r.levelname == "WARNING"
+                   for r in caplog.records), [r.getMessage() for r in caplog.records][-5:]
     finally:
         proxy.stop()

@@ -41,7 +41,13 @@ impl Home {
                     return;
                 }
             }
-            let _ = tokio::time::timeout(deadline * 2, conn.return_to_pool()).await;
+            if tokio::time::timeout(deadline * 2, conn.return_to_pool()).await.is_err() {
+                tracing::warn!(
+                    "a connection given back to the pool got no answer within {:.1} s (the server, or the network \
+                     to it, stopped answering): closed, and its pool slot freed",
+                    (deadline * 2).as_secs_f64()
+                );
+            }
         }));
     }
 }
