@@ -355,6 +355,48 @@ async def test_a_cancelled_run_frees_the_thread_at_once(checkpointer: Any, make_
     assert time.monotonic() - started < 5  # not the 60 s lease: this process knows it holds nothing
 
 
+class _PayCancelsItsRun:
+    """A turn whose ``pay`` cancels its own run as it returns (the client leaves then), beside
+    ``slow``, whose cancellation takes as long as ``unwind()``: the cancelled run records
+    ``pay``'s result only after that. ``ran_again`` is set if ``pay`` runs a second time."""
+
+    def __init__(self, checkpointer: Any, thread: str, unwind: Any) -> None:
+        self.effects: dict[str, int] = {}
+        self.unwinding, self.ran_again = asyncio.Event(), asyncio.Event()
+        self.cfg = {"thread_id": thread}
+        self._task: asyncio.Future[Any] | None = None
+        cancelled_once = False
+
+        async def pay(idempotency_key: str) -> str:
+            self.effects["pay"] = self.effects.get("pay", 0) + 1
+            if self.effects["pay"] > 1:
+                self.ran_again.set()
+            else:
+                assert self._task is not None
+                self._task.cancel()
+            return "paid"
+
+        async def slow(idempotency_key: str) -> str:
+            nonlocal cancelled_once
+            if cancelled_once:
+                return "slow done"
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled_once = True
+                self.unwinding.set()
+                await unwind()
+                raise
+            return "never"
+
+        self.app = tool_graph(AgentState, [slow, pay], [[call("c1", "slow"), call("c2", "pay")]],
+                              checkpointer=checkpointer)
+
+    def start(self) -> asyncio.Future[Any]:
+        self._task = asyncio.ensure_future(self.app.ainvoke({"messages": [Message.text_message("go")]}, dict(self.cfg)))
+        return self._task
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("on_busy", ["wait", "reject"])
 async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
@@ -365,34 +407,12 @@ async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
     lands, must wait for that write: red-team of session 23 (a stream dropped without
     ``aclose()`` beside a waiting resume) saw it take the thread at once and fire ``pay`` again.
     With ``"reject"`` (the caller's own retry) it must not be refused by its own cancelled run."""
-    effects: dict[str, int] = {}
-    client: dict[str, Any] = {}
-    unwinding, let_go, ran_again = asyncio.Event(), asyncio.Event(), asyncio.Event()
-
-    async def pay(idempotency_key: str) -> str:
-        effects["pay"] = effects.get("pay", 0) + 1
-        if effects["pay"] > 1:
-            ran_again.set()
-        else:
-            client["task"].cancel()  # the client leaves as pay returns
-        return "paid"
-
-    async def slow(idempotency_key: str) -> str:
-        if client.get("cancelled_once"):
-            return "slow done"
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            client["cancelled_once"] = True
-            unwinding.set()
-            await asyncio.wait_for(let_go.wait(), 4)  # under record_finished_tools' 5 s
-            raise
-        return "never"
-
-    app = tool_graph(AgentState, [slow, pay], [[call("c1", "slow"), call("c2", "pay")]], checkpointer=checkpointer)
-    cfg = {"thread_id": make_thread("settle")}
-    client["task"] = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg)))
-    await asyncio.wait_for(unwinding.wait(), 60)
+    let_go = asyncio.Event()
+    run = _PayCancelsItsRun(checkpointer, make_thread("settle"),
+                            lambda: asyncio.wait_for(let_go.wait(), 4))  # under record_finished_tools' 5 s
+    app, cfg, effects, ran_again = run.app, run.cfg, run.effects, run.ran_again
+    task = run.start()
+    await asyncio.wait_for(run.unwinding.wait(), 60)
     retry = asyncio.ensure_future(app.ainvoke({}, {**cfg, "on_busy": on_busy}))
     # Before the fix the retry ran pay again here; give it the time to (or to be refused).
     again = asyncio.ensure_future(ran_again.wait())
@@ -401,7 +421,7 @@ async def test_a_resume_beside_a_cancelled_run_waits_for_its_late_ledger_writes(
     assert not retry.done(), f"the retry did not wait for the cancelled run: {retry.exception() if retry.done() else ''}"
     let_go.set()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(client["task"], 60)
+        await asyncio.wait_for(task, 60)
     done = await asyncio.wait_for(retry, 60)
     assert tool_texts(done["messages"])["c2"] == "paid"
     assert effects == {"pay": 1}, f"pay returned before the cancel and ran again on the resume: {effects}"
@@ -414,39 +434,17 @@ async def test_a_sync_invoke_that_blocks_the_loop_of_a_cancelled_run_says_why_it
     cancelled run records its returned tools on this loop, which the sync call blocks, so it waits
     ``busy_timeout`` in vain. The error must say so (it read "another execution holds it", naming
     no one), and nothing may run twice: the async retry after it finds ``pay`` recorded."""
-    effects: dict[str, int] = {}
-    client: dict[str, Any] = {}
-    unwinding = asyncio.Event()
-
-    async def pay(idempotency_key: str) -> str:
-        effects["pay"] = effects.get("pay", 0) + 1
-        if effects["pay"] == 1:
-            client["task"].cancel()
-        return "paid"
-
-    async def slow(idempotency_key: str) -> str:
-        if client.get("cancelled_once"):
-            return "slow done"
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            client["cancelled_once"] = True
-            unwinding.set()
-            await asyncio.sleep(0.05)
-            raise
-        return "never"
-
-    app = tool_graph(AgentState, [slow, pay], [[call("c1", "slow"), call("c2", "pay")]], checkpointer=checkpointer)
-    cfg = {"thread_id": make_thread("settle-sync")}
-    client["task"] = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg)))
-    await asyncio.wait_for(unwinding.wait(), 60)
+    run = _PayCancelsItsRun(checkpointer, make_thread("settle-sync"), lambda: asyncio.sleep(0.05))
+    app, cfg, effects = run.app, run.cfg, run.effects
+    task = run.start()
+    await asyncio.wait_for(run.unwinding.wait(), 60)
     with pytest.raises(ThreadBusyError) as err:
         app.invoke({}, {**cfg, "busy_timeout": 0.3})  # blocks this loop: on purpose
     assert err.value.error_code == "STORAGE_BUSY_003"
     assert "cancelled" in str(err.value) and "ainvoke" in str(err.value), str(err.value)
     assert err.value.context.get("settling") is True, err.value.context
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(client["task"], 60)
+        await asyncio.wait_for(task, 60)
     done = await asyncio.wait_for(app.ainvoke({}, dict(cfg)), 60)
     assert tool_texts(done["messages"])["c2"] == "paid"
     assert effects == {"pay": 1}, effects

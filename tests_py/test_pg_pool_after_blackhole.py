@@ -19,6 +19,7 @@ import asyncio
 import os
 import time
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -33,17 +34,22 @@ pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (py
 DEADLINE = 1.0
 
 
+def _one_slot_store(proxy: Any, app: str) -> PgCheckpointer:
+    """A store behind ``proxy`` with one pool slot (the connection the proxy holds is the only
+    one there is), waits of 3 s for it, and a statement deadline of ``DEADLINE``."""
+    cp = PgCheckpointer(proxy.dsn_for(DSN, app), schema=f"ps_{uuid.uuid4().hex[:10]}", enforce_user_isolation=False,
+                        pool_config={"max_size": 1, "timeout": 3.0, "command_timeout": DEADLINE})
+    cp.setup()
+    return cp
+
+
 def test_a_blackholed_transaction_gives_its_pool_slot_back_within_the_deadline() -> None:
     parts = urlsplit(DSN)
     proxy = BlackholeAfterBegin(parts.hostname or "127.0.0.1", parts.port or 5432)
     thread = f"slot-{uuid.uuid4().hex[:8]}"
     cfg = {"thread_id": thread, "user_id": "u1"}
     try:
-        # One pool slot, so the connection the blackhole holds is the only one there is.
-        cp = PgCheckpointer(proxy.dsn_for(DSN, "pool_slot_bh"), schema=f"ps_{uuid.uuid4().hex[:10]}",
-                            enforce_user_isolation=False,
-                            pool_config={"max_size": 1, "timeout": 3.0, "command_timeout": DEADLINE})
-        cp.setup()
+        cp = _one_slot_store(proxy, "pool_slot_bh")
 
         async def scenario() -> tuple[BaseException | None, list[str], float]:
             await cp.aput_messages(cfg, [Message.text_message("first", message_id="m-1")])
@@ -100,10 +106,7 @@ def test_a_blackholed_statement_gives_its_pool_slot_back(op: str, how: str) -> N
     proxy = FreezeProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
     cfg = {"thread_id": f"slot-{uuid.uuid4().hex[:8]}", "user_id": "u1"}
     try:
-        cp = PgCheckpointer(proxy.dsn_for(DSN, "pool_slot_freeze"), schema=f"ps_{uuid.uuid4().hex[:10]}",
-                            enforce_user_isolation=False,
-                            pool_config={"max_size": 1, "timeout": 3.0, "command_timeout": DEADLINE})
-        cp.setup()
+        cp = _one_slot_store(proxy, "pool_slot_freeze")
 
         async def scenario() -> tuple[float, list[str], BaseException | None]:
             await cp.aput_messages(cfg, [Message.text_message("first", message_id="m-1")])
@@ -140,10 +143,7 @@ def test_a_connection_that_goes_dark_between_the_release_pings_gives_its_slot_ba
     proxy = FreezeAtPing(parts.hostname or "127.0.0.1", parts.port or 5432)
     cfg = {"thread_id": f"slot-{uuid.uuid4().hex[:8]}", "user_id": "u1"}
     try:
-        cp = PgCheckpointer(proxy.dsn_for(DSN, "pool_slot_ping"), schema=f"ps_{uuid.uuid4().hex[:10]}",
-                            enforce_user_isolation=False,
-                            pool_config={"max_size": 1, "timeout": 3.0, "command_timeout": DEADLINE})
-        cp.setup()
+        cp = _one_slot_store(proxy, "pool_slot_ping")
 
         async def scenario() -> tuple[float, list[str]]:
             proxy.armed = True
