@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tests_py.conftest import BACKENDS, make_checkpointer
@@ -187,3 +188,117 @@ async def test_int_message_ids_sent_again_are_the_same_turn(checkpointer: Any, m
     again = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id=7)]}, dict(cfg))
     assert effects == {"pay": 1}
     assert ids(again["messages"]) == ids(first["messages"])
+
+
+@pytest.mark.asyncio
+async def test_an_id_sent_as_str_after_int_is_the_same_turn_and_bad_input_leaves_the_thread(
+        checkpointer: Any, make_thread: Any) -> None:
+    """``7`` and ``"7"`` are one id as stored. Red-team of session 25: the resend under ``"7"``
+    was refused (ValueError) but the thread was rewritten to ``error`` at its entry node, and the
+    next resend, by 10xGraph's rule for a failed turn, paid again."""
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-twin"), **IDEM}
+    first = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id=7)]}, dict(cfg))
+    again = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="7")]}, dict(cfg))
+    assert ids(again["messages"]) == ids(first["messages"])
+    # Without the option the twin is refused, and the thread stays as it was.
+    plain = {"thread_id": cfg["thread_id"]}
+    before = await checkpointer.aget_state(dict(plain))
+    with pytest.raises(ValueError, match="one id as stored"):
+        await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="7")]}, dict(plain))
+    after = await checkpointer.aget_state(dict(plain))
+    assert after.execution_meta.status == before.execution_meta.status
+    assert after.execution_meta.step == before.execution_meta.step
+    await app.ainvoke({"messages": [Message.text_message("pay 10", message_id=7)]}, dict(cfg))
+    assert effects == {"pay": 1}, effects
+
+
+@pytest.mark.asyncio
+async def test_a_resend_with_the_same_state_update_is_the_same_turn(checkpointer: Any, make_thread: Any) -> None:
+    class NoteState(AgentState):
+        note: str = ""
+
+    effects: dict[str, int] = {}
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        return "paid"
+
+    app = tool_graph(NoteState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-update"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-42"}}
+    first = await app.ainvoke(sent, dict(cfg))
+    again = await app.ainvoke(sent, dict(cfg))
+    assert effects == {"pay": 1} and ids(again["messages"]) == ids(first["messages"])
+    other = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-43"}}
+    await app.ainvoke(other, dict(cfg))
+    assert effects == {"pay": 2}, "another update is another request"
+
+
+@pytest.mark.asyncio
+async def test_a_resend_on_busy_interrupt_beside_its_running_turn_lets_it_finish(
+        checkpointer: Any, make_thread: Any) -> None:
+    """Red-team of session 25: the resend asked its own turn's run to stop (``on_busy=
+    "interrupt"``), then answered from the store: both callers got the turn cut short, no reply."""
+    effects: dict[str, int] = {}
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        entered.set()
+        await asyncio.wait_for(release.wait(), 60)
+        return "paid"
+
+    app = tool_graph(AgentState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-preempt"), "on_busy": "interrupt", **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    a = asyncio.ensure_future(app.ainvoke(sent, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 60)
+    b = asyncio.ensure_future(app.ainvoke(sent, dict(cfg)))
+    await asyncio.sleep(0.3)  # b asks for the thread meanwhile; a must not be stopped by it
+    release.set()
+    ra, rb = await asyncio.wait_for(asyncio.gather(a, b), 60)
+    assert effects == {"pay": 1}
+    assert ra["messages"][-1].text() == "done" and ids(rb["messages"]) == ids(ra["messages"])
+    state = await checkpointer.aget_state(dict(cfg))
+    assert state.execution_meta.status.value == "completed", state.execution_meta
+
+
+@pytest.mark.asyncio
+async def test_a_nul_in_the_text_is_the_same_turn_on_every_backend(checkpointer: Any, make_thread: Any) -> None:
+    """PostgreSQL gives a NUL back as U+FFFD: the resend of such a text was taken for a new one,
+    and paid again (red-team of session 25)."""
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("idem-nul"), **IDEM}
+    sent = {"messages": [Message.text_message("pay\x00 10", message_id="u-1")]}
+    await app.ainvoke(sent, dict(cfg))
+    await app.ainvoke(sent, dict(cfg))
+    assert effects == {"pay": 1}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_resend_is_not_answered_from_a_copy_another_process_made_stale(
+        kind: str, request: Any, tmp_path: Any, make_thread: Any) -> None:
+    """This process keeps its last commit of a thread and starts the next turn without a read;
+    a replay commits nothing that would check it. Red-team of session 25: after another process
+    (its own store object here) deleted the thread, the resend returned the deleted turn."""
+    mine = make_checkpointer(kind, request, tmp_path)
+    if kind == "sqlite":
+        theirs = make_checkpointer(kind, request, tmp_path)
+    else:
+        theirs = PgCheckpointer(request.getfixturevalue("tenx_postgres").dsn, schema=mine.schema,
+                                enforce_user_isolation=False)
+        theirs.setup()
+    effects: dict[str, int] = {}
+    app = pay_graph(mine, effects)
+    cfg = {"thread_id": make_thread("idem-stale"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+    await app.ainvoke(sent, dict(cfg))
+    await theirs.aclear_state(dict(cfg))
+    again = await app.ainvoke(sent, dict(cfg))
+    assert effects == {"pay": 2}, "the thread was gone: the resend is a new turn on it"
+    stored = await theirs.aget_state(dict(cfg))
+    assert stored is not None and ids(stored.context) == ids(again["messages"])

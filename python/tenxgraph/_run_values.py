@@ -102,6 +102,17 @@ def token_usage(messages: list[Message]) -> dict[str, int]:
     }
 
 
+def id_twin(mid: Any) -> Any:
+    """The other Python value of the same id as stored (``7`` for ``"7"`` and the reverse: every
+    store keys a message by ``str(message_id)``), or None."""
+    if type(mid) is int:
+        return str(mid)
+    if type(mid) is str and mid[-1:].isdigit() and mid.lstrip("-").isdigit():
+        n = int(mid)
+        return n if str(n) == mid else None  # "007" is stored as "007", never as 7's "7"
+    return None
+
+
 def refuse_id_twins(fresh: list[Message], ids: set[Any]) -> None:
     """ValueError when a message about to be written has an id that differs in Python from one the
     context holds but is the same id as stored (``7`` and ``"7"``: every store keys a message by
@@ -110,15 +121,7 @@ def refuse_id_twins(fresh: list[Message], ids: set[Any]) -> None:
     the step. Looked up in the context's id set: no pass over the history."""
     for m in fresh:
         mid = m.message_id
-        if type(mid) is int:
-            twin: Any = str(mid)
-        elif type(mid) is str and mid[-1:].isdigit() and mid.lstrip("-").isdigit():
-            n = int(mid)
-            if str(n) != mid:
-                continue  # "007" is stored as "007", never as 7's "7"
-            twin = n
-        else:
-            continue
-        if twin in ids:
+        twin = id_twin(mid)
+        if twin is not None and twin in ids:
             raise ValueError(f"message ids {twin!r} and {mid!r} are one id as stored ({str(mid)!r}): give each "
                              "message its own id. Nothing of this step was stored")

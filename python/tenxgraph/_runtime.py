@@ -14,6 +14,8 @@ import copy
 import json
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import to_json
+
 from tenxgraph import _node_context
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
@@ -24,6 +26,7 @@ from tenxgraph._run_values import (
     clear_answers,
     input_messages,
     copy_message,
+    id_twin,
     refuse_id_twins,
     require_state,
     state_update,
@@ -54,10 +57,20 @@ __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta", "stored
 _NUL = "\\u0000"
 
 
+_NUL_JSON = b"\\u0000"
+_NUL_AS_STORED = "\ufffd".encode()
+
+
 def stored_as_sent(kept: Message, sent: Message) -> bool:
     """Whether a message the thread holds under a sent message's id is that message as sent (a
-    changed text under a stored id is new input)."""
-    return kept.role == sent.role and kept.content == sent.content
+    changed text under a stored id is new input). A NUL in a text comes back from PostgreSQL as
+    U+FFFD (docs/bad-inputs.md): such a text is the one sent."""
+    if kept.role != sent.role:
+        return False
+    if kept.content == sent.content:
+        return True
+    sent_json = to_json(sent.content)
+    return _NUL_JSON in sent_json and to_json(kept.content) == sent_json.replace(_NUL_JSON, _NUL_AS_STORED)
 
 
 class Run(RunHooks, RunTools):
@@ -166,6 +179,8 @@ class Run(RunHooks, RunTools):
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
+        # A start refused after a replay was decided on a kept copy prepares again from a read.
+        self.answered_from_store, self.produced = False, []
         if self.has_lifecycle_hooks and state.execution_meta.status in (
             ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
         ):
@@ -369,17 +384,29 @@ class Run(RunHooks, RunTools):
         holds after it, up to the next user message. A client's retry after a lost response, or
         two workers given one request, then get that turn instead of a second one (10xGraph's
         rule adds the message again and the model answers it twice: a payment asked for once
-        could be made twice). A thread cut off mid-turn is resumed instead (``ainvoke`` does it);
-        a failed one is not answered from the store (its turn is retried as 10xGraph does)."""
-        if self.state_update or self.has_resume or self.start_node is not None:
+        could be made twice). A state update sent with it must match what the thread holds. A
+        thread cut off mid-turn is resumed instead (``ainvoke`` does it), and so is one a request
+        to go first stopped short (``"preempted"``); a failed one is not answered from the store
+        (its turn is retried as 10xGraph does). Ids are compared as stored (``7`` is ``"7"``), and
+        a NUL in a text as PostgreSQL gives it back."""
+        if self.has_resume or self.start_node is not None:
+            return None
+        # A state update sent again is the same request where the thread holds its values.
+        if any(getattr(state, k) != v for k, v in self.state_update.items()
+               if k in type(state).model_fields):
             return None
         status = state.execution_meta.status
         if status not in (ExecutionStatus.COMPLETED, ExecutionStatus.INTERRUPTED_BEFORE,
                           ExecutionStatus.INTERRUPTED_AFTER):
             return None
+        if state.execution_meta.interrupt_reason == "preempted":
+            # Stopped short by a request to go first (on_busy="interrupt"), this one's perhaps:
+            # the turn goes on, so that it gets its reply, rather than being answered cut short.
+            return None
         last = self.input_messages[-1]
         stored_ids = self._index.ids(state.context)
-        if last.role != "user" or any(m.message_id not in stored_ids for m in self.input_messages):
+        if last.role != "user" or any(m.message_id not in stored_ids and id_twin(m.message_id) not in stored_ids
+                                      for m in self.input_messages):
             return None  # a new message (the common case): no scan of the context
         ctx = state.context
         at = {str(m.message_id): i for i, m in enumerate(ctx)}

@@ -185,6 +185,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         {
             host.prepare(as_found(cp), &exec).await?;
             if host.replays_stored_turn() {
+                confirmed(on_head, optimistic)?;
                 return Ok(RunOutcome {
                     exec,
                     version,
@@ -305,6 +306,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // A turn the thread holds, sent again (a client's retry after a lost response, a second
         // worker given the same request): its stored result is the answer. Decided on the state
         // this run read, which for a run that waited is the state after the other run's turn.
+        confirmed(on_head, optimistic)?;
         let exec = ExecMeta::from_state(&cp.state, &entry, &t.thread_id);
         return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
     }
@@ -393,7 +395,12 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             opt.refuse();
             return Err(e);
         }
-        return if run.unserialisable { run.fail(e).await } else { Err(e) };
+        // Input the store cannot hold (a state update it cannot serialise, two ids that are one
+        // as stored) is a refused request: the thread stays as it was. Marking it failed made a
+        // completed thread read `error` at its entry, and the next `{}` ran that node again (a
+        // model asking for its tools again: red-team of session 25). Only a thread left running
+        // is marked failed, or it would stay wedged.
+        return if run.unserialisable && previous == ExecStatus::Running { run.fail(e).await } else { Err(e) };
     }
     if drop_legacy_cache
         && run.mark.is_some()
@@ -414,6 +421,20 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let _ = run.write_carried(run.carried.take()).await;
     drop(subscription);
     result
+}
+
+/// A replay (`NodeHost::replays_stored_turn`) answers from what the run read: not from this
+/// process's kept copy, unread (`on_head`), which another process may have moved on from or
+/// deleted, and no commit of the replay would check. Such a start is refused, and the run
+/// starts again under the lease with a read.
+fn confirmed(on_head: bool, optimistic: Option<&Optimistic>) -> Result<(), EngineError> {
+    match optimistic {
+        Some(opt) if on_head => {
+            opt.refuse();
+            Err(refused_start())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What the host builds the live state from, for a stored checkpoint (without counting it).

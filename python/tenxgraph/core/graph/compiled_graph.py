@@ -107,6 +107,16 @@ def _is_tool_node(func: Any) -> bool:
     return isinstance(func, ToolNode)
 
 
+def _holds_as_sent(state: Any, run: Run) -> bool:
+    """Whether the thread's state holds every input message of ``run`` as sent (id, role,
+    content)."""
+    if state is None:
+        return False
+    stored = {str(m.message_id): m for m in state.context}
+    return all((kept := stored.get(str(m.message_id))) is not None and stored_as_sent(kept, m)
+               for m in run.input_messages)
+
+
 class CompiledGraph(Generic[StateT]):
     """A graph ready to run. Each run's loop executes in the Rust core."""
 
@@ -299,6 +309,12 @@ class CompiledGraph(Generic[StateT]):
 
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
+        if (options.on_busy == "interrupt" and cfg.get("idempotent_turns") is True and run.input_messages
+                and not run.state_update and _holds_as_sent(await self._checkpointer.aget_state(cfg), run)):
+            # The turn sent again beside its own run (a client's retry while the first request still
+            # runs): asking that run to stop would leave the turn cut short, its reply never made,
+            # for this call to answer from the store. It waits for it instead (red-team, session 25).
+            options = _core.RunOptions({**cfg, "on_busy": "wait"})
         try:
             raw = await self._native_call(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:
@@ -342,11 +358,8 @@ class CompiledGraph(Generic[StateT]):
         if not run.input_messages or run.state_update or run.has_resume or run.start_node is not None:
             return False
         state = await self._checkpointer.aget_state(cfg)
-        if state is None or state.execution_meta.status != ExecutionStatus.RUNNING:
-            return False
-        stored = {str(m.message_id): m for m in state.context}
-        return all((kept := stored.get(str(m.message_id))) is not None and stored_as_sent(kept, m)
-                   for m in run.input_messages)
+        return (state is not None and state.execution_meta.status == ExecutionStatus.RUNNING
+                and _holds_as_sent(state, run))
 
     async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
         """The run that answers a failed tool node's calls without running any (see
