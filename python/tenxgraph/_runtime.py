@@ -55,9 +55,7 @@ __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta", "stored
 
 # How JSON writes U+0000, which Postgres stores as U+FFFD (see Run.reshaped).
 _NUL = "\\u0000"
-
-
-_NUL_JSON = b"\\u0000"
+_NUL_JSON = _NUL.encode()
 _NUL_AS_STORED = "\ufffd".encode()
 
 
@@ -186,6 +184,16 @@ class Run(RunHooks, RunTools):
         ):
             self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
+        if self.input_messages and self.config.get("idempotent_turns") is True:
+            replayed = self._replayed_turn(state)
+            if replayed is not None:  # before the run's events: nothing runs
+                self._caller, self.produced = replayed
+                self.answered_from_store = True
+                self.state = state
+                self.graph._log.info("the input is a turn the thread holds, sent again: answered with its stored "
+                                     "result (idempotent_turns)", extra=self._log_fields(event="turn_replayed"))
+                ctx = state.context
+                return len(ctx), (str(ctx[-1].message_id) if ctx else None), True
         if self.events is not None and self.input_messages and not self.has_resume:
             # A turn that starts at the entry point (10xGraph ran START as a node first); the
             # stored status is the core's, so this reads where the core is about to start.
@@ -194,15 +202,6 @@ class Run(RunHooks, RunTools):
         stored_len = len(state.context)
         self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None
-        if self.input_messages and self.config.get("idempotent_turns") is True:
-            replayed = self._replayed_turn(state)
-            if replayed is not None:
-                self._caller, self.produced = replayed
-                self.answered_from_store = True
-                self.state = state
-                self.graph._log.info("the input is a turn the thread holds, sent again: answered with its stored "
-                                     "result (idempotent_turns)", extra=self._log_fields(event="turn_replayed"))
-                return stored_len, last_id, True
         if self.input_messages:
             if len(self.input_messages) > 1:
                 self._rename_twins(state)
