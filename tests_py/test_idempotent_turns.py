@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.core.graph.tool_node import ToolNode
@@ -255,10 +255,17 @@ async def test_a_resend_on_busy_interrupt_beside_its_running_turn_lets_it_finish
     sent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
     a = asyncio.ensure_future(app.ainvoke(sent, dict(cfg)))
     await asyncio.wait_for(entered.wait(), 60)
+    preempts = metrics.snapshot()["tenxgraph.lease.preempt_requests"]
     b = asyncio.ensure_future(app.ainvoke(sent, dict(cfg)))
-    await asyncio.sleep(0.3)  # b asks for the thread meanwhile; a must not be stopped by it
+    # b asks for the thread meanwhile; before the fix it asked a to stop (seen in the counter
+    # within milliseconds), now it waits. Up to 3 s given to it, then a goes on.
+    for _ in range(300):
+        if metrics.snapshot()["tenxgraph.lease.preempt_requests"] > preempts:
+            break
+        await asyncio.sleep(0.01)
     release.set()
     ra, rb = await asyncio.wait_for(asyncio.gather(a, b), 60)
+    assert metrics.snapshot()["tenxgraph.lease.preempt_requests"] == preempts, "the resend stopped its own turn"
     assert effects == {"pay": 1}
     assert ra["messages"][-1].text() == "done" and ids(rb["messages"]) == ids(ra["messages"])
     state = await checkpointer.aget_state(dict(cfg))
