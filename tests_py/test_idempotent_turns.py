@@ -309,3 +309,111 @@ async def test_a_resend_is_not_answered_from_a_copy_another_process_made_stale(
     assert effects == {"pay": 2}, "the thread was gone: the resend is a new turn on it"
     stored = await theirs.aget_state(dict(cfg))
     assert stored is not None and ids(stored.context) == ids(again["messages"])
+
+
+@pytest.mark.asyncio
+async def test_identical_requests_at_once_on_busy_interrupt_make_one_whole_turn(
+        checkpointer: Any, make_thread: Any) -> None:
+    """Sent at the same moment, before either stored its input: each found the other holding the
+    thread and asked it to stop (red-team of session 25: 9-14 of 20 turns cut short, no reply)."""
+    for round_ in range(5):
+        effects: dict[str, int] = {}
+        app = pay_graph(checkpointer, effects)
+        cfg = {"thread_id": make_thread(f"idem-at-once-{round_}"), "on_busy": "interrupt", **IDEM}
+        # Message ids are one namespace per PostgreSQL schema: one per round.
+        sent = {"messages": [Message.text_message("pay 10", message_id=f"u-{round_}")]}
+        ra, rb = await asyncio.wait_for(asyncio.gather(app.ainvoke(sent, dict(cfg)), app.ainvoke(sent, dict(cfg))), 60)
+        assert effects == {"pay": 1}
+        assert ra["messages"][-1].text() == "done" and ids(ra["messages"]) == ids(rb["messages"]), (
+            round_, [m.role for m in ra["messages"]], [m.role for m in rb["messages"]])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("value", [("a", "b"), "a\x00b", {"k": [1, ("x", 2)]}], ids=["tuple", "nul", "nested"])
+async def test_a_state_update_a_store_gives_back_changed_is_the_same_request(
+        checkpointer: Any, make_thread: Any, value: Any) -> None:
+    """A tuple comes back a list, a NUL (PostgreSQL) as U+FFFD: the same update sent again is
+    the same request (red-team of session 25: a new turn, paid again)."""
+    class AnyState(AgentState):
+        extra: Any = None
+
+    effects: dict[str, int] = {}
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        return "paid"
+
+    app = tool_graph(AnyState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-stored-form"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"extra": value}}
+    await app.ainvoke(sent, dict(cfg))
+    # Another process's view: what a load gives back.
+    app2 = tool_graph(AnyState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    await app2.ainvoke(sent, dict(cfg))
+    await app.ainvoke(sent, dict(cfg))
+    assert effects == {"pay": 1}, effects
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("odd", ["²", "1²", "-²", "--7", "-0", "007"])
+@pytest.mark.parametrize("idem", [False, True], ids=["plain", "idempotent"])
+async def test_ids_that_look_numeric_but_are_not_plain_decimals_are_plain_ids(
+        checkpointer: Any, make_thread: Any, odd: str, idem: bool) -> None:
+    """``str.isdigit()`` is true of "²": the twin check read it as a number and failed the step
+    with "invalid literal for int()" (red-team of session 25), with or without the option."""
+    effects: dict[str, int] = {}
+    app = pay_graph(checkpointer, effects)
+    cfg = {"thread_id": make_thread("odd-id"), **(IDEM if idem else {})}
+    first = await app.ainvoke({"messages": [Message.text_message("hi", message_id=odd)]}, dict(cfg))
+    assert ids(first["messages"])[0] == odd
+
+
+@pytest.mark.asyncio
+async def test_an_earlier_turn_sent_again_on_a_preempted_thread_is_answered_as_stored(
+        checkpointer: Any, make_thread: Any) -> None:
+    """A request that asked the running turn to stop, and then was refused, left
+    the thread stopped short. A resend of the turn before is answered with that turn; it was
+    taken for the stopped one's and answered with it (red-team of session 25). The stopped
+    turn's own resend finishes it."""
+    effects: dict[str, int] = {}
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def pay(idempotency_key: str) -> str:
+        effects["pay"] = effects.get("pay", 0) + 1
+        if effects["pay"] == 2:
+            entered.set()
+            await asyncio.wait_for(release.wait(), 60)
+        return "paid"
+
+    app = tool_graph(AgentState, [pay], [[call("c0", "pay")], [call("c1", "pay")], [call("c2", "pay")]],
+                     checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-preempted"), **IDEM}
+    first = await app.ainvoke({"messages": [Message.text_message("hello", message_id="u-0")]}, dict(cfg))
+    running = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]},
+                                                dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 60)
+    # Another request asks the running turn to stop, then is refused once it has the thread (ids
+    # 90 and "90" are one id as stored): the turn stopped short, and nobody goes on with it. Sent
+    # from another graph object, with no kept copy of the thread, as from another process: its
+    # input is merged under the lease, after the request to stop.
+    other_app = tool_graph(AgentState, [pay], [[call("c9", "pay")]], checkpointer=checkpointer)
+    bad = asyncio.ensure_future(other_app.ainvoke(
+        {"messages": [Message.text_message("a", message_id=90), Message.text_message("b", message_id="90")]},
+        {**cfg, "on_busy": "interrupt"}))
+    preempts = metrics.snapshot()["tenxgraph.lease.preempt_requests"]
+    for _ in range(3000):
+        if metrics.snapshot()["tenxgraph.lease.preempt_requests"] > preempts:
+            break
+        await asyncio.sleep(0.01)
+    release.set()
+    with pytest.raises(ValueError, match="one id as stored"):
+        await asyncio.wait_for(bad, 60)
+    cut = await asyncio.wait_for(running, 60)
+    assert cut["messages"][-1].role == "tool", "stopped short after its tool node"
+    state = await checkpointer.aget_state(dict(cfg))
+    assert state.execution_meta.interrupt_reason == "preempted", state.execution_meta
+    earlier = await app.ainvoke({"messages": [Message.text_message("hello", message_id="u-0")]}, dict(cfg))
+    assert ids(earlier["messages"]) == ids(first["messages"])
+    resumed = await app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]}, dict(cfg))
+    assert resumed["messages"][-1].text() == "done"
+    assert effects == {"pay": 2}, effects

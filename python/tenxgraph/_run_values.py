@@ -3,6 +3,7 @@ turned into messages, the response's copies and token usage."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -102,12 +103,17 @@ def token_usage(messages: list[Message]) -> dict[str, int]:
     }
 
 
+# What int() reads as a plain decimal, in ASCII only: str.isdigit() is true of "²" too, whose int()
+# raises (a message id "²" failed its step with "invalid literal for int()": red-team, session 25).
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
 def id_twin(mid: Any) -> Any:
     """The other Python value of the same id as stored (``7`` for ``"7"`` and the reverse: every
     store keys a message by ``str(message_id)``), or None."""
     if type(mid) is int:
         return str(mid)
-    if type(mid) is str and mid[-1:].isdigit() and mid.lstrip("-").isdigit():
+    if type(mid) is str and _DECIMAL.fullmatch(mid):
         n = int(mid)
         return n if str(n) == mid else None  # "007" is stored as "007", never as 7's "7"
     return None

@@ -59,6 +59,24 @@ _NUL_JSON = _NUL.encode()
 _NUL_AS_STORED = "\ufffd".encode()
 
 
+def _as_stored(value: Any) -> bytes | None:
+    """A value's JSON as a store gives it back (a NUL as U+FFFD), or None when it has none."""
+    try:
+        return to_json(value).replace(_NUL_JSON, _NUL_AS_STORED)
+    except Exception:  # noqa: BLE001 (pydantic-core raises several kinds for values it cannot write)
+        return None
+
+
+def _same_as_stored(held: Any, sent: Any) -> bool:
+    """Whether a state value the thread holds is what ``sent`` becomes once stored and loaded (a
+    tuple comes back a list, a datetime a string where the field is ``Any``, a NUL as U+FFFD on
+    PostgreSQL: the same value for a request sent again)."""
+    if held == sent:
+        return True
+    sent_json = _as_stored(sent)
+    return sent_json is not None and sent_json == _as_stored(held)
+
+
 def stored_as_sent(kept: Message, sent: Message) -> bool:
     """Whether a message the thread holds under a sent message's id is that message as sent (a
     changed text under a stored id is new input). A NUL in a text comes back from PostgreSQL as
@@ -391,16 +409,12 @@ class Run(RunHooks, RunTools):
         if self.has_resume or self.start_node is not None:
             return None
         # A state update sent again is the same request where the thread holds its values.
-        if any(getattr(state, k) != v for k, v in self.state_update.items()
+        if any(not _same_as_stored(getattr(state, k), v) for k, v in self.state_update.items()
                if k in type(state).model_fields):
             return None
         status = state.execution_meta.status
         if status not in (ExecutionStatus.COMPLETED, ExecutionStatus.INTERRUPTED_BEFORE,
                           ExecutionStatus.INTERRUPTED_AFTER):
-            return None
-        if state.execution_meta.interrupt_reason == "preempted":
-            # Stopped short by a request to go first (on_busy="interrupt"), this one's perhaps:
-            # the turn goes on, so that it gets its reply, rather than being answered cut short.
             return None
         last = self.input_messages[-1]
         stored_ids = self._index.ids(state.context)
@@ -413,6 +427,11 @@ class Run(RunHooks, RunTools):
             return None
         start = at[str(last.message_id)]
         end = next((j for j in range(start + 1, len(ctx)) if ctx[j].role == "user"), len(ctx))
+        if end == len(ctx) and state.execution_meta.interrupt_reason == "preempted":
+            # Its turn, the thread's last, stopped short by a request to go first (on_busy=
+            # "interrupt"; perhaps this one's): it goes on, and gets its reply, rather than being
+            # answered cut short. An earlier turn sent again is answered as stored.
+            return None
         return ctx[start], list(ctx[start + 1:end])
 
     def _rename_twins(self, state: AgentState) -> None:

@@ -18,6 +18,17 @@ pub(super) enum StopKind {
     Soft,
 }
 
+/// A stop check in flight; dropped before it finished, it makes the next check ask the store.
+struct PollUnfinished<'a>(Option<&'a std::sync::Mutex<Option<Instant>>>);
+
+impl Drop for PollUnfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(last) = self.0 {
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+}
+
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// The run's lease. Every caller runs after the input commit, which takes it when the run
     /// started without it (a refused start returns before any node).
@@ -35,7 +46,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             *last = Some(Instant::now());
         }
-        match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
+        // The check beside a node is dropped when the node ends first: the signal it took, or
+        // the poll it counted, must not be lost with it, or the request went unseen at the
+        // boundary (a preemption arriving as a node ended was missed, the turn run to its end:
+        // red-team of session 25). Dropped, the next check asks the store.
+        let mut unfinished = PollUnfinished(Some(&self.last_stop_poll));
+        let kind = match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
             Ok(Some(v)) if v.get("preempt").is_some() => {
                 self.preempt.store(true, std::sync::atomic::Ordering::Release);
                 StopKind::Soft
@@ -46,7 +62,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 tracing::warn!(thread_id = %self.cfg.thread.thread_id, "stop check failed: {e}");
                 StopKind::None
             }
-        }
+        };
+        unfinished.0 = None;
+        kind
     }
 
     /// Renews the lease when due; a lost lease ends the run without another write.

@@ -309,14 +309,8 @@ class CompiledGraph(Generic[StateT]):
 
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
-        if (options.on_busy == "interrupt" and cfg.get("idempotent_turns") is True and run.input_messages
-                and not run.state_update and _holds_as_sent(await self._checkpointer.aget_state(cfg), run)):
-            # The turn sent again beside its own run (a client's retry while the first request still
-            # runs): asking that run to stop would leave the turn cut short, its reply never made,
-            # for this call to answer from the store. It waits for it instead (red-team, session 25).
-            options = _core.RunOptions({**cfg, "on_busy": "wait"})
         try:
-            raw = await self._native_call(run, cfg, options, streaming, resume_only)
+            raw = await self._call_beside_its_own_turn(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:
             if not exc.context.get("failed_tool_node"):
                 if exc.error_code != "STORAGE_BUSY_001" or not await self._resent_into_a_cut_off_turn(run, cfg):
@@ -335,6 +329,27 @@ class CompiledGraph(Generic[StateT]):
         outcome: dict[str, Any] = json.loads(text)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
         return outcome
+
+    async def _call_beside_its_own_turn(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool,
+                                        resume_only: bool) -> Any:
+        """``on_busy="interrupt"`` with ``idempotent_turns``: a turn sent again while its own run
+        still runs (a client's retry, two workers given one request at once) must wait for that
+        run, not stop it: stopped, the turn was cut short, its reply never made, for both callers
+        (red-team, session 25). Whether the holder's turn is this one is read once the thread is
+        found held (a holder's lease and its input are one commit), by a first try that does not
+        wait; a turn of its own then waits, any other input interrupts as asked."""
+        if not (options.on_busy == "interrupt" and cfg.get("idempotent_turns") is True and run.input_messages):
+            return await self._native_call(run, cfg, options, streaming, resume_only)
+        try:
+            return await self._native_call(run, cfg, _core.RunOptions({**cfg, "on_busy": "reject"}), streaming,
+                                           resume_only)
+        except ThreadBusyError as exc:
+            if exc.error_code != "STORAGE_BUSY_002":
+                raise
+        if _holds_as_sent(await self._checkpointer.aget_state(cfg), run):
+            options = _core.RunOptions({**cfg, "on_busy": "wait"})
+        run.known = None
+        return await self._native_call(run, cfg, options, streaming, resume_only)
 
     async def _answer_failed_tools(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool,
                                    resume_only: bool, exc: ThreadBusyError) -> Any:
