@@ -17,6 +17,7 @@ the database, the ledger status of the tool calls of the thread's committed issu
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import subprocess
@@ -93,6 +94,19 @@ def outputs(context: list[Any]) -> dict[str, tuple[Any, bool]]:
             if getattr(b, "type", None) == "tool_result":
                 out[b.call_id] = (b.output, bool(getattr(b, "is_error", False)))
     return out
+
+
+def _same_text(final: str, gold: str) -> bool:
+    """The scripted model writes the tool outputs it saw as JSON. A resumed run on PostgreSQL saw
+    them as jsonb gives them back, a dict's keys in jsonb's own order (docs/differences.md): the
+    same text but for that order (CI of sessions 23 and 25: one round each, a result answered
+    from the ledger). Lists, values and every other text must match exactly."""
+    if final == gold:
+        return True
+    try:
+        return bool(json.loads(final) == json.loads(gold))
+    except ValueError:
+        return False
 
 
 async def _golden(target: str, cp: Any, env: dict[str, str], text: str) -> float:
@@ -202,7 +216,8 @@ def play(*, target: str, db: str, workdir: Path, env: dict[str, str], text: str,
                         assert n.get(c.effect, 0) == done_at[c.call_id], ctx
                     assert (output, failed) == (c.result, False), ctx
             if all(not c.at_most_once for c in calls) or not cut_off:
-                assert final.context[-1].text() == gold_last, f"{ctx}; final {final.context[-1].text()!r}, gold {gold_last!r}"
+                assert _same_text(final.context[-1].text(), gold_last), (
+                    f"{ctx}; final {final.context[-1].text()!r}, gold {gold_last!r}")
     finally:
         asyncio.run(cp.arelease())
     return kills
