@@ -18,13 +18,14 @@ from tests_py.conftest import BACKENDS, make_checkpointer
 from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
 
 
-def pay_graph(checkpointer: Any, effects: dict[str, int], **compile_kw: Any) -> Any:
+def pay_graph(checkpointer: Any, effects: dict[str, int], state_cls: type[AgentState] = AgentState,
+              **compile_kw: Any) -> Any:
     async def pay(idempotency_key: str) -> str:
         effects["pay"] = effects.get("pay", 0) + 1
         return "paid"
 
     # Each turn's model asks for a payment under a new call id, as a model would.
-    return tool_graph(AgentState, [pay], [[call("c1", "pay")], [call("c2", "pay")], [call("c3", "pay")]],
+    return tool_graph(state_cls, [pay], [[call("c1", "pay")], [call("c2", "pay")], [call("c3", "pay")]],
                       checkpointer=checkpointer, **compile_kw)
 
 
@@ -223,12 +224,7 @@ async def test_a_resend_with_the_same_state_update_is_the_same_turn(checkpointer
         note: str = ""
 
     effects: dict[str, int] = {}
-
-    async def pay(idempotency_key: str) -> str:
-        effects["pay"] = effects.get("pay", 0) + 1
-        return "paid"
-
-    app = tool_graph(NoteState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    app = pay_graph(checkpointer, effects, NoteState)
     cfg = {"thread_id": make_thread("idem-update"), **IDEM}
     sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-42"}}
     first = await app.ainvoke(sent, dict(cfg))
@@ -341,17 +337,12 @@ async def test_a_state_update_a_store_gives_back_changed_is_the_same_request(
         extra: Any = None
 
     effects: dict[str, int] = {}
-
-    async def pay(idempotency_key: str) -> str:
-        effects["pay"] = effects.get("pay", 0) + 1
-        return "paid"
-
-    app = tool_graph(AnyState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    app = pay_graph(checkpointer, effects, AnyState)
     cfg = {"thread_id": make_thread("idem-stored-form"), **IDEM}
     sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"extra": value}}
     await app.ainvoke(sent, dict(cfg))
     # Another process's view: what a load gives back.
-    app2 = tool_graph(AnyState, [pay], [[call("c1", "pay")], [call("c2", "pay")]], checkpointer=checkpointer)
+    app2 = pay_graph(checkpointer, effects, AnyState)
     await app2.ainvoke(sent, dict(cfg))
     await app.ainvoke(sent, dict(cfg))
     assert effects == {"pay": 1}, effects
