@@ -185,15 +185,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         {
             host.prepare(as_found(cp), &exec).await?;
             if host.replays_stored_turn() {
-                confirmed(optimistic)?;
-                return Ok(RunOutcome {
-                    exec,
-                    version,
-                    stopped: false,
-                    mark: None,
-                    nothing_to_resume: false,
-                    state: None,
-                });
+                return replayed(cp, &entry, &t.thread_id, optimistic);
             }
         }
         // Without the lease, "running" may be a live run's: its lease decides, under the policy.
@@ -306,9 +298,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // A turn the thread holds, sent again (a client's retry after a lost response, a second
         // worker given the same request): its stored result is the answer. Decided on the state
         // this run read, which for a run that waited is the state after the other run's turn.
-        confirmed(optimistic)?;
-        let exec = ExecMeta::from_state(&cp.state, &entry, &t.thread_id);
-        return Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume: false, state: None });
+        return replayed(cp, &entry, &t.thread_id, optimistic);
     }
     // 10xGraph's row without its cache names the node that completed; where running that node
     // again cannot be right, route on from it (the conditions see the loaded state, as they did).
@@ -430,14 +420,19 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
 /// messages apart: a turn's input was seen without its status, and answered as a turn with no
 /// reply, 1 in 15 runs under load); such a start is refused, and the run starts again under the
 /// lease with a read.
-fn confirmed(optimistic: Option<&Optimistic>) -> Result<(), EngineError> {
-    match optimistic {
-        Some(opt) => {
-            opt.refuse();
-            Err(refused_start())
-        }
-        None => Ok(()),
+fn replayed(
+    cp: &Checkpoint,
+    entry: &str,
+    thread_id: &str,
+    optimistic: Option<&Optimistic>,
+) -> Result<RunOutcome, EngineError> {
+    if let Some(opt) = optimistic {
+        opt.refuse();
+        return Err(refused_start());
     }
+    // The thread as stored: this run may have readied its exec for a new turn already.
+    let exec = ExecMeta::from_state(&cp.state, entry, thread_id);
+    Ok(RunOutcome { exec, version: cp.version, stopped: false, mark: None, nothing_to_resume: false, state: None })
 }
 
 /// What the host builds the live state from, for a stored checkpoint (without counting it).
