@@ -37,7 +37,7 @@ pub(super) async fn ledger_put_many(
     entries: &[(String, Value)],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     if s.own_thread(tx.conn(), t).await? && fence.is_some() {
         // A run's write: its input commit made the thread, so the thread was deleted under it
@@ -88,7 +88,7 @@ pub(super) async fn ledger_mark(
     marks: &[(String, Value)],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "ledger write").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     if s.own_thread(tx.conn(), t).await? && fence.is_some() {
         // As in ledger_put_many: the thread was deleted under the run.
@@ -119,16 +119,18 @@ pub(super) async fn ledger_mark(
 }
 
 pub(super) async fn ledger_list(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Vec<crate::store::LedgerEntry>> {
-    if !s.readable(t).await? {
+    let mut tx = Tx::read(&s.pool, "ledger list").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Ok(vec![]);
     }
     let rows = sqlx::query(
         "SELECT tool_call_id, result, created_at FROM tool_executions WHERE thread_id = ? ORDER BY created_at, rowid",
     )
     .bind(&t.thread_id)
-    .fetch_all(&s.pool)
+    .fetch_all(tx.conn())
     .await
     .map_err(be("ledger list"))?;
+    tx.commit("ledger list").await?;
     Ok(rows
         .iter()
         .map(|r| crate::store::LedgerEntry {

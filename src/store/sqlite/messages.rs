@@ -43,7 +43,7 @@ pub(super) async fn upsert_messages(
 }
 
 pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "write messages").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "write messages").await?;
     s.own_thread(tx.conn(), t).await?;
     super::messages::upsert_messages(tx.conn(), t, msgs).await?;
     if !msgs.is_empty() {
@@ -53,16 +53,18 @@ pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredM
 }
 
 pub(super) async fn get_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
-    if !s.readable(t).await? {
+    let mut tx = Tx::read(&s.pool, "read message").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Ok(None);
     }
     let s: Option<String> =
         sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? AND message_id = ?")
             .bind(&t.thread_id)
             .bind(message_id)
-            .fetch_optional(&s.pool)
+            .fetch_optional(tx.conn())
             .await
             .map_err(be("read message"))?;
+    tx.commit("read message").await?;
     s.map(|s| stored_text("read message", s)).transpose()
 }
 
@@ -73,7 +75,8 @@ pub(super) async fn list_messages(
     offset: Option<i64>,
     limit: Option<i64>,
 ) -> StoreResult<Vec<RawJson>> {
-    if !s.readable(t).await? {
+    let mut tx = Tx::read(&s.pool, "list messages").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Ok(vec![]);
     }
     let Some(needle) = search.map(str::to_lowercase) else {
@@ -82,28 +85,30 @@ pub(super) async fn list_messages(
                 .bind(&t.thread_id)
                 .bind(limit.unwrap_or(-1))
                 .bind(offset.unwrap_or(0).max(0))
-                .fetch_all(&s.pool)
+                .fetch_all(tx.conn())
                 .await
                 .map_err(be("list messages"))?;
+        tx.commit("list messages").await?;
         return rows.into_iter().map(|s| stored_text("list messages", s)).collect();
     };
     // Matched here, not by SQLite: its lower() and LIKE fold ASCII only, and the search ignores
     // case as 10xGraph's does ("été" finds "ÉTÉ"), the same test as the memory store's.
     let rows: Vec<String> = sqlx::query_scalar("SELECT message_data FROM messages WHERE thread_id = ? ORDER BY seq")
         .bind(&t.thread_id)
-        .fetch_all(&s.pool)
+        .fetch_all(tx.conn())
         .await
         .map_err(be("list messages"))?;
+    tx.commit("list messages").await?;
     let found: Vec<RawJson> =
         rows.into_iter().map(|s| stored_text("list messages", s)).collect::<StoreResult<Vec<_>>>()?;
     Ok(crate::store::page(found.into_iter().filter(|m| crate::store::message_matches(m, &needle)), offset, limit))
 }
 
 pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
-    if !s.readable(t).await? {
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "delete message").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "delete message").await?;
     let r = sqlx::query("DELETE FROM messages WHERE thread_id = ? AND message_id = ?")
         .bind(&t.thread_id)
         .bind(message_id)

@@ -32,14 +32,14 @@ mod threads;
 mod tx;
 
 use lease::{check_fence, release_in};
-use tx::{BUSY_TIMEOUT, WriteTx, is_locked};
+use tx::{BUSY_TIMEOUT, Tx, is_locked};
 
 /// A `Checkpointer` on one SQLite file (or `:memory:`), safe to share between processes on one
 /// machine: writes serialise (`BEGIN IMMEDIATE`), a commit survives a process crash.
 pub struct SqliteStore {
     pool: SqlitePool,
     enforce_user_isolation: bool,
-    /// Orders this process's write transactions (see `WriteTx`).
+    /// Orders this process's write transactions (see `Tx`).
     write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -148,11 +148,14 @@ impl SqliteStore {
         }
     }
 
-    async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
+    /// Whether `t.user_id` may read the thread, asked on the connection of the transaction that
+    /// then reads (or writes) it: checked on another connection, the thread could be deleted and
+    /// created again by another user in between, and the read would show that user's rows.
+    async fn readable(&self, c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<bool> {
         if !t.isolated(self.enforce_user_isolation) {
             return Ok(true);
         }
-        Ok(self.thread_owner(&t.thread_id).await?.is_none_or(|o| o == t.user_id))
+        Ok(threads::owner_on(c, &t.thread_id).await?.is_none_or(|o| o == t.user_id))
     }
 }
 

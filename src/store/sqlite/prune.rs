@@ -46,7 +46,7 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
     for (from, args) in plan {
         let threads = from.starts_with("FROM threads");
         if rules.dry_run {
-            let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
+            let mut tx = Tx::write(&s.pool, &s.write_gate, "prune").await?;
             let counted = count(&mut tx, &format!("SELECT COUNT(*) {from}"), now, &args).await?;
             // The ledger rows that go with the threads (cascade) are reported too.
             let ledger = if threads {
@@ -72,7 +72,7 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
         let table = from.split_whitespace().nth(1).unwrap_or_default();
         let mut after: i64 = i64::MIN;
         loop {
-            let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "prune").await?;
+            let mut tx = Tx::write(&s.pool, &s.write_gate, "prune").await?;
             let window = format!(
                 "SELECT MAX(rowid) FROM (SELECT rowid FROM {table} WHERE rowid > {after} ORDER BY rowid LIMIT {size})"
             );
@@ -129,7 +129,7 @@ fn tally(report: &mut PruneReport, from: &str, rows: i64, ledger: i64) {
 }
 
 /// Runs a DELETE with the binds of `count`; returns the rows it deleted.
-async fn delete(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
+async fn delete(tx: &mut Tx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
     let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).bind(now);
     for a in args {
         q = q.bind(*a);
@@ -137,7 +137,7 @@ async fn delete(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreRes
     Ok(q.execute(tx.conn()).await.map_err(be("prune"))?.rows_affected() as i64)
 }
 
-async fn count(tx: &mut WriteTx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
+async fn count(tx: &mut Tx, sql: &str, now: f64, args: &[f64]) -> StoreResult<i64> {
     bind_all(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())), now, args)
         .fetch_one(tx.conn())
         .await

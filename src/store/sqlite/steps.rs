@@ -10,11 +10,14 @@ pub(super) async fn load_with(
     t: &ThreadRef,
     known: Option<KnownHead<'_>>,
 ) -> StoreResult<Option<Checkpoint>> {
+    // One snapshot for the owner check, the state row and the messages: read apart, another
+    // connection's step could commit between them (a state row beside the next step's messages).
+    let mut tx = Tx::read(&s.pool, "load").await?;
+    let c = tx.conn();
     // A non-owner reads nothing (writes are what raise).
-    if !s.readable(t).await? {
+    if !s.readable(&mut *c, t).await? {
         return Ok(None);
     }
-    let mut c = s.pool.acquire().await.map_err(be("load"))?;
     let row = sqlx::query("SELECT version, state_data FROM states WHERE thread_id = ? ORDER BY version DESC LIMIT 1")
         .bind(&t.thread_id)
         .fetch_optional(&mut *c)
@@ -25,6 +28,7 @@ pub(super) async fn load_with(
     let version: i64 = row.get("version");
     let state = parse("load state", &state_text)?;
     if known.is_some_and(|k| k.matches(version, &state)) {
+        tx.commit("load").await?;
         return Ok(Some(Checkpoint {
             version,
             state,
@@ -38,6 +42,7 @@ pub(super) async fn load_with(
         .fetch_all(&mut *c)
         .await
         .map_err(be("load messages"))?;
+    tx.commit("load").await?;
     Ok(Some(Checkpoint {
         version,
         state,
@@ -55,7 +60,7 @@ pub(super) async fn put_step(
     w: StepWrite<'_>,
     rows: &[(String, Value)],
 ) -> StoreResult<i64> {
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "begin step").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "begin step").await?;
     let new_version = step_in(s, tx.conn(), t, w).await?;
     if !rows.is_empty() {
         super::ledger::rows_in(tx.conn(), t, rows).await?;
@@ -127,11 +132,10 @@ pub(super) async fn step_in(
 }
 
 pub(super) async fn clear_state(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
-    // Checked before BEGIN: ":memory:" has a single connection, which the transaction holds.
-    if !s.readable(t).await? {
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "clear state").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "clear state").await?;
     for q in ["DELETE FROM states WHERE thread_id = ?", "DELETE FROM messages WHERE thread_id = ?"] {
         sqlx::query(q).bind(&t.thread_id).execute(tx.conn()).await.map_err(be("clear state"))?;
     }
@@ -139,15 +143,17 @@ pub(super) async fn clear_state(s: &SqliteStore, t: &ThreadRef) -> StoreResult<(
 }
 
 pub(super) async fn state_versions(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Vec<crate::store::StateVersion>> {
-    if !s.readable(t).await? {
+    let mut tx = Tx::read(&s.pool, "state versions").await?;
+    if !s.readable(tx.conn(), t).await? {
         return Ok(vec![]);
     }
     let rows =
         sqlx::query("SELECT version, state_data, created_at FROM states WHERE thread_id = ? ORDER BY version DESC")
             .bind(&t.thread_id)
-            .fetch_all(&s.pool)
+            .fetch_all(tx.conn())
             .await
             .map_err(be("state versions"))?;
+    tx.commit("state versions").await?;
     rows.iter()
         .map(|r| {
             Ok(crate::store::StateVersion {

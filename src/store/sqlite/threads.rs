@@ -15,7 +15,7 @@ pub(super) fn thread_row(r: &sqlx::sqlite::SqliteRow) -> StoreResult<ThreadRow> 
 }
 
 pub(super) async fn put_thread(s: &SqliteStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "write thread").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "write thread").await?;
     let inserted = s.own_thread(tx.conn(), t).await?;
     sqlx::query(
         "UPDATE threads SET thread_name = COALESCE(?, thread_name), meta = ?, updated_at = ? WHERE thread_id = ?",
@@ -32,15 +32,14 @@ pub(super) async fn put_thread(s: &SqliteStore, t: &ThreadRef, name: Option<&str
 }
 
 pub(super) async fn get_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
-    if !s.readable(t).await? {
-        return Ok(None);
-    }
     let r = sqlx::query("SELECT * FROM threads WHERE thread_id = ?")
         .bind(&t.thread_id)
         .fetch_optional(&s.pool)
         .await
         .map_err(be("read thread"))?;
-    r.as_ref().map(thread_row).transpose()
+    // The row carries its owner: checked on the row read, not on an earlier one.
+    let row = r.as_ref().map(thread_row).transpose()?;
+    Ok(row.filter(|r| !t.isolated(s.enforce_user_isolation) || r.user_id == t.user_id))
 }
 
 pub(super) async fn list_threads(
@@ -76,12 +75,12 @@ pub(super) async fn list_threads(
 }
 
 pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
-    if !s.readable(t).await? {
-        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
-    }
     // Foreign keys cascade to states, messages and the ledger. The lease row goes too unless
     // somebody holds it (tokens come from the file's counter: a reused id gets new ones).
-    let mut tx = WriteTx::begin(&s.pool, &s.write_gate, "delete thread").await?;
+    let mut tx = Tx::write(&s.pool, &s.write_gate, "delete thread").await?;
+    if !s.readable(tx.conn(), t).await? {
+        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
+    }
     sqlx::query("DELETE FROM threads WHERE thread_id = ?")
         .bind(&t.thread_id)
         .execute(tx.conn())
@@ -97,9 +96,14 @@ pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<
 }
 
 pub(super) async fn thread_owner(s: &SqliteStore, thread_id: &str) -> StoreResult<Option<String>> {
+    let mut c = s.pool.acquire().await.map_err(be("read thread owner"))?;
+    owner_on(&mut c, thread_id).await
+}
+
+pub(super) async fn owner_on(c: &mut SqliteConnection, thread_id: &str) -> StoreResult<Option<String>> {
     sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
         .bind(thread_id)
-        .fetch_optional(&s.pool)
+        .fetch_optional(c)
         .await
         .map_err(be("read thread owner"))
 }

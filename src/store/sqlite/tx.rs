@@ -1,4 +1,5 @@
-//! Write transactions: `BEGIN IMMEDIATE` on a pooled connection, ended by hand.
+//! Transactions on a pooled connection, ended by hand: `BEGIN IMMEDIATE` for a write, a deferred
+//! `BEGIN` for a read that must see one snapshot.
 
 use super::*;
 
@@ -6,22 +7,24 @@ use super::*;
 /// process's other writers.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A `BEGIN IMMEDIATE` transaction on a pooled connection, ended by hand. sqlx's own Transaction
+/// A transaction on a pooled connection, ended by hand. sqlx's own Transaction
 /// keeps counting a transaction whose COMMIT failed (e.g. disk full), and that connection then
 /// refuses every later BEGIN, so a thread could never be resumed after the disk was freed. Here a
 /// transaction that did not commit is rolled back before its connection is reused, and a
 /// connection that cannot even roll back is closed.
-pub(super) struct WriteTx {
+pub(super) struct Tx {
     conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
     // Held until commit or drop. SQLite admits one writer at a time anyway; queueing this
     // process's writers here, first come first served, leaves SQLite's busy handler (sleep and
     // retry, no order) to arbitrate between processes only. Without it, 64 concurrent runs on
     // 4 connections starved one writer past the 10 s busy timeout ("database is locked").
-    _gate: tokio::sync::OwnedMutexGuard<()>,
+    // None for a read, which queues behind nobody.
+    _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-impl WriteTx {
-    pub(super) async fn begin(
+impl Tx {
+    /// A write transaction (`BEGIN IMMEDIATE`), after this process's earlier writers.
+    pub(super) async fn write(
         pool: &SqlitePool,
         gate: &Arc<tokio::sync::Mutex<()>>,
         op: &'static str,
@@ -31,6 +34,21 @@ impl WriteTx {
         let gate = tokio::time::timeout(BUSY_TIMEOUT, gate.clone().lock_owned())
             .await
             .map_err(|_| locked(op, "database is locked: queued behind this process's other writers".into()))?;
+        Self::open(pool, Some(gate), "BEGIN IMMEDIATE", op).await
+    }
+
+    /// A read transaction: every statement in it sees the database as of its first read (WAL
+    /// snapshot), so reads made in two statements cannot straddle another connection's commit.
+    pub(super) async fn read(pool: &SqlitePool, op: &'static str) -> StoreResult<Self> {
+        Self::open(pool, None, "BEGIN", op).await
+    }
+
+    async fn open(
+        pool: &SqlitePool,
+        gate: Option<tokio::sync::OwnedMutexGuard<()>>,
+        begin: &'static str,
+        op: &'static str,
+    ) -> StoreResult<Self> {
         let conn = pool.acquire().await.map_err(be(op))?;
         // The transaction owns the connection before BEGIN is sent: sqlx's worker thread runs a
         // statement it was sent even when the future awaiting it is dropped (a client cancelling
@@ -38,8 +56,8 @@ impl WriteTx {
         // would keep that transaction open (every later BEGIN on it: "cannot start a transaction
         // within a transaction"; every other connection, and process: "database is locked").
         // Dropped or failed, `Drop` rolls back first (a no-op when BEGIN did not happen).
-        let mut tx = WriteTx { conn: Some(conn), _gate: gate };
-        sqlx::query("BEGIN IMMEDIATE").execute(tx.conn()).await.map_err(be(op))?;
+        let mut tx = Tx { conn: Some(conn), _gate: gate };
+        sqlx::query(begin).execute(tx.conn()).await.map_err(be(op))?;
         Ok(tx)
     }
 
@@ -86,7 +104,7 @@ async fn finish_failed(mut conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
     }
 }
 
-impl Drop for WriteTx {
+impl Drop for Tx {
     fn drop(&mut self) {
         // An error return or a cancelled future: roll back before the connection is reused. The
         // connection stays out of the pool until then, so nobody sees the open transaction.
