@@ -1,15 +1,17 @@
 //! The replay-safe tool handler: one node's tool calls, looked up in the ledger in one query, the
 //! misses run concurrently under `tool_timeout`, each result recorded the moment it returns.
 
+mod record;
+use record::Recorder;
+pub use record::{Carried, CarriedRow, ledger_rows, write_carried};
+
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
 use crate::metrics::{add_duration, inc, metrics};
 use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent, is_paused};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 /// What running a tool twice would do, declared per tool (`@tool(side_effects=...)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -510,204 +512,4 @@ async fn run_one<H: NodeHost + ?Sized>(
         }
         Err(e @ HostFailure::Passthrough(_)) => Err(e),
     }
-}
-
-/// Group commit for the ledger. A result is written the moment its tool returns; results that
-/// return while a write is in flight share the next transaction, so parallel tools do not pay one
-/// commit (and one fsync) each. With `carry`, the results that return once no other call of the
-/// node is still running are not written here: they go to the node's step, which is committed
-/// next, in the same transaction (`Checkpointer::put_step_with_ledger`), one commit fewer per
-/// tool node. A result returned while a sibling still runs is written at once, as always.
-struct Recorder<'a> {
-    queue: Mutex<RecorderQueue>,
-    /// The node wrote intent rows before its calls started (it has an at-most-once call).
-    intents_written: bool,
-    /// Its intent rows' `attempt` (see `run_tool_node`).
-    attempt: String,
-    carry: Option<&'a Carried>,
-}
-
-struct RecorderQueue {
-    /// Each result, and who waits for its write.
-    pending: Vec<(CarriedRow, oneshot::Sender<Result<Recorded, String>>)>,
-    writing: bool,
-    /// Per call: it has settled (returned, failed, was answered without running).
-    settled: Vec<bool>,
-    /// Calls not settled yet.
-    running: usize,
-}
-
-impl RecorderQueue {
-    fn settle(&mut self, index: usize) {
-        if let Some(done) = self.settled.get_mut(index).filter(|d| !**d) {
-            *done = true;
-            self.running -= 1;
-        }
-    }
-}
-
-/// Where a result went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recorded {
-    /// Committed in the ledger.
-    Written,
-    /// Handed to the node's step commit.
-    Carried,
-}
-
-impl<'a> Recorder<'a> {
-    fn new(calls: usize, intents_written: bool, carry: Option<&'a Carried>, attempt: String) -> Self {
-        let queue = RecorderQueue { pending: Vec::new(), writing: false, settled: vec![false; calls], running: calls };
-        Recorder { queue: Mutex::new(queue), intents_written, carry, attempt }
-    }
-
-    /// Call `index` has settled (idempotent; `record` settles its call itself).
-    fn settle(&self, index: usize) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).settle(index);
-    }
-
-    /// Records `run` when it should be; a failure is logged as not recorded. Returns whether the
-    /// result may be shown now (false: it waits for the step commit that carries its row).
-    #[allow(clippy::too_many_arguments)]
-    async fn record_result(
-        &self,
-        store: &dyn Checkpointer,
-        cfg: &RunConfig,
-        fence: Option<i64>,
-        index: usize,
-        call: &ToolCall,
-        key: Option<&str>,
-        run: &ToolRun,
-    ) -> bool {
-        let (true, Some(k)) = (run.record, key) else { return true };
-        match self.record(store, cfg, fence, index, k, &call.name, &run.envelope).await {
-            Ok(Recorded::Written) => true,
-            Ok(Recorded::Carried) => false,
-            Err(e) => {
-                not_recorded(cfg, &call.name, k, &e);
-                true
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)] // each is a distinct fact of one call's record
-    async fn record(
-        &self,
-        store: &dyn Checkpointer,
-        cfg: &RunConfig,
-        fence: Option<i64>,
-        index: usize,
-        key: &str,
-        tool: &str,
-        envelope: &Value,
-    ) -> Result<Recorded, String> {
-        let (tx, rx) = oneshot::channel();
-        let lead = {
-            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.pending.push((CarriedRow { key: key.to_owned(), result: envelope.clone(), tool: tool.to_owned() }, tx));
-            // In the same critical section as the push: a writer that sees no call running has
-            // every result in `pending`.
-            q.settle(index);
-            !std::mem::replace(&mut q.writing, true)
-        };
-        if lead {
-            // Let the sibling calls that finished together with this one queue up first (they
-            // are polled by the same task): tools returning at once share one transaction.
-            tokio::task::yield_now().await;
-            loop {
-                let (batch, last) = {
-                    let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                    if q.pending.is_empty() {
-                        q.writing = false;
-                        break;
-                    }
-                    (std::mem::take(&mut q.pending), q.running == 0)
-                };
-                let (rows, waiting): (Vec<CarriedRow>, Vec<_>) = batch.into_iter().unzip();
-                let result = match (last, self.carry) {
-                    (true, Some(carry)) => {
-                        carry.push(rows);
-                        Ok(Recorded::Carried)
-                    }
-                    _ => store
-                        .ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence)
-                        .await
-                        .map(|_| Recorded::Written)
-                        .map_err(|e| e.to_string()),
-                };
-                for done in waiting {
-                    let _ = done.send(result.clone());
-                }
-            }
-        }
-        rx.await.unwrap_or_else(|_| Err("the ledger writer was cancelled".into()))
-    }
-}
-
-/// One ledger row a tool node left for its step's commit.
-#[derive(Debug, Clone)]
-pub struct CarriedRow {
-    /// The ledger key.
-    pub key: String,
-    /// The recorded envelope.
-    pub result: Value,
-    /// The tool's name (for the log line when the row cannot be recorded).
-    pub tool: String,
-}
-
-/// Ledger rows a tool node left for its step's commit (see `Recorder`). The run loop commits them
-/// with the step, or on their own (`write_carried`) when that commit fails or never comes.
-#[derive(Debug, Default)]
-pub struct Carried {
-    rows: Mutex<Vec<CarriedRow>>,
-}
-
-impl Carried {
-    fn push(&self, rows: Vec<CarriedRow>) {
-        self.rows.lock().unwrap_or_else(|p| p.into_inner()).extend(rows);
-    }
-
-    /// The rows, emptied.
-    pub fn take(&self) -> Vec<CarriedRow> {
-        std::mem::take(&mut *self.rows.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-/// The rows as the store takes them.
-pub fn ledger_rows(rows: &[CarriedRow]) -> Vec<(String, Value)> {
-    rows.iter().map(|r| (r.key.clone(), r.result.clone())).collect()
-}
-
-/// Carried rows written on their own, in one transaction: the commit meant to carry them failed
-/// or never came. A failure is logged as "COMPLETED but could not be recorded" for each row;
-/// returns whether the rows are in.
-pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Option<i64>, rows: &[CarriedRow]) -> bool {
-    if rows.is_empty() {
-        return true;
-    }
-    match store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
-        Ok(_) => true,
-        Err(e) => {
-            for r in rows {
-                not_recorded(cfg, &r.tool, &r.key, &e.to_string());
-            }
-            false
-        }
-    }
-}
-
-/// A failure to record is logged, never raised: the side effect already happened and the model
-/// needs the result.
-fn not_recorded(cfg: &RunConfig, tool: &str, key: &str, error: &str) {
-    inc(&metrics().tool_record_failures);
-    // The message is a constant so alerts and log grouping can match it; the details are fields.
-    tracing::error!(
-        thread_id = %cfg.thread.thread_id,
-        run_id = %cfg.run_id,
-        tool = %tool,
-        ledger_key = %key,
-        error = %error,
-        event = "tool_result_not_recorded",
-        "tool call COMPLETED but could not be recorded; a replay of this node may run it again"
-    );
 }

@@ -14,7 +14,6 @@ import asyncio
 import copy
 import inspect
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from tenxgraph.core.graph.mcp_tools import INSTALL_HINT, McpTools, fastmcp_installed
@@ -31,10 +30,11 @@ from tenxgraph.core.state.message_block import (
     ToolResultBlock,
 )
 # MAX_RESULT_DEPTH is read from here by callers that knew it here.
-from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH, _normalise_output, shape_plain_result  # noqa: F401
+from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH  # noqa: F401
 from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
+from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
+from tenxgraph.core.graph._sync_tools import run_sync, run_sync_raw
 from tenxgraph.core.state.tool_result import ToolResult
-from tenxgraph import _core, _sync_calls
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.tool_decorator import SIDE_EFFECTS
@@ -54,35 +54,8 @@ HAS_MCP = HAS_FASTMCP = fastmcp_installed()
 _log = run_logger("tenxgraph.graph.tool_node")
 _TOOL = InvocationType.TOOL
 
-@dataclass
-class ToolOutcome:
-    """One executed call: the tool message, the ToolResult state update (if any), and
-    whether the node handler may record it in the tool ledger."""
-
-    message: Message
-    state_update: dict[str, Any] | None = None
-    recordable: bool = True
-
-
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-
-
-@dataclass
-class _Raw:
-    value: Any
-
-
-@dataclass
-class _Raised:
-    error: Exception
-
-
-@dataclass
-class _Awaitable:
-    """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
-
-    value: Any
 
 
 def _remote_schema_name(schema: Any) -> str | None:
@@ -392,8 +365,8 @@ class ToolNode:
                 # The result is what any tool's is: the handler records it in the ledger.
                 result = await self._mcp.call(name, args or {}, tool_call_id, config or {}, idempotency_key,
                                               callback_manager)
-                self._returned(on_return, result, tool_call_id, meta)
-                return self._map_result(result, tool_call_id, meta)
+                returned(on_return, result, tool_call_id, meta)
+                return map_result(result, tool_call_id, meta)
             text = f"Tool '{name}' not found."
             missing = Message.tool_message(
                 [
@@ -420,13 +393,13 @@ class ToolNode:
         try:
             call_args, call_kwargs = self._bind(name, args or {}, injected)
             if not _is_async(fn):
-                return await self._run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record,
+                return await run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record,
                                             on_return)
             result = await fn(*call_args, **call_kwargs)
-            self._returned(on_return, result, tool_call_id, meta)
-            return self._map_result(result, tool_call_id, meta)
+            returned(on_return, result, tool_call_id, meta)
+            return map_result(result, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            return self._failure(name, tool_call_id, meta, exc), False
+            return failure(name, tool_call_id, meta, exc), False
 
     async def _execute_with_callbacks(
         self,
@@ -458,131 +431,18 @@ class ToolNode:
             if _is_async(fn):
                 raw = await fn(*positional, **input_data)
             else:
-                raw = await self._run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
+                raw = await run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
                                                flight_key, late_record)
             # Cut off from here on, the call is recorded as the tool returned it (no after_invoke
             # ran to completion for it).
-            self._returned(on_return, raw, tool_call_id, meta)
+            returned(on_return, raw, tool_call_id, meta)
             raw = await mgr.execute_after_invoke(context, input_data, raw)
-            return self._map_result(raw, tool_call_id, meta)
+            return map_result(raw, tool_call_id, meta)
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             recovery = await mgr.execute_on_error(context, input_data, exc)
             if isinstance(recovery, Message):
-                return self._map_result(recovery, tool_call_id, meta)
-            return self._failure(name, tool_call_id, meta, exc), False
-
-    async def _run_sync_raw(
-        self,
-        fn: Callable[..., Any],
-        args: list[Any],
-        kwargs: dict[str, Any],
-        name: str,
-        tool_call_id: str,
-        meta: dict[str, Any],
-        flight_key: Hashable | None,
-        late_record: Callable[[ToolOutcome], None] | None,
-    ) -> Any:
-        """A sync tool in its thread, returning what it returned (after_invoke needs the raw
-        value). A result that arrives after the run stopped waiting is recorded as it is: no
-        callback can run for it any more."""
-
-        def work() -> Any:
-            try:
-                return _Raw(fn(*args, **kwargs))
-            except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
-                return _Raised(exc)
-            except SystemExit as exc:
-                return _Raised(_exit_error(exc))
-
-        def late(out: Any) -> None:
-            if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
-                return
-            try:
-                if isinstance(out, _Raised):  # recorded like a late failure without callbacks
-                    late_record(self._failure(name, tool_call_id, meta, out.error))
-                else:
-                    late_record(self._map_result(out.value, tool_call_id, meta)[0])
-            except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
-                _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
-
-        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
-        if isinstance(out, _Raised):
-            raise out.error
-        value = out.value
-        if inspect.isawaitable(value):
-            value = await value
-        return value
-
-    @staticmethod
-    def _failure(name: str, tool_call_id: str, meta: dict[str, Any], exc: Exception) -> ToolOutcome:
-        _log.warning("tool '%s' (call %s) failed: %r", name, tool_call_id, exc, extra={"tool": name})
-        error = Message.tool_message(
-            [
-                ToolResultBlock(
-                    call_id=tool_call_id,
-                    output=f"Internal execution error: {exc}",
-                    status="failed",
-                    is_error=True,
-                ),
-                # 10xGraph's text; the exception's class name is ours, added as its code.
-                ErrorBlock(message=f"Internal execution error: {exc}", code=type(exc).__name__),
-            ],
-            meta=meta,
-        )
-        return ToolOutcome(error)
-
-    def _returned(self, on_return: Callable[[Callable[[], ToolOutcome]], None] | None, raw: Any,
-                  tool_call_id: str, meta: dict[str, Any]) -> None:
-        if on_return is not None:
-            on_return(lambda: self._map_result(raw, tool_call_id, meta)[0])
-
-    async def _run_sync(
-        self,
-        fn: Callable[..., Any],
-        args: list[Any],
-        kwargs: dict[str, Any],
-        name: str,
-        tool_call_id: str,
-        meta: dict[str, Any],
-        flight_key: Hashable | None,
-        late_record: Callable[[ToolOutcome], None] | None,
-        on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
-    ) -> tuple[ToolOutcome, bool]:
-        def work() -> Any:
-            # The whole outcome is made on the worker thread: a result nobody waits for any more
-            # must still be recordable without the event loop.
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    return _Awaitable(result)
-                return self._map_result(result, tool_call_id, meta)
-            except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-                return self._failure(name, tool_call_id, meta, exc), False
-            except SystemExit as exc:
-                return self._failure(name, tool_call_id, meta, _exit_error(exc)), False
-
-        def late(out: Any) -> None:
-            if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
-                _log.warning("sync tool '%s' returned an awaitable after its run stopped waiting; "
-                             "it is dropped, nothing is recorded", name, extra={"tool": name})
-                close = getattr(out.value, "close", None)
-                if callable(close):
-                    close()
-                return
-            if late_record is not None:
-                late_record(out[0])
-
-        out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
-        if isinstance(out, _Awaitable):
-            try:
-                value = await out.value
-            except Exception as exc:  # noqa: BLE001
-                return self._failure(name, tool_call_id, meta, exc), False
-            self._returned(on_return, value, tool_call_id, meta)
-            return self._map_result(value, tool_call_id, meta)
-        if on_return is not None and out[1]:
-            on_return(lambda: out[0])
-        return out  # type: ignore[no-any-return]
+                return map_result(recovery, tool_call_id, meta)
+            return failure(name, tool_call_id, meta, exc), False
 
     def _bind(
         self, name: str, args: dict[str, Any], injected: dict[str, Any]
@@ -626,44 +486,6 @@ class ToolNode:
             _log.warning("tool '%s': ignoring unexpected arguments %s", name, sorted(extra))
         return positional, keywords
 
-    @staticmethod
-    def _map_result(
-        result: Any, tool_call_id: str, meta: dict[str, Any]
-    ) -> tuple[ToolOutcome, bool]:
-        if isinstance(result, ToolResult):
-            block = ToolResultBlock(
-                call_id=tool_call_id,
-                output=_normalise_output(result.message),
-                status="failed" if result.is_error else "completed",
-                is_error=result.is_error,
-            )
-            return ToolOutcome(Message.tool_message([block], meta=meta), result.state), True
-        if isinstance(result, Message):
-            # Its result blocks follow the rule for plain results: the stored JSON must hold them.
-            content = [
-                b.model_copy(update={"output": _normalise_output(b.output)}) if isinstance(b, ToolResultBlock) else b
-                for b in result.content
-            ]
-            merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
-            found, _ = _core.dump_walk(merged)
-            if found is not None:
-                # Its other fields are the tool's to set: a NaN there has no stored form, and
-                # pydantic would write it as null. The tool ran, so the model gets an error
-                # result it can read (recorded like any other) instead of a silent null.
-                block = ToolResultBlock(
-                    call_id=tool_call_id, is_error=True, status="failed",
-                    output=f"the tool's result message cannot be stored: {found[0]} is {found[1]}, "
-                           "which JSON cannot hold",
-                )
-                return ToolOutcome(Message.tool_message([block], meta=meta)), False
-            return ToolOutcome(merged), False
-        output, failed = shape_plain_result(result)
-        block = ToolResultBlock(
-            call_id=tool_call_id, output=output, status="failed" if failed else "completed", is_error=failed
-        )
-        return ToolOutcome(Message.tool_message([block], meta=meta)), False
-
-
 def _listing_timeout(config: dict[str, Any] | None) -> float | None:
     """A listing of the MCP server is bounded like a tool call: by the run's ``tool_timeout``."""
     from tenxgraph.core.graph.compiled_graph import resolve_timeout
@@ -695,10 +517,3 @@ def _stream_emitter(config: dict[str, Any] | None, tool: str, tool_call_id: str)
     queue, loop = stream
     return StreamEmitter(tool_name=tool, tool_call_id=str(tool_call_id), node_name=str(config.get("_node_name", "")),
                          thread_id=config.get("thread_id"), run_id=config.get("run_id"), queue=queue, loop=loop)
-
-
-def _exit_error(exc: SystemExit) -> RuntimeError:
-    """A sync tool's ``sys.exit()`` as the error the model reads. In the tool's worker thread it
-    would end only that thread (an argparse or click CLI wrapped as a tool, given bad arguments by
-    the model); raised again in the caller's thread it ended the process and left the run behind."""
-    return RuntimeError(f"the tool called sys.exit({exc.code!r})")

@@ -1,0 +1,132 @@
+"""A sync tool's call, on a worker thread (``_sync_calls``): what it returned or raised comes back
+to the loop, and a result that arrives after the run stopped waiting is still recorded from the
+worker thread, where no event loop is needed."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from tenxgraph import _sync_calls
+from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
+from tenxgraph.logs import run_logger
+
+__all__ = ["exit_error", "run_sync", "run_sync_raw"]
+
+_log = run_logger("tenxgraph.graph.tool_node")
+
+
+@dataclass
+class _Raw:
+    value: Any
+
+
+@dataclass
+class _Raised:
+    error: Exception
+
+
+@dataclass
+class _Awaitable:
+    """What a sync tool returned when it was an awaitable: finished on the loop, not the thread."""
+
+    value: Any
+
+
+async def run_sync_raw(
+    fn: Callable[..., Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    name: str,
+    tool_call_id: str,
+    meta: dict[str, Any],
+    flight_key: Hashable | None,
+    late_record: Callable[[ToolOutcome], None] | None,
+) -> Any:
+    """A sync tool in its thread, returning what it returned (after_invoke needs the raw
+    value). A result that arrives after the run stopped waiting is recorded as it is: no
+    callback can run for it any more."""
+
+    def work() -> Any:
+        try:
+            return _Raw(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
+            return _Raised(exc)
+        except SystemExit as exc:
+            return _Raised(exit_error(exc))
+
+    def late(out: Any) -> None:
+        if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
+            return
+        try:
+            if isinstance(out, _Raised):  # recorded like a late failure without callbacks
+                late_record(failure(name, tool_call_id, meta, out.error))
+            else:
+                late_record(map_result(out.value, tool_call_id, meta)[0])
+        except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
+            _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
+
+    out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+    if isinstance(out, _Raised):
+        raise out.error
+    value = out.value
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def run_sync(
+    fn: Callable[..., Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    name: str,
+    tool_call_id: str,
+    meta: dict[str, Any],
+    flight_key: Hashable | None,
+    late_record: Callable[[ToolOutcome], None] | None,
+    on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
+) -> tuple[ToolOutcome, bool]:
+    def work() -> Any:
+        # The whole outcome is made on the worker thread: a result nobody waits for any more
+        # must still be recordable without the event loop.
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                return _Awaitable(result)
+            return map_result(result, tool_call_id, meta)
+        except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
+            return failure(name, tool_call_id, meta, exc), False
+        except SystemExit as exc:
+            return failure(name, tool_call_id, meta, exit_error(exc)), False
+
+    def late(out: Any) -> None:
+        if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
+            _log.warning("sync tool '%s' returned an awaitable after its run stopped waiting; "
+                         "it is dropped, nothing is recorded", name, extra={"tool": name})
+            close = getattr(out.value, "close", None)
+            if callable(close):
+                close()
+            return
+        if late_record is not None:
+            late_record(out[0])
+
+    out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+    if isinstance(out, _Awaitable):
+        try:
+            value = await out.value
+        except Exception as exc:  # noqa: BLE001
+            return failure(name, tool_call_id, meta, exc), False
+        returned(on_return, value, tool_call_id, meta)
+        return map_result(value, tool_call_id, meta)
+    if on_return is not None and out[1]:
+        on_return(lambda: out[0])
+    return out  # type: ignore[no-any-return]
+
+
+def exit_error(exc: SystemExit) -> RuntimeError:
+    """A sync tool's ``sys.exit()`` as the error the model reads. In the tool's worker thread it
+    would end only that thread (an argparse or click CLI wrapped as a tool, given bad arguments by
+    the model); raised again in the caller's thread it ended the process and left the run behind."""
+    return RuntimeError(f"the tool called sys.exit({exc.code!r})")
