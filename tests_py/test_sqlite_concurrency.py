@@ -77,3 +77,55 @@ def test_processes_opening_a_new_file_at_once_all_get_in(tmp_path: Path) -> None
     failed = [(p.returncode, err[-600:]) for p, (_, err) in zip(procs, results) if p.returncode != 0]
     assert not failed, failed
     assert [out.strip() for out, _ in results] == ["ok"] * 8
+
+
+_ABANDONED = """
+import asyncio, json, sqlite3, sys, time
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+async def answer(state, config):
+    return Message.text_message("ok", role="assistant")
+
+path = sys.argv[1]
+g = StateGraph(AgentState())
+g.add_node("answer", answer)
+g.add_edge(START, "answer")
+g.add_edge("answer", END)
+app = g.compile(checkpointer=SqliteCheckpointer(path))
+asyncio.run(app.ainvoke({"messages": [Message.text_message("warm")]}, {"thread_id": "w"}))  # schema made
+
+other = sqlite3.connect(path, isolation_level=None)
+other.execute("BEGIN IMMEDIATE")  # another process's writer: run a's first commit waits for it
+loop = asyncio.new_event_loop()
+task = loop.create_task(app.ainvoke({"messages": [Message.text_message("to a", message_id="in-a")]},
+                                    {"thread_id": "a"}))
+loop.run_until_complete(asyncio.sleep(3.0))  # a reaches its input commit and waits there
+task.cancel()  # and the loop never runs again: nobody polls run a
+other.execute("ROLLBACK")
+t0 = time.monotonic()
+out = asyncio.run(app.ainvoke({"messages": [Message.text_message("to b")]}, {"thread_id": "b"}))
+took = time.monotonic() - t0
+stored = sqlite3.connect(path).execute("SELECT count(*) FROM messages WHERE thread_id = 'a' AND message_id = 'in-a'").fetchone()[0]
+print(json.dumps({"took": took, "reply": out["messages"][-1].text(), "a_input_stored": stored}))
+"""
+
+
+def test_a_write_left_on_a_loop_that_never_runs_again_does_not_lock_the_file(tmp_path: Path) -> None:
+    """Run a waits for the file's write lock in its first commit when its event loop stops for
+    good (``run_until_complete`` returning after a cancel). The commit finishes without the loop
+    (the input is stored), and a run on another loop writes at once instead of failing after
+    the 10 s busy wait with "database is locked"."""
+    import json
+    import subprocess
+    import sys
+
+    from tenxgraph.testing.crash import child_env
+
+    done = subprocess.run([sys.executable, "-c", _ABANDONED, str(tmp_path / "abandoned.db")], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["reply"] == "ok"
+    assert result["a_input_stored"] == 1
+    assert result["took"] < 8.0, result  # the busy wait is 10 s; a turn takes milliseconds

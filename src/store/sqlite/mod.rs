@@ -28,14 +28,18 @@ mod messages;
 mod migrations;
 mod prune;
 mod steps;
+mod task;
 mod threads;
 mod tx;
 
 use lease::{check_fence, release_in};
+use task::OwnedStep;
 use tx::{BUSY_TIMEOUT, Tx, is_locked};
 
 /// A `Checkpointer` on one SQLite file (or `:memory:`), safe to share between processes on one
-/// machine: writes serialise (`BEGIN IMMEDIATE`), a commit survives a process crash.
+/// machine: writes serialise (`BEGIN IMMEDIATE`), a commit survives a process crash. A clone
+/// shares the pool and the write gate (see `in_task`).
+#[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     enforce_user_isolation: bool,
@@ -171,7 +175,11 @@ impl Checkpointer for SqliteStore {
 
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         id_text::check_ref(t)?;
-        steps::load_with(self, t, known).await
+        let (t, known) = (t.clone(), known.map(|k| (k.version, k.mark.to_owned())));
+        self.in_task("load", move |s| async move {
+            steps::load_with(&s, &t, known.as_ref().map(|(version, mark)| KnownHead { version: *version, mark })).await
+        })
+        .await
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {
@@ -190,7 +198,11 @@ impl Checkpointer for SqliteStore {
     ) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
-        steps::put_step(self, t, w, rows).await
+        if w.in_tx.is_some() {
+            return steps::put_step(self, t, w, rows).await;
+        }
+        let (t, w, rows) = (t.clone(), OwnedStep::of(&w), rows.to_vec());
+        self.in_task("step", move |s| async move { steps::put_step(&s, &t, w.write(), &rows).await }).await
     }
 
     async fn put_input_leased(
@@ -205,24 +217,36 @@ impl Checkpointer for SqliteStore {
         if let Some(u) = &req.user_id {
             id_text::check_text_id("user_id", u)?;
         }
-        input_lease::put_input_leased(self, t, req, w, stop).await
+        if w.in_tx.is_some() {
+            return input_lease::put_input_leased(self, t, req, w, stop).await;
+        }
+        let (t, req, w) = (t.clone(), req.clone(), OwnedStep::of(&w));
+        let stop = stop.map(|k| (k.namespace.to_owned(), k.key.to_owned()));
+        self.in_task("input", move |s| async move {
+            let stop = stop.as_ref().map(|(namespace, key)| super::StopKey { namespace, key });
+            input_lease::put_input_leased(&s, &t, &req, w.write(), stop).await
+        })
+        .await
     }
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         id_text::check_ref(t)?;
-        steps::clear_state(self, t).await
+        let t = t.clone();
+        self.in_task("clear state", move |s| async move { steps::clear_state(&s, &t).await }).await
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
         id_text::check_ref(t)?;
         id_text::check_messages(msgs)?;
-        messages::put_messages(self, t, msgs).await
+        let (t, msgs) = (t.clone(), msgs.to_vec());
+        self.in_task("write messages", move |s| async move { messages::put_messages(&s, &t, &msgs).await }).await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
-        messages::get_message(self, t, message_id).await
+        let (t, id) = (t.clone(), message_id.to_owned());
+        self.in_task("read message", move |s| async move { messages::get_message(&s, &t, &id).await }).await
     }
 
     async fn list_messages(
@@ -233,19 +257,26 @@ impl Checkpointer for SqliteStore {
         limit: Option<i64>,
     ) -> StoreResult<Vec<RawJson>> {
         id_text::check_ref(t)?;
-        messages::list_messages(self, t, search, offset, limit).await
+        let (t, search) = (t.clone(), search.map(str::to_owned));
+        self.in_task("list messages", move |s| async move {
+            messages::list_messages(&s, &t, search.as_deref(), offset, limit).await
+        })
+        .await
     }
 
     async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
-        messages::delete_message(self, t, message_id).await
+        let (t, id) = (t.clone(), message_id.to_owned());
+        self.in_task("delete message", move |s| async move { messages::delete_message(&s, &t, &id).await }).await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         id_text::check_ref(t)?;
         id_text::check_thread_name(name)?;
-        threads::put_thread(self, t, name, meta).await
+        let (t, name, meta) = (t.clone(), name.map(str::to_owned), meta.clone());
+        self.in_task("write thread", move |s| async move { threads::put_thread(&s, &t, name.as_deref(), &meta).await })
+            .await
     }
 
     async fn get_thread(&self, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
@@ -268,7 +299,8 @@ impl Checkpointer for SqliteStore {
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
         id_text::check_ref(t)?;
-        threads::clean_thread(self, t).await
+        let t = t.clone();
+        self.in_task("delete thread", move |s| async move { threads::clean_thread(&s, &t).await }).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
@@ -315,12 +347,15 @@ impl Checkpointer for SqliteStore {
         fence: Option<i64>,
     ) -> StoreResult<usize> {
         id_text::check_ref(t)?;
-        ledger::ledger_put_many(self, t, entries, fence).await
+        let (t, entries) = (t.clone(), entries.to_vec());
+        self.in_task("ledger write", move |s| async move { ledger::ledger_put_many(&s, &t, &entries, fence).await })
+            .await
     }
 
     async fn ledger_mark(&self, t: &ThreadRef, marks: &[(String, Value)], fence: Option<i64>) -> StoreResult<usize> {
         id_text::check_ref(t)?;
-        ledger::ledger_mark(self, t, marks, fence).await
+        let (t, marks) = (t.clone(), marks.to_vec());
+        self.in_task("ledger write", move |s| async move { ledger::ledger_mark(&s, &t, &marks, fence).await }).await
     }
 
     async fn lease_acquire(&self, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
@@ -328,7 +363,8 @@ impl Checkpointer for SqliteStore {
         if let Some(u) = &req.user_id {
             id_text::check_text_id("user_id", u)?;
         }
-        lease::lease_acquire(self, thread_id, req).await
+        let (thread_id, req) = (thread_id.to_owned(), req.clone());
+        self.in_task("acquire lease", move |s| async move { lease::lease_acquire(&s, &thread_id, &req).await }).await
     }
 
     async fn lease_renew(&self, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
@@ -338,7 +374,8 @@ impl Checkpointer for SqliteStore {
 
     async fn lease_release(&self, thread_id: &str, token: i64) -> StoreResult<()> {
         id_text::check_text_id("thread_id", thread_id)?;
-        lease::lease_release(self, thread_id, token).await
+        let thread_id = thread_id.to_owned();
+        self.in_task("release lease", move |s| async move { lease::lease_release(&s, &thread_id, token).await }).await
     }
 
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
@@ -347,7 +384,8 @@ impl Checkpointer for SqliteStore {
     }
 
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
-        prune::prune(self, rules).await
+        let rules = rules.clone();
+        self.in_task("prune", move |s| async move { prune::prune(&s, &rules).await }).await
     }
 
     async fn release(&self) -> StoreResult<()> {
@@ -357,12 +395,14 @@ impl Checkpointer for SqliteStore {
 
     async fn ledger_list(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::LedgerEntry>> {
         id_text::check_ref(t)?;
-        ledger::ledger_list(self, t).await
+        let t = t.clone();
+        self.in_task("ledger list", move |s| async move { ledger::ledger_list(&s, &t).await }).await
     }
 
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<crate::store::StateVersion>> {
         id_text::check_ref(t)?;
-        steps::state_versions(self, t).await
+        let t = t.clone();
+        self.in_task("state versions", move |s| async move { steps::state_versions(&s, &t).await }).await
     }
 
     async fn schema_version(&self) -> StoreResult<Option<i64>> {
