@@ -62,6 +62,26 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
     return reshaped
 
 
+def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
+    """ValueError when an input ``"state"`` update holds a value its state could not store (NaN,
+    an object JSON cannot hold), found before the run starts, as the input commit would find it
+    (keys that are not fields are ignored there, and here)."""
+    fields = type(prototype).model_fields
+    for key, value in update.items():
+        if key not in fields:
+            continue
+        try:
+            encode_state(prototype.model_copy(update={key: value}), with_context=False)
+        except (PydanticSerializationError, ValueError, RecursionError) as exc:
+            if isinstance(exc, RecursionError) or "depth" in str(exc):
+                raise ValueError(f"input 'state' key {key!r} is nested too deep to store; nothing of it was "
+                                 "stored") from None
+            if isinstance(exc, PydanticSerializationError):
+                raise ValueError(f"input 'state' key {key!r} cannot be stored as JSON: {exc}; nothing of it "
+                                 "was stored") from None
+            raise  # NaN or an infinity, named by its path
+
+
 def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     """The stored form of a state: its JSON dump plus the class header. Steps store the context
     as message rows, so they leave it out. ValueError for a state that would not load back or

@@ -92,14 +92,17 @@ fn required_id(config: &Bound<'_, PyDict>, key: &'static str) -> PyResult<String
     }
 }
 
-/// `str(value)` as the text of the id `field`, refused (`STORAGE_CONFIG_002`, as the stores
-/// refuse a bad id) when it is not valid Unicode: a lone surrogate. Converted lossily it became
-/// U+FFFD, so the run stored the thread under another id than the caller's, and ids that differ
-/// only there (two users' ids, under isolation) named one thread.
+/// `str(value)` as the text of the id `field`, refused (`STORAGE_CONFIG_002`) where a store would
+/// refuse it (`store::id_text`: too long, a NUL), and when it is not valid Unicode: a lone
+/// surrogate. Converted lossily it became U+FFFD, so the run stored the thread under another id
+/// than the caller's, and ids that differ only there (two users' ids, under isolation) named one
+/// thread.
 pub fn id_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     let text = value.str()?;
     match text.to_str() {
-        Ok(s) => Ok(s.to_owned()),
+        Ok(s) => crate::store::id_text::check_text_id(field, s)
+            .map(|()| s.to_owned())
+            .map_err(|e| super::errors::store_err(value.py(), e)),
         Err(_) => Err(super::errors::store_err(
             value.py(),
             crate::store::StoreError::BadTextId {

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
 from tenxgraph._run_values import copy_message
+from tenxgraph._state_codec import check_state_update
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
@@ -231,6 +232,17 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         new messages, before anything is merged or persisted: a refused input leaves the thread
         as it was."""
         await check_authz(self._checkpointer, cfg)
+        # Input the input commit would refuse, refused before anything: by then an
+        # ``on_busy="interrupt"`` request had stopped the running turn for input that never ran.
+        for m in run.input_messages:
+            _core.text_id("message_id", m.message_id)
+        if run.state_update:
+            check_state_update(self._prototype, run.state_update)
+        if run.has_resume and run.options is not None and run.options.on_busy == "interrupt":
+            # An answer is for a thread paused at interrupt(); a running turn stopped short is not
+            # paused there, so stopping it could only make the answer "nothing to resume". The
+            # answer waits for the holder instead (which may pause for it).
+            run.options = _core.RunOptions({**cfg, "on_busy": "wait"})
         if run.has_lifecycle_hooks:
             await self._refuse_other_owner(cfg)
         if run.input_messages and self._callbacks._validators:
