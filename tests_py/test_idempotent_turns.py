@@ -13,7 +13,7 @@ import pytest
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.core.exceptions import StorageError
-from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.core.graph.tool_node import ToolNode, ToolResult
 from tests_py.conftest import BACKENDS, make_checkpointer
 from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
 
@@ -233,6 +233,40 @@ async def test_a_resend_with_the_same_state_update_is_the_same_turn(checkpointer
     other = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-43"}}
     await app.ainvoke(other, dict(cfg))
     assert effects == {"pay": 2}, "another update is another request"
+
+
+@pytest.mark.asyncio
+async def test_a_resend_whose_state_update_a_node_of_its_turn_changed_is_the_same_turn(
+        checkpointer: Any, make_thread: Any) -> None:
+    """The turn's tool set the field the update had set: the thread no longer holds the sent
+    value, and the resend was a new turn, paid again (left in session 25). The thread keeps what
+    its last turn with an update was asked with; a resend of that turn is that turn, another
+    value is another request, and after a later turn with an update the earlier one is compared
+    by value again."""
+    class NoteState(AgentState):
+        note: str = ""
+
+    effects: dict[str, int] = {}
+
+    async def pay(idempotency_key: str) -> ToolResult:
+        effects["pay"] = effects.get("pay", 0) + 1
+        return ToolResult("paid", {"note": "settled"})
+
+    app = tool_graph(NoteState, [pay], [[call("c1", "pay")], [call("c2", "pay")], [call("c3", "pay")]],
+                     checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-node-changed"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-42"}}
+    first = await app.ainvoke(sent, dict(cfg))
+    assert (await checkpointer.aget_state(dict(cfg))).note == "settled"
+    again = await app.ainvoke(sent, dict(cfg))
+    # Another process: nothing kept in memory, the record is read from the store.
+    again_elsewhere = await tool_graph(NoteState, [pay], [[call("c9", "pay")]], checkpointer=checkpointer).ainvoke(
+        sent, dict(cfg))
+    assert effects == {"pay": 1}, effects
+    assert ids(again["messages"]) == ids(first["messages"]) == ids(again_elsewhere["messages"])
+    changed = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-43"}}
+    await app.ainvoke(changed, dict(cfg))
+    assert effects == {"pay": 2}, "another value under the same message id is another request"
 
 
 @pytest.mark.asyncio

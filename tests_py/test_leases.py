@@ -267,17 +267,33 @@ async def test_lease_loss_failpoint_fences_the_holder(checkpointer: Any, make_th
     """`lease_renew=raise` skips renewals (a partition): the lease expires, a waiting resume takes
     over and finishes; the old holder's commit is refused with LeaseLostError."""
     before = metrics.snapshot()
-    # Each step outlasts the unrenewed lease, so the holder's first commit comes after it expired.
-    app = _looping_app(checkpointer, steps=2, pause=2.0)
+    # The holder's first step waits until the takeover is over, so its commit comes after its
+    # lease lapsed (1 s; on SQLite plus the 10 s a renewal may wait for the file's write lock,
+    # sqlite/lease.rs) and another run took the thread.
+    release = asyncio.Event()
+
+    async def work(state: Counter, config: dict[str, Any]) -> Counter:
+        if config["run_id"] == "holder":
+            await release.wait()
+        state.count += 1
+        return state
+
+    g = StateGraph(Counter)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_conditional_edges("work", lambda s: END if s.count >= 2 else "work", {"work": "work", END: END})
+    app = g.compile(checkpointer=checkpointer)
     tid = make_thread()
     holder = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]},
-                                             {"thread_id": tid, "lease_ttl": 1.0, "failpoints": "lease_renew=raise"}))
+                                             {"thread_id": tid, "lease_ttl": 1.0, "failpoints": "lease_renew=raise",
+                                              "run_id": "holder"}))
     await _lease_held(checkpointer, tid)
     with pytest.raises(ThreadBusyError) as busy:
         await app.ainvoke({}, {"thread_id": tid})
     assert busy.value.error_code == "STORAGE_BUSY_002" and busy.value.context["lease_token"] >= 1
-    taken = await app.ainvoke({}, {"thread_id": tid, "on_busy": "wait", "busy_timeout": 10},
+    taken = await app.ainvoke({}, {"thread_id": tid, "on_busy": "wait", "busy_timeout": 30},
                               response_granularity="full")
+    release.set()
     assert taken["state"].execution_meta.status == "completed" and taken["state"].count == 2
     with pytest.raises(LeaseLostError) as lost:
         await holder

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -88,3 +89,35 @@ def test_an_expired_holder_is_fenced_after_the_takeover(db: str, tmp_path: Path,
 async def _versions(cp, tid: str) -> list[int]:
     owner = await cp._native.thread_owner(tid)
     return sorted(v for v, _, _ in await cp._native.state_versions(tid, owner))
+
+
+def test_a_holder_whose_renewals_wait_for_the_write_lock_keeps_its_lease(tmp_path: Path, effects: EffectCounter) -> None:
+    """SQLite, live renewals: another connection holds the file's write lock for 3 s (three lease
+    ttls) just as the holder's tool returns, and a second process tries to take the thread
+    meanwhile. The holder's renewals wait for the lock with everybody else's writes; once it came
+    free, the newcomer took the lapsed lease first (SQLite's busy handler has no queue), the
+    returned tool's record was fenced out and the tool ran again there (red-team, session 26:
+    5 of 6 rounds under load, 1 of 6 on an idle machine: a race, which this test loses only by
+    chance). A lease now lasts as long as a renewal may wait for the lock, on top: checked
+    first, on the lease row."""
+    db, tid, block = str(tmp_path / "locked.db"), "lock-holder", tmp_path / "release"
+    old = _child(db, tid, "run", effects, TENX_BLOCK=str(block))
+    _until(lambda: Path(str(block) + ".entered").exists() or old.poll() is not None, "the holder never reached its tool")
+    assert old.poll() is None, old.stderr.read()
+    cp = SqliteCheckpointer(db)
+    held = asyncio.run(cp.aget_lease({"thread_id": tid}))
+    # ttl (1 s) plus the 10 s a renewal may wait for the lock, less the time since the last renewal.
+    assert held["expires_in"] > 9.0, held
+    other = sqlite3.connect(db, isolation_level=None, timeout=30)
+    other.execute("BEGIN IMMEDIATE")  # another writer, for longer than the lease's ttl
+    try:
+        block.touch()  # the tool returns; its record waits for the lock
+        _until(lambda: effects.counts().get("slow_charge") == 1, "the tool never returned")
+        new = _child(db, tid, "resume", effects, TENX_RETRY_BUSY="1")
+        time.sleep(3.0)  # the scenario: the lock outlasts the holder's 1 s lease three times
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert _out(old) == {"outcome": "completed", "last": "all done"}
+    assert _out(new) == {"outcome": "completed", "last": "all done"}
+    assert effects.counts() == {"note": 1, "slow_charge": 1}, effects.counts()

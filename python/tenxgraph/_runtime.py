@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from tenxgraph import _node_context
+from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
@@ -229,6 +229,8 @@ class Run(RunHooks, RunTools):
             # The response's user message, as 10xGraph picks it: the context's last one once the
             # input is merged (a sent message whose id was stored already is not the one kept).
             self._caller = next((m for m in reversed(state.context) if m.role == "user"), None)
+        if self.state_update and self.input_messages and self.config.get("idempotent_turns") is True:
+            turn_request.record(state, self.input_messages[-1].message_id, self.state_update)
         fields = type(state).model_fields
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
@@ -408,9 +410,12 @@ class Run(RunHooks, RunTools):
         a NUL in a text as PostgreSQL gives it back."""
         if self.has_resume or self.start_node is not None:
             return None
-        # A state update sent again is the same request where the thread holds its values.
+        # A state update sent again is the same request where the thread holds its values, or
+        # where the thread's record of the turn says it was asked with it (a node of the turn may
+        # have changed a field the update set).
         if any(not _same_as_stored(getattr(state, k), v) for k, v in self.state_update.items()
-               if k in type(state).model_fields):
+               if k in type(state).model_fields) and not turn_request.recorded(
+                   state, self.input_messages[-1].message_id, self.state_update):
             return None
         status = state.execution_meta.status
         if status not in (ExecutionStatus.COMPLETED, ExecutionStatus.INTERRUPTED_BEFORE,

@@ -1,7 +1,8 @@
 """Child for the expired-lease test: a turn whose ``slow_charge`` tool blocks until a file exists
 (only while ``$TENX_BLOCK`` names one), run with lease renewals cut (``lease_renew=raise``: a
-partition) and a short lease. Prints the outcome as JSON. argv: db, thread id, mode (run|resume),
-lease ttl."""
+partition; only while ``$TENX_PARTITION`` is set) and a short lease. With ``$TENX_RETRY_BUSY`` a
+busy thread is tried again (0.1 s apart, for up to 60 s). Prints the outcome as JSON. argv: db,
+thread id, mode (run|resume), lease ttl."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
 from tenxgraph.testing import EffectCounter
@@ -66,11 +69,21 @@ async def main(db: str, tid: str, mode: str, ttl: str) -> None:
     if os.environ.get("TENX_PARTITION"):
         cfg["failpoints"] = "lease_renew=raise"
     data = {"messages": [Message.text_message("charge A1")]} if mode == "run" else {}
-    try:
-        r = await app.ainvoke(data, cfg)
-        out = {"outcome": "completed", "last": r["messages"][-1].text()}
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        out = {"outcome": "error", "type": type(exc).__name__, "code": getattr(exc, "error_code", None)}
+    retry_until = time.monotonic() + (60 if os.environ.get("TENX_RETRY_BUSY") else 0)
+    busy = 0
+    while True:
+        try:
+            r = await app.ainvoke(data, cfg)
+            out = {"outcome": "completed", "last": r["messages"][-1].text()}
+        except ThreadBusyError:
+            busy += 1
+            if time.monotonic() < retry_until:
+                await asyncio.sleep(0.1)
+                continue
+            out = {"outcome": "error", "type": "ThreadBusyError", "code": "busy", "tries": busy}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            out = {"outcome": "error", "type": type(exc).__name__, "code": getattr(exc, "error_code", None)}
+        break
     print(json.dumps(out))
 
 
