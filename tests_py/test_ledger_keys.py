@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import FailpointError
+from tenxgraph.core.exceptions import FailpointError, InvalidConfigError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.utils.tool_decorator import tool
 from tests_py.tool_graphs import call, route
@@ -165,3 +165,25 @@ async def test_rows_in_the_old_key_form_are_replayed_and_today_keys_are_found_by
     row = await checkpointer.aget_tool_result(cfg, "m-old:c2")
     assert row is not None and row["value"]["content"][0]["output"] == "echo new"
     assert await checkpointer.aget_tool_result(cfg, json.dumps(["m-old", "c2"], separators=(",", ":"))) == row
+
+
+@pytest.mark.asyncio
+async def test_an_old_form_key_that_names_two_recorded_calls_is_refused(checkpointer, make_thread) -> None:
+    """"m:x:y" in 10xGraph's "<message id>:<call id>" form names message "m", call "x:y" and
+    message "m:x", call "y". With both recorded, the first found was returned, whichever it was
+    (red-team, session 26); now the read says so and names the keys as stored."""
+    cfg = {"thread_id": make_thread("colons")}
+    a, b = json.dumps(["m", "x:y"], separators=(",", ":")), json.dumps(["m:x", "y"], separators=(",", ":"))
+    assert await checkpointer.aput_tool_result(cfg, a, {"who": "call x:y of m"})
+    assert await checkpointer.aget_tool_result(cfg, "m:x:y") == {"who": "call x:y of m"}  # one call: found
+    assert await checkpointer.aput_tool_result(cfg, b, {"who": "call y of m:x"})
+    for read in (checkpointer.aget_tool_result, checkpointer.aget_tool_status):
+        with pytest.raises(InvalidConfigError) as ambiguous:
+            await read(cfg, "m:x:y")
+        assert ambiguous.value.error_code == "STORAGE_CONFIG_002"
+        assert set(ambiguous.value.context["candidates"]) == {a, b}
+    assert await checkpointer.aget_tool_result(cfg, a) == {"who": "call x:y of m"}
+    assert await checkpointer.aget_tool_result(cfg, b) == {"who": "call y of m:x"}
+    # Stored literally under the old form, the key names that row alone.
+    assert await checkpointer.aput_tool_result(cfg, "m:x:y", {"who": "literal"})
+    assert await checkpointer.aget_tool_result(cfg, "m:x:y") == {"who": "literal"}

@@ -345,7 +345,15 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         except Exception as exc:
             _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
             return None
-        raw = next((found[k] for k in keys if k in found), None)
+        hits = [k for k in keys if k in found]
+        if len(hits) > 1 and hits[0] != keys[0] and len({found[k] for k in hits}) > 1:
+            # 10xGraph's "<message id>:<call id>" with a ":" inside an id: two recorded calls
+            # answer to it (red-team, session 26: the first was returned, whichever it was).
+            raise InvalidConfigError(
+                f"tool_call_id {str(tool_call_id)[:80]!r} names {len(hits)} recorded calls (a ':' inside a message "
+                f"or call id); pass the key as stored, one of {hits}", "STORAGE_CONFIG_002",
+                {"field": "tool_call_id", "value": str(tool_call_id)[:80], "candidates": hits})
+        raw = found[hits[0]] if hits else None
         return None if raw is None else json.loads(raw)
 
     async def aput_tool_result(self, config: dict[str, Any], tool_call_id: str, result: dict[str, Any]) -> bool:
