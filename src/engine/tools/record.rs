@@ -199,7 +199,9 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
 fn not_recorded(cfg: &RunConfig, tool: &str, key: &str, error: &str) {
     inc(&metrics().tool_record_failures);
     // The message is a constant so alerts and log grouping can match it; the details are fields.
+    // Logged under the handler's logger (`tenxgraph.engine.tools`), where alerts match it.
     tracing::error!(
+        target: "tenxgraph::engine::tools",
         thread_id = %cfg.thread.thread_id,
         run_id = %cfg.run_id,
         tool = %tool,
