@@ -69,7 +69,8 @@ def stop_key(thread_id: Any, user_id: Any) -> str:
     (over 255 characters, NUL, a lone surrogate) raise ``InvalidConfigError`` ``STORAGE_CONFIG_002``."""
 def text_id(field: str, value: Any) -> str:
     """``str(value)`` as the id ``field`` is stored; ``InvalidConfigError`` ``STORAGE_CONFIG_002``
-    when it is not valid Unicode (a lone surrogate)."""
+    where a store would refuse it (over 255 characters, a NUL) or when it is not valid Unicode (a
+    lone surrogate)."""
 
 @final
 class KeptState:

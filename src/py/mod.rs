@@ -124,8 +124,9 @@ pub mod _core {
     }
 
     /// `str(value)` as the id `field` (`thread_id`, `user_id`, `message_id`) is stored: the
-    /// text a run's config gives, refused with `InvalidConfigError` `STORAGE_CONFIG_002` when it
-    /// is not valid Unicode (a lone surrogate), as every entry point refuses it.
+    /// text a run's config gives, refused with `InvalidConfigError` `STORAGE_CONFIG_002` where a
+    /// store would refuse it (length, NUL) or when it is not valid Unicode (a lone surrogate), as
+    /// every entry point refuses it.
     #[pyfunction]
     fn text_id(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
         let field = match field {
