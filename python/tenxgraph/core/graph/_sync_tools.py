@@ -13,7 +13,7 @@ from tenxgraph import _sync_calls
 from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
 from tenxgraph.logs import run_logger
 
-__all__ = ["exit_error", "run_sync", "run_sync_raw"]
+__all__ = ["SyncCall", "exit_error", "run_sync", "run_sync_raw"]
 
 _log = run_logger("tenxgraph.graph.tool_node")
 
@@ -35,19 +35,29 @@ class _Awaitable:
     value: Any
 
 
-async def run_sync_raw(
-    fn: Callable[..., Any],
-    args: list[Any],
-    kwargs: dict[str, Any],
-    name: str,
-    tool_call_id: str,
-    meta: dict[str, Any],
-    flight_key: Hashable | None,
-    late_record: Callable[[ToolOutcome], None] | None,
-) -> Any:
+@dataclass(frozen=True)
+class SyncCall:
+    """One call of a sync tool: the function and its bound arguments, the call it answers
+    (``name``, ``tool_call_id``, ``meta`` for its result message), the key of a call already
+    running it (``tenxgraph._sync_calls``), and where a result that arrives after the run
+    stopped waiting is recorded."""
+
+    fn: Callable[..., Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+    name: str
+    tool_call_id: str
+    meta: dict[str, Any]
+    flight_key: Hashable | None
+    late_record: Callable[[ToolOutcome], None] | None
+
+
+async def run_sync_raw(call: SyncCall) -> Any:
     """A sync tool in its thread, returning what it returned (after_invoke needs the raw
     value). A result that arrives after the run stopped waiting is recorded as it is: no
     callback can run for it any more."""
+    fn, args, kwargs, name, tool_call_id, meta = call.fn, call.args, call.kwargs, call.name, call.tool_call_id, call.meta
+    late_record = call.late_record
 
     def work() -> Any:
         try:
@@ -68,7 +78,7 @@ async def run_sync_raw(
         except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
             _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
 
-    out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+    out = await _sync_calls.run(call.flight_key, work, late if late_record is not None else None, name)
     if isinstance(out, _Raised):
         raise out.error
     value = out.value
@@ -77,17 +87,12 @@ async def run_sync_raw(
     return value
 
 
-async def run_sync(
-    fn: Callable[..., Any],
-    args: list[Any],
-    kwargs: dict[str, Any],
-    name: str,
-    tool_call_id: str,
-    meta: dict[str, Any],
-    flight_key: Hashable | None,
-    late_record: Callable[[ToolOutcome], None] | None,
-    on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
-) -> tuple[ToolOutcome, bool]:
+async def run_sync(call: SyncCall, on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None
+                   ) -> tuple[ToolOutcome, bool]:
+    """A sync tool in its thread, as its outcome (made on the worker thread); ``on_return`` is
+    told as soon as it returned."""
+    fn, args, kwargs, name, tool_call_id, meta = call.fn, call.args, call.kwargs, call.name, call.tool_call_id, call.meta
+    late_record = call.late_record
     def work() -> Any:
         # The whole outcome is made on the worker thread: a result nobody waits for any more
         # must still be recordable without the event loop.
@@ -112,7 +117,7 @@ async def run_sync(
         if late_record is not None:
             late_record(out[0])
 
-    out = await _sync_calls.run(flight_key, work, late if late_record is not None else None, name)
+    out = await _sync_calls.run(call.flight_key, work, late if late_record is not None else None, name)
     if isinstance(out, _Awaitable):
         try:
             value = await out.value

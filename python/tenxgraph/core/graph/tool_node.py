@@ -33,7 +33,7 @@ from tenxgraph.core.state.message_block import (
 from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH  # noqa: F401
 from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
 from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
-from tenxgraph.core.graph._sync_tools import run_sync, run_sync_raw
+from tenxgraph.core.graph._sync_tools import SyncCall, run_sync, run_sync_raw
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
@@ -393,8 +393,8 @@ class ToolNode:
         try:
             call_args, call_kwargs = self._bind(name, args or {}, injected)
             if not _is_async(fn):
-                return await run_sync(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key, late_record,
-                                            on_return)
+                return await run_sync(SyncCall(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key,
+                                               late_record), on_return)
             result = await fn(*call_args, **call_kwargs)
             returned(on_return, result, tool_call_id, meta)
             return map_result(result, tool_call_id, meta)
@@ -431,8 +431,8 @@ class ToolNode:
             if _is_async(fn):
                 raw = await fn(*positional, **input_data)
             else:
-                raw = await run_sync_raw(fn, positional, input_data, name, tool_call_id, meta,
-                                               flight_key, late_record)
+                raw = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
+                                                  flight_key, late_record))
             # Cut off from here on, the call is recorded as the tool returned it (no after_invoke
             # ran to completion for it).
             returned(on_return, raw, tool_call_id, meta)
