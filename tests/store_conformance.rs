@@ -4,6 +4,7 @@ mod common;
 
 use serde_json::json;
 use std::sync::Arc;
+use std::time::Duration;
 use tenxgraph::store::{
     Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, MESSAGES_CHANGED, MemoryStore, PruneRules, SqliteStore,
     StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, write_mark,
@@ -17,9 +18,11 @@ fn msg(id: &str, text: &str) -> StoredMessage {
 
 async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpointer>)> {
     let path = dir.path().join("t.db");
-    let sqlite = SqliteStore::open(path.to_str().unwrap(), false, false).await.unwrap();
+    // The ttl rule as every backend has it; SQLite's grace past it is checked on its own below.
+    let sqlite =
+        SqliteStore::open(path.to_str().unwrap(), false, false).await.unwrap().with_lease_grace(Duration::ZERO);
     sqlite.setup().await.unwrap();
-    let mem_sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
+    let mem_sqlite = SqliteStore::open(":memory:", false, false).await.unwrap().with_lease_grace(Duration::ZERO);
     mem_sqlite.setup().await.unwrap();
     let mut all: Vec<(&'static str, Arc<dyn Checkpointer>)> = vec![
         ("memory", Arc::new(MemoryStore::new(false))),
@@ -316,6 +319,27 @@ fn acquired(a: LeaseAttempt) -> i64 {
         LeaseAttempt::Acquired { token } => token,
         LeaseAttempt::Held(i) => panic!("expected to acquire, held by {i:?}"),
     }
+}
+
+/// SQLite's leases last their ttl plus the 10 s a renewal may wait for the file's write lock
+/// (sqlite/lease.rs: a holder kept from renewing by another writer keeps its thread), taken or
+/// renewed alike; a lapsed one (grace included) is taken over as on every backend.
+#[tokio::test]
+async fn sqlite_leases_last_their_ttl_plus_the_busy_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(dir.path().join("grace.db").to_str().unwrap(), false, false).await.unwrap();
+    s.setup().await.unwrap();
+    let t1 = acquired(s.lease_acquire("g", &lease_req("run-a", 1_000, None)).await.unwrap());
+    let i = s.lease_get("g").await.unwrap().unwrap();
+    assert!(i.expires_in > 10.5 && i.expires_in <= 11.0, "{}", i.expires_in);
+    assert!(matches!(s.lease_acquire("g", &lease_req("run-b", 1_000, None)).await.unwrap(), LeaseAttempt::Held(_)));
+    assert!(s.lease_renew("g", t1, Duration::from_secs(2)).await.unwrap());
+    let i = s.lease_get("g").await.unwrap().unwrap();
+    assert!(i.expires_in > 11.5 && i.expires_in <= 12.0, "{}", i.expires_in);
+    let short = s.with_lease_grace(Duration::from_millis(50));
+    acquired(short.lease_acquire("h", &lease_req("run-a", 1, None)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    acquired(short.lease_acquire("h", &lease_req("run-b", 60_000, None)).await.unwrap());
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tenxgraph.core.exceptions import StorageError
+from tenxgraph.core.exceptions import StorageError, ThreadBusyError
 from tenxgraph.core.graph.tool_node import ToolNode, ToolResult
 from tests_py.conftest import BACKENDS, make_checkpointer
 from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
@@ -264,9 +264,53 @@ async def test_a_resend_whose_state_update_a_node_of_its_turn_changed_is_the_sam
         sent, dict(cfg))
     assert effects == {"pay": 1}, effects
     assert ids(again["messages"]) == ids(first["messages"]) == ids(again_elsewhere["messages"])
-    changed = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-43"}}
-    await app.ainvoke(changed, dict(cfg))
-    assert effects == {"pay": 2}, "another value under the same message id is another request"
+    # The record decides: the value the thread holds now, or no update at all, is another request.
+    for other in ({"note": "settled"}, None, {"note": "order-43"}):
+        count = effects["pay"]
+        resent = {"messages": [Message.text_message("pay 10", message_id="u-1")]}
+        if other is not None:
+            resent["state"] = other
+        await app.ainvoke(resent, dict(cfg))
+        assert effects["pay"] == count + 1, f"{other!r} under the same message id is another request"
+
+
+@pytest.mark.asyncio
+async def test_a_resend_with_its_state_update_finishes_its_cut_off_turn(checkpointer: Any, make_thread: Any) -> None:
+    """The turn's run was cut off inside its tool (a client's timeout): the client's retry, update
+    included, was refused with STORAGE_BUSY_001 and the thread stayed running (red-team, session
+    26); without the update it finished the turn. With the thread's record of the request, the
+    same update finishes it too, without applying the update again; another one is refused."""
+    class NoteState(AgentState):
+        note: str = ""
+
+    effects: dict[str, int] = {}
+    entered = asyncio.Event()
+
+    async def pay(idempotency_key: str) -> ToolResult:
+        effects["pay"] = effects.get("pay", 0) + 1
+        if effects["pay"] == 1:
+            entered.set()
+            await asyncio.sleep(3600)
+        return ToolResult("paid", {"note": "settled"})
+
+    app = tool_graph(NoteState, [pay], [[call("c1", "pay")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("idem-cut-update"), **IDEM}
+    sent = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-42"}}
+    task = asyncio.ensure_future(app.ainvoke(sent, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await checkpointer.aget_state(dict(cfg))).execution_meta.status.value == "running"
+    other = {"messages": [Message.text_message("pay 10", message_id="u-1")], "state": {"note": "order-43"}}
+    with pytest.raises(ThreadBusyError) as refused:
+        await app.ainvoke(other, dict(cfg))
+    assert refused.value.error_code == "STORAGE_BUSY_001"
+    done = await asyncio.wait_for(app.ainvoke(sent, dict(cfg)), 60)
+    assert tool_texts(done["messages"]) == {"c1": "paid"}
+    state = await checkpointer.aget_state(dict(cfg))
+    assert state.execution_meta.status.value == "completed" and state.note == "settled"
+    assert effects == {"pay": 2}  # the cut-off call ran again (it never returned), once
 
 
 @pytest.mark.asyncio

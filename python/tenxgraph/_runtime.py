@@ -229,7 +229,7 @@ class Run(RunHooks, RunTools):
             # The response's user message, as 10xGraph picks it: the context's last one once the
             # input is merged (a sent message whose id was stored already is not the one kept).
             self._caller = next((m for m in reversed(state.context) if m.role == "user"), None)
-        if self.state_update and self.input_messages and self.config.get("idempotent_turns") is True:
+        if self.input_messages and self.config.get("idempotent_turns") is True:
             turn_request.record(state, self.input_messages[-1].message_id, self.state_update)
         fields = type(state).model_fields
         for key, value in self.state_update.items():
@@ -413,9 +413,10 @@ class Run(RunHooks, RunTools):
         # A state update sent again is the same request where the thread holds its values, or
         # where the thread's record of the turn says it was asked with it (a node of the turn may
         # have changed a field the update set).
-        if any(not _same_as_stored(getattr(state, k), v) for k, v in self.state_update.items()
-               if k in type(state).model_fields) and not turn_request.recorded(
-                   state, self.input_messages[-1].message_id, self.state_update):
+        asked = turn_request.recorded(state, self.input_messages[-1].message_id, self.state_update)
+        if asked is False or (asked is None and any(
+                not _same_as_stored(getattr(state, k), v) for k, v in self.state_update.items()
+                if k in type(state).model_fields)):
             return None
         status = state.execution_meta.status
         if status not in (ExecutionStatus.COMPLETED, ExecutionStatus.INTERRUPTED_BEFORE,

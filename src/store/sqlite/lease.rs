@@ -44,15 +44,15 @@ pub(super) fn lease_info(r: &sqlx::sqlite::SqliteRow, now: f64) -> LeaseInfo {
 }
 
 /// When a lease taken or renewed at `now` for `ttl` lapses: `ttl` plus the longest a renewal may
-/// wait for the file's write lock (`BUSY_TIMEOUT`). Another connection holding the lock past
-/// `ttl` (a long write of another process) kept the holder's renewal waiting while its lease
-/// lapsed; when the lock came free, SQLite's busy handler (no queue: a waiter that has waited
-/// longer polls less often) let a newcomer in first, who took the lapsed lease, and the holder's
-/// returned tools were fenced out and ran again there (red-team, session 26: 2 of 4 rounds with
-/// the lock held 7 s). A live holder stuck for good is taken over that much later; a dead one is
-/// taken over at once, as before (its process is gone: `engine::lease`).
-fn expires_at(now: f64, ttl: Duration) -> f64 {
-    now + ttl.as_secs_f64() + BUSY_TIMEOUT.as_secs_f64()
+/// wait for the file's write lock (`BUSY_TIMEOUT`, the store's `lease_grace`). Another connection
+/// holding the lock past `ttl` (a long write of another process) kept the holder's renewal waiting
+/// while its lease lapsed; when the lock came free, SQLite's busy handler (no queue: a waiter that
+/// has waited longer polls less often) let a newcomer in first, who took the lapsed lease, and the
+/// holder's returned tools were fenced out and ran again there (red-team, session 26: 2 of 4
+/// rounds with the lock held 7 s). A live holder stuck for good is taken over that much later; a
+/// dead one is taken over at once, as before (its process is gone: `engine::lease`).
+fn expires_at(s: &SqliteStore, now: f64, ttl: Duration) -> f64 {
+    now + ttl.as_secs_f64() + s.lease_grace.as_secs_f64()
 }
 
 pub(super) const LEASE_COLUMNS: &str =
@@ -113,7 +113,7 @@ pub(super) async fn take_in(
     .bind(&req.host)
     .bind(req.pid)
     .bind(req.pid_start)
-    .bind(expires_at(now, req.ttl))
+    .bind(expires_at(s, now, req.ttl))
     .bind(now)
     .execute(&mut *c)
     .await
@@ -123,7 +123,7 @@ pub(super) async fn take_in(
 
 pub(super) async fn lease_renew(s: &SqliteStore, thread_id: &str, token: i64, ttl: Duration) -> StoreResult<bool> {
     let r = sqlx::query("UPDATE leases SET expires_at = ? WHERE thread_id = ? AND token = ? AND released = 0")
-        .bind(expires_at(now_secs(), ttl))
+        .bind(expires_at(s, now_secs(), ttl))
         .bind(thread_id)
         .bind(token)
         .execute(&s.pool)

@@ -45,6 +45,8 @@ pub struct SqliteStore {
     enforce_user_isolation: bool,
     /// Orders this process's write transactions (see `Tx`).
     write_gate: Arc<tokio::sync::Mutex<()>>,
+    /// How long past its ttl a lease stays held (see `lease::expires_at`).
+    lease_grace: Duration,
 }
 
 fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -118,7 +120,14 @@ impl SqliteStore {
                 Err(e) => return Err(be("connect")(e)),
             }
         };
-        Ok(Self { pool, enforce_user_isolation, write_gate: Default::default() })
+        Ok(Self { pool, enforce_user_isolation, write_gate: Default::default(), lease_grace: BUSY_TIMEOUT })
+    }
+
+    /// The store with leases that lapse `grace` past their ttl instead of the busy wait
+    /// (`BUSY_TIMEOUT`): for tests of the ttl rule itself, which a 10 s grace would slow down.
+    pub fn with_lease_grace(mut self, grace: Duration) -> Self {
+        self.lease_grace = grace;
+        self
     }
 
     /// Ensures the thread row exists and that `t.user_id` may write it.

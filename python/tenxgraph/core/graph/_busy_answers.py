@@ -11,7 +11,7 @@ import contextvars
 import json
 from typing import TYPE_CHECKING, Any, cast
 
-from tenxgraph import _core
+from tenxgraph import _core, _turn_request as turn_request
 from tenxgraph._runtime import Run, stored_as_sent
 from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.core.state.execution_state import ExecutionStatus
@@ -55,7 +55,7 @@ class BusyAnswers:
                 # already, so this is that turn's `{}`, and it is finished instead of refused.
                 _log.info("every input message of thread %s is stored, in a turn its run left unfinished; "
                           "that turn is resumed", cfg["thread_id"], extra={"event": "resent_turn_resumed"})
-                run.input_messages = []
+                run.input_messages, run.state_update = [], {}  # both in the stored turn already
                 run.known = None
                 raw = await self._native_call(run, cfg, options, streaming, resume_only)
             else:
@@ -105,11 +105,17 @@ class BusyAnswers:
         every input message is stored in it already, as sent (role and content: a changed text
         under a stored id is new input, refused there). A thread paused or stopped mid-turn is
         not resumed by a resend: there `{}` would answer a reviewer's question nobody answered."""
-        if not run.input_messages or run.state_update or run.has_resume or run.start_node is not None:
+        idempotent = cfg.get("idempotent_turns") is True
+        if (not run.input_messages or (run.state_update and not idempotent) or run.has_resume
+                or run.start_node is not None):
             return False
         state = await self._checkpointer.aget_state(cfg)
-        return (state is not None and state.execution_meta.status == ExecutionStatus.RUNNING
-                and _holds_as_sent(state, run))
+        if state is None or state.execution_meta.status != ExecutionStatus.RUNNING or not _holds_as_sent(state, run):
+            return False
+        # With idempotent_turns the turn's record says whether a state update sent with it is the
+        # one the turn was asked with (then the resend finishes it, as one without an update does).
+        return not run.state_update or turn_request.recorded(
+            state, run.input_messages[-1].message_id, run.state_update) is True
 
     async def _close_failed_tools(self, cfg: dict[str, Any], options: Any, node: str) -> None:
         """The run that answers a failed tool node's calls without running any (see
