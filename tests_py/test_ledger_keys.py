@@ -187,3 +187,17 @@ async def test_an_old_form_key_that_names_two_recorded_calls_is_refused(checkpoi
     # Stored literally under the old form, the key names that row alone.
     assert await checkpointer.aput_tool_result(cfg, "m:x:y", {"who": "literal"})
     assert await checkpointer.aget_tool_result(cfg, "m:x:y") == {"who": "literal"}
+
+
+@pytest.mark.asyncio
+async def test_a_stored_form_key_written_another_way_finds_its_row(checkpointer, make_thread) -> None:
+    """``json.dumps([message_id, call_id])`` (", " between them, "\\u00e9" for "é") is the stored
+    key written another way: it read "not recorded" (red-team, session 26)."""
+    cfg = {"thread_id": make_thread("key-forms")}
+    for mid, cid in (("m-1", "c-1"), ("mé", "c\u2028🙂")):
+        stored = json.dumps([mid, cid], separators=(",", ":"), ensure_ascii=False)
+        assert await checkpointer.aput_tool_result(cfg, stored, {"who": cid})
+        for other in (json.dumps([mid, cid]), json.dumps([mid, cid], separators=(",", ":"))):
+            assert await checkpointer.aget_tool_result(cfg, other) == {"who": cid}, other
+            assert await checkpointer.aget_tool_status(cfg, other) == "completed", other
+    assert await checkpointer.aget_tool_result(cfg, json.dumps(["m-1", "c-2"])) is None

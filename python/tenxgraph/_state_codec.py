@@ -62,6 +62,33 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
     return reshaped
 
 
+def _core_refuses(value: Any) -> str | None:
+    """What in ``value`` the core's JSON parser refuses although pydantic writes it: an int past
+    64 bits ("number out of range") or a lone surrogate in a text or key; None when nothing.
+    Iterative, bounded by the values themselves (a cycle is pydantic's to refuse)."""
+    from tenxgraph.core.graph.tool_output import _INT_MAX, _INT_MIN
+
+    todo, seen = [value], 0
+    while todo and seen < 100_000:
+        v = todo.pop()
+        seen += 1
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int) and not _INT_MIN <= v <= _INT_MAX:
+            return "an integer past 64 bits"
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a lone surrogate in a text"
+        elif isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo.extend(v)
+    return None
+
+
 def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
     """ValueError when an input ``"state"`` update holds a value its state could not store (NaN,
     an object JSON cannot hold), found before the run starts, as the input commit would find it
@@ -70,6 +97,10 @@ def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
     for key, value in update.items():
         if key not in fields:
             continue
+        found = _core_refuses(value)
+        if found is not None:
+            raise ValueError(f"input 'state' key {key!r} cannot be stored: it holds {found}; nothing of it was "
+                             "stored")
         try:
             encode_state(prototype.model_copy(update={key: value}), with_context=False)
         except (PydanticSerializationError, ValueError, RecursionError) as exc:
@@ -145,6 +176,10 @@ def encode_message_shaped(message: Message) -> tuple[str, bool]:
     try:  # model_dump_json without its Python wrapper
         return message.__pydantic_serializer__.to_json(message, warnings=_STRICT).decode(), reshaped
     except PydanticSerializationError:
-        text = message.model_dump_json(warnings=False)
+        try:
+            text = message.model_dump_json(warnings=False)
+        except PydanticSerializationError as exc:  # a lone surrogate in a text, say: typed like the rest
+            raise ValueError(f"message {message.message_id} ({message.role}) cannot be stored as JSON: {exc}; "
+                             "nothing of it was stored") from None
         _loadable(type(message), text, f"message {message.message_id} ({message.role})")
         return text, True

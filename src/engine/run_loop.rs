@@ -147,6 +147,11 @@ async fn run_holding<H: NodeHost + ?Sized>(
     cfg: &RunConfig,
     input: RunInput<'_>,
 ) -> Result<RunOutcome, EngineError> {
+    // Before the lease: taken first, a busy thread's running turn was asked to stop (on_busy=
+    // "interrupt") for input that can never run (red-team, session 26).
+    if let Some(start) = input.start_node {
+        start::known_start(graph, start)?;
+    }
     let abandoned = abandoned::ReleaseIfAbandoned::new(shared, &cfg.thread.thread_id, &cfg.run_id);
     let cell = &abandoned.cell;
     let mut done = None;

@@ -250,11 +250,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         exec.current_node = entry.clone();
     }
     if let Some(start) = input.start_node {
-        if !graph.nodes.iter().any(|n| n == start) {
-            return Err(EngineError::InvalidInput(format!(
-                "input state current_node '{start}' is not a node of this graph"
-            )));
-        }
+        known_start(graph, start)?;
         exec.current_node = start.to_owned();
         skip_before = None;
     }
@@ -451,4 +447,12 @@ async fn as_stored<H: NodeHost + ?Sized>(
 ) -> Result<RunOutcome, EngineError> {
     host.prepare(as_found(cp), &exec).await?;
     Ok(RunOutcome { exec, version, stopped: false, mark: None, nothing_to_resume, state: None })
+}
+
+/// A start node the input names (`"state": {"current_node": ...}`) must be a node of the graph.
+pub(super) fn known_start(graph: &GraphSpec, start: &str) -> Result<(), EngineError> {
+    if graph.nodes.iter().any(|n| n == start) {
+        return Ok(());
+    }
+    Err(EngineError::InvalidInput(format!("input state current_node '{start}' is not a node of this graph")))
 }

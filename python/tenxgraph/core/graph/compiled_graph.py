@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
-from tenxgraph._run_values import copy_message
-from tenxgraph._state_codec import check_state_update
+from tenxgraph._run_values import copy_message, refuse_id_twins
+from tenxgraph._state_codec import check_state_update, encode_message_shaped
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
@@ -238,6 +238,13 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
             _core.text_id("message_id", m.message_id)
         if run.state_update:
             check_state_update(self._prototype, run.state_update)
+        if run.options is not None and run.options.on_busy == "interrupt" and run.input_messages:
+            # The messages as the input commit will write them (NaN, what JSON cannot hold, two
+            # ids that are one as stored): only here, where a refusal after the stop request would
+            # have cut the running turn short; elsewhere the commit refuses them, writing nothing.
+            refuse_id_twins(run.input_messages, {m.message_id for m in run.input_messages})
+            for m in run.input_messages:
+                encode_message_shaped(m)
         if run.has_resume and run.options is not None and run.options.on_busy == "interrupt":
             # An answer is for a thread paused at interrupt(); a running turn stopped short is not
             # paused there, so stopping it could only make the answer "nothing to resume". The

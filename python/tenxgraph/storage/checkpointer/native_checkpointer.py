@@ -92,6 +92,21 @@ def _ledger_key(tool_call_id: Any, *, write: bool = True) -> str:
     return key
 
 
+def _as_stored_key(key: str) -> str | None:
+    """A key in the stored form (a JSON array) written another way, as the core writes it: compact,
+    non-ASCII as itself (``json.dumps([m, c])`` has ", " and ``\\u00e9``, and read "not
+    recorded": red-team, session 26). None when ``key`` is not such an array."""
+    if not key.startswith("["):
+        return None
+    try:
+        parsed = json.loads(key)
+    except ValueError:
+        return None
+    if not isinstance(parsed, list):
+        return None
+    return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
+
+
 def _version_of(config: dict[str, Any]) -> int | None:
     """``config["_checkpoint_version"]`` as an int (None when absent), read as 10xGraph 0.10's
     PgCheckpointer reads it (``int(value)``: ``"3"``, ``3.0`` are 3). A value ``int()`` cannot
@@ -339,7 +354,11 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
 
     async def _ledger_row(self, config: dict[str, Any], tool_call_id: str) -> dict[str, Any] | None:
         thread_id, user_id = _ids(config)
-        keys = _core.ledger_lookup_keys(_ledger_key(tool_call_id, write=False))
+        key = _ledger_key(tool_call_id, write=False)
+        keys = _core.ledger_lookup_keys(key)
+        stored_form = _as_stored_key(key)
+        if stored_form is not None and stored_form not in keys:
+            keys.insert(1, stored_form)
         try:
             found = await self._native.ledger_get(thread_id, user_id, keys)
         except Exception as exc:
