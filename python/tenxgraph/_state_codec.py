@@ -62,19 +62,22 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
     return reshaped
 
 
+# The ints the core's JSON numbers hold exactly (i64 and u64); past them its parser refuses the
+# text ("number out of range") or a value would come back a float.
+CORE_INT_MIN, CORE_INT_MAX = -(2**63), 2**64 - 1
+
+
 def _core_refuses(value: Any) -> str | None:
     """What in ``value`` the core's JSON parser refuses although pydantic writes it: an int past
     64 bits ("number out of range") or a lone surrogate in a text or key; None when nothing.
     Iterative, bounded by the values themselves (a cycle is pydantic's to refuse)."""
-    from tenxgraph.core.graph.tool_output import _INT_MAX, _INT_MIN
-
     todo, seen = [value], 0
     while todo and seen < 100_000:
         v = todo.pop()
         seen += 1
         if isinstance(v, bool):
             continue
-        if isinstance(v, int) and not _INT_MIN <= v <= _INT_MAX:
+        if isinstance(v, int) and not CORE_INT_MIN <= v <= CORE_INT_MAX:
             return "an integer past 64 bits"
         if isinstance(v, str):
             try:

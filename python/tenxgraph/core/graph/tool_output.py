@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from tenxgraph._state_codec import CORE_INT_MAX, CORE_INT_MIN
 from tenxgraph.logs import run_logger
 
 _log = run_logger("tenxgraph.graph.tool_node")
@@ -27,7 +28,7 @@ def _json_safe(value: Any) -> Any:
 
 
 _PLAIN, _CONVERT, _TEXT = 0, 1, 2
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what the core's JSON numbers hold exactly
+_INT_MIN, _INT_MAX = CORE_INT_MIN, CORE_INT_MAX  # what the core's JSON numbers hold exactly
 
 
 def _json_verdict(value: Any) -> int:
