@@ -28,7 +28,6 @@ def _json_safe(value: Any) -> Any:
 
 
 _PLAIN, _CONVERT, _TEXT = 0, 1, 2
-_INT_MIN, _INT_MAX = CORE_INT_MIN, CORE_INT_MAX  # what the core's JSON numbers hold exactly
 
 
 def _json_verdict(value: Any) -> int:
@@ -57,7 +56,7 @@ def _json_verdict(value: Any) -> int:
             if kind is str or kind is bool or child is None:
                 continue
             if kind is int:
-                if not _INT_MIN <= child <= _INT_MAX:
+                if not CORE_INT_MIN <= child <= CORE_INT_MAX:
                     return _TEXT
             elif kind is float:
                 if not math.isfinite(child):
