@@ -511,6 +511,25 @@ async def test_300_char_thread_id(checkpointer, make_thread) -> None:
     await seeded(checkpointer, make_thread("after-long"))
 
 
+@pytest.mark.parametrize("run_id, reason", [("run\x00x", "NUL"), ("run\ud800x", "lone surrogate")])
+async def test_a_run_id_no_store_can_keep_is_refused_before_anything(checkpointer, make_thread, run_id,
+                                                                      reason) -> None:
+    # The run id is the lease's holder: PostgreSQL refused a NUL at the input commit with a
+    # generic STORAGE_001 while memory and SQLite kept it, and a lone surrogate became U+FFFD
+    # (two such run ids named one holder). Every backend now refuses both first.
+    tid = make_thread("runid")
+    app, before = await seeded(checkpointer, tid)
+    with pytest.raises(InvalidConfigError) as err:
+        await app.ainvoke({"messages": [Message.text_message("again")]}, {"thread_id": tid, "run_id": run_id})
+    assert err.value.error_code == "STORAGE_CONFIG_002"
+    assert err.value.context["field"] == "run_id"
+    assert reason in str(err.value)
+    assert await snapshot(checkpointer, tid) == before
+    # a long run id is no id column's value: it is kept as given (the holder is TEXT everywhere)
+    result = await app.ainvoke({"messages": [Message.text_message("long")]}, {"thread_id": tid, "run_id": "r" * 400})
+    assert [m.text() for m in result["messages"]] == ["long", "ok"]
+
+
 # -- NUL bytes -------------------------------------------------------------------------------
 
 

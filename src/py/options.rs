@@ -77,10 +77,10 @@ fn item<'py>(config: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'p
     config.get_item(key)
 }
 
-fn required_str(config: &Bound<'_, PyDict>, key: &str) -> PyResult<String> {
-    match item(config, key)? {
-        Some(v) if !v.is_none() => Ok(v.str()?.to_string()),
-        _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
+fn required_run_id(config: &Bound<'_, PyDict>) -> PyResult<String> {
+    match item(config, "run_id")? {
+        Some(v) if !v.is_none() => unbounded_text("run_id", &v),
+        _ => Err(PyValueError::new_err("config['run_id'] is required")),
     }
 }
 
@@ -98,11 +98,24 @@ fn required_id(config: &Bound<'_, PyDict>, key: &'static str) -> PyResult<String
 /// than the caller's, and ids that differ only there (two users' ids, under isolation) named one
 /// thread.
 pub fn id_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    checked_text(field, value, crate::store::id_text::check_text_id)
+}
+
+/// `str(value)` as a text the stores keep without a length limit (`run_id`, the lease's holder):
+/// refused (`STORAGE_CONFIG_002`) with a NUL, which PostgreSQL alone refused (a generic
+/// `STORAGE_001` at the input commit), or a lone surrogate, which became U+FFFD.
+fn unbounded_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    checked_text(field, value, crate::store::id_text::check_no_nul)
+}
+
+fn checked_text(
+    field: &'static str,
+    value: &Bound<'_, PyAny>,
+    check: fn(&'static str, &str) -> crate::store::StoreResult<()>,
+) -> PyResult<String> {
     let text = value.str()?;
     match text.to_str() {
-        Ok(s) => crate::store::id_text::check_text_id(field, s)
-            .map(|()| s.to_owned())
-            .map_err(|e| super::errors::store_err(value.py(), e)),
+        Ok(s) => check(field, s).map(|()| s.to_owned()).map_err(|e| super::errors::store_err(value.py(), e)),
         Err(_) => Err(super::errors::store_err(
             value.py(),
             crate::store::StoreError::BadTextId {
@@ -233,7 +246,7 @@ impl RunOptions {
             Some(v) => v.is_truthy()?,
         };
         let (thread_id, user_id, run_id) =
-            (required_id(config, "thread_id")?, required_id(config, "user_id")?, required_str(config, "run_id")?);
+            (required_id(config, "thread_id")?, required_id(config, "user_id")?, required_run_id(config)?);
         // A bad timeout's warning is a line of this run: it carries the run's log fields.
         let span = super::logging::run_span(&thread_id, &run_id);
         let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {

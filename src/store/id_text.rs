@@ -11,15 +11,22 @@ pub const MAX_ID_CHARS: usize = 255;
 
 /// `value` as an id named `field` (`thread_id`, `user_id`, `message_id`), or `StoreError::BadTextId`.
 pub fn check_text_id(field: &'static str, value: &str) -> StoreResult<()> {
-    let reason = if value.contains('\0') {
-        "must not contain the NUL character (U+0000)".to_owned()
-    } else {
-        let n = value.chars().count();
-        if n <= MAX_ID_CHARS {
-            return Ok(());
-        }
-        format!("must be at most {MAX_ID_CHARS} characters long (it has {n})")
-    };
+    check_no_nul(field, value)?;
+    let n = value.chars().count();
+    if n <= MAX_ID_CHARS {
+        return Ok(());
+    }
+    let reason = format!("must be at most {MAX_ID_CHARS} characters long (it has {n})");
+    Err(StoreError::BadTextId { field, value: value.chars().take(80).collect(), reason })
+}
+
+/// `value`, a text a store keeps in a `TEXT` column (a run id, the lease's holder), without the
+/// NUL PostgreSQL refuses there; no length limit.
+pub fn check_no_nul(field: &'static str, value: &str) -> StoreResult<()> {
+    if !value.contains('\0') {
+        return Ok(());
+    }
+    let reason = "must not contain the NUL character (U+0000)".to_owned();
     Err(StoreError::BadTextId { field, value: value.chars().take(80).collect(), reason })
 }
 
