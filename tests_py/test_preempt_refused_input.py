@@ -2,7 +2,8 @@
 run would refuse (an id no store takes, a ``"state"`` value JSON cannot hold) is refused before
 the request is made, so the running turn is not cut short for input that never runs; an answer to
 an interrupt() waits for the running turn instead of stopping it (stopped short, the thread is
-not paused at an interrupt, and the answer could only be refused)."""
+not paused at an interrupt, and the answer could only be refused), and so does an input with
+nothing in it."""
 
 from __future__ import annotations
 
@@ -116,5 +117,25 @@ async def test_an_answer_sent_with_on_busy_interrupt_waits_for_the_running_turn(
         assert isinstance(answer, ValueError) and "Nothing to resume" in str(answer), answer
         state = await cp.aget_state({"thread_id": "pre-resume"})
         assert state.execution_meta.status == "completed"
+    finally:
+        await cp.arelease()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+@pytest.mark.parametrize("bare", [{}, {"messages": []}])
+async def test_an_input_with_nothing_in_it_waits_for_the_running_turn(
+        backend: str, bare: dict[str, Any], request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # It stopped the running turn after its first node and then ran nothing: the turn's second
+    # node never ran and its caller got a reply cut short, for a request with nothing to say.
+    cp = make_checkpointer(backend, request, tmp_path)
+    try:
+        out, answer = await _holder_and_request(cp, "pre-bare", bare, patience=2)
+        full = ["long turn", "reply to long turn", "reply to reply to long turn"]
+        assert [m.text() for m in out["messages"]] == full
+        assert isinstance(answer, dict), answer
+        state = await cp.aget_state({"thread_id": "pre-bare"})
+        assert state.execution_meta.status == "completed"
+        assert [m.text() for m in state.context] == full
     finally:
         await cp.arelease()

@@ -245,10 +245,13 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
             refuse_id_twins(run.input_messages, {m.message_id for m in run.input_messages})
             for m in run.input_messages:
                 encode_message_shaped(m)
-        if run.has_resume and run.options is not None and run.options.on_busy == "interrupt":
+        bare = not run.input_messages and not run.state_update
+        if (run.has_resume or bare) and run.options is not None and run.options.on_busy == "interrupt":
             # An answer is for a thread paused at interrupt(); a running turn stopped short is not
             # paused there, so stopping it could only make the answer "nothing to resume". The
-            # answer waits for the holder instead (which may pause for it).
+            # answer waits for the holder instead (which may pause for it). So does an input with
+            # nothing in it: it stopped the running turn and then resumed nothing of it, the
+            # turn's reply lost for a request that had nothing to say.
             run.options = _core.RunOptions({**cfg, "on_busy": "wait"})
         if run.has_lifecycle_hooks:
             await self._refuse_other_owner(cfg)
