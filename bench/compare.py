@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -44,9 +45,9 @@ SYSTEMS = [  # (key, system, backend, column title)
 CONTRACT_COMMITS = 4
 
 FULL = {"k": 10, "short_threads": 5, "k_long": 200, "history": "10,100,1000", "repeats": 7, "threads": [16, 64],
-        "tput_repeats": 3, "count_turns": 20, "small_pool": 4}
+        "tput_repeats": 3, "count_turns": 20, "small_pool": 4, "short_rounds": 3}
 SMOKE = {"k": 2, "short_threads": 1, "k_long": 4, "history": "10,100,1000", "repeats": 1, "threads": [2, 4],
-         "tput_repeats": 1, "count_turns": 2, "small_pool": None}
+         "tput_repeats": 1, "count_turns": 2, "small_pool": None, "short_rounds": 1}
 
 
 def wait_quiet(max_wait: float = 20.0, window: float = 0.5, idle_share: float = 0.85) -> float:
@@ -91,8 +92,9 @@ class Runner:
         return self.args.tenx_python if system == "tenx" else self.args.langgraph_python
 
     def run(self, key: str, system: str, backend: str, scenario: str, **extra: Any) -> dict[str, Any] | None:
+        rnd = extra.pop("round", None)
         label = (f"{key}/{scenario}" + (f"/{extra['threads']}" if "threads" in extra else "")
-                 + (f"/pool{extra['pool']}" if "pool" in extra else ""))
+                 + (f"/pool{extra['pool']}" if "pool" in extra else "") + (f"/{rnd}" if rnd is not None else ""))
         out = os.path.join(self.tmp, label.replace("/", "_") + ".json")
         python = self.python_for(system)
         if python is None:
@@ -148,6 +150,16 @@ class Runner:
         self.run("langgraph/postgres", "langgraph", "postgres", "count")
         self.run("xgraph/postgres", "xgraph", "postgres", "count")
         self.run("floor/postgres", "floor", "postgres", "count", floor_commits=floor_commits)
+        # The K=10 turn, the figure most targets are judged on, in rounds that alternate the
+        # runtimes (each round starting one runtime later): a slow stretch of the shared machine
+        # lands in one round of several runtimes instead of in the one process that measured a
+        # runtime (twice in session 27 a child read 1.26-1.51 ms for a turn that read 0.82-0.87
+        # in every other process that day).
+        picked = [sy for sy in SYSTEMS if not self.args.only or any(o in sy[0] for o in self.args.only.split(","))]
+        for r in range(self.cfg.get("short_rounds") or 0):
+            for key, system, backend, _ in picked[r % len(picked):] + picked[:r % len(picked)]:
+                extra = {"floor_commits": floor_commits} if system == "floor" else {}
+                self.run(key, system, backend, "short", round=r, **extra)
         for key, system, backend, _ in SYSTEMS:
             if self.args.only and not any(o in key for o in self.args.only.split(",")):
                 continue
@@ -182,6 +194,25 @@ def get(d: Any, *path: Any) -> Any:
     return d
 
 
+def k10(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The K=10 figure of ``key``: every turn of its rounds (``{key}/short/N``) pooled, with the
+    median of each round and the median of the rounds' CPU per turn; without rounds (an older
+    result file), the latency child's own K=10 turns."""
+    rounds = sorted((k for k in results if k.startswith(f"{key}/short/")), key=lambda k: int(k.rsplit("/", 1)[1]))
+    if not rounds:
+        return get(results.get(f"{key}/latency"), "k_short")
+    turns = [t for k in rounds for t in get(results[k], "k_short", "turns_ms") or []]
+    out: dict[str, Any] = cc.summary([t / 1e3 for t in turns])
+    out["round_medians_ms"] = [get(results[k], "k_short", "median_ms") for k in rounds]
+
+    def median_of(field: str) -> float | None:
+        vals = [v for k in rounds if (v := get(results[k], "k_short", "cpu", field)) is not None]
+        return statistics.median(vals) if vals else None
+
+    out["cpu"] = {"client_ms": median_of("client_ms"), "server_ms": median_of("server_ms")}
+    return out
+
+
 def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     k, k_long = cfg["k"], cfg["k_long"]
     t16, t64 = cfg["threads"]
@@ -195,9 +226,11 @@ def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str]
     def row(name: str, f: Any) -> None:
         rows.append([name] + [f(key) for key, *_ in SYSTEMS])
 
-    row(f"turn, 1 thread, K={k}: median ms (mean)",
-        lambda key: f"{fmt(get(lat(key), 'k_short', 'median_ms'))} ({fmt(get(lat(key), 'k_short', 'mean_ms'))})"
-        if lat(key) else "—")
+    row(f"turn, 1 thread, K={k}: median ms (mean), all rounds",
+        lambda key: f"{fmt(get(k10(results, key), 'median_ms'))} ({fmt(get(k10(results, key), 'mean_ms'))})"
+        if k10(results, key) else "—")
+    row(f"turn, 1 thread, K={k}: median ms of each round",
+        lambda key: " / ".join(fmt(m) for m in get(k10(results, key), "round_medians_ms") or []) or "—")
     row(f"turn, 1 thread, K={k_long}: median ms (mean)",
         lambda key: f"{fmt(get(lat(key), 'k_long', 'median_ms'))} ({fmt(get(lat(key), 'k_long', 'mean_ms'))})"
         if lat(key) else "—")
@@ -231,8 +264,8 @@ def build_table(results: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[str]
         server = c.get("server_ms")
         return fmt(c["client_ms"]) + (f" / {fmt(server)}" if server is not None and server > 0.005 else "")
 
-    row(f"CPU ms per turn, 1 thread (K={k}): runtime process / Postgres server",
-        lambda key: cpu(get(lat(key), "k_short")))
+    row(f"CPU ms per turn, 1 thread (K={k}): runtime process / Postgres server (median of the rounds)",
+        lambda key: cpu(k10(results, key)))
     row(f"CPU ms per turn, {t64} threads: runtime process / Postgres server",
         lambda key: cpu(results.get(f"{key}/throughput/{t64}")))
     row("tool-call overhead: median µs/call",
@@ -270,7 +303,10 @@ def evaluate_targets(results: dict[str, Any], cfg: dict[str, Any]) -> list[dict[
                     "absolute": absolute})
 
     def speedup(a: str, b: str, part: str) -> tuple[float | None, str]:
-        x, y = med(a, part), med(b, part)
+        if part == "k_short":
+            x, y = get(k10(results, a), "median_ms"), get(k10(results, b), "median_ms")
+        else:
+            x, y = med(a, part), med(b, part)
         if x is None or y is None:
             return None, "missing"
         return x / y, f"{fmt(x)} ms / {fmt(y)} ms"
@@ -303,7 +339,7 @@ def evaluate_targets(results: dict[str, Any], cfg: dict[str, Any]) -> list[dict[
     commits = get(results.get("tenx/postgres/count"), "per_turn", "wal_sync")
     target(f"Postgres: durable commits per turn = {CONTRACT_COMMITS}", commits, CONTRACT_COMMITS, False,
            f"{fmt(commits, 1)} per turn" if commits is not None else "missing", absolute=True)
-    cpu_ms = get(results.get("tenx/postgres/latency"), "k_short", "cpu", "client_ms")
+    cpu_ms = get(k10(results, "tenx/postgres"), "cpu", "client_ms")
     target("runtime CPU per turn, 1 thread, Postgres <= 1.2 ms", cpu_ms, 1.2, False,
            f"{fmt(cpu_ms)} ms" if cpu_ms is not None else "missing", absolute=True)
     for key, _, backend, title in SYSTEMS[:3]:

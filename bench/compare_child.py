@@ -76,6 +76,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     history=[int(h) for h in args.history.split(",")], history_repeats=args.repeats,
                     overhead_repeats=args.repeats,
                 ))  # fmt: skip
+            elif args.scenario == "short":
+                result.update(await cc.short_turns(driver, cpu, k=args.k, threads=args.short_threads))
             elif args.scenario == "throughput":
                 result.update(await cc.throughput(driver, cpu, threads=args.threads, k=args.k, repeats=args.tput_repeats))
             else:
@@ -96,7 +98,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--system", choices=["tenx", "langgraph", "xgraph", "floor"], required=True)
     p.add_argument("--backend", choices=["memory", "sqlite", "postgres"], required=True)
-    p.add_argument("--scenario", choices=["latency", "throughput", "count"], required=True)
+    p.add_argument("--scenario", choices=["latency", "short", "throughput", "count"], required=True)
     p.add_argument("--dsn", default=None)
     p.add_argument("--out", required=True)
     p.add_argument("--pool", type=int, default=10)

@@ -192,6 +192,28 @@ async def verify(driver: Driver, thread_id: str, expected: int) -> None:
         raise AssertionError(f"thread {thread_id}: {got} messages stored, expected {expected}")
 
 
+async def short_turns(driver: Driver, cpu: Cpu, *, k: int, threads: int, warm: bool = True) -> dict[str, Any]:
+    """``threads`` new threads of ``k`` turns, one thread at a time (after 3 warm-up turns when
+    ``warm``): the K=k figure. compare.py runs it in rounds that alternate the runtimes, so that
+    one slow moment of the machine (or one slow process) is one round of every runtime's
+    figure, not the whole of one runtime's."""
+    per = driver.messages_per_turn
+    if warm:
+        w = new_thread("warm")
+        await run_thread(driver, w, 3, [])
+        await verify(driver, w, 3 * per)
+    short: list[float] = []
+    mark = cpu.mark()
+    tids = [new_thread() for _ in range(threads)]
+    for tid in tids:
+        await run_thread(driver, tid, k, short)
+    cpu_short = cpu.per_turn_ms(mark, len(short))
+    for tid in tids:
+        await verify(driver, tid, k * per)
+    return {"k_short": {"k": k, "threads": threads, **summary(short), "cpu": cpu_short,
+                        "turns_ms": [t * 1e3 for t in short]}}
+
+
 async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int, k_long: int, history: list[int],
                   history_repeats: int, overhead_repeats: int) -> dict[str, Any]:
     """1 thread at a time: turns at K=k_short and K=k_long, a turn at each history size, and the
@@ -201,14 +223,7 @@ async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int,
     await run_thread(driver, warm, 3, [])
     await verify(driver, warm, 3 * per)
 
-    short: list[float] = []
-    mark = cpu.mark()
-    tids = [new_thread() for _ in range(short_threads)]
-    for tid in tids:
-        await run_thread(driver, tid, k_short, short)
-    cpu_short = cpu.per_turn_ms(mark, len(short))
-    for tid in tids:
-        await verify(driver, tid, k_short * per)
+    short_result = await short_turns(driver, cpu, k=k_short, threads=short_threads, warm=False)
 
     long: list[float] = []
     tid = new_thread()
@@ -229,7 +244,7 @@ async def latency(driver: Driver, cpu: Cpu, *, k_short: int, short_threads: int,
         hist_warm[str(h)] = summary(warm)
 
     return {
-        "k_short": {"k": k_short, "threads": short_threads, **summary(short), "cpu": cpu_short},
+        "k_short": short_result["k_short"],
         "k_long": {"k": k_long, **k_long_summary},
         "history": hist,
         "history_warm": hist_warm,

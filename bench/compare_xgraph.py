@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from compare_common import TOOL_CALLS, TOOLS, USER_TEXT
+from compare_common import TOOL_CALLS, TOOLS, USER_TEXT, new_thread
 from compare_tenx import TenxDriver, _call, build
 from tenxgraph import Message
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, PgCheckpointer
@@ -46,7 +46,11 @@ class XGraphDriver(TenxDriver):
     async def _turn_pattern(self) -> list[dict[str, Any]]:
         # Run on this driver's own store (see _build): one graph fewer to bind.
         if self._pattern is None:
-            await self.app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, self._config("pattern"))
-            state = await self.cp.aget_state(self._config("pattern"))
+            # A thread id of its own: Redis outlives the fresh database each process gets, and a
+            # cached "pattern" thread of an earlier process made 10xGraph refuse this one's first
+            # write (StaleStateError, expected version 5, found 0).
+            tid = new_thread("pattern")
+            await self.app.ainvoke({"messages": [Message.text_message(USER_TEXT)]}, self._config(tid))
+            state = await self.cp.aget_state(self._config(tid))
             self._pattern = [m.model_dump(mode="json") for m in state.context]
         return self._pattern
