@@ -613,7 +613,9 @@ impl NativeStore {
         let s = self.inner.clone();
         let rules = crate::store::PruneRules { keep_versions, finished_older_than, ledger_ttl, dry_run };
         awaitable(py, async move {
-            let report = s.prune(&rules).await?;
+            // Its transactions hold row locks: run to their end even if the caller's loop stops
+            // for good (`store::task`), and give their connection back.
+            let report = crate::store::task::to_the_end("prune", async move { s.prune(&rules).await }).await?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         })
     }
@@ -621,7 +623,10 @@ impl NativeStore {
     /// Opens a lazily opened store (connect, migrate) and runs its migrations; resolves to True.
     fn setup<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.setup().await.map(|_| true) })
+        // Migrations hold the schema's lock that every other process's setup waits for.
+        awaitable(py, async move {
+            crate::store::task::to_the_end("setup", async move { s.setup().await }).await.map(|_| true)
+        })
     }
 
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

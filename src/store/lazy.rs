@@ -23,8 +23,9 @@ pub type Opener = Box<dyn Fn() -> BoxFuture<'static, StoreResult<Arc<dyn Checkpo
 /// A store opened on first use: every method opens the backend (through `Opener`) if it is not
 /// open yet, and a failed open is retried by the next call instead of being remembered.
 pub struct LazyStore {
-    cell: OnceCell<Arc<dyn Checkpointer>>,
-    open: Opener,
+    // Shared with the open's task (see `get`).
+    cell: Arc<OnceCell<Arc<dyn Checkpointer>>>,
+    open: Arc<Opener>,
     // Known without connecting: the engine asks it synchronously.
     isolates_users: bool,
 }
@@ -32,7 +33,7 @@ pub struct LazyStore {
 impl LazyStore {
     /// A store not yet opened; `isolates_users` is answered without opening it.
     pub fn new(isolates_users: bool, open: Opener) -> Self {
-        LazyStore { cell: OnceCell::new(), open, isolates_users }
+        LazyStore { cell: Arc::new(OnceCell::new()), open: Arc::new(open), isolates_users }
     }
 
     /// Whether the backend has been opened.
@@ -41,8 +42,17 @@ impl LazyStore {
     }
 
     async fn get(&self) -> StoreResult<&Arc<dyn Checkpointer>> {
-        // Concurrent first users wait for one open; a failed open leaves the cell empty.
-        self.cell.get_or_try_init(|| (self.open)()).await
+        if let Some(s) = self.cell.get() {
+            return Ok(s);
+        }
+        // Concurrent first users wait for one open; a failed open leaves the cell empty. The open
+        // (connect, migrate under the schema's lock) runs as a task that fills the cell itself:
+        // run in the caller's future, a caller whose loop stopped for good held the cell's
+        // initialisation, and every later call of the process waited for it for ever.
+        let (cell, open) = (self.cell.clone(), self.open.clone());
+        super::task::to_the_end("open", async move { cell.get_or_try_init(|| open()).await.map(drop) }).await?;
+        // The task returned Ok only with the cell filled (by it or by another caller's open).
+        self.cell.get().ok_or_else(|| StoreError::Transient { op: "open", message: "the store did not open".into() })
     }
 }
 

@@ -16,6 +16,7 @@ mod memory;
 pub mod postgres;
 mod sqlite;
 mod sqlite_locks;
+pub mod task;
 mod types;
 
 /// The key of the header a stored state carries (class, format, and the write mark the stores

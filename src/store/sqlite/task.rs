@@ -1,16 +1,11 @@
 //! Store calls that hold a connection across statements (a transaction) run as tasks on the
-//! runtime, not in the caller's future.
-//!
-//! The caller's future may be polled from an asyncio loop's thread (src/py/driver.rs). A loop
-//! stopped for good mid-run (`run_until_complete` returning after a cancel, a loop closed with its
-//! tasks pending) froze such a future between two statements: its transaction kept the file's
-//! write lock, and every later write, of this process and of any other on the file, failed after
-//! the busy wait (red-team, session 25). As a task, the transaction runs to its end whether or not
-//! anybody polls the caller. A caller that is dropped still aborts it, as dropping it inline did
-//! (the transaction rolls back): only a caller nobody drives any more no longer stops it.
+//! runtime, not in the caller's future (`store::task`): a loop stopped for good mid-run froze
+//! such a future between two statements, its transaction keeping the file's write lock, and every
+//! later write, of this process and of any other on the file, failed after the busy wait
+//! (red-team, session 25).
 
 use super::SqliteStore;
-use crate::store::{StepWrite, StoreError, StoreResult, StoredMessage};
+use crate::store::{StepWrite, StoreResult, StoredMessage};
 use serde_json::Value;
 use std::future::Future;
 
@@ -21,21 +16,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: Future<Output = StoreResult<T>> + Send + 'static,
     {
-        let task = tokio::spawn(body(self.clone()));
-        let _abort = AbortOnDrop(task.abort_handle());
-        match task.await {
-            Ok(out) => out,
-            Err(e) => Err(StoreError::backend(op, e)),
-        }
-    }
-}
-
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        // A no-op once the task ended.
-        self.0.abort();
+        crate::store::task::to_the_end(op, body(self.clone())).await
     }
 }
 
