@@ -229,6 +229,74 @@ async def test_nan_inf_set_by_a_node_fails_the_step_not_half_written(checkpointe
     assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
 
 
+class Typed(AgentState):
+    note: str = ""
+    n: int = 0
+    maybe: str | None = None
+    raw: Any = None
+
+
+def typed_graph(cp: BaseCheckpointer, **sets: Any):
+    """model -> END; the model assigns ``sets`` to its state (assignments are not validated)."""
+
+    async def model(state: Typed) -> Typed:
+        for k, v in sets.items():
+            setattr(state, k, v)
+        state.context.append(Message.text_message("x", role="assistant"))
+        return state
+
+    return one_node_graph(cp, model, Typed)
+
+
+@pytest.mark.parametrize("update, match", [
+    ({"note": None}, "field note is None, which its type \\(str\\)"),
+    ({"n": None}, "field n is None, which its type \\(int\\)"),
+    ({"note": b"\xff"}, "bytes that are not UTF-8"),
+    ({"raw": {"k": b"\x00\xff"}}, "bytes that are not UTF-8"),
+], ids=["none_in_str", "none_in_int", "bytes_in_str", "bytes_in_any"])
+async def test_an_input_state_value_that_would_not_load_back_is_refused(checkpointer, make_thread, update,
+                                                                         match) -> None:
+    # A None where the type allows none was stored as null without a serializer warning, and
+    # every later load of the thread raised a raw ValidationError; bytes that are not UTF-8 were
+    # a raw UnicodeDecodeError. Both are ValueErrors naming the key now, and nothing is stored.
+    app = one_node_graph(checkpointer, lambda state: Message.text_message("x", role="assistant"), Typed)
+    tid = make_thread("unloadable")
+    with pytest.raises(ValueError, match=f"input 'state' key '{next(iter(update))}'.*{match}") as err:
+        await app.ainvoke({"messages": [Message.text_message("go")], "state": update}, {"thread_id": tid})
+    assert type(err.value) is ValueError
+    assert await snapshot(checkpointer, tid) is None
+    # None where the type allows it, and UTF-8 bytes, are stored and load back
+    await app.ainvoke({"messages": [Message.text_message("go")], "state": {"maybe": None, "raw": b"ok"}},
+                      {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})
+    assert state.maybe is None and state.raw == "ok"
+
+
+async def test_a_node_setting_a_required_field_to_none_fails_its_step_and_the_thread_still_loads(
+        checkpointer, make_thread) -> None:
+    app = typed_graph(checkpointer, note=None)
+    tid = make_thread("nodenull")
+    with pytest.raises(ValueError, match="field note is None"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": tid})
+    state = await checkpointer.aget_state({"thread_id": tid})  # a raw ValidationError before
+    assert state.note == ""
+    assert [(m.role, m.text()) for m in state.context] == [("user", "go")]
+    # the thread runs again from another graph (a restart)
+    again = typed_graph(checkpointer, note="fine")
+    result = await again.ainvoke({"messages": [Message.text_message("again")]}, {"thread_id": tid})
+    assert result["messages"][-1].text() == "x"
+
+
+async def test_aput_state_of_a_state_whose_nested_model_is_none_is_refused(checkpointer, make_thread) -> None:
+    tid = make_thread("putnull")
+    state = AgentState()
+    state.context = [Message.text_message("hi")]
+    state.execution_meta = None  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="field execution_meta is None"):
+        await checkpointer.aput_state({"thread_id": tid}, state)
+    assert await snapshot(checkpointer, tid) is None
+
+
 class Point(pydantic.BaseModel):
     x: float = 0.0
 

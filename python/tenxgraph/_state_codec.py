@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from tenxgraph import _core
+from tenxgraph._required_nulls import UnstorableValue, refuse_required_nulls
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
@@ -106,6 +107,8 @@ def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
                              "stored")
         try:
             encode_state(prototype.model_copy(update={key: value}), with_context=False)
+        except UnstorableValue as exc:
+            raise ValueError(f"input 'state' key {key!r}: {exc}") from None
         except (PydanticSerializationError, ValueError, RecursionError) as exc:
             if isinstance(exc, RecursionError) or "depth" in str(exc):
                 raise ValueError(f"input 'state' key {key!r} is nested too deep to store; nothing of it was "
@@ -121,7 +124,15 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     as message rows, so they leave it out. ValueError for a state that would not load back or
     that holds NaN or an infinity."""
     refuse_nonfinite(state, "the state", skip=None if with_context else "context")
+    refuse_required_nulls(state, f"the state ({type(state).__name__})", skip=None if with_context else "context")
     return _state_dict(state, with_context)
+
+
+def _not_utf8(what: str, exc: UnicodeDecodeError) -> UnstorableValue:
+    # pydantic writes bytes as UTF-8 text and let the codec's own error through, untyped and
+    # without naming what held them.
+    return UnstorableValue(f"{what} cannot be stored as JSON: it holds bytes that are not UTF-8 text "
+                      f"({exc.reason} at byte {exc.start}); nothing of it was stored")
 
 
 def _state_dict(state: AgentState, with_context: bool) -> dict[str, Any]:
@@ -130,6 +141,8 @@ def _state_dict(state: AgentState, with_context: bool) -> dict[str, Any]:
     exclude = None if with_context else {"context"}
     try:
         data = state.model_dump(mode="json", exclude=exclude, warnings=_STRICT)
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(f"the state ({type(state).__name__})", exc) from None
     except PydanticSerializationError:
         data = state.model_dump(mode="json", exclude=exclude, warnings=False)
         _loadable(type(state), data, f"the state ({type(state).__name__})")
@@ -154,8 +167,11 @@ def encode_state_shaped(state: AgentState) -> tuple[str, bool]:
     than ``state`` (a value the model declares loosely that JSON does not keep, or a field
     holding a value of another type than declared, which pydantic warned about)."""
     reshaped = refuse_nonfinite(state, "the state", skip="context")
+    refuse_required_nulls(state, f"the state ({type(state).__name__})", skip="context")
     try:
         body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(f"the state ({type(state).__name__})", exc) from None
     except PydanticSerializationError:  # already walked: the dict dump and its load-back check
         return json.dumps(_state_dict(state, with_context=False)), True
     cls = type(state)
@@ -176,8 +192,11 @@ def encode_message_shaped(message: Message) -> tuple[str, bool]:
     """``encode_message`` and whether a load of that text would give back another message (as
     ``encode_state_shaped``)."""
     reshaped = refuse_nonfinite(message, f"message {message.message_id} ({message.role})")
+    refuse_required_nulls(message, f"message {message.message_id} ({message.role})")
     try:  # model_dump_json without its Python wrapper
         return message.__pydantic_serializer__.to_json(message, warnings=_STRICT).decode(), reshaped
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(f"message {message.message_id} ({message.role})", exc) from None
     except PydanticSerializationError:
         try:
             text = message.model_dump_json(warnings=False)
