@@ -33,8 +33,12 @@ class Emitter:
     def __init__(self, loop: asyncio.AbstractEventLoop, granularity: str, config: dict[str, Any]) -> None:
         self.loop = loop
         self.allowed = _ALLOWED[granularity]
-        self.thread_id = config.get("thread_id")
-        self.run_id = config.get("run_id")
+        # The ids as the run reads them (str() of what was given; a thread id may stay an int, as
+        # the chunk's type allows): a run id of 1 or a thread id of 1.5 ran under ainvoke and made
+        # every chunk of astream fail its own validation, a raw ValidationError.
+        tid, rid = config.get("thread_id"), config.get("run_id")
+        self.thread_id = tid if tid is None or isinstance(tid, str) or type(tid) is int else str(tid)
+        self.run_id = rid if rid is None or isinstance(rid, str) else str(rid)
         self.queue: asyncio.Queue[StreamChunk | None] = asyncio.Queue()
         self._held: list[StreamChunk] = []
         self._lock = threading.Lock()
