@@ -893,3 +893,27 @@ async def test_ids_ainvoke_takes_stream_too(checkpointer, make_thread, ids) -> N
     assert {c.thread_id for c in chunks} == {str(cfg["thread_id"])}
     state = await checkpointer.aget_state({"thread_id": str(cfg["thread_id"])})
     assert [m.text() for m in state.context] == ["hi", "ok"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda cp, tid: cp.alist_threads({}, search="a\ud800"),
+    lambda cp, tid: cp.alist_messages({"thread_id": tid}, search="a\ud800"),
+    lambda cp, tid: cp.alist_threads({}, limit=2**63),
+    lambda cp, tid: cp.alist_threads({}, offset=10**30),
+    lambda cp, tid: cp.alist_messages({"thread_id": tid}, limit=2**63),
+], ids=["threads_search_surrogate", "messages_search_surrogate", "threads_limit_2_63", "threads_offset_huge",
+        "messages_limit_2_63"])
+async def test_list_arguments_the_core_cannot_take_are_value_errors(checkpointer, make_thread, call) -> None:
+    # A lone surrogate in the search text was a raw UnicodeEncodeError and a page bound past
+    # 2**63 - 1 a raw OverflowError; a NUL or a negative bound was already a ValueError.
+    _, _ = await seeded(checkpointer, tid := make_thread("lists"))
+    with pytest.raises(ValueError) as err:
+        await call(checkpointer, tid)
+    assert type(err.value) is ValueError
+    assert len(await checkpointer.alist_threads({}, limit=2**63 - 1)) >= 1  # the largest bound is taken
+
+
+async def test_a_thread_owner_asked_with_an_id_no_store_can_hold_is_refused(checkpointer) -> None:
+    with pytest.raises(InvalidConfigError) as err:
+        await checkpointer.aget_thread_owner("a\ud800")
+    assert err.value.error_code == "STORAGE_CONFIG_002"

@@ -162,11 +162,20 @@ def _page(search: Any, offset: Any, limit: Any) -> int | None:
     of 0 is no limit, as on every 10xGraph 0.10 checkpointer (it listed nothing here until
     session 21)."""
     for name, value in (("offset", offset), ("limit", limit)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
-    if search is not None and (not isinstance(search, str) or "\x00" in search):
-        raise ValueError("search must be text without the NUL character (U+0000)")
+        # Past 2**63 - 1 the core's int was a raw OverflowError (helper red-team, session 27).
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+            raise ValueError(f"{name} must be a whole number >= 0 (below 2**63) or None, got {value!r}")
+    if search is not None and (not isinstance(search, str) or "\x00" in search or not _utf8(search)):
+        raise ValueError("search must be text without the NUL character (U+0000) or a lone surrogate")
     return limit or None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
@@ -473,7 +482,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         user's thread raises ``StorageError`` ``STORAGE_FORBIDDEN_001``."""
         if config is not None:
             await check_authz(self, config, thread_id)
-        return await self._native.thread_owner(str(thread_id), _user(config))
+        return await self._native.thread_owner(_core.text_id("thread_id", thread_id), _user(config))
 
     async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
