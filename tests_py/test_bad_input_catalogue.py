@@ -917,3 +917,15 @@ async def test_a_thread_owner_asked_with_an_id_no_store_can_hold_is_refused(chec
     with pytest.raises(InvalidConfigError) as err:
         await checkpointer.aget_thread_owner("a\ud800")
     assert err.value.error_code == "STORAGE_CONFIG_002"
+
+
+@pytest.mark.parametrize("config, error", [
+    ([1], InvalidConfigError), ("seed", InvalidConfigError), (42, InvalidConfigError),
+    ({"user_id": "a\ud800"}, InvalidConfigError), ({"user_id": "a\x00b"}, InvalidConfigError),
+    ({"user_id": "u" * 300}, InvalidConfigError),
+], ids=["list", "str", "int", "surrogate_user", "nul_user", "long_user"])
+async def test_alist_threads_refuses_a_config_no_backend_can_take(checkpointer, make_thread, config, error) -> None:
+    # Refused on PostgreSQL (isolated by default); memory and SQLite listed every thread.
+    await seeded(checkpointer, make_thread("listcfg"))
+    with pytest.raises(error):
+        await checkpointer.alist_threads(config)

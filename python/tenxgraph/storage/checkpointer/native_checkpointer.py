@@ -464,7 +464,11 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         anonymous user, as for every other method, so it never lists other users' threads);
         every thread without isolation."""
         limit = _page(search, offset, limit)
-        scope = _user(config) if self._native.isolates_users or authz_owner_scoped(config) else None
+        # The config and its user are checked on every backend: a list, a NUL or a lone
+        # surrogate in the user id listed every thread where users are not isolated (memory and
+        # SQLite by default) and was refused on PostgreSQL (helper red-team, session 27).
+        caller = _user(config)
+        scope = caller if self._native.isolates_users or authz_owner_scoped(config) else None
         rows = await self._native.list_threads(scope, search, offset, limit)
         return [_thread_info(r, self._run_id_in_metadata) for r in rows]
 
