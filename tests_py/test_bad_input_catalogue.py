@@ -929,3 +929,16 @@ async def test_alist_threads_refuses_a_config_no_backend_can_take(checkpointer, 
     await seeded(checkpointer, make_thread("listcfg"))
     with pytest.raises(error):
         await checkpointer.alist_threads(config)
+
+
+async def test_an_input_state_dict_whose_keys_json_writes_as_one_is_refused(checkpointer, make_thread) -> None:
+    # {1: "a", "1": "b"} ran with both keys and was stored as {"1": "b"}: a value lost without
+    # a word (tool results were already kept as text for this reason).
+    app = one_node_graph(checkpointer, lambda state: Message.text_message("x", role="assistant"), Typed)
+    tid = make_thread("keyfold")
+    with pytest.raises(ValueError, match="key 'raw' cannot be stored: it holds two keys that JSON writes as one"):
+        await app.ainvoke({"messages": [Message.text_message("go")], "state": {"raw": {"x": {1: "a", "1": "b"}}}},
+                          {"thread_id": tid})
+    assert await snapshot(checkpointer, tid) is None
+    await app.ainvoke({"messages": [Message.text_message("go")], "state": {"raw": {1: "a", 2: "b"}}}, {"thread_id": tid})
+    assert (await checkpointer.aget_state({"thread_id": tid})).raw == {"1": "a", "2": "b"}  # distinct keys: kept

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pydantic
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -86,11 +87,24 @@ def _core_refuses(value: Any) -> str | None:
             except UnicodeEncodeError:
                 return "a lone surrogate in a text"
         elif isinstance(v, dict):
+            if _keys_fold(v):
+                return "two keys that JSON writes as one (such as 1 and '1')"
             todo.extend(v.keys())
             todo.extend(v.values())
         elif isinstance(v, (list, tuple, set, frozenset)):
             todo.extend(v)
     return None
+
+
+def _keys_fold(d: dict[Any, Any]) -> bool:
+    """Whether two keys of ``d`` are one key in its JSON (pydantic writes ``1`` as ``"1"``): the
+    stored dict would keep only the last, while the run went on with both."""
+    if all(type(k) is str for k in d):
+        return False
+    try:
+        return len(json.loads(pydantic_core.to_json(dict.fromkeys(d)))) < len(d)
+    except Exception:  # noqa: BLE001 - a key JSON cannot write at all: the encoding refuses it
+        return False
 
 
 def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
