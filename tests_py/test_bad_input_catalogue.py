@@ -287,12 +287,20 @@ async def test_a_node_setting_a_required_field_to_none_fails_its_step_and_the_th
     assert result["messages"][-1].text() == "x"
 
 
-async def test_aput_state_of_a_state_whose_nested_model_is_none_is_refused(checkpointer, make_thread) -> None:
+@pytest.mark.parametrize("field, value, match", [
+    ("execution_meta", None, "field execution_meta is None, which its type \\(ExecutionState\\)"),
+    ("context", None, "field context is None, which its type \\(list\\[Message\\]\\)"),
+    ("context_summary", "a\ud800", "it holds a lone surrogate in a text"),
+], ids=["execution_meta_none", "context_none", "summary_surrogate"])
+async def test_aput_state_of_a_state_that_would_not_load_back_is_refused(checkpointer, make_thread, field, value,
+                                                                       match) -> None:
+    # Stored before (every later load a raw ValidationError), or refused with a TypeError
+    # ("'NoneType' object is not iterable") or the parser's "unexpected end of hex escape".
     tid = make_thread("putnull")
     state = AgentState()
     state.context = [Message.text_message("hi")]
-    state.execution_meta = None  # type: ignore[assignment]
-    with pytest.raises(ValueError, match="field execution_meta is None"):
+    setattr(state, field, value)
+    with pytest.raises(ValueError, match=match):
         await checkpointer.aput_state({"thread_id": tid}, state)
     assert await snapshot(checkpointer, tid) is None
 

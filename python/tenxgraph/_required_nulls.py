@@ -11,6 +11,7 @@ per field, nested models included.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any
@@ -27,6 +28,7 @@ class UnstorableValue(ValueError):
 # Per model class: [(field, type name, model class the field holds or None)].
 _PLANS: dict[type, list[tuple[str, str, type[BaseModel] | None]]] = {}
 _UNIONS = (typing.Union, types.UnionType)
+_QUALIFIED = re.compile(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)")  # typing.List, pkg.mod.Class -> the last name
 
 
 def _allows_none(tp: Any) -> bool:
@@ -61,7 +63,7 @@ def _plan(cls: type[BaseModel]) -> list[tuple[str, str, type[BaseModel] | None]]
             checked = not _allows_none(tp)
             model = _model_in(tp)
             if checked or model is not None:
-                shown = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+                shown = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else _QUALIFIED.sub(r"\1", str(tp))
                 plan.append((name, shown if checked else "", model))
         _PLANS[cls] = plan
     return plan

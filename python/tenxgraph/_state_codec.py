@@ -138,8 +138,17 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     as message rows, so they leave it out. ValueError for a state that would not load back or
     that holds NaN or an infinity."""
     refuse_nonfinite(state, "the state", skip=None if with_context else "context")
-    refuse_required_nulls(state, f"the state ({type(state).__name__})", skip=None if with_context else "context")
-    return _state_dict(state, with_context)
+    refuse_required_nulls(state, f"the state ({type(state).__name__})")
+    data = _state_dict(state, with_context)
+    # What the core's parser refuses although pydantic writes it (a lone surrogate, an int past
+    # 64 bits), named here: from the parser it read "not valid JSON: unexpected end of hex
+    # escape". Not on a step's path (encode_state_shaped): a run's values are checked as they
+    # come in.
+    found = _core_refuses(data)
+    if found is not None:
+        raise UnstorableValue(f"the state ({type(state).__name__}) cannot be stored: it holds {found}; nothing "
+                              "of it was stored")
+    return data
 
 
 def _not_utf8(what: str, exc: UnicodeDecodeError) -> UnstorableValue:
@@ -181,7 +190,7 @@ def encode_state_shaped(state: AgentState) -> tuple[str, bool]:
     than ``state`` (a value the model declares loosely that JSON does not keep, or a field
     holding a value of another type than declared, which pydantic warned about)."""
     reshaped = refuse_nonfinite(state, "the state", skip="context")
-    refuse_required_nulls(state, f"the state ({type(state).__name__})", skip="context")
+    refuse_required_nulls(state, f"the state ({type(state).__name__})")
     try:
         body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()
     except UnicodeDecodeError as exc:
