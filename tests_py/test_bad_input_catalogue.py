@@ -950,3 +950,16 @@ async def test_an_input_state_dict_whose_keys_json_writes_as_one_is_refused(chec
     assert await snapshot(checkpointer, tid) is None
     await app.ainvoke({"messages": [Message.text_message("go")], "state": {"raw": {1: "a", 2: "b"}}}, {"thread_id": tid})
     assert (await checkpointer.aget_state({"thread_id": tid})).raw == {"1": "a", "2": "b"}  # distinct keys: kept
+
+
+async def test_an_input_state_value_copy_refuses_is_a_value_error_naming_the_key(checkpointer, make_thread) -> None:
+    # A generator was consumed by the storability check and then failed the copy with a raw
+    # TypeError ("cannot pickle 'generator' object"), naming nothing.
+    app = one_node_graph(checkpointer, lambda state: Message.text_message("x", role="assistant"), Typed)
+    tid = make_thread("nocopy")
+    items = (i for i in range(3))
+    with pytest.raises(ValueError, match="input 'state' key 'raw' cannot be copied") as err:
+        await app.ainvoke({"messages": [Message.text_message("go")], "state": {"raw": items}}, {"thread_id": tid})
+    assert type(err.value) is ValueError
+    assert list(items) == [0, 1, 2]  # not consumed
+    assert await snapshot(checkpointer, tid) is None

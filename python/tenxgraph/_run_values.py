@@ -3,6 +3,8 @@ turned into messages, the response's copies and token usage."""
 
 from __future__ import annotations
 
+import copy
+
 import re
 from typing import Any
 
@@ -76,6 +78,21 @@ def copy_message(m: Message) -> Message:
     if isinstance(m.parsed_content, BaseModel):  # structured output stays the caller's model class
         out.parsed_content = m.parsed_content.model_copy(deep=True)
     return out
+
+
+def copy_update_value(key: str, value: Any) -> Any:
+    """A deep copy of an input ``"state"`` value (the state must not share objects with the
+    caller); ValueError naming the key for a value that cannot be copied: nested past the
+    recursion limit, or an object copy refuses (a generator, a lock, a socket), which was a raw
+    TypeError ("cannot pickle 'generator' object")."""
+    try:
+        return copy.deepcopy(value)
+    except RecursionError:
+        raise ValueError(f"input 'state' key {key!r} is nested too deep to copy (past the interpreter's "
+                         "recursion limit); nothing of it was stored") from None
+    except (TypeError, copy.Error) as exc:
+        raise ValueError(f"input 'state' key {key!r} cannot be copied into the state ({exc}): send plain "
+                         "data; nothing of it was stored") from None
 
 
 def state_update(input_data: dict[str, Any]) -> dict[str, Any]:

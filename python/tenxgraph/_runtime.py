@@ -24,6 +24,7 @@ from tenxgraph._run_tools import RunTools
 from tenxgraph._run_values import (
     added,
     clear_answers,
+    copy_update_value,
     input_messages,
     copy_message,
     id_twin,
@@ -235,12 +236,7 @@ class Run(RunHooks, RunTools):
         for key, value in self.state_update.items():
             # 10xGraph sets only the keys the state has; others are ignored, not an error.
             if key in fields:
-                try:
-                    copied = copy.deepcopy(value)  # not shared with the caller
-                except RecursionError:
-                    raise ValueError(f"input 'state' key {key!r} is nested too deep to copy (past the "
-                                     "interpreter's recursion limit); nothing of it was stored") from None
-                setattr(state, key, copied)
+                setattr(state, key, copy_update_value(key, value))  # not shared with the caller
             else:
                 self.graph._log.warning(
                     "input 'state' key %r is not a field of %s; ignored", key, type(state).__name__,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph._live_states import LiveStates
-from tenxgraph._run_values import copy_message, refuse_id_twins
+from tenxgraph._run_values import copy_message, copy_update_value, refuse_id_twins
 from tenxgraph._state_codec import check_state_update, encode_message_shaped
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
@@ -237,6 +237,11 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         for m in run.input_messages:
             _core.text_id("message_id", m.message_id)
         if run.state_update:
+            # Copied first: the encoding below would consume a generator that the copy refuses.
+            fields = type(self._prototype).model_fields
+            for key, value in run.state_update.items():
+                if key in fields:
+                    copy_update_value(key, value)
             check_state_update(self._prototype, run.state_update)
         if run.options is not None and run.options.on_busy == "interrupt" and run.input_messages:
             # The messages as the input commit will write them (NaN, what JSON cannot hold, two
