@@ -32,7 +32,10 @@ _QUALIFIED = re.compile(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)")  # typing.List, 
 
 
 def _allows_none(tp: Any) -> bool:
-    if tp is None or tp is type(None) or tp is Any or tp is object or isinstance(tp, typing.TypeVar):
+    """Whether a field of type ``tp`` may hold None. Only plain classes and their generics
+    (``str``, ``list[Message]``, a model) are taken to refuse it; anything this cannot read
+    (a TypeVar, a NewType, a type alias object) is left unchecked, as before."""
+    if tp is None or tp is type(None) or tp is Any or tp is object:
         return True
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
@@ -41,7 +44,7 @@ def _allows_none(tp: Any) -> bool:
         return any(_allows_none(a) for a in typing.get_args(tp))
     if origin is typing.Literal:
         return None in typing.get_args(tp)
-    return False
+    return not (isinstance(tp, type) or isinstance(origin, type))
 
 
 def _model_in(tp: Any) -> type[BaseModel] | None:
