@@ -25,6 +25,7 @@ class UnstorableValue(ValueError):
     """A value the stored form cannot hold, named by where it sits (the input update's check
     puts the key in front)."""
 
+
 # Per model class: [(field, type name, model class the field holds or None)].
 _PLANS: dict[type, list[tuple[str, str, type[BaseModel] | None]]] = {}
 _UNIONS = (typing.Union, types.UnionType)
@@ -66,7 +67,8 @@ def _plan(cls: type[BaseModel]) -> list[tuple[str, str, type[BaseModel] | None]]
             checked = not _allows_none(tp)
             model = _model_in(tp)
             if checked or model is not None:
-                shown = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else _QUALIFIED.sub(r"\1", str(tp))
+                plain = isinstance(tp, type) and not typing.get_args(tp)
+                shown = tp.__name__ if plain else _QUALIFIED.sub(r"\1", str(tp))
                 plan.append((name, shown if checked else "", model))
         _PLANS[cls] = plan
     return plan
@@ -83,6 +85,6 @@ def refuse_required_nulls(model: BaseModel, what: str, *, skip: str | None = Non
         if value is None:
             if shown:
                 raise UnstorableValue(f"{what} cannot be stored: field {_path}{name} is None, which its type "
-                                 f"({shown}) does not allow, so it would not load back; nothing of it was stored")
+                                      f"({shown}) does not allow, so it would not load back; nothing of it was stored")
         elif nested is not None and isinstance(value, BaseModel):
             refuse_required_nulls(value, what, _path=f"{_path}{name}.")

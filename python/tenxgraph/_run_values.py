@@ -4,7 +4,6 @@ turned into messages, the response's copies and token usage."""
 from __future__ import annotations
 
 import copy
-
 import re
 from typing import Any
 

@@ -155,7 +155,7 @@ def _not_utf8(what: str, exc: UnicodeDecodeError) -> UnstorableValue:
     # pydantic writes bytes as UTF-8 text and let the codec's own error through, untyped and
     # without naming what held them.
     return UnstorableValue(f"{what} cannot be stored as JSON: it holds bytes that are not UTF-8 text "
-                      f"({exc.reason} at byte {exc.start}); nothing of it was stored")
+                           f"({exc.reason} at byte {exc.start}); nothing of it was stored")
 
 
 def _state_dict(state: AgentState, with_context: bool) -> dict[str, Any]:

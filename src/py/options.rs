@@ -77,17 +77,15 @@ fn item<'py>(config: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'p
     config.get_item(key)
 }
 
-fn required_run_id(config: &Bound<'_, PyDict>) -> PyResult<String> {
-    match item(config, "run_id")? {
-        Some(v) if !v.is_none() => unbounded_text("run_id", &v),
-        _ => Err(PyValueError::new_err("config['run_id'] is required")),
-    }
-}
-
-/// A required id of the config (`thread_id`, `user_id`) as `id_text` reads it.
-fn required_id(config: &Bound<'_, PyDict>, key: &'static str) -> PyResult<String> {
+/// A required text of the config, read by `read` (`id_text` for `thread_id` and `user_id`,
+/// `unbounded_text` for `run_id`).
+fn required(
+    config: &Bound<'_, PyDict>,
+    key: &'static str,
+    read: fn(&'static str, &Bound<'_, PyAny>) -> PyResult<String>,
+) -> PyResult<String> {
     match item(config, key)? {
-        Some(v) if !v.is_none() => id_text(key, &v),
+        Some(v) if !v.is_none() => read(key, &v),
         _ => Err(PyValueError::new_err(format!("config['{key}'] is required"))),
     }
 }
@@ -245,8 +243,11 @@ impl RunOptions {
             None => true,
             Some(v) => v.is_truthy()?,
         };
-        let (thread_id, user_id, run_id) =
-            (required_id(config, "thread_id")?, required_id(config, "user_id")?, required_run_id(config)?);
+        let (thread_id, user_id, run_id) = (
+            required(config, "thread_id", id_text)?,
+            required(config, "user_id", id_text)?,
+            required(config, "run_id", unbounded_text)?,
+        );
         // A bad timeout's warning is a line of this run: it carries the run's log fields.
         let span = super::logging::run_span(&thread_id, &run_id);
         let (node_timeout, tool_timeout) = span.in_scope(|| -> PyResult<_> {
