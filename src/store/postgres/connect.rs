@@ -5,8 +5,8 @@ use super::errors::{map_err, redact};
 use super::ident::quote_schema;
 use super::{PgOptions, PgStore, RedisCache, Sql, migrate};
 use crate::store::{StoreError, StoreResult};
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -58,7 +58,8 @@ impl PgStore {
         // the client gave up on ends with its connection (`client_connection_check_interval`).
         let ms = |d: Duration| d.as_millis().max(1);
         let server_limits = format!(
-            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
+             SELECT current_setting('transaction_read_only')",
             ms(opts.lock_wait),
             ms(opts.statement_deadline * 2)
         );
@@ -73,12 +74,24 @@ impl PgStore {
                     // later: let the server notice dead clients (PostgreSQL 14+; older servers
                     // reject the setting, which is then skipped).
                     let _ = sqlx::Executor::execute(&mut *conn, "SET client_connection_check_interval = 1000").await;
-                    sqlx::raw_sql(sqlx::AssertSqlSafe(server_limits)).execute(&mut *conn).await?;
+                    // In the same round trip: whether the session is read-only (a standby, or a
+                    // database set read-only), which it stays for life (read_only.rs).
+                    let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(server_limits)).fetch_all(&mut *conn).await?;
+                    let read_only = rows.first().and_then(|r| r.try_get::<String, _>(0).ok());
+                    if read_only.as_deref() == Some("on") {
+                        super::read_only::note_read_only_session();
+                    }
                     Ok(())
                 })
             })
-            .after_release(move |conn, _meta| {
+            // A session opened before the server refused a write as read-only may still be
+            // read-only: closed instead of handed out or kept (read_only.rs).
+            .before_acquire(|_conn, meta| Box::pin(async move { Ok(!super::read_only::retired(meta.age)) }))
+            .after_release(move |conn, meta| {
                 Box::pin(async move {
+                    if super::read_only::retired(meta.age) {
+                        return Ok(false);
+                    }
                     // A statement dropped mid-flight (`PgStore::bounded` gave up on it, or its run
                     // was cancelled) left the connection waiting for its ReadyForQuery, and a
                     // dropped transaction its ROLLBACK queued too; sqlx's own ping on return has no

@@ -44,6 +44,7 @@ use tokio::sync::oneshot;
 
 use super::gate::{self, Gate, Ticket};
 use super::pooled::{Home, Pooled, Tx};
+use super::read_only;
 
 /// How long a spare connection is trusted without a ping. The one case the pool's ping handled
 /// and this does not: the server ends the session, and the connection is used again less than
@@ -181,9 +182,12 @@ impl Conns {
         let (stale, handed) = {
             let mut spare = self.lock();
             let stale = match spare.conns.pop() {
-                Some((conn, since)) if since.elapsed() <= SPARE_FOR => return Ok(conn),
-                // Stale, and every one below it is older: all go back to the pool (outside the
-                // lock), which pings them when it hands them out.
+                Some((conn, since)) if since.elapsed() <= SPARE_FOR && !read_only::before_retirement(since) => {
+                    return Ok(conn);
+                }
+                // Stale (or kept since before the server refused a write as read-only), and every
+                // one below it is older: all go back to the pool (outside the lock), which pings
+                // them when it hands them out, or closes them (read_only.rs).
                 Some((stale, _)) => {
                     let mut all: Vec<_> = std::mem::take(&mut spare.conns).into_iter().map(|(c, _)| c).collect();
                     all.push(stale);

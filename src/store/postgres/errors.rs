@@ -97,6 +97,33 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             ),
         };
     }
+    // 25006: the session is read-only (a standby after a failover, or read-only by the server's
+    // setting): nothing was written, and the connections opened before now are retired so that a
+    // retry once the server takes writes again opens a session that can write (read_only.rs).
+    if super::read_only::refused_write(&e) {
+        super::read_only::note_refusal();
+        return StoreError::Transient {
+            op,
+            message: format!(
+                "the server refused the write: the session is read-only (a standby after a failover, or \
+                 default_transaction_read_only on the server); nothing was written, and a retry reconnects \
+                 and can pass once the server takes writes: {}",
+                redact(&e.to_string())
+            ),
+        };
+    }
+    // 53xxx: the server is out of a resource (53300 too many connections, 53100 disk full, 53200
+    // out of memory, 53400 a configured limit): nothing was written, a retry later can pass.
+    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("53")) {
+        return StoreError::Transient {
+            op,
+            message: format!(
+                "the server is out of a resource (connections, disk, memory or a configured limit); nothing \
+                 was written, a retry later can pass: {}",
+                redact(&e.to_string())
+            ),
+        };
+    }
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };
     }

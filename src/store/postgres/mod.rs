@@ -5,7 +5,8 @@
 //! `tenx_cache` table does.
 //!
 //! One file per concept: `options` and `connect` (how a store is configured and opened),
-//! `errors` (error mapping, password redaction), `ident` (the schema name, checked and quoted),
+//! `errors` (error mapping, password redaction), `read_only` (a server that refuses writes),
+//! `ident` (the schema name, checked and quoted),
 //! `nul` (U+0000), `migrations` (the `.sql` files of `migrations/postgres`), `steps`, `messages`,
 //! `threads`, `ledger`, `lease`, `prune`, `cache` (the generic and state caches, Redis first), `input_lease` (a run's first
 //! commit: lease, input step and stop-key clear in one statement),
@@ -30,6 +31,7 @@ mod nul;
 mod options;
 mod pooled;
 mod prune;
+mod read_only;
 mod redis_cache;
 mod start_read;
 mod steps;
