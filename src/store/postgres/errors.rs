@@ -127,7 +127,22 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };
     }
-    StoreError::Backend { op, source: redact(&e.to_string()).into() }
+    StoreError::Backend { op, source: with_pooler_hint(&e).into() }
+}
+
+/// The error's text, redacted, with what to do about it in front when a connection pooler in
+/// transaction mode stands between us and the server: its server connections change between
+/// our statements, so a prepared statement is found twice (42P05) or not at all (26000).
+pub(super) fn with_pooler_hint(e: &sqlx::Error) -> String {
+    let text = redact(&e.to_string());
+    match e.as_database_error().and_then(|d| d.code()).as_deref() {
+        Some("42P05" | "26000") => format!(
+            "a connection pooler in transaction mode is between tenxgraph and PostgreSQL (PgBouncer before 1.21, \
+             or without max_prepared_statements): use session pooling, PgBouncer 1.21 or later with \
+             max_prepared_statements > 0, or connect directly (docs/postgres.md): {text}"
+        ),
+        _ => text,
+    }
 }
 
 /// Returns `text` with the password of every `scheme://user:password@host` in it replaced by

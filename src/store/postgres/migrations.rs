@@ -62,10 +62,10 @@ const MIGRATIONS: [(i32, &str, &str); 14] = [
 /// on `schema_version`, looking for a broken schema (red-team, session 23). Anything else is
 /// `Schema`.
 fn schema_err(e: sqlx::Error) -> StoreError {
-    let text = e.to_string();
+    let text = super::errors::with_pooler_hint(&e);
     match super::errors::map_err("migrate", e, None) {
         transient @ StoreError::Transient { .. } => transient,
-        _ => StoreError::Schema(super::errors::redact(&text)),
+        _ => StoreError::Schema(text),
     }
 }
 
