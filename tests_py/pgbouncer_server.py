@@ -9,30 +9,23 @@ by root, it switches to the ``postgres`` user.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from urllib.parse import urlsplit
 
-from tenxgraph.testing._server import _free_port, _is_root, _rmtree, _Server, _short_tmp_base, _tail, _Watchdog
-from tenxgraph.testing.services import apt_install
-
-_BINARY = "/usr/sbin/pgbouncer"
-
-
-def _installed() -> bool:
-    return os.access(_BINARY, os.X_OK)
-
-
-def find_pgbouncer() -> str:
-    if not _installed() and _is_root() and shutil.which("apt-get"):
-        apt_install("pgbouncer", _installed)
-    if not _installed():
-        raise RuntimeError("pgbouncer not found: `sudo apt-get install -y pgbouncer`")
-    return _BINARY
-
+from tenxgraph.testing._server import (
+    _find_or_install,
+    _free_port,
+    _is_root,
+    _rmtree,
+    _Server,
+    _short_tmp_base,
+    _tail,
+    _terminate,
+    _Watchdog,
+)
 
 class PgBouncer(_Server):
     """A running PgBouncer: ``dsn_for(dbname)`` names a database through it."""
@@ -49,13 +42,7 @@ class PgBouncer(_Server):
 
     def _shutdown(self) -> None:
         try:
-            if self._proc.poll() is None:
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait(timeout=10)
+            _terminate(self._proc)
         finally:
             _rmtree(self._root)
 
@@ -63,7 +50,7 @@ class PgBouncer(_Server):
 def start_pgbouncer(server_dsn: str, pool_mode: str, pool_size: int = 4, timeout: float = 30.0) -> PgBouncer:
     """PgBouncer in ``pool_mode`` ("session" or "transaction") in front of ``server_dsn``'s server,
     with ``pool_size`` server connections per database and user."""
-    binary = find_pgbouncer()
+    binary = _find_or_install("pgbouncer", "/usr/sbin/pgbouncer")
     target = urlsplit(server_dsn)
     user = target.username or "postgres"
     root = tempfile.mkdtemp(prefix="tenx-pgb-", dir=_short_tmp_base())

@@ -8,7 +8,6 @@ epmd of its own, stopped with it), and a watchdog that stops it if the test proc
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -16,31 +15,23 @@ import time
 import uuid
 
 from tenxgraph.testing._server import (
+    _find_or_install,
     _free_port,
-    _is_root,
     _rmtree,
     _Server,
     _short_tmp_base,
     _tail,
+    _terminate,
     _Watchdog,
 )
-from tenxgraph.testing.services import apt_install
 
 _SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 _EPMD = "/usr/bin/epmd"
 
 
-def _installed() -> bool:
-    return os.access(_SERVER, os.X_OK)
-
-
 def find_rabbitmq() -> str:
     """Path of the broker's start script; apt-installs ``rabbitmq-server`` when missing (root)."""
-    if not _installed() and _is_root() and shutil.which("apt-get"):
-        apt_install("rabbitmq-server", _installed)
-    if not _installed():
-        raise RuntimeError("rabbitmq-server not found: `sudo apt-get install -y rabbitmq-server`")
-    return _SERVER
+    return _find_or_install("rabbitmq-server", _SERVER)
 
 
 def _amqp_ready(port: int) -> bool:
@@ -66,13 +57,7 @@ class RabbitMQServer(_Server):
 
     def _shutdown(self) -> None:
         try:
-            if self._proc.poll() is None:
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait(timeout=10)
+            _terminate(self._proc)
         finally:
             subprocess.run([_EPMD, "-kill"], env=dict(os.environ, ERL_EPMD_PORT=str(self._epmd_port)),
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=30)

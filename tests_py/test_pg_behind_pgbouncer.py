@@ -9,15 +9,15 @@ What a user needs then is to be told what is wrong and what to change, not a bar
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
+from tenxgraph import Message
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 
+from tests_py.one_tool_graph import one_tool_graph
 from tests_py.pgbouncer_server import start_pgbouncer
 
 
@@ -35,22 +35,7 @@ def _tool_graph(cp, ran: list[int]):
         ran.append(amount)
         return f"paid {amount}"
 
-    async def model(state: AgentState) -> Message:
-        if state.context[-1].role == "user":
-            msg = Message.text_message("paying", role="assistant")
-            msg.tools_calls = [{"id": "c1", "type": "function",
-                                "function": {"name": "pay", "arguments": json.dumps({"amount": 7})}}]
-            return msg
-        return Message.text_message("done", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([pay]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                            {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=cp)
+    return one_tool_graph(cp, pay, "pay", {"amount": 7})
 
 
 @pytest.mark.asyncio

@@ -18,10 +18,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
+from tenxgraph import Message
 from tenxgraph.core.exceptions import StorageError, TransientStorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.utils import tool
+
+from tests_py.one_tool_graph import one_tool_graph
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def _read_only(server, name: str, on: bool, *, end_sessions: bool) -> None:
 
 
 def _payment_graph(cp, on_pay):
-    """model -> tools (one at-most-once ``pay``) -> model -> END; ``on_pay`` runs inside the tool."""
+    """One at-most-once ``pay`` call per user message; ``on_pay`` runs inside the tool."""
     paid: list[int] = []
 
     @tool(side_effects="at_most_once")
@@ -55,22 +57,7 @@ def _payment_graph(cp, on_pay):
         await on_pay()
         return f"paid {amount}"
 
-    async def model(state: AgentState) -> Message:
-        if state.context[-1].role == "user":
-            msg = Message.text_message("paying", role="assistant", message_id=f"a-{uuid.uuid4().hex}")
-            msg.tools_calls = [{"id": "call-pay", "type": "function",
-                                "function": {"name": "pay", "arguments": json.dumps({"amount": 5})}}]
-            return msg
-        return Message.text_message("done", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([pay]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                            {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=cp), paid
+    return one_tool_graph(cp, pay, "pay", {"amount": 5}), paid
 
 
 @pytest.mark.asyncio

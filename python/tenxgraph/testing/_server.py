@@ -83,6 +83,31 @@ def _rmtree(path: str | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _find_or_install(package: str, binary: str) -> str:
+    """``binary``; apt-installs ``package`` first when it is missing and we are root."""
+    from tenxgraph.testing._apt import apt_install
+
+    def installed() -> bool:
+        return os.access(binary, os.X_OK)
+
+    if not installed() and _is_root() and shutil.which("apt-get"):
+        apt_install(package, installed)
+    if not installed():
+        raise RuntimeError(f"{binary} not found: `sudo apt-get install -y {package}`")
+    return binary
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; waits for the process either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 # --------------------------------------------------------------------------- watchdog
 
 # Runs in a separate interpreter (``python -I -S``): waits for EOF on stdin, i.e. for the
