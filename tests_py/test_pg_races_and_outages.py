@@ -406,9 +406,11 @@ async def test_postgres_restarted_mid_run(
             tool = json.loads(key)[1].rsplit("_", 1)[1]
             assert ran.count(f"done:{tool}") == 1, (key, ran)
         assert ran.count("done:fast") == 1, ran
-        # slow_tool: once if its result was recorded, else once more in the resume (at-least-once).
+        # slow_tool: once. A result that could not be recorded (Postgres down as it returned) is
+        # kept by the store and replayed by the resume in this process, and recorded then (it ran
+        # a second time until session 28; another process would still run it again).
         slow_recorded = SLOW_KEY in recorded_before_resume
-        assert ran.count("done:slow") == (1 if slow_recorded else 2), ran
+        assert ran.count("done:slow") == 1, ran
         if outage == "down-when-tool-returns":
             assert not slow_recorded
         assert ledger() == [FAST_KEY, SLOW_KEY]

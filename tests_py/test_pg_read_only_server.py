@@ -46,11 +46,11 @@ def _read_only(server, name: str, on: bool, *, end_sessions: bool) -> None:
         )
 
 
-def _payment_graph(cp, on_pay):
-    """One at-most-once ``pay`` call per user message; ``on_pay`` runs inside the tool."""
+def _payment_graph(cp, on_pay, side_effects: str = "at_most_once"):
+    """One ``pay`` call per user message; ``on_pay`` runs inside the tool."""
     paid: list[int] = []
 
-    @tool(side_effects="at_most_once")
+    @tool(side_effects=side_effects)
     async def pay(amount: int) -> str:
         """Pay an amount."""
         paid.append(amount)
@@ -61,8 +61,9 @@ def _payment_graph(cp, on_pay):
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("side_effects", ["at_most_once", "idempotent"])
 async def test_a_step_refused_by_a_read_only_server_is_transient_and_the_next_attempt_writes(
-    tenx_postgres, database
+    tenx_postgres, database, side_effects: str
 ) -> None:
     name, dsn = database
     switched = asyncio.Event()
@@ -73,7 +74,7 @@ async def test_a_step_refused_by_a_read_only_server_is_transient_and_the_next_at
             await asyncio.to_thread(_read_only, tenx_postgres, name, True, end_sessions=True)
 
     cp = PgCheckpointer(dsn, pool_config={"max_size": 3})
-    app, paid = _payment_graph(cp, failover)
+    app, paid = _payment_graph(cp, failover, side_effects)
     config = {"thread_id": "t-failover"}
     try:
         with pytest.raises(TransientStorageError) as err:
@@ -87,9 +88,16 @@ async def test_a_step_refused_by_a_read_only_server_is_transient_and_the_next_at
         # The operator lifts it; the pool's sessions, opened while it held, are not ended.
         _read_only(tenx_postgres, name, False, end_sessions=False)
         result = await app.ainvoke({}, config=config)
-        assert paid == [5], "the at-most-once call is never run twice"
+        # The call finished in this process before the refusal: its result is replayed (and
+        # recorded now), not run again, whatever its class (before: an idempotent call ran
+        # twice, an at-most-once one was answered "outcome unknown").
+        assert paid == [5]
         tool_text = json.dumps([m.model_dump(mode="json") for m in result["messages"] if m.role == "tool"])
-        assert "TOOL_OUTCOME_UNKNOWN" in tool_text, tool_text
+        assert "paid 5" in tool_text and "TOOL_OUTCOME_UNKNOWN" not in tool_text, tool_text
+        context = (await cp.aget_state(config)).context
+        asked = next(m for m in context if m.role == "assistant" and m.tools_calls)
+        key = json.dumps([asked.message_id, "call-pay"], separators=(",", ":"))
+        assert await cp.aget_tool_status(config, key) == "completed"
         assert result["messages"][-1].role == "assistant"
         # And a new turn of the same process writes too.
         await app.ainvoke({"messages": [Message.text_message("again", message_id="u-2")]}, config=config)

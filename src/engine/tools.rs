@@ -180,10 +180,30 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     } else {
         begin_ledger(store, cfg, fence, &batch, &keys, &legacy, with_intents.then_some(attempt.as_str())).await?
     };
+    // Results this process could not record on an earlier attempt, where the ledger has none:
+    // replayed, and recorded below (a failure keeps them for the next attempt again).
+    let mut kept = match store.unrecorded() {
+        Some(u) => u.take(&cfg.thread, &keys, |k| recorded.get(k).is_some_and(is_valid_envelope)),
+        None => HashMap::new(),
+    };
+    let mut replay_kept = Vec::new();
     let mut plans = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
         let old = legacy[i].as_ref().and_then(|k| recorded.get(k)).filter(|r| legacy_row_matches(&call_keys[i], r));
+        let mine = key.as_ref().and_then(|k| Some((k, kept.remove(k)?)));
+        if let Some((k, r)) = mine.filter(|(_, r)| host.accept_replay(node, i, &r.envelope)) {
+            tracing::info!(
+                thread_id = %cfg.thread.thread_id,
+                ledger_key = %k,
+                tool = %r.tool,
+                event = "unrecorded_result_replayed",
+                "a tool result this process could not record earlier is replayed and recorded now, not run again"
+            );
+            plans.push(Plan::Replay(r.envelope.clone()));
+            replay_kept.push(CarriedRow { key: k.clone(), result: r.envelope, tool: r.tool });
+            continue;
+        }
         let plan = match (row, old) {
             (Some(env), _) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
             (_, Some(env)) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
@@ -197,6 +217,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         };
         plans.push(plan);
     }
+    write_carried(store, cfg, fence, &replay_kept).await;
     restart_paused(store, cfg, fence, &batch, &keys, &mut plans, &attempt).await?;
     // `after_record` promises a ledger row committed before the step: where it is armed, every
     // row gets its own commit.

@@ -126,6 +126,9 @@ impl Checkpointer for PyStore {
     async fn setup(&self) -> StoreResult<()> {
         Ok(())
     }
+    fn unrecorded(&self) -> Option<&crate::store::UnrecordedResults> {
+        self.mem.unrecorded()
+    }
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         // A run starts here: read the thread from Python again, so writes made through the
         // checkpointer's own methods since the last run are what this run sees.

@@ -166,6 +166,11 @@ impl Checkpointer for LazyStore {
     fn isolates_users(&self) -> bool {
         self.isolates_users
     }
+
+    fn unrecorded(&self) -> Option<&super::UnrecordedResults> {
+        // A tool node runs after the run's first store call, which opened it.
+        self.cell.get().and_then(|s| s.unrecorded())
+    }
     async fn is_owner(&self, t: &ThreadRef) -> StoreResult<bool> {
         self.get().await?.is_owner(t).await
     }

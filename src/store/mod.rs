@@ -18,6 +18,7 @@ mod sqlite;
 mod sqlite_locks;
 pub mod task;
 mod types;
+mod unrecorded;
 
 /// The key of the header a stored state carries (class, format, and the write mark the stores
 /// compare). The stores' SQL names it too.
@@ -40,6 +41,7 @@ pub use types::{
     TxHook, WRITE_MARK_PATH, chained_state, decode_raw, mark_messages_changed, raw_json, raw_json_from_text,
     set_write_mark, write_mark, write_mark_json_path,
 };
+pub use unrecorded::{Unrecorded, UnrecordedResults};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -187,6 +189,12 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// Whether threads are private to the user who created them (`enforce_user_isolation`).
     fn isolates_users(&self) -> bool {
         false
+    }
+
+    /// Where this store keeps the results of tool calls that completed but could not be recorded
+    /// (see `unrecorded.rs`); None: such results are lost with the failed write.
+    fn unrecorded(&self) -> Option<&UnrecordedResults> {
+        None
     }
 
     /// Whether `t.user_id` may see what the store keeps about the thread outside its rows (its

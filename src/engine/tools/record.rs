@@ -5,7 +5,7 @@
 use super::{ToolCall, ToolRun};
 use crate::engine::RunConfig;
 use crate::metrics::{inc, metrics};
-use crate::store::Checkpointer;
+use crate::store::{Checkpointer, Unrecorded};
 use serde_json::Value;
 use std::sync::Mutex;
 use tokio::sync::oneshot;
@@ -82,7 +82,7 @@ impl<'a> Recorder<'a> {
             Ok(Recorded::Written) => true,
             Ok(Recorded::Carried) => false,
             Err(e) => {
-                not_recorded(cfg, &call.name, k, &e);
+                not_recorded(store, cfg, &call.name, k, &run.envelope, &e);
                 true
             }
         }
@@ -187,7 +187,7 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
         Ok(_) => true,
         Err(e) => {
             for r in rows {
-                not_recorded(cfg, &r.tool, &r.key, &e.to_string());
+                not_recorded(store, cfg, &r.tool, &r.key, &r.result, &e.to_string());
             }
             false
         }
@@ -195,9 +195,13 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
 }
 
 /// A failure to record is logged, never raised: the side effect already happened and the model
-/// needs the result.
-fn not_recorded(cfg: &RunConfig, tool: &str, key: &str, error: &str) {
+/// needs the result. The store keeps the result for the thread's next attempt in this process
+/// (`store::UnrecordedResults`).
+fn not_recorded(store: &dyn Checkpointer, cfg: &RunConfig, tool: &str, key: &str, envelope: &Value, error: &str) {
     inc(&metrics().tool_record_failures);
+    if let Some(kept) = store.unrecorded() {
+        kept.keep(&cfg.thread, key, Unrecorded { envelope: envelope.clone(), tool: tool.to_owned() });
+    }
     // The message is a constant so alerts and log grouping can match it; the details are fields.
     // Logged under the handler's logger (`tenxgraph.engine.tools`), where alerts match it.
     tracing::error!(

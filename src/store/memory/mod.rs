@@ -7,6 +7,7 @@
 //! (`cache.rs`) and retention (`prune.rs`) are methods of `Inner` (or take it) for that reason:
 //! they run under a lock their caller holds, and never take it themselves.
 
+use super::UnrecordedResults;
 use super::id_text;
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
@@ -54,12 +55,13 @@ struct Inner {
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     enforce_user_isolation: bool,
+    unrecorded: UnrecordedResults,
 }
 
 impl MemoryStore {
     /// An empty store; `enforce_user_isolation` as in `PgOptions`.
     pub fn new(enforce_user_isolation: bool) -> Self {
-        Self { inner: Mutex::new(Inner::default()), enforce_user_isolation }
+        Self { inner: Mutex::new(Inner::default()), enforce_user_isolation, unrecorded: UnrecordedResults::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -168,6 +170,10 @@ impl MemoryStore {
 impl Checkpointer for MemoryStore {
     fn isolates_users(&self) -> bool {
         self.enforce_user_isolation
+    }
+
+    fn unrecorded(&self) -> Option<&UnrecordedResults> {
+        Some(&self.unrecorded)
     }
 
     async fn setup(&self) -> StoreResult<()> {

@@ -125,7 +125,13 @@ impl PgStore {
             None => None,
         };
         let deadline = opts.statement_deadline;
-        Ok(PgStore { conns: super::conns::Conns::new(pool, deadline), sql: Sql::new(&schema, ids), opts, redis })
+        Ok(PgStore {
+            conns: super::conns::Conns::new(pool, deadline),
+            sql: Sql::new(&schema, ids),
+            opts,
+            redis,
+            unrecorded: Default::default(),
+        })
     }
 
     /// Sets how long Redis keeps a state cache entry; without Redis it does nothing.

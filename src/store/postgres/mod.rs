@@ -63,6 +63,7 @@ pub struct PgStore {
     opts: PgOptions,
     sql: Sql,
     redis: Option<RedisCache>,
+    unrecorded: super::UnrecordedResults,
 }
 
 /// One statement's text, the quoted schema spliced in once when the store connects (never a
@@ -161,6 +162,10 @@ impl PgStore {
 impl Checkpointer for PgStore {
     fn isolates_users(&self) -> bool {
         self.opts.enforce_user_isolation
+    }
+
+    fn unrecorded(&self) -> Option<&super::UnrecordedResults> {
+        Some(&self.unrecorded)
     }
 
     async fn setup(&self) -> StoreResult<()> {

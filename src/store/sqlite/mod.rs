@@ -6,6 +6,7 @@
 //! transaction). Here: the store itself, how it opens, the ownership checks every concept shares,
 //! and the `Checkpointer` impl, which only routes each method to its concept.
 
+use super::UnrecordedResults;
 use super::id_text;
 use super::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
@@ -47,6 +48,8 @@ pub struct SqliteStore {
     write_gate: Arc<tokio::sync::Mutex<()>>,
     /// How long past its ttl a lease stays held (see `lease::expires_at`).
     lease_grace: Duration,
+    /// Shared by the clones the store's tasks run on.
+    unrecorded: Arc<UnrecordedResults>,
 }
 
 fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -120,7 +123,13 @@ impl SqliteStore {
                 Err(e) => return Err(be("connect")(e)),
             }
         };
-        Ok(Self { pool, enforce_user_isolation, write_gate: Default::default(), lease_grace: BUSY_TIMEOUT })
+        Ok(Self {
+            pool,
+            enforce_user_isolation,
+            write_gate: Default::default(),
+            lease_grace: BUSY_TIMEOUT,
+            unrecorded: Default::default(),
+        })
     }
 
     /// The store with leases that lapse `grace` past their ttl instead of the busy wait
@@ -176,6 +185,10 @@ impl SqliteStore {
 impl Checkpointer for SqliteStore {
     fn isolates_users(&self) -> bool {
         self.enforce_user_isolation
+    }
+
+    fn unrecorded(&self) -> Option<&UnrecordedResults> {
+        Some(&self.unrecorded)
     }
 
     async fn setup(&self) -> StoreResult<()> {

@@ -1,0 +1,146 @@
+//! Results of tool calls that finished in this process but could not be recorded (the ledger
+//! write and the step that carried it both failed: a server that turned read-only, a disk that
+//! filled, the connection lost at the commit). A store keeps them so that the next attempt of the
+//! thread in this process, on this store, replays them (and records them then) instead of running
+//! the call again (an idempotent call ran twice, an at-most-once one was answered "outcome
+//! unknown" although its result was in memory). Another process cannot see them: there, as after
+//! a crash, the call's class decides. Per store, not per process: two stores (two databases) may
+//! hold threads, message and call ids that are the same.
+//!
+//! What the ledger holds always wins: a result kept here is used only where the ledger has no
+//! result for the call (nothing, or the call's own started or paused row), and it is written with
+//! the ledger's first-result-wins rule. Bounded: past [`CAPACITY`] results the oldest is dropped,
+//! with a warning; a process that cannot write its ledger for that long has bigger trouble.
+
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ThreadRef;
+
+const CAPACITY: usize = 1000;
+
+/// (thread id, user id, ledger key).
+type Key = (String, String, String);
+
+/// A kept result: its envelope and its tool's name (for the log lines).
+#[derive(Debug, Clone)]
+pub struct Unrecorded {
+    /// The call's ledger envelope, as it would have been recorded.
+    pub envelope: Value,
+    /// The tool's name.
+    pub tool: String,
+}
+
+#[derive(Default)]
+struct Kept {
+    rows: HashMap<Key, Unrecorded>,
+    /// Insertion order, for the bound (a key taken out may still be listed: skipped then).
+    order: VecDeque<Key>,
+}
+
+/// One store's kept results (see the module).
+#[derive(Default)]
+pub struct UnrecordedResults {
+    kept: Mutex<Kept>,
+    /// How many results are kept: the tool handler's path skips the lock while it is zero.
+    count: AtomicUsize,
+}
+
+impl std::fmt::Debug for UnrecordedResults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UnrecordedResults({})", self.count.load(Ordering::Relaxed))
+    }
+}
+
+fn key(t: &ThreadRef, ledger_key: &str) -> Key {
+    (t.thread_id.clone(), t.user_id.clone(), ledger_key.to_owned())
+}
+
+impl UnrecordedResults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the result of a call of thread `t` that completed but could not be recorded.
+    pub fn keep(&self, t: &ThreadRef, ledger_key: &str, result: Unrecorded) {
+        let mut kept = self.lock();
+        let k = key(t, ledger_key);
+        if kept.rows.insert(k.clone(), result).is_none() {
+            kept.order.push_back(k);
+        }
+        while kept.rows.len() > CAPACITY {
+            let Some(oldest) = kept.order.pop_front() else { break };
+            if kept.rows.remove(&oldest).is_some() {
+                tracing::warn!(
+                    thread_id = %oldest.0,
+                    ledger_key = %oldest.2,
+                    event = "unrecorded_result_dropped",
+                    "more than {CAPACITY} tool results could not be recorded; the oldest is no longer kept, and a \
+                     replay of its node may run the call again"
+                );
+            }
+        }
+        self.count.store(kept.rows.len(), Ordering::Release);
+    }
+
+    /// The kept results of thread `t`'s `keys` that `recorded` says the ledger has no result
+    /// for, taken out.
+    pub fn take(
+        &self,
+        t: &ThreadRef,
+        keys: &[Option<String>],
+        recorded: impl Fn(&str) -> bool,
+    ) -> HashMap<String, Unrecorded> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return HashMap::new();
+        }
+        let mut kept = self.lock();
+        let mut out = HashMap::new();
+        for k in keys.iter().flatten() {
+            if recorded(k) {
+                continue;
+            }
+            if let Some(r) = kept.rows.remove(&key(t, k)) {
+                out.insert(k.clone(), r);
+            }
+        }
+        // Keys taken out stay in `order` until here: dropped once they are most of it.
+        let Kept { rows, order } = &mut *kept;
+        if order.len() > 2 * rows.len() + 16 {
+            order.retain(|k| rows.contains_key(k));
+        }
+        self.count.store(kept.rows.len(), Ordering::Release);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(id: &str) -> ThreadRef {
+        ThreadRef::new(id, "u")
+    }
+
+    #[test]
+    fn a_kept_result_is_taken_once_only_where_the_ledger_has_none_and_the_oldest_goes_first() {
+        let kept = UnrecordedResults::default();
+        let r = |v: i64| Unrecorded { envelope: Value::from(v), tool: "pay".into() };
+        kept.keep(&thread("t"), "k1", r(1));
+        kept.keep(&thread("t"), "k2", r(2));
+        let keys = [Some("k1".to_owned()), Some("k2".to_owned()), None];
+        let got = kept.take(&thread("t"), &keys, |k| k == "k2");
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["k1"]);
+        assert!(kept.take(&thread("t"), &keys, |_| false).contains_key("k2"), "k2 stayed while the ledger had it");
+        assert!(kept.take(&thread("t"), &keys, |_| false).is_empty(), "taken once");
+        assert!(kept.take(&thread("other"), &keys, |_| false).is_empty());
+        for i in 0..CAPACITY + 5 {
+            kept.keep(&thread("t"), &format!("n{i}"), r(i as i64));
+        }
+        let first = [Some("n0".to_owned()), Some(format!("n{}", CAPACITY + 4))];
+        let got = kept.take(&thread("t"), &first, |_| false);
+        assert!(!got.contains_key("n0") && got.contains_key(&format!("n{}", CAPACITY + 4)));
+    }
+}
