@@ -85,6 +85,19 @@ impl UnrecordedResults {
         self.count.store(kept.rows.len(), Ordering::Release);
     }
 
+    /// Drops what is kept for thread `thread_id` (deleted: its ledger went with it, and a thread
+    /// made again under its id must not be answered with the old one's results).
+    pub fn forget_thread(&self, thread_id: &str) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut kept = self.lock();
+        kept.rows.retain(|k, _| k.0 != thread_id);
+        let Kept { rows, order } = &mut *kept;
+        order.retain(|k| rows.contains_key(k));
+        self.count.store(kept.rows.len(), Ordering::Release);
+    }
+
     /// The kept results of thread `t`'s `keys` that `recorded` says the ledger has no result
     /// for, taken out.
     pub fn take(
@@ -142,5 +155,9 @@ mod tests {
         let first = [Some("n0".to_owned()), Some(format!("n{}", CAPACITY + 4))];
         let got = kept.take(&thread("t"), &first, |_| false);
         assert!(!got.contains_key("n0") && got.contains_key(&format!("n{}", CAPACITY + 4)));
+        kept.keep(&thread("gone"), "k", r(1));
+        kept.forget_thread("gone");
+        assert!(kept.take(&thread("gone"), &[Some("k".to_owned())], |_| false).is_empty());
+        assert!(!kept.take(&thread("t"), &[Some("n10".to_owned())], |_| false).is_empty(), "other threads kept");
     }
 }

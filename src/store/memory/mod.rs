@@ -383,6 +383,7 @@ impl Checkpointer for MemoryStore {
             inner.threads.remove(&t.thread_id);
         }
         inner.forget_free_lease(&t.thread_id);
+        self.unrecorded.forget_thread(&t.thread_id);
         Ok(())
     }
 

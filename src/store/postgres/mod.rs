@@ -292,7 +292,9 @@ impl Checkpointer for PgStore {
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
         self.check_thread(t)?;
-        self.bounded("delete thread", threads::clean_thread(self, t)).await
+        self.bounded("delete thread", threads::clean_thread(self, t)).await?;
+        self.unrecorded.forget_thread(&t.thread_id);
+        Ok(())
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {

@@ -321,8 +321,11 @@ impl Checkpointer for SqliteStore {
 
     async fn clean_thread(&self, t: &ThreadRef) -> StoreResult<()> {
         id_text::check_ref(t)?;
+        let thread_id = t.thread_id.clone();
         let t = t.clone();
-        self.in_task("delete thread", move |s| async move { threads::clean_thread(&s, &t).await }).await
+        self.in_task("delete thread", move |s| async move { threads::clean_thread(&s, &t).await }).await?;
+        self.unrecorded.forget_thread(&thread_id);
+        Ok(())
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
