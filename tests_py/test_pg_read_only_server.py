@@ -23,7 +23,7 @@ from tenxgraph.core.exceptions import StorageError, TransientStorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.utils import tool
 
-from tests_py.one_tool_graph import one_tool_graph
+from tests_py.one_tool_graph import ledger_key, one_tool_graph
 
 
 @pytest.fixture
@@ -94,10 +94,7 @@ async def test_a_step_refused_by_a_read_only_server_is_transient_and_the_next_at
         assert paid == [5]
         tool_text = json.dumps([m.model_dump(mode="json") for m in result["messages"] if m.role == "tool"])
         assert "paid 5" in tool_text and "TOOL_OUTCOME_UNKNOWN" not in tool_text, tool_text
-        context = (await cp.aget_state(config)).context
-        asked = next(m for m in context if m.role == "assistant" and m.tools_calls)
-        key = json.dumps([asked.message_id, "call-pay"], separators=(",", ":"))
-        assert await cp.aget_tool_status(config, key) == "completed"
+        assert await cp.aget_tool_status(config, ledger_key("u-1", 0, "pay")) == "completed"
         assert result["messages"][-1].role == "assistant"
         # And a new turn of the same process writes too.
         await app.ainvoke({"messages": [Message.text_message("again", message_id="u-2")]}, config=config)

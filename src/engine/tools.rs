@@ -357,12 +357,11 @@ async fn begin_ledger(
         return Ok((HashMap::new(), true, true));
     }
     let also_read: Vec<String> = legacy.iter().flatten().cloned().collect();
+    let read_keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).chain(also_read.iter().cloned()).collect();
     if with_intents.is_none() {
-        let calls = intents.len();
-        let keys: Vec<String> = intents.into_iter().map(|(k, _)| k).chain(also_read).collect();
-        return match store.ledger_get(&cfg.thread, &keys).await {
+        return match store.ledger_get(&cfg.thread, &read_keys).await {
             Ok(found) => Ok((found, true, true)),
-            Err(e) => ledger_read_failed(cfg, calls, e),
+            Err(e) => ledger_read_failed(cfg, intents.len(), e),
         };
     }
     match store.ledger_begin(&cfg.thread, &intents, &also_read, fence).await {
@@ -372,17 +371,34 @@ async fn begin_ledger(
             }
             Ok((found, true, true))
         }
-        Ok((found, Err(e))) => {
-            tracing::warn!(
-                thread_id = %cfg.thread.thread_id,
-                event = "intent_not_recorded",
-                "could not record that {} tool call(s) started; idempotent tools run anyway, at-most-once tools do not: {e}",
-                intents.len() - found.len()
-            );
-            Ok((found, true, false))
-        }
-        Err(e) => ledger_read_failed(cfg, intents.len(), e),
+        Ok((found, Err(e))) => Ok(intents_not_written(cfg, intents.len(), found, &e)),
+        Err(e @ StoreError::Fenced { .. }) => ledger_read_failed(cfg, intents.len(), e),
+        // A store that writes the intents and reads in one statement (PostgreSQL) loses the read
+        // with a refused write (a read-only server, a full disk): read alone, so that what earlier
+        // attempts recorded is still replayed (an at-most-once call was answered "not run" while
+        // its result was in the ledger, an idempotent one ran again). The intents are not in.
+        Err(e) => match store.ledger_get(&cfg.thread, &read_keys).await {
+            Ok(found) => Ok(intents_not_written(cfg, intents.len(), found, &e)),
+            Err(_) => ledger_read_failed(cfg, intents.len(), e),
+        },
     }
+}
+
+/// The ledger was read (`found`) but the intents were not written: idempotent tools run, at-most-once
+/// tools are refused.
+fn intents_not_written(
+    cfg: &RunConfig,
+    intents: usize,
+    found: HashMap<String, Value>,
+    e: &StoreError,
+) -> (HashMap<String, Value>, bool, bool) {
+    tracing::warn!(
+        thread_id = %cfg.thread.thread_id,
+        event = "intent_not_recorded",
+        "could not record that {} tool call(s) started; idempotent tools run anyway, at-most-once tools do not: {e}",
+        intents.saturating_sub(found.len())
+    );
+    (found, true, false)
 }
 
 /// A ledger that cannot be read is a miss for every call: idempotent tools run, at-most-once

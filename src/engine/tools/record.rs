@@ -5,7 +5,7 @@
 use super::{ToolCall, ToolRun};
 use crate::engine::RunConfig;
 use crate::metrics::{inc, metrics};
-use crate::store::{Checkpointer, Unrecorded};
+use crate::store::{Checkpointer, StoreError, Unrecorded};
 use serde_json::Value;
 use std::sync::Mutex;
 use tokio::sync::oneshot;
@@ -27,7 +27,7 @@ pub(super) struct Recorder<'a> {
 
 struct RecorderQueue {
     /// Each result, and who waits for its write.
-    pending: Vec<(CarriedRow, oneshot::Sender<Result<Recorded, String>>)>,
+    pending: Vec<(CarriedRow, oneshot::Sender<Result<Recorded, NotRecorded>>)>,
     writing: bool,
     /// Per call: it has settled (returned, failed, was answered without running).
     settled: Vec<bool>,
@@ -98,7 +98,7 @@ impl<'a> Recorder<'a> {
         key: &str,
         tool: &str,
         envelope: &Value,
-    ) -> Result<Recorded, String> {
+    ) -> Result<Recorded, NotRecorded> {
         let (tx, rx) = oneshot::channel();
         let lead = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -131,14 +131,14 @@ impl<'a> Recorder<'a> {
                         .ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence)
                         .await
                         .map(|_| Recorded::Written)
-                        .map_err(|e| e.to_string()),
+                        .map_err(|e| NotRecorded::from(&e)),
                 };
                 for done in waiting {
                     let _ = done.send(result.clone());
                 }
             }
         }
-        rx.await.unwrap_or_else(|_| Err("the ledger writer was cancelled".into()))
+        rx.await.unwrap_or_else(|_| Err(NotRecorded { error: "the ledger writer was cancelled".into(), keep: true }))
     }
 }
 
@@ -186,22 +186,41 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
     match store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
         Ok(_) => true,
         Err(e) => {
+            let e = NotRecorded::from(&e);
             for r in rows {
-                not_recorded(store, cfg, &r.tool, &r.key, &r.result, &e.to_string());
+                not_recorded(store, cfg, &r.tool, &r.key, &r.result, &e);
             }
             false
         }
     }
 }
 
+/// Why a result was not recorded, and whether the store may keep it for a later attempt.
+#[derive(Debug, Clone)]
+pub(super) struct NotRecorded {
+    error: String,
+    /// False where the store refused by its rules rather than failed: the thread was deleted
+    /// under the run (fenced, no lease left) or is another user's. A thread made again under
+    /// the same id must not be answered with the deleted one's results.
+    keep: bool,
+}
+
+impl From<&StoreError> for NotRecorded {
+    fn from(e: &StoreError) -> Self {
+        let refused = matches!(e, StoreError::Fenced { current: None, .. } | StoreError::Forbidden { .. });
+        NotRecorded { error: e.to_string(), keep: !refused }
+    }
+}
+
 /// A failure to record is logged, never raised: the side effect already happened and the model
 /// needs the result. The store keeps the result for the thread's next attempt in this process
-/// (`store::UnrecordedResults`).
-fn not_recorded(store: &dyn Checkpointer, cfg: &RunConfig, tool: &str, key: &str, envelope: &Value, error: &str) {
+/// (`store::UnrecordedResults`), unless the thread is gone.
+fn not_recorded(store: &dyn Checkpointer, cfg: &RunConfig, tool: &str, key: &str, envelope: &Value, e: &NotRecorded) {
     inc(&metrics().tool_record_failures);
-    if let Some(kept) = store.unrecorded() {
+    if let Some(kept) = store.unrecorded().filter(|_| e.keep) {
         kept.keep(&cfg.thread, key, Unrecorded { envelope: envelope.clone(), tool: tool.to_owned() });
     }
+    let error = &e.error;
     // The message is a constant so alerts and log grouping can match it; the details are fields.
     // Logged under the handler's logger (`tenxgraph.engine.tools`), where alerts match it.
     tracing::error!(
