@@ -27,6 +27,7 @@ from tenxgraph.testing._server import (
     _Watchdog,
 )
 
+
 class PgBouncer(_Server):
     """A running PgBouncer: ``dsn_for(dbname)`` names a database through it."""
 
