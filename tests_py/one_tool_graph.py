@@ -12,13 +12,15 @@ from typing import Any
 from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
 
 
-def tool_calls_graph(cp: Any, tools: list[Any], calls: list[tuple[str, dict[str, Any]]]) -> Any:
-    """``calls``: (tool name, arguments) of each call the model asks for."""
+def tool_calls_graph(cp: Any, tools: list[Any], calls: list[tuple[str, dict[str, Any]]],
+                     asking_id: str | None = None) -> Any:
+    """``calls``: (tool name, arguments) of each call the model asks for; ``asking_id``: the asking
+    message's id for every turn (default ``a-<user message id>``)."""
 
     async def model(state: AgentState) -> Message:
         last = state.context[-1]
         if last.role == "user":
-            msg = Message.text_message("calling", role="assistant", message_id=f"a-{last.message_id}")
+            msg = Message.text_message("calling", role="assistant", message_id=asking_id or f"a-{last.message_id}")
             msg.tools_calls = [{"id": f"call-{i}-{name}", "type": "function",
                                 "function": {"name": name, "arguments": json.dumps(args)}}
                                for i, (name, args) in enumerate(calls)]

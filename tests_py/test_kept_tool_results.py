@@ -141,3 +141,40 @@ async def test_a_refused_intent_write_still_replays_what_the_ledger_holds(tenx_p
     finally:
         watcher.cancel()
         await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_result_kept_by_a_turn_that_then_completed_is_not_replayed_into_a_thread_made_again(
+    tenx_postgres, refusing_database
+) -> None:
+    """Only the ledger refuses: the tools' rows are kept, the step is written without them and the
+    turn completes. The thread is pruned and made again with the same ids: its calls run (a kept
+    result outlived its turn and answered the new thread's call, the helper's 4 of 4)."""
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING + "UPDATE rt_flag SET v = 'ledger';", dbname=name)
+    runs: list[int] = []
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay an amount."""
+        runs.append(amount)
+        return f"paid, run {len(runs)}"
+
+    # One asking message id for every turn: the new thread's call has the old one's ledger key.
+    app = tool_calls_graph(cp, [pay], [("pay", {"amount": 5})], asking_id="a-fixed")
+    config = {"thread_id": "t-pruned"}
+    try:
+        result = await app.ainvoke({"messages": [Message.text_message("pay", message_id="u-1")]}, config)
+        assert _tool_texts(result["messages"]) == ["paid, run 1"]
+        tenx_postgres.psql("UPDATE rt_flag SET v = 'off'", dbname=name)
+        pruned = await cp.aprune(finished_older_than=0)
+        assert pruned["threads"] == 1, pruned
+        assert await cp.aget_state(config) is None
+
+        result = await app.ainvoke({"messages": [Message.text_message("pay", message_id="u-2")]}, config)
+        assert _tool_texts(result["messages"]) == ["paid, run 2"]
+        assert runs == [5, 5]
+    finally:
+        await cp.arelease()

@@ -9,8 +9,10 @@
 //!
 //! What the ledger holds always wins: a result kept here is used only where the ledger has no
 //! result for the call (nothing, or the call's own started or paused row), and it is written with
-//! the ledger's first-result-wins rule. Bounded: past [`CAPACITY`] results the oldest is dropped,
-//! with a warning; a process that cannot write its ledger for that long has bigger trouble.
+//! the ledger's first-result-wins rule. Dropped once the thread's tool node commits (its calls are
+//! answered in the state then) or the thread is deleted or cleared. Bounded: past [`CAPACITY`]
+//! results or [`MAX_BYTES`] of them the oldest is dropped, with a warning; a process that cannot
+//! write its ledger for that long has bigger trouble.
 
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -20,6 +22,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::ThreadRef;
 
 const CAPACITY: usize = 1000;
+/// The kept envelopes' size as JSON text, at most (a result can be megabytes).
+#[cfg(not(test))]
+const MAX_BYTES: usize = 64 << 20;
+#[cfg(test)]
+const MAX_BYTES: usize = 1 << 20;
 
 /// (thread id, user id, ledger key).
 type Key = (String, String, String);
@@ -35,7 +42,10 @@ pub struct Unrecorded {
 
 #[derive(Default)]
 struct Kept {
-    rows: HashMap<Key, Unrecorded>,
+    /// Each result, with its size.
+    rows: HashMap<Key, (Unrecorded, usize)>,
+    /// The sum of the sizes.
+    bytes: usize,
     /// Insertion order, for the bound (a key taken out may still be listed: skipped then).
     order: VecDeque<Key>,
 }
@@ -65,20 +75,25 @@ impl UnrecordedResults {
 
     /// Keeps the result of a call of thread `t` that completed but could not be recorded.
     pub fn keep(&self, t: &ThreadRef, ledger_key: &str, result: Unrecorded) {
+        let size = result.envelope.to_string().len();
         let mut kept = self.lock();
         let k = key(t, ledger_key);
-        if kept.rows.insert(k.clone(), result).is_none() {
-            kept.order.push_back(k);
+        kept.bytes += size;
+        match kept.rows.insert(k.clone(), (result, size)) {
+            Some((_, old)) => kept.bytes -= old,
+            None => kept.order.push_back(k),
         }
-        while kept.rows.len() > CAPACITY {
+        while kept.rows.len() > CAPACITY || kept.bytes > MAX_BYTES {
             let Some(oldest) = kept.order.pop_front() else { break };
-            if kept.rows.remove(&oldest).is_some() {
+            if let Some((_, size)) = kept.rows.remove(&oldest) {
+                kept.bytes -= size;
                 tracing::warn!(
                     thread_id = %oldest.0,
                     ledger_key = %oldest.2,
                     event = "unrecorded_result_dropped",
-                    "more than {CAPACITY} tool results could not be recorded; the oldest is no longer kept, and a \
-                     replay of its node may run the call again"
+                    "more than {CAPACITY} tool results, or {} MiB of them, could not be recorded; the oldest is no \
+                     longer kept, and a replay of its node may run the call again",
+                    MAX_BYTES >> 20
                 );
             }
         }
@@ -92,8 +107,14 @@ impl UnrecordedResults {
             return;
         }
         let mut kept = self.lock();
-        kept.rows.retain(|k, _| k.0 != thread_id);
-        let Kept { rows, order } = &mut *kept;
+        let Kept { rows, bytes, order } = &mut *kept;
+        rows.retain(|k, (_, size)| {
+            let keep = k.0 != thread_id;
+            if !keep {
+                *bytes -= *size;
+            }
+            keep
+        });
         order.retain(|k| rows.contains_key(k));
         self.count.store(kept.rows.len(), Ordering::Release);
     }
@@ -115,12 +136,13 @@ impl UnrecordedResults {
             if recorded(k) {
                 continue;
             }
-            if let Some(r) = kept.rows.remove(&key(t, k)) {
+            if let Some((r, size)) = kept.rows.remove(&key(t, k)) {
+                kept.bytes -= size;
                 out.insert(k.clone(), r);
             }
         }
         // Keys taken out stay in `order` until here: dropped once they are most of it.
-        let Kept { rows, order } = &mut *kept;
+        let Kept { rows, order, .. } = &mut *kept;
         if order.len() > 2 * rows.len() + 16 {
             order.retain(|k| rows.contains_key(k));
         }
@@ -155,6 +177,14 @@ mod tests {
         let first = [Some("n0".to_owned()), Some(format!("n{}", CAPACITY + 4))];
         let got = kept.take(&thread("t"), &first, |_| false);
         assert!(!got.contains_key("n0") && got.contains_key(&format!("n{}", CAPACITY + 4)));
+        let big = |n: usize| Unrecorded { envelope: Value::from("x".repeat(n)), tool: "pay".into() };
+        let by_size = UnrecordedResults::default();
+        for i in 0..3 {
+            by_size.keep(&thread("t"), &format!("b{i}"), big(MAX_BYTES / 3 + 10));
+        }
+        let all: Vec<_> = (0..3).map(|i| Some(format!("b{i}"))).collect();
+        let got = by_size.take(&thread("t"), &all, |_| false);
+        assert!(!got.contains_key("b0") && got.contains_key("b1") && got.contains_key("b2"), "bounded by bytes");
         kept.keep(&thread("gone"), "k", r(1));
         kept.forget_thread("gone");
         assert!(kept.take(&thread("gone"), &[Some("k".to_owned())], |_| false).is_empty());

@@ -168,6 +168,15 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         self.mark = Some(mark);
         self.rewrite = false;
         self.host.committed(self.version);
+        // A tool node's calls are answered in the state now: what the store kept of the thread's
+        // unrecorded results will not be asked for again (src/store/unrecorded.rs). Not at a
+        // pause inside the node (it runs again on resume) nor at a failure.
+        if matches!(self.exec.status, ExecStatus::Running | ExecStatus::Completed | ExecStatus::InterruptedAfter)
+            && self.graph.tool_nodes.contains(&self.step_node)
+            && let Some(kept) = self.store.unrecorded()
+        {
+            kept.forget_thread(&self.cfg.thread.thread_id);
+        }
         if !self.cfg.failpoints.is_off() {
             self.cfg.failpoints.hit("after_step", &self.step_node).await?;
             if self.host.streaming() {

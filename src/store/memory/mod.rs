@@ -271,6 +271,7 @@ impl Checkpointer for MemoryStore {
             d.states.clear();
             d.messages.clear();
         }
+        self.unrecorded.forget_thread(&t.thread_id);
         Ok(())
     }
 

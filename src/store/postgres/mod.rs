@@ -233,7 +233,9 @@ impl Checkpointer for PgStore {
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.check_thread(t)?;
-        self.bounded("clear state", steps::clear_state(self, t)).await
+        self.bounded("clear state", steps::clear_state(self, t)).await?;
+        self.unrecorded.forget_thread(&t.thread_id);
+        Ok(())
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {

@@ -253,8 +253,11 @@ impl Checkpointer for SqliteStore {
 
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         id_text::check_ref(t)?;
+        let thread_id = t.thread_id.clone();
         let t = t.clone();
-        self.in_task("clear state", move |s| async move { steps::clear_state(&s, &t).await }).await
+        self.in_task("clear state", move |s| async move { steps::clear_state(&s, &t).await }).await?;
+        self.unrecorded.forget_thread(&thread_id);
+        Ok(())
     }
 
     async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
