@@ -100,6 +100,9 @@ class Run(RunHooks, RunTools):
         self.native = graph._native
         self.config = config
         self.input_messages = input_messages(input_data)
+        # As sent: `prepare` may run twice (a start refused on a kept head prepares again from a
+        # read), and its merge renames messages in `input_messages` for the state it merges into.
+        self._sent_messages = list(self.input_messages)
         self.state_update = state_update(input_data)
         start = input_data.get("state", {}).get("current_node") if isinstance(input_data.get("state"), dict) else None
         if start is not None and not isinstance(start, str):
@@ -196,8 +199,10 @@ class Run(RunHooks, RunTools):
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
-        # A start refused after a replay was decided on a kept copy prepares again from a read.
+        # A start refused after a replay was decided on a kept copy prepares again from a read,
+        # with the input as sent (a rename made for the kept copy does not hold for the read).
         self.answered_from_store, self.produced = False, []
+        self.input_messages = list(self._sent_messages)
         if self.has_lifecycle_hooks and state.execution_meta.status in (
             ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
         ):
