@@ -7,10 +7,10 @@
 //! every write long after the server took them again (until a restart). So such sessions are
 //! retired: they are closed when they next pass through the pool (out of it or back into it) or
 //! the spare list, and the next statement opens a session that reads the server's setting afresh.
-//! Retired: every session opened before a refused write, and every session found read-only when
-//! it opened (`after_connect`), which is then used for the one statement it was opened for. A
-//! session opened before the server turned read-only keeps writing (the setting does not reach
-//! it), so it is left alone until a write of the process is refused.
+//! Retired: every session opened before a refused write, and, once a write was refused, every
+//! session found read-only when it opened (`after_connect`), which is then used for the one
+//! statement it was opened for. A session opened before the server turned read-only keeps
+//! writing (the setting does not reach it), so it is left alone until a write is refused.
 //!
 //! Process-wide, not per store: `errors::map_err`, where every failure of every store passes,
 //! does not know its store. What that costs another store of the process on another server: one
@@ -50,9 +50,14 @@ pub(super) fn note_refusal() {
     retire_before(Instant::now());
 }
 
-/// A session was read-only when it opened: it is retired after the statement it was opened for.
+/// A session was read-only when it opened: it is retired after the statement it was opened for,
+/// once a write of the process has been refused. Before that, nothing here expects to write: a
+/// store kept for reads on a read-only server (a replica behind a dashboard) keeps its sessions
+/// instead of opening one per statement.
 pub(super) fn note_read_only_session() {
-    retire_before(Instant::now() + OPENING_MARGIN);
+    if RETIRE_BEFORE.load(Ordering::Acquire) != 0 {
+        retire_before(Instant::now() + OPENING_MARGIN);
+    }
 }
 
 /// Whether something that began at `start` began before the retirement mark (for a connection:
@@ -75,6 +80,10 @@ mod tests {
 
     #[test]
     fn sessions_opened_before_a_refusal_or_read_only_are_retired() {
+        if RETIRE_BEFORE.load(Ordering::Acquire) == 0 {
+            note_read_only_session();
+            assert!(!retired(Duration::ZERO), "no write refused yet: a read-only session is kept (a replica's reader)");
+        }
         let old = Instant::now();
         std::thread::sleep(Duration::from_millis(5));
         note_refusal();
