@@ -64,7 +64,7 @@ def start_pgbouncer(server_dsn: str, pool_mode: str, pool_size: int = 4, timeout
             "[databases]\n"
             f"* = host={target.hostname} port={target.port}\n"
             "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {root}\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"  # TCP only
             f"auth_type = trust\nauth_file = {root}/users.txt\npool_mode = {pool_mode}\n"
             f"max_client_conn = 100\ndefault_pool_size = {pool_size}\n"
             # sqlx sends these at startup; PgBouncer refuses unknown ones unless told to ignore them.
