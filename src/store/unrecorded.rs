@@ -64,6 +64,22 @@ impl std::fmt::Debug for UnrecordedResults {
     }
 }
 
+impl Kept {
+    fn remove(&mut self, k: &Key) -> Option<Unrecorded> {
+        let (r, size) = self.rows.remove(k)?;
+        self.bytes -= size;
+        Some(r)
+    }
+
+    /// Keys taken out stay in `order` until here: dropped once they are most of it.
+    fn compact_order(&mut self) {
+        if self.order.len() > 2 * self.rows.len() + 16 {
+            let rows = &self.rows;
+            self.order.retain(|k| rows.contains_key(k));
+        }
+    }
+}
+
 fn key(t: &ThreadRef, ledger_key: &str) -> Key {
     (t.thread_id.clone(), t.user_id.clone(), ledger_key.to_owned())
 }
@@ -85,8 +101,7 @@ impl UnrecordedResults {
         }
         while kept.rows.len() > CAPACITY || kept.bytes > MAX_BYTES {
             let Some(oldest) = kept.order.pop_front() else { break };
-            if let Some((_, size)) = kept.rows.remove(&oldest) {
-                kept.bytes -= size;
+            if kept.remove(&oldest).is_some() {
                 tracing::warn!(
                     thread_id = %oldest.0,
                     ledger_key = %oldest.2,
@@ -107,15 +122,11 @@ impl UnrecordedResults {
             return;
         }
         let mut kept = self.lock();
-        let Kept { rows, bytes, order } = &mut *kept;
-        rows.retain(|k, (_, size)| {
-            let keep = k.0 != thread_id;
-            if !keep {
-                *bytes -= *size;
-            }
-            keep
-        });
-        order.retain(|k| rows.contains_key(k));
+        let gone: Vec<Key> = kept.rows.keys().filter(|k| k.0 == thread_id).cloned().collect();
+        for k in &gone {
+            kept.remove(k);
+        }
+        kept.compact_order();
         self.count.store(kept.rows.len(), Ordering::Release);
     }
 
@@ -136,16 +147,11 @@ impl UnrecordedResults {
             if recorded(k) {
                 continue;
             }
-            if let Some((r, size)) = kept.rows.remove(&key(t, k)) {
-                kept.bytes -= size;
+            if let Some(r) = kept.remove(&key(t, k)) {
                 out.insert(k.clone(), r);
             }
         }
-        // Keys taken out stay in `order` until here: dropped once they are most of it.
-        let Kept { rows, order, .. } = &mut *kept;
-        if order.len() > 2 * rows.len() + 16 {
-            order.retain(|k| rows.contains_key(k));
-        }
+        kept.compact_order();
         self.count.store(kept.rows.len(), Ordering::Release);
         out
     }
