@@ -64,7 +64,8 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     // The server is up but ended the statement or the session: said as such, so an operator
     // looks at timeouts and at who terminates sessions, not at the network.
     let code = e.as_database_error().and_then(|d| d.code());
-    let server_ended = match code.as_deref() {
+    let code = code.as_deref();
+    let server_ended = match code {
         Some("57014") => Some("the server cancelled the statement (statement_timeout, or pg_cancel_backend)"),
         Some("57P01" | "57P02" | "57P03") => {
             Some("the server ended the session (pg_terminate_backend, a restart or a shutdown)")
@@ -87,7 +88,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     // 40P01: the server broke a deadlock by aborting this statement; 40001: a serialization
     // failure. Nothing of the statement was written, and the same call again can pass: said so,
     // instead of a generic STORAGE_001 that tells a caller not to retry.
-    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "40P01" | "40001")) {
+    if matches!(code, Some("40P01" | "40001")) {
         return StoreError::Transient {
             op,
             message: format!(
@@ -100,7 +101,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     // 25006: the session is read-only (a standby after a failover, or read-only by the server's
     // setting): nothing was written, and the connections opened before now are retired so that a
     // retry once the server takes writes again opens a session that can write (read_only.rs).
-    if super::read_only::refused_write(&e) {
+    if code == Some("25006") {
         super::read_only::note_refusal();
         return StoreError::Transient {
             op,
@@ -114,7 +115,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     }
     // 53xxx: the server is out of a resource (53300 too many connections, 53100 disk full, 53200
     // out of memory, 53400 a configured limit): nothing was written, a retry later can pass.
-    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("53")) {
+    if code.is_some_and(|c| c.starts_with("53")) {
         return StoreError::Transient {
             op,
             message: format!(
@@ -124,7 +125,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             ),
         };
     }
-    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
+    if code.is_some_and(|c| c.starts_with("22") || c.starts_with("54")) {
         return StoreError::Refused { op, message: redact(&e.to_string()) };
     }
     StoreError::Backend { op, source: with_pooler_hint(&e).into() }

@@ -35,11 +35,6 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
-/// The server refused a write because the session is read-only.
-pub(super) fn refused_write(e: &sqlx::Error) -> bool {
-    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "25006")
-}
-
 fn retire_before(until: Instant) {
     let nanos = until.saturating_duration_since(base()).as_nanos().clamp(1, u64::MAX as u128) as u64;
     RETIRE_BEFORE.fetch_max(nanos, Ordering::AcqRel);
