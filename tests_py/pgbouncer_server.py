@@ -16,36 +16,25 @@ import time
 from urllib.parse import urlsplit
 
 from tenxgraph.testing._server import (
+    _ChildServer,
     _find_or_install,
     _free_port,
     _is_root,
-    _rmtree,
-    _Server,
     _short_tmp_base,
     _tail,
-    _terminate,
     _Watchdog,
 )
 
 
-class PgBouncer(_Server):
+class PgBouncer(_ChildServer):
     """A running PgBouncer: ``dsn_for(dbname)`` names a database through it."""
 
-    external = False
-
     def __init__(self, proc: subprocess.Popen[bytes], port: int, user: str, root: str) -> None:
-        super().__init__()
-        self._proc, self.port, self._user, self._root = proc, port, user, root
-        self.pid = proc.pid
+        super().__init__(proc, port, root)
+        self._user = user
 
     def dsn_for(self, dbname: str) -> str:
         return f"postgresql://{self._user}@127.0.0.1:{self.port}/{dbname}"
-
-    def _shutdown(self) -> None:
-        try:
-            _terminate(self._proc)
-        finally:
-            _rmtree(self._root)
 
 
 def start_pgbouncer(server_dsn: str, pool_mode: str, pool_size: int = 4, timeout: float = 30.0) -> PgBouncer:

@@ -15,13 +15,11 @@ import time
 import uuid
 
 from tenxgraph.testing._server import (
+    _ChildServer,
     _find_or_install,
     _free_port,
-    _rmtree,
-    _Server,
     _short_tmp_base,
     _tail,
-    _terminate,
     _Watchdog,
 )
 
@@ -44,24 +42,17 @@ def _amqp_ready(port: int) -> bool:
         return False
 
 
-class RabbitMQServer(_Server):
+class RabbitMQServer(_ChildServer):
     """A running broker: ``url`` (``amqp://guest:guest@127.0.0.1:PORT/``), ``port``, ``pid``."""
 
-    external = False
-
     def __init__(self, proc: subprocess.Popen[bytes], port: int, epmd_port: int, root: str) -> None:
-        super().__init__()
-        self._proc, self.port, self._epmd_port, self._root = proc, port, epmd_port, root
-        self.pid = proc.pid
+        super().__init__(proc, port, root)
+        self._epmd_port = epmd_port
         self.url = f"amqp://guest:guest@127.0.0.1:{port}/"
 
-    def _shutdown(self) -> None:
-        try:
-            _terminate(self._proc)
-        finally:
-            subprocess.run([_EPMD, "-kill"], env=dict(os.environ, ERL_EPMD_PORT=str(self._epmd_port)),
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-            _rmtree(self._root)
+    def _after_stop(self) -> None:
+        subprocess.run([_EPMD, "-kill"], env=dict(os.environ, ERL_EPMD_PORT=str(self._epmd_port)),
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
 
 def start_rabbitmq(timeout: float = 120.0) -> RabbitMQServer:

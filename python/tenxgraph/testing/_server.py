@@ -260,3 +260,25 @@ class _Server:
 # --------------------------------------------------------------------------- PostgreSQL
 
 
+
+
+class _ChildServer(_Server):
+    """A server this process started as a child (``proc``) listening on ``port``, with its files
+    under ``root``: stopped with SIGTERM (SIGKILL after 30 s), its files deleted."""
+
+    external = False
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, root: str) -> None:
+        super().__init__()
+        self._proc, self.port, self._root = proc, port, root
+        self.pid = proc.pid
+
+    def _shutdown(self) -> None:
+        try:
+            _terminate(self._proc)
+        finally:
+            self._after_stop()
+            _rmtree(self._root)
+
+    def _after_stop(self) -> None:
+        """What else its stop must clean up (before its files go)."""
