@@ -255,7 +255,7 @@ class RunTools:
         self.emitter.tool_message(message, name, step.calls[index], now=True)
         step.streamed.add(index)
 
-    def finish_tools(self, name: str, items: list[tuple[str, str]]) -> str | NodeResult | None:
+    def finish_tools(self, name: str, items: list[tuple[str, str | None]]) -> str | NodeResult | None:
         step = self._tool_steps.pop(name)
         # The messages made here are new objects nobody else holds; without hooks, events or a
         # stream, nothing of the user's sees them before the step's snapshot.

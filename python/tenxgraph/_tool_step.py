@@ -216,12 +216,14 @@ class ToolStep:
         text = self.texts[index] = _message_json(msg)
         return _envelope_text(text)
 
-    def message_of(self, index: int, envelope_json: str) -> Message:
+    def message_of(self, index: int, envelope_json: str | None = None) -> Message:
         """A fresh Message of a call's result: from the text kept when this process made it,
         else from the envelope."""
         text = self.texts.get(index)
         if text is not None:
             return Message.__pydantic_validator__.validate_json(text)  # model_validate_json, unwrapped
+        if envelope_json is None:
+            raise RuntimeError(f"tenxgraph: no result text kept for tool call {index} of node {self.node_name!r}")
         return Message.model_validate(json.loads(envelope_json)["value"])
 
     def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
@@ -262,7 +264,7 @@ class ToolStep:
                 "[TOOL_OUTCOME_UNKNOWN]")
         return self._answer(index, _result_message(call, text, True, code="TOOL_OUTCOME_UNKNOWN")), False, True
 
-    def finish(self, items: list[tuple[str, str]], encoded: dict[int, tuple[Message, str]] | None = None) -> list[Message]:
+    def finish(self, items: list[tuple[str, str | None]], encoded: dict[int, tuple[Message, str]] | None = None) -> list[Message]:
         """The node's tool messages, in call order. ``encoded`` gets, by ``id()``, each message
         made here from the text it was recorded as, with that text (see Run.snapshot)."""
         messages: list[Message] = []
@@ -271,7 +273,7 @@ class ToolStep:
             if kind == "replayed":
                 messages.append(self.replays[index])
             elif kind == "ran":
-                msg = self.message_of(index, payload)
+                msg = self.message_of(index)  # the engine sends no envelope back: the text is kept here
                 text = self.texts.get(index)
                 if text is not None and encoded is not None:  # message_of built msg from it
                     encoded[id(msg)] = (msg, text)
@@ -279,11 +281,11 @@ class ToolStep:
             elif kind == "timeout":
                 if self.tool_node.is_sync(call.name):
                     # A thread cannot be cancelled: do not tell the model it was.
-                    text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s; it runs in a thread, "
+                    text = (f"Tool '{call.name}' exceeded its timeout of {float(str(payload)):g}s; it runs in a thread, "
                             "which cannot be cancelled, so it may still finish (its result is then recorded, "
                             "not shown here) [NODE_TIMEOUT_002]")
                 else:
-                    text = (f"Tool '{call.name}' exceeded its timeout of {float(payload):g}s and was cancelled "
+                    text = (f"Tool '{call.name}' exceeded its timeout of {float(str(payload)):g}s and was cancelled "
                             "[NODE_TIMEOUT_002]")
                 messages.append(_result_message(call, text, True, code="NODE_TIMEOUT_002"))
             else:

@@ -327,13 +327,16 @@ impl NodeHost for PyHost {
     }
 
     fn finish_tools(&self, node: &str, outcomes: Vec<ToolOutcome>) -> Result<NodeOutput, HostFailure> {
-        let items: Vec<(&str, String)> = outcomes
+        // Envelopes are not written out again: the Python side holds each call's message, made
+        // when the tool returned (`ToolStep.texts`, the text the envelope was parsed from) or
+        // when it accepted the replay (`accept_replay`).
+        let items: Vec<(&str, Option<String>)> = outcomes
             .iter()
             .map(|o| match o {
-                ToolOutcome::Replayed(v) => ("replayed", v.to_string()),
-                ToolOutcome::Ran(v) => ("ran", v.to_string()),
-                ToolOutcome::TimedOut { secs } => ("timeout", secs.to_string()),
-                ToolOutcome::Failed { message } => ("failed", message.clone()),
+                ToolOutcome::Replayed(_) => ("replayed", None),
+                ToolOutcome::Ran(_) => ("ran", None),
+                ToolOutcome::TimedOut { secs } => ("timeout", Some(secs.to_string())),
+                ToolOutcome::Failed { message } => ("failed", Some(message.clone())),
             })
             .collect();
         Python::attach(|py| {

@@ -333,7 +333,9 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id)))
 
-    async def aclear_stop_request(self, config: dict[str, Any]) -> bool:
+    async def aclear_stop_request(self, config: dict[str, Any]) -> Any:
+        """What this backend's ``aclear_cache_value`` answers, as 10xGraph's: the flag removed or
+        None (memory, SQLite), the count of keys removed (PostgreSQL)."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id))

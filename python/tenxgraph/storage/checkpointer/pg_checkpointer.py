@@ -197,7 +197,7 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
         return 1 if existed else 0
 
     async def aclear_stop_request(self, config: dict[str, Any]) -> int:
-        return await super().aclear_stop_request(config)  # type: ignore[return-value]
+        return int(await super().aclear_stop_request(config))
 
     async def aput_messages(self, config: dict[str, Any], messages: list[Message],
                             metadata: dict[str, Any] | None = None) -> None:
