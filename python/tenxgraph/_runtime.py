@@ -223,6 +223,13 @@ class Run(RunHooks, RunTools):
             # stored status is the core's, so this reads where the core is about to start.
             if exec_view.current_node == self.graph._builder.entry_point and exec_view.step == 0:
                 self.events.start_node_ran(0)
+        if self.input_messages and not self.has_resume:
+            # A new turn. Answers a node got from interrupt() and never spent (it raised, timed
+            # out or was stopped after the answer came) belong to that turn's questions: kept,
+            # the same interrupt() of this turn returned the old answer without asking (an
+            # approval of one request given to the next; 10xGraph does that). A resume or a
+            # continue (`{}`) of the same turn still finds them.
+            clear_answers(state)
         stored_len = len(state.context)
         self._committed = list(state.context)
         last_id = str(state.context[-1].message_id) if stored_len else None

@@ -35,8 +35,9 @@ class _Call:
     arguments: Any
     # The id as the model gave it (a str or an int): the ledger keeps 123 and "123" apart.
     raw_id: str | int | None = None
-    # The interrupt scope of the call: its id, made unique within the message by its position.
+    # The interrupt scope of the call: its id, made unique within the message (_name_scopes).
     scope_id: str = ""
+    outcome_scope_id: str = ""  # the scope of a human's answer to "did it take effect?" (unknown())
 
 
 @dataclass
@@ -81,10 +82,7 @@ class ToolStep:
                 f"ToolNode '{node_name}': the last message has no tool calls", "NODE_002", {"node_name": node_name}
             )
         calls = [_parse_call(c) for c in raw_calls]
-        ids = [c.call_id for c in calls]
-        for index, c in enumerate(calls):
-            repeated = c.call_id is not None and ids.count(c.call_id) > 1
-            c.scope_id = f"#{index}" if c.call_id is None else f"{c.call_id}#{index}" if repeated else c.call_id
+        _name_scopes(calls)
         # One call works on the live state; several get their own copies, merged afterwards. Only
         # tools that take `state` can change it, so only their calls need a copy at all.
         writers = sum(1 for c in calls if tool_node.takes_state(c.name))
@@ -243,7 +241,7 @@ class ToolStep:
         if self.tool_node.on_unknown(call.name) == "interrupt":
             answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
             # Its own interrupt key, apart from interrupt() calls inside the tool itself.
-            token = activate(self.node_name, answers, tool_call_id=f"{call.scope_id}:outcome")
+            token = activate(self.node_name, answers, tool_call_id=call.outcome_scope_id)
             try:
                 answer = interrupt(
                     {"tool": call.name, "arguments": call.arguments, "tool_call_id": call.call_id,
@@ -311,6 +309,33 @@ def _branch_copy(state: AgentState) -> AgentState:
         state.context = context
     branch.context = list(context)
     return branch
+
+
+def _name_scopes(calls: list[_Call]) -> None:
+    """Each call's interrupt scope (its answers are stored under ``tool:<scope>:<n>``), unique
+    within the message and made from the message alone, so a replay names them the same: the id
+    when no other call has it, else the id (or nothing) with ``#<index>``, with more ``#`` while
+    that is another call's id. An unknown outcome's scope, ``<scope>:outcome``, gets ``#`` too
+    while it is a call's scope. Before, ``("c", "c", "c#1")`` gave the second and third call one
+    scope, and a call without an id shared the scope of a call whose id was ``#<its index>``: one
+    human answer was taken by a tool whose question was never shown."""
+    ids = [c.call_id for c in calls]
+    literal = {i for i in ids if i is not None}
+    taken: set[str] = set()
+    for index, c in enumerate(calls):
+        if c.call_id and ids.count(c.call_id) == 1:  # "" is no scope: interrupt() reads it as the node's
+            scope = c.call_id
+        else:
+            scope = f"{c.call_id or ''}#{index}"
+            while scope in literal or scope in taken:
+                scope += "#"
+        taken.add(scope)
+        c.scope_id = scope
+    for c in calls:
+        outcome = f"{c.scope_id}:outcome"
+        while outcome in taken:
+            outcome += "#"
+        c.outcome_scope_id = outcome
 
 
 def _parse_call(raw: Any) -> _Call:
