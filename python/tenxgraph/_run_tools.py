@@ -15,6 +15,7 @@ from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock, ToolResultBlock
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
 from tenxgraph.prebuilt.tools.handoff import handoff_target
+from tenxgraph.utils.interrupt import GraphInterrupt
 
 if TYPE_CHECKING:
     from tenxgraph._context_index import ContextIndex
@@ -73,6 +74,8 @@ class RunTools:
         def _apply_exec(self, state: AgentState, view: ExecView) -> None: ...
 
         def _stream_update(self, status: str, node: str, *, now: bool) -> None: ...
+
+        def _undo_node_changes(self) -> None: ...
 
     def begin_tools(self, name: str, exec_view: ExecView) -> tuple[Any, list[tuple[Any, str, str]], bool]:
         self._encoded.clear()
@@ -144,7 +147,11 @@ class RunTools:
         try:
             with log_fields(node=name, tool=step.calls[index].name):
                 out = await step.run(index, config, idempotency_key, ledger_key)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, GraphInterrupt) and step.baseline is None:
+                # The call paused, and worked on the live state (the node's only call, or no call
+                # takes state): what it changed before interrupt() is not the node's result.
+                self._undo_node_changes()
             # Cut off after the tool returned (a cancel or a Ctrl-C in an after_invoke callback,
             # or while its value became its message): still a finished call, recorded as the tool
             # returned it once the run unwinds (record_finished_tools).

@@ -44,7 +44,14 @@ from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.command import Command
 from tenxgraph.utils.constants import END
-from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, check_answer, deactivate, pending_interrupt
+from tenxgraph.utils.interrupt import (
+    RESUME_ANSWERS_KEY,
+    GraphInterrupt,
+    activate,
+    check_answer,
+    deactivate,
+    pending_interrupt,
+)
 
 if TYPE_CHECKING:
     from tenxgraph._core import ExecView, RunOptions
@@ -153,6 +160,9 @@ class Run(RunHooks, RunTools):
         self.kept_row: Any = None
         # (state text, context length, last message) as the last snapshot wrote them (see snapshot).
         self.committed_as: tuple[str, int, Any] | None = None
+        # The text the run's state was loaded from (the stored row, or the kept live state's
+        # commit), for _undo_node_changes before the run's first commit.
+        self._loaded_text: str | bytes | None = None
         # The run's settings as the engine resolved them from ``config`` (a _core.RunOptions).
         self.options: RunOptions | None = None
         self._callbacks = graph._callbacks
@@ -184,9 +194,11 @@ class Run(RunHooks, RunTools):
         UTF-8 bytes (``__state_meta__`` already taken out by Rust: ``stored_class`` is what it
         named).
         ``known``: the thread's latest row is still the commit ``self.known`` was kept from."""
+        self._loaded_text = state_json
         if known:
             assert self.known is not None, "the store confirmed a state this run does not hold"
             state, self._index = self.known[2], self.known[3]
+            self._loaded_text = self.known[5][0] if self.known[5] is not None else None
         elif state_json is None:
             state = self.graph._prototype.model_copy(deep=True)
         else:
@@ -295,6 +307,9 @@ class Run(RunHooks, RunTools):
                     result = await self._call_with_callbacks(node, state, config)
                 else:
                     result = await node.call(state, config)
+        except GraphInterrupt:
+            self._undo_node_changes()
+            raise
         except (Exception, asyncio.CancelledError) as exc:
             if events is not None:
                 events.node_error(name, step, exc)
@@ -579,6 +594,23 @@ class Run(RunHooks, RunTools):
             self._index.append(target, new, self._fresh_ids)
         self.produced.extend(m for m in new if not m.delta)
         return goto
+
+    def _undo_node_changes(self) -> None:
+        """A node (or its tool call) paused at interrupt(): it runs again from its start when the
+        thread is resumed, so the pause stores the state it started from, as the run's last
+        commit wrote it (or as it was loaded), with the context's messages of that commit. Before,
+        what the node changed before interrupt() was stored with the pause and done again on
+        resume (a counter bumped twice, a message appended twice; 10xGraph does that). A message
+        the node edited in place is not put back (as at a step: see snapshot)."""
+        text = self.committed_as[0] if self.committed_as is not None else self._loaded_text
+        if text is None:
+            return
+        data = json.loads(text)
+        data.pop(STATE_META_KEY, None)
+        data.pop("context", None)
+        state = type(self.state or self.graph._prototype).model_validate(data)
+        state.context = list(self._committed)
+        self.state = state
 
     @staticmethod
     def _apply_exec(state: AgentState, view: ExecView) -> None:
