@@ -127,3 +127,38 @@ async def test_a_node_that_pauses_in_a_run_continued_after_a_crash_is_stored_as_
     assert r["messages"][-1].text() == "done: yes"
     stored = await checkpointer.aget_state(cfg)
     assert (stored.counter, _notes(stored)) == (1, 1)
+
+
+def _one_asking_node(checkpointer: Any, name: str) -> Any:
+    async def ask(state: Counted) -> Message:
+        return Message.text_message(f"answered {interrupt('approve?')}", role="assistant")
+
+    g = StateGraph(Counted)
+    g.add_node(name, ask)
+    g.add_edge(START, name)
+    g.add_edge(name, END)
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", [{"resume": "yes"}, {}, {"messages": [Message.text_message("again")]}],
+                         ids=["resume", "continue", "new-message"])
+async def test_a_graph_without_the_node_a_thread_paused_at_refuses_it_and_writes_nothing(checkpointer, make_thread,
+                                                                                       how) -> None:
+    """A deploy renamed the paused node: before, NODE_001 "Error in node 'ask': 'ask'" and the
+    thread written failed, its question lost (the old graph then had nothing to resume)."""
+    from tenxgraph.core.exceptions import GraphError
+
+    old, new = _one_asking_node(checkpointer, "ask"), _one_asking_node(checkpointer, "ask_v2")
+    cfg = {"thread_id": make_thread("renamed")}
+    await old.ainvoke({"messages": [Message.text_message("go")]}, cfg)
+    before = await checkpointer.aget_state(cfg)
+    with pytest.raises(GraphError) as refused:
+        await new.ainvoke(dict(how), cfg)
+    assert refused.value.error_code == "GRAPH_004"
+    assert "'ask'" in str(refused.value) and "nothing was run or written" in str(refused.value)
+    after = await checkpointer.aget_state(cfg)
+    assert after.model_dump() == before.model_dump()
+    assert pending_interrupt(after).value == "approve?"
+    r = await old.ainvoke({"resume": "yes"}, cfg)  # not left leased or busy
+    assert r["messages"][-1].text() == "answered yes"

@@ -34,7 +34,7 @@ def wake_hub_run(fd: int) -> None:
 def metrics_snapshot() -> dict[str, float]:
     """The process-wide counters and durations as ``{metric name: value}`` (durations as
     ``<name>_sum`` seconds and ``<name>_count``). Lock-free; safe from any thread."""
-def dump_walk(value: Any, skip: str | None = None) -> tuple[tuple[str, str] | None, bool]:
+def dump_walk(value: Any, skip: str | None = None, exact_ints: bool = False) -> tuple[tuple[str, str] | None, bool]:
     """One walk of ``value`` (dicts, lists, tuples, sets, pydantic models (fields and extras) and
     dataclasses; a top-level field named ``skip`` is left out): the path (``"blob.x"``,
     ``"metadata.scores[1]"``) and text (``"NaN"``, ``"inf"``) of the first NaN or infinite float,

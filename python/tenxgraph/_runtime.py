@@ -34,7 +34,14 @@ from tenxgraph._run_values import (
     to_message,
     token_usage,
 )
-from tenxgraph._state_codec import STATE_META_KEY, encode_message_shaped, encode_state, encode_state_meta, encode_state_shaped
+from tenxgraph._state_codec import (
+    STATE_META_KEY,
+    core_refuses,
+    encode_message_shaped,
+    encode_state,
+    encode_state_meta,
+    encode_state_shaped,
+)
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
@@ -550,6 +557,13 @@ class Run(RunHooks, RunTools):
                 json.dumps(self.resume_value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"the resume value must be JSON-serialisable: {exc}") from exc
+            except RecursionError:
+                raise ValueError("the resume value is nested too deep to store; nothing was written") from None
+            # What the state's JSON does not keep (an int past 64 bits came back a float to the
+            # node's next run; a lone surrogate failed the commit with "not valid JSON").
+            refused = core_refuses(self.resume_value)
+            if refused is not None:
+                raise ValueError(f"the resume value cannot be stored: it holds {refused}; nothing was written")
             answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})
             # A copy: interrupt() hands it to the node, which may keep it in the state, and that
             # state may be kept for the thread's next turn (tenxgraph._live_states); the caller's

@@ -19,7 +19,7 @@ from tenxgraph._required_nulls import UnstorableValue, refuse_required_nulls
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
+__all__ = ["STATE_META_KEY", "core_refuses", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
            "encode_state_shaped", "encode_state_text", "refuse_nonfinite"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
@@ -46,7 +46,7 @@ def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
                          f"invalid field(s)): {exc}") from None
 
 
-def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
+def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None, exact_ints: bool = False) -> bool:
     """ValueError naming the first NaN or infinite float in ``value`` (``skip``: a top-level
     field left out). pydantic-core writes such a float as ``null`` in most places (a field typed
     ``float``, in the model or in a nested model, dataclass or list: each model instance is
@@ -55,13 +55,24 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
     is a silent change, so every stored form looks first (``_core.dump_walk``, a walk in
     Rust) and is refused by name, as the engine refuses any text that is not JSON. Returns
     whether a load of the value's JSON would give back something else (``reshaped``, the same
-    walk: see ``tenxgraph._round_trip``)."""
-    found, reshaped = _core.dump_walk(value, skip)
+    walk: see ``tenxgraph._round_trip``).
+
+    ``exact_ints`` (a state's fields): an int past 64 bits is refused too. The engine parses a
+    state, and its JSON numbers turn such an int into a float: a node's 2**70 + 1 was stored as
+    1.1805916207174113e+21, without a word (a message is stored as its text and keeps it)."""
+    found, reshaped = _core.dump_walk(value, skip, exact_ints)
     if found is not None:
         path, text = found
+        if text == _INT_PAST_64:
+            raise ValueError(f"{what} cannot be stored: {path} is an integer past 64 bits, which a state's JSON "
+                             "does not keep exactly (it would come back a float); store it as a str. Nothing of "
+                             "it was stored")
         raise ValueError(f"{what} is not valid JSON: {path} is {text}, which JSON cannot hold; "
                          "nothing of it was stored")
     return reshaped
+
+
+_INT_PAST_64 = "an integer past 64 bits"  # dump_walk's text for such a find
 
 
 # The ints the core's JSON numbers hold exactly (i64 and u64); past them its parser refuses the
@@ -69,7 +80,7 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None) -> bool:
 CORE_INT_MIN, CORE_INT_MAX = -(2**63), 2**64 - 1
 
 
-def _core_refuses(value: Any) -> str | None:
+def core_refuses(value: Any) -> str | None:
     """What in ``value`` the core's JSON parser refuses although pydantic writes it: an int past
     64 bits ("number out of range") or a lone surrogate in a text or key; None when nothing.
     Iterative, bounded by the values themselves (a cycle is pydantic's to refuse)."""
@@ -115,7 +126,7 @@ def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
     for key, value in update.items():
         if key not in fields:
             continue
-        found = _core_refuses(value)
+        found = core_refuses(value)
         if found is not None:
             raise ValueError(f"input 'state' key {key!r} cannot be stored: it holds {found}; nothing of it was "
                              "stored")
@@ -137,14 +148,14 @@ def encode_state(state: AgentState, *, with_context: bool) -> dict[str, Any]:
     """The stored form of a state: its JSON dump plus the class header. Steps store the context
     as message rows, so they leave it out. ValueError for a state that would not load back or
     that holds NaN or an infinity."""
-    refuse_nonfinite(state, "the state", skip=None if with_context else "context")
+    refuse_nonfinite(state, "the state", skip=None if with_context else "context", exact_ints=not with_context)
     refuse_required_nulls(state, f"the state ({type(state).__name__})")
     data = _state_dict(state, with_context)
     # What the core's parser refuses although pydantic writes it (a lone surrogate, an int past
     # 64 bits), named here: from the parser it read "not valid JSON: unexpected end of hex
     # escape". Not on a step's path (encode_state_shaped): a run's values are checked as they
     # come in.
-    found = _core_refuses(data)
+    found = core_refuses(data)
     if found is not None:
         raise UnstorableValue(f"the state ({type(state).__name__}) cannot be stored: it holds {found}; nothing "
                               "of it was stored")
@@ -189,7 +200,7 @@ def encode_state_shaped(state: AgentState) -> tuple[str, bool]:
     """``encode_state_text`` and whether a load of that text would give back another state
     than ``state`` (a value the model declares loosely that JSON does not keep, or a field
     holding a value of another type than declared, which pydantic warned about)."""
-    reshaped = refuse_nonfinite(state, "the state", skip="context")
+    reshaped = refuse_nonfinite(state, "the state", skip="context", exact_ints=True)
     refuse_required_nulls(state, f"the state ({type(state).__name__})")
     try:
         body = state.__pydantic_serializer__.to_json(state, exclude=_CONTEXT, warnings=_STRICT).decode()

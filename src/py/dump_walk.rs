@@ -45,7 +45,16 @@ pub(super) struct Found {
 /// message rows, each walked on its own), and so is a NaN under a model field declared
 /// `exclude=True`, which no dump writes (checked only for a find: it is rare). Stops at the
 /// first NaN.
-pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option<&str>) -> PyResult<Found> {
+///
+/// With `exact_ints`, an int past 64 bits is a find too (its text: `INT_PAST_64`): a state is
+/// parsed by the engine, whose JSON numbers keep i64 and u64 exactly and turn any other int
+/// into a float (a message is stored as its text, and keeps it).
+pub(super) fn walk<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+    skip: Option<&str>,
+    exact_ints: bool,
+) -> PyResult<Found> {
     let base_model = base_model(py)?;
     let mut reshaped = false;
     // Each entry: where a value sits (parent entry, segment), read back only to name a find.
@@ -68,7 +77,10 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
             reshaped |= (x == 0.0 && x.is_sign_negative()) || (loose && x.abs() >= 1e16 && x.fract() == 0.0);
             continue;
         }
-        if depth >= MAX_DEPTH || is_leaf(&v) || v.is_instance_of::<PyBytes>() {
+        if exact_ints && v.is_instance_of::<PyInt>() && !fits_64_bits(&v) && !excluded(py, &trail, at)? {
+            return Ok(Found { nonfinite: Some((path(&trail, at), INT_PAST_64.into())), reshaped });
+        }
+        if depth >= MAX_DEPTH || is_leaf(&v, exact_ints) || v.is_instance_of::<PyBytes>() {
             reshaped |= loose && !is_json_leaf(&v);
             continue;
         }
@@ -76,7 +88,7 @@ pub(super) fn walk<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, skip: Option
         // loose, only their exact type is looked at (a str enum comes back a str).
         let mut push =
             |child: Bound<'py, PyAny>, seg: Seg<'py>, loose: bool, stack: &mut Vec<_>, reshaped: &mut bool| {
-                if is_leaf(&child) {
+                if is_leaf(&child, exact_ints) {
                     *reshaped |= loose && !is_json_leaf(&child);
                 } else {
                     trail.push((at, seg));
@@ -239,9 +251,18 @@ fn matches_spec(v: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<bool>
     Ok(true)
 }
 
-/// None, a str or an int (bool included): nothing to look into, nothing that can be NaN.
-fn is_leaf(v: &Bound<'_, PyAny>) -> bool {
-    v.is_none() || v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>()
+/// None, a str or an int (bool included): nothing to look into, nothing that can be NaN. With
+/// `exact_ints`, an int past 64 bits is not: it goes on the stack, where the walk names it.
+fn is_leaf(v: &Bound<'_, PyAny>, exact_ints: bool) -> bool {
+    v.is_none() || v.is_instance_of::<PyString>() || (v.is_instance_of::<PyInt>() && (!exact_ints || fits_64_bits(v)))
+}
+
+/// The text of a find that is an int past 64 bits (see `walk`).
+pub(super) const INT_PAST_64: &str = "an integer past 64 bits";
+
+/// An int the engine's JSON numbers hold exactly: from i64's least to u64's greatest.
+fn fits_64_bits(v: &Bound<'_, PyAny>) -> bool {
+    v.extract::<i64>().is_ok() || v.extract::<u64>().is_ok()
 }
 
 /// A leaf that comes back from JSON as itself: not a str or int subclass (an enum), not bytes.

@@ -75,14 +75,18 @@ pub mod _core {
     /// write it as `null`; and whether a load of its JSON would give back something else (a
     /// tuple, an int key, a datetime where the model declares `Any`), which keeps a run's state
     /// out of the live states.
+    ///
+    /// `exact_ints`: an int past 64 bits is a find too, with the text `"an integer past 64 bits"`
+    /// (a state: the engine would store it as a float).
     #[pyfunction]
-    #[pyo3(signature = (value, skip=None))]
+    #[pyo3(signature = (value, skip=None, exact_ints=false))]
     fn dump_walk(
         py: Python<'_>,
         value: &Bound<'_, PyAny>,
         skip: Option<&str>,
+        exact_ints: bool,
     ) -> PyResult<(Option<(String, String)>, bool)> {
-        let found = super::dump_walk::walk(py, value, skip)?;
+        let found = super::dump_walk::walk(py, value, skip, exact_ints)?;
         Ok((found.nonfinite, found.reshaped))
     }
 

@@ -254,6 +254,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         exec.current_node = start.to_owned();
         skip_before = None;
     }
+    known_resume_node(graph, &t.thread_id, &exec.current_node)?;
     if closing {
         // Its review gate was for running the calls; closing runs none.
         skip_before = Some(exec.current_node.clone());
@@ -450,6 +451,26 @@ async fn as_stored<H: NodeHost + ?Sized>(
 }
 
 /// A start node the input names (`"state": {"current_node": ...}`) must be a node of the graph.
+/// The node a thread goes on from (paused, failed, or cut off there) is one this graph has. A
+/// deploy that renamed or removed it made the run fail inside the loop with the `KeyError` of the
+/// node table (`NODE_001` "Error in node 'ask': 'ask'"), and wrote the thread failed: a pending
+/// question was lost, and the old graph could no longer resume it. Refused before anything is
+/// written.
+fn known_resume_node(graph: &GraphSpec, thread_id: &str, node: &str) -> Result<(), EngineError> {
+    if graph.has_node(node) {
+        return Ok(());
+    }
+    Err(EngineError::graph(
+        "GRAPH_004",
+        format!(
+            "thread '{thread_id}' goes on from node '{node}', which this graph does not have (renamed or removed \
+             since the thread was written): nothing was run or written; run it with a graph that has that node, \
+             or name the node to start at with the input's \"state\": {{\"current_node\": ...}}"
+        ),
+        json!({"node": node, "thread_id": thread_id}),
+    ))
+}
+
 pub(super) fn known_start(graph: &GraphSpec, start: &str) -> Result<(), EngineError> {
     if graph.nodes.iter().any(|n| n == start) {
         return Ok(());
