@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from tenxgraph import _async_calls
 from tenxgraph._core import NodeResult
 from tenxgraph._run_values import clear_answers
 from tenxgraph._tool_step import ToolStep
@@ -141,12 +142,27 @@ class RunTools:
         call = step.calls[index]
         if events is not None:
             events.tool_start(name, index, call.call_id, call.name, call.arguments, False)
+        # An async call of this store and idempotency key still running in this process (an
+        # earlier attempt that ignored its cancellation): waited for, its result taken.
+        flight_key = (step._flight_key(idempotency_key) if ledger_key is not None and idempotency_key
+                      and not step.tool_node.is_sync(call.name) else None)
+        mine, adopted = None, None
+        while flight_key is not None:
+            mine, earlier = _async_calls.start(flight_key)
+            if earlier is None:
+                break
+            _log.info("async tool call still running from an earlier attempt: waiting for it, not starting it again",
+                      extra={"tool": call.name, "ledger_key": ledger_key, "event": "async_tool_joined"})
+            envelope = await _async_calls.wait(earlier)
+            adopted = step.adopt(index, envelope) if envelope is not None else None
+            if adopted is not None:
+                break
         task = asyncio.current_task()
-        if task is not None:
+        if task is not None and adopted is None:
             self._tool_tasks.add(task)
         try:
             with log_fields(node=name, tool=step.calls[index].name):
-                out = await step.run(index, config, idempotency_key, ledger_key)
+                out = adopted if adopted is not None else await step.run(index, config, idempotency_key, ledger_key)
         except BaseException as exc:
             if isinstance(exc, GraphInterrupt) and step.baseline is None:
                 # The call paused, and worked on the live state (the node's only call, or no call
@@ -155,7 +171,9 @@ class RunTools:
             # Cut off after the tool returned (a cancel or a Ctrl-C in an after_invoke callback,
             # or while its value became its message): still a finished call, recorded as the tool
             # returned it once the run unwinds (record_finished_tools).
-            self._salvage(step, index, ledger_key)
+            salvaged = self._salvage(step, index, ledger_key)
+            if mine is not None:
+                _async_calls.finish(flight_key, mine, salvaged)
             raise
         finally:
             if task is not None:
@@ -169,6 +187,8 @@ class RunTools:
                 # nobody else will record it. Recorded now, as a sync tool's late result is, so
                 # a resume answers it from the ledger instead of firing it again.
                 await self._record_late_async(ledger_key, out[0])
+        if mine is not None:
+            _async_calls.finish(flight_key, mine, out[0] if out[1] else None)
         if events is not None:
             message = step.message_of(index, out[0])
             if not is_remote_call(message):
@@ -178,18 +198,21 @@ class RunTools:
             step.pending_stream[index] = out[0]
         return out
 
-    def _salvage(self, step: ToolStep, index: int, ledger_key: str | None) -> None:
+    def _salvage(self, step: ToolStep, index: int, ledger_key: str | None) -> str | None:
+        """The envelope of a call cut off after it returned, queued for the record; None."""
         made = step.cut_off.pop(index, None)
         if made is None or ledger_key is None:
-            return
+            return None
         try:
             envelope, record = step._envelope_of(index, made(), ledger_key)
         except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
             _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": ledger_key, "event": NOT_RECORDED_EVENT,
                                                     "error": f"its run was cut off and its value could not be kept: {exc}"})
-            return
-        if record:
-            self._finished.append((ledger_key, envelope))
+            return None
+        if not record:
+            return None
+        self._finished.append((ledger_key, envelope))
+        return envelope
 
     async def _record_late_async(self, key: str, envelope: str) -> None:
         native = self.graph._checkpointer._native

@@ -214,6 +214,18 @@ class ToolStep:
         text = self.texts[index] = _message_json(msg)
         return _envelope_text(text)
 
+    def adopt(self, index: int, envelope_json: str) -> tuple[str, bool, bool] | None:
+        """An earlier attempt's result of this call (it was still running in this process when
+        this attempt began: tenxgraph._async_calls), as this attempt's ``(envelope, record,
+        is_error)``: not run. Recorded again (the ledger keeps the first record): the earlier
+        attempt's own record may have been refused, its run having lost the thread. None when
+        the envelope is not one a replay takes (then the call runs)."""
+        if not self.accept_replay(index, envelope_json):
+            return None
+        msg = self.replays[index]
+        self.texts[index] = _message_json(msg)
+        return envelope_json, True, _is_error(msg)
+
     def message_of(self, index: int, envelope_json: str | None = None) -> Message:
         """A fresh Message of a call's result: from the text kept when this process made it,
         else from the envelope."""
