@@ -496,15 +496,9 @@ def _listing_timeout(config: dict[str, Any] | None) -> float | None:
 
 def _run_coroutine(coro: Any) -> Any:
     """``asyncio.run(coro)``, on a worker thread when this thread already runs a loop."""
-    import asyncio
-    import concurrent.futures
+    from tenxgraph._sync import run_sync
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+    return run_sync(coro)
 
 
 def _stream_emitter(config: dict[str, Any] | None, tool: str, tool_call_id: str) -> Any:
