@@ -6,34 +6,15 @@ backend; sync tools were already waited for, tenxgraph._sync_calls)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
-
-
-def _graph(checkpointer: Any, charge: Any) -> Any:
-    async def model(state: AgentState) -> Message:
-        last = state.context[-1]
-        if last.role == "user":
-            msg = Message.text_message("calling", role="assistant", message_id=f"a-{last.message_id}")
-            msg.tools_calls = [{"id": "c0", "type": "function",
-                                "function": {"name": "charge", "arguments": json.dumps({"amount": 5})}}]
-            return msg
-        return Message.text_message(f"done: {last.text()}", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([charge]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                            {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=checkpointer)
+from tenxgraph import Message
+from tests_py.one_tool_graph import one_tool_graph
+from tests_py.tool_graphs import tool_texts
 
 
 async def _until(predicate: Any, what: str, timeout: float = 60.0) -> None:
@@ -60,7 +41,7 @@ async def test_a_resume_waits_for_the_async_call_still_running_and_takes_its_res
         charges.append(idempotency_key)
         return f"charged {amount}"
 
-    app = _graph(checkpointer, charge)
+    app = one_tool_graph(checkpointer, charge, "charge", {"amount": 5})
     cfg = {"thread_id": make_thread(f"inflight-{cut}")}
     turn = {"messages": [Message.text_message("pay", message_id=f"u-{cfg['thread_id']}")]}
     caplog.set_level(logging.INFO, logger="tenxgraph")
@@ -82,6 +63,7 @@ async def test_a_resume_waits_for_the_async_call_still_running_and_takes_its_res
     release.set()
     result = await asyncio.wait_for(resume, 60)
     assert len(charges) == 1, charges
-    assert result["messages"][-1].text() == "done: charged 5"
-    again = await app.ainvoke({}, cfg)  # finished: answered from the store, nothing runs
-    assert again["messages"][-1].text() == "done: charged 5" and len(charges) == 1
+    assert tool_texts(result["messages"]) == {"call-0-charge": "charged 5"}
+    assert result["messages"][-1].text() == "done"
+    state = await checkpointer.aget_state(cfg)
+    assert tool_texts(state.context) == {"call-0-charge": "charged 5"}  # answered once
