@@ -47,7 +47,9 @@ async def test_a_resume_waits_for_the_async_call_still_running_and_takes_its_res
     caplog.set_level(logging.INFO, logger="tenxgraph")
     if cut == "node_timeout":
         with pytest.raises(Exception) as cut_off:
-            await app.ainvoke(turn, {**cfg, "node_timeout": 0.5})
+            # Long enough for the tool to start on a loaded machine; the tool waits for
+            # `release`, so the timeout always fires first.
+            await app.ainvoke(turn, {**cfg, "node_timeout": 3})
         assert getattr(cut_off.value, "error_code", None) == "NODE_TIMEOUT_001"
     else:
         first = asyncio.create_task(app.ainvoke(turn, cfg))
