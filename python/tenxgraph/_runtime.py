@@ -619,10 +619,16 @@ class Run(RunHooks, RunTools):
         text = self.committed_as[0] if self.committed_as is not None else self._loaded_text
         if text is None:
             return
-        data = json.loads(text)
-        data.pop(STATE_META_KEY, None)
-        data.pop("context", None)
-        state = type(self.state or self.graph._prototype).model_validate(data)
+        try:
+            data = json.loads(text)
+            data.pop(STATE_META_KEY, None)
+            data.pop("context", None)
+            state = type(self.state or self.graph._prototype).model_validate(data)
+        except Exception as exc:  # noqa: BLE001 - the pause must still happen: stored as the node left it
+            self.graph._log.warning("the paused node's state could not be put back as it started (%s); the pause "
+                                    "stores it as the node left it", exc,
+                                    extra=self._log_fields(event="pause_state_not_restored"))
+            return
         state.context = list(self._committed)
         self.state = state
 
