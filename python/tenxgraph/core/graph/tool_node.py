@@ -126,6 +126,8 @@ class ToolNode:
         self._funcs: dict[str, Callable[..., Any]] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
         self._plans: dict[str, list[_Param]] = {}
+        # Decided once, at registration: asked per call by the run and by _execute.
+        self._sync: set[str] = set()
         for fn in tools:
             self.add_tool(fn)
 
@@ -143,6 +145,8 @@ class ToolNode:
         self._plans[name] = _plan(fn)
         self._schemas[name] = schema
         self._funcs[name] = fn
+        if not _is_async(fn):
+            self._sync.add(name)
 
     def set_remote_tool(self, schemas: list[dict[str, Any]]) -> None:
         """Sets the tools the client runs (OpenAI or flat ``{name, description, parameters}``
@@ -283,8 +287,7 @@ class ToolNode:
 
     def is_sync(self, name: str) -> bool:
         """Whether the tool is a plain function (run in a thread, which cannot be cancelled)."""
-        fn = self._funcs.get(name)
-        return fn is not None and not _is_async(fn)
+        return name in self._sync
 
     async def invoke(
         self,
@@ -392,7 +395,7 @@ class ToolNode:
             )
         try:
             call_args, call_kwargs = self._bind(name, args or {}, injected)
-            if not _is_async(fn):
+            if name in self._sync:
                 return await run_sync(SyncCall(fn, call_args, call_kwargs, name, tool_call_id, meta, flight_key,
                                                late_record), on_return)
             result = await fn(*call_args, **call_kwargs)
@@ -428,7 +431,7 @@ class ToolNode:
         try:
             positional, input_data = self._bind(name, args or {}, injected)
             input_data = await mgr.execute_before_invoke(context, input_data)
-            if _is_async(fn):
+            if name not in self._sync:
                 raw = await fn(*positional, **input_data)
             else:
                 raw = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
