@@ -13,7 +13,9 @@ use tenxgraph::engine::{
     BoxError, EngineError, ExecMeta, HostFailure, MsgCursor, NodeHost, NodeOutput, RouteValue, RunConfig, SideEffects,
     Snapshot, Stored, ToolBatch, ToolCall, ToolOutcome, ToolRun, run_tool_node,
 };
-use tenxgraph::store::{Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, ThreadRef};
+use tenxgraph::store::{
+    Checkpointer, MemoryStore, PgOptions, PgStore, SqliteStore, ThreadRef, decode_raw, shared_json,
+};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Act {
@@ -84,7 +86,9 @@ impl NodeHost for ToolHost {
         self.keys_seen.lock().unwrap().push(key.map(str::to_owned));
         match self.acts[index] {
             Act::Answer => Ok(ToolRun {
-                envelope: json!({"__kind__": "raw", "value": format!("{} done", self.batch.calls[index].name)}),
+                envelope: shared_json(
+                    &json!({"__kind__": "raw", "value": format!("{} done", self.batch.calls[index].name)}),
+                ),
                 record: true,
                 is_error: false,
             }),
@@ -132,9 +136,9 @@ async fn run(host: &ToolHost, store: &dyn Checkpointer, c: &RunConfig) -> Vec<To
     host.outcomes()
 }
 
-fn ran_value(o: &ToolOutcome) -> Option<&Value> {
+fn ran_value(o: &ToolOutcome) -> Option<Value> {
     match o {
-        ToolOutcome::Ran(env) => env.get("value"),
+        ToolOutcome::Ran(env) => decode_raw(env).get("value").cloned(),
         _ => None,
     }
 }
@@ -160,7 +164,7 @@ async fn a_finished_call_is_answered_from_the_ledger_not_run_again() {
         let out = run(&replay, &*store, &c).await;
         assert_eq!((replay.runs(0), replay.runs(1)), (0, 0), "{name}");
         match &out[0] {
-            ToolOutcome::Replayed(env) => assert_eq!(env["value"], "charge_card done", "{name}"),
+            ToolOutcome::Replayed(env) => assert_eq!(decode_raw(env)["value"], "charge_card done", "{name}"),
             other => panic!("{name}: expected a replay, got {other:?}"),
         }
         assert!(matches!(out[1], ToolOutcome::Replayed(_)), "{name}: {out:?}");
@@ -175,7 +179,7 @@ async fn pure_tools_never_touch_the_ledger() {
         for attempt in 1..=2 {
             let host = ToolHost::new(Some(json!("m-1")), &calls);
             let out = run(&host, &*store, &c).await;
-            assert_eq!(ran_value(&out[0]), Some(&json!("add done")), "{name} attempt {attempt}");
+            assert_eq!(ran_value(&out[0]), Some(json!("add done")), "{name} attempt {attempt}");
             assert_eq!(host.runs(0), 1, "{name} attempt {attempt}: a pure tool runs every time");
             assert_eq!(host.keys_seen.lock().unwrap().clone(), vec![None], "{name}: no ledger key");
         }
@@ -193,7 +197,7 @@ async fn without_a_message_id_idempotent_tools_run_and_at_most_once_tools_are_re
         ];
         let host = ToolHost::new(None, &calls);
         let out = run(&host, &*store, &c).await;
-        assert_eq!(ran_value(&out[0]), Some(&json!("lookup done")), "{name}");
+        assert_eq!(ran_value(&out[0]), Some(json!("lookup done")), "{name}");
         match &out[1] {
             ToolOutcome::Failed { message } => assert!(message.ends_with("[TOOL_CALL_UNKEYED]"), "{name}: {message}"),
             other => panic!("{name}: expected a refusal, got {other:?}"),
@@ -224,9 +228,9 @@ async fn a_call_started_but_never_recorded_is_settled_by_its_side_effect_class()
         let host = ToolHost::new(Some(json!("m-1")), &calls);
         let out = run(&host, &*store, &c).await;
         assert_eq!(host.runs(0), 1, "{name}: idempotent: run again");
-        assert_eq!(ran_value(&out[0]), Some(&json!("send_receipt done")), "{name}");
+        assert_eq!(ran_value(&out[0]), Some(json!("send_receipt done")), "{name}");
         assert_eq!(host.runs(1), 0, "{name}: at-most-once: never run twice");
-        let text = ran_value(&out[1]).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = ran_value(&out[1]).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
         assert!(text.ends_with("[TOOL_OUTCOME_UNKNOWN]"), "{name}: {out:?}");
         // The idempotent call's result replaced its intent; the unknown one still reads as started.
         let rows: HashMap<String, Option<Value>> =
@@ -249,7 +253,7 @@ async fn a_hung_call_times_out_alone_and_its_siblings_are_recorded() {
         let host = ToolHost::new(Some(json!("m-1")), &calls);
         let out = run(&host, &*store, &c).await;
         assert!(matches!(out[0], ToolOutcome::TimedOut { secs } if (secs - 0.2).abs() < 1e-9), "{name}: {out:?}");
-        assert_eq!(ran_value(&out[1]), Some(&json!("lookup done")), "{name}");
+        assert_eq!(ran_value(&out[1]), Some(json!("lookup done")), "{name}");
         assert!(
             matches!(&out[2], ToolOutcome::Failed { message } if message.contains("card declined")),
             "{name}: {out:?}"
@@ -288,7 +292,7 @@ async fn a_repeated_call_id_gets_a_key_of_its_own() {
         let values: Vec<Value> = out
             .iter()
             .map(|o| match o {
-                ToolOutcome::Replayed(env) => env["value"].clone(),
+                ToolOutcome::Replayed(env) => decode_raw(env)["value"].clone(),
                 other => panic!("{name}: {other:?}"),
             })
             .collect();

@@ -5,7 +5,7 @@
 mod common;
 
 use serde_json::json;
-use tenxgraph::store::{Checkpointer, PgOptions, PgStore, StepWrite, ThreadRef};
+use tenxgraph::store::{Checkpointer, PgOptions, PgStore, StepWrite, ThreadRef, shared_json};
 
 fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
     StepWrite {
@@ -153,7 +153,9 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
         s.ledger_begin(&t, &[("k1".into(), json!({"__kind__": "started"}))], &[], Some(token)).await.unwrap();
     assert!(found.is_empty() && written.is_ok());
     assert_eq!(
-        s.ledger_put_many(&t, &[("k1".into(), json!({"__kind__": "raw", "value": 1}))], Some(token)).await.unwrap(),
+        s.ledger_put_many(&t, &[("k1".into(), shared_json(&json!({"__kind__": "raw", "value": 1})))], Some(token))
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(s.ledger_mark(&t, &[("k1".into(), json!({"__kind__": "started"}))], Some(token)).await.unwrap(), 0);

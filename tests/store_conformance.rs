@@ -6,11 +6,16 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tenxgraph::store::{
-    Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, MESSAGES_CHANGED, MemoryStore, PruneRules, SqliteStore,
-    StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, write_mark,
+    Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, LedgerRow, MESSAGES_CHANGED, MemoryStore, PruneRules,
+    SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, shared_json, write_mark,
 };
 
 use common::stores::pg;
+
+/// Ledger rows as the stores take them (the values as shared text).
+fn ledger_rows(r: &[(String, serde_json::Value)]) -> Vec<LedgerRow> {
+    r.iter().map(|(k, v)| (k.clone(), shared_json(v))).collect()
+}
 
 fn msg(id: &str, text: &str) -> StoredMessage {
     StoredMessage::new(id, &json!({"message_id": id, "role": "user", "content": [{"type": "text", "text": text}]}))
@@ -295,7 +300,7 @@ async fn ledger_batches_keep_first_results_and_count_inserts() {
             ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b1"})),
             ("m:b".to_owned(), json!({"__kind__": "raw", "value": "b2"})),
         ];
-        assert_eq!(s.ledger_put_many(&t, &batch, None).await.unwrap(), 1, "{name}");
+        assert_eq!(s.ledger_put_many(&t, &ledger_rows(&batch), None).await.unwrap(), 1, "{name}");
         let got = s.ledger_get(&t, &["m:a".into(), "m:b".into()]).await.unwrap();
         assert_eq!((got["m:a"]["value"].as_str(), got["m:b"]["value"].as_str()), (Some("old"), Some("b1")), "{name}");
     }
@@ -412,7 +417,10 @@ async fn fenced_writes_are_refused_once_a_newer_holder_exists() {
             other => panic!("{name}: {other:?}"),
         }
         let rec = [("m:x".to_owned(), json!({"__kind__": "raw", "value": 1}))];
-        assert!(matches!(s.ledger_put_many(&t, &rec, Some(old)).await, Err(StoreError::Fenced { .. })), "{name}");
+        assert!(
+            matches!(s.ledger_put_many(&t, &ledger_rows(&rec), Some(old)).await, Err(StoreError::Fenced { .. })),
+            "{name}"
+        );
         assert!(s.ledger_get(&t, &["m:x".into()]).await.unwrap().is_empty(), "{name}");
         assert_eq!(s.load(&t).await.unwrap().unwrap().version, 1, "{name}");
         assert_eq!(s.list_messages(&t, None, None, None).await.unwrap().len(), 1, "{name}");
@@ -420,7 +428,7 @@ async fn fenced_writes_are_refused_once_a_newer_holder_exists() {
         let mc = [msg("c", "3")];
         let w = StepWrite { fence: Some(new), ..step(1, &st, &mc) };
         assert_eq!(s.put_step(&t, w).await.unwrap(), 2, "{name}");
-        assert_eq!(s.ledger_put_many(&t, &rec, Some(new)).await.unwrap(), 1, "{name}");
+        assert_eq!(s.ledger_put_many(&t, &ledger_rows(&rec), Some(new)).await.unwrap(), 1, "{name}");
         assert_eq!(s.put_step(&t, step(2, &st, &[])).await.unwrap(), 3, "{name}");
         // A run's last commit frees the lease in the same transaction.
         let w = StepWrite { fence: Some(new), release_lease: true, ..step(3, &st, &[]) };
@@ -437,16 +445,28 @@ async fn an_intent_record_is_replaced_by_its_result_but_never_replaces_one() {
         let t = ThreadRef::new(format!("intent-{name}"), "u");
         let intent = json!({"__kind__": "started", "tool": "charge"});
         let done = json!({"__kind__": "raw", "value": "charged"});
-        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent.clone())], None).await.unwrap(), 1, "{name}");
+        assert_eq!(
+            s.ledger_put_many(&t, &ledger_rows(&[("m:c".into(), intent.clone())]), None).await.unwrap(),
+            1,
+            "{name}"
+        );
         assert!(is_intent(&s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"]), "{name}");
         // A second intent (a re-run after a crash) changes nothing.
-        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), intent.clone())], None).await.unwrap(), 0, "{name}");
-        assert_eq!(s.ledger_put_many(&t, &[("m:c".into(), done.clone())], None).await.unwrap(), 1, "{name}");
+        assert_eq!(
+            s.ledger_put_many(&t, &ledger_rows(&[("m:c".into(), intent.clone())]), None).await.unwrap(),
+            0,
+            "{name}"
+        );
+        assert_eq!(
+            s.ledger_put_many(&t, &ledger_rows(&[("m:c".into(), done.clone())]), None).await.unwrap(),
+            1,
+            "{name}"
+        );
         assert_eq!(s.ledger_get(&t, &["m:c".into()]).await.unwrap()["m:c"], done, "{name}");
         // Completed: neither an intent nor another result replaces it.
         let other = json!({"__kind__": "raw", "value": "again"});
         assert_eq!(
-            s.ledger_put_many(&t, &[("m:c".into(), intent), ("m:c".into(), other)], None).await.unwrap(),
+            s.ledger_put_many(&t, &ledger_rows(&[("m:c".into(), intent), ("m:c".into(), other)]), None).await.unwrap(),
             0,
             "{name}"
         );
@@ -582,9 +602,13 @@ async fn ledger_begin_returns_what_was_there_and_writes_intents_only_where_nothi
         let t = ThreadRef::new(format!("begin-{name}"), "u");
         let intent = |tool: &str| json!({"__kind__": "started", "tool": tool});
         let done = json!({"__kind__": "raw", "value": "charged"});
-        s.ledger_put_many(&t, &[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))], None)
-            .await
-            .unwrap();
+        s.ledger_put_many(
+            &t,
+            &ledger_rows(&[("m:done".into(), done.clone()), ("m:crashed".into(), intent("old"))]),
+            None,
+        )
+        .await
+        .unwrap();
         let wanted = [("m:done".into(), intent("a")), ("m:crashed".into(), intent("b")), ("m:new".into(), intent("c"))];
         let (found, written) = s.ledger_begin(&t, &wanted, &[], None).await.unwrap();
         assert!(written.is_ok(), "{name}");
@@ -618,7 +642,7 @@ async fn ledger_begin_reads_the_old_format_keys_along_and_never_writes_them() {
     for (name, s) in backends(&dir).await {
         let t = ThreadRef::new(format!("legacy-{name}"), "u");
         let done = json!({"__kind__": "raw", "value": "charged by 10xGraph"});
-        s.ledger_put_many(&t, &[("m1:call_1".into(), done.clone())], None).await.unwrap();
+        s.ledger_put_many(&t, &ledger_rows(&[("m1:call_1".into(), done.clone())]), None).await.unwrap();
         let intents = [(r#"["m1","call_1"]"#.to_owned(), json!({"__kind__": "started", "tool": "a"}))];
         let old = ["m1:call_1".to_owned(), "m1:call_2".to_owned()];
         let (found, written) = s.ledger_begin(&t, &intents, &old, None).await.unwrap();
@@ -637,7 +661,9 @@ async fn ledger_mark_replaces_intents_with_intents_and_nothing_else() {
         let started = json!({"__kind__": "started", "tool": "charge", "run_id": "r1"});
         let paused = json!({"__kind__": "started", "tool": "charge", "run_id": "r1", "paused": true});
         let done = json!({"__kind__": "raw", "value": "ok"});
-        s.ledger_put_many(&t, &[("a".into(), started.clone()), ("b".into(), done.clone())], None).await.unwrap();
+        s.ledger_put_many(&t, &ledger_rows(&[("a".into(), started.clone()), ("b".into(), done.clone())]), None)
+            .await
+            .unwrap();
         let marks = [("a".into(), paused.clone()), ("b".into(), paused.clone()), ("none".into(), paused.clone())];
         assert_eq!(s.ledger_mark(&t, &marks, None).await.unwrap(), 1, "{name}");
         let now = s.ledger_get(&t, &["a".into(), "b".into(), "none".into()]).await.unwrap();
@@ -645,10 +671,10 @@ async fn ledger_mark_replaces_intents_with_intents_and_nothing_else() {
         assert_eq!((now["a"].clone(), now["b"].clone()), (paused.clone(), done.clone()), "{name}");
         // A result over a paused row wins, as over any intent; a mark never replaces a result.
         assert_eq!(s.ledger_mark(&t, &[("a".into(), done.clone())], None).await.unwrap(), 0, "{name}");
-        s.ledger_put_many(&t, &[("a".into(), done.clone())], None).await.unwrap();
+        s.ledger_put_many(&t, &ledger_rows(&[("a".into(), done.clone())]), None).await.unwrap();
         assert_eq!(s.ledger_get(&t, &["a".into()]).await.unwrap()["a"], done, "{name}");
         // Fenced like every ledger write.
-        s.ledger_put_many(&t, &[("c".into(), started.clone())], None).await.unwrap();
+        s.ledger_put_many(&t, &ledger_rows(&[("c".into(), started.clone())]), None).await.unwrap();
         let token = acquired(s.lease_acquire(&t.thread_id, &lease_req("run-1", 5000, None)).await.unwrap());
         let err = s.ledger_mark(&t, &[("c".into(), paused.clone())], Some(token + 1)).await.unwrap_err();
         assert!(matches!(err, StoreError::Fenced { .. }), "{name}: {err:?}");
@@ -903,7 +929,7 @@ async fn a_runs_ledger_write_never_brings_back_a_thread_deleted_under_it() {
         let tok = acquired(s.lease_acquire(&t.thread_id, &lease_req("run", 60_000, None)).await.unwrap());
         s.put_step(&t, StepWrite { fence: Some(tok), ..step(0, &running, &[]) }).await.unwrap();
         s.clean_thread(&t).await.unwrap();
-        let put = s.ledger_put_many(&t, &[("m:c1".into(), done.clone())], Some(tok)).await;
+        let put = s.ledger_put_many(&t, &ledger_rows(&[("m:c1".into(), done.clone())]), Some(tok)).await;
         assert!(matches!(put, Err(StoreError::Fenced { current: None, .. })), "{name}: {put:?}");
         let mark = s.ledger_mark(&t, &[("m:c1".into(), started.clone())], Some(tok)).await;
         assert!(matches!(mark, Err(StoreError::Fenced { current: None, .. })), "{name}: {mark:?}");
@@ -915,7 +941,11 @@ async fn a_runs_ledger_write_never_brings_back_a_thread_deleted_under_it() {
         s.lease_release(&t.thread_id, tok).await.unwrap();
         assert!(s.lease_get(&t.thread_id).await.unwrap().is_none(), "{name}");
         // Outside a run, a ledger write still makes its thread.
-        assert_eq!(s.ledger_put_many(&t, &[("m:c1".into(), done.clone())], None).await.unwrap(), 1, "{name}");
+        assert_eq!(
+            s.ledger_put_many(&t, &ledger_rows(&[("m:c1".into(), done.clone())]), None).await.unwrap(),
+            1,
+            "{name}"
+        );
         assert_eq!(s.thread_owner(&t.thread_id).await.unwrap().as_deref(), Some("u"), "{name}");
     }
 }

@@ -7,7 +7,9 @@ mod common;
 
 use common::stores::backends;
 use serde_json::{Value, json};
-use tenxgraph::store::{LeaseAttempt, LeaseRequest, StepWrite, StoreError, StoredMessage, ThreadRef};
+use tenxgraph::store::{
+    LeaseAttempt, LeaseRequest, LedgerRow, StepWrite, StoreError, StoredMessage, ThreadRef, shared_json,
+};
 
 fn msg(id: &str) -> StoredMessage {
     StoredMessage::new(id, &json!({"message_id": id, "role": "tool", "content": [{"type": "text", "text": id}]}))
@@ -24,6 +26,11 @@ fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepW
         in_tx: None,
         previous_mark: None,
     }
+}
+
+/// Ledger rows as the stores take them (the values as shared text).
+fn ledger_rows(r: &[(String, Value)]) -> Vec<LedgerRow> {
+    r.iter().map(|(k, v)| (k.clone(), shared_json(v))).collect()
 }
 
 fn result(v: &str) -> Value {
@@ -62,7 +69,9 @@ async fn rows_and_step_commit_together_and_keep_the_ledger_rules() {
         // An intent of an earlier attempt, and a result already recorded: the step's rows replace
         // the first and leave the second.
         let started = json!({"__kind__": "started", "tool": "t"});
-        s.ledger_put_many(&t, &[("m:1".into(), started), ("m:2".into(), result("first"))], None).await.unwrap();
+        s.ledger_put_many(&t, &ledger_rows(&[("m:1".into(), started), ("m:2".into(), result("first"))]), None)
+            .await
+            .unwrap();
         let rows = vec![
             ("m:1".to_owned(), result("one")),
             ("m:2".to_owned(), result("second")),
@@ -70,7 +79,7 @@ async fn rows_and_step_commit_together_and_keep_the_ledger_rules() {
         ];
         let st2 = json!({"n": 2});
         let ms = [msg(&format!("{name}-b"))];
-        assert_eq!(s.put_step_with_ledger(&t, step(1, &st2, &ms), &rows).await.unwrap(), 2, "{name}");
+        assert_eq!(s.put_step_with_ledger(&t, step(1, &st2, &ms), &ledger_rows(&rows)).await.unwrap(), 2, "{name}");
         let got = s.ledger_get(&t, &["m:1".into(), "m:2".into(), "m:3".into()]).await.unwrap();
         assert_eq!(got["m:1"], result("one"), "{name}");
         assert_eq!(got["m:2"], result("first"), "{name}: the first result wins");
@@ -91,7 +100,7 @@ async fn a_stale_step_writes_none_of_its_rows() {
         s.put_step(&t, step(1, &st, &[])).await.unwrap();
         let rows = vec![("m:x".to_owned(), result("x"))];
         let ms = [msg(&format!("{name}-stale"))];
-        match s.put_step_with_ledger(&t, step(1, &st, &ms), &rows).await {
+        match s.put_step_with_ledger(&t, step(1, &st, &ms), &ledger_rows(&rows)).await {
             Err(StoreError::Stale { expected: 1, current: 2, .. }) => {}
             other => panic!("{name}: expected Stale, got {other:?}"),
         }
@@ -113,11 +122,14 @@ async fn a_superseded_lease_writes_neither_and_the_last_step_releases_after_its_
         let new = token(s.lease_acquire(&tid, &lease("new", Some(old))).await.unwrap());
         let rows = vec![("m:f".to_owned(), result("late"))];
         let w = StepWrite { fence: Some(old), ..step(1, &st, &[]) };
-        assert!(matches!(s.put_step_with_ledger(&t, w, &rows).await, Err(StoreError::Fenced { .. })), "{name}");
+        assert!(
+            matches!(s.put_step_with_ledger(&t, w, &ledger_rows(&rows)).await, Err(StoreError::Fenced { .. })),
+            "{name}"
+        );
         assert!(s.ledger_get(&t, &["m:f".into()]).await.unwrap().is_empty(), "{name}");
         // The holder's last commit: its rows go in although the same transaction frees the lease.
         let w = StepWrite { fence: Some(new), release_lease: true, ..step(1, &st, &[]) };
-        assert_eq!(s.put_step_with_ledger(&t, w, &rows).await.unwrap(), 2, "{name}");
+        assert_eq!(s.put_step_with_ledger(&t, w, &ledger_rows(&rows)).await.unwrap(), 2, "{name}");
         assert_eq!(s.ledger_get(&t, &["m:f".into()]).await.unwrap()["m:f"], result("late"), "{name}");
         assert!(s.lease_get(&tid).await.unwrap().unwrap().released, "{name}");
     }
@@ -132,7 +144,7 @@ async fn another_users_thread_gets_neither_under_isolation() {
         s.put_step(&alice, step(0, &st, &[])).await.unwrap();
         let mallory = ThreadRef::new(format!("iso:{name}"), "mallory");
         let rows = vec![("m:i".to_owned(), result("m"))];
-        let err = s.put_step_with_ledger(&mallory, step(1, &st, &[]), &rows).await.unwrap_err();
+        let err = s.put_step_with_ledger(&mallory, step(1, &st, &[]), &ledger_rows(&rows)).await.unwrap_err();
         assert!(matches!(err, StoreError::Forbidden { .. }), "{name}: {err:?}");
         assert!(s.ledger_get(&alice, &["m:i".into()]).await.unwrap().is_empty(), "{name}");
         assert_eq!(s.load(&alice).await.unwrap().unwrap().version, 1, "{name}");

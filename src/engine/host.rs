@@ -176,7 +176,7 @@ pub trait NodeHost: Send + Sync {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
     }
     /// Whether a recorded envelope can be turned back into a result (else the tool runs).
-    fn accept_replay(&self, _node: &str, _index: usize, _envelope: &Value) -> bool {
+    fn accept_replay(&self, _node: &str, _index: usize, _envelope: &serde_json::value::RawValue) -> bool {
         true
     }
     /// Runs call `index`, recorded under `ledger_key` (None: no ledger for this call). Dropping
@@ -207,7 +207,7 @@ pub trait NodeHost: Send + Sync {
             idempotency_key.as_deref().unwrap_or("none")
         );
         Ok(UnknownAnswer::Answer(ToolRun {
-            envelope: serde_json::json!({"__kind__": "raw", "value": text}),
+            envelope: crate::store::shared_json(&serde_json::json!({"__kind__": "raw", "value": text})),
             record: false,
             is_error: true,
         }))

@@ -8,7 +8,7 @@ pub use record::{Carried, CarriedRow, ledger_rows, write_carried};
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
 use crate::metrics::{add_duration, inc, metrics};
-use crate::store::{Checkpointer, INTENT_KIND, StoreError, is_intent, is_paused};
+use crate::store::{Checkpointer, INTENT_KIND, SharedJson, StoreError, is_intent, is_paused, shared_json};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -102,8 +102,8 @@ impl ToolBatch {
 /// A tool that ran to an answer (an error message the model can read counts as an answer).
 #[derive(Debug, Clone)]
 pub struct ToolRun {
-    /// `{"__kind__": "message" | "raw", "value": ...}`
-    pub envelope: Value,
+    /// `{"__kind__": "message" | "raw", "value": ...}`, as the host's text.
+    pub envelope: SharedJson,
     /// False for answers that must not be replayed (e.g. malformed arguments: the tool never ran).
     pub record: bool,
     /// The answer is a tool error (still recorded, so a replay gives the same error).
@@ -114,10 +114,10 @@ pub struct ToolRun {
 #[derive(Debug, Clone)]
 pub enum ToolOutcome {
     /// Answered from the ledger (the tool did not run); the recorded envelope.
-    Replayed(Value),
+    Replayed(SharedJson),
     /// The tool ran to this answer (recorded in the ledger when the run's `record` says so; a
     /// failed record is logged, and a replay may run the call again).
-    Ran(Value),
+    Ran(SharedJson),
     /// The tool exceeded `tool_timeout` and was cancelled (NODE_TIMEOUT_002 for the model).
     TimedOut {
         /// The timeout, in seconds.
@@ -204,9 +204,10 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
             replay_kept.push(CarriedRow { key: k.clone(), result: r.envelope, tool: r.tool });
             continue;
         }
+        let replay =
+            |env: &Value| is_valid_envelope(env).then(|| shared_json(env)).filter(|e| host.accept_replay(node, i, e));
         let plan = match (row, old) {
-            (Some(env), _) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
-            (_, Some(env)) if is_valid_envelope(env) && host.accept_replay(node, i, env) => Plan::Replay(env.clone()),
+            _ if let Some(env) = row.and_then(replay).or_else(|| old.and_then(replay)) => Plan::Replay(env),
             _ if closing => Plan::Refuse(NOT_ANSWERED),
             (Some(env), _) if is_paused(env) => Plan::Resume,
             (Some(env), _) if is_intent(env) => Plan::Unknown,
@@ -270,7 +271,7 @@ once; try again later [TOOL_LEDGER_UNAVAILABLE]";
 /// What the handler does with one call.
 #[derive(Debug, Clone)]
 enum Plan {
-    Replay(Value),
+    Replay(SharedJson),
     Run,
     /// Found started but never completed: an earlier attempt may or may not have taken effect.
     Unknown,
@@ -535,7 +536,9 @@ async fn run_one<H: NodeHost + ?Sized>(
                 // A node of idempotent calls wrote no intent rows: where there was no started row
                 // to mark, the paused row is inserted (a result already there is never replaced).
                 let written = match store.ledger_mark(&cfg.thread, &mark, fence).await {
-                    Ok(0) if !recorder.intents_written => store.ledger_put_many(&cfg.thread, &mark, fence).await,
+                    Ok(0) if !recorder.intents_written => {
+                        store.ledger_put_many(&cfg.thread, &[(k.clone(), shared_json(&mark[0].1))], fence).await
+                    }
                     other => other,
                 };
                 match written {

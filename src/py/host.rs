@@ -7,12 +7,13 @@ use crate::engine::{
     BoxError, EngineError, ExecMeta, HostFailure, Lifecycle, MsgCursor, NodeHost, NodeOutput, RouteValue, SideEffects,
     Snapshot, Stored, ToolBatch, ToolCall, ToolOutcome, ToolRun, UnknownAnswer,
 };
-use crate::store::{KnownHead, RawJson, STATE_META_KEY, StoredMessage};
+use crate::store::{KnownHead, RawJson, STATE_META_KEY, StoredMessage, shared_json_from_text};
 use async_trait::async_trait;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The engine's `NodeHost` for a Python run: node, tool and lifecycle calls go to the Python
 /// `Run` object on its event loop.
@@ -273,7 +274,7 @@ impl NodeHost for PyHost {
         let Some((envelope, record, is_error)) = answer else {
             return Ok(UnknownAnswer::Retry);
         };
-        let envelope = serde_json::from_str(&envelope).map_err(|e| HostFailure::Raised {
+        let envelope = shared_json_from_text(envelope).map_err(|e| HostFailure::Raised {
             error_type: "SerializationError".into(),
             message: e.to_string(),
             cause: Box::new(e),
@@ -281,8 +282,8 @@ impl NodeHost for PyHost {
         Ok(UnknownAnswer::Answer(ToolRun { envelope, record, is_error }))
     }
 
-    fn accept_replay(&self, node: &str, index: usize, envelope: &Value) -> bool {
-        let text = envelope.to_string();
+    fn accept_replay(&self, node: &str, index: usize, envelope: &RawValue) -> bool {
+        let text = envelope.get();
         Python::attach(|py| {
             self.run
                 .bind(py)
@@ -307,7 +308,7 @@ impl NodeHost for PyHost {
         let out = task.await.map_err(classify)?;
         let (envelope, record, is_error) =
             Python::attach(|py| out.bind(py).extract::<(String, bool, bool)>()).map_err(classify)?;
-        let envelope = serde_json::from_str(&envelope).map_err(|e| {
+        let envelope = shared_json_from_text(envelope).map_err(|e| {
             // The Python side keeps results within what this parser takes; reaching here is a bug,
             // and the tool did run: say so loudly.
             tracing::error!(

@@ -12,7 +12,7 @@ use super::bridge::{Locals, PyTask};
 use crate::store::{
     Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore, PruneReport,
     PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
-    is_intent,
+    is_intent, is_intent_text,
 };
 use async_trait::async_trait;
 use pyo3::prelude::*;
@@ -246,13 +246,13 @@ impl Checkpointer for PyStore {
     async fn ledger_put_many(
         &self,
         t: &ThreadRef,
-        entries: &[(String, Value)],
+        entries: &[crate::store::LedgerRow],
         fence: Option<i64>,
     ) -> StoreResult<usize> {
         let written = self.mem.ledger_put_many(t, entries, fence).await?;
         // Intent records stay in process: the Python ledger holds results only.
         let results: Vec<(String, String)> =
-            entries.iter().filter(|(_, v)| !is_intent(v)).map(|(k, v)| (k.clone(), v.to_string())).collect();
+            entries.iter().filter(|(_, v)| !is_intent_text(v)).map(|(k, v)| (k.clone(), v.get().to_owned())).collect();
         if !results.is_empty() {
             let (tid, uid) = Self::key(t);
             self.call("ledger_put", move |a| a.call_method1("ledger_put", (tid, uid, results))).await?;

@@ -8,8 +8,8 @@
 use super::errors::store_err;
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
 use crate::store::{
-    Checkpointer, LazyStore, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError,
-    StoredMessage, ThreadRef, ThreadRow,
+    Checkpointer, LazyStore, LedgerRow, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError,
+    StoredMessage, ThreadRef, ThreadRow, shared_json_from_text,
 };
 use pyo3::BoundObject;
 use pyo3::exceptions::PyValueError;
@@ -84,15 +84,18 @@ where
 }
 
 /// One ledger row; `late` as `ledger_put` says (the thread must exist, no token checked).
-async fn put_one(s: &dyn Checkpointer, t: &ThreadRef, key: &str, v: &Value, late: bool) -> Result<bool, StoreError> {
-    if !late {
-        return s.ledger_put(t, key, v).await;
-    }
-    Ok(s.ledger_put_many(t, &[(key.to_owned(), v.clone())], Some(crate::store::THREAD_MUST_EXIST)).await? > 0)
+async fn put_one(s: &dyn Checkpointer, t: &ThreadRef, row: LedgerRow, late: bool) -> Result<bool, StoreError> {
+    let fence = late.then_some(crate::store::THREAD_MUST_EXIST);
+    Ok(s.ledger_put_many(t, &[row], fence).await? > 0)
 }
 
 fn json_in(s: &str) -> PyResult<Value> {
     serde_json::from_str(s).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
+}
+
+/// A ledger row from the host: its text is checked to be one JSON value, and kept as it is.
+fn row_in(key: String, json: String) -> PyResult<LedgerRow> {
+    Ok((key, shared_json_from_text(json).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))?))
 }
 
 fn messages_in(msgs: Vec<(String, String)>) -> PyResult<Vec<StoredMessage>> {
@@ -518,8 +521,8 @@ impl NativeStore {
         late: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        let v = json_in(&result_json)?;
-        awaitable(py, async move { put_one(&*s, &t(thread_id, user_id).scoped(owner_scoped), &key, &v, late).await })
+        let row = row_in(key, result_json)?;
+        awaitable(py, async move { put_one(&*s, &t(thread_id, user_id).scoped(owner_scoped), row, late).await })
     }
 
     /// One page of recovery's candidates (`engine::recovery_candidates`): threads whose latest
@@ -562,13 +565,12 @@ impl NativeStore {
     ) -> PyResult<bool> {
         super::runtime::check_not_forked()?;
         let s = self.inner.clone();
-        let v = json_in(&result_json)?;
+        let row = row_in(key, result_json)?;
         let limit =
             std::time::Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 30.0 });
         let r = py.detach(|| {
-            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
-                tokio::time::timeout(limit, put_one(&*s, &t(thread_id, user_id), &key, &v, true)).await
-            })
+            pyo3_async_runtimes::tokio::get_runtime()
+                .block_on(async { tokio::time::timeout(limit, put_one(&*s, &t(thread_id, user_id), row, true)).await })
         });
         match r {
             Ok(Ok(inserted)) => Ok(inserted),

@@ -92,7 +92,7 @@ impl Checkpointer for LazyStore {
         &self,
         t: &ThreadRef,
         w: StepWrite<'_>,
-        rows: &[(String, Value)],
+        rows: &[super::LedgerRow],
     ) -> StoreResult<i64> {
         self.get().await?.put_step_with_ledger(t, w, rows).await
     }
@@ -212,7 +212,7 @@ impl Checkpointer for LazyStore {
     async fn ledger_put_many(
         &self,
         t: &ThreadRef,
-        entries: &[(String, Value)],
+        entries: &[super::LedgerRow],
         fence: Option<i64>,
     ) -> StoreResult<usize> {
         self.get().await?.ledger_put_many(t, entries, fence).await

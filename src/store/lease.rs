@@ -142,6 +142,19 @@ pub fn is_intent(v: &serde_json::Value) -> bool {
     v.get("__kind__").and_then(serde_json::Value::as_str) == Some(INTENT_KIND)
 }
 
+/// `is_intent` of a row kept as text: only its `__kind__` is read (the rest is skipped, not
+/// built). A text that is not an object is not an intent.
+pub fn is_intent_text(raw: &serde_json::value::RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "__kind__", borrow, default)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    // A derived struct also reads a JSON array (by position): only an object may be a record.
+    raw.get().trim_start().starts_with('{')
+        && serde_json::from_str::<Kind<'_>>(raw.get()).is_ok_and(|k| k.kind.as_deref() == Some(INTENT_KIND))
+}
+
 /// An intent record of a call that reached `interrupt()` and paused cleanly with its run: a pause,
 /// not a crash. The resumed run marks it started again before running the call.
 pub fn is_paused(v: &serde_json::Value) -> bool {
@@ -157,4 +170,28 @@ pub fn is_completed_state(state: &serde_json::Value) -> bool {
 /// candidates; whether the run is alive is the lease's question).
 pub fn is_running_state(state: &serde_json::Value) -> bool {
     state.pointer("/execution_meta/status").and_then(serde_json::Value::as_str) == Some("running")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INTENT_KIND, is_intent, is_intent_text};
+    use serde_json::json;
+
+    #[test]
+    fn an_intent_read_from_text_agrees_with_one_read_from_a_value() {
+        for v in [
+            json!({"__kind__": INTENT_KIND, "tool": "pay"}),
+            json!({"tool": "pay", "__kind__": INTENT_KIND, "paused": true}),
+            json!({"__kind__": "message", "value": {"__kind__": INTENT_KIND}}),
+            json!({"__kind__": "raw", "value": 1}),
+            json!([INTENT_KIND]),
+            json!(INTENT_KIND),
+            json!({}),
+        ] {
+            let raw = serde_json::value::to_raw_value(&v).unwrap();
+            assert_eq!(is_intent_text(&raw), is_intent(&v), "{v}");
+        }
+        let escaped = serde_json::value::RawValue::from_string(r#"{"__kind__": "started"}"#.into()).unwrap();
+        assert!(is_intent_text(&escaped));
+    }
 }

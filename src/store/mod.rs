@@ -31,15 +31,15 @@ pub use inspect::{LedgerEntry, StateVersion};
 pub use lazy::{LazyStore, Opener};
 pub use lease::{
     INTENT_KIND, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, THREAD_MUST_EXIST, fence_ok,
-    is_completed_state, is_intent, is_paused, is_running_state, may_take,
+    is_completed_state, is_intent, is_intent_text, is_paused, is_running_state, may_take,
 };
 pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    Checkpoint, KnownHead, LegacyCache, MESSAGES_CHANGED, RawJson, StepWrite, StoredMessage, ThreadRef, ThreadRow,
-    TxHook, WRITE_MARK_PATH, chained_state, decode_raw, mark_messages_changed, raw_json, raw_json_from_text,
-    set_write_mark, write_mark, write_mark_json_path,
+    Checkpoint, KnownHead, LedgerRow, LegacyCache, MESSAGES_CHANGED, RawJson, SharedJson, StepWrite, StoredMessage,
+    ThreadRef, ThreadRow, TxHook, WRITE_MARK_PATH, chained_state, decode_raw, mark_messages_changed, raw_json,
+    raw_json_from_text, set_write_mark, shared_json, shared_json_from_text, write_mark, write_mark_json_path,
 };
 pub use unrecorded::{Unrecorded, UnrecordedResults};
 
@@ -90,12 +90,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// `w.fence`) in the same transaction: both or neither. The default writes the rows first, in
     /// their own commit, and writes no step when they fail; it is not atomic, which is why
     /// `joins_ledger_to_step` says false for it.
-    async fn put_step_with_ledger(
-        &self,
-        t: &ThreadRef,
-        w: StepWrite<'_>,
-        rows: &[(String, Value)],
-    ) -> StoreResult<i64> {
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[LedgerRow]) -> StoreResult<i64> {
         if !rows.is_empty() {
             self.ledger_put_many(t, rows, w.fence).await?;
         }
@@ -256,12 +251,7 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// an intent record is written only where no row exists, and a result replaces an intent.
     /// With `fence`, nothing is written (`StoreError::Fenced`) unless the thread's lease still
     /// carries that token. Returns how many rows were written.
-    async fn ledger_put_many(
-        &self,
-        t: &ThreadRef,
-        entries: &[(String, Value)],
-        fence: Option<i64>,
-    ) -> StoreResult<usize>;
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[LedgerRow], fence: Option<i64>) -> StoreResult<usize>;
 
     /// Replaces intent records, and only intent records, with other intent records (a call marked
     /// paused at `interrupt()`, or started again when its thread is resumed); a key whose row is a
@@ -285,7 +275,8 @@ pub trait Checkpointer: Send + Sync + 'static {
     ) -> StoreResult<(HashMap<String, Value>, Result<(), StoreError>)> {
         let keys: Vec<String> = intents.iter().map(|(k, _)| k.clone()).chain(also_read.iter().cloned()).collect();
         let found = self.ledger_get(t, &keys).await?;
-        let missing: Vec<(String, Value)> = intents.iter().filter(|(k, _)| !found.contains_key(k)).cloned().collect();
+        let missing: Vec<LedgerRow> =
+            intents.iter().filter(|(k, _)| !found.contains_key(k)).map(|(k, v)| (k.clone(), shared_json(v))).collect();
         if missing.is_empty() {
             return Ok((found, Ok(())));
         }
@@ -297,7 +288,7 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Records one tool result; true when this call inserted it (false: a result was already there).
     async fn ledger_put(&self, t: &ThreadRef, key: &str, result: &Value) -> StoreResult<bool> {
-        Ok(self.ledger_put_many(t, &[(key.to_owned(), result.clone())], None).await? > 0)
+        Ok(self.ledger_put_many(t, &[(key.to_owned(), shared_json(result))], None).await? > 0)
     }
 
     /// Takes the thread's lease when it is free, expired, released or `req.steal` names its

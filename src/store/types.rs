@@ -69,7 +69,7 @@ impl PartialEq for StoredMessage {
 
 /// A stored text decoded. It was checked to be one JSON value when it was made, so this cannot
 /// fail on a valid `RawJson`; `Null` stands in should it ever do.
-pub fn decode_raw(raw: &RawJson) -> Value {
+pub fn decode_raw(raw: &serde_json::value::RawValue) -> Value {
     serde_json::from_str(raw.get()).unwrap_or(Value::Null)
 }
 
@@ -88,6 +88,26 @@ pub fn raw_json(v: &Value) -> RawJson {
 /// error here, as a decode was before).
 pub fn raw_json_from_text(text: String) -> serde_json::Result<RawJson> {
     serde_json::value::RawValue::from_string(text)
+}
+
+/// A JSON document as validated text, shared: a tool's result envelope goes from the host to the
+/// ledger (the recorder's queue, the step commit that carries it, the memory store's map, a result
+/// kept after a failed write) without being decoded into a `Value`, copied, or written out again.
+/// Decoding it was the Rust core's largest cost per tool call; its ints past 64 bits came back
+/// floats besides.
+pub type SharedJson = std::sync::Arc<serde_json::value::RawValue>;
+
+/// One ledger row as the stores write it: the ledger key and the recorded document.
+pub type LedgerRow = (String, SharedJson);
+
+/// `v` as shared text.
+pub fn shared_json(v: &Value) -> SharedJson {
+    raw_json(v).into()
+}
+
+/// A text checked to be one JSON value, shared.
+pub fn shared_json_from_text(text: String) -> serde_json::Result<SharedJson> {
+    Ok(raw_json_from_text(text)?.into())
 }
 
 /// What a run resumes from.

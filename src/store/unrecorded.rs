@@ -14,7 +14,6 @@
 //! results or [`MAX_BYTES`] of them the oldest is dropped, with a warning; a process that cannot
 //! write its ledger for that long has bigger trouble.
 
-use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +34,7 @@ type Key = (String, String, String);
 #[derive(Debug, Clone)]
 pub struct Unrecorded {
     /// The call's ledger envelope, as it would have been recorded.
-    pub envelope: Value,
+    pub envelope: super::SharedJson,
     /// The tool's name.
     pub tool: String,
 }
@@ -91,7 +90,7 @@ impl UnrecordedResults {
 
     /// Keeps the result of a call of thread `t` that completed but could not be recorded.
     pub fn keep(&self, t: &ThreadRef, ledger_key: &str, result: Unrecorded) {
-        let size = result.envelope.to_string().len();
+        let size = result.envelope.get().len();
         let mut kept = self.lock();
         let k = key(t, ledger_key);
         kept.bytes += size;
@@ -168,7 +167,10 @@ mod tests {
     #[test]
     fn a_kept_result_is_taken_once_only_where_the_ledger_has_none_and_the_oldest_goes_first() {
         let kept = UnrecordedResults::default();
-        let r = |v: i64| Unrecorded { envelope: Value::from(v), tool: "pay".into() };
+        let r = |v: i64| Unrecorded {
+            envelope: crate::store::shared_json(&serde_json::Value::from(v)),
+            tool: "pay".into(),
+        };
         kept.keep(&thread("t"), "k1", r(1));
         kept.keep(&thread("t"), "k2", r(2));
         let keys = [Some("k1".to_owned()), Some("k2".to_owned()), None];
@@ -183,7 +185,10 @@ mod tests {
         let first = [Some("n0".to_owned()), Some(format!("n{}", CAPACITY + 4))];
         let got = kept.take(&thread("t"), &first, |_| false);
         assert!(!got.contains_key("n0") && got.contains_key(&format!("n{}", CAPACITY + 4)));
-        let big = |n: usize| Unrecorded { envelope: Value::from("x".repeat(n)), tool: "pay".into() };
+        let big = |n: usize| Unrecorded {
+            envelope: crate::store::shared_json(&serde_json::Value::from("x".repeat(n))),
+            tool: "pay".into(),
+        };
         let by_size = UnrecordedResults::default();
         for i in 0..3 {
             by_size.keep(&thread("t"), &format!("b{i}"), big(MAX_BYTES / 3 + 10));

@@ -5,8 +5,7 @@
 use super::{ToolCall, ToolRun};
 use crate::engine::RunConfig;
 use crate::metrics::{inc, metrics};
-use crate::store::{Checkpointer, StoreError, Unrecorded};
-use serde_json::Value;
+use crate::store::{Checkpointer, LedgerRow, SharedJson, StoreError, Unrecorded};
 use std::sync::Mutex;
 use tokio::sync::oneshot;
 
@@ -97,7 +96,7 @@ impl<'a> Recorder<'a> {
         index: usize,
         key: &str,
         tool: &str,
-        envelope: &Value,
+        envelope: &SharedJson,
     ) -> Result<Recorded, NotRecorded> {
         let (tx, rx) = oneshot::channel();
         let lead = {
@@ -148,7 +147,7 @@ pub struct CarriedRow {
     /// The ledger key.
     pub key: String,
     /// The recorded envelope.
-    pub result: Value,
+    pub result: SharedJson,
     /// The tool's name (for the log line when the row cannot be recorded).
     pub tool: String,
 }
@@ -172,7 +171,7 @@ impl Carried {
 }
 
 /// The rows as the store takes them.
-pub fn ledger_rows(rows: &[CarriedRow]) -> Vec<(String, Value)> {
+pub fn ledger_rows(rows: &[CarriedRow]) -> Vec<LedgerRow> {
     rows.iter().map(|r| (r.key.clone(), r.result.clone())).collect()
 }
 
@@ -215,7 +214,14 @@ impl From<&StoreError> for NotRecorded {
 /// A failure to record is logged, never raised: the side effect already happened and the model
 /// needs the result. The store keeps the result for the thread's next attempt in this process
 /// (`store::UnrecordedResults`), unless the thread is gone.
-fn not_recorded(store: &dyn Checkpointer, cfg: &RunConfig, tool: &str, key: &str, envelope: &Value, e: &NotRecorded) {
+fn not_recorded(
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+    tool: &str,
+    key: &str,
+    envelope: &SharedJson,
+    e: &NotRecorded,
+) {
     inc(&metrics().tool_record_failures);
     if let Some(kept) = store.unrecorded().filter(|_| e.keep) {
         kept.keep(&cfg.thread, key, Unrecorded { envelope: envelope.clone(), tool: tool.to_owned() });

@@ -10,9 +10,9 @@
 use super::UnrecordedResults;
 use super::id_text;
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
-    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent, is_running_state,
-    message_matches, now_secs, page, thread_matches,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport, PruneRules,
+    RawJson, SharedJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent,
+    is_intent_text, is_running_state, message_matches, now_secs, page, shared_json, thread_matches,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -33,8 +33,8 @@ struct ThreadData {
     row: Option<ThreadRow>,
     states: Vec<(i64, Value)>,
     messages: Messages,
-    /// key -> (row, recorded at)
-    ledger: HashMap<String, (Value, f64)>,
+    /// key -> (row, recorded at); a row is kept as the text it came in (see `SharedJson`).
+    ledger: HashMap<String, (SharedJson, f64)>,
 }
 
 #[derive(Default)]
@@ -86,11 +86,11 @@ impl MemoryStore {
 
 /// Ledger rows into a thread's ledger: the first result wins, and a result replaces an intent.
 /// Returns how many were written.
-fn record_rows(d: &mut ThreadData, entries: &[(String, Value)]) -> usize {
+fn record_rows(d: &mut ThreadData, entries: &[LedgerRow]) -> usize {
     let now = now_secs();
     let mut written = 0;
     for (key, result) in entries {
-        let replaces_intent = d.ledger.get(key).is_some_and(|(v, _)| is_intent(v) && !is_intent(result));
+        let replaces_intent = d.ledger.get(key).is_some_and(|(v, _)| is_intent_text(v) && !is_intent_text(result));
         if replaces_intent || !d.ledger.contains_key(key) {
             d.ledger.insert(key.clone(), (result.clone(), now));
             written += 1;
@@ -205,12 +205,7 @@ impl Checkpointer for MemoryStore {
         true
     }
 
-    async fn put_step_with_ledger(
-        &self,
-        t: &ThreadRef,
-        w: StepWrite<'_>,
-        rows: &[(String, Value)],
-    ) -> StoreResult<i64> {
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[LedgerRow]) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
         // No transaction to be inside of: the hook runs before anything changes, which is what a
@@ -438,15 +433,10 @@ impl Checkpointer for MemoryStore {
         id_text::check_ref(t)?;
         let inner = self.lock();
         let Some(d) = self.readable(&inner, t) else { return Ok(HashMap::new()) };
-        Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), v.clone()))).collect())
+        Ok(keys.iter().filter_map(|k| d.ledger.get(k).map(|(v, _)| (k.clone(), super::decode_raw(v)))).collect())
     }
 
-    async fn ledger_put_many(
-        &self,
-        t: &ThreadRef,
-        entries: &[(String, Value)],
-        fence: Option<i64>,
-    ) -> StoreResult<usize> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[LedgerRow], fence: Option<i64>) -> StoreResult<usize> {
         id_text::check_ref(t)?;
         let mut inner = self.lock();
         inner.fence(&t.thread_id, fence)?;
@@ -467,8 +457,8 @@ impl Checkpointer for MemoryStore {
         let now = now_secs();
         let mut written = 0;
         for (key, mark) in marks {
-            if let Some(row) = d.ledger.get_mut(key).filter(|(v, _)| is_intent(v) && is_intent(mark)) {
-                *row = (mark.clone(), now);
+            if let Some(row) = d.ledger.get_mut(key).filter(|(v, _)| is_intent_text(v) && is_intent(mark)) {
+                *row = (shared_json(mark), now);
                 written += 1;
             }
         }
@@ -520,7 +510,11 @@ impl Checkpointer for MemoryStore {
         let mut rows: Vec<super::LedgerEntry> = d
             .ledger
             .iter()
-            .map(|(k, (v, at))| super::LedgerEntry { key: k.clone(), result: Some(v.clone()), created_at: Some(*at) })
+            .map(|(k, (v, at))| super::LedgerEntry {
+                key: k.clone(),
+                result: Some(super::decode_raw(v)),
+                created_at: Some(*at),
+            })
             .collect();
         rows.sort_by(|a, b| {
             a.created_at.unwrap_or(0.0).total_cmp(&b.created_at.unwrap_or(0.0)).then_with(|| a.key.cmp(&b.key))

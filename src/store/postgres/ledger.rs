@@ -2,11 +2,14 @@
 //! (`tenx_ledger_mark`), the start of a tool node (`tenx_ledger_begin`: lookup and intent records
 //! in one round trip), and the listing.
 
-use super::nul::strip_nul;
+use super::nul::strip_nul_text;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{LedgerEntry, StoreError, StoreResult, ThreadRef};
+use crate::store::{LedgerEntry, LedgerRow, StoreError, StoreResult, ThreadRef, raw_json_from_text, shared_json};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::Row;
+use sqlx::types::Json;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 pub(super) struct Stmts {
@@ -40,18 +43,27 @@ impl Stmts {
 }
 
 /// Keys and values as the two arrays the functions take: the first occurrence of each key (the
-/// first result wins, also within one batch), NULs replaced (PostgreSQL cannot store them).
-pub(super) fn columns(entries: &[(String, Value)]) -> (Vec<String>, Vec<Value>) {
+/// first result wins, also within one batch), NULs replaced (PostgreSQL cannot store them). Each
+/// value goes in as the text it came as (jsonb parses it once, on the server).
+pub(super) fn columns(entries: &[LedgerRow]) -> (Vec<String>, Vec<Json<Cow<'_, RawValue>>>) {
     let mut seen = std::collections::HashSet::new();
     entries
         .iter()
-        .filter(|(k, _)| seen.insert(k.clone()))
+        .filter(|(k, _)| seen.insert(k.as_str()))
         .map(|(k, v)| {
-            let mut v = v.clone();
-            strip_nul(&mut v);
-            (k.clone(), v)
+            let text = match strip_nul_text(v.get()).map(raw_json_from_text) {
+                // Only escapes were swapped, so the text is still one JSON value.
+                Some(Ok(fixed)) => Cow::Owned(fixed),
+                _ => Cow::Borrowed(&**v),
+            };
+            (k.clone(), Json(text))
         })
         .unzip()
+}
+
+/// Intent records (made as values, on a rare path) as ledger rows.
+fn as_rows(entries: &[(String, Value)]) -> Vec<LedgerRow> {
+    entries.iter().map(|(k, v)| (k.clone(), shared_json(v))).collect()
 }
 
 fn by_key(rows: Vec<sqlx::postgres::PgRow>) -> HashMap<String, Value> {
@@ -75,7 +87,7 @@ pub(super) async fn ledger_get(s: &PgStore, t: &ThreadRef, keys: &[String]) -> S
 pub(super) async fn ledger_put_many(
     s: &PgStore,
     t: &ThreadRef,
-    entries: &[(String, Value)],
+    entries: &[LedgerRow],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
     write_rows(s, &s.sql.ledger.put, t, entries, fence).await
@@ -90,7 +102,7 @@ pub(super) async fn ledger_mark(
     if marks.is_empty() {
         return Ok(0);
     }
-    write_rows(s, &s.sql.ledger.mark, t, marks, fence).await
+    write_rows(s, &s.sql.ledger.mark, t, &as_rows(marks), fence).await
 }
 
 /// `tenx_ledger_put` or `tenx_ledger_mark`: same arguments, rows written back.
@@ -98,7 +110,7 @@ async fn write_rows(
     s: &PgStore,
     stmt: &Stmt,
     t: &ThreadRef,
-    entries: &[(String, Value)],
+    entries: &[LedgerRow],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
     let (keys, results) = columns(entries);
@@ -125,7 +137,8 @@ pub(super) async fn ledger_begin(
     if intents.is_empty() {
         return Ok((HashMap::new(), Ok(())));
     }
-    let (keys, values) = columns(intents);
+    let intents = as_rows(intents);
+    let (keys, values) = columns(&intents);
     let read: Vec<String> = also_read.iter().map(|k| k.replace('\0', "\u{FFFD}")).collect();
     let rows = sqlx::query(s.sql.ledger.begin.q())
         .bind(&t.thread_id)

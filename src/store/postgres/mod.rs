@@ -224,7 +224,7 @@ impl Checkpointer for PgStore {
         &self,
         t: &ThreadRef,
         w: StepWrite<'_>,
-        rows: &[(String, Value)],
+        rows: &[crate::store::LedgerRow],
     ) -> StoreResult<i64> {
         self.check_thread(t)?;
         self.check_messages(w.new_messages)?;
@@ -358,7 +358,7 @@ impl Checkpointer for PgStore {
     async fn ledger_put_many(
         &self,
         t: &ThreadRef,
-        entries: &[(String, Value)],
+        entries: &[crate::store::LedgerRow],
         fence: Option<i64>,
     ) -> StoreResult<usize> {
         self.check_thread(t)?;

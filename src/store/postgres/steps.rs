@@ -104,7 +104,7 @@ pub(super) async fn put_step(
     s: &PgStore,
     t: &ThreadRef,
     w: StepWrite<'_>,
-    rows: &[(String, Value)],
+    rows: &[crate::store::LedgerRow],
 ) -> StoreResult<i64> {
     let mut state = w.state.clone();
     strip_nul(&mut state);

@@ -34,7 +34,7 @@ pub(super) async fn ledger_get(s: &SqliteStore, t: &ThreadRef, keys: &[String]) 
 pub(super) async fn ledger_put_many(
     s: &SqliteStore,
     t: &ThreadRef,
-    entries: &[(String, Value)],
+    entries: &[LedgerRow],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
     let mut tx = Tx::write(&s.pool, &s.write_gate, "ledger write").await?;
@@ -56,11 +56,7 @@ pub(super) async fn ledger_put_many(
 
 /// Ledger rows inside the caller's write transaction, whose fence and owner checks are done:
 /// the first result wins, and a result replaces an intent.
-pub(super) async fn rows_in(
-    c: &mut SqliteConnection,
-    t: &ThreadRef,
-    entries: &[(String, Value)],
-) -> StoreResult<usize> {
+pub(super) async fn rows_in(c: &mut SqliteConnection, t: &ThreadRef, entries: &[LedgerRow]) -> StoreResult<usize> {
     let now = now_secs();
     let mut inserted = 0;
     for (key, result) in entries {
@@ -72,7 +68,7 @@ pub(super) async fn rows_in(
         )
         .bind(&t.thread_id)
         .bind(key)
-        .bind(to_text(result))
+        .bind(result.get())
         .bind(now)
         .execute(&mut *c)
         .await

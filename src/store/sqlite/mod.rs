@@ -9,8 +9,9 @@
 use super::UnrecordedResults;
 use super::id_text;
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, PruneReport, PruneRules, RawJson,
-    StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take, now_secs,
+    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport, PruneRules,
+    RawJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take,
+    now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -212,12 +213,7 @@ impl Checkpointer for SqliteStore {
         true
     }
 
-    async fn put_step_with_ledger(
-        &self,
-        t: &ThreadRef,
-        w: StepWrite<'_>,
-        rows: &[(String, Value)],
-    ) -> StoreResult<i64> {
+    async fn put_step_with_ledger(&self, t: &ThreadRef, w: StepWrite<'_>, rows: &[LedgerRow]) -> StoreResult<i64> {
         id_text::check_ref(t)?;
         id_text::check_messages(w.new_messages)?;
         if w.in_tx.is_some() {
@@ -368,12 +364,7 @@ impl Checkpointer for SqliteStore {
         ledger::ledger_get(self, t, keys).await
     }
 
-    async fn ledger_put_many(
-        &self,
-        t: &ThreadRef,
-        entries: &[(String, Value)],
-        fence: Option<i64>,
-    ) -> StoreResult<usize> {
+    async fn ledger_put_many(&self, t: &ThreadRef, entries: &[LedgerRow], fence: Option<i64>) -> StoreResult<usize> {
         id_text::check_ref(t)?;
         let (t, entries) = (t.clone(), entries.to_vec());
         self.in_task("ledger write", move |s| async move { ledger::ledger_put_many(&s, &t, &entries, fence).await })

@@ -54,12 +54,7 @@ pub(super) async fn load_with(
     }))
 }
 
-pub(super) async fn put_step(
-    s: &SqliteStore,
-    t: &ThreadRef,
-    w: StepWrite<'_>,
-    rows: &[(String, Value)],
-) -> StoreResult<i64> {
+pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[LedgerRow]) -> StoreResult<i64> {
     let mut tx = Tx::write(&s.pool, &s.write_gate, "begin step").await?;
     let new_version = step_in(s, tx.conn(), t, w).await?;
     if !rows.is_empty() {
