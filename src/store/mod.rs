@@ -325,7 +325,10 @@ pub trait Checkpointer: Send + Sync + 'static {
     }
 }
 
-const STATE_CACHE_NS: &str = "state_cache";
+/// The generic cache namespace of the state cache of a store without Redis. Users' namespaces
+/// never start with `tenxgraph:` (the Python cache methods refuse it): under `"state_cache"` a
+/// user's `aput_cache_value` replaced, and `aget_cache_value` read, any user's cached state.
+const STATE_CACHE_NS: &str = "tenxgraph:state_cache";
 
 /// The state cache kept in a backend's generic cache (no Redis): same version guard.
 /// `"<a>:<b>"` with `:` and `%` of each part percent-escaped (`%3A`, `%25`): no two (thread,

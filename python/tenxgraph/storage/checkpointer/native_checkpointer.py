@@ -26,6 +26,8 @@ __all__ = ["NativeCheckpointer"]
 
 StateT = TypeVar("StateT", bound=AgentState)
 _VERSION_KEY = "_checkpoint_version"
+# In a state cache entry: when the thread it was cached for was made (see `_thread_born`).
+_CACHED_FOR = "__cached_for_thread__"
 # Versions are 64-bit signed ints in every store.
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _log = run_logger("tenxgraph.checkpointer")
@@ -170,6 +172,31 @@ def _page(search: Any, offset: Any, limit: Any) -> int | None:
     return limit or None
 
 
+# The generic cache's namespaces that the stores keep for themselves (the state cache of a store
+# without Redis): the public cache methods refuse them, so a value cached under any namespace a
+# user names never reads or replaces another user's cached state (it did under "state_cache").
+_RESERVED_CACHE_PREFIX = "tenxgraph:"
+
+
+def _cache_text(field: str, value: Any, *, namespace: bool = False) -> str:
+    """A generic cache namespace or key as stored: ``str(value)`` (10xGraph formats keys into
+    ``f"{namespace}:{key}"``), refused with ``InvalidConfigError`` STORAGE_CONFIG_002 before
+    anything is read or written where a store could not keep it the same on every backend (a NUL,
+    a lone surrogate) or where it names a namespace the stores reserve."""
+    text = value if isinstance(value, str) else str(value)
+    reason = None
+    if "\0" in text:
+        reason = "contains a NUL character, which PostgreSQL cannot store"
+    elif not _utf8(text):
+        reason = "is not valid Unicode (a lone surrogate)"
+    elif namespace and text.startswith(_RESERVED_CACHE_PREFIX):
+        reason = f"starts with {_RESERVED_CACHE_PREFIX!r}, which tenxgraph reserves for its own entries"
+    if reason is not None:
+        raise InvalidConfigError(f"cache {field} {reason}", "STORAGE_CONFIG_002",
+                                 {"field": field, "value": repr(value)[:80]})
+    return text
+
+
 def _utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -282,8 +309,16 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         version = _version_of(config) or 0
         if not _I64_MIN <= version <= _I64_MAX:
             return None
-        return bool(await self._native.state_cache_put(thread_id, user_id, version,
-                                                       json.dumps(self._encode_state(state))))
+        payload = self._encode_state(state)
+        payload[_CACHED_FOR] = await self._thread_born(thread_id, user_id)
+        return bool(await self._native.state_cache_put(thread_id, user_id, version, json.dumps(payload)))
+
+    async def _thread_born(self, thread_id: str, user_id: str) -> float | None:
+        """When the thread's row was made (None: no row, or not this user's to read): with the
+        version, what tells a cached state of this thread from one of a thread deleted since and
+        made again under its id, whose versions start over."""
+        row = await self._native.get_thread(thread_id, user_id)
+        return None if row is None else row[4]
 
     async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
         await check_authz(self, config)
@@ -291,14 +326,19 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         hit = await self._native.state_cache_get(thread_id, user_id)
         if hit is not None:
             version, raw = hit
+            data = json.loads(raw)
+            born = data.pop(_CACHED_FOR, None)
             # Only while it is the thread's latest version (0: nothing committed yet): runs commit
             # without writing the cache (10xGraph's loop rewrote it at every step), so an entry
             # cached before a run, or by a writer that then lost a version check, would be served
-            # as the thread's state.
+            # as the thread's state. And only of this very thread: one deleted (aclean_thread by
+            # another user, aprune) and made again reaches the same versions, and its cached
+            # state was served, with a version that let aput_state write it over the new turns.
             versions = await self._native.state_versions(thread_id, user_id)
-            if version == (versions[0][0] if versions else 0):
+            if (version == (versions[0][0] if versions else 0)
+                    and born == await self._thread_born(thread_id, user_id)):
                 config[_VERSION_KEY] = version
-                return self._decode_state(json.loads(raw))  # type: ignore[return-value]
+                return self._decode_state(data)  # type: ignore[return-value]
             await self._native.state_cache_clear(thread_id, user_id)
             state = await self.aget_state(config)
             if state is not None:
@@ -309,19 +349,23 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     # -- generic cache and stop requests ---------------------------------------------------
 
     async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
+        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
         ttl = _cache_ttl(ttl_seconds)
-        await self._native.cache_put(namespace, key, json.dumps(value), ttl)
+        await self._native.cache_put(ns, k, json.dumps(value), ttl)
         return value
 
     async def aget_cache_value(self, namespace: str, key: str) -> Any:
-        raw = await self._native.cache_get(namespace, key)
+        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+        raw = await self._native.cache_get(ns, k)
         return None if raw is None else json.loads(raw)
 
     async def aclear_cache_value(self, namespace: str, key: str) -> bool:
-        return bool(await self._native.cache_clear(namespace, key))
+        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+        return bool(await self._native.cache_clear(ns, k))
 
     async def alist_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
-        return list(await self._native.cache_keys(namespace, prefix))
+        ns = _cache_text("namespace", namespace, namespace=True)
+        return list(await self._native.cache_keys(ns, None if prefix is None else _cache_text("prefix", prefix)))
 
     async def arequest_stop(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
