@@ -6,11 +6,16 @@ Below both the graph and the checkpointers, which each offer sync wrappers.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["run_sync"]
+__all__ = ["run_loop", "run_sync"]
+
+_log = logging.getLogger("tenxgraph.sync")
 
 # How often a caller blocked in a worker's run looks for its own task's cancellation.
 _POLL_SECONDS = 0.1
@@ -27,7 +32,7 @@ def run_sync(coro: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return run_loop(coro)
     # The caller's task: asyncio.run's Ctrl-C handler cancels it (and raises KeyboardInterrupt
     # only at the second Ctrl-C), which this blocking wait would never see.
     caller = asyncio.current_task()
@@ -48,6 +53,67 @@ def run_sync(coro: Any) -> Any:
     return worker.result
 
 
+def run_loop(coro: Any) -> Any:
+    """``asyncio.run(coro)`` (its Ctrl-C handling, task cancellation and async generator
+    clean-up), except that the loop's default executor is ``_LeftBehind``: a call the run handed
+    to ``asyncio.to_thread`` or ``run_in_executor(None, ...)`` that never returns (a blocking
+    client on a hung server, cut off by ``node_timeout``) is left running when the loop closes.
+    ``asyncio.run`` waited for it without a limit, so a sync ``invoke()`` or ``stream()`` never
+    returned the NodeTimeoutError that ``ainvoke`` raised at once (10xGraph 0.10 does the same;
+    Python 3.12 caps that wait at 300 s)."""
+    executor = _LeftBehind()
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_default_executor(executor)
+        try:
+            return runner.run(coro)
+        finally:
+            executor.closing()
+
+
+class _LeftBehind(concurrent.futures.ThreadPoolExecutor):
+    """A daemon thread per call, never waited for at shutdown (nor at the interpreter's exit,
+    where a ThreadPoolExecutor's threads are joined): a call still running when its loop closes
+    is logged and left to finish, or not, on its own, as a sync tool cut off by its timeout is.
+    A ThreadPoolExecutor only by type (the loop takes no other); none of its threads is made."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="tenxgraph-unused")
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            with self._lock:
+                self._running += 1
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+        threading.Thread(target=work, name="tenxgraph-to-thread", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return None  # see the class: nothing is waited for
+
+    def closing(self) -> None:
+        with self._lock:
+            left = self._running
+        if left:
+            _log.warning("%d call(s) handed to a thread by the run (asyncio.to_thread, run_in_executor) are "
+                         "still running after it ended; they are left behind, not waited for", left,
+                         extra={"event": "thread_calls_left_behind"})
+
+
 class _Worker:
     """``asyncio.run(coro)`` on a thread, cancellable from another."""
 
@@ -63,7 +129,7 @@ class _Worker:
 
     def main(self) -> None:
         try:
-            self.result = asyncio.run(self._run())
+            self.result = run_loop(self._run())
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self.error = exc
         finally:

@@ -18,7 +18,7 @@ from tenxgraph._state_codec import check_state_update, encode_message_shaped
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
 from tenxgraph._stream import Emitter
-from tenxgraph._sync import run_sync
+from tenxgraph._sync import run_loop, run_sync
 from tenxgraph.core.graph._busy_answers import BusyAnswers
 from tenxgraph.core.graph.remote_tool import RemoteToolConfig, attach_remote_tools
 from tenxgraph.runtime.publisher.publish import activate as activate_publisher
@@ -412,7 +412,7 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
 
         def worker() -> None:
             try:
-                asyncio.run(pump())
+                run_loop(pump())
                 out.put(("done", None))
             except BaseException as exc:  # handed to the consumer thread
                 out.put(("error", exc))
