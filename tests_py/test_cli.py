@@ -520,3 +520,37 @@ def test_a_closed_pipe_ends_quietly_without_a_traceback(tmp_path: Path, argv: li
         os.close(write_end)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141, proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["prune", "--keep-versions", "99999999999999999999999", "--dry-run"],
+    ["threads", "list", "--limit", str(2**63)],
+    ["--connect-timeout", "inf", "threads", "list"],
+    ["--connect-timeout", "nan", "threads", "list"],
+], ids=["keep-versions-past-64-bits", "limit-past-64-bits", "timeout-inf", "timeout-nan"])
+def test_an_argument_out_of_range_is_a_usage_error(store: Store, args: list[str]) -> None:
+    # Helper red-team, session 30: an OverflowError ("unexpected", exit 1) or a Rust panic.
+    r = store.run(*args)
+    assert r.rc == 2 and "tenxgraph" in r.err and "error:" in r.err, r
+    assert "Traceback" not in r.err and "panicked" not in r.err, r.err
+
+
+@pytest.mark.parametrize("args", [
+    ["threads", "list", "--since", "1000000d"],
+    ["threads", "list", "--since", "99999999999h"],
+    ["--connect-timeout", "1e300", "threads", "list"],
+], ids=["since-before-year-1", "since-huge-hours", "timeout-1e300"])
+def test_an_extreme_but_meaningful_argument_is_answered(filled: Store, args: list[str]) -> None:
+    # An age before the calendar's first day is every thread (was a traceback); a connect
+    # timeout of 1e300 s is clamped as every timeout is (was a Rust panic on Postgres).
+    r = filled.run(*args, "--json")
+    assert r.rc == 0 and "Traceback" not in r.err and "panicked" not in r.err, r
+    assert len(r.json()) == len(filled.run("threads", "list", "--json").json()) > 0
+
+
+def test_a_pool_timeout_past_any_duration_is_clamped_not_a_panic(pg_dsn: str) -> None:
+    cp = PgCheckpointer(pg_dsn, pool_config={"timeout": float("inf")}, cache_ttl=1e300)
+    try:
+        assert cp.list_threads({"user_id": "nobody"}) == []
+    finally:
+        asyncio.run(cp.arelease())

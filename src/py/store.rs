@@ -186,7 +186,9 @@ impl NativeStore {
         let opts = PgOptions {
             schema,
             max_connections,
-            acquire_timeout: std::time::Duration::from_secs_f64(acquire_timeout),
+            // Clamped as the other timeouts are: `inf` (or 1e300) panicked here, from the CLI's
+            // --connect-timeout and from pool_config={"timeout": ...} alike.
+            acquire_timeout: std::time::Duration::from_secs_f64(acquire_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
             state_history_limit,
             enforce_user_isolation,
             id_type,
@@ -197,7 +199,7 @@ impl NativeStore {
             lock_wait: std::time::Duration::from_secs_f64(lock_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
             ..PgOptions::default()
         };
-        let ttl = std::time::Duration::from_secs_f64(cache_ttl);
+        let ttl = std::time::Duration::from_secs_f64(cache_ttl.min(crate::engine::config::MAX_TIMEOUT_SECONDS));
         let open: Opener = Box::new(move || {
             let (dsn, redis_url, opts) = (dsn.clone(), redis_url.clone(), opts.clone());
             Box::pin(async move {

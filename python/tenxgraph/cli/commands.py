@@ -32,7 +32,12 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
     t = text.strip()
     if t[-1:] in units and t[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(**{units[t[-1]]: float(t[:-1])})
+        try:
+            return now - timedelta(**{units[t[-1]]: float(t[:-1])})
+        except OverflowError:
+            # An age before the calendar's first day (1000000d) means every thread: it was a
+            # traceback.
+            return datetime.min.replace(tzinfo=timezone.utc)
     try:
         when = datetime.fromisoformat(t)
     except ValueError:

@@ -32,6 +32,9 @@ __all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
 EXIT_BROKEN_PIPE = 141
 
 
+_I64_MAX = 2**63 - 1
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -39,6 +42,9 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value > _I64_MAX:
+        # The stores count in 64 bits: past that, an OverflowError ended the command.
+        raise argparse.ArgumentTypeError(f"expected a positive integer below 2**63, got {text!r}")
     return value
 
 
@@ -47,8 +53,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
     return value
 
 
