@@ -11,7 +11,9 @@ from tenxgraph import _async_calls
 from tenxgraph._core import NodeResult
 from tenxgraph._run_values import clear_answers
 from tenxgraph._tool_step import ToolStep
+from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.core.state.agent_state import AgentState
+from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import RemoteToolCallBlock, ToolResultBlock
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
     from tenxgraph.utils.callbacks import CallbackManager
 
-__all__ = ["REMOTE_TOOL_REASON", "RunTools"]
+__all__ = ["REMOTE_TOOL_REASON", "RunTools", "check_remote_answers", "unanswered_calls"]
 
 _log = run_logger("tenxgraph.tools")
 # How long a cancelled run waits for its tool tasks to unwind before recording what finished.
@@ -340,11 +342,70 @@ def remote_id(m: Message) -> str | None:
 
 def _calls_all_answered(context: list[Any]) -> bool:
     """Whether every call of the last message that asked for tools has a tool result after it."""
+    return not unanswered_calls(context)
+
+
+def unanswered_calls(context: list[Any]) -> list[str]:
+    """The ids of the calls of the last message that asked for tools with no tool result after
+    it, in call order."""
     for i in range(len(context) - 1, -1, -1):
         calls = context[i].tools_calls
         if calls:
-            wanted = {str(c.get("id")) for c in calls if isinstance(c, dict)}
-            answered = {str(b.call_id) for m in context[i + 1:] if m.role == "tool"
-                        for b in m.content if isinstance(b, ToolResultBlock)}
-            return wanted <= answered
-    return True
+            answered = _result_ids(context[i + 1:])
+            return [cid for cid in (str(c.get("id")) for c in calls if isinstance(c, dict)) if cid not in answered]
+    return []
+
+
+def _result_ids(messages: list[Any]) -> set[str]:
+    return {str(b.call_id) for m in messages if m.role == "tool" for b in m.content if isinstance(b, ToolResultBlock)}
+
+
+def _refuse_answered_again(state: Any, given: set[str], thread_id: str) -> None:
+    """Results sent for calls the thread has answered already (a client's retry of its results
+    after a lost response): a second answer to one call, which went in as a new turn and had the
+    model answer twice."""
+    again = sorted(given & _result_ids(state.context))
+    if again:
+        raise ThreadBusyError(
+            f"Thread {thread_id!r} has results for tool call(s) {', '.join(map(repr, again))} already: the "
+            "results sent would answer them a second time. Nothing was written.",
+            "STORAGE_BUSY_001",
+            {"thread_id": thread_id, "answered_already": again},
+        )
+
+
+def check_remote_answers(state: Any, sent: list[Message], thread_id: str) -> None:
+    """At a pause for the client's tools, what comes in must be the client's results: a tool
+    message for every call still waiting, before anything else it sends. Anything else (a user
+    message, a bare ``{}``, results for other ids or for some of the calls only) went on past the
+    tool node with calls unanswered, a history every provider refuses from then on (10xGraph
+    0.10 takes it too). Refused as new input while tool calls wait is, ``ThreadBusyError``
+    STORAGE_BUSY_001, before anything is written; so are results, anywhere, for calls the thread
+    has answered already."""
+    lead = []
+    for m in sent:
+        if m.role != "tool":
+            break
+        lead.append(m)
+    meta = state.execution_meta
+    if meta.status != ExecutionStatus.INTERRUPTED_AFTER or meta.interrupt_reason != REMOTE_TOOL_REASON:
+        if lead:
+            _refuse_answered_again(state, _result_ids(lead), thread_id)
+        return
+    waiting = unanswered_calls(state.context)
+    if not waiting:
+        return
+    given = _result_ids(lead)
+    missing = [c for c in waiting if c not in given]
+    stray = sorted(given - set(waiting))
+    if not missing and not stray:
+        return
+    what = (f"it has no result for {', '.join(map(repr, missing))}" if missing
+            else f"{', '.join(map(repr, stray))} answer(s) no call the thread waits for")
+    raise ThreadBusyError(
+        f"Thread {thread_id!r} waits at node {meta.current_node!r} for the client's results of tool call(s) "
+        f"{', '.join(map(repr, waiting))}; send them first, as tool messages: {what}. Nothing was written.",
+        "STORAGE_BUSY_001",
+        {"thread_id": thread_id, "node": meta.current_node, "waiting_for": waiting, "missing": missing,
+         "unknown": stray},
+    )

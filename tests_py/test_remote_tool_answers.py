@@ -1,0 +1,87 @@
+"""What a thread paused for the client's tools takes (helper red-team, session 30).
+
+At a remote-tool pause a user message, a bare ``{}``, or results for other ids went on past the
+tool node with the client's call unanswered (10xGraph 0.10 takes them too): every provider
+refuses such a history from then on. A client's retry of its results after the thread moved on
+answered the call a second time and had the model answer twice. Each is now ``ThreadBusyError``
+STORAGE_BUSY_001 with nothing written; the client's results, alone or followed by more messages,
+still resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import Message
+from tenxgraph.core.exceptions import ThreadBusyError
+from tenxgraph.core.state.message_block import ToolResultBlock
+
+from .kit_agents.remote import build
+
+
+def _result(call_id: str, output: str = "CLIP") -> Message:
+    return Message.tool_message([ToolResultBlock(call_id=call_id, output=output, status="completed")])
+
+
+async def _paused(checkpointer: Any, make_thread: Any) -> tuple[Any, dict[str, Any]]:
+    app = build(checkpointer)
+    cfg = {"thread_id": make_thread("remote"), "user_id": "u1"}
+    await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert state.execution_meta.interrupt_reason == "remote_tool_call"
+    return app, cfg
+
+
+async def _snapshot(checkpointer: Any, cfg: dict[str, Any]) -> tuple[Any, ...]:
+    c = dict(cfg)
+    state = await checkpointer.aget_state(c)
+    return (c["_checkpoint_version"], state.execution_meta.status, state.execution_meta.interrupt_reason,
+            [m.message_id for m in state.context])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("sent", ["user_message", "bare", "other_id", "local_call_id", "state_only"])
+async def test_input_that_is_not_the_clients_results_is_refused_with_nothing_written(
+        checkpointer: Any, make_thread: Any, sent: str) -> None:
+    app, cfg = await _paused(checkpointer, make_thread)
+    before = await _snapshot(checkpointer, cfg)
+    data: dict[str, Any] = {
+        "user_message": {"messages": [Message.text_message("hello?")]},
+        "bare": {},
+        "other_id": {"messages": [_result("zzz")]},
+        # c1 is the local call, answered by the tool node already; c2 is still the client's.
+        "local_call_id": {"messages": [_result("c1", "FAKE"), _result("c2")]},
+        "state_only": {"state": {"context_summary": "x"}},
+    }[sent]
+    with pytest.raises(ThreadBusyError) as e:
+        await app.ainvoke(data, dict(cfg))
+    assert e.value.error_code == "STORAGE_BUSY_001"
+    assert "'c2'" in str(e.value)
+    assert await _snapshot(checkpointer, cfg) == before
+    # The client's results still resume it.
+    out = await app.ainvoke({"messages": [_result("c2")]}, dict(cfg))
+    assert out["messages"][-1].text() == "done: 3 | CLIP"
+
+
+@pytest.mark.asyncio
+async def test_results_sent_again_after_the_thread_moved_on_are_refused(checkpointer: Any, make_thread: Any) -> None:
+    app, cfg = await _paused(checkpointer, make_thread)
+    await app.ainvoke({"messages": [_result("c2")]}, dict(cfg))
+    before = await _snapshot(checkpointer, cfg)
+    with pytest.raises(ThreadBusyError) as e:
+        await app.ainvoke({"messages": [_result("c2", "AGAIN")]}, dict(cfg))
+    assert e.value.error_code == "STORAGE_BUSY_001" and "already" in str(e.value)
+    assert await _snapshot(checkpointer, cfg) == before
+
+
+@pytest.mark.asyncio
+async def test_the_clients_results_followed_by_a_new_message_are_taken(checkpointer: Any, make_thread: Any) -> None:
+    app, cfg = await _paused(checkpointer, make_thread)
+    await app.ainvoke({"messages": [_result("c2"), Message.text_message("and more")]}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    roles = [m.role for m in state.context]
+    # The results answer the waiting call, then the new message is a turn of its own (the kit's
+    # model asks for the tools again).
+    assert roles[:5] == ["user", "assistant", "tool", "tool", "user"], roles
