@@ -23,7 +23,10 @@ __all__ = ["UnstorableValue", "refuse_required_nulls"]
 
 class UnstorableValue(ValueError):
     """A value the stored form cannot hold, named by where it sits (the input update's check
-    puts the key in front)."""
+    puts the key in front). ``error_code`` STORAGE_SERIALIZATION_001, as the other typed errors
+    carry one (it had none)."""
+
+    error_code = "STORAGE_SERIALIZATION_001"
 
 
 # Per model class: [(field, type name, model class the field holds or None)].

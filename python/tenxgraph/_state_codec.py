@@ -42,8 +42,8 @@ def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
     try:
         model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(f"{what} cannot be stored: it would not load back ({exc.error_count()} "
-                         f"invalid field(s)): {exc}") from None
+        raise UnstorableValue(f"{what} cannot be stored: it would not load back ({exc.error_count()} "
+                              f"invalid field(s)): {exc}") from None
 
 
 def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None, exact_ints: bool = False) -> bool:
@@ -64,11 +64,11 @@ def refuse_nonfinite(value: Any, what: str, *, skip: str | None = None, exact_in
     if found is not None:
         path, text = found
         if text == _INT_PAST_64:
-            raise ValueError(f"{what} cannot be stored: {path} is an integer past 64 bits, which a state's JSON "
-                             "does not keep exactly (it would come back a float); store it as a str. Nothing of "
-                             "it was stored")
-        raise ValueError(f"{what} is not valid JSON: {path} is {text}, which JSON cannot hold; "
-                         "nothing of it was stored")
+            raise UnstorableValue(f"{what} cannot be stored: {path} is an integer past 64 bits, which a state's "
+                                  "JSON does not keep exactly (it would come back a float); store it as a str. "
+                                  "Nothing of it was stored")
+        raise UnstorableValue(f"{what} is not valid JSON: {path} is {text}, which JSON cannot hold; "
+                              "nothing of it was stored")
     return reshaped
 
 

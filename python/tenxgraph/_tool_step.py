@@ -15,6 +15,8 @@ from tenxgraph import _sync_calls
 from tenxgraph.core.exceptions import NodeError
 from tenxgraph.core.graph.tool_merge import merge_tool_state
 from tenxgraph.core.graph.tool_output import holds_as_json
+from tenxgraph._required_nulls import refuse_required_nulls
+from tenxgraph._state_codec import refuse_nonfinite
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
@@ -195,16 +197,27 @@ class ToolStep:
         record = bool(outcome.recordable)
         state_json: str | None = None
         if outcome.state_update:
-            try:
-                update = _JSON.dump_python(outcome.state_update, mode="json")
-                if not holds_as_json(update):
-                    raise ValueError("too deep, NaN/inf, or an int past 64 bits")
-                state_json = json.dumps(update)
-            except Exception as exc:
-                record = False
-                _log.error(NOT_RECORDED_MESSAGE, extra={
-                    "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": ledger_key or "",
-                    "error": f"its state update is not JSON-serialisable: {exc}"})
+            refused = _update_refusal(type(self.live), outcome.state_update)
+            if refused is not None:
+                # Recorded without it: with it, every replay of the call (a retry, the close of
+                # the failed node by the next turn) applied it again and failed the same way, and
+                # the thread never took another turn. This attempt still applies it, so the turn
+                # fails naming it (a tool's bug to see), and the result stands for the replay.
+                _log.error("a tool's state update cannot be stored; its result is recorded without it, and a "
+                           "retry of the turn goes on without the update", extra={
+                               "event": "tool_state_update_unstorable", "tool": call.name,
+                               "ledger_key": ledger_key or "", "error": refused})
+            else:
+                try:
+                    update = _JSON.dump_python(outcome.state_update, mode="json")
+                    if not holds_as_json(update):
+                        raise ValueError("too deep, NaN/inf, or an int past 64 bits")
+                    state_json = json.dumps(update)
+                except Exception as exc:
+                    record = False
+                    _log.error(NOT_RECORDED_MESSAGE, extra={
+                        "event": NOT_RECORDED_EVENT, "tool": call.name, "ledger_key": ledger_key or "",
+                        "error": f"its state update is not JSON-serialisable: {exc}"})
         if message_json is None:
             message_json = _message_json(outcome.message)
         return _envelope_text(message_json, state_json), record
@@ -359,6 +372,26 @@ def _parse_call(raw: Any) -> _Call:
         None if call_id is None else str(call_id))
     return _Call(str(call_id) if call_id not in (None, "") else None, str(fn.get("name") or raw.get("name") or ""),
                  fn.get("arguments", raw.get("arguments", "{}")), raw_id=None if raw_id == "" else raw_id)
+
+
+def _update_refusal(state_cls: type[AgentState], update: dict[str, Any]) -> str | None:
+    """Why the state could not store ``update`` (a ToolResult's), or None: the checks a commit
+    makes (NaN and infinities, ints past 64 bits, None where the field takes none), and that the
+    fields load back, made on a state of the class holding only the update. Thread-safe (a sync
+    tool's late result is recorded on its worker thread): it reads no live state."""
+    fields = state_cls.model_fields
+    kept = {k: v for k, v in update.items() if k in fields and k not in ("context", "execution_meta")}
+    if not kept:
+        return None
+    try:
+        trial = state_cls.model_construct(**kept)
+        refuse_nonfinite(trial, "the tool's state update", skip="context", exact_ints=True)
+        refuse_required_nulls(trial, "the tool's state update", skip="context")
+        text = trial.__pydantic_serializer__.to_json(trial, exclude={"context"}, warnings=False)
+        state_cls.__pydantic_validator__.validate_json(text)
+    except Exception as exc:  # noqa: BLE001 - any refusal is the reason given
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _apply_update(state: AgentState, update: dict[str, Any]) -> None:

@@ -313,12 +313,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         payload[_CACHED_FOR] = await self._thread_born(thread_id, user_id)
         return bool(await self._native.state_cache_put(thread_id, user_id, version, json.dumps(payload)))
 
-    async def _thread_born(self, thread_id: str, user_id: str) -> float | None:
+    async def _thread_born(self, thread_id: str, user_id: str) -> str | None:
         """When the thread's row was made (None: no row, or not this user's to read): with the
         version, what tells a cached state of this thread from one of a thread deleted since and
-        made again under its id, whose versions start over."""
+        made again under its id, whose versions start over. As text: a float in the cached JSON
+        came back rounded from SQLite's JSON functions (15 digits), and no entry matched."""
         row = await self._native.get_thread(thread_id, user_id)
-        return None if row is None else row[4]
+        return None if row is None else repr(row[4])
 
     async def aget_state_cache(self, config: dict[str, Any]) -> StateT | None:
         await check_authz(self, config)
