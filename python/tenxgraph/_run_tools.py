@@ -106,6 +106,8 @@ class RunTools:
                     events.node_error(name, state.execution_meta.step, exc)
                 raise
         step.callbacks = self._callbacks
+        index = self._index
+        step.id_in_context = lambda mid: mid in index.ids(state.context)
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
         if self.emitter is not None:

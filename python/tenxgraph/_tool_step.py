@@ -19,7 +19,8 @@ from tenxgraph._required_nulls import refuse_required_nulls
 from tenxgraph._state_codec import refuse_nonfinite
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, run_logger
 from tenxgraph.core.state.agent_state import AgentState
-from tenxgraph.core.state.message import Message
+from tenxgraph._run_values import id_twin
+from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
 from tenxgraph.prebuilt.tools.handoff import handoff_call_target, handoff_message
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, interrupt, pending_interrupt
@@ -72,6 +73,10 @@ class ToolStep:
     # A call cut off after that (a cancel or a Ctrl-C in an after_invoke callback or while its
     # value becomes its message) is still recorded (RunTools.run_tool).
     cut_off: dict[int, Callable[[], Any]] = field(default_factory=dict)
+    # Whether a message id is the context's already (set by RunTools: its id index, no pass over
+    # the history), and the ids this step's results took so far.
+    id_in_context: Callable[[Any], bool] | None = None
+    claimed: set[Any] = field(default_factory=set)
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -102,7 +107,7 @@ class ToolStep:
         env = json.loads(envelope_json)
         try:
             if env["__kind__"] == "message":
-                self.replays[index] = Message.model_validate(env["value"])
+                self.replays[index] = self._own_id(Message.model_validate(env["value"]))
             else:
                 self.replays[index] = _result_message(self.calls[index], env["value"], False)
             update = env.get("state")
@@ -185,9 +190,25 @@ class ToolStep:
                 self.deferred_updates[index] = outcome.state_update
             else:
                 _apply_update(state, outcome.state_update)
-        text = self.texts[index] = _message_json(outcome.message)
+        message = self._own_id(outcome.message)
+        text = self.texts[index] = _message_json(message)
         envelope, record = self._envelope_of(index, outcome, ledger_key, text)
-        return envelope, record, _is_error(outcome.message)
+        return envelope, record, _is_error(message)
+
+    def _own_id(self, msg: Message) -> Message:
+        """``msg`` under an id no other message of the context or of this step has: a tool that
+        makes its own result message (``message_id=f"order-{order_id}"``) gave two calls one id,
+        or the id of a message the thread holds, and the context's merge kept the first message
+        of an id: the call's result was dropped, the call left unanswered. The later one gets a
+        new id (the rule for input messages), recorded with the result."""
+        mid = msg.message_id
+        twin = id_twin(mid)
+        taken = self.id_in_context is not None and (self.id_in_context(mid) or (twin is not None
+                                                                                 and self.id_in_context(twin)))
+        if taken or mid in self.claimed or (twin is not None and twin in self.claimed):
+            msg = msg.model_copy(update={"message_id": generate_id(None)})
+        self.claimed.add(msg.message_id)
+        return msg
 
     def _envelope_of(self, index: int, outcome: Any, ledger_key: str | None = None,
                      message_json: str | None = None) -> tuple[str, bool]:
