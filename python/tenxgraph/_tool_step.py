@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from tenxgraph import _sync_calls
 from tenxgraph.core.exceptions import NodeError
-from tenxgraph.core.graph.tool_merge import merge_tool_state
+from tenxgraph.core.graph.tool_merge import field_reducer, merge_tool_state
 from tenxgraph.core.graph.tool_output import holds_as_json
 from tenxgraph._required_nulls import refuse_required_nulls
 from tenxgraph._state_codec import refuse_nonfinite
@@ -337,10 +337,14 @@ class ToolStep:
         if self.baseline is not None:
             for index in sorted(self.branches):
                 merge_tool_state(self.live, self.branches[index], self.baseline)
+        # Parallel calls' updates go through the field's reducer, as a branch's changes do (10xGraph
+        # merges every parallel call's branch); the last one simply won for a tool that does not
+        # take `state` (no branch) and for a call replayed from the ledger.
+        parallel = len(self.calls) > 1
         for index in sorted(self.replayed_updates):
-            _apply_update(self.live, self.replayed_updates[index])
+            _apply_update(self.live, self.replayed_updates[index], reduce=parallel)
         for index in sorted(self.deferred_updates):
-            _apply_update(self.live, self.deferred_updates[index])
+            _apply_update(self.live, self.deferred_updates[index], reduce=parallel)
         return messages
 
 
@@ -415,11 +419,14 @@ def _update_refusal(state_cls: type[AgentState], update: dict[str, Any]) -> str 
     return None
 
 
-def _apply_update(state: AgentState, update: dict[str, Any]) -> None:
+def _apply_update(state: AgentState, update: dict[str, Any], reduce: bool = False) -> None:
+    """A ToolResult's state update; with ``reduce``, a field with an ``Annotated`` reducer gets
+    ``reducer(current, value)`` (see ``merge_tool_state``)."""
     fields = type(state).model_fields
     for key, value in update.items():
         if key in fields and key not in ("context", "execution_meta"):
-            setattr(state, key, value)
+            reducer = field_reducer(type(state), key) if reduce else None
+            setattr(state, key, value if reducer is None else reducer(getattr(state, key), value))
 
 
 def _message_json(msg: Message) -> str:

@@ -193,6 +193,10 @@ async fn run_holding<H: NodeHost + ?Sized>(
 /// `interrupt_reason` while a tool node waits for the client to run its remote calls (10xGraph's).
 pub const REMOTE_TOOL_REASON: &str = "remote_tool_call";
 
+/// `interrupt_reason` of a thread that failed routing out of `interrupted_node`, a node whose
+/// step is committed: a retry (`{}`) routes again from it instead of running it again.
+pub const ROUTING_FAILED_REASON: &str = "routing_failed";
+
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     async fn drive(
         &mut self,
@@ -205,7 +209,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.last_node = Some(node.clone());
             let next = match self.route(&node, None) {
                 Ok(n) => n,
-                Err(e) => return self.fail(e).await,
+                Err(e) => return self.routing_failed(&node, e).await,
             };
             self.exec.step += 1;
             self.exec.current_node = next;
@@ -290,7 +294,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             let next = match self.route(&node, out.goto) {
                 Ok(n) => n,
-                Err(e) => return self.fail(e).await,
+                Err(e) => return self.routing_failed(&node, e).await,
             };
             self.exec.step += 1;
             self.exec.current_node = next.clone();
@@ -309,6 +313,16 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             self.commit(self.cfg.durable_every_step).await?;
         }
+    }
+
+    /// Fails the run on a routing error out of `node`, whose output is merged: the failed state
+    /// names `node` (`ROUTING_FAILED_REASON`), so a retry routes again from it. It ran again on
+    /// every retry (its output stored again: a second model call, a second reply; after a model
+    /// that asked for tools, calls left unanswered), 10xGraph's rule for a node that failed.
+    async fn routing_failed(&mut self, node: &str, e: EngineError) -> Result<RunOutcome, EngineError> {
+        self.exec.interrupted_node = Some(node.to_owned());
+        self.exec.interrupt_reason = Some(ROUTING_FAILED_REASON.into());
+        self.fail(e).await
     }
 
     /// The node after `node`: its `Command(goto=...)`, else its edges.

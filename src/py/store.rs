@@ -188,7 +188,9 @@ impl NativeStore {
             max_connections,
             // Clamped as the other timeouts are: `inf` (or 1e300) panicked here, from the CLI's
             // --connect-timeout and from pool_config={"timeout": ...} alike.
-            acquire_timeout: std::time::Duration::from_secs_f64(acquire_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
+            acquire_timeout: std::time::Duration::from_secs_f64(
+                acquire_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS),
+            ),
             state_history_limit,
             enforce_user_isolation,
             id_type,

@@ -2,7 +2,7 @@
 //! decide where to start, commit the input, then drive. An optimistic start loads before it holds
 //! the lease and takes the lease with its input commit; a refused one starts again lease first.
 
-use super::{REMOTE_TOOL_REASON, Run, RunInput, RunOutcome};
+use super::{REMOTE_TOOL_REASON, ROUTING_FAILED_REASON, Run, RunInput, RunOutcome};
 use crate::engine::lease::Lease;
 use crate::engine::{
     EngineError, ExecMeta, ExecStatus, GraphSpec, Lifecycle, MsgCursor, NodeHost, RunConfig, STOP_NAMESPACE,
@@ -222,9 +222,15 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // A static interrupt_before is answered by resuming: its check is skipped for that node once.
     let mut skip_before = None;
     // A pause for the client's tools is answered by its results: the run goes on past that node.
-    let resume_after = (previous == ExecStatus::InterruptedAfter
+    // A retry of a thread that failed routing out of a committed node routes again from it.
+    let rerouted = previous == ExecStatus::Error
+        && exec.interrupt_reason.as_deref() == Some(ROUTING_FAILED_REASON)
+        && exec.interrupted_node.as_deref() == Some(exec.current_node.as_str())
+        && !input.has_messages;
+    let resume_after = ((previous == ExecStatus::InterruptedAfter
         && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
-    .then(|| exec.current_node.clone());
+        || rerouted)
+        .then(|| exec.current_node.clone());
     match previous {
         ExecStatus::Completed => {
             exec.current_node = entry.clone();

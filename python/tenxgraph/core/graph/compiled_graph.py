@@ -102,6 +102,21 @@ def _recovery_options(value: Any) -> dict[str, Any] | None:
     raise TypeError(f"recover_on_start must be a bool or a dict of arecover() options, got {type(value).__name__}")
 
 
+def _keyed_condition(condition: Any, pairs: list[tuple[Any, str]]) -> Any:
+    """``condition`` for a path_map with keys that are not str: a result equal to such a key
+    (in the path_map's order) comes back as that key's token; any other result as it was. It
+    failed ``compile()`` with a bare TypeError (10xGraph 0.10 routes on it)."""
+    def keyed(state: Any) -> Any:
+        result = condition(state)
+        if not isinstance(result, str):
+            for key, token in pairs:
+                if result == key:
+                    return token
+        return result
+
+    return keyed
+
+
 def _is_tool_node(func: Any) -> bool:
     from tenxgraph.core.graph.tool_node import ToolNode
 
@@ -148,14 +163,25 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         self.recovery: asyncio.Task[Any] | None = None
         edges = []
         cond_index: dict[int, int] = {}
+        # path_map keys that are not str (True/False, ints: 10xGraph routes on `result == key`):
+        # the loop matches text, so each gets a token its condition returns on a match.
+        tokens: dict[int, list[tuple[Any, str]]] = {}
         for e in builder.edges:
             idx = None
+            key = e.condition_result
             if e.condition is not None:
                 idx = cond_index.get(id(e.condition))
                 if idx is None:
                     idx = cond_index[id(e.condition)] = len(self._conditions)
                     self._conditions.append(e.condition)
-            edges.append((e.from_node, e.to_node, idx, e.condition_result))
+                if key is not None and not isinstance(key, str):
+                    pairs = tokens.setdefault(idx, [])
+                    token = f"\x00path_map:{len(pairs)}"
+                    pairs.append((key, token))
+                    key = token
+            edges.append((e.from_node, e.to_node, idx, key))
+        for idx, pairs in tokens.items():
+            self._conditions[idx] = _keyed_condition(self._conditions[idx], pairs)
         self._edges = edges
         self._native = self._build_native()
 

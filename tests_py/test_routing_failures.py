@@ -1,0 +1,141 @@
+"""Routing out of a node whose step is committed (helper red-team, session 30).
+
+1. After a routing error (an unknown target, ``GRAPH_ROUTING_002``; a router that raised,
+   ``GRAPH_ROUTING_001``), each retry ``ainvoke({})`` ran the finished node again and stored its
+   output again: a second model call and reply per retry; after a model that asked for tools, its
+   calls were never run nor answered (10xGraph 0.10 does the same). A retry now routes again from
+   the node; a new message still runs the failed node, as 10xGraph does.
+2. A ``path_map`` keyed by bools or ints failed ``compile()`` with a bare TypeError; 10xGraph
+   routes on ``result == key``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.graph.tool_node import ToolNode
+
+
+def _tool_agent(checkpointer: Any, router: Any, paid: list[int], replies: list[int]) -> Any:
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    async def model(state: AgentState) -> Message:
+        replies.append(1)
+        if state.context[-1].role == "user":
+            m = Message.text_message("paying", role="assistant")
+            m.tools_calls = [{"id": f"call{len(replies)}", "type": "function",
+                              "function": {"name": "pay", "arguments": json.dumps({"amount": 10})}}]
+            return m
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([pay]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", router)
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=checkpointer)
+
+
+def _calls(context: list[Message]) -> tuple[list[str], list[str]]:
+    asked = [c["id"] for m in context for c in (m.tools_calls or [])]
+    answered = [b.call_id for m in context if m.role == "tool" for b in m.content if hasattr(b, "call_id")]
+    return asked, answered
+
+
+@pytest.mark.asyncio
+async def test_a_retry_after_a_router_that_raised_routes_again_and_answers_the_call(
+        checkpointer: Any, make_thread: Any) -> None:
+    flaky = {"raise": True}
+
+    def router(state: AgentState) -> str:
+        if flaky.pop("raise", False):
+            raise ConnectionError("router backend blip")
+        return "tools" if state.context[-1].tools_calls else END
+
+    paid: list[int] = []
+    replies: list[int] = []
+    app = _tool_agent(checkpointer, router, paid, replies)
+    cfg = {"thread_id": make_thread("flaky-router")}
+    with pytest.raises(GraphError) as e:
+        await app.ainvoke({"messages": [Message.text_message("pay 10")]}, dict(cfg))
+    assert e.value.error_code == "GRAPH_ROUTING_001"
+    out = await app.ainvoke({}, dict(cfg))
+    assert out["messages"][-1].text() == "done"
+    context = (await checkpointer.aget_state(dict(cfg))).context
+    asked, answered = _calls(context)
+    assert asked == answered == ["call1"]
+    assert paid == [10] and len(replies) == 2  # the model: its first call, and after the tool
+
+
+@pytest.mark.asyncio
+async def test_a_retry_after_an_unknown_target_does_not_run_the_node_again(checkpointer: Any, make_thread: Any) -> None:
+    target = {"name": "nowhere"}
+    runs: list[int] = []
+
+    async def model(state: AgentState) -> Message:
+        runs.append(1)
+        return Message.text_message(f"reply {len(runs)}", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", lambda s: target["name"])
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("unknown-target")}
+    for attempt in ({"messages": [Message.text_message("hi")]}, {}, {}):
+        with pytest.raises(GraphError) as e:
+            await app.ainvoke(attempt, dict(cfg))
+        assert e.value.error_code == "GRAPH_ROUTING_002"
+    assert runs == [1]
+    state = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in state.context] == ["hi", "reply 1"]
+    target["name"] = END  # the router fixed by a deploy: the retry routes on, nothing runs again
+    await app.ainvoke({}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert runs == [1] and state.execution_meta.status.value == "completed"
+    assert [m.text() for m in state.context] == ["hi", "reply 1"]
+    # A new message after a routing failure runs the node again, with the message (10xGraph's rule).
+    target["name"] = "nowhere"
+    with pytest.raises(GraphError):
+        await app.ainvoke({"messages": [Message.text_message("again")]}, dict(cfg))
+    target["name"] = END
+    await app.ainvoke({"messages": [Message.text_message("and again")]}, dict(cfg))
+    assert len(runs) == 3
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("keys", ["bools", "ints"])
+async def test_a_path_map_keyed_by_bools_or_ints_routes_on_equality(checkpointer: Any, make_thread: Any,
+                                                                    keys: str) -> None:
+    async def a(state: AgentState) -> Message:
+        return Message.text_message("a", role="assistant")
+
+    async def b(state: AgentState) -> Message:
+        return Message.text_message("b", role="assistant")
+
+    async def c(state: AgentState) -> Message:
+        return Message.text_message("c", role="assistant")
+
+    g = StateGraph(AgentState)
+    for name, fn in (("a", a), ("b", b), ("c", c)):
+        g.add_node(name, fn)
+    g.add_edge(START, "a")
+    if keys == "bools":
+        g.add_conditional_edges("a", lambda s: "go" in s.context[0].text(), {True: "b", False: "c"})
+    else:
+        g.add_conditional_edges("a", lambda s: 1 if "go" in s.context[0].text() else 2, {1: "b", 2: "c"})
+    g.add_edge("b", END)
+    g.add_edge("c", END)
+    app = g.compile(checkpointer=checkpointer)
+    for text, last in (("go", "b"), ("stay", "c")):
+        out = await app.ainvoke({"messages": [Message.text_message(text)]}, {"thread_id": make_thread(keys)})
+        assert [m.text() for m in out["messages"]][-1] == last

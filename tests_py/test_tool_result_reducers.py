@@ -1,0 +1,69 @@
+"""Parallel calls' ``ToolResult(state=...)`` updates go through the field's reducer (helper
+red-team, session 30).
+
+Two parallel calls of a tool that does not take ``state`` each returned
+``ToolResult(state={"items": [x]})`` on ``items: Annotated[list[str], operator.add]``: the last
+update simply replaced the field (``["q"]``), where 10xGraph merges each parallel call through
+the reducer (``["p", "q"]``). A call replayed from the ledger did the same. A single call still
+assigns the field plainly, as in 10xGraph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any
+
+import pytest
+
+from tenxgraph import AgentState, Message
+from tenxgraph.core.state.tool_result import ToolResult
+
+from .tool_graphs import call, tool_graph
+
+
+class Collected(AgentState):
+    items: Annotated[list[str], operator.add] = []
+
+
+def _collect(runs: list[str]) -> Any:
+    async def collect(x: str) -> ToolResult:
+        runs.append(x)
+        await asyncio.sleep(0.01 if x == "q" else 0)  # q finishes last: the last write
+        return ToolResult(message=f"got {x}", state={"items": [x]})
+
+    return collect
+
+
+@pytest.mark.asyncio
+async def test_parallel_updates_are_merged_through_the_reducer(checkpointer: Any, make_thread: Any) -> None:
+    runs: list[str] = []
+    turns = [[call("cp", "collect", {"x": "p"}), call("cq", "collect", {"x": "q"})], []]
+    app = tool_graph(Collected, [_collect(runs)], turns, checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("merged")}
+    await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg))
+    assert sorted((await checkpointer.aget_state(dict(cfg))).items) == ["p", "q"]
+
+
+@pytest.mark.asyncio
+async def test_replayed_parallel_updates_are_merged_the_same_way(checkpointer: Any, make_thread: Any) -> None:
+    runs: list[str] = []
+    turns = [[call("cp", "collect", {"x": "p"}), call("cq", "collect", {"x": "q"})], []]
+    app = tool_graph(Collected, [_collect(runs)], turns, checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("replayed")}
+    with pytest.raises(Exception):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg, failpoints="in_step_tx:tools=raise"))
+    await app.ainvoke({}, dict(cfg))
+    assert sorted(runs) == ["p", "q"]  # answered from the ledger the second time
+    assert sorted((await checkpointer.aget_state(dict(cfg))).items) == ["p", "q"]
+
+
+@pytest.mark.asyncio
+async def test_a_single_calls_update_is_assigned_as_in_10xgraph(checkpointer: Any, make_thread: Any) -> None:
+    runs: list[str] = []
+    app = tool_graph(Collected, [_collect(runs)], [[call("c1", "collect", {"x": "p"})],
+                                                   [call("c2", "collect", {"x": "q"})]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("single")}
+    await app.ainvoke({"messages": [Message.text_message("one")]}, dict(cfg))
+    await app.ainvoke({"messages": [Message.text_message("two")]}, dict(cfg))
+    assert (await checkpointer.aget_state(dict(cfg))).items == ["q"]
