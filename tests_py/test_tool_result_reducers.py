@@ -67,3 +67,44 @@ async def test_a_single_calls_update_is_assigned_as_in_10xgraph(checkpointer: An
     await app.ainvoke({"messages": [Message.text_message("one")]}, dict(cfg))
     await app.ainvoke({"messages": [Message.text_message("two")]}, dict(cfg))
     assert (await checkpointer.aget_state(dict(cfg))).items == ["q"]
+
+
+class Visited(AgentState):
+    visits: int = 0
+    tags: list[str] = []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("parallel", [True, False], ids=["beside-a-question", "alone"])
+async def test_a_tools_changes_to_its_state_survive_its_replay(checkpointer: Any, make_thread: Any,
+                                                               parallel: bool) -> None:
+    """A tool that changes its injected ``state`` in place, replayed from the ledger (a resume
+    after a sibling's ``interrupt()``; a retry after the step failed): its changes were lost
+    (10xGraph 0.10 loses them too); they are recorded with its result now."""
+    from tenxgraph.utils import interrupt
+
+    runs: list[str] = []
+
+    async def visit(state: Visited) -> str:
+        runs.append("visit")
+        state.visits += 1
+        state.tags.append("visited")
+        return "visited"
+
+    async def approve(x: int) -> str:
+        return f"approved {interrupt({'q': 'ok?'})}"
+
+    calls = [call("c1", "visit", {})] + ([call("c2", "approve", {"x": 1})] if parallel else [])
+    app = tool_graph(Visited, [visit, approve], [calls, []], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("visit")}
+    if parallel:
+        await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg))
+        await app.ainvoke({"resume": "yes"}, dict(cfg))
+    else:
+        with pytest.raises(Exception):
+            await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg, failpoints="in_step_tx:tools=raise"))
+        await app.ainvoke({}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert runs == ["visit"]
+    assert (state.visits, state.tags) == (1, ["visited"])
+    assert state.execution_meta.status.value == "completed"

@@ -172,7 +172,12 @@ class ToolStep:
             # A handoff: answered here with a tool result, recorded like any call; the node then
             # routes to the target (Run.finish_tools).
             return self._answer(index, handoff_message(target, call.call_id or "")), True, False
-        state = self.state_for(index) if self.tool_node.takes_state(call.name) else self.live
+        takes_state = self.tool_node.takes_state(call.name)
+        state = self.state_for(index) if takes_state else self.live
+        # What the tool may change in place, to record its changes with its result: a replay
+        # (a resume after a sibling's interrupt(), a retry after a crash) does not run the tool,
+        # and its changes were lost (10xGraph loses them too).
+        before = None if not takes_state else self.baseline if state is not self.live else _branch_copy(state)
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)
         flight_key = self._flight_key(idempotency_key) if ledger_key else None
@@ -190,9 +195,14 @@ class ToolStep:
                 self.deferred_updates[index] = outcome.state_update
             else:
                 _apply_update(state, outcome.state_update)
+        update = outcome.state_update
+        if before is not None:
+            changed = _changed_fields(state, before, branch=state is not self.live)
+            if changed:
+                update = {**changed, **(outcome.state_update or {})}
         message = self._own_id(outcome.message)
         text = self.texts[index] = _message_json(message)
-        envelope, record = self._envelope_of(index, outcome, ledger_key, text)
+        envelope, record = self._envelope_of(index, outcome, ledger_key, text, update)
         return envelope, record, _is_error(message)
 
     def _own_id(self, msg: Message) -> Message:
@@ -211,14 +221,17 @@ class ToolStep:
         return msg
 
     def _envelope_of(self, index: int, outcome: Any, ledger_key: str | None = None,
-                     message_json: str | None = None) -> tuple[str, bool]:
-        """The ledger envelope of an outcome, and whether it may be recorded. Touches no state:
-        a sync tool's late result is turned into its record on the worker thread."""
+                     message_json: str | None = None, update: dict[str, Any] | None = None) -> tuple[str, bool]:
+        """The ledger envelope of an outcome, and whether it may be recorded; ``update``: the
+        state changes recorded with it (default: the ToolResult's). Touches no state: a sync
+        tool's late result is turned into its record on the worker thread."""
         call = self.calls[index]
         record = bool(outcome.recordable)
         state_json: str | None = None
-        if outcome.state_update:
-            refused = _update_refusal(type(self.live), outcome.state_update)
+        if update is None:
+            update = outcome.state_update
+        if update:
+            refused = _update_refusal(type(self.live), update)
             if refused is not None:
                 # Recorded without it: with it, every replay of the call (a retry, the close of
                 # the failed node by the next turn) applied it again and failed the same way, and
@@ -230,10 +243,10 @@ class ToolStep:
                                "ledger_key": ledger_key or "", "error": refused})
             else:
                 try:
-                    update = _JSON.dump_python(outcome.state_update, mode="json")
-                    if not holds_as_json(update):
+                    dumped = _JSON.dump_python(update, mode="json")
+                    if not holds_as_json(dumped):
                         raise ValueError("too deep, NaN/inf, or an int past 64 bits")
-                    state_json = json.dumps(update)
+                    state_json = json.dumps(dumped)
                 except Exception as exc:
                     record = False
                     _log.error(NOT_RECORDED_MESSAGE, extra={
@@ -397,6 +410,20 @@ def _parse_call(raw: Any) -> _Call:
         None if call_id is None else str(call_id))
     return _Call(str(call_id) if call_id not in (None, "") else None, str(fn.get("name") or raw.get("name") or ""),
                  fn.get("arguments", raw.get("arguments", "{}")), raw_id=None if raw_id == "" else raw_id)
+
+
+def _changed_fields(state: AgentState, before: AgentState, *, branch: bool) -> dict[str, Any]:
+    """The fields a tool changed on ``state`` against ``before``, as its recorded update: what a
+    branch's merge takes (``merge_tool_state``: not ``context_summary``), or for the live state
+    every field but the context and the loop's."""
+    skip = _NOT_MERGED if branch else _NOT_UPDATED
+    return {name: getattr(state, name) for name in type(state).model_fields
+            if name not in skip and getattr(state, name) != getattr(before, name, _MISSING)}
+
+
+_NOT_UPDATED = frozenset({"context", "execution_meta"})
+_NOT_MERGED = _NOT_UPDATED | {"context_summary"}
+_MISSING = object()
 
 
 def _update_refusal(state_cls: type[AgentState], update: dict[str, Any]) -> str | None:
