@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.exceptions import GraphError, ThreadBusyError
 from tenxgraph.core.graph.tool_node import ToolNode
 
 
@@ -139,3 +139,35 @@ async def test_a_path_map_keyed_by_bools_or_ints_routes_on_equality(checkpointer
     for text, last in (("go", "b"), ("stay", "c")):
         out = await app.ainvoke({"messages": [Message.text_message(text)]}, {"thread_id": make_thread(keys)})
         assert [m.text() for m in out["messages"]][-1] == last
+
+
+@pytest.mark.asyncio
+async def test_a_new_message_after_a_routing_error_waits_for_the_calls_the_node_asked_for(
+        checkpointer: Any, make_thread: Any) -> None:
+    # The new turn ran the model again and left its first call unanswered for good (10xGraph
+    # too): refused like any new input while tool calls wait, until `{}` routes on.
+    flaky = {"raise": True}
+
+    def router(state: AgentState) -> str:
+        if flaky.pop("raise", False):
+            raise ConnectionError("router backend blip")
+        return "tools" if state.context[-1].tools_calls else END
+
+    paid: list[int] = []
+    replies: list[int] = []
+    app = _tool_agent(checkpointer, router, paid, replies)
+    cfg = {"thread_id": make_thread("new-turn")}
+    with pytest.raises(GraphError):
+        await app.ainvoke({"messages": [Message.text_message("pay 10")]}, dict(cfg))
+    c = dict(cfg)
+    before = await checkpointer.aget_state(c)
+    with pytest.raises(ThreadBusyError) as e:
+        await app.ainvoke({"messages": [Message.text_message("hello?")]}, dict(cfg))
+    assert e.value.error_code == "STORAGE_BUSY_001" and "'call1'" in str(e.value)
+    c2 = dict(cfg)
+    after = await checkpointer.aget_state(c2)
+    assert (c2["_checkpoint_version"], len(after.context)) == (c["_checkpoint_version"], len(before.context))
+    await app.ainvoke({}, dict(cfg))
+    await app.ainvoke({"messages": [Message.text_message("hello?")]}, dict(cfg))
+    asked, answered = _calls((await checkpointer.aget_state(dict(cfg))).context)
+    assert sorted(asked) == sorted(answered) and paid == [10, 10]

@@ -38,6 +38,8 @@ _RECORD_SECONDS = 10.0
 
 # 10xGraph's execution_meta.interrupt_reason while a tool node waits for the client's results.
 REMOTE_TOOL_REASON = "remote_tool_call"
+# The failed state of a routing error out of a committed node (the engine's ROUTING_FAILED_REASON).
+ROUTING_FAILED_REASON = "routing_failed"
 
 
 class RunTools:
@@ -390,6 +392,18 @@ def check_remote_answers(state: Any, sent: list[Message], thread_id: str) -> Non
             break
         lead.append(m)
     meta = state.execution_meta
+    if meta.status == ExecutionStatus.ERROR and meta.interrupt_reason == ROUTING_FAILED_REASON and sent:
+        waiting = unanswered_calls(state.context)
+        if waiting:
+            # The node that failed routing asked for tools: a new turn would run it again and
+            # leave these calls unanswered for good; `{}` routes on from it and runs them.
+            raise ThreadBusyError(
+                f"Thread {thread_id!r} failed routing out of node {meta.current_node!r}, whose tool call(s) "
+                f"{', '.join(map(repr, waiting))} wait for results: finish it with ainvoke({{}}, config) (it routes "
+                "again, running nothing twice), then send the new input. Nothing was written.",
+                "STORAGE_BUSY_001",
+                {"thread_id": thread_id, "node": meta.current_node, "waiting_for": waiting},
+            )
     if meta.status != ExecutionStatus.INTERRUPTED_AFTER or meta.interrupt_reason != REMOTE_TOOL_REASON:
         if lead:
             _refuse_answered_again(state, _result_ids(lead), thread_id)
