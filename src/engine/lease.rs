@@ -406,6 +406,9 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                 let now = Instant::now();
                 if now >= deadline {
                     inc(&metrics().busy_rejections);
+                    if asked {
+                        withdraw_preempt(store, cfg).await;
+                    }
                     return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
                 }
                 if !waited {
@@ -437,14 +440,62 @@ async fn busy(store: &dyn Checkpointer, cfg: &RunConfig, info: LeaseInfo, waited
 
 /// Asks the running execution (in any process) to stop at its next safe point: a soft stop
 /// request in the store, plus the in-process signal for a run of this process.
+///
+/// The request names its requester (run id and process), and expires when the requester stops
+/// waiting (`busy_timeout`): a requester that gave up or was cancelled cut the running turn short
+/// at its next safe point anyway, and nobody took the thread (red-team, session 30). One that
+/// gives up withdraws it; a run finds one of a requester that is gone (`preempter_gone`) void.
 async fn request_preempt(store: &dyn Checkpointer, cfg: &RunConfig) {
     let key = stop_key(&cfg.thread.thread_id, &cfg.thread.user_id);
-    let value = json!({"preempt": cfg.run_id});
+    let me = me();
+    let value = json!({"preempt": cfg.run_id, "host": me.host, "pid": me.pid, "pid_start": me.pid_start});
+    let ttl = cfg.lease.busy_timeout.as_secs_f64().clamp(1.0, 3600.0);
     // Only where no request is pending: a user's hard stop under this key must stay hard (it
     // ends a hung node; a preemption waits for the next safe point).
-    if let Err(e) = store.cache_put_absent(STOP_NAMESPACE, &key, &value, Some(3600.0)).await {
+    if let Err(e) = store.cache_put_absent(STOP_NAMESPACE, &key, &value, Some(ttl)).await {
         tracing::warn!(thread_id = %cfg.thread.thread_id, "could not ask the running execution to stop: {e}");
     }
     StopSignals::global().signal(&key);
     inc(&metrics().preempt_requests);
+}
+
+/// A requester that gave up withdraws its preemption request, where it is still its own (a
+/// user's stop written since stays). Read, then cleared: a stop written between the two is lost,
+/// a window of one round trip.
+async fn withdraw_preempt(store: &dyn Checkpointer, cfg: &RunConfig) {
+    let key = stop_key(&cfg.thread.thread_id, &cfg.thread.user_id);
+    match store.cache_get(STOP_NAMESPACE, &key).await {
+        Ok(Some(v)) if v.get("preempt").and_then(serde_json::Value::as_str) == Some(cfg.run_id.as_str()) => {
+            if let Err(e) = store.cache_clear(STOP_NAMESPACE, &key).await {
+                tracing::warn!(thread_id = %cfg.thread.thread_id, "could not withdraw a preemption request (it expires by itself): {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(thread_id = %cfg.thread.thread_id, "could not withdraw a preemption request (it expires by itself): {e}")
+        }
+    }
+}
+
+/// Whether the requester of a preemption `request` is shown to have stopped asking: a run of this
+/// process no longer taking or holding `thread_id` (its caller cancelled it, or it gave up), or a
+/// process of this machine that is gone. A requester elsewhere is believed until its request
+/// expires; a request without a requester (an older version's) too.
+pub(super) fn preempter_gone(thread_id: &str, request: &serde_json::Value) -> bool {
+    let (Some(run), Some(host), Some(pid), Some(pid_start)) = (
+        request.get("preempt").and_then(serde_json::Value::as_str),
+        request.get("host").and_then(serde_json::Value::as_str),
+        request.get("pid").and_then(serde_json::Value::as_i64),
+        request.get("pid_start").and_then(serde_json::Value::as_i64),
+    ) else {
+        return false;
+    };
+    let me = me();
+    if host != me.host || !std::path::Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    if pid == me.pid && pid_start == me.pid_start {
+        return live_entries(thread_id, run) == 0;
+    }
+    proc_start(pid) != Some(pid_start)
 }

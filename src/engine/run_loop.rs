@@ -231,7 +231,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 StopKind::Hard => return self.stop(StopKind::Hard).await,
                 // A safe point: not between an assistant's tool calls and their results.
                 _ if !tool_node && self.preempt.load(std::sync::atomic::Ordering::Acquire) => {
-                    return self.stop(StopKind::Soft).await;
+                    // Seen while the node ran: obeyed only if it still stands (its requester may
+                    // have given up or been cancelled since, and nobody would take the thread).
+                    if self.preempt_stands().await {
+                        return self.stop(StopKind::Soft).await;
+                    }
+                    self.preempt.store(false, std::sync::atomic::Ordering::Release);
                 }
                 _ => {}
             }

@@ -52,6 +52,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         // red-team of session 25). Dropped, the next check asks the store.
         let mut unfinished = PollUnfinished(Some(&self.last_stop_poll));
         let kind = match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
+            // A requester that stopped asking (cancelled, or gave up) is not obeyed.
+            Ok(Some(v))
+                if v.get("preempt").is_some()
+                    && crate::engine::lease::preempter_gone(&self.cfg.thread.thread_id, &v) =>
+            {
+                StopKind::None
+            }
             Ok(Some(v)) if v.get("preempt").is_some() => {
                 self.preempt.store(true, std::sync::atomic::Ordering::Release);
                 StopKind::Soft
@@ -65,6 +72,18 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         };
         unfinished.0 = None;
         kind
+    }
+
+    /// Whether the preemption this run saw is still asked for: its request is in the store and
+    /// its requester has not shown to be gone. A store that cannot be read says yes (as before).
+    pub(super) async fn preempt_stands(&self) -> bool {
+        match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
+            Ok(Some(v)) if v.get("preempt").is_some() => {
+                !crate::engine::lease::preempter_gone(&self.cfg.thread.thread_id, &v)
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        }
     }
 
     /// Renews the lease when due; a lost lease ends the run without another write.
