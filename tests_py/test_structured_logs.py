@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.exceptions import NodeError
@@ -127,20 +125,15 @@ async def test_python_not_recorded_line_matches_the_rust_one(tmp_path: Path, deb
     class Opaque:
         pass
 
-    class Box(BaseModel):
-        model_config = {"arbitrary_types_allowed": True}
-        thing: Opaque
-
-    class S(AgentState):
-        box: Box | None = None
-
     async def stash() -> ToolResult:
-        return ToolResult(message="stashed", state={"box": Box(thing=Opaque())})
+        # A key the state has no field for (ignored when applied) whose value JSON cannot hold:
+        # the record cannot be written. (An unstorable value for a field is recorded without the
+        # update since session 30: test_tool_state_update_unstorable.py.)
+        return ToolResult(message="stashed", state={"scratch": Opaque()})
 
-    app = tool_graph(S, [stash], [[call("c3", "stash", {})]], checkpointer=SqliteCheckpointer(tmp_path / "s.db"))
-    # The update cannot be stored in the state either, so the step fails after the line is logged.
-    with pytest.raises(PydanticSerializationError):
-        await app.ainvoke({"messages": [user("x")]}, {"thread_id": "t-upd", "run_id": "r-upd"})
+    app = tool_graph(AgentState, [stash], [[call("c3", "stash", {})]],
+                     checkpointer=SqliteCheckpointer(tmp_path / "s.db"))
+    await app.ainvoke({"messages": [user("x")]}, {"thread_id": "t-upd", "run_id": "r-upd"})
     [alert] = [r for r in debug_logs.records if getattr(r, "event", None) == NOT_RECORDED_EVENT]
     assert alert.getMessage() == NOT_RECORDED_MESSAGE and alert.levelno == logging.ERROR
     assert (alert.thread_id, alert.run_id, alert.node, alert.tool) == ("t-upd", "r-upd", "tools", "stash")

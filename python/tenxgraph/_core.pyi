@@ -192,7 +192,7 @@ class NativeStore:
         """Opens the SQLite file (or ``":memory:"``) and applies migrations before returning;
         ``durable_sync`` makes each commit fsync."""
     @staticmethod
-    def python(adapter: Any, event_loop: Any, context: Any) -> NativeStore:
+    def python(adapter: Any, event_loop: Any, context: Any, call_timeout: float = 30.0) -> NativeStore:
         """The store of a checkpointer written in Python: ``adapter`` is a ``PythonStore``, whose
         coroutines run on ``event_loop`` (its own thread) in ``context``."""
     @staticmethod

@@ -62,12 +62,43 @@ def run_loop(coro: Any) -> Any:
     returned the NodeTimeoutError that ``ainvoke`` raised at once (10xGraph 0.10 does the same;
     Python 3.12 caps that wait at 300 s)."""
     executor = _LeftBehind()
-    with asyncio.Runner() as runner:
+    runner = asyncio.Runner()
+    try:
         runner.get_loop().set_default_executor(executor)
-        try:
-            return runner.run(coro)
-        finally:
-            executor.closing()
+        return runner.run(coro)
+    finally:
+        executor.closing()
+        _close(runner)
+
+
+# How long the tasks a run left (an event publisher's send, a tool's own task) get to end once
+# cancelled when a sync call's loop closes.
+_CLOSE_SECONDS = 5.0
+
+
+def _close(runner: asyncio.Runner) -> None:
+    """``runner.close()``, except that tasks which do not end when cancelled (a publisher's
+    retry loop with a bare ``except:`` swallows it) are waited for ``_CLOSE_SECONDS``, then left:
+    ``asyncio.Runner`` waits for them without a limit, and a sync ``invoke()`` whose run had
+    completed never returned (10xGraph 0.10 the same)."""
+    loop = runner.get_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    if pending:
+        for task in pending:
+            task.cancel()
+        _, stuck = loop.run_until_complete(asyncio.wait(pending, timeout=_CLOSE_SECONDS))
+        if stuck:
+            _log.warning("%d task(s) the run started did not end within %ss of being cancelled (an event publisher "
+                         "that swallows its cancellation?); the loop is closed without them", len(stuck),
+                         _CLOSE_SECONDS, extra={"event": "tasks_left_behind"})
+            try:
+                loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), _CLOSE_SECONDS))
+            except Exception:  # noqa: BLE001 - a generator that will not close is left too
+                pass
+            asyncio.set_event_loop(None)
+            loop.close()
+            return
+    runner.close()
 
 
 class _LeftBehind(concurrent.futures.ThreadPoolExecutor):

@@ -28,12 +28,14 @@ pub struct PyStore {
     adapter: Py<PyAny>,
     locals: Locals,
     hydrated: Mutex<HashSet<(String, String)>>,
+    /// How long one call into the Python checkpointer may take (its `call_timeout`).
+    call_timeout: Duration,
 }
 
 impl PyStore {
     /// A store over the Python adapter `adapter`, called on `locals`' event loop.
-    pub fn new(adapter: Py<PyAny>, locals: Locals) -> Self {
-        PyStore { mem: MemoryStore::new(false), adapter, locals, hydrated: Mutex::new(HashSet::new()) }
+    pub fn new(adapter: Py<PyAny>, locals: Locals, call_timeout: Duration) -> Self {
+        PyStore { mem: MemoryStore::new(false), adapter, locals, hydrated: Mutex::new(HashSet::new()), call_timeout }
     }
 
     /// Awaits the coroutine `make` gets from the adapter (it runs on the adapter's own loop).
@@ -46,7 +48,19 @@ impl PyStore {
             PyTask::start(py, &self.locals, coro)
         })
         .map_err(|e| StoreError::backend(op, e))?;
-        task.await.map_err(|e| StoreError::backend(op, e))
+        // A method that never returns (a hung client, a lock) held the run for ever: the caller's
+        // own wait_for was the only way out. A late answer is dropped; the next use of the thread
+        // reads it from Python again.
+        match tokio::time::timeout(self.call_timeout, task).await {
+            Ok(r) => r.map_err(|e| StoreError::backend(op, e)),
+            Err(_) => Err(StoreError::Transient {
+                op,
+                message: format!(
+                    "the Python checkpointer did not answer within {:?} (its call_timeout)",
+                    self.call_timeout
+                ),
+            }),
+        }
     }
 
     fn key(t: &ThreadRef) -> (String, String) {
@@ -131,8 +145,14 @@ impl Checkpointer for PyStore {
     }
     async fn load_with(&self, t: &ThreadRef, known: Option<KnownHead<'_>>) -> StoreResult<Option<Checkpoint>> {
         // A run starts here: read the thread from Python again, so writes made through the
-        // checkpointer's own methods since the last run are what this run sees.
-        self.forget(t);
+        // checkpointer's own methods since the last run are what this run sees. Not while a run
+        // of this process holds the thread: the working copy is ahead of nothing then, and
+        // reading it again reset its version under that run (a second turn that was refused as
+        // busy made the running one fail with STORAGE_CONFLICT_001 at its next commit).
+        let held = matches!(self.mem.lease_get(&t.thread_id).await, Ok(Some(info)) if info.is_live());
+        if !held {
+            self.forget(t);
+        }
         self.hydrate(t).await?;
         self.mem.load_with(t, known).await
     }

@@ -217,9 +217,15 @@ impl NativeStore {
     /// `tenxgraph.storage.checkpointer.python_store.PythonStore`, whose coroutines run on
     /// `event_loop` (its own thread) in `context`.
     #[staticmethod]
-    fn python(adapter: Py<PyAny>, event_loop: Py<PyAny>, context: Py<PyAny>) -> Self {
+    #[pyo3(signature = (adapter, event_loop, context, call_timeout=30.0))]
+    fn python(adapter: Py<PyAny>, event_loop: Py<PyAny>, context: Py<PyAny>, call_timeout: f64) -> PyResult<Self> {
+        // NaN too (the Python side refuses it first, with a typed error).
+        if call_timeout.is_nan() || call_timeout <= 0.0 {
+            return Err(PyValueError::new_err("call_timeout must be a positive number of seconds"));
+        }
+        let limit = std::time::Duration::from_secs_f64(call_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS));
         let locals = super::bridge::Locals { event_loop, context };
-        NativeStore::register(Arc::new(super::py_store::PyStore::new(adapter, locals)))
+        Ok(NativeStore::register(Arc::new(super::py_store::PyStore::new(adapter, locals, limit))))
     }
 
     /// Version-guarded state cache: `(version, state_json)` or None.

@@ -23,13 +23,30 @@ from typing import Any
 
 from tenxgraph import _core
 from tenxgraph._state_codec import encode_state
-from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.exceptions import GraphError, InvalidConfigError
 from tenxgraph.core.state.message import Message
 from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
 
 __all__ = ["PythonStore", "attach_python_store"]
 
 _LEDGER_METHODS = ("aget_tool_result", "aput_tool_result")
+
+
+_DEFAULT_CALL_TIMEOUT = 30.0
+
+
+def _call_timeout(checkpointer: Any) -> float:
+    """How long one call into the checkpointer may take before the run gets
+    ``TransientStorageError`` STORAGE_TRANSIENT_001: its ``call_timeout`` attribute (seconds),
+    30 by default, as PostgreSQL's statement deadline. A method that never returned held the run
+    for ever. Anything but a positive finite number is ``InvalidConfigError`` STORAGE_CONFIG_002."""
+    value = getattr(checkpointer, "call_timeout", None)
+    if value is None:
+        return _DEFAULT_CALL_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InvalidConfigError(f"call_timeout must be a positive, finite number of seconds, got {value!r}",
+                                 "STORAGE_CONFIG_002", {"field": "call_timeout", "value": repr(value)[:80]})
+    return float(value)
 
 
 def _ledger_key(key: str) -> str:
@@ -52,7 +69,8 @@ class PythonStore:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="tenxgraph-python-store", daemon=True)
         self._thread.start()
-        self.native = _core.NativeStore.python(self, self.loop, contextvars.copy_context())
+        self.native = _core.NativeStore.python(self, self.loop, contextvars.copy_context(),
+                                               _call_timeout(checkpointer))
 
     @staticmethod
     def _config(thread_id: str, user_id: str) -> dict[str, Any]:
