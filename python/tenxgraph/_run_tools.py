@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
     from tenxgraph.utils.callbacks import CallbackManager
 
-__all__ = ["REMOTE_TOOL_REASON", "RunTools", "check_remote_answers", "unanswered_calls"]
+__all__ = ["REMOTE_TOOL_REASON", "RunTools", "check_waiting_calls", "unanswered_calls"]
 
 _log = run_logger("tenxgraph.tools")
 # How long a cancelled run waits for its tool tasks to unwind before recording what finished.
@@ -378,14 +378,15 @@ def _refuse_answered_again(state: Any, given: set[str], thread_id: str) -> None:
         )
 
 
-def check_remote_answers(state: Any, sent: list[Message], thread_id: str) -> None:
+def check_waiting_calls(state: Any, sent: list[Message], thread_id: str) -> None:
     """At a pause for the client's tools, what comes in must be the client's results: a tool
     message for every call still waiting, before anything else it sends. Anything else (a user
     message, a bare ``{}``, results for other ids or for some of the calls only) went on past the
     tool node with calls unanswered, a history every provider refuses from then on (10xGraph
     0.10 takes it too). Refused as new input while tool calls wait is, ``ThreadBusyError``
     STORAGE_BUSY_001, before anything is written; so are results, anywhere, for calls the thread
-    has answered already."""
+    has answered already, and new messages for a thread that failed routing out of a node whose
+    tool calls wait for results (``{}`` routes on first)."""
     lead = []
     for m in sent:
         if m.role != "tool":
