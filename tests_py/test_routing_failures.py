@@ -45,6 +45,19 @@ def _tool_agent(checkpointer: Any, router: Any, paid: list[int], replies: list[i
     return g.compile(checkpointer=checkpointer)
 
 
+def _router_that_raises_once() -> Any:
+    """A router whose backend fails once (GRAPH_ROUTING_001), then routes to the tools while the
+    last message asks for them."""
+    flaky = {"raise": True}
+
+    def router(state: AgentState) -> str:
+        if flaky.pop("raise", False):
+            raise ConnectionError("router backend blip")
+        return "tools" if state.context[-1].tools_calls else END
+
+    return router
+
+
 def _calls(context: list[Message]) -> tuple[list[str], list[str]]:
     asked = [c["id"] for m in context for c in (m.tools_calls or [])]
     answered = [b.call_id for m in context if m.role == "tool" for b in m.content if hasattr(b, "call_id")]
@@ -54,16 +67,9 @@ def _calls(context: list[Message]) -> tuple[list[str], list[str]]:
 @pytest.mark.asyncio
 async def test_a_retry_after_a_router_that_raised_routes_again_and_answers_the_call(
         checkpointer: Any, make_thread: Any) -> None:
-    flaky = {"raise": True}
-
-    def router(state: AgentState) -> str:
-        if flaky.pop("raise", False):
-            raise ConnectionError("router backend blip")
-        return "tools" if state.context[-1].tools_calls else END
-
     paid: list[int] = []
     replies: list[int] = []
-    app = _tool_agent(checkpointer, router, paid, replies)
+    app = _tool_agent(checkpointer, _router_that_raises_once(), paid, replies)
     cfg = {"thread_id": make_thread("flaky-router")}
     with pytest.raises(GraphError) as e:
         await app.ainvoke({"messages": [Message.text_message("pay 10")]}, dict(cfg))
@@ -146,16 +152,9 @@ async def test_a_new_message_after_a_routing_error_waits_for_the_calls_the_node_
         checkpointer: Any, make_thread: Any) -> None:
     # The new turn ran the model again and left its first call unanswered for good (10xGraph
     # too): refused like any new input while tool calls wait, until `{}` routes on.
-    flaky = {"raise": True}
-
-    def router(state: AgentState) -> str:
-        if flaky.pop("raise", False):
-            raise ConnectionError("router backend blip")
-        return "tools" if state.context[-1].tools_calls else END
-
     paid: list[int] = []
     replies: list[int] = []
-    app = _tool_agent(checkpointer, router, paid, replies)
+    app = _tool_agent(checkpointer, _router_that_raises_once(), paid, replies)
     cfg = {"thread_id": make_thread("new-turn")}
     with pytest.raises(GraphError):
         await app.ainvoke({"messages": [Message.text_message("pay 10")]}, dict(cfg))
