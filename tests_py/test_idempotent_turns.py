@@ -12,7 +12,7 @@ import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph, metrics
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tenxgraph.core.exceptions import StorageError, ThreadBusyError
+from tenxgraph.core.exceptions import FailpointError, StorageError, ThreadBusyError
 from tenxgraph.core.graph.tool_node import ToolNode, ToolResult
 from tests_py.conftest import BACKENDS, make_checkpointer
 from tests_py.tool_graphs import call, route, scripted_model, tool_graph, tool_texts
@@ -464,19 +464,23 @@ async def test_an_earlier_turn_sent_again_on_a_preempted_thread_is_answered_as_s
     running = asyncio.ensure_future(app.ainvoke({"messages": [Message.text_message("pay 10", message_id="u-1")]},
                                                 dict(cfg)))
     await asyncio.wait_for(entered.wait(), 60)
-    # Another request asks the running turn to stop, then gives up waiting for it (its
-    # busy_timeout): the turn stops short at its next safe point, and nobody goes on with it. (Input
-    # the run refuses is now refused before the request to stop, session 26; this test made the
-    # thread with ids 90 and "90" before.) From another graph object, as from another process.
+    # Another request asks the running turn to stop, takes the thread once it stopped, and fails
+    # before it writes anything (a crash right after taking the lease, by failpoint): the turn
+    # stopped short at its safe point, and nobody goes on with it. (A request that gave up waiting
+    # did this until session 30, when its request came to be withdrawn; input the run refuses is
+    # refused before the request, session 26.) From another graph object, as from another process.
     other_app = tool_graph(AgentState, [pay], [[call("c9", "pay")]], checkpointer=checkpointer)
     bad = asyncio.ensure_future(other_app.ainvoke(
         {"messages": [Message.text_message("a", message_id="u-x")]},
-        {**cfg, "on_busy": "interrupt", "busy_timeout": 0.5}))
-    with pytest.raises(ThreadBusyError) as gave_up:
-        await asyncio.wait_for(bad, 60)
-    assert gave_up.value.error_code == "STORAGE_BUSY_003"
+        {**cfg, "on_busy": "interrupt", "busy_timeout": 60.0, "failpoints": "after_lease=raise"}))
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await checkpointer.ais_stop_requested(dict(cfg)):
+        assert asyncio.get_running_loop().time() < deadline, "the request to stop was never made"
+        await asyncio.sleep(0.02)
     release.set()
     cut = await asyncio.wait_for(running, 60)
+    with pytest.raises(FailpointError):
+        await asyncio.wait_for(bad, 60)
     assert cut["messages"][-1].role == "tool", "stopped short after its tool node"
     state = await checkpointer.aget_state(dict(cfg))
     assert state.execution_meta.interrupt_reason == "preempted", state.execution_meta
