@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 CHILD = r'''
-import asyncio, json, sys, time
+import asyncio, json, signal, sys, time
+# Ctrl-C as at a terminal: a child inherits an ignored SIGINT from a test worker that ignores it
+# (some tests of the suite install handlers), and Python then never raises KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 

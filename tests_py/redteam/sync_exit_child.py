@@ -6,9 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+
+# Ctrl-C as at a terminal: a suite started as a background job (as CI may) passes SIGINT on
+# ignored, and the test's Ctrl-C would then never reach this process.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tenxgraph import END, START, AgentState, Message, StateGraph  # noqa: E402
