@@ -197,6 +197,11 @@ def _cache_text(field: str, value: Any, *, namespace: bool = False) -> str:
     return text
 
 
+def _cache_names(namespace: Any, key: Any) -> tuple[str, str]:
+    """A cache call's namespace and key, checked (see ``_cache_text``)."""
+    return _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+
+
 def _utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -350,18 +355,18 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     # -- generic cache and stop requests ---------------------------------------------------
 
     async def aput_cache_value(self, namespace: str, key: str, value: Any, ttl_seconds: int | None = None) -> Any:
-        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+        ns, k = _cache_names(namespace, key)
         ttl = _cache_ttl(ttl_seconds)
         await self._native.cache_put(ns, k, json.dumps(value), ttl)
         return value
 
     async def aget_cache_value(self, namespace: str, key: str) -> Any:
-        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+        ns, k = _cache_names(namespace, key)
         raw = await self._native.cache_get(ns, k)
         return None if raw is None else json.loads(raw)
 
     async def aclear_cache_value(self, namespace: str, key: str) -> bool:
-        ns, k = _cache_text("namespace", namespace, namespace=True), _cache_text("key", key)
+        ns, k = _cache_names(namespace, key)
         return bool(await self._native.cache_clear(ns, k))
 
     async def alist_cache_keys(self, namespace: str, prefix: str | None = None) -> list[str]:
