@@ -61,7 +61,7 @@ impl NodeHost for Host {
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
         let messages = self.messages.lock().unwrap();
         Ok(Snapshot {
-            state: json!({"execution_meta": exec}),
+            state: json!({"execution_meta": exec}).to_string(),
             new_messages: messages[cursor.len..].to_vec(),
             replace_messages: false,
             cursor: MsgCursor { len: messages.len(), last_id: messages.last().map(|m| m.id.clone()) },

@@ -134,7 +134,7 @@ impl NodeHost for TestHost {
         let live = self.live.lock().unwrap();
         let new_messages = live.messages[cursor.len..].to_vec();
         Ok(Snapshot {
-            state: json!({"counter": live.counter, "execution_meta": exec}),
+            state: json!({"counter": live.counter, "execution_meta": exec}).to_string(),
             new_messages,
             replace_messages: false,
             cursor: MsgCursor { len: live.messages.len(), last_id: live.messages.last().map(|m| m.id.clone()) },

@@ -40,7 +40,7 @@ impl NodeHost for Host {
     }
     fn snapshot(&self, exec: &ExecMeta, cursor: &MsgCursor) -> Result<Snapshot, EngineError> {
         Ok(Snapshot {
-            state: json!({"execution_meta": exec}),
+            state: json!({"execution_meta": exec}).to_string(),
             new_messages: vec![],
             replace_messages: false,
             cursor: cursor.clone(),
@@ -96,9 +96,11 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Checkpointer>)> {
 async fn put_state(store: &dyn Checkpointer, t: &ThreadRef, status: &str, node: &str) -> i64 {
     let state = json!({"execution_meta": {"status": status, "current_node": node, "step": 1}});
     let version = store.load(t).await.unwrap().map(|c| c.version).unwrap_or(0);
+    let (state_text, mark) = common::state_text(&state);
     let w = StepWrite {
         expected_version: version,
-        state: &state,
+        state: state_text,
+        mark,
         new_messages: &[] as &[StoredMessage],
         replace_messages: false,
         fence: None,

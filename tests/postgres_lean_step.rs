@@ -27,9 +27,11 @@ fn msg(id: &str, role: &str) -> StoredMessage {
 }
 
 fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
+    let (state_text, mark) = common::state_text(state);
     StepWrite {
         expected_version: expected,
-        state,
+        state: state_text,
+        mark,
         new_messages: msgs,
         replace_messages: false,
         fence: None,

@@ -8,9 +8,11 @@ use serde_json::json;
 use tenxgraph::store::{Checkpointer, PgOptions, PgStore, StepWrite, ThreadRef, shared_json};
 
 fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
+    let (state_text, mark) = common::state_text(state);
     StepWrite {
         expected_version: expected,
-        state,
+        state: state_text,
+        mark,
         new_messages: &[],
         replace_messages: false,
         fence: None,

@@ -3,6 +3,7 @@
 //! not dropped when another descriptor of the file closes, and released with the store.
 #![cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 
+mod common;
 use serde_json::json;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -47,9 +48,11 @@ async fn our_locks_are_seen_by_posix_lockers_in_this_process_and_survive_their_c
     let t = ThreadRef::new("th", "u");
     let state = json!({"n": 1});
     let msgs = [StoredMessage::new("m1", &json!({"message_id": "m1", "role": "user", "content": []}))];
+    let (state_text, mark) = common::state_text(&state);
     let step = StepWrite {
         expected_version: 0,
-        state: &state,
+        state: state_text,
+        mark,
         new_messages: &msgs,
         replace_messages: false,
         fence: None,

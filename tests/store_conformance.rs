@@ -44,9 +44,11 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<(&'static str, Arc<dyn Checkpo
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
+    let (state_text, mark) = common::state_text(state);
     StepWrite {
         expected_version: expected,
-        state,
+        state: state_text,
+        mark,
         new_messages: msgs,
         replace_messages: false,
         fence: None,
@@ -147,9 +149,11 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
             })
             .collect();
         assert_eq!(texts, ["1-edited", "2", "3"], "{name}");
+        let (state_text, mark) = common::state_text(&st);
         let w = StepWrite {
             expected_version: 1,
-            state: &st,
+            state: state_text,
+            mark,
             new_messages: &[msg("z", "only")],
             replace_messages: true,
             fence: None,
@@ -188,17 +192,21 @@ async fn ledger_keeps_the_first_result_and_goes_with_its_thread() {
 #[tokio::test]
 async fn cache_expires_and_lists_keys() {
     let dir = tempfile::tempdir().unwrap();
+    // A namespace of this run's own: the Redis cache is the test server's, shared with anything
+    // else that ran against it (a key "k" of another run's "ns" failed the listing).
+    let ns = format!("ns-{}", uuid::Uuid::new_v4().simple());
+    let ns = ns.as_str();
     for (name, s) in backends(&dir).await {
-        s.cache_put("ns", "k1", &json!(true), Some(0.2)).await.unwrap();
-        s.cache_put("ns", "k2", &json!({"a": 1}), None).await.unwrap();
+        s.cache_put(ns, "k1", &json!(true), Some(0.2)).await.unwrap();
+        s.cache_put(ns, "k2", &json!({"a": 1}), None).await.unwrap();
         s.cache_put("other", "k3", &json!(1), None).await.unwrap();
-        assert_eq!(s.cache_keys("ns", None).await.unwrap(), ["k1", "k2"], "{name}");
-        assert_eq!(s.cache_keys("ns", Some("k2")).await.unwrap(), ["k2"], "{name}");
+        assert_eq!(s.cache_keys(ns, None).await.unwrap(), ["k1", "k2"], "{name}");
+        assert_eq!(s.cache_keys(ns, Some("k2")).await.unwrap(), ["k2"], "{name}");
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert_eq!(s.cache_get("ns", "k1").await.unwrap(), None, "{name}: expired");
-        assert_eq!(s.cache_get("ns", "k2").await.unwrap(), Some(json!({"a": 1})), "{name}");
-        s.cache_clear("ns", "k2").await.unwrap();
-        assert_eq!(s.cache_get("ns", "k2").await.unwrap(), None, "{name}");
+        assert_eq!(s.cache_get(ns, "k1").await.unwrap(), None, "{name}: expired");
+        assert_eq!(s.cache_get(ns, "k2").await.unwrap(), Some(json!({"a": 1})), "{name}");
+        s.cache_clear(ns, "k2").await.unwrap();
+        assert_eq!(s.cache_get(ns, "k2").await.unwrap(), None, "{name}");
     }
 }
 

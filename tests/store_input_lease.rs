@@ -15,9 +15,11 @@ fn msg(id: &str) -> StoredMessage {
 }
 
 fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessage]) -> StepWrite<'a> {
+    let (state_text, mark) = common::state_text(state);
     StepWrite {
         expected_version: expected,
-        state,
+        state: state_text,
+        mark,
         new_messages: msgs,
         replace_messages: false,
         fence: None,

@@ -32,9 +32,11 @@ async fn backends(dir: &tempfile::TempDir, isolation: bool) -> Vec<(&'static str
 
 // The one place that builds a StepWrite in this file.
 fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
+    let (state_text, mark) = common::state_text(state);
     StepWrite {
         expected_version: expected,
-        state,
+        state: state_text,
+        mark,
         new_messages: &[],
         replace_messages: false,
         fence: None,

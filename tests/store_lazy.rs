@@ -1,6 +1,7 @@
 //! `LazyStore`: opens its backend on first use; a failed open is retried by the next call; closing
 //! a store that never opened opens nothing.
 
+mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tenxgraph::store::{Checkpointer, LazyStore, MemoryStore, Opener, StepWrite, StoreError, ThreadRef};
@@ -36,9 +37,11 @@ async fn nothing_opens_until_first_use_and_a_failed_open_is_retried() {
     assert!(store.load(&t).await.unwrap().is_none());
     assert!(store.is_open());
     let state = serde_json::json!({"x": 1});
+    let (state_text, mark) = common::state_text(&state);
     let w = StepWrite {
         expected_version: 0,
-        state: &state,
+        state: state_text,
+        mark,
         new_messages: &[],
         replace_messages: false,
         fence: None,

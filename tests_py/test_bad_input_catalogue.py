@@ -889,19 +889,20 @@ async def test_an_input_state_nested_past_the_recursion_limit_is_a_value_error(c
     assert [m.text() for m in out["messages"]] == ["y", "ok"]
 
 
-@pytest.mark.parametrize("ids", [{"run_id": 1}, {"run_id": 1.5}, {"thread_id_suffix": 1.5}], ids=["int_run", "float_run",
-                                                                                                   "float_thread"])
+@pytest.mark.parametrize("ids", [{"run_id": 1}, {"run_id": 1.5}, {"thread_id_suffix": 7}], ids=["int_run", "float_run",
+                                                                                                 "int_thread"])
 async def test_ids_ainvoke_takes_stream_too(checkpointer, make_thread, ids) -> None:
     # ainvoke str()s them; astream built its chunks from the raw values and every chunk failed
-    # StreamChunk's validation (a raw ValidationError).
+    # StreamChunk's validation (a raw ValidationError). (A float thread id, accepted here until
+    # session 31, is refused since: test_id_types.py.)
     app = echo_graph(checkpointer)
     cfg: dict[str, Any] = {"thread_id": make_thread("streamids"), "run_id": ids.get("run_id", "r1")}
     if "thread_id_suffix" in ids:
-        cfg["thread_id"] = float(abs(hash(cfg["thread_id"])) % 1000) + 0.5
+        cfg["thread_id"] = abs(hash(cfg["thread_id"])) % 10**9 * 10 + ids["thread_id_suffix"]
     chunks = [c async for c in app.astream({"messages": [Message.text_message("hi")]}, cfg)]
     assert chunks
     assert {c.run_id for c in chunks} == {str(cfg["run_id"])}
-    assert {c.thread_id for c in chunks} == {str(cfg["thread_id"])}
+    assert {str(c.thread_id) for c in chunks} == {str(cfg["thread_id"])}
     state = await checkpointer.aget_state({"thread_id": str(cfg["thread_id"])})
     assert [m.text() for m in state.context] == ["hi", "ok"]
 

@@ -386,3 +386,33 @@ async def test_stop_fires_on_interrupt_with_type_stop(checkpointer, make_thread)
     await asyncio.wait_for(task, 60)
     assert seen == [["slow", "stop"]]
     await app.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("point", ["on_state_update", "on_checkpoint", "on_graph_end"])
+async def test_a_lifecycle_hook_that_never_returns_is_bounded_by_node_timeout(point: str) -> None:
+    """(session 31) A hook that never returned hung ``ainvoke`` for good, past ``node_timeout``
+    and ``astop()`` (10xGraph the same). It is given the run's ``node_timeout`` like a node, then
+    abandoned with a warning, and the run goes on."""
+    never = asyncio.Event()
+
+    class Hangs(GraphLifecycleHook):
+        pass
+
+    async def hang(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        await never.wait()
+
+    setattr(Hangs, point, hang)
+    mgr = CallbackManager()
+    mgr.register_lifecycle_hook(Hangs())
+    g = StateGraph(AgentState)
+    g.add_node("model", lambda s: Message.text_message("ok", role="assistant"))
+    g.set_entry_point("model")
+    g.add_edge("model", END)
+    cp = InMemoryCheckpointer()
+    app = g.compile(checkpointer=cp, callback_manager=mgr)
+    cfg = {"thread_id": f"hangs-{point}", "node_timeout": 0.3}
+    out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)), 60)
+    assert out["messages"][-1].text() == "ok"
+    state = await cp.aget_state(dict(cfg))
+    assert str(state.execution_meta.status).endswith("completed")

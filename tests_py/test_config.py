@@ -160,8 +160,9 @@ def test_nothing_to_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("env", "problem"), [
     (None, "does not exist"),
-    ("GOOD=1\nthis line is wrong\n", ".env:2: expected NAME=value, got 'this line is wrong'"),
+    ("GOOD=1\nthis line is wrong\n", ".env:2: expected NAME=value (the line is not shown"),
     ("1BAD=x\n", ".env:1: expected NAME=value"),
+    ("A=1\nB=x\0y\n", ".env:2: B holds a NUL character"),
 ])
 def test_env_file_problems(tmp_path: Path, env: str | None, problem: str) -> None:
     path = project(tmp_path, {"checkpointer": "PKG.agent:checkpointer", "env": ".env"}, env=env)
@@ -175,3 +176,38 @@ def test_unknown_key_that_is_no_typo_warns(tmp_path: Path, caplog: pytest.LogCap
         cfg = load_config(path)
     assert cfg.checkpointer is not None
     assert any("'dashboard' is not used by tenxgraph" in r.getMessage() for r in caplog.records)
+
+
+def test_an_env_line_is_never_echoed_and_a_bad_file_applies_nothing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """(session 31) A malformed line (``KEY: sk-...``, or the first line of a file that is not an
+    env file at all) was echoed whole in the error, which the CLI prints; a NUL in a value raised
+    a bare ValueError after the lines before it were already in os.environ."""
+    secret = "sk-live-Sekr3tKEY0123456789"
+    monkeypatch.delenv("RT_FIRST", raising=False)
+    path = project(tmp_path, {"checkpointer": "PKG.agent:checkpointer", "env": ".env"},
+                   env=f"RT_FIRST=1\nOPENAI_API_KEY: {secret}\n")
+    e = err(path, lambda c: c.load_env())
+    assert e.error_code == "CONFIG_006" and secret not in str(e) and secret not in repr(e.args)
+    (path.parent / ".env").write_text("RT_FIRST=1\nB=x\0y\n")
+    e = err(path, lambda c: c.load_env())
+    assert e.error_code == "CONFIG_006" and "RT_FIRST" not in os.environ
+
+
+@pytest.mark.parametrize(("config", "key", "code"), [
+    ('{"graph": "a:b\\n"}', "graph", "CONFIG_003"),                 # "$" matched before a trailing newline
+    ('{"env": "x\\u0000y"}', "env", "CONFIG_003"),                  # a NUL in a path: a bare ValueError
+    ('{"store": ' + "[" * 100000 + "]" * 100000 + "}", None, "CONFIG_002"),  # a bare RecursionError
+])
+def test_malformed_values_are_config_errors(tmp_path: Path, config: str, key: str | None, code: str) -> None:
+    path = tmp_path / "10xgraph.json"
+    path.write_text(config)
+    with pytest.raises(ConfigError) as e:
+        load_config(path).load_env()
+    assert (e.value.key, e.value.error_code) == (key, code), str(e.value)
+
+
+def test_a_module_that_exits_at_import_is_a_config_error(tmp_path: Path) -> None:
+    path = project(tmp_path, {"checkpointer": "PKG.agent:checkpointer"}, agent_code="raise SystemExit(0)\n")
+    e = err(path, lambda c: c.load_checkpointer())
+    assert (e.key, e.error_code) == ("checkpointer", "CONFIG_004") and "SystemExit" in e.problem, str(e)

@@ -292,3 +292,24 @@ def test_generate_graph_shape() -> None:
     assert len(set(ids)) == len(ids)
     for e in data["edges"]:
         assert set(e) >= {"id", "source", "target"}
+
+
+def test_two_fixed_edges_out_of_one_node_is_graph_005() -> None:
+    """(session 31) The loop followed the first and the other branch never ran, without a word
+    (10xGraph the same): there are no parallel branches. The same edge twice is still one edge."""
+    def gamma(state: AgentState) -> AgentState:
+        return state
+
+    g = StateGraph()
+    g.add_node(alpha).add_node(beta).add_node(gamma)
+    g.set_entry_point("alpha")
+    g.add_edge("alpha", "beta").add_edge("alpha", "gamma")
+    g.add_edge("beta", END).add_edge("gamma", END)
+    with pytest.raises(GraphError) as ei:
+        g.compile()
+    assert _code(ei) == "GRAPH_005" and "'beta' and 'gamma'" in str(ei.value)
+    g = StateGraph()
+    g.add_node(alpha).add_node(beta)
+    g.set_entry_point("alpha")
+    g.add_edge("alpha", "beta").add_edge("alpha", "beta").add_edge("beta", END)
+    g.compile()

@@ -271,3 +271,29 @@ async def test_aclose_cancels_a_pass_that_hangs_and_the_thread_waits_for_the_nex
     report = await _app(cp, counts).arecover()
     assert [(r.thread_id, r.status) for r in report.resumed] == [("hang-1", "completed")]
     assert counts == {"x": 1}
+
+
+@pytest.mark.asyncio
+async def test_a_huge_concurrency_starts_no_more_resumes_than_threads(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """(session 31) The pass made ``concurrency`` worker tasks up front: 10**6 (the CLI takes up
+    to 2**63-1) cost 1.5 GB before any thread was looked at. They start as threads are found."""
+    import types
+
+    import tenxgraph.recovery as recovery
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    counts: dict[str, int] = {}
+    app = _app(SqliteCheckpointer(tmp_path / "huge.db"), counts)
+    await _die(app, "huge-1")
+    started: list[Any] = []
+
+    def create_task(coro: Any, **kw: Any) -> Any:
+        started.append(coro)
+        return asyncio.create_task(coro, **kw)
+
+    # The recovery module's own view of asyncio: only the tasks it starts are counted.
+    monkeypatch.setattr(recovery, "asyncio", types.SimpleNamespace(**{**vars(asyncio), "create_task": create_task}))
+    report = await app.arecover(concurrency=10**5)
+    assert [r.thread_id for r in report.resumed] == ["huge-1"] and counts == {"x": 1}
+    assert len(started) == 1, len(started)

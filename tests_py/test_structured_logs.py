@@ -160,3 +160,46 @@ async def test_fields_do_not_leak_out_of_a_run(tmp_path: Path, debug_logs) -> No
     logging.getLogger("tenxgraph.graph").warning("after the run")
     [after] = [r for r in debug_logs.records if r.getMessage() == "after the run"]
     assert not hasattr(after, "thread_id") and not hasattr(after, "run_id")
+
+
+class _ShipperDown(logging.Handler):
+    """A log handler that raises (a shipper whose emit does not catch), for the Rust core's lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.failed = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "step committed":  # a line only the Rust core writes
+            self.failed += 1
+            raise RuntimeError("log shipper down")
+
+
+@pytest.mark.asyncio
+async def test_a_log_handler_that_raises_on_a_rust_line_does_not_fail_the_run(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """(session 31) The handler's exception was left set in the interpreter: the run's next call
+    into Python failed with SystemError and the thread was stored as failed. It is printed, as
+    ``logging`` prints a failing handler's, and the run goes on."""
+    logger = logging.getLogger("tenxgraph")
+    handler = _ShipperDown()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    reset_level_cache()
+    try:
+        g = StateGraph(AgentState)
+        g.add_node("model", lambda s: Message.text_message("ok", role="assistant"))
+        g.add_edge(START, "model")
+        g.add_edge("model", END)
+        cp = SqliteCheckpointer(tmp_path / "cp.db")
+        app = g.compile(checkpointer=cp)
+        out = await app.ainvoke({"messages": [user("hi")]}, {"thread_id": "shipper"})
+        assert out["messages"][-1].text() == "ok"
+        state = await cp.aget_state({"thread_id": "shipper"})
+        assert str(state.execution_meta.status).endswith("completed")
+        assert handler.failed >= 2
+        assert "log shipper down" in capsys.readouterr().err
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        reset_level_cache()

@@ -94,3 +94,34 @@ async def test_a_replayed_result_keeps_the_id_it_was_recorded_under(checkpointer
     context = (await checkpointer.aget_state(dict(cfg))).context
     _assert_whole(context)
     assert sorted(str(m.message_id) for m in context if m.role == "tool") == sorted(map(str, recorded))
+
+
+def _misaddressed(kind: str) -> Any:
+    async def lookup(order_id: str, tool_call_id: str) -> Message:
+        if kind == "assistant":  # a tool that "speaks": its call was never answered
+            return Message.text_message(f"order {order_id}: shipped", role="assistant")
+        if kind == "meta":  # another call's id in the metadata, no result block
+            return Message.tool_message(f"order {order_id}: shipped", meta={"tool_call_id": "someone-else"})
+        # a result block naming another call (a copy-paste of a sibling's answer)
+        return Message.tool_message([ToolResultBlock(call_id="someone-else", output=f"order {order_id}: shipped")])
+
+    return lookup
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["assistant", "meta", "block"])
+async def test_a_tool_message_naming_another_call_answers_its_own_call(kind: str, checkpointer: Any,
+                                                                       make_thread: Any) -> None:
+    """(session 31) A tool's own ``Message`` of role ``assistant``, or naming another call's id,
+    left its call unanswered (10xGraph the same): every provider refuses such a thread. It is now
+    stored as the answer to the call that ran it, text kept."""
+    turns = [[call("c1", "lookup", {"order_id": "7"}), call("c2", "lookup", {"order_id": "8"})], []]
+    app = tool_graph(AgentState, [_misaddressed(kind)], turns, checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(f"misaddressed-{kind}")}
+    await app.ainvoke({"messages": [Message.text_message("where are my orders?")]}, dict(cfg))
+    ctx = (await checkpointer.aget_state(dict(cfg))).context
+    answers = {m.metadata.get("tool_call_id"): m for m in ctx if m.role == "tool"}
+    assert set(answers) == {"c1", "c2"}, [(m.role, m.metadata) for m in ctx]
+    assert answers["c1"].text() == "order 7: shipped" and answers["c2"].text() == "order 8: shipped"
+    assert all(b.call_id == cid for cid, m in answers.items() for b in m.content if isinstance(b, ToolResultBlock))
+    assert not [m for m in ctx if m.role == "assistant" and "shipped" in m.text()]

@@ -108,3 +108,84 @@ async def test_a_tools_changes_to_its_state_survive_its_replay(checkpointer: Any
     assert runs == ["visit"]
     assert (state.visits, state.tags) == (1, ["visited"])
     assert state.execution_meta.status.value == "completed"
+
+
+class Ordered(AgentState):
+    last: str = ""
+    items: Annotated[list[str], operator.add] = []
+
+
+BROKEN = [True]
+
+
+def _boom(left: Any, right: Any) -> Any:
+    """A reducer with a bug, until the test fixes it."""
+    if BROKEN[0]:
+        raise ValueError("reducer boom")
+    return left + right
+
+
+class Failing(AgentState):
+    items: Annotated[list[str], operator.add] = []
+    bad: Annotated[list[str], _boom] = []
+
+
+@pytest.mark.asyncio
+async def test_a_reducer_that_raises_leaves_no_other_calls_update_behind(checkpointer: Any,
+                                                                        make_thread: Any) -> None:
+    """(session 31) The error state of the failed node held the updates merged before the one
+    that raised, and the retry (answering those calls from the ledger) applied them again:
+    ``items == ["a", "b", "a", "b"]``."""
+    runs: list[str] = []
+
+    async def add(x: str) -> ToolResult:
+        runs.append(x)
+        return ToolResult(message=f"got {x}", state={"items": [x]})
+
+    async def spoil(x: str) -> ToolResult:
+        runs.append(x)
+        return ToolResult(message="spoiled", state={"bad": [x]})
+
+    turns = [[call("c1", "add", {"x": "a"}), call("c2", "add", {"x": "b"}), call("c3", "spoil", {"x": "c"})], []]
+    app = tool_graph(Failing, [add, spoil], turns, checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("reducer-raises")}
+    with pytest.raises(Exception, match="reducer boom"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg))
+    failed = await checkpointer.aget_state(dict(cfg))
+    assert str(failed.execution_meta.status).endswith("error") and failed.items == [] and failed.bad == []
+    BROKEN[0] = False  # the reducer is fixed; the turn is retried
+    try:
+        await app.ainvoke({}, dict(cfg))
+    finally:
+        BROKEN[0] = True
+    done = await checkpointer.aget_state(dict(cfg))
+    assert sorted(runs) == ["a", "b", "c"]
+    assert done.items == ["a", "b"], done.items
+
+
+@pytest.mark.asyncio
+async def test_updates_merge_in_call_order_whether_run_or_replayed(checkpointer: Any, make_thread: Any) -> None:
+    """(session 31) Branches merged first, then replayed calls, then the rest: the same two calls
+    left ``last == "second"`` in a straight run and ``"first"`` after a pause and a resume."""
+    from tenxgraph.utils.interrupt import interrupt
+
+    async def first(state: Ordered) -> ToolResult:
+        return ToolResult(message="first", state={"last": "first", "items": ["first"]})
+
+    async def second(state: Ordered) -> ToolResult:
+        if ask:
+            interrupt("ok?")
+        return ToolResult(message="second", state={"last": "second", "items": ["second"]})
+
+    finals = []
+    for ask in (False, True):
+        app = tool_graph(Ordered, [first, second], [[call("c1", "first"), call("c2", "second")], []],
+                         checkpointer=checkpointer)
+        cfg = {"thread_id": make_thread(f"order-{ask}")}
+        await app.ainvoke({"messages": [Message.text_message("go")]}, dict(cfg))
+        if ask:
+            await app.ainvoke({"resume": "yes"}, dict(cfg))
+        state = await checkpointer.aget_state(dict(cfg))
+        assert str(state.execution_meta.status).endswith("completed")
+        finals.append((state.last, state.items))
+    assert finals[0] == finals[1] == ("second", ["first", "second"]), finals

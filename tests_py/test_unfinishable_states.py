@@ -49,7 +49,11 @@ def scoring_graph(checkpointer: Any, bad: dict[str, Any]) -> Any:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("value", [math.nan, math.inf, deep(200)], ids=["nan", "inf", "200-deep"])
+# 127 levels: past what a load decodes (its state row is committed as text since session 31, and
+# this limit and a lone surrogate are checked on the text: before that check both were committed,
+# and the thread could not be loaded again on any backend).
+@pytest.mark.parametrize("value", [math.nan, math.inf, deep(200), deep(127), "a\ud800b"],
+                         ids=["nan", "inf", "200-deep", "127-deep", "lone-surrogate"])
 async def test_a_state_the_store_cannot_serialise_ends_the_thread_in_error_and_the_next_input_runs(
         checkpointer, make_thread, value) -> None:
     app = scoring_graph(checkpointer, {})

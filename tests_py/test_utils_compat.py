@@ -352,3 +352,16 @@ def test_int_and_bigint_message_ids_run_and_persist(oracle: Any, tmp_path: Path)
     assert len(ours) == 4
     with pytest.raises(AssertionError, match="EventModel"):
         oracle.run_theirs(IDS, env=env)
+
+
+@pytest.mark.parametrize("line,secret", [
+    ("redis://:S3cretPW@127.0.0.1:6379/0", "S3cretPW"),          # Redis's password-only form
+    ("postgresql://app:S3c@retPW@db/app", "retPW"),               # a raw '@' in the password
+    ("connect to postgresql://app:S3cret PW@db failed", "PW@"),   # a space in it
+    ("host=db password='S3cret PW' dbname=x", "PW"),              # a quoted key/value password
+])
+def test_mask_secrets_masks_a_connection_password_as_the_cli_does(line: str, secret: str) -> None:
+    """(session 31) Its own URL rule needed a user and stopped at the password's first '@' or
+    space, so these leaked in whole or in part; it now uses the CLI's rules (utils.redact)."""
+    masked = mask_secrets(line)
+    assert secret not in masked and "***REDACTED***" in masked, masked

@@ -47,6 +47,15 @@ def tool_graph(state_cls: type[AgentState], tools: list[Callable[..., Any]], tur
     return g.compile(**compile_kw)
 
 
+def one_reply_graph(checkpointer: Any) -> Any:
+    """START -> a node that answers "ok" -> END."""
+    g = StateGraph(AgentState)
+    g.add_node("model", lambda s: Message.text_message("ok", role="assistant"))
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    return g.compile(checkpointer=checkpointer)
+
+
 def tool_texts(messages: list[Message]) -> dict[str, Any]:
     """call_id -> the tool result output, for every tool message."""
     out: dict[str, Any] = {}

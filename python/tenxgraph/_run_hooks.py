@@ -4,12 +4,14 @@ and ``Run.lifecycle`` fires the hooks there."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import add_messages
+from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import GraphLifecycleContext
 
 if TYPE_CHECKING:
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from tenxgraph.utils.callbacks import CallbackManager
 
 __all__ = ["NOT_MERGED", "RunHooks"]
+
+_log = run_logger("tenxgraph.graph")
 
 # RunHooks._caller before the run's input was merged (or for a run without input).
 NOT_MERGED: Any = object()
@@ -89,7 +93,25 @@ class RunHooks:
         """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
         await); returns the error message to persist at ``error`` (None keeps it)."""
         self._encoded.clear()
-        return self._fire_lifecycle(point, node, kind, exec_view)
+        return self._bounded(point, self._fire_lifecycle(point, node, kind, exec_view))
+
+    async def _bounded(self, point: str, hooks: Any) -> str | None:
+        """The hooks of one point, given the run's ``node_timeout`` (default 900 s) like a node:
+        a hook that never returned hung ``ainvoke`` for good, past any deadline and ``stop()``
+        (10xGraph the same). One that runs out is abandoned, logged, and the run goes on, as
+        for a hook that raises (10xGraph's rule: a hook never decides the run's outcome)."""
+        from tenxgraph.core.graph.compiled_graph import resolve_timeout
+        from tenxgraph.utils.constants import DEFAULT_NODE_TIMEOUT_SECONDS
+
+        limit = resolve_timeout(self.config, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
+        if limit is None:
+            return await hooks
+        try:
+            return await asyncio.wait_for(hooks, limit)
+        except TimeoutError:
+            _log.warning("lifecycle hooks at %s did not return within node_timeout (%gs); abandoned, the run goes on",
+                         point, limit, extra=self._log_fields(event="lifecycle_hook_timeout"))
+            return None
 
     async def _fire_lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> str | None:
         state = self.state

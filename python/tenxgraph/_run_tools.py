@@ -66,6 +66,7 @@ class RunTools:
     # handler records each (at once, or in the step's transaction), but a run whose await is
     # cancelled drops that work with its future (see record_finished_tools).
     _finished: list[tuple[str, str]]
+    _tools_cut: bool
     # The asyncio tasks running this run's tool calls (run_tool), while they run.
     _tool_tasks: set[asyncio.Task[Any]]
     # The ledger keys of the calls whose run_tool began: a call the Rust core handed over whose
@@ -108,6 +109,7 @@ class RunTools:
                     events.node_error(name, state.execution_meta.step, exc)
                 raise
         step.callbacks = self._callbacks
+        step.agents = self.graph._agent_nodes
         index = self._index
         step.id_in_context = lambda mid: mid in index.ids(state.context)
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
@@ -203,6 +205,32 @@ class RunTools:
         if self.emitter is not None:
             step.pending_stream[index] = out[0]
         return out
+
+    def returned_when_cut(self, name: str, index: int) -> tuple[str, bool, bool] | None:
+        """The engine cut call ``index`` off at its tool_timeout: its result if it had returned
+        (see ToolStep.returned), which the engine records and the model gets."""
+        step = self._tool_steps.get(name)
+        if step is None:
+            return None
+        try:
+            return step.returned(index)
+        except Exception as exc:  # noqa: BLE001 - then it is a timeout as before, and the alert says why
+            _log.error(NOT_RECORDED_MESSAGE, extra={"event": NOT_RECORDED_EVENT, "tool": step.calls[index].name,
+                                                    "error": f"it returned before its timeout, but its value could "
+                                                             f"not be kept: {exc}"})
+            return None
+
+    def tools_cut(self, name: str) -> None:
+        """The engine dropped tool node ``name`` while it ran (see ``cut_off_tools``)."""
+        self._tools_cut = True
+
+    def cut_off_tools(self) -> bool:
+        """Whether the engine dropped a tool node of this run while it ran (node_timeout, stop(),
+        a lost lease: the node's future goes, with any ledger write still in flight). A call cut
+        by its own tool_timeout is not one: the engine kept what it returned (returned_when_cut),
+        and a tool that ignores its cancellation records its late result itself, so the run's
+        return does not wait for it."""
+        return self._tools_cut
 
     def _salvage(self, step: ToolStep, index: int, ledger_key: str | None) -> str | None:
         """The envelope of a call cut off after it returned, queued for the record; None."""

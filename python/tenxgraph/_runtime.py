@@ -148,6 +148,7 @@ class Run(RunHooks, RunTools):
         # runs user code (run_node, eval_condition, lifecycle, begin_tools).
         self._encoded: dict[int, tuple[Message, str]] = {}
         self._finished: list[tuple[str, str]] = []
+        self._tools_cut = False
         self._tool_tasks: set[asyncio.Task[Any]] = set()
         self.entered: set[str] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed

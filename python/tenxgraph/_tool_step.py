@@ -22,7 +22,7 @@ from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph._run_values import id_twin
 from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
-from tenxgraph.prebuilt.tools.handoff import handoff_call_target, handoff_message
+from tenxgraph.prebuilt.tools.handoff import first_handoff, handoff_call_target, handoff_message
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, activate, deactivate, interrupt, pending_interrupt
 
 __all__ = ["ToolStep"]
@@ -77,6 +77,9 @@ class ToolStep:
     # the history), and the ids this step's results took so far.
     id_in_context: Callable[[Any], bool] | None = None
     claimed: set[Any] = field(default_factory=set)
+    # The graph's agent nodes (not tool nodes, not END): where a handoff call may go (set by
+    # RunTools; None: by name alone).
+    agents: Any = None
 
     @classmethod
     def begin(cls, node_name: str, tool_node: Any, state: AgentState) -> ToolStep:
@@ -167,10 +170,16 @@ class ToolStep:
         if not isinstance(args, dict):
             msg = _result_message(call, f"Invalid tool arguments (not a JSON object): {args!r}", True)
             return self._answer(index, msg), False, True
-        target = handoff_call_target(self.tool_node, call.name)
+        target = handoff_call_target(self.tool_node, call.name, self.agents)
         if target is not None:
             # A handoff: answered here with a tool result, recorded like any call; the node then
-            # routes to the target (Run.finish_tools).
+            # routes to the target (Run.finish_tools). The first handoff of the message wins: a
+            # later one is told so (it was answered "Handoff to C" too, and C never got control).
+            first, winner = first_handoff(self) or (index, target)
+            if first != index:
+                msg = _result_message(call, f"Not handed off to {target}: this message already hands off to "
+                                            f"{winner} (the first handoff wins)", True)
+                return self._answer(index, msg), True, True
             return self._answer(index, handoff_message(target, call.call_id or "")), True, False
         takes_state = self.tool_node.takes_state(call.name)
         state = self.state_for(index) if takes_state else self.live
@@ -203,6 +212,21 @@ class ToolStep:
         message = self._own_id(outcome.message)
         text = self.texts[index] = _message_json(message)
         envelope, record = self._envelope_of(index, outcome, ledger_key, text, update)
+        return envelope, record, _is_error(message)
+
+    def returned(self, index: int) -> tuple[str, bool, bool] | None:
+        """Call ``index`` as it returned, when its run was cut off after that (its tool_timeout
+        ran out in an after-invoke callback): ``(envelope, record, is_error)``, its text kept as
+        a finished call's is; None when it had not returned."""
+        made = self.cut_off.pop(index, None)
+        if made is None:
+            return None
+        outcome = made()
+        if outcome.state_update:
+            self.deferred_updates[index] = outcome.state_update
+        message = self._own_id(outcome.message)
+        text = self.texts[index] = _message_json(message)
+        envelope, record = self._envelope_of(index, outcome, None, text)
         return envelope, record, _is_error(message)
 
     def _own_id(self, msg: Message) -> Message:
@@ -347,18 +371,38 @@ class ToolStep:
                 messages.append(_result_message(call, text, True, code="NODE_TIMEOUT_002"))
             else:
                 messages.append(_result_message(call, f"Tool '{call.name}' failed: {payload}", True))
-        if self.baseline is not None:
-            for index in sorted(self.branches):
-                merge_tool_state(self.live, self.branches[index], self.baseline)
-        # Parallel calls' updates go through the field's reducer, as a branch's changes do (10xGraph
-        # merges every parallel call's branch); the last one simply won for a tool that does not
-        # take `state` (no branch) and for a call replayed from the ledger.
-        parallel = len(self.calls) > 1
-        for index in sorted(self.replayed_updates):
-            _apply_update(self.live, self.replayed_updates[index], reduce=parallel)
-        for index in sorted(self.deferred_updates):
-            _apply_update(self.live, self.deferred_updates[index], reduce=parallel)
+        self._merge_updates()
         return messages
+
+    def _merge_updates(self) -> None:
+        """Each call's changes to the state, in call order, whatever their source: a branch's
+        (a parallel call that takes `state`), a replayed record's, a ToolResult's. Before, the
+        branches went first, then the replays, then the rest, so a run resumed after a crash or a
+        pause ended with another state than a straight run (the last write of a field without a
+        reducer, an order-sensitive reducer). Parallel calls' updates go through the field's
+        reducer, as a branch's changes do (10xGraph merges every parallel call's branch).
+
+        All or nothing: a reducer that raises leaves the live state as it was before the first
+        merge, so the error state stored for the failed node holds none of them (it held the
+        merges before the one that raised, and a retry, answering those calls from the ledger,
+        applied them a second time)."""
+        if not (self.branches or self.replayed_updates or self.deferred_updates):
+            return
+        live = self.live
+        before = _branch_copy(live)
+        parallel = len(self.calls) > 1
+        try:
+            for index in range(len(self.calls)):
+                if self.baseline is not None and index in self.branches:
+                    merge_tool_state(live, self.branches[index], self.baseline)
+                for updates in (self.replayed_updates, self.deferred_updates):
+                    if index in updates:
+                        _apply_update(live, updates[index], reduce=parallel)
+        except BaseException:
+            context = live.context
+            live.__dict__.update(before.__dict__)
+            live.context = context
+            raise
 
 
 def _branch_copy(state: AgentState) -> AgentState:

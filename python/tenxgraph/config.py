@@ -34,7 +34,7 @@ _PASSTHROUGH_KEYS = frozenset({
     "test", "thread_name_generator", "websocket",
 })
 _KEYS = frozenset({"graph", "agent", "checkpointer", "env"})
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")  # whole string: fullmatch (no "$\n")
 
 
 class ConfigError(ValueError):
@@ -122,7 +122,7 @@ class TenxConfig(BaseModel):
                 raise ConfigError(self.path, key, f"module {module_name!r} not found (searched from {root})",
                                   "CONFIG_004") from exc
             raise ConfigError(self.path, key, f"importing {module_name!r} failed: {exc}", "CONFIG_004") from exc
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a module that exits at import is a failed import too
             raise ConfigError(self.path, key, f"importing {module_name!r} failed: {type(exc).__name__}: {exc}",
                               "CONFIG_004") from exc
         for part in attr.split("."):
@@ -151,6 +151,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TenxConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(file, None, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
                           "CONFIG_002") from exc
+    except RecursionError:
+        raise ConfigError(file, None, "not valid JSON here: nested too deeply", "CONFIG_002") from None
     if not isinstance(raw, dict):
         raise ConfigError(file, None, f"must be a JSON object, got {type(raw).__name__}", "CONFIG_002")
 
@@ -159,10 +161,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TenxConfig:
         value = raw.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(file, key, f"must be a non-empty string, got {json.dumps(value)}", "CONFIG_003")
+        if value is not None and "\0" in value:
+            raise ConfigError(file, key, "holds a NUL character, which no path or name can", "CONFIG_003")
         values[key] = value
     for key in ("graph", "agent", "checkpointer"):
         value = values[key]
-        if value is not None and not _IMPORT_PATH.match(value):
+        if value is not None and not _IMPORT_PATH.fullmatch(value):
             raise ConfigError(file, key, f"{value!r} is not an import path of the form 'module.path:attribute'",
                               "CONFIG_003")
     graph, agent = values["graph"], values["agent"]
@@ -185,7 +189,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TenxConfig:
 
 
 def _parse_env(env_path: Path, config_path: Path) -> dict[str, str]:
-    """``KEY=value`` lines (``export`` prefix, ``#`` comments and matching quotes allowed)."""
+    """``KEY=value`` lines (``export`` prefix, ``#`` comments and matching quotes allowed). The
+    whole file is checked before anything is applied; an error names the line by number only
+    (a line such as ``OPENAI_API_KEY: sk-...`` was echoed whole, and the CLI printed it)."""
     out: dict[str, str] = {}
     try:
         lines = env_path.read_text(encoding="utf-8").splitlines()
@@ -200,12 +206,16 @@ def _parse_env(env_path: Path, config_path: Path) -> dict[str, str]:
         name, sep, value = stripped.partition("=")
         name = name.strip()
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ConfigError(config_path, "env", f"{env_path}:{number}: expected NAME=value, got {line.strip()!r}",
-                              "CONFIG_006")
+            raise ConfigError(config_path, "env", f"{env_path}:{number}: expected NAME=value (the line is not "
+                              "shown: it may hold a secret)", "CONFIG_006")
         value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+        quoted = re.fullmatch(r"""(["'])(.*?)\1(\s+#.*)?""", value)
+        if quoted:
+            value = quoted.group(2)
         elif " #" in value:
             value = value.split(" #", 1)[0].rstrip()
+        if "\0" in value:
+            raise ConfigError(config_path, "env", f"{env_path}:{number}: {name} holds a NUL character, which no "
+                              "environment variable can", "CONFIG_006")
         out[name] = value
     return out

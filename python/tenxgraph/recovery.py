@@ -127,7 +127,9 @@ async def recover(
         while (item := await queue.get()) is not None:
             await _recover_one(graph, base, item, report)
 
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    # Started as threads are found, up to `concurrency`: made up front, a large value (the CLI
+    # takes up to 2**63-1) cost ~1.5 KB per task before a thread was looked at (red-team, session 31).
+    workers: list[asyncio.Task[None]] = []
     try:
         after: str | None = None
         seen = 0
@@ -135,6 +137,8 @@ async def recover(
             size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - seen)
             page = await native.recovery_candidates(after, size)
             for item in page:
+                if len(workers) < concurrency:
+                    workers.append(asyncio.create_task(worker()))
                 await queue.put(item)
             seen += len(page)
             if len(page) < size:

@@ -92,6 +92,25 @@ impl GraphSpec {
                 }
             }
         }
+        // Two fixed edges out of one node: the loop follows the first and the other branch never
+        // ran, without a word (10xGraph the same). There are no parallel branches to run.
+        let mut fixed: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for e in self.edges.iter().filter(|e| e.condition.is_none() && e.from != START) {
+            match fixed.insert(&e.from, &e.to) {
+                Some(first) if first != e.to => {
+                    return Err(EngineError::graph(
+                        "GRAPH_005",
+                        format!(
+                            "Node '{}' has two fixed edges ('{first}' and '{}'); a node has one next node (use a \
+                             conditional edge to choose between them)",
+                            e.from, e.to
+                        ),
+                        json!({"node": e.from, "targets": [first, e.to]}),
+                    ));
+                }
+                _ => {}
+            }
+        }
         for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
             if !self.nodes.contains(n) {
                 return Err(EngineError::graph(

@@ -75,8 +75,9 @@ pub enum Stored<'a> {
 /// One step to persist.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    /// The state without `context`.
-    pub state: Value,
+    /// The state without `context`, as JSON text whose last key is the state's header
+    /// (`STATE_META_KEY`): the commit puts its write mark in (`store::marked_state`).
+    pub state: String,
     /// Messages added since the last commit (all of the context when `replace_messages`).
     pub new_messages: Vec<StoredMessage>,
     /// The context was rewritten: `new_messages` is all of it.
@@ -135,7 +136,7 @@ pub trait NodeHost: Send + Sync {
     }
     /// The state row of that commit (as the run that made it wrote it), where the host kept it:
     /// with it a store that checks the head at the input commit needs no read before it.
-    fn known_state(&self) -> Option<&std::sync::Arc<Value>> {
+    fn known_state(&self) -> Option<&crate::store::SharedJson> {
         None
     }
     /// Builds the live state and merges the run's input into it. Returns the cursor of what is
@@ -215,6 +216,16 @@ pub trait NodeHost: Send + Sync {
     /// Call `index` returned and its result is recorded (or needs no record): a streaming host
     /// shows it now, never before the ledger has it.
     fn tool_settled(&self, _node: &str, _index: usize) {}
+    /// Call `index`, cut off by its `tool_timeout`, had already returned (the limit ran out in
+    /// the host's code after the tool, an after-invoke callback say): its result, which stands,
+    /// so the model is not told a call that took effect timed out. None: it had not returned.
+    fn returned_when_cut(&self, _node: &str, _index: usize) -> Option<ToolRun> {
+        None
+    }
+    /// Tool node `node` was dropped while it ran (node_timeout, a stop, a lost lease): its calls'
+    /// ledger writes in flight went with it, and a call that returned after the drop was never
+    /// handed back. A host that keeps what its calls returned records them before the run ends.
+    fn tools_cut(&self, _node: &str) {}
     /// Whether nothing of the user's (a lifecycle hook) runs between a tool
     /// node's last result and the commit of its step: the engine then lets that commit carry the
     /// node's last ledger rows. A host that runs user code there says false.

@@ -53,7 +53,7 @@ pub struct RunOutcome {
     pub nothing_to_resume: bool,
     /// The state row of the run's last commit (None when it committed nothing): a host that
     /// keeps the live state hands it back as its `known_state`.
-    pub state: Option<Arc<Value>>,
+    pub state: Option<crate::store::SharedJson>,
 }
 
 enum Guard {
@@ -97,7 +97,7 @@ struct Run<'a, H: NodeHost + ?Sized> {
     seen_mark: Option<String>,
     /// The state of the run's last commit (moved in, no copy): what the error state is written
     /// from when the live state cannot be serialised; before the first commit, `loaded_state`.
-    last_state: Option<Arc<Value>>,
+    last_state: Option<crate::store::SharedJson>,
     /// The run started on the host's kept state without reading the thread: its input commit
     /// asks the store to refuse a head that is not that commit (`put_input_on_head`).
     on_head: bool,
@@ -252,7 +252,13 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
-            let out = match self.guarded_node(&node, signal).await {
+            let guarded = self.guarded_node(&node, signal).await;
+            if matches!(guarded, Err(Guard::Stopped | Guard::LeaseLost | Guard::Timeout(_)))
+                && self.graph.tool_nodes.contains(&node)
+            {
+                self.host.tools_cut(&node);
+            }
+            let out = match guarded {
                 Ok(o) => o,
                 Err(Guard::Stopped) => return self.stop(StopKind::Hard).await,
                 Err(Guard::LeaseLost) => return Err(self.lease_lost()),

@@ -503,6 +503,19 @@ async fn run_one<H: NodeHost + ?Sized>(
         Some(limit) => match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
             Err(_) => {
+                if let Some(run) = host.returned_when_cut(node, index) {
+                    tracing::warn!(
+                        thread_id = %cfg.thread.thread_id,
+                        tool = %call.name,
+                        event = "tool_returned_before_timeout",
+                        "tool call returned, then its tool_timeout ran out (in code that runs after the tool); its result stands and is recorded"
+                    );
+                    add_duration(&m.tool_duration_us, started.elapsed());
+                    if recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await {
+                        host.tool_settled(node, index);
+                    }
+                    return Ok(ToolOutcome::Ran(run.envelope));
+                }
                 inc(&m.tool_timeouts);
                 tracing::warn!(thread_id = %cfg.thread.thread_id, tool = %call.name, "tool call timed out after {:?} and was cancelled", limit);
                 return Ok(ToolOutcome::TimedOut { secs: limit.as_secs_f64() });

@@ -28,7 +28,7 @@ pub struct PyHost {
     /// previous run in this process.
     pub known: Option<(i64, String)>,
     /// That commit's state row, when the Python side kept it (`KeptState`).
-    pub known_state: Option<std::sync::Arc<serde_json::Value>>,
+    pub known_state: Option<crate::store::SharedJson>,
     /// The graph has lifecycle hooks: without any, no lifecycle point crosses into Python.
     pub hooks: bool,
     /// `prepare` found the input to be a stored turn sent again (see `replays_stored_turn`).
@@ -41,10 +41,6 @@ fn host_err(e: PyErr) -> EngineError {
 
 fn exec_view(py: Python<'_>, exec: &ExecMeta) -> PyResult<Py<ExecView>> {
     ExecView::new(py, exec)
-}
-
-fn parse(what: &str, s: &str) -> Result<Value, EngineError> {
-    serde_json::from_str(s).map_err(|e| EngineError::InvalidInput(format!("{what} is not valid JSON: {e}")))
 }
 
 /// Ordinary exceptions are wrapped as NodeError by the loop; BaseExceptions (cancellation,
@@ -113,7 +109,7 @@ impl NodeHost for PyHost {
         self.known.as_ref().map(|(version, mark)| KnownHead { version: *version, mark })
     }
 
-    fn known_state(&self) -> Option<&std::sync::Arc<serde_json::Value>> {
+    fn known_state(&self) -> Option<&crate::store::SharedJson> {
         self.known_state.as_ref()
     }
 
@@ -181,12 +177,7 @@ impl NodeHost for PyHost {
                     .map_err(|e| EngineError::InvalidInput(format!("message is not valid JSON: {e}")))
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
-        Ok(Snapshot {
-            state: parse("state", &state)?,
-            new_messages,
-            replace_messages: replace,
-            cursor: MsgCursor { len, last_id },
-        })
+        Ok(Snapshot { state, new_messages, replace_messages: replace, cursor: MsgCursor { len, last_id } })
     }
 
     fn streaming(&self) -> bool {
@@ -280,6 +271,37 @@ impl NodeHost for PyHost {
             cause: Box::new(e),
         })?;
         Ok(UnknownAnswer::Answer(ToolRun { envelope, record, is_error }))
+    }
+
+    fn tools_cut(&self, node: &str) {
+        Python::attach(|py| {
+            if let Err(e) = self.run.bind(py).call_method1("tools_cut", (node,)) {
+                tracing::error!(node = %node, "could not tell the run its tool node was cut off: {e}");
+            }
+        });
+    }
+
+    fn returned_when_cut(&self, node: &str, index: usize) -> Option<ToolRun> {
+        let answer = Python::attach(|py| {
+            self.run
+                .bind(py)
+                .call_method1("returned_when_cut", (node, index))?
+                .extract::<Option<(String, bool, bool)>>()
+        });
+        match answer {
+            Ok(Some((envelope, record, is_error))) => match shared_json_from_text(envelope) {
+                Ok(envelope) => Some(ToolRun { envelope, record, is_error }),
+                Err(e) => {
+                    tracing::error!(node = %node, "a returned tool call's result could not be read back: {e}");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(node = %node, "could not ask whether a timed-out tool call had returned: {e}");
+                None
+            }
+        }
     }
 
     fn accept_replay(&self, node: &str, index: usize, envelope: &RawValue) -> bool {

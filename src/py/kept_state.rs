@@ -3,18 +3,19 @@
 //! one cache decides what is kept and for how long; the row never crosses as text or a dict,
 //! because Python never reads it: only the engine does, to start a run without reading the thread.
 
+use crate::store::SharedJson;
 use pyo3::prelude::*;
 use serde_json::Value;
-use std::sync::Arc;
 
-/// Opaque to Python: a committed state row (shared, never copied on its way through Python).
+/// Opaque to Python: a committed state row's text (shared, never copied on its way through Python).
 #[pyclass(module = "tenxgraph._core", frozen)]
-pub struct KeptState(pub Arc<Value>);
+pub struct KeptState(pub SharedJson);
 
 #[pymethods]
 impl KeptState {
     fn __repr__(&self) -> String {
-        let status = self.0.pointer("/execution_meta/status").and_then(Value::as_str).unwrap_or("?");
+        let state: Value = serde_json::from_str(self.0.get()).unwrap_or_default();
+        let status = state.pointer("/execution_meta/status").and_then(Value::as_str).unwrap_or("?");
         format!("KeptState(status={status:?})")
     }
 }

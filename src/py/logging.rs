@@ -11,6 +11,7 @@
 //! Installing a `tracing` subscriber switches off tracing's own `log` output (its `log` feature
 //! only emits while no subscriber is set), so every event, ours and sqlx's, goes through here once.
 
+use pyo3::prelude::*;
 use std::fmt;
 use tracing::field::{Field, Visit};
 use tracing::subscriber::Interest;
@@ -145,17 +146,35 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for PyLogLayer {
         let pairs: Vec<(String, &str)> = fields.pairs.iter().map(|(k, v)| (python_key(k), v.as_str())).collect();
         let kvs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         let message = fields.message.as_deref().unwrap_or("");
-        log::logger().log(
-            &log::Record::builder()
-                .level(log_level(meta.level()))
-                .target(meta.target())
-                .module_path(meta.module_path())
-                .file(meta.file())
-                .line(meta.line())
-                .key_values(&kvs.as_slice())
-                .args(format_args!("{message}"))
-                .build(),
-        );
+        let kvs = kvs.as_slice();
+        let log_it = || {
+            log::logger().log(
+                &log::Record::builder()
+                    .level(log_level(meta.level()))
+                    .target(meta.target())
+                    .module_path(meta.module_path())
+                    .file(meta.file())
+                    .line(meta.line())
+                    .key_values(&kvs)
+                    .args(format_args!("{message}"))
+                    .build(),
+            )
+        };
+        // pyo3-log leaves a handler's exception set as the thread's current Python exception:
+        // on a thread that is running Python code (the event loop's, inside a call from Rust),
+        // the next call then failed with SystemError ("returned a result with an exception
+        // set"), and a raising log handler failed the run (red-team, session 31). It is taken
+        // here and printed, as `logging` does for a handler that fails (`handleError`).
+        Python::attach(|py| {
+            let earlier = PyErr::take(py);
+            log_it();
+            if let Some(failed) = PyErr::take(py) {
+                failed.print(py);
+            }
+            if let Some(e) = earlier {
+                e.restore(py);
+            }
+        });
     }
 }
 

@@ -60,7 +60,7 @@ pub struct RunOptions {
     #[pyo3(get)]
     known_mark: Option<String>,
     /// That commit's state row (`KeptState`), when the Python side kept it too.
-    known_state: Option<Arc<serde_json::Value>>,
+    known_state: Option<crate::store::SharedJson>,
     #[pyo3(get)]
     resume_only: bool,
     /// The run only closes a failed tool node (`RunConfig::closing_failed_tools`).
@@ -96,6 +96,24 @@ fn required(
 /// than the caller's, and ids that differ only there (two users' ids, under isolation) named one
 /// thread.
 pub fn id_text(field: &'static str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    // An id is a str, an int (10xGraph's ids are `str | int`) or a uuid.UUID. Anything else was
+    // stored as its `str()`: a list, a dict, bytes, a float, and an object whose text holds its
+    // address (a new thread at every run) were all taken without a word (red-team, session 31).
+    let is_uuid = || {
+        let t = value.get_type();
+        t.name().is_ok_and(|n| n == "UUID") && t.module().is_ok_and(|m| m == "uuid")
+    };
+    if !(value.is_instance_of::<pyo3::types::PyString>() || value.is_instance_of::<pyo3::types::PyInt>() || is_uuid()) {
+        let kind = value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        return Err(super::errors::store_err(
+            value.py(),
+            crate::store::StoreError::BadTextId {
+                field,
+                value: kind.clone(),
+                reason: "must be a str or an int".into(),
+            },
+        ));
+    }
     checked_text(field, value, crate::store::id_text::check_text_id)
 }
 
@@ -380,7 +398,7 @@ impl RunOptions {
     }
 
     /// The state row of that commit, if the Python side kept it.
-    pub fn known_state(&self) -> Option<Arc<serde_json::Value>> {
+    pub fn known_state(&self) -> Option<crate::store::SharedJson> {
         self.known_state.clone()
     }
 }

@@ -94,9 +94,11 @@ impl PyStore {
                 })
                 .collect::<Result<Vec<_>, serde_json::Error>>()
                 .map_err(|e| StoreError::backend("load", e))?;
+            let (state, mark) = crate::store::state_row(&state);
             let w = StepWrite {
                 expected_version: 0,
                 state: &state,
+                mark: mark.as_deref(),
                 new_messages: &msgs,
                 replace_messages: true,
                 fence: None,
@@ -237,7 +239,13 @@ impl Checkpointer for PyStore {
         self.mem.thread_owner(thread_id).await
     }
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
-        self.mem.running_threads(after, limit).await
+        // The checkpointer's own threads: the working copy holds only what this process touched,
+        // nothing after a restart, when a recovery pass is wanted.
+        let after_arg = after.map(str::to_owned);
+        let got = self.call("running_threads", move |a| a.call_method1("running_threads", (after_arg, limit))).await?;
+        let pairs: Vec<(String, String)> = Python::attach(|py| got.bind(py).extract())
+            .map_err(|e: PyErr| StoreError::backend("running_threads", e))?;
+        Ok(pairs.into_iter().map(|(thread, user)| ThreadRef::new(thread, user)).collect())
     }
     async fn cache_put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<bool> {
         self.mem.cache_put_absent(ns, key, value, ttl).await

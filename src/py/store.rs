@@ -286,12 +286,14 @@ impl NativeStore {
         owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        let state = json_in(&state_json)?;
+        let value = json_in(&state_json)?;
+        let (state, mark) = crate::store::state_row(&value);
         let msgs = messages_in(messages)?;
         awaitable(py, async move {
             let w = StepWrite {
                 expected_version,
                 state: &state,
+                mark: mark.as_deref(),
                 new_messages: &msgs,
                 replace_messages,
                 fence: None,

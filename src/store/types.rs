@@ -175,18 +175,113 @@ pub fn mark_messages_changed(state: &mut Value) {
     set_write_mark(state, MESSAGES_CHANGED);
 }
 
-/// The state to store for a step: its mark is dropped when the thread's latest row no longer
-/// carries the mark the run last saw (messages changed under the run, or another writer).
-pub fn chained_state<'a>(w: &StepWrite<'a>, latest_mark: Option<&str>) -> std::borrow::Cow<'a, Value> {
-    if write_mark(w.state).is_some() && latest_mark != w.previous_mark {
-        let mut s = w.state.clone();
-        if let Some(meta) = s.get_mut(WRITE_MARK_PATH[0]).and_then(Value::as_object_mut) {
-            meta.remove(WRITE_MARK_PATH[1]);
-        }
-        std::borrow::Cow::Owned(s)
+/// The state to store for a step, and the mark it carries: its mark is dropped when the thread's
+/// latest row no longer carries the mark the run last saw (messages changed under the run, or
+/// another writer). That is the rare path; it decodes the text.
+pub fn chained_state<'a>(w: &StepWrite<'a>, latest_mark: Option<&str>) -> (SharedJson, Option<&'a str>) {
+    if w.mark.is_some() && latest_mark != w.previous_mark {
+        (state_without_mark(w.state), None)
     } else {
-        std::borrow::Cow::Borrowed(w.state)
+        (w.state.clone(), w.mark)
     }
+}
+
+/// A state row given as a `Value` (a write from outside a run, a store re-hydrated from Python):
+/// its text and the write mark inside it, as `StepWrite` takes them.
+pub fn state_row(state: &Value) -> (SharedJson, Option<String>) {
+    (shared_json(state), write_mark(state).map(str::to_owned))
+}
+
+/// `state` without its write mark.
+pub fn state_without_mark(state: &SharedJson) -> SharedJson {
+    let Ok(mut v) = serde_json::from_str::<Value>(state.get()) else { return state.clone() };
+    if let Some(meta) = v.get_mut(WRITE_MARK_PATH[0]).and_then(Value::as_object_mut) {
+        meta.remove(WRITE_MARK_PATH[1]);
+    }
+    shared_json(&v)
+}
+
+/// A state row's text with `mark` as its write mark. The host's text ends with the state's
+/// header (`{..., "__state_meta__": {"format": 1, "class": "..."}}`): the mark goes in before
+/// its two closing braces, with no decoding. Any other text (no header last, a header holding
+/// braces or a mark already) is decoded and written again.
+pub fn marked_state(mut text: String, mark: &str) -> Result<SharedJson, String> {
+    // What a decode refused and the raw text lets through: a load decodes the row, and a row
+    // no load can read wedged its thread on every backend.
+    loadable_text(&text)?;
+    let key = format!("\"{}\"", super::STATE_META_KEY);
+    let spliceable = text.rfind(&key).is_some_and(|at| {
+        let rest = &text[at + key.len()..];
+        rest.ends_with("}}")
+            && rest.matches('{').count() == 1
+            && rest.matches('}').count() == 2
+            && !rest.contains(&format!("\"{}\"", WRITE_MARK_PATH[1]))
+            && !rest.contains('\\')
+    });
+    if spliceable {
+        let body_end = text.len() - 2;
+        let empty_meta = text[..body_end].trim_end().ends_with('{');
+        text.truncate(body_end);
+        text.push_str(if empty_meta { "\"" } else { ",\"" });
+        text.push_str(WRITE_MARK_PATH[1]);
+        text.push_str("\":");
+        text.push_str(&serde_json::to_string(mark).map_err(|e| e.to_string())?);
+        text.push_str("}}");
+        return shared_json_from_text(text).map_err(|e| e.to_string());
+    }
+    let mut v: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    set_write_mark(&mut v, mark);
+    Ok(shared_json(&v))
+}
+
+/// The deepest nesting serde_json decodes (its limit of 128 counts the value that would be
+/// refused): every load of a state row decodes it.
+const LOAD_DEPTH: usize = 127;
+
+/// Refuses a JSON text a decode would refuse where validating it as raw text does not: nesting
+/// past `LOAD_DEPTH`, and a `\u` escape that is a lone surrogate. One pass over the bytes,
+/// no allocation; the syntax itself is left to the parser.
+pub fn loadable_text(text: &str) -> Result<(), String> {
+    let b = text.as_bytes();
+    let (mut depth, mut i, mut in_string) = (0usize, 0usize, false);
+    let hex = |at: usize| -> Option<u32> {
+        let digits = b.get(at..at + 4)?;
+        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    while i < b.len() {
+        match (in_string, b[i]) {
+            (false, b'"') | (true, b'"') => in_string = !in_string,
+            (false, b'{' | b'[') => {
+                depth += 1;
+                if depth > LOAD_DEPTH {
+                    return Err(format!("nested more than {LOAD_DEPTH} levels deep, which no load can read"));
+                }
+            }
+            (false, b'}' | b']') => depth = depth.saturating_sub(1),
+            (true, b'\\') => {
+                if b.get(i + 1) == Some(&b'u') {
+                    let unit = hex(i + 2).unwrap_or(0);
+                    if (0xDC00..0xE000).contains(&unit) {
+                        return Err("a lone surrogate (\\u escape) in a string, which no load can read".into());
+                    }
+                    if (0xD800..0xDC00).contains(&unit) {
+                        let low = (b.get(i + 6..i + 8) == Some(b"\\u".as_slice())).then(|| hex(i + 8)).flatten();
+                        if !low.is_some_and(|l| (0xDC00..0xE000).contains(&l)) {
+                            return Err("a lone surrogate (\\u escape) in a string, which no load can read".into());
+                        }
+                        i += 6; // the pair's low half is checked here
+                    }
+                    i += 6;
+                    continue;
+                }
+                i += 2;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// The commit a caller still holds the live state of: `load_with` skips the messages when the
@@ -202,7 +297,12 @@ pub struct KnownHead<'a> {
 impl KnownHead<'_> {
     /// True when a row at `version` carrying `state` is the commit the caller holds.
     pub fn matches(&self, version: i64, state: &Value) -> bool {
-        self.version == version && write_mark(state) == Some(self.mark)
+        self.matches_mark(version, write_mark(state))
+    }
+
+    /// True when a row at `version` whose write mark is `mark` is the commit the caller holds.
+    pub fn matches_mark(&self, version: i64, mark: Option<&str>) -> bool {
+        self.version == version && mark == Some(self.mark)
     }
 }
 
@@ -220,8 +320,11 @@ pub trait TxHook: Send + Sync {
 pub struct StepWrite<'a> {
     /// The version the run read; the write fails with `StoreError::Stale` when the thread moved on.
     pub expected_version: i64,
-    /// The new state, without its messages.
-    pub state: &'a Value,
+    /// The new state, without its messages, as the host wrote it (with `mark` inside).
+    pub state: &'a SharedJson,
+    /// The write mark inside `state` (`WRITE_MARK_PATH`), if it has one: the stores record it
+    /// without reading the text again.
+    pub mark: Option<&'a str>,
     /// The messages the step added (the whole context with `replace_messages`).
     pub new_messages: &'a [StoredMessage],
     /// Replace the thread's stored messages with `new_messages` instead of appending.
@@ -268,4 +371,59 @@ pub enum LegacyCache {
     Unreadable(String),
     /// The decoded entry, as 10xGraph wrote it.
     Found(Value),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{marked_state, write_mark};
+    use serde_json::{Value, json};
+
+    fn marked(text: &str) -> Value {
+        serde_json::from_str(marked_state(text.to_owned(), "m-1").unwrap().get()).unwrap()
+    }
+
+    #[test]
+    fn the_mark_goes_into_the_header_and_nothing_else_changes() {
+        let text = r#"{"n":1,"big":18446744073709551615,"s":"}}","__state_meta__": {"format": 1, "class": "A"}}"#;
+        let out = marked_state(text.to_owned(), "m-1").unwrap();
+        // Spliced, not written again: the number past 64 bits keeps its digits.
+        assert!(out.get().contains("18446744073709551615"), "{}", out.get());
+        let v: Value = serde_json::from_str(out.get()).unwrap();
+        assert_eq!(write_mark(&v), Some("m-1"));
+        assert_eq!(v["__state_meta__"]["class"], "A");
+        assert_eq!(v["s"], "}}");
+    }
+
+    #[test]
+    fn any_other_text_is_marked_through_a_decode() {
+        // No header; an empty header; a header already marked; the key nested in the last field.
+        assert_eq!(marked(r#"{"a":1}"#), json!({"a": 1, "__state_meta__": {"write": "m-1"}}));
+        assert_eq!(marked(r#"{"__state_meta__":{}}"#), json!({"__state_meta__": {"write": "m-1"}}));
+        assert_eq!(
+            marked(r#"{"__state_meta__":{"class":"A","write":"old"}}"#),
+            json!({"__state_meta__": {"class": "A", "write": "m-1"}})
+        );
+        assert_eq!(
+            marked(r#"{"x":{"__state_meta__":{"k":1}}}"#),
+            json!({"x": {"__state_meta__": {"k": 1}}, "__state_meta__": {"write": "m-1"}})
+        );
+        assert!(marked_state("[1]}}".to_owned(), "m").is_err());
+    }
+
+    #[test]
+    fn a_text_no_load_could_read_is_refused() {
+        let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        let first_refused = (100..200).find(|&n| serde_json::from_str::<Value>(&deep(n)).is_err()).unwrap();
+        assert!(marked_state(deep(first_refused - 1), "m").is_ok(), "{first_refused}");
+        assert!(marked_state(deep(first_refused), "m").unwrap_err().contains("nested"), "{first_refused}");
+        for lone in [r#"{"s":"a\ud800b"}"#, r#"{"s":"\udc00"}"#, r#"{"s":"\ud800\u0041"}"#, r#"{"s":"\ud800"}"#] {
+            assert!(marked_state(lone.to_owned(), "m").unwrap_err().contains("surrogate"), "{lone}");
+            assert!(serde_json::from_str::<Value>(lone).is_err(), "{lone}");
+        }
+        // A pair, escaped backslashes and brackets inside strings are fine.
+        for ok in [r#"{"s":"\ud83d\ude00"}"#, r#"{"s":"\\ud800"}"#, r#"{"s":"[[[{{{\""}"#] {
+            assert!(marked_state(ok.to_owned(), "m").is_ok(), "{ok}");
+            assert!(serde_json::from_str::<Value>(ok).is_ok(), "{ok}");
+        }
+    }
 }

@@ -37,3 +37,11 @@ pub fn pg_dsn() -> Option<String> {
         }
     }
 }
+
+/// A state as a step writes it: its text and the write mark inside it. Leaked: a test writes a
+/// few rows, and `StepWrite` borrows them.
+#[allow(dead_code)] // not every test binary writes steps
+pub fn state_text(v: &serde_json::Value) -> (&'static tenxgraph::store::SharedJson, Option<&'static str>) {
+    let (text, mark) = tenxgraph::store::state_row(v);
+    (Box::leak(Box::new(text)), mark.map(|m| &*Box::leak(m.into_boxed_str())))
+}

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tenxgraph.cli.redact import redact
+from tenxgraph.utils.redact import redact
 from tenxgraph.config import CONFIG_FILE, load_config
 from tenxgraph.storage.checkpointer import BaseCheckpointer, PgCheckpointer, SqliteCheckpointer
 

@@ -24,7 +24,7 @@ from tenxgraph.cli.connect import (
     redact,
     target_from_args,
 )
-from tenxgraph.cli.redact import RedactingStream
+from tenxgraph.utils.redact import RedactingStream
 
 __all__ = ["EXIT_BROKEN_PIPE", "build_parser", "main"]
 

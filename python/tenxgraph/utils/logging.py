@@ -49,8 +49,6 @@ _PATTERNS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = 
      lambda m: m.group(1) + m.group(2) + _REDACTED),
     (re.compile(r"(?i)([?&](?:token|sig|signature|x-amz-signature|x-goog-signature|key|password)=)([^&\s]+)"),
      lambda m: m.group(1) + _REDACTED),
-    # The password of a connection URL (postgresql://user:pw@host).
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]+:)([^@\s]+)(@)"), lambda m: m.group(1) + _REDACTED + m.group(3)),
 ]
 
 
@@ -59,6 +57,12 @@ def mask_secrets(text: str) -> str:
     guarantee: it may miss a secret or mask a harmless string."""
     if not text:
         return text
+    # Connection URLs and password= as the CLI masks them: a URL's password holding '@' or a
+    # space, or one without a user (redis://:pw@host), leaked in part or whole with a rule of
+    # its own here (red-team, session 31).
+    from tenxgraph.utils.redact import redact
+
+    text = redact(text, _REDACTED)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
     return text

@@ -4,10 +4,10 @@
 use super::start::{Optimistic, refused_start};
 use super::{Run, RunOutcome};
 use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE, lease};
+use crate::engine::{MsgCursor, Snapshot};
 use crate::failpoints::Armed;
-use crate::store::{LeasedInput, StepWrite, StopKey, StoreError, TxHook};
+use crate::store::{LeasedInput, SharedJson, StepWrite, StopKey, StoreError, StoredMessage, TxHook};
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 /// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
 fn next_write_mark() -> String {
@@ -29,6 +29,20 @@ impl TxHook for InTx<'_> {
     async fn in_transaction(&self) -> Result<(), String> {
         self.armed.hit("in_step_tx", self.node).await.map_err(|f| f.to_string())
     }
+}
+
+/// A snapshot whose state carries this commit's write mark.
+struct Marked {
+    state: SharedJson,
+    new_messages: Vec<StoredMessage>,
+    replace_messages: bool,
+    cursor: MsgCursor,
+}
+
+fn marked(snap: Snapshot, mark: &str) -> Result<Marked, EngineError> {
+    let state = crate::store::marked_state(snap.state, mark)
+        .map_err(|e| EngineError::InvalidInput(format!("the state cannot be stored: {e}")))?;
+    Ok(Marked { state, new_messages: snap.new_messages, replace_messages: snap.replace_messages, cursor: snap.cursor })
 }
 
 /// A stored state without its messages: the part a commit writes.
@@ -104,30 +118,30 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             return Ok(());
         }
         self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
+        let mark = next_write_mark();
         let snapshot = if self.unserialisable && self.exec.status == ExecStatus::Error {
             // The live state could not be stored (the host could not serialise it, or the store
             // refused what it holds): the error state is written from the last stored one.
             Err(EngineError::InvalidInput("the thread has no stored state to mark as failed".into()))
         } else {
-            self.host.snapshot(&self.exec, &self.cursor)
+            self.host.snapshot(&self.exec, &self.cursor).and_then(|snap| marked(snap, &mark))
         };
-        let mut snap = match snapshot {
+        let snap = match snapshot {
             Ok(snap) => snap,
-            Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot() {
-                Some(snap) => snap,
-                None => return Err(e),
+            Err(e) if self.exec.status == ExecStatus::Error => match self.error_snapshot().map(|s| marked(s, &mark)) {
+                Some(Ok(snap)) => snap,
+                _ => return Err(e),
             },
             Err(e) => {
                 self.unserialisable = true;
                 return Err(e);
             }
         };
-        let mark = next_write_mark();
-        crate::store::set_write_mark(&mut snap.state, &mark);
         let hook = InTx { armed: &self.cfg.failpoints, node: &self.step_node };
         let w = StepWrite {
             expected_version: self.version,
             state: &snap.state,
+            mark: Some(&mark),
             new_messages: &snap.new_messages,
             replace_messages: snap.replace_messages || self.rewrite,
             fence: self.lease.get().map(|l| l.token),
@@ -163,7 +177,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.lease().mark_released();
         }
         self.cursor = snap.cursor;
-        self.last_state = Some(Arc::new(snap.state));
+        self.last_state = Some(snap.state);
         self.seen_mark = Some(mark.clone());
         self.mark = Some(mark);
         self.rewrite = false;
@@ -192,7 +206,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// node's work is lost, as when it raises; None for a thread with nothing stored yet.
     pub(super) fn error_snapshot(&self) -> Option<crate::engine::Snapshot> {
         let mut state = match (&self.last_state, self.loaded_state) {
-            (Some(committed), _) => (**committed).clone(),
+            (Some(committed), _) => serde_json::from_str(committed.get()).ok()?,
             (None, loaded) => without_context(loaded?),
         };
         let mut exec = self.exec.clone();
@@ -209,7 +223,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             internal.insert("error".into(), json!(exec.error));
         }
         Some(crate::engine::Snapshot {
-            state,
+            state: state.to_string(),
             new_messages: vec![],
             replace_messages: false,
             cursor: self.cursor.clone(),

@@ -9,7 +9,7 @@ use crate::engine::{
     StopSignals, Stored, legacy_resume, next_node, stop_key,
 };
 use crate::store::{Checkpoint, Checkpointer, KnownHead};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 /// A run that loads its thread before it holds the lease and takes the lease with its input
@@ -54,17 +54,12 @@ pub(super) fn kept_head<H: NodeHost + ?Sized>(
     entry: &str,
     thread_id: &str,
 ) -> Option<Checkpoint> {
-    let state = host.known_state()?;
-    if !k.matches(k.version, state) || ExecMeta::from_state(state, entry, thread_id).status == ExecStatus::Running {
+    // Decoded here, once per start: the row crosses the run as text (see `marked_state`).
+    let state: Value = serde_json::from_str(host.known_state()?.get()).ok()?;
+    if !k.matches(k.version, &state) || ExecMeta::from_state(&state, entry, thread_id).status == ExecStatus::Running {
         return None;
     }
-    Some(Checkpoint {
-        version: k.version,
-        state: (**state).clone(),
-        messages: Vec::new(),
-        rewrite_messages: false,
-        messages_known: true,
-    })
+    Some(Checkpoint { version: k.version, state, messages: Vec::new(), rewrite_messages: false, messages_known: true })
 }
 
 #[allow(clippy::too_many_arguments)] // the run's parts, borrowed from run_loop

@@ -31,10 +31,24 @@ const STATE_HISTORY: usize = 20;
 #[derive(Default)]
 struct ThreadData {
     row: Option<ThreadRow>,
-    states: Vec<(i64, Value)>,
+    states: Vec<(i64, StateRow)>,
     messages: Messages,
     /// key -> (row, recorded at); a row is kept as the text it came in (see `SharedJson`).
     ledger: HashMap<String, (SharedJson, f64)>,
+}
+
+/// A state row: the text its commit wrote, shared with the run that made it (a step costs no
+/// copy), and the write mark inside it, so a commit checks the chain without decoding the text.
+/// Reads decode it; they are the rare path (a start without a kept state, inspection).
+struct StateRow {
+    text: SharedJson,
+    mark: Option<String>,
+}
+
+impl StateRow {
+    fn value(&self) -> Value {
+        serde_json::from_str(self.text.get()).unwrap_or_default()
+    }
 }
 
 #[derive(Default)]
@@ -118,7 +132,13 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
 /// `clear_write_mark`).
 fn unmark_latest(d: &mut ThreadData) {
     if let Some((_, s)) = d.states.last_mut() {
-        super::mark_messages_changed(s);
+        // Rows are checked to decode when written (`marked_state`); one that did not would be
+        // kept as it is rather than replaced by a null.
+        if let Ok(mut v) = serde_json::from_str::<Value>(s.text.get()) {
+            super::mark_messages_changed(&mut v);
+            s.text = super::shared_json(&v);
+        }
+        s.mark = Some(super::MESSAGES_CHANGED.to_owned());
     }
 }
 
@@ -141,8 +161,8 @@ impl MemoryStore {
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         ensure_row(d, t);
         let new_version = current + 1;
-        let state = super::chained_state(&w, d.states.last().and_then(|(_, s)| super::write_mark(s))).into_owned();
-        d.states.push((new_version, state));
+        let (text, mark) = super::chained_state(&w, d.states.last().and_then(|(_, s)| s.mark.as_deref()));
+        d.states.push((new_version, StateRow { text, mark: mark.map(str::to_owned) }));
         if d.states.len() > STATE_HISTORY {
             let drop = d.states.len() - STATE_HISTORY;
             d.states.drain(..drop);
@@ -186,10 +206,10 @@ impl Checkpointer for MemoryStore {
         // A non-owner reads nothing (writes are what raise).
         let Some(d) = self.readable(&inner, t) else { return Ok(None) };
         Ok(d.states.last().map(|(v, s)| {
-            let messages_known = known.is_some_and(|k| k.matches(*v, s));
+            let messages_known = known.is_some_and(|k| k.matches_mark(*v, s.mark.as_deref()));
             Checkpoint {
                 version: *v,
-                state: s.clone(),
+                state: s.value(),
                 messages: if messages_known { Vec::new() } else { d.messages.iter().map(|m| m.text.clone()).collect() },
                 rewrite_messages: false,
                 messages_known,
@@ -398,7 +418,8 @@ impl Checkpointer for MemoryStore {
             .threads
             .iter()
             .filter(|(id, d)| {
-                after.is_none_or(|a| id.as_str() > a) && d.states.last().is_some_and(|(_, s)| is_running_state(s))
+                after.is_none_or(|a| id.as_str() > a)
+                    && d.states.last().is_some_and(|(_, s)| is_running_state(&s.value()))
             })
             .filter_map(|(id, d)| d.row.as_ref().map(|r| ThreadRef::new(id.clone(), r.user_id.clone())))
             .collect();
@@ -529,7 +550,7 @@ impl Checkpointer for MemoryStore {
         Ok(d.states
             .iter()
             .rev()
-            .map(|(v, s)| super::StateVersion { version: *v, created_at: None, state: s.clone() })
+            .map(|(v, s)| super::StateVersion { version: *v, created_at: None, state: s.value() })
             .collect())
     }
 }

@@ -20,7 +20,7 @@ impl Inner {
                     d.states.drain(..excess);
                 }
             }
-            let finished = d.states.last().is_some_and(|(_, s)| is_completed_state(s)) && !held.contains(id);
+            let finished = d.states.last().is_some_and(|(_, s)| is_completed_state(&s.value())) && !held.contains(id);
             if !finished {
                 continue;
             }

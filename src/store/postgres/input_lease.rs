@@ -5,7 +5,7 @@
 //! undoing the take.
 
 use super::messages::message_rows;
-use super::nul::strip_nul;
+use super::nul::nul_free_json;
 use super::{PgStore, Stmt, map_err};
 use crate::store::{LeaseInfo, LeaseRequest, LeasedInput, StepWrite, StopKey, StoreError, StoreResult, ThreadRef};
 use sqlx::Row;
@@ -36,8 +36,7 @@ pub(super) async fn put_input(
 ) -> StoreResult<LeasedInput> {
     s.check_thread(t)?;
     s.check_messages(w.new_messages)?;
-    let mut state = w.state.clone();
-    strip_nul(&mut state);
+    let state = sqlx::types::Json(nul_free_json(w.state));
     let q = sqlx::query(s.sql.input_lease.put_input.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)

@@ -2,9 +2,9 @@
 //! (`tenx_ledger_mark`), the start of a tool node (`tenx_ledger_begin`: lookup and intent records
 //! in one round trip), and the listing.
 
-use super::nul::strip_nul_text;
+use super::nul::nul_free_json;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{LedgerEntry, LedgerRow, StoreError, StoreResult, ThreadRef, raw_json_from_text, shared_json};
+use crate::store::{LedgerEntry, LedgerRow, StoreError, StoreResult, ThreadRef, shared_json};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::Row;
@@ -47,18 +47,7 @@ impl Stmts {
 /// value goes in as the text it came as (jsonb parses it once, on the server).
 pub(super) fn columns(entries: &[LedgerRow]) -> (Vec<String>, Vec<Json<Cow<'_, RawValue>>>) {
     let mut seen = std::collections::HashSet::new();
-    entries
-        .iter()
-        .filter(|(k, _)| seen.insert(k.as_str()))
-        .map(|(k, v)| {
-            let text = match strip_nul_text(v.get()).map(raw_json_from_text) {
-                // Only escapes were swapped, so the text is still one JSON value.
-                Some(Ok(fixed)) => Cow::Owned(fixed),
-                _ => Cow::Borrowed(&**v),
-            };
-            (k.clone(), Json(text))
-        })
-        .unzip()
+    entries.iter().filter(|(k, _)| seen.insert(k.as_str())).map(|(k, v)| (k.clone(), Json(nul_free_json(v)))).unzip()
 }
 
 /// Intent records (made as values, on a rare path) as ledger rows.

@@ -1,7 +1,7 @@
 //! Messages outside a step: upsert, read one, list (with search and paging), delete. Changing a
 //! thread's messages here takes the write mark off its latest state row (see `unmark_latest`).
 
-use super::nul::strip_nul_text;
+use super::nul::nul_free_json;
 use super::{Casts, PgStore, Stmt, map_err, threads};
 use crate::store::{
     MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text,
@@ -51,13 +51,10 @@ pub(super) fn message_rows(msgs: &[StoredMessage]) -> Json<Vec<Cow<'_, RawValue>
 
 fn row_text(m: &StoredMessage) -> Cow<'_, RawValue> {
     let keyed = if keyed_as_written(m) { Cow::Borrowed(&*m.data) } else { Cow::Owned(with_key(m)) };
-    match strip_nul_text(keyed.get()) {
-        // Replacing one escape by another inside a string keeps the text one JSON value.
-        Some(text) => {
-            Cow::Owned(RawValue::from_string(text).expect("an escape swapped inside a string stays valid JSON"))
-        }
-        None => keyed,
+    if let Cow::Owned(fixed) = nul_free_json(&keyed) {
+        return Cow::Owned(fixed);
     }
+    keyed
 }
 
 /// The text's `message_id` is the row's key: the same string, or the integer written with the

@@ -1,6 +1,8 @@
 //! U+0000 on its way into PostgreSQL, which stores it in neither text nor jsonb.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// Replaces every U+0000 in the strings of `v`, object keys included, with U+FFFD. That changes
 /// the data, so it is never silent: a warning and the `nul_replaced` counter. A key was left as
@@ -70,6 +72,17 @@ pub(super) fn strip_nul_text(text: &str) -> Option<String> {
     report(replaced);
     // Only ASCII escapes were swapped for ASCII: still UTF-8.
     Some(String::from_utf8(out).expect("ASCII swapped for ASCII keeps UTF-8"))
+}
+
+/// `strip_nul_text` of a JSON document kept as text: the same document when it holds no NUL.
+pub(super) fn nul_free_json(v: &RawValue) -> Cow<'_, RawValue> {
+    match strip_nul_text(v.get()) {
+        // Replacing one escape by another inside a string keeps the text one JSON value.
+        Some(text) => {
+            Cow::Owned(RawValue::from_string(text).expect("an escape swapped inside a string stays valid JSON"))
+        }
+        None => Cow::Borrowed(v),
+    }
 }
 
 fn report(replaced: usize) {

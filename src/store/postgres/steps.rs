@@ -2,7 +2,7 @@
 //! (`tenx_put_step`), and dropping a thread's state.
 
 use super::messages::{message_json, message_rows};
-use super::nul::strip_nul;
+use super::nul::nul_free_json;
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{
     Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text,
@@ -82,7 +82,9 @@ pub(super) async fn load_with(
 /// A row of the load statement (or of `start_read`'s, which carries its columns) as the
 /// checkpoint it holds.
 pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoint> {
-    let mut state: Value = row.get("state_data");
+    // A row no decode takes (a number past f64's range that jsonb printed in full): an error
+    // for this load, not a panic of the store's task.
+    let mut state: Value = row.try_get("state_data").map_err(|e| StoreError::backend("load state", e))?;
     let messages_known: bool = row.get("known");
     // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
     let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
@@ -106,8 +108,7 @@ pub(super) async fn put_step(
     w: StepWrite<'_>,
     rows: &[crate::store::LedgerRow],
 ) -> StoreResult<i64> {
-    let mut state = w.state.clone();
-    strip_nul(&mut state);
+    let state = sqlx::types::Json(nul_free_json(w.state));
     let sql = if rows.is_empty() { &s.sql.steps.put_step } else { &s.sql.steps.put_step_ledger };
     let (keys, results) = super::ledger::columns(rows);
     let step = sqlx::query_scalar(sql.q())

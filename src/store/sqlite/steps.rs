@@ -95,7 +95,7 @@ pub(super) async fn step_in(
     sqlx::query("INSERT INTO states (thread_id, version, state_data, created_at) VALUES (?, ?, ?, ?)")
         .bind(&t.thread_id)
         .bind(new_version)
-        .bind(to_text(&crate::store::chained_state(&w, latest.as_ref().and_then(|(_, m)| m.as_deref()))))
+        .bind(crate::store::chained_state(&w, latest.as_ref().and_then(|(_, m)| m.as_deref())).0.get())
         .bind(now)
         .execute(&mut *c)
         .await

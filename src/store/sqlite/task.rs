@@ -5,8 +5,7 @@
 //! (red-team, session 25).
 
 use super::SqliteStore;
-use crate::store::{StepWrite, StoreResult, StoredMessage};
-use serde_json::Value;
+use crate::store::{SharedJson, StepWrite, StoreResult, StoredMessage};
 use std::future::Future;
 
 impl SqliteStore {
@@ -24,7 +23,8 @@ impl SqliteStore {
 /// runs inline (the hook is borrowed, and only tests arm it).
 pub(super) struct OwnedStep {
     expected_version: i64,
-    state: Value,
+    state: SharedJson,
+    mark: Option<String>,
     new_messages: Vec<StoredMessage>,
     replace_messages: bool,
     fence: Option<i64>,
@@ -37,6 +37,7 @@ impl OwnedStep {
         OwnedStep {
             expected_version: w.expected_version,
             state: w.state.clone(),
+            mark: w.mark.map(str::to_owned),
             new_messages: w.new_messages.to_vec(),
             replace_messages: w.replace_messages,
             fence: w.fence,
@@ -49,6 +50,7 @@ impl OwnedStep {
         StepWrite {
             expected_version: self.expected_version,
             state: &self.state,
+            mark: self.mark.as_deref(),
             new_messages: &self.new_messages,
             replace_messages: self.replace_messages,
             fence: self.fence,

@@ -133,7 +133,7 @@ class BusyAnswers:
     async def _native_call(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool, resume_only: bool) -> Any:
         known = run.known
         try:
-            return await run.native.run(
+            result = await run.native.run(
                 run,
                 asyncio.get_running_loop(),
                 contextvars.copy_context(),
@@ -163,4 +163,12 @@ class BusyAnswers:
                     # The dropped run's lease was parked until now: a resume that took the thread
                     # before these writes landed would fire a returned tool again.
                     _core.release_abandoned(str(cfg["thread_id"]), str(cfg["run_id"]), run.entered)
+            elif run.cut_off_tools():
+                await run.record_finished_tools()
             raise
+        if run.cut_off_tools():
+            # The engine dropped a tool node that was running (node_timeout, stop(), a lost
+            # lease): a call that had returned, cut off in an after-invoke callback or with its
+            # record in flight, was fired again by the resume (red-team, session 31).
+            await run.record_finished_tools()
+        return result

@@ -150,6 +150,9 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         self._prototype: StateT = builder._state
         self._state_type: type[StateT] = type(builder._state)
         self._nodes = {n: node for n, node in builder.nodes.items() if n not in (START, END)}
+        # Where a handoff call may send the run (prebuilt.tools.handoff): the nodes that are not
+        # tool nodes.
+        self._agent_nodes = frozenset(n for n, node in self._nodes.items() if not _is_tool_node(node.func))
         self._conditions: list[Any] = []
         self._log = _log
         self.interrupt_before = interrupt_before
@@ -550,12 +553,24 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
     async def astop(self, config: dict[str, Any]) -> dict[str, Any]:
         """Asks the run on this thread (and user) to stop; a node in flight is cancelled."""
         cfg, _ = self._prepare_config(config)
-        state = await self._checkpointer.aget_state(cfg)
+        cp = self._checkpointer
+        python_store = hasattr(cp, "_python_store")
+        if python_store:
+            # A checkpointer written in Python is called as a run calls it: on its own loop, within
+            # its call_timeout (a hung store hung stop() for good).
+            from tenxgraph.storage.checkpointer.python_store import bounded_call
+
+            state = await bounded_call(cp, "aget_state", lambda: cp.aget_state(cfg))
+        else:
+            state = await cp.aget_state(cfg)
         if state is None:
             return {"ok": False, "running": False, "reason": "no-state"}
         if state.execution_meta.status == ExecutionStatus.RUNNING:
-            await self._checkpointer.arequest_stop(cfg)
-            if hasattr(self._checkpointer, "_python_store"):
+            if python_store:
+                await bounded_call(cp, "arequest_stop", lambda: cp.arequest_stop(cfg))
+            else:
+                await cp.arequest_stop(cfg)
+            if python_store:
                 # A checkpointer written in Python keeps its own cache: tell the loop directly.
                 await self._checkpointer._native.request_stop(str(cfg["thread_id"]), str(cfg["user_id"]))
             return {"ok": True, "running": True}

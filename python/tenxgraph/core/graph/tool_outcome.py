@@ -64,11 +64,22 @@ def map_result(
         return ToolOutcome(Message.tool_message([block], meta=meta), result.state), True
     if isinstance(result, Message):
         # Its result blocks follow the rule for plain results: the stored JSON must hold them.
+        # The message answers this call: a role other than "tool", or another call's id in its
+        # metadata or result blocks, left this call unanswered (10xGraph the same), which every
+        # provider refuses on each later request of the thread.
+        if result.role != "tool" or result.metadata.get("tool_call_id", tool_call_id) != tool_call_id or any(
+                isinstance(b, ToolResultBlock) and b.call_id != tool_call_id for b in result.content):
+            _log.warning("tool %s returned a %s message naming another call; it is stored as the answer to "
+                         "call %s", meta.get("function_name"), result.role, tool_call_id,
+                         extra={"event": "tool_message_rebound"})
         content = [
-            b.model_copy(update={"output": _normalise_output(b.output)}) if isinstance(b, ToolResultBlock) else b
+            b.model_copy(update={"output": _normalise_output(b.output), "call_id": tool_call_id})
+            if isinstance(b, ToolResultBlock) else b
             for b in result.content
         ]
-        merged = result.model_copy(update={"metadata": {**meta, **result.metadata}, "content": content})
+        merged = result.model_copy(update={"metadata": {**meta, **result.metadata, "tool_call_id": tool_call_id},
+                                           "content": content,
+                                           "role": "tool"})
         found, _ = _core.dump_walk(merged)
         if found is not None:
             # Its other fields are the tool's to set: a NaN there has no stored form, and

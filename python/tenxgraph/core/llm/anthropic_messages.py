@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tenxgraph.core.llm.errors import UnreadableReplyError
+from tenxgraph.core.llm.unreadable import reads_reply
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -61,6 +62,10 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _has_text(m: dict[str, Any]) -> bool:
+    return bool(str(m.get("content") or "").strip())
+
+
 def _turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
@@ -74,14 +79,16 @@ def _turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"role": "user", "content": results})
             results = []
         if m.get("role") == "assistant" and m.get("tool_calls"):
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m["content"]}] if _has_text(m) else []
             for call in m["tool_calls"]:
                 fn = call.get("function", {})
                 blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": fn.get("name", ""),
                                "input": _arguments(fn.get("arguments"))})
             out.append({"role": "assistant", "content": blocks})
-        else:
+        elif _has_text(m):
             out.append({"role": m.get("role", "user"), "content": m.get("content", "")})
+        # else: an empty turn (a reply that had no content blocks), which Anthropic refuses on
+        # every later request of the thread ("all messages must have non-empty content")
     if results:
         out.append({"role": "user", "content": results})
     if out and out[-1]["role"] == "assistant":
@@ -176,6 +183,7 @@ def _parsed(schema: Any, text: str, has_calls: bool) -> Any:
         return None
 
 
+@reads_reply("the Anthropic message")
 def response_to_message(response: Any, output_schema: Any = None) -> Message:
     """An Anthropic ``Message`` reply as 10xGraph's assistant ``Message``. A refusal
     (``stop_reason`` ``refusal``) becomes a text message saying so, with ``metadata["refusal"]``."""
@@ -223,6 +231,7 @@ def response_to_message(response: Any, output_schema: Any = None) -> Message:
                    parsed_content=_parsed(output_schema, text, bool(calls)))
 
 
+@reads_reply("the Anthropic message stream")
 async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) -> Message:
     text, reasoning = "", ""
     open_calls: dict[int, dict[str, Any]] = {}

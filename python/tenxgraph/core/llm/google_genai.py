@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tenxgraph.core.llm.errors import ModelConfigError, UnreadableReplyError
+from tenxgraph.core.llm.unreadable import reads_reply
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -79,9 +80,11 @@ def _contents(messages: list[dict[str, Any]]) -> tuple[str | None, list[Any]]:
                     part.thought_signature = base64.b64decode(sig) if sig else _BYPASS_SIGNATURE
                 parts.append(part)
             contents.append(types.Content(role="model", parts=parts))
-        else:
+        elif str(content or "").strip():
             contents.append(types.Content(role="model" if role == "assistant" else "user",
-                                          parts=[types.Part(text=str(content) if content else "")]))
+                                          parts=[types.Part(text=str(content))]))
+        # else: an empty turn (a reply with no parts), which Gemini refuses on every later
+        # request of the thread ("empty text parameter")
     if results:
         contents.append(types.Content(role="user", parts=results))
     return system, contents
@@ -186,6 +189,7 @@ def _parsed(schema: Any, text: str) -> Any:
         return None
 
 
+@reads_reply("the Gemini response")
 def response_to_message(response: Any, output_schema: Any = None) -> Message:
     """A ``GenerateContentResponse`` as 10xGraph's assistant ``Message``."""
     candidates = response.candidates or []
@@ -222,6 +226,7 @@ def response_to_message(response: Any, output_schema: Any = None) -> Message:
     )
 
 
+@reads_reply("the Gemini response stream")
 async def _consume(stream: Any, on_delta: DeltaSink | None, output_schema: Any) -> Message:
     text, reasoning = "", ""
     calls: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tenxgraph.core.llm.errors import UnreadableReplyError
+from tenxgraph.core.llm.unreadable import reads_reply
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock, ToolCallBlock
 from tenxgraph.logs import run_logger
@@ -86,16 +87,31 @@ def _build(*, message_id: Any, content: str, reasoning: str, calls: list[dict[st
     )
 
 
+def _text_of(value: Any) -> str:
+    """A reply's text field as text. Some OpenAI-compatible servers send ``arguments`` as a JSON
+    object, or ``content`` as a list of parts, where OpenAI sends a string."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return "".join(str(p.get("text") or "") for p in value)
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
 def _calls_of(message: Any) -> list[dict[str, Any]]:
     out = []
     for tc in getattr(message, "tool_calls", None) or []:
         fn = getattr(tc, "function", None)
         if fn is None:  # a custom (non-function) tool call: nothing a ToolNode can run
             continue
-        out.append({"id": tc.id, "type": "function", "function": {"name": fn.name, "arguments": fn.arguments or ""}})
+        call_id = "" if tc.id is None else str(tc.id)
+        out.append({"id": call_id, "type": "function",
+                    "function": {"name": _text_of(fn.name), "arguments": _text_of(fn.arguments)}})
     return out
 
 
+@reads_reply("the chat completion")
 def completion_to_message(response: Any, parsed: Any = None) -> Message:
     """A ``ChatCompletion`` as the assistant ``Message`` 10xGraph builds from it."""
     if getattr(response, "choices", None) is None:
@@ -118,15 +134,47 @@ def completion_to_message(response: Any, parsed: Any = None) -> Message:
     reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None) or ""
     if parsed is None:
         parsed = getattr(message, "parsed", None)
-    return _build(message_id=response.id, content=message.content or "", reasoning=str(reasoning),
+    return _build(message_id=response.id, content=_text_of(message.content), reasoning=str(reasoning),
                   calls=_calls_of(message), parsed=parsed, created=getattr(response, "created", None),
                   metadata=meta, usage=usage, raw=raw)
 
 
+class _StreamedCalls:
+    """Tool calls put together from a stream's deltas: an id and a name, then the arguments in
+    pieces, each delta naming its call by ``index``. Some OpenAI-compatible servers send no
+    index: such a delta names its call by its id, and one with neither continues the last call
+    (before, two such calls were merged into one, and an indexed call beside one without an index
+    ended the turn in a bare TypeError). Calls keep the order they started in."""
+
+    def __init__(self) -> None:
+        self.slots: list[dict[str, Any]] = []
+        self._by_index: dict[int, dict[str, Any]] = {}
+        self._by_id: dict[str, dict[str, Any]] = {}
+
+    def slot(self, index: Any, call_id: Any) -> dict[str, Any]:
+        index = index if isinstance(index, int) and not isinstance(index, bool) else None
+        call_id = str(call_id) if call_id not in (None, "") else None
+        found = self._by_index.get(index) if index is not None else None
+        if found is None and call_id is not None:
+            found = self._by_id.get(call_id)
+        if found is None and index is None and call_id is None and self.slots:
+            found = self.slots[-1]
+        if found is None:
+            found = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            self.slots.append(found)
+        if index is not None:
+            self._by_index.setdefault(index, found)
+        if call_id is not None:
+            found["id"] = call_id
+            self._by_id[call_id] = found
+        return found
+
+
+@reads_reply("the chat completions stream")
 async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -> Message:
     text: list[str] = []
     reasoning: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    calls = _StreamedCalls()
     response_id = None
     created = None
     finish = None
@@ -147,17 +195,14 @@ async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -
             continue
         piece = delta.content or ""
         thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None) or ""
-        # Tool calls arrive as an id and a name, then their arguments in pieces, by index.
         for tc in getattr(delta, "tool_calls", None) or []:
-            slot = calls.setdefault(tc.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-            if tc.id:
-                slot["id"] = tc.id
+            slot = calls.slot(getattr(tc, "index", None), getattr(tc, "id", None))
             fn = getattr(tc, "function", None)
             if fn is not None:
                 if fn.name:
-                    slot["function"]["name"] += fn.name
+                    slot["function"]["name"] += _text_of(fn.name)
                 if fn.arguments:
-                    slot["function"]["arguments"] += fn.arguments
+                    slot["function"]["arguments"] += _text_of(fn.arguments)
         text.append(piece)
         reasoning.append(str(thought))
         if on_delta is not None and (piece or thought):
@@ -176,8 +221,7 @@ async def _consume_stream(stream: Any, on_delta: DeltaSink | None, model: str) -
         # request (retried per retry_config), never a partial turn committed as the answer.
         raise ConnectionError("the chat completions stream ended before its finish_reason")
     meta = {"provider": "openai", "model": served_model, "finish_reason": finish or "UNKNOWN"}
-    ordered = [calls[i] for i in sorted(calls)]
-    return _build(message_id=response_id, content="".join(text), reasoning="".join(reasoning), calls=ordered,
+    return _build(message_id=response_id, content="".join(text), reasoning="".join(reasoning), calls=calls.slots,
                   parsed=None, created=created, metadata=meta, usage=usage, raw=None)
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from tenxgraph.core.llm.errors import UnreadableReplyError
 from tenxgraph.core.llm.openai_chat import DeltaSink, _tool_call_block
+from tenxgraph.core.llm.unreadable import reads_reply
 from tenxgraph.core.state.message import Message, TokenUsages, generate_id
 from tenxgraph.core.state.message_block import ReasoningBlock, TextBlock
 
@@ -83,6 +85,7 @@ def _call(item: Any) -> dict[str, Any]:
             "function": {"name": item.name, "arguments": item.arguments or "{}"}}
 
 
+@reads_reply("the Responses API response")
 def response_to_message(response: Any, *, streamed: bool = False) -> Message:
     """A ``Response`` as 10xGraph's assistant ``Message``."""
     blocks: list[Any] = []
@@ -117,10 +120,13 @@ def response_to_message(response: Any, *, streamed: bool = False) -> Message:
     )
 
 
+@reads_reply("the Responses API stream")
 async def _consume(stream: Any, on_delta: DeltaSink | None) -> Message:
     final = None
+    spoke = False  # any event of the API at all
     async for event in stream:
         kind = getattr(event, "type", "")
+        spoke = spoke or (isinstance(kind, str) and kind.startswith("response."))
         if kind == "response.output_text.delta" and on_delta is not None and event.delta:
             on_delta(Message(message_id=generate_id(getattr(event, "item_id", None)), role="assistant",
                              content=[TextBlock(text=event.delta)], delta=True))
@@ -129,6 +135,9 @@ async def _consume(stream: Any, on_delta: DeltaSink | None) -> Message:
                              content=[ReasoningBlock(summary=event.delta)], delta=True))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             final = event.response
+    if final is None and not spoke:
+        # As the other providers' streams: the endpoint does not speak this API.
+        raise UnreadableReplyError("the Responses stream ended without a single event of the API")
     if final is None:
         raise ConnectionError("the Responses stream ended without its response.completed event")
     # The completed event carries the whole response: the same message as without streaming.

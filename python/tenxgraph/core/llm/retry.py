@@ -10,6 +10,7 @@ requests it causes.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,15 +50,34 @@ class RetryConfig:
 DEFAULT_RETRY_CONFIG = RetryConfig()
 
 
+# An error event inside a stream that answered 200: the SDKs raise it with the stream's status
+# (Anthropic's ``overloaded_error`` event) or none (OpenAI's ``server_error`` chunk), so the
+# error's type says what HTTP status the same failure has before a stream starts.
+_IN_STREAM_STATUS = {"overloaded_error": 529, "api_error": 500, "rate_limit_error": 429, "server_error": 500,
+                     "rate_limit_exceeded": 429, "service_unavailable": 503}
+
+
+def _in_stream_status(exc: BaseException) -> int | None:
+    body = getattr(exc, "body", None)
+    kind = body.get("error", body) if isinstance(body, dict) else None
+    kind = kind.get("type") if isinstance(kind, dict) else None
+    if not isinstance(kind, str):
+        kind = getattr(exc, "type", None)
+    return _IN_STREAM_STATUS.get(kind) if isinstance(kind, str) else None
+
+
 def status_code(exc: BaseException) -> int | None:
-    """The HTTP status of an SDK error, from its structured fields only (never its text)."""
+    """The HTTP status of an SDK error, from its structured fields only (never its text). An
+    error event inside a stream gets the status of the same failure outside one (529 for
+    Anthropic's ``overloaded_error``): the stream's own 200 (or none) said nothing about it, and
+    such an error was neither retried nor reported as the provider's."""
     values = [getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)]
     if type(exc).__module__.startswith("google."):
         values.append(getattr(exc, "code", None))  # google-genai's APIError carries the status as ``code``
     for value in values:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+            return (_in_stream_status(exc) or value) if value == 200 else value
+    return _in_stream_status(exc)
 
 
 def is_retryable(exc: BaseException, cfg: RetryConfig) -> bool:
@@ -75,7 +95,12 @@ def is_retryable(exc: BaseException, cfg: RetryConfig) -> bool:
 
 def backoff_delay(exc: BaseException, cfg: RetryConfig, retry: int) -> float:
     """10xGraph's exponential delay; a server's ``Retry-After`` (seconds) wins, capped the same."""
-    delay = cfg.initial_delay * (cfg.backoff_factor**retry)
+    try:
+        delay = cfg.initial_delay * (cfg.backoff_factor**retry)
+    except OverflowError:  # 2.0 ** 1024, or a huge factor: past any max_delay
+        delay = math.inf if cfg.initial_delay > 0 else 0.0
+    if delay != delay:  # 0 * inf
+        delay = 0.0
     headers = getattr(getattr(exc, "response", None), "headers", None)
     raw = headers.get("retry-after") if headers is not None else None
     if raw is not None:

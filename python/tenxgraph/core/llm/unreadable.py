@@ -10,11 +10,22 @@ dropped connection, then ``LLM_PROVIDER_005``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+from typing import Any, Callable, TypeVar
+
+from pydantic import ValidationError
 
 from tenxgraph.core.llm.errors import UnreadableReplyError
 
-__all__ = ["as_unreadable"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+# What reading a reply of an unexpected shape raises: a field that is null, a string where a list
+# was, an id that is an int where our models want a string.
+_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValidationError)
+
+__all__ = ["as_unreadable", "reads_reply"]
 
 # httpx / h11's words for a body that ended before its content-length or last chunk; the same
 # class also says "Server disconnected without sending a response", a dropped connection.
@@ -49,3 +60,37 @@ def as_unreadable(exc: BaseException) -> BaseException:
             return out
         cur = cur.__cause__ or cur.__context__
     return exc
+
+
+def reads_reply(what: str) -> Callable[[F], F]:
+    """Marks a function that turns a provider's reply into a ``Message``: a reply of a shape it
+    cannot read (``message: null``, ``choices`` a string, a tool call without a name) is an
+    ``UnreadableReplyError`` (retried, then ``LLM_PROVIDER_005``) instead of a bare
+    ``AttributeError`` or ``TypeError`` without a code."""
+
+    def wrap(fn: F) -> F:
+        def unreadable(exc: BaseException) -> UnreadableReplyError:
+            out = UnreadableReplyError(f"{what} could not be read: {type(exc).__name__}: {str(exc)[:200]}")
+            out.__cause__ = exc
+            return out
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def areading(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(*args, **kwargs)
+                except _SHAPE_ERRORS as exc:
+                    raise unreadable(exc) from exc
+
+            return areading  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def reading(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except _SHAPE_ERRORS as exc:
+                raise unreadable(exc) from exc
+
+        return reading  # type: ignore[return-value]
+
+    return wrap

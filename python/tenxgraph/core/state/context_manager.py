@@ -37,8 +37,13 @@ class MessageContextManager(BaseContextManager[S]):
     """
 
     def __init__(self, max_messages: int = 10, remove_tool_msgs: bool = False) -> None:
-        if max_messages < 0:
-            raise ValueError("max_messages must be >= 0")
+        from tenxgraph.core.llm.errors import ModelConfigError
+
+        # 10xGraph took any value and failed on a later turn (a float in a slice, a string in a
+        # comparison): refused here, as SummaryContextManager refuses its settings.
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
+            raise ModelConfigError(f"MessageContextManager max_messages: must be a non-negative integer, got "
+                                   f"{max_messages!r}", "LLM_CONFIG_003", {"option": "max_messages"})
         self.max_messages = max_messages
         self.remove_tool_msgs = remove_tool_msgs
 

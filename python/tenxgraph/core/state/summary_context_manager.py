@@ -6,20 +6,26 @@ text and tool calls / 4) exceeds ``token_budget``, every non-system message but 
 model string of the provider layer works) and removed; the summary goes to
 ``state.context_summary``, appended after any summary already there (a blank line between), and
 the prompt builder puts it before the kept messages as an assistant message. System messages
-are always kept. With ``remove_tool_msgs`` completed tool exchanges are collapsed first.
+are always kept. With ``remove_tool_msgs`` completed tool exchanges are collapsed first. The cut
+never leaves a tool result without the assistant message that asked for it: it moves back to
+that message (10xGraph cuts by count, and a provider refuses the orphaned result on every later
+turn of the thread).
 
 If the summary call fails (or returns no text) the error is logged and the state is returned
 unchanged: the run goes on with the full context, as in 10xGraph.
 
 Where it runs: ``Agent(trim_context=True)`` of a graph built with
 ``StateGraph(context_manager=SummaryContextManager(...))`` trims the state its prompt is built from
-(a copy: the thread's stored messages are kept). Summaries are remembered per process by the ids of
-the messages they cover, so a later turn summarises only the messages that left the window since,
-instead of everything again; after a restart the first turn over the threshold summarises afresh.
+(a copy: the thread's stored messages are kept). Summaries are remembered per process by a digest
+of the messages they cover (each one's id, role and text: ids alone are not unique across threads, so
+a thread numbering its messages 1, 2, 3 was given another thread's summary), so a later turn
+summarises only the messages that left the window since, instead of everything again; after a
+restart the first turn over the threshold summarises afresh.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
 from typing import Any, Literal, TypeVar
@@ -69,6 +75,13 @@ def _transcript(messages: list[Message]) -> str:
         if parts:
             lines.append(f"{m.role.upper()}: {' '.join(parts)}")
     return "\n".join(lines)
+
+
+def _digest(message: Message) -> bytes:
+    """What a remembered summary is keyed by, per message: its id and what the summary is made
+    of (its transcript line), not its timestamps, which a load may round."""
+    key = f"{message.message_id!r}\0{_transcript([message])}"
+    return hashlib.blake2b(key.encode(errors="surrogatepass"), digest_size=16).digest()
 
 
 class SummaryContextManager(BaseContextManager[S]):
@@ -126,7 +139,7 @@ class SummaryContextManager(BaseContextManager[S]):
 
     async def _summary_of(self, messages: list[Message]) -> str:
         """The summary of ``messages``, reusing the longest remembered summary of a prefix of them."""
-        ids = tuple(m.message_id for m in messages)
+        ids = tuple(_digest(m) for m in messages)
         for n in range(len(ids), 0, -1):
             known = self._summaries.get(ids[:n])
             if known is not None:
@@ -160,6 +173,10 @@ class SummaryContextManager(BaseContextManager[S]):
         if len(others) <= self.keep_recent:
             return state
         cut = len(others) - self.keep_recent
+        while cut > 0 and others[cut].role == "tool":
+            cut -= 1  # the result stays with the assistant message that asked for it
+        if cut == 0:
+            return state
         old, recent = others[:cut], others[cut:]
         try:
             summary = await self._summary_of(old)

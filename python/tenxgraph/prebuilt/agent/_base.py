@@ -32,6 +32,42 @@ def last_user_text(state: AgentState) -> str:
     return ""
 
 
+def check_agent_names(owner: str, what: str, agents: dict[Any, Any], reserved: tuple[str, ...] = ()) -> None:
+    """A team's or swarm's agents by name: each a non-empty str naming an ``Agent`` config,
+    none a reserved word, and none the ``<NAME>_TOOL`` node another one's tools get (that name
+    replaced the other's tool node, whose calls then went to the wrong agent).
+    ``PrebuiltConfigError`` ``PREBUILT_001`` otherwise, at construction."""
+    from tenxgraph.prebuilt.errors import PrebuiltConfigError
+
+    for name, cfg in agents.items():
+        if not isinstance(name, str) or not name.strip():
+            raise PrebuiltConfigError(f"{owner} {what} names must be non-empty strings, got {name!r}",
+                                      context={what: repr(name)})
+        if name in reserved:
+            raise PrebuiltConfigError(f"{owner} {what} name {name!r} is reserved", context={what: name})
+        if getattr(cfg, "agent", None) is None:
+            raise PrebuiltConfigError(f"{owner} {what} {name!r} must be given as a config holding an Agent "
+                                      f"(its .agent), got {type(cfg).__name__}", context={what: name})
+        if name.endswith("_TOOL") and name[: -len("_TOOL")] in agents:
+            raise PrebuiltConfigError(f"{owner} {what} name {name!r} is the tool node of {what} "
+                                      f"{name[: -len('_TOOL')]!r}", context={what: name})
+
+
+def this_turns(state: AgentState, keys: tuple[str, ...], turn_key: str) -> dict[str, Any]:
+    """``internal_data`` with ``keys`` (a prebuilt agent's counters) dropped when the thread's
+    latest user message is not the one they were counted under: a limit such as
+    ``max_rounds`` is per turn. 10xGraph counted across turns, so once a thread had used up its
+    limit it never answered again (red-team, session 31). Kept in the state, so a resume after
+    a crash goes on counting the same turn."""
+    data = state.execution_meta.internal_data
+    turn = next((str(m.message_id) for m in reversed(state.context or []) if m.role == "user"), None)
+    if data.get(turn_key) != turn:
+        for key in keys:
+            data.pop(key, None)
+        data[turn_key] = turn
+    return data
+
+
 def text_of(reply: Any) -> str:
     return reply.text() if isinstance(reply, Message) else str(reply or "")
 

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from tenxgraph.core.graph.agent import Agent
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
-from tenxgraph.prebuilt.agent._base import PrebuiltGraph, build_tool_node, wants_tools
+from tenxgraph.prebuilt.agent._base import PrebuiltGraph, build_tool_node, this_turns, wants_tools
 from tenxgraph.utils.constants import END
 
 __all__ = ["DEFAULT_PLAN_SYSTEM_PROMPT", "DEFAULT_REFLECT_SYSTEM_PROMPT", "PlanActReflectAgent", "reflector_view"]
@@ -25,6 +25,7 @@ _log = logging.getLogger("tenxgraph.prebuilt.plan_act_reflect")
 StateT = TypeVar("StateT", bound=AgentState)
 
 ITERATIONS_KEY = "par_iterations"
+TURN_KEY = "par_turn"  # the user message the count belongs to (see this_turns)
 INCREMENT_NODE = "INCREMENT_ITERATIONS"
 DONE_TOKEN = "[done]"
 
@@ -62,6 +63,7 @@ def reflector_view(context: list[Message]) -> list[Message]:
 
 def _reflect_node(agent: Agent) -> Callable[..., Any]:
     async def reflect(state: AgentState, config: dict[str, Any]) -> Message:
+        this_turns(state, (ITERATIONS_KEY,), TURN_KEY)  # before the route reads the count
         full = state.context
         state.context = reflector_view(list(full or []))
         try:

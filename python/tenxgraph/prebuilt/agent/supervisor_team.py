@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from tenxgraph.core.graph.agent import Agent
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
-from tenxgraph.prebuilt.agent._base import PrebuiltGraph, text_of, wants_tools
+from tenxgraph.prebuilt.agent._base import PrebuiltGraph, check_agent_names, text_of, this_turns, wants_tools
 from tenxgraph.prebuilt.errors import PrebuiltConfigError
 from tenxgraph.utils.command import Command
 from tenxgraph.utils.constants import END
@@ -31,6 +31,7 @@ _log = logging.getLogger("tenxgraph.prebuilt.supervisor_team")
 StateT = TypeVar("StateT", bound=AgentState)
 ROUNDS_KEY = "sta_rounds"
 HISTORY_KEY = "sta_route_history"
+TURN_KEY = "sta_turn"  # the user message the rounds belong to (see this_turns)
 FINISH = "FINISH"
 SUPERVISOR = "SUPERVISOR"
 PRE_SUPERVISOR = "PRE_SUPERVISOR"
@@ -83,7 +84,7 @@ async def _count_round(state: AgentState) -> list[Message]:
 
 def _supervisor_node(agent: Agent, worker_names: list[str], max_rounds: int) -> Callable[..., Any]:
     async def supervisor(state: AgentState, config: dict[str, Any]) -> Command:
-        data = state.execution_meta.internal_data
+        data = this_turns(state, (ROUNDS_KEY, HISTORY_KEY), TURN_KEY)
         if data.get(ROUNDS_KEY, 0) >= max_rounds:
             _log.warning("SupervisorTeam reached max_rounds=%d; ending", max_rounds)
             return Command(goto=END)
@@ -135,10 +136,11 @@ class SupervisorTeamAgent(PrebuiltGraph, Generic[StateT]):
     ) -> None:
         if not workers:
             raise PrebuiltConfigError("SupervisorTeamAgent requires at least one worker.")
-        for reserved in (SUPERVISOR, PRE_SUPERVISOR):
-            if reserved in workers:
-                raise PrebuiltConfigError(f"Worker name {reserved!r} is reserved for the supervisor's nodes.",
-                                          context={"worker": reserved})
+        # The supervisor's own nodes, and its word for "done".
+        check_agent_names("SupervisorTeamAgent", "worker", workers, reserved=(SUPERVISOR, PRE_SUPERVISOR, FINISH))
+        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0:
+            raise PrebuiltConfigError(f"SupervisorTeamAgent max_rounds must be an int >= 0, got {max_rounds!r}",
+                                      context={"max_rounds": repr(max_rounds)})
         self._workers = dict(workers)
         self._max_rounds = max_rounds
         self._supervisor_agent = Agent(

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.state.agent_state import AgentState
-from tenxgraph.prebuilt.agent._base import PrebuiltGraph, wants_tools
+from tenxgraph.prebuilt.agent._base import PrebuiltGraph, check_agent_names, wants_tools
 from tenxgraph.prebuilt.errors import PrebuiltConfigError
 from tenxgraph.prebuilt.tools.handoff import create_handoff_tool
 from tenxgraph.utils.constants import END
@@ -69,6 +69,13 @@ class SwarmAgent(PrebuiltGraph, Generic[StateT]):
     ) -> None:
         if not members:
             raise PrebuiltConfigError("SwarmAgent requires at least one member.")
+        check_agent_names("SwarmAgent", "member", members)
+        for name, cfg in members.items():
+            allowed = cfg.can_handoff_to
+            if allowed is not None and (not isinstance(allowed, (list, tuple))
+                                        or not all(isinstance(t, str) and t for t in allowed)):
+                raise PrebuiltConfigError(f"member {name!r} can_handoff_to must be a list of member names, "
+                                          f"got {allowed!r}", context={"member": name})
         if entry not in members:
             raise PrebuiltConfigError(f"entry={entry!r} is not in members. Available: {list(members)}",
                                       context={"entry": entry})

@@ -7,6 +7,13 @@ unanswered tool call that providers reject on the next model turn), the call goe
 tool node like any other: it is answered with a tool result ("Handoff to <agent>"), recorded in
 the ledger, and the node then routes to ``<agent>`` (``Command(goto=<agent>)``). Other calls of
 the same message run too. With several handoffs in one message, the first one wins.
+
+A call is a handoff only to an agent node of the graph (session 31): to a node that does not
+exist, a tool node, or END, or (on a ToolNode that has handoff tools of its own, a SwarmAgent
+member's) past those tools, it is an unknown tool like any other, answered "Tool '...' not
+found." for the model to read. Before, a model's made-up ``transfer_to_savings`` on a plain
+ReactAgent was answered "Handoff to savings" and the run then failed routing to it
+(``GRAPH_ROUTING_002``), and a member could hand off to an agent its ``can_handoff_to`` left out.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ from typing import Any
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import TextBlock, ToolResultBlock
 
-__all__ = ["HANDOFF_PREFIX", "create_handoff_tool", "handoff_call_target", "handoff_message", "handoff_target",
-           "is_handoff_tool"]
+__all__ = ["HANDOFF_PREFIX", "create_handoff_tool", "first_handoff", "handoff_call_target", "handoff_message",
+           "handoff_target", "is_handoff_tool"]
 
 _log = logging.getLogger("tenxgraph.prebuilt")
 HANDOFF_PREFIX = "transfer_to_"
@@ -68,25 +75,40 @@ def is_handoff_tool(tool_name: str) -> tuple[bool, str | None]:
     return False, None
 
 
-def handoff_call_target(tool_node: Any, name: str) -> str | None:
+def handoff_call_target(tool_node: Any, name: str, agents: Any = None) -> str | None:
     """The agent a call of ``name`` hands off to on ``tool_node``, or None. A handoff by name,
     as in 10xGraph, unless the ToolNode has a tool of that name that is not a handoff tool:
-    a tool you registered yourself as ``transfer_to_account`` runs as itself."""
+    a tool you registered yourself as ``transfer_to_account`` runs as itself. With ``agents``
+    (the graph's agent nodes), only to one of them, and on a ToolNode with handoff tools only
+    through those (see the module notes)."""
     is_handoff, target = is_handoff_tool(name)
     if not is_handoff:
         return None
     fn = tool_node.get_tool(name)
     if fn is not None and not getattr(fn, "__handoff_tool__", False):
         return None
+    if fn is None and agents is not None and any(
+            getattr(tool_node.get_tool(t), "__handoff_tool__", False) for t in tool_node.tool_names):
+        return None  # the node's own handoff tools are the agents it may hand off to
     # A SwarmAgent names its tools in lower case (10xGraph's names) for members whose node
     # names are upper case; the tool carries the node it goes to.
-    return getattr(fn, "__target_node__", None) or target
+    target = getattr(fn, "__target_node__", None) or target
+    if agents is not None and target not in agents:
+        return None
+    return target
+
+
+def first_handoff(step: Any) -> tuple[int, str] | None:
+    """The first handoff call of a tool step (a ``ToolStep``): its index and its agent. It wins:
+    the run goes there, and any later handoff of the message is told so."""
+    for index, call in enumerate(step.calls):
+        target = handoff_call_target(step.tool_node, call.name, step.agents)
+        if target is not None:
+            return index, target
+    return None
 
 
 def handoff_target(step: Any) -> str | None:
     """The agent the first handoff call of a tool step names, if any (a ``ToolStep``)."""
-    for call in step.calls:
-        target = handoff_call_target(step.tool_node, call.name)
-        if target is not None:
-            return target
-    return None
+    first = first_handoff(step)
+    return first[1] if first is not None else None

@@ -62,8 +62,11 @@ async def _owner(checkpointer: Any, thread_id: str) -> str | None:
     if hasattr(checkpointer, "_python_store") or not hasattr(checkpointer, "_native"):
         # A checkpointer written in Python answers for itself; one that cannot tell cannot be
         # checked, so the call is refused rather than let through.
+        from tenxgraph.storage.checkpointer.python_store import bounded_call
+
         try:
-            owner = await checkpointer.aget_thread_owner(thread_id)
+            owner = await bounded_call(checkpointer, "aget_thread_owner",
+                                       lambda: checkpointer.aget_thread_owner(thread_id))
         except NotImplementedError as exc:
             raise StorageError(
                 f"{type(checkpointer).__name__} cannot tell a thread's owner (aget_thread_owner), so a "

@@ -23,7 +23,7 @@ from typing import Any
 
 from tenxgraph import _core
 from tenxgraph._state_codec import encode_state
-from tenxgraph.core.exceptions import GraphError, InvalidConfigError
+from tenxgraph.core.exceptions import GraphError, InvalidConfigError, StorageError
 from tenxgraph.core.state.message import Message
 from tenxgraph.storage.checkpointer.base_checkpointer import BaseCheckpointer
 
@@ -47,6 +47,41 @@ def _call_timeout(checkpointer: Any) -> float:
         raise InvalidConfigError(f"call_timeout must be a positive, finite number of seconds, got {value!r}",
                                  "STORAGE_CONFIG_002", {"field": "call_timeout", "value": repr(value)[:80]})
     return float(value)
+
+
+async def bounded_call(checkpointer: Any, what: str, call: Any) -> Any:
+    """``await call()``, a method of a checkpointer written in Python, called from outside a run
+    (``astop``, an authz owner check) the way a run calls it: on the store's own loop once the
+    checkpointer is attached to a graph, within its ``call_timeout``
+    (``TransientStorageError`` STORAGE_TRANSIENT_001), and a failure of its own is a
+    ``StorageError`` STORAGE_001 naming the method. Before, these calls awaited the method on
+    the caller's loop without a deadline: a hung store hung ``stop()``; and a bare
+    ``ConnectionError`` or ``TypeError`` reached the caller (red-team, session 31).
+    ``NotImplementedError`` and ``StorageError`` go through as they are."""
+    from tenxgraph.core.exceptions import TransientStorageError
+
+    limit = _call_timeout(checkpointer)
+    store = getattr(checkpointer, "_python_store", None)
+
+    async def invoke() -> Any:
+        return await call()
+
+    try:
+        if store is None:
+            return await asyncio.wait_for(invoke(), limit)
+        future = asyncio.run_coroutine_threadsafe(invoke(), store.loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), limit)
+        finally:
+            future.cancel()
+    except TimeoutError:
+        raise TransientStorageError(f"{type(checkpointer).__name__}.{what} did not answer within {limit:g}s (its "
+                                    "call_timeout)", "STORAGE_TRANSIENT_001", {"method": what}) from None
+    except (NotImplementedError, StorageError):
+        raise
+    except Exception as exc:
+        raise StorageError(f"{type(checkpointer).__name__}.{what} failed: {type(exc).__name__}: {exc}",
+                           "STORAGE_001", {"method": what}) from exc
 
 
 def _ledger_key(key: str) -> str:
@@ -76,6 +111,29 @@ class PythonStore:
     def _config(thread_id: str, user_id: str) -> dict[str, Any]:
         return {"thread_id": thread_id, "user_id": user_id}
 
+    async def running_threads(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        """``(thread_id, user_id)`` of the threads whose state says a run is under way, after
+        ``after`` in id order, at most ``limit``: the checkpointer's ``alist_threads`` (every
+        thread it lists), each one's state read through ``aget_state``. What a recovery pass
+        (``arecover``, ``recover_on_start``) resumes; before, it asked only this process's
+        working copy, empty after a restart, and a crashed turn was never finished."""
+        from tenxgraph._user_id import DEFAULT_ANONYMOUS_USER_ID
+        from tenxgraph.core.state.execution_state import ExecutionStatus
+
+        listed = await self.checkpointer.alist_threads({})
+        ids = sorted({(str(t.thread_id), str(t.user_id if t.user_id not in (None, "") else DEFAULT_ANONYMOUS_USER_ID))
+                      for t in listed or []})
+        out: list[tuple[str, str]] = []
+        for thread_id, user_id in ids:
+            if after is not None and thread_id <= after:
+                continue
+            state = await self.checkpointer.aget_state(self._config(thread_id, user_id))
+            if state is not None and state.execution_meta.status == ExecutionStatus.RUNNING:
+                out.append((thread_id, user_id))
+                if len(out) >= limit:
+                    break
+        return out
+
     async def load(self, thread_id: str, user_id: str) -> tuple[str, list[str]] | None:
         """The thread's state as ``(state JSON without context, [message JSON, ...])`` from the
         checkpointer's ``aget_state``, or None when it has none."""
@@ -96,14 +154,24 @@ class PythonStore:
 
     async def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> dict[str, str]:
         """The recorded results among ``keys`` (ledger keys as stored), read one by one through
-        ``aget_tool_result`` in 10xGraph's ``"<message id>:<call id>"`` form; a key whose result is
-        not a dict counts as not recorded."""
+        ``aget_tool_result`` in 10xGraph's ``"<message id>:<call id>"`` form. None: not recorded.
+        Anything else that is not a record as this runtime writes them (a dict with a
+        ``"__kind__"``) is a failed read (``StorageError`` ``STORAGE_001``), so an at-most-once call
+        is refused (``TOOL_LEDGER_UNAVAILABLE``) instead of run again: a record returned as its
+        JSON text, ``{}``, a list or its bare ``"value"`` counted as not recorded, and the call
+        fired a second time (red-team, session 31; 10xGraph reads them as misses too)."""
         config = self._config(thread_id, user_id)
         found: dict[str, str] = {}
         for key in keys:
             result = await self.checkpointer.aget_tool_result(config, _ledger_key(key))
-            if isinstance(result, dict):
-                found[key] = json.dumps(result)
+            if result is None:
+                continue
+            if not (isinstance(result, dict) and isinstance(result.get("__kind__"), str)):
+                raise StorageError(f"{type(self.checkpointer).__name__}.aget_tool_result returned "
+                                   f"{type(result).__name__} {str(result)[:80]!r} for {_ledger_key(key)!r}: not a "
+                                   "record aput_tool_result was given (a dict with '__kind__') nor None",
+                                   "STORAGE_001", {"ledger_key": _ledger_key(key)})
+            found[key] = json.dumps(result)
         return found
 
     async def ledger_put(self, thread_id: str, user_id: str, entries: list[tuple[str, str]]) -> None:

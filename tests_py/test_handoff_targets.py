@@ -1,0 +1,91 @@
+"""Where a ``transfer_to_<name>`` call may send the run (helper red-team, session 31).
+
+A call was a handoff by its name alone (10xGraph's rule): a model's made-up ``transfer_to_savings``
+on an agent without handoffs was answered "Handoff to savings", then the run failed routing to a
+node that does not exist (``GRAPH_ROUTING_002``); ``transfer_to_<a tool node>`` failed the node on
+every retry (``NODE_002``), ``transfer_to___end__`` ended the run without a reply, and a member
+with handoff tools of its own could hand off past them (a ``can_handoff_to`` bypass). Now only an
+agent node of the graph is a target, and on a ToolNode with handoff tools only through those;
+anything else is an unknown tool, answered "Tool '...' not found." for the model to read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.prebuilt.tools.handoff import create_handoff_tool
+
+from .tool_graphs import call, route, scripted_model
+
+
+def _agent(name: str) -> Any:
+    async def agent(state: AgentState) -> Message:
+        return Message.text_message(f"{name} here", role="assistant")
+
+    return agent
+
+
+def _graph(tools: list[Any], asked: list[dict[str, Any]], checkpointer: Any) -> Any:
+    g = StateGraph(AgentState)
+    g.add_node("model", scripted_model([asked, []]))
+    g.add_node("tools", ToolNode(tools))
+    g.add_node("savings_desk", _agent("savings_desk"))
+    g.add_node("billing", _agent("billing"))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    g.add_edge("savings_desk", END)
+    g.add_edge("billing", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+async def _run(app: Any, checkpointer: Any, thread: str) -> list[Message]:
+    cfg = {"thread_id": thread}
+    await app.ainvoke({"messages": [Message.text_message("move my money")]}, dict(cfg))
+    state = await checkpointer.aget_state(dict(cfg))
+    assert str(state.execution_meta.status).endswith("completed"), state.execution_meta
+    return state.context
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ["transfer_to_savings", "transfer_to_tools", "transfer_to___end__",
+                                  "transfer_to_a:b", "transfer_to_1"])
+async def test_a_handoff_to_no_agent_is_an_unknown_tool(name: str, checkpointer: Any, make_thread: Any) -> None:
+    app = _graph([], [call("h1", name)], checkpointer)
+    ctx = await _run(app, checkpointer, make_thread("no-agent"))
+    assert [(m.role, m.text()) for m in ctx[2:]] == [("tool", f"Tool '{name}' not found."), ("assistant", "done")]
+
+
+@pytest.mark.asyncio
+async def test_a_handoff_by_name_to_an_agent_node_still_routes(checkpointer: Any, make_thread: Any) -> None:
+    app = _graph([], [call("h1", "transfer_to_billing")], checkpointer)
+    ctx = await _run(app, checkpointer, make_thread("by-name"))
+    assert [(m.role, m.text()) for m in ctx[2:]] == [("tool", "Handoff to billing"), ("assistant", "billing here")]
+
+
+@pytest.mark.asyncio
+async def test_a_node_with_handoff_tools_hands_off_only_through_them(checkpointer: Any, make_thread: Any) -> None:
+    # Its one handoff tool goes to savings_desk: billing is an agent of the graph, but not its to reach.
+    app = _graph([create_handoff_tool("savings_desk")], [call("h1", "transfer_to_billing")], checkpointer)
+    ctx = await _run(app, checkpointer, make_thread("allowed"))
+    assert [(m.role, m.text()) for m in ctx[2:]] == [("tool", "Tool 'transfer_to_billing' not found."),
+                                                    ("assistant", "done")]
+    app = _graph([create_handoff_tool("savings_desk")], [call("h1", "transfer_to_savings_desk")], checkpointer)
+    ctx = await _run(app, checkpointer, make_thread("allowed-ok"))
+    assert [(m.role, m.text()) for m in ctx[2:]] == [("tool", "Handoff to savings_desk"),
+                                                    ("assistant", "savings_desk here")]
+
+
+@pytest.mark.asyncio
+async def test_a_second_handoff_in_one_message_is_told_the_first_wins(checkpointer: Any, make_thread: Any) -> None:
+    """(session 31) Both calls were answered "Handoff to ...", and only the first got control."""
+    app = _graph([], [call("h1", "transfer_to_billing"), call("h2", "transfer_to_savings_desk")], checkpointer)
+    ctx = await _run(app, checkpointer, make_thread("two"))
+    assert [(m.role, m.text()) for m in ctx[2:]] == [
+        ("tool", "Handoff to billing"),
+        ("tool", "Not handed off to savings_desk: this message already hands off to billing (the first handoff wins)"),
+        ("assistant", "billing here")]
