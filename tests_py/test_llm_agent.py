@@ -241,6 +241,24 @@ def test_structured_output(llm: OpenAIStandIn) -> None:
     assert stored.parsed_content == {"refund": True, "reason": "arrived broken"}
 
 
+@pytest.mark.parametrize("reply", ["not json at all", '{"refund": "maybe"}'], ids=["not_json", "fails_schema"])
+def test_a_structured_reply_that_does_not_validate_is_kept_as_text(llm: OpenAIStandIn, reply: str) -> None:
+    """The SDK's ``parse`` raised on it, so the node failed (NODE_001) and StructuredOutputAgent
+    never got to repair it; now it is the reply, with no ``parsed_content`` (session 32)."""
+    class Verdict(BaseModel):
+        refund: bool
+
+    llm.reply_text(reply)
+    g = StateGraph()
+    g.add_node("MAIN", Agent(model="gpt-4o-mini", output_schema=Verdict, retry_config=False))
+    g.set_entry_point("MAIN")
+    g.add_edge("MAIN", END)
+    out = ask(g.compile(checkpointer=InMemoryCheckpointer()), "Refund?", thread="bad")
+    assert out["messages"][-1].text() == reply
+    assert out["messages"][-1].parsed_content is None
+    assert llm.requests[0].body["response_format"]["json_schema"]["strict"] is True
+
+
 def test_structured_output_with_tools(llm: OpenAIStandIn) -> None:
     class Answer(BaseModel):
         city: str

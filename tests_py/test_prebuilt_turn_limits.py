@@ -9,6 +9,9 @@
   the wrong agent's model, and were left unanswered); int or empty names, a worker named
   ``FINISH``, ``max_rounds="3"`` or ``-1``, ``can_handoff_to=[None]``: accepted, or a bare
   ``ValueError``/``AttributeError``/``TypeError``. Now ``PrebuiltConfigError`` ``PREBUILT_001``.
+- ``StructuredOutputAgent``'s repair attempts were counted across turns too (session 32): once
+  a thread had used ``max_attempts``, no later invalid reply was repaired. Its own correction is
+  a user message, so it must not count as a new turn (or the repairs would never end).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pydantic
 import pytest
 
 pytest.importorskip("openai")
@@ -24,6 +28,7 @@ from tenxgraph.core.graph import Agent  # noqa: E402
 from tenxgraph.core.state import Message  # noqa: E402
 from tenxgraph.prebuilt.agent import (  # noqa: E402
     PlanActReflectAgent,
+    StructuredOutputAgent,
     SupervisorTeamAgent,
     SwarmAgent,
     SwarmMemberConfig,
@@ -74,6 +79,38 @@ def test_plan_act_reflect_iterations_are_counted_per_turn(llm: OpenAIStandIn) ->
         out = _turn(app, n)
         assert out["messages"][-1].text() == f"ok {n} [DONE]"
         assert [r.model for r in llm.requests[before:]] == ["m-plan", "m-ref", "m-plan", "m-ref"], n
+
+
+class Total(pydantic.BaseModel):
+    total: int
+
+
+@pytest.mark.parametrize("repair_agent", [False, True], ids=["correction_message", "repair_agent"])
+def test_structured_output_repairs_are_counted_per_turn(llm: OpenAIStandIn, repair_agent: bool) -> None:
+    extra = {"repair_system_prompt": [{"role": "system", "content": "fix it"}]} if repair_agent else {}
+    app = StructuredOutputAgent(model="openai/m-gen", output_schema=Total, max_attempts=2, **extra).compile(
+        checkpointer=InMemoryCheckpointer())
+    for n in range(1, 4):
+        # Every reply is invalid: each turn asks once, then repairs twice, then ends as is.
+        for i in range(1 + 2 * (2 if repair_agent else 1)):
+            llm.reply_text(f"not json {n}.{i}", model="m-gen")
+        before = len(llm.requests)
+        out = _turn(app, n)
+        assert len(llm.requests) - before == (5 if repair_agent else 3), n
+        assert out["messages"][-1].text().startswith(f"not json {n}.")
+    assert llm.unscripted == 0
+
+
+def test_a_structured_reply_that_validates_ends_the_turn(llm: OpenAIStandIn) -> None:
+    app = StructuredOutputAgent(model="openai/m-gen", output_schema=Total, max_attempts=2).compile(
+        checkpointer=InMemoryCheckpointer())
+    llm.reply_text("nope", model="m-gen")
+    llm.reply_text('{"total": 7}', model="m-gen")
+    out = _turn(app, 1)
+    assert out["messages"][-1].text() == '{"total": 7}'
+    corrections = [m for m in out["messages"] if m.role == "user" and m.text().startswith("Your previous")]
+    assert len(corrections) == 1
+    assert llm.unscripted == 0
 
 
 def _agent() -> Agent:

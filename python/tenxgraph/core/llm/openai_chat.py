@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from tenxgraph.core.llm.errors import UnreadableReplyError
 from tenxgraph.core.llm.unreadable import reads_reply
@@ -245,6 +245,29 @@ def _parse_content(schema: Any, message: Message) -> Any:
         return None
 
 
+async def _parse_or_keep(completions: Any, schema: Any, **request: Any) -> Message:
+    """``parse`` (a strict schema, so the server holds the model to it), but a reply that does
+    not validate is kept as text with no ``parsed_content``, as with tools or other providers:
+    the SDK raised, so a reply StructuredOutputAgent exists to repair failed the node instead."""
+    raw_calls = getattr(completions, "with_raw_response", None)
+    if raw_calls is None or not hasattr(raw_calls, "parse"):  # a client without raw responses
+        return completion_to_message(await completions.parse(response_format=schema, **request))
+    raw = await raw_calls.parse(response_format=schema, **request)
+    try:
+        response = raw.parse()
+    except ValidationError as exc:  # the content is not JSON, or fails the schema's constraints
+        _log.warning("the model's reply does not match output_schema %s: %s", getattr(schema, "__name__", schema), exc)
+        response = _unparsed_completion(raw)
+    return completion_to_message(response)
+
+
+@reads_reply("the chat completion")
+def _unparsed_completion(raw: Any) -> Any:
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate(raw.http_response.json())
+
+
 async def call_chat(client: Any, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                     stream: bool, call_kwargs: dict[str, Any], output_schema: Any = None,
                     on_delta: DeltaSink | None = None) -> Message:
@@ -258,9 +281,7 @@ async def call_chat(client: Any, *, model: str, messages: list[dict[str, Any]], 
             completions = client.chat.completions
             if not hasattr(completions, "parse"):
                 completions = client.beta.chat.completions
-            response = await completions.parse(model=model, messages=messages, response_format=output_schema,
-                                               **kwargs)
-            return completion_to_message(response)
+            return await _parse_or_keep(completions, output_schema, model=model, messages=messages, **kwargs)
         response = await client.chat.completions.create(model=model, messages=messages,
                                                         response_format=_schema_format(output_schema), **kwargs)
         message = completion_to_message(response)

@@ -53,6 +53,18 @@ def check_agent_names(owner: str, what: str, agents: dict[Any, Any], reserved: t
                                       f"{name[: -len('_TOOL')]!r}", context={what: name})
 
 
+# Metadata on a user message a prebuilt agent wrote itself (StructuredOutputAgent's correction):
+# such a message does not start a turn.
+OWN_USER_MESSAGE = "tenxgraph_prebuilt_note"
+
+
+def current_turn(state: AgentState) -> str | None:
+    """The id of the thread's latest user message that a caller sent (not one a prebuilt agent
+    added itself): the turn a per-turn count belongs to."""
+    return next((str(m.message_id) for m in reversed(state.context or [])
+                 if m.role == "user" and not (m.metadata or {}).get(OWN_USER_MESSAGE)), None)
+
+
 def this_turns(state: AgentState, keys: tuple[str, ...], turn_key: str) -> dict[str, Any]:
     """``internal_data`` with ``keys`` (a prebuilt agent's counters) dropped when the thread's
     latest user message is not the one they were counted under: a limit such as
@@ -60,7 +72,7 @@ def this_turns(state: AgentState, keys: tuple[str, ...], turn_key: str) -> dict[
     limit it never answered again (red-team, session 31). Kept in the state, so a resume after
     a crash goes on counting the same turn."""
     data = state.execution_meta.internal_data
-    turn = next((str(m.message_id) for m in reversed(state.context or []) if m.role == "user"), None)
+    turn = current_turn(state)
     if data.get(turn_key) != turn:
         for key in keys:
             data.pop(key, None)

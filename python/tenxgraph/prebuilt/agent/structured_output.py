@@ -4,7 +4,9 @@ GENERATE, at most ``max_attempts`` times; tool calls go GENERATE -> TOOL -> GENE
 10xGraph's constructor, node names and routing.
 
 The attempt count lives in ``state.execution_meta.internal_data["soa_attempts"]``, bumped by
-the REPAIR node and committed with its step.
+the REPAIR node and committed with its step. It counts one turn's attempts (``soa_turn`` names
+the user message it belongs to): 10xGraph kept it across turns, so once a thread had used
+``max_attempts`` in all, no later reply was ever repaired.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import pydantic
 from tenxgraph.core.graph.agent import Agent
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
-from tenxgraph.prebuilt.agent._base import PrebuiltGraph, build_tool_node, wants_tools
+from tenxgraph.prebuilt.agent._base import (
+    OWN_USER_MESSAGE,
+    PrebuiltGraph,
+    build_tool_node,
+    current_turn,
+    this_turns,
+    wants_tools,
+)
 from tenxgraph.utils.constants import END
 
 __all__ = ["StructuredOutputAgent", "validate_structured_reply"]
@@ -27,6 +36,7 @@ __all__ = ["StructuredOutputAgent", "validate_structured_reply"]
 _log = logging.getLogger("tenxgraph.prebuilt.structured_output")
 StateT = TypeVar("StateT", bound=AgentState)
 ATTEMPTS_KEY = "soa_attempts"
+TURN_KEY = "soa_turn"  # the user message the attempts belong to (see this_turns)
 
 
 def _schema_hint(adapter: pydantic.TypeAdapter[Any], schema: Any) -> str:
@@ -67,6 +77,17 @@ def validate_structured_reply(message: Message, adapter: pydantic.TypeAdapter[An
         return False, str(exc)
 
 
+def _attempts(state: AgentState) -> int:
+    # A route reads, it does not write: a count from an earlier turn reads as none.
+    data = state.execution_meta.internal_data
+    return int(data.get(ATTEMPTS_KEY, 0)) if data.get(TURN_KEY) == current_turn(state) else 0
+
+
+def _count_attempt(state: AgentState) -> None:
+    data = this_turns(state, (ATTEMPTS_KEY,), TURN_KEY)
+    data[ATTEMPTS_KEY] = data.get(ATTEMPTS_KEY, 0) + 1
+
+
 def _route(adapter: pydantic.TypeAdapter[Any], max_attempts: int, has_tools: bool) -> Callable[[AgentState], str]:
     def route(state: AgentState) -> str:
         if not state.context:
@@ -76,7 +97,7 @@ def _route(adapter: pydantic.TypeAdapter[Any], max_attempts: int, has_tools: boo
         valid, _ = validate_structured_reply(state.context[-1], adapter)
         if valid:
             return END
-        if state.execution_meta.internal_data.get(ATTEMPTS_KEY, 0) >= max_attempts:
+        if _attempts(state) >= max_attempts:
             _log.warning("structured output still invalid after %d repair attempt(s); ending", max_attempts)
             return END
         return "REPAIR"
@@ -88,15 +109,16 @@ def _repair_message(adapter: pydantic.TypeAdapter[Any], schema: Any) -> Callable
     hint = _schema_hint(adapter, schema)
 
     async def repair(state: AgentState, config: dict[str, Any]) -> list[Message]:
-        data = state.execution_meta.internal_data
-        data[ATTEMPTS_KEY] = data.get(ATTEMPTS_KEY, 0) + 1
+        _count_attempt(state)
         last = state.context[-1] if state.context else None
         _, error = validate_structured_reply(last, adapter) if last is not None else (False, "No response was generated.")
         text = ("Your previous response did not conform to the required output schema.\n"
                 f"Validation error:\n{error}\n\nTarget JSON Schema:\n{hint}\n\n"
                 "Please produce a response that is **valid JSON** and strictly matches the schema above. "
                 "Output only the JSON object — no extra text or code fences.")
-        return [Message.text_message(text, role="user")]
+        note = Message.text_message(text, role="user")
+        note.metadata[OWN_USER_MESSAGE] = "structured_output_repair"  # not a new turn
+        return [note]
 
     return repair
 
@@ -104,8 +126,7 @@ def _repair_message(adapter: pydantic.TypeAdapter[Any], schema: Any) -> Callable
 def _repair_agent_node(agent: Agent) -> Callable[..., Any]:
     # A repair Agent counts as an attempt too, or a schema it cannot meet would loop forever.
     async def repair(state: AgentState, config: dict[str, Any]) -> Message:
-        data = state.execution_meta.internal_data
-        data[ATTEMPTS_KEY] = data.get(ATTEMPTS_KEY, 0) + 1
+        _count_attempt(state)
         return await agent.execute(state, config)
 
     return repair
