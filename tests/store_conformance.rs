@@ -814,11 +814,12 @@ async fn running_threads_lists_latest_running_states_of_every_user_in_pages() {
     }
 }
 
-/// 10xGraph 0.10 keeps a JSON string under the key of our state cache (`state_cache:<t>:<u>`).
-/// Ours never mistakes it for an entry of ours, never fails on it (WRONGTYPE used to mark Redis
-/// down for every thread), and reads it only through `legacy_state_cache`.
+/// 10xGraph 0.10 keeps a JSON string under `state_cache:<t>:<u>`. Ours lives under the store's
+/// own prefix, never mistakes 10xGraph's for an entry of ours, never fails on it (WRONGTYPE used
+/// to mark Redis down for every thread), reads it only through `legacy_state_cache`, and
+/// `state_cache_clear` drops both.
 #[tokio::test]
-async fn a_10xgraph_state_cache_entry_is_read_as_such_and_replaced_by_ours() {
+async fn a_10xgraph_state_cache_entry_is_read_as_such_and_cleared_with_ours() {
     use std::sync::atomic::Ordering::Relaxed;
     use tenxgraph::store::LegacyCache;
     let (Some(s), Ok(url)) = (pg(false, true).await, std::env::var("TENXGRAPH_TEST_REDIS_URL")) else { return };
@@ -834,16 +835,22 @@ async fn a_10xgraph_state_cache_entry_is_read_as_such_and_replaced_by_ours() {
     let ours = json!({"execution_meta": {"current_node": "model"}});
     assert!(s.state_cache_put(&t, 3, &ours).await.unwrap());
     let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut r).await.unwrap();
-    assert_eq!(kind, "hash", "our write went to Redis, replacing 10xGraph's entry");
+    assert_eq!(kind, "string", "10xGraph's entry is left as it was");
+    let mine: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("tenxgraph:*:state_cache:{}:u1", t.thread_id))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 1, "ours is under the store's prefix: {mine:?}");
     assert_eq!(s.state_cache_get(&t).await.unwrap(), Some((3, ours)));
-    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Absent, "our entry is not 10xGraph's");
+    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Found(entry), "ours is not 10xGraph's");
 
     let _: () = redis::cmd("SET").arg(&key).arg("{\"context\": [ not json").query_async(&mut r).await.unwrap();
     assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.starts_with("not JSON")));
     let _: () = redis::cmd("SET").arg(&key).arg("[1, 2]").query_async(&mut r).await.unwrap();
     assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.contains("array")));
     s.state_cache_clear(&t).await.unwrap();
-    let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut r).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg(&key).arg(&mine[0]).query_async(&mut r).await.unwrap();
     assert_eq!(exists, 0);
     assert_eq!(tenxgraph::engine::metrics().redis_fallbacks.load(Relaxed), fallbacks, "Redis was never marked down");
 }
@@ -973,9 +980,8 @@ async fn prune_deletes_expired_cache_entries_and_only_those() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let dry = s.prune(&PruneRules { dry_run: true, ..Default::default() }).await.unwrap();
         let real = s.prune(&PruneRules::default()).await.unwrap();
-        // With Redis the cache lives there and expires on its own: the table has nothing to sweep.
-        let expected = if name == "postgres+redis" { 0 } else { 3 };
-        assert_eq!((dry.cache_entries, real.cache_entries), (expected, expected), "{name}: {dry:?} {real:?}");
+        // With Redis too: the generic cache is the table on every backend.
+        assert_eq!((dry.cache_entries, real.cache_entries), (3, 3), "{name}: {dry:?} {real:?}");
         let mut keys = s.cache_keys(&ns, None).await.unwrap();
         keys.sort();
         assert_eq!(keys, ["kept", "later"], "{name}");

@@ -17,6 +17,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
 
 # Every schema version a migrated database records: 10xGraph's 1-3, then ours (migrations/postgres).
-ALL_VERSIONS = tuple(range(1, 15))
+ALL_VERSIONS = tuple(sorted(int(f.name[:4]) for f in (Path(__file__).resolve().parent.parent / "migrations" / "postgres").glob("[0-9][0-9][0-9][0-9]_*.sql")))
 
 OWNER = "u1"
 INTRUDER = "u2"

@@ -259,12 +259,12 @@ async def test_redis_killed_mid_run(pg_dsn: str, tmp_path: Path, caplog: pytest.
     second: subprocess.Popen[bytes] | None = None
     try:
         cp = PgCheckpointer(pg_dsn, redis_url=redis.url, schema="redis_outage")
-        state_key = f"state_cache:t-cache:{USER}"
-
-        # Redis is in use to begin with: a state cache write lands there.
+        # Redis is in use to begin with: a state cache write lands there, under the store's id.
         probe: dict[str, Any] = {"thread_id": "t-cache", "user_id": USER}
         await cp.aput_state_cache(probe, AgentState())
-        assert _redis(port, "EXISTS", state_key) == b":1\r\n"
+        found = _redis(port, "KEYS", f"tenxgraph:*:state_cache:t-cache:{USER}")
+        assert found.startswith(b"*1\r\n"), found
+        state_key = found.split(b"\r\n")[2].decode()
         assert _redis(port, "DEL", state_key) == b":1\r\n"
 
         gate, hang = _Gate(), _Gate()
@@ -281,6 +281,9 @@ async def test_redis_killed_mid_run(pg_dsn: str, tmp_path: Path, caplog: pytest.
         stored = await cp.aget_state(dict(cfg))
         assert stored is not None and [m.text() for m in stored.context] == ["go", "slow done", "after done"]
 
+        # A run does not use Redis (session 32: the generic cache is the table); the state cache
+        # does, and says Redis is down.
+        await cp.aget_state_cache(dict(cfg))
         warned = [
             r for r in caplog.records
             if r.name.startswith("tenxgraph") and r.levelno >= logging.WARNING and "redis" in r.getMessage().lower()

@@ -1,5 +1,9 @@
-//! The generic cache (stop requests and the like) and the state cache: Redis first when it is
-//! configured and up, the `tenx_cache` table otherwise, so nothing is lost while Redis is down.
+//! The generic cache (stop requests, `aput_cache_value` and the like): the `tenx_cache` table,
+//! with or without Redis. Until session 32 it went to Redis first when Redis was up and to the
+//! table while it was down; a value has no version, so after a Redis blip the older one Redis
+//! held won over the table's newer one (a put lost, a cleared stop request that stopped the
+//! next turn), and Redis keys had no namespace of the database (two services on one Redis
+//! stopped each other's runs). The state cache, whose entries are versioned, keeps Redis.
 
 use super::{PgStore, Stmt, map_err};
 use crate::store::{LegacyCache, STATE_CACHE_NS, StoreResult, ThreadRef, generic_state_cache};
@@ -40,11 +44,6 @@ impl Stmts {
 }
 
 pub(super) async fn cache_put(s: &PgStore, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {
-    if let Some(r) = s.redis()
-        && r.put(ns, key, value, ttl).await
-    {
-        return Ok(());
-    }
     table_write(s, &s.sql.cache.put, ns, key, value, ttl).await.map(drop)
 }
 
@@ -72,7 +71,7 @@ async fn table_write(
     Ok(done.rows_affected())
 }
 
-/// The table's value of a key (`cache_get` without Redis, or when Redis misses).
+/// The table's value of a key.
 async fn table_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
     sqlx::query_scalar(s.sql.cache.get.q())
         .bind(ns)
@@ -82,8 +81,6 @@ async fn table_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value
         .map_err(|e| map_err("cache read", e, None))
 }
 
-/// The table's value decides first: one written there while Redis was down is what `cache_get`
-/// would fall back to only on a Redis miss, so a Redis write beside it would hide it.
 pub(super) async fn cache_put_absent(
     s: &PgStore,
     ns: &str,
@@ -91,31 +88,14 @@ pub(super) async fn cache_put_absent(
     value: &Value,
     ttl: Option<f64>,
 ) -> StoreResult<bool> {
-    if let Some(r) = s.redis() {
-        if table_get(s, ns, key).await?.is_some() {
-            return Ok(false);
-        }
-        if let Some(written) = r.put_absent(ns, key, value, ttl).await {
-            return Ok(written);
-        }
-    }
     Ok(table_write(s, &s.sql.cache.put_absent, ns, key, value, ttl).await? > 0)
 }
 
 pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
-    if let Some(r) = s.redis()
-        && let Some(Some(found)) = r.get(ns, key).await
-    {
-        return Ok(Some(found));
-    }
     table_get(s, ns, key).await
 }
 
 pub(super) async fn cache_clear(s: &PgStore, ns: &str, key: &str) -> StoreResult<()> {
-    if let Some(r) = s.redis() {
-        r.clear(ns, key).await;
-    }
-    // Always clear the table too: a value written while Redis was down lives there.
     sqlx::query(s.sql.cache.clear.q())
         .bind(ns)
         .bind(key)
@@ -132,11 +112,7 @@ pub(super) async fn cache_keys(s: &PgStore, ns: &str, prefix: Option<&str>) -> S
         .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("cache keys", e, None))?;
-    if let Some(r) = s.redis() {
-        keys.extend(r.keys(ns, prefix).await);
-    }
     keys.sort();
-    keys.dedup();
     Ok(keys)
 }
 

@@ -121,7 +121,9 @@ impl PgStore {
             .map_err(|e| map_err("connect", e, None))?;
         let ids = migrate(&pool, &opts.schema, (opts.id_type, opts.user_id_type), opts.statement_deadline).await?;
         let redis = match redis_url {
-            Some(url) => Some(RedisCache::connect(url).await?),
+            Some(url) => {
+                Some(RedisCache::connect(url, &store_id(&pool, &schema, opts.statement_deadline).await?).await?)
+            }
             None => None,
         };
         let deadline = opts.statement_deadline;
@@ -146,4 +148,15 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         self.conns.pool()
     }
+}
+
+/// The database's and schema's id (`tenx_store`, made by the migration): the namespace of its
+/// Redis keys.
+async fn store_id(pool: &sqlx::PgPool, schema: &str, deadline: Duration) -> StoreResult<String> {
+    let q = format!("SELECT store_id FROM {schema}.tenx_store");
+    let read = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(q)).fetch_one(pool);
+    tokio::time::timeout(deadline, read)
+        .await
+        .map_err(|_| StoreError::Transient { op: "connect", message: super::conns::timed_out(deadline).to_string() })?
+        .map_err(|e| map_err("connect", e, None))
 }

@@ -93,9 +93,7 @@ pub(super) async fn put_input(
             released: row.get("released"),
         }));
     }
-    // The table's entry went in the transaction; a Redis copy is cleared after it.
-    if let (Some(k), Some(r)) = (stop, s.redis()) {
-        r.clear(k.namespace, k.key).await;
-    }
+    // A stop request left from an earlier run went in the same transaction (the generic cache
+    // is the table alone).
     Ok(LeasedInput::Committed { token, version: row.get("version") })
 }

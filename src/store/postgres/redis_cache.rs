@@ -1,6 +1,9 @@
-//! Redis as a cache and signal bus, never the source of truth. Every operation has a bounded
-//! timeout; a failure marks Redis down (warning logged once) and the caller falls back to
+//! Redis as the state cache beside Postgres, never the source of truth. Every operation has a
+//! bounded timeout; a failure marks Redis down (warning logged once) and the caller falls back to
 //! Postgres; Redis is tried again a few seconds later, so a restarted Redis is picked up again.
+//! Its entries carry their version, and a read checks it against the database's. The generic
+//! cache (stop requests, `aput_cache_value`) has no version to check, so it is not kept here
+//! (see `cache.rs`).
 
 use crate::store::{LegacyCache, StoreError, StoreResult, ThreadRef};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -12,9 +15,9 @@ use std::time::{Duration, Instant};
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Writes only when the incoming version is not older than the cached one: a slow writer can
-/// never move the cached state backwards. 10xGraph 0.10 keeps a JSON string under the same key;
-/// a write of ours supersedes it (on a hash-only command the string would fail every write with
-/// WRONGTYPE and mark Redis down for all threads).
+/// never move the cached state backwards. A string under the key (not ours: 10xGraph's kind of
+/// entry) is replaced; on a hash-only command it would fail every write with WRONGTYPE and mark
+/// Redis down for all threads.
 const STATE_CAS: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok == 'string' then redis.call('DEL', KEYS[1]) end
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -25,7 +28,7 @@ if cur == false or tonumber(ARGV[1]) >= tonumber(cur) then
 end
 return 0"#;
 
-/// Our entry only: 10xGraph's string under the same key is a miss here (see `get_legacy_state`).
+/// Our entry only: any other kind of value under the key is a miss.
 const STATE_GET: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {false, false} end
 return redis.call('HMGET', KEYS[1], 'v', 'd')"#;
@@ -44,16 +47,17 @@ pub struct RedisCache {
     last_failure: Mutex<Option<Instant>>,
     /// Expiry of state cache entries (`cache_ttl`; 24 h by default).
     pub state_ttl: Duration,
+    /// `tenxgraph:<store id>:`, the id of the database and schema (`tenx_store`): two stores
+    /// that share one Redis (two services with the same thread ids, on two databases or
+    /// schemas) never share an entry. 10xGraph's keys had no such part.
+    prefix: String,
 }
 
-fn generic_key(ns: &str, key: &str) -> String {
-    format!("generic_cache:{ns}:{key}")
-}
-
-/// Our state cache entry: 10xGraph's key for ids without `:` or `%`, escaped otherwise (see
-/// `generic_state_cache::key`; the raw form let two users share an entry).
-fn state_key(t: &ThreadRef) -> String {
-    format!("state_cache:{}", crate::store::pair_key(&t.thread_id, &t.user_id))
+/// Our state cache entry: under the store's own prefix (`RedisCache::prefix`), then 10xGraph's
+/// key for ids without `:` or `%`, escaped otherwise (see `generic_state_cache::key`; the raw
+/// form let two users share an entry).
+fn state_key(prefix: &str, t: &ThreadRef) -> String {
+    format!("{prefix}state_cache:{}", crate::store::pair_key(&t.thread_id, &t.user_id))
 }
 
 /// The key 10xGraph 0.10 wrote its entry under (read only when resuming a run it left).
@@ -63,7 +67,8 @@ fn legacy_state_key(t: &ThreadRef) -> String {
 
 impl RedisCache {
     /// Opens the client; an unreachable server is not an error (runs go on from Postgres).
-    pub async fn connect(url: &str) -> StoreResult<Self> {
+    /// `store_id` names the database and schema the entries belong to.
+    pub async fn connect(url: &str, store_id: &str) -> StoreResult<Self> {
         let client = redis::Client::open(url).map_err(|e| {
             StoreError::InvalidInput(format!("invalid redis_url: {}", super::errors::redact(&e.to_string())))
         })?;
@@ -73,6 +78,7 @@ impl RedisCache {
             up: AtomicBool::new(true),
             last_failure: Mutex::new(None),
             state_ttl: Duration::from_secs(86400),
+            prefix: format!("tenxgraph:{store_id}:"),
         };
         if cache.conn().await.is_none() {
             tracing::warn!("redis is not reachable; continuing on Postgres alone until it is");
@@ -143,68 +149,12 @@ impl RedisCache {
         }
     }
 
-    /// True when stored in Redis.
-    pub async fn put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> bool {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(generic_key(ns, key)).arg(value.to_string());
-        if let Some(ms) = px(ttl) {
-            cmd.arg("PX").arg(ms);
-        }
-        self.run::<()>(&cmd).await.is_some()
-    }
-
-    /// `SET ... NX`: Some(true) when stored, Some(false) when an unexpired value was there, None
-    /// when Redis failed.
-    pub async fn put_absent(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> Option<bool> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(generic_key(ns, key)).arg(value.to_string()).arg("NX");
-        if let Some(ms) = px(ttl) {
-            cmd.arg("PX").arg(ms);
-        }
-        // Redis answers OK when set, nil when the key was there.
-        self.run::<Option<String>>(&cmd).await.map(|r| r.is_some())
-    }
-
-    /// `Some(value)` when Redis answered with a value; None when absent or Redis failed (the
-    /// caller then asks Postgres, which holds what was written while Redis was down).
-    pub async fn get(&self, ns: &str, key: &str) -> Option<Option<Value>> {
-        let raw: Option<String> = self.run(redis::cmd("GET").arg(generic_key(ns, key))).await?;
-        let v = raw.and_then(|s| serde_json::from_str(&s).ok())?;
-        Some(Some(v))
-    }
-
-    /// Deletes the generic cache entry; a Redis failure is logged once and ignored (the table is
-    /// cleared by the caller either way).
-    pub async fn clear(&self, ns: &str, key: &str) {
-        let _ = self.run::<i64>(redis::cmd("DEL").arg(generic_key(ns, key))).await;
-    }
-
-    /// The generic cache keys of `ns` starting with `prefix`, by SCAN (never KEYS, which blocks
-    /// the server); empty when Redis failed.
-    pub async fn keys(&self, ns: &str, prefix: Option<&str>) -> Vec<String> {
-        let pattern = format!("{}*", generic_key(ns, prefix.unwrap_or("")));
-        let head = generic_key(ns, "");
-        let mut out = vec![];
-        let mut cursor: u64 = 0;
-        loop {
-            let r: Option<(u64, Vec<String>)> =
-                self.run(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(200)).await;
-            let Some((next, keys)) = r else { break };
-            out.extend(keys.into_iter().filter_map(|k| k.strip_prefix(&head).map(str::to_owned)));
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        out
-    }
-
     /// Version-guarded state cache write: Some(false) when Redis held a newer version, None when
     /// Redis failed.
     pub async fn put_state(&self, t: &ThreadRef, version: i64, payload: &Value) -> Option<bool> {
         let mut c = self.conn().await?;
         let r = redis::Script::new(STATE_CAS)
-            .key(state_key(t))
+            .key(state_key(&self.prefix, t))
             .arg(version)
             .arg(payload.to_string())
             .arg(self.state_ttl.as_millis() as u64)
@@ -226,7 +176,7 @@ impl RedisCache {
     /// 10xGraph's entry, or Redis failed.
     pub async fn get_state(&self, t: &ThreadRef) -> Option<(i64, Value)> {
         let (v, d): (Option<i64>, Option<String>) =
-            self.script(redis::Script::new(STATE_GET).key(state_key(t))).await?;
+            self.script(redis::Script::new(STATE_GET).key(state_key(&self.prefix, t))).await?;
         Some((v?, serde_json::from_str(&d?).ok()?))
     }
 
@@ -260,9 +210,9 @@ impl RedisCache {
         }
     }
 
-    /// Deletes the thread's state cache entry (ours or 10xGraph's); a Redis failure is ignored.
+    /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
-        let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(t))).await;
+        let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t)).arg(legacy_state_key(t))).await;
     }
 }
 
@@ -275,11 +225,4 @@ fn json_kind(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-/// A TTL in seconds as Redis' `PX` milliseconds: at least 1, at most `MAX_CACHE_TTL_SECONDS`. Redis refuses a `PX` whose deadline passes 2^63 ms ("invalid expire time" / "value is
-/// not an integer or out of range"); that counted as a Redis failure, so one bad TTL marked Redis
-/// down (a `redis_down` warning and a fallback to Postgres).
-fn px(ttl: Option<f64>) -> Option<u64> {
-    ttl.filter(|t| *t > 0.0).map(|t| ((t.min(crate::store::MAX_CACHE_TTL_SECONDS) * 1000.0) as u64).max(1))
 }

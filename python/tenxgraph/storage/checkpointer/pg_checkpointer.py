@@ -1,4 +1,4 @@
-"""PgCheckpointer: PostgreSQL as the durable store, Redis (optional) as cache and signal bus."""
+"""PgCheckpointer: PostgreSQL as the durable store, Redis (optional) as the state cache."""
 
 from __future__ import annotations
 
@@ -65,8 +65,9 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
 
     Upgrades a database created by 10xGraph 0.10 (schema v1-v3) in place, under an advisory lock.
     A durable step is one round trip: thread lock, version compare, state row and the step's new
-    messages in one transaction. Redis is optional: with it, stop requests, the generic cache and
-    a version-guarded state cache live there; without it, or while it is down, Postgres serves.
+    messages in one transaction. Redis is optional: with it, the version-guarded state cache lives
+    there (under a prefix of this database and schema); without it, or while it is down, Postgres
+    serves. Stop requests and the generic cache are in Postgres either way.
 
     Threads belong to the user who created them (``enforce_user_isolation=True``, as in 10xGraph):
     another user's read sees nothing and a write raises STORAGE_FORBIDDEN_001.
