@@ -186,7 +186,12 @@ async def test_stream_error_chunk_then_the_exception(checkpointer, make_thread) 
         async for c in app.astream({"messages": [user("x")]}, {"thread_id": make_thread()}):
             got.append(c)
     assert e.value.error_code == "NODE_001"
-    assert got[-1].event == StreamEvent.ERROR and "kaput" in got[-1].data["error"]
+    last = got[-1]
+    assert last.event == StreamEvent.ERROR and "kaput" in last.data["error"]
+    # 10xGraph's keys too (a consumer reads data["reason"] and data["node"]), and the state.
+    assert last.data["reason"] == str(e.value) and last.data["node"] == "broken"
+    assert last.data["max_steps"] == 25 and isinstance(last.data["step"], int)
+    assert last.state is not None and last.state.context[-1].text() == "x"
 
 
 def test_sync_stream_and_early_exit(make_thread) -> None:

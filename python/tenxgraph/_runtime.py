@@ -181,6 +181,7 @@ class Run(RunHooks, RunTools):
         self._resumed_node: str | None = None  # set when this run resumes a paused thread
         self._before_node: AgentState | None = None  # the state a node started from (for hooks)
         self._node_error: BaseException | None = None
+        self.failed_at: tuple[str, int] | None = None  # the node that raised, and its step
         self._initial_commit = False  # see _fire_lifecycle
         self._start_effect: StartEffect | None = None  # what the start hooks changed (once per call)
         self._caller: Any = NOT_MERGED  # see prepare
@@ -325,6 +326,7 @@ class Run(RunHooks, RunTools):
                 events.node_error(name, step, exc)
             if isinstance(exc, Exception):
                 self._node_error = exc
+                self.failed_at = (name, step)
             raise
         finally:
             _node_context.reset(node_token)
@@ -335,6 +337,7 @@ class Run(RunHooks, RunTools):
         except Exception as exc:
             if events is not None:
                 events.node_error(name, step, exc)
+            self.failed_at = (name, step)
             raise
         clear_answers(self.state)  # the node finished: its answers are spent
         if events is not None:

@@ -35,13 +35,18 @@ class ExecutionState(StrEnum):
 
     Distinct from the pydantic ``tenxgraph.core.state.ExecutionState`` model, which tracks
     one thread's position in the graph. Here both interrupt kinds collapse to
-    ``INTERRUPTED`` and a user stop gets its own value, ``STOPPED``.
+    ``INTERRUPTED`` and a user stop gets its own value, ``STOPPED``. ``PAUSED``, ``ABORTED``
+    and ``IDLE`` are 10xGraph's members with its values, for code that names them; no run of
+    ours reports them.
     """
 
     RUNNING = "running"
-    INTERRUPTED = "interrupted"
+    PAUSED = "paused"
     COMPLETED = "completed"
     ERROR = "error"
+    INTERRUPTED = "interrupted"
+    ABORTED = "aborted"
+    IDLE = "idle"
     STOPPED = "stopped"
 
 

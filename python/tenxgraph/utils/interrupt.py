@@ -20,9 +20,30 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["GraphInterrupt", "Interrupt", "interrupt", "pending_interrupt", "RESUME_ANSWERS_KEY"]
+from tenxgraph.utils.constants import RESUME_KEY
 
-RESUME_ANSWERS_KEY = "interrupt_resume"
+__all__ = [
+    "GraphInterrupt",
+    "INTERRUPT_DATA_KEY",
+    "INTERRUPT_REASON",
+    "Interrupt",
+    "RESUME_ANSWERS_KEY",
+    "RESUME_KEY",
+    "RESUME_VALUES_KEY",
+    "SCOPE_CONFIG_KEY",
+    "interrupt",
+    "pending_interrupt",
+]
+
+# 10xGraph's names, with its values: ``execution_meta.interrupt_reason`` of a pause at
+# ``interrupt()``, the key of ``interrupt_data`` that holds the question, the input key of a
+# resume, and the ``internal_data`` key of the answers. SCOPE_CONFIG_KEY is the config key
+# 10xGraph kept a node's interrupt scope under; ours is a context variable, so nothing reads it.
+INTERRUPT_REASON = "interrupt"
+INTERRUPT_DATA_KEY = "interrupt"
+RESUME_VALUES_KEY = "interrupt_resume"
+RESUME_ANSWERS_KEY = RESUME_VALUES_KEY
+SCOPE_CONFIG_KEY = "_interrupt_scope"
 
 
 class Interrupt(BaseModel):
@@ -143,7 +164,7 @@ def check_answer(value: Any, schema: dict[str, Any] | None, path: str = "resume"
 def pending_interrupt(state: Any) -> Interrupt | None:
     """The question a paused thread is waiting on, or None."""
     meta = getattr(state, "execution_meta", None)
-    if meta is None or meta.interrupt_reason != "interrupt" or not meta.is_interrupted():
+    if meta is None or meta.interrupt_reason != INTERRUPT_REASON or not meta.is_interrupted():
         return None
-    data = (meta.interrupt_data or {}).get("interrupt")
+    data = (meta.interrupt_data or {}).get(INTERRUPT_DATA_KEY)
     return Interrupt.model_validate(data) if data else None

@@ -88,6 +88,19 @@ def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: 
     return [c for c in chunks if emitter.wants(c.event)]
 
 
+def _error_chunk(emitter: Emitter, run: Run, exc: Exception) -> StreamChunk:
+    """The ERROR chunk of a failed run: 10xGraph's keys (``reason``, and ``node``, ``step``,
+    ``max_steps`` when a node raised), ``error`` and ``error_code``, and the state as it was
+    when the failing node started."""
+    data: dict[str, Any] = {"status": "invoked_graph", "reason": str(exc), "error": str(exc),
+                            "error_code": getattr(exc, "error_code", None)}
+    if run.failed_at is not None:
+        data["node"], data["step"] = run.failed_at
+        if run.options is not None:
+            data["max_steps"] = run.options.recursion_limit
+    return emitter.make(StreamEvent.ERROR, data=data, status="invoked_graph", state=run.state)
+
+
 def _recovery_options(value: Any) -> dict[str, Any] | None:
     """``compile(recover_on_start=...)``: False (off), True (defaults) or ``arecover``'s options."""
     if value is False or value is None:
@@ -387,9 +400,7 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
                 outcome = task.result()
             except Exception as exc:
                 emitter.take_held()  # a step that did not commit is never shown
-                yield emitter.make(StreamEvent.ERROR, data={"status": "invoked_graph", "error": str(exc),
-                                                            "error_code": getattr(exc, "error_code", None)},
-                                   status="invoked_graph")
+                yield _error_chunk(emitter, run, exc)
                 raise
             for chunk in emitter.take_held():  # nothing normally: the final commit flushed it all
                 yield chunk

@@ -31,7 +31,7 @@ from tenxgraph.core.state.message_block import (
 )
 # MAX_RESULT_DEPTH is read from here by callers that knew it here.
 from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH  # noqa: F401
-from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan
+from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan, model_value
 from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
 from tenxgraph.core.graph._sync_tools import SyncCall, run_sync, run_sync_raw
 from tenxgraph.core.state.tool_result import ToolResult
@@ -470,7 +470,7 @@ class ToolNode:
             elif p.name in args:
                 used.add(p.name)
                 raw = args[p.name]
-                value = p.adapter.validate_python(raw) if p.adapter is not None else raw
+                value = model_value(p, raw, name)
             elif p.default is _EMPTY:
                 raise TypeError(f"Missing required parameter '{p.name}' for function '{name}'")  # 10xGraph's text
             else:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from tenxgraph.core.graph.tool_schema import INJECTABLE_PARAMS, is_inject_default, resolve_hints
 from tenxgraph.logs import run_logger
@@ -47,6 +48,32 @@ def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
     except Exception:  # noqa: BLE001 - an annotation pydantic cannot validate: lenient
         _log.debug("no validator for annotation %r; arguments pass through", annotation)
         return None
+
+
+def model_value(param: _Param, raw: Any, tool: str) -> Any:
+    """The model's argument for ``param``, validated by its annotation. A string the annotation
+    refuses is tried once more as JSON (weaker models send a nested object as its JSON text, as
+    10xGraph accepts). Refused: a ``TypeError`` in 10xGraph's words, which the model reads
+    (``Invalid argument 'p' for tool 't': field: why``), not pydantic's report with its URLs."""
+    if param.adapter is None:
+        return raw
+    try:
+        return param.adapter.validate_python(raw)
+    except ValidationError as exc:
+        refused = exc
+    if isinstance(raw, str):
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            decoded = raw
+        if not isinstance(decoded, str):
+            try:
+                return param.adapter.validate_python(decoded)
+            except ValidationError:
+                pass
+    details = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or param.name}: {e['msg']}"
+                        for e in refused.errors(include_url=False))
+    raise TypeError(f"Invalid argument {param.name!r} for tool {tool!r}: {details}") from None
 
 
 def _plan(fn: Callable[..., Any]) -> list[_Param]:
