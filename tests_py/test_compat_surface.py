@@ -186,3 +186,24 @@ def test_every_prefix_is_part_of_10xgraphs_surface(surfaces: tuple[dict, dict]) 
     theirs, _ = surfaces
     unknown = [p for p in NOT_SUPPORTED if not any(m == p or m.startswith(p + ".") for m in theirs)]
     assert not unknown, f"not a 10xGraph 0.10 module: {unknown}"
+
+
+MEMBERS = """
+import tenxgraph.utils.interrupt as i
+from tenxgraph.utils import ExecutionState, ResponseGranularity
+from tenxgraph.core.state.stream_chunks import StreamEvent
+emit({
+    "enums": {e.__name__: {m.name: m.value for m in e} for e in (ExecutionState, ResponseGranularity, StreamEvent)},
+    "interrupt": {n: getattr(i, n) for n in ("INTERRUPT_REASON", "INTERRUPT_DATA_KEY", "RESUME_KEY",
+                                             "RESUME_VALUES_KEY", "SCOPE_CONFIG_KEY") if hasattr(i, n)},
+})
+"""
+
+
+def test_10xgraphs_enum_members_and_interrupt_constants_exist_with_its_values(oracle) -> None:
+    """Members are not names of an ``__all__``: ``ExecutionState.PAUSED`` was missing (session 32's
+    differential pass), and so were ``tenxgraph.utils.interrupt``'s constants."""
+    theirs, ours = oracle.run_both(MEMBERS)
+    for enum, members in theirs["enums"].items():
+        assert {k: ours["enums"][enum].get(k) for k in members} == members, enum
+    assert len(theirs["interrupt"]) == 5 and ours["interrupt"] == theirs["interrupt"]
