@@ -189,7 +189,8 @@ def test_every_prefix_is_part_of_10xgraphs_surface(surfaces: tuple[dict, dict]) 
 
 
 MEMBERS = """
-import tenxgraph.utils.interrupt as i
+import importlib
+i = importlib.import_module("tenxgraph.utils.interrupt")  # the attribute is the function interrupt()
 from tenxgraph.utils import ExecutionState, ResponseGranularity
 from tenxgraph.core.state.stream_chunks import StreamEvent
 emit({
