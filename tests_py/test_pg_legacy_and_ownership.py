@@ -919,6 +919,14 @@ def test_unparseable_dsn_does_not_leak_the_password(caplog: pytest.LogCaptureFix
     _assert_no_secret(info.value, caplog)
 
 
+def test_the_checkpointers_attributes_hold_no_redis_password() -> None:
+    """``cp.redis_url`` held the URL as given, password included, for any code that logs its
+    objects' attributes (session 32). The core gets the URL as given; the attribute is masked."""
+    cp = PgCheckpointer("postgresql://app@127.0.0.1:1/x", redis_url=f"redis://user:{SECRET}@127.0.0.1:1/0")
+    assert SECRET not in repr(vars(cp)) and SECRET not in repr(cp)
+    assert cp.redis_url == "redis://user:***@127.0.0.1:1/0"
+
+
 @pytest.mark.asyncio
 async def test_message_id_of_another_thread_is_rejected_and_nothing_written(legacy_v3: Legacy) -> None:
     lg = legacy_v3

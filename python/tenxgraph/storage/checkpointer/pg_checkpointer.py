@@ -9,6 +9,7 @@ from tenxgraph.core.exceptions import InvalidConfigError
 from tenxgraph.core.state.message import Message
 from tenxgraph.storage.checkpointer.native_checkpointer import NativeCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
+from tenxgraph.utils.redact import redact
 
 __all__ = ["CURRENT_SCHEMA_VERSION", "PgCheckpointer"]
 
@@ -131,7 +132,8 @@ class PgCheckpointer(NativeCheckpointer[StateT]):
         self.enforce_user_isolation = bool(kwargs.get("enforce_user_isolation", True))
         self.cache_ttl = float(kwargs.get("cache_ttl", 86400))
         self.state_history_limit = int(kwargs.get("state_history_limit", 20))
-        self.redis_url = redis_url
+        # Shown by repr and read by code that logs its objects: never with the password.
+        self.redis_url = redact(redis_url) if redis_url else redis_url
         self._native = _core.NativeStore.postgres(
             postgres_dsn,
             redis_url,
