@@ -81,6 +81,7 @@ impl NodeHost for ToolHost {
         index: usize,
         key: Option<&str>,
         _: Option<String>,
+        _: Option<std::time::Duration>,
     ) -> Result<ToolRun, HostFailure> {
         *self.runs.lock().unwrap().entry(index).or_insert(0) += 1;
         self.keys_seen.lock().unwrap().push(key.map(str::to_owned));

@@ -5,6 +5,7 @@ one inside the replay-safe handler, ``accept_replay`` / ``unknown_outcome`` answ
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 from tenxgraph import _async_calls
@@ -40,6 +41,11 @@ _RECORD_SECONDS = 10.0
 REMOTE_TOOL_REASON = "remote_tool_call"
 # The failed state of a routing error out of a committed node (the engine's ROUTING_FAILED_REASON).
 ROUTING_FAILED_REASON = "routing_failed"
+
+
+class _LeaseRanOut(BaseException):
+    """A call was to start after its run's lease may have run out: not started. Not an
+    Exception, so no tool-error handling takes it; the Rust handler reads it as the run fenced."""
 
 
 class RunTools:
@@ -138,8 +144,19 @@ class RunTools:
                 self.events.tool_end(name, index, call.call_id, call.name, call.arguments, step.replays[index], True)
             return accepted
 
-    async def run_tool(self, name: str, index: int, idempotency_key: str | None,
-                       ledger_key: str | None = None) -> tuple[str, bool, bool]:
+    def run_tool(self, name: str, index: int, idempotency_key: str | None, ledger_key: str | None = None,
+                 lease_left: float | None = None) -> Any:
+        """The coroutine the Rust handler runs as call ``index``'s task. ``lease_left``: seconds,
+        from now, the run surely holds the thread; the call does not start after that (a task
+        queued when the process froze past its lease starts when it thaws, after a newer holder
+        may have run and recorded the same call)."""
+        start_by = None if lease_left is None else time.monotonic() + lease_left
+        return self._run_tool(name, index, idempotency_key, ledger_key, start_by)
+
+    async def _run_tool(self, name: str, index: int, idempotency_key: str | None, ledger_key: str | None,
+                        start_by: float | None) -> tuple[str, bool, bool]:
+        if start_by is not None and time.monotonic() >= start_by:
+            raise _LeaseRanOut(f"the run's lease may have run out before tool call {index} of {name!r} started")
         if ledger_key is not None:
             self.entered.add(ledger_key)
         config = dict(self.config, _node_name=name)

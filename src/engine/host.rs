@@ -183,12 +183,16 @@ pub trait NodeHost: Send + Sync {
     /// Runs call `index`, recorded under `ledger_key` (None: no ledger for this call). Dropping
     /// the future must cancel the tool; a host that cannot (a sync Python tool in its thread) may
     /// record the late result under `ledger_key` itself, first result winning as always.
+    /// `lease_left`: how long, from now, the run surely holds the thread; a host whose call
+    /// starts later than that (queued behind other work, or the process was frozen) must not
+    /// start it, and fails with `HostFailure::Passthrough` instead.
     async fn run_tool(
         &self,
         node: &str,
         _index: usize,
         _ledger_key: Option<&str>,
         _idempotency_key: Option<String>,
+        _lease_left: Option<std::time::Duration>,
     ) -> Result<ToolRun, HostFailure> {
         Err(HostFailure::Passthrough(format!("node '{node}' is not a tool node of this host").into()))
     }

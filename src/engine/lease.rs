@@ -200,6 +200,12 @@ pub struct Lease {
     pub token: i64,
     ttl: Duration,
     next_renewal: Mutex<Instant>,
+    /// Until when the store surely still holds the lease for this run: the TTL counted from
+    /// the moment the last acquire or renewal that succeeded was sent (the store counts from
+    /// when it got it, later). Past it, a newer holder may have taken the thread: no tool call
+    /// may start (a process frozen past its lease, thawed, started sibling calls that the new
+    /// holder had already run and recorded).
+    held_until: Mutex<Instant>,
     /// The `lease_renew` failpoint fired: renewals stop for the rest of the run (a partition).
     cut_off: std::sync::atomic::AtomicBool,
     /// The run's last commit freed the lease in its own transaction.
@@ -225,6 +231,15 @@ impl Lease {
         *self.next_renewal.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + after;
     }
 
+    /// How long the lease is surely still held (zero once it may have expired).
+    pub fn surely_held_for(&self) -> Duration {
+        self.held_until.lock().unwrap_or_else(|p| p.into_inner()).saturating_duration_since(Instant::now())
+    }
+
+    fn fresh(ttl: Duration, sent: Instant) -> (Mutex<Instant>, Mutex<Instant>) {
+        (Mutex::new(Instant::now() + ttl / 3), Mutex::new(sent + ttl))
+    }
+
     /// Renews if due. `false`: a newer holder took the thread; the run must stop writing.
     pub async fn renew(&self, store: &dyn Checkpointer, cfg: &RunConfig) -> bool {
         if Instant::now() < self.renewal_due() {
@@ -238,8 +253,12 @@ impl Lease {
             self.cut_off.store(true, Ordering::Release);
             return true;
         }
+        let sent = Instant::now();
         match store.lease_renew(&self.thread_id, self.token, self.ttl).await {
-            Ok(true) => true,
+            Ok(true) => {
+                *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = sent + self.ttl;
+                true
+            }
             Ok(false) => {
                 inc(&metrics().leases_lost);
                 tracing::error!(
@@ -302,23 +321,24 @@ pub(super) fn request(cfg: &RunConfig) -> LeaseRequest {
 }
 
 /// A run about to take its lease together with its input (`Checkpointer::put_input_leased`):
-/// entered in `live_runs` before the take reaches the store, as `acquire` does.
-pub struct Taking(LiveRun);
+/// entered in `live_runs` before the take reaches the store, as `acquire` does; and when.
+pub struct Taking(LiveRun, Instant);
 
 pub(super) fn taking(cfg: &RunConfig) -> Taking {
-    Taking(LiveRun::enter(&cfg.thread.thread_id, &cfg.run_id))
+    Taking(LiveRun::enter(&cfg.thread.thread_id, &cfg.run_id), Instant::now())
 }
 
 impl Taking {
     /// The lease the store granted with the run's input.
     pub(super) fn taken(self, cfg: &RunConfig, token: i64) -> Lease {
         inc(&metrics().leases_acquired);
-        let next_renewal = Mutex::new(Instant::now() + cfg.lease.ttl / 3);
+        let (next_renewal, held_until) = Lease::fresh(cfg.lease.ttl, self.1);
         Lease {
             thread_id: cfg.thread.thread_id.clone(),
             token,
             ttl: cfg.lease.ttl,
             next_renewal,
+            held_until,
             cut_off: Default::default(),
             released: Default::default(),
             _live: self.0,
@@ -360,6 +380,7 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             settle_pause = (settle_pause * 2).min(Duration::from_millis(50));
             continue;
         }
+        let sent = Instant::now();
         let info = match store.lease_acquire(&thread_id, &req).await? {
             LeaseAttempt::Acquired { token } => {
                 inc(&metrics().leases_acquired);
@@ -372,13 +393,14 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     inc(&metrics().leases_taken_over);
                     tracing::info!(thread_id = %thread_id, token, "took over the lease of a holder whose process is gone");
                 }
-                let next_renewal = Mutex::new(Instant::now() + policy.ttl / 3);
+                let (next_renewal, held_until) = Lease::fresh(policy.ttl, sent);
                 let _live = live.take().expect("entered once, taken once");
                 return Ok(Lease {
                     thread_id,
                     token,
                     ttl: policy.ttl,
                     next_renewal,
+                    held_until,
                     cut_off: Default::default(),
                     released: Default::default(),
                     _live,

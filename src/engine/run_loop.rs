@@ -368,7 +368,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     self.cfg,
                     node,
                     &self.exec,
-                    Some(self.lease().token),
+                    Some(self.lease()),
                     carry,
                 ))
             } else {

@@ -5,13 +5,14 @@ mod record;
 use record::Recorder;
 pub use record::{Carried, CarriedRow, ledger_rows, write_carried};
 
+use super::lease::Lease;
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};
 use super::{ExecMeta, HostFailure, NodeHost, NodeOutput, RunConfig};
 use crate::metrics::{add_duration, inc, metrics};
 use crate::store::{Checkpointer, INTENT_KIND, SharedJson, StoreError, is_intent, is_paused, shared_json};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What running a tool twice would do, declared per tool (`@tool(side_effects=...)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -139,9 +140,10 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     cfg: &RunConfig,
     node: &str,
     exec: &ExecMeta,
-    fence: Option<i64>,
+    lease: Option<&Lease>,
     carry: Option<&Carried>,
 ) -> Result<NodeOutput, HostFailure> {
+    let fence = lease.map(|l| l.token);
     let batch = host.begin_tools(node, exec)?;
     let call_keys = batch.call_keys();
     // Pure tools never touch the ledger.
@@ -232,7 +234,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
         let recorder = &recorder;
         async move {
-            let settled = run_one(host, store, cfg, recorder, fence, node, i, call, key.clone(), plan).await;
+            let settled = run_one(host, store, cfg, recorder, lease, node, i, call, key.clone(), plan).await;
             recorder.settle(i);
             settled
         }
@@ -255,6 +257,25 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         return Err(e);
     }
     host.finish_tools(node, outcomes)
+}
+
+/// The run's answer when its lease may have run out before a call started: fenced, as its next
+/// write would be; the call is not started.
+fn lease_gone(cfg: &RunConfig, lease: &Lease, call: &ToolCall) -> HostFailure {
+    tracing::error!(
+        thread_id = %cfg.thread.thread_id,
+        run_id = %cfg.run_id,
+        tool = %call.name,
+        event = "lease_expired_before_tool",
+        "the run's lease ran out before a call of {} could start (the process was frozen or starved?); \
+         it is not started, and the run stops",
+        call.name
+    );
+    HostFailure::Passthrough(Box::new(StoreError::Fenced {
+        thread_id: cfg.thread.thread_id.clone(),
+        token: lease.token,
+        current: None,
+    }))
 }
 
 const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \
@@ -433,13 +454,14 @@ async fn run_one<H: NodeHost + ?Sized>(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
     recorder: &Recorder<'_>,
-    fence: Option<i64>,
+    lease: Option<&Lease>,
     node: &str,
     index: usize,
     call: &ToolCall,
     key: Option<String>,
     plan: Plan,
 ) -> Result<ToolOutcome, HostFailure> {
+    let fence = lease.map(|l| l.token);
     let m = metrics();
     let idem = key.as_deref().map(|k| idempotency_key(&cfg.thread.thread_id, k));
     match plan {
@@ -497,8 +519,17 @@ async fn run_one<H: NodeHost + ?Sized>(
     {
         super::unstarted::handed_over(cfg, k);
     }
+    // A run that can no longer be sure it holds the thread starts no call: a newer holder may
+    // have run it already. The host checks again when the call really starts (a call handed
+    // over just before the process froze starts after it thaws).
+    let lease_left = lease.map(Lease::surely_held_for);
+    if let Some(l) = lease
+        && lease_left == Some(Duration::ZERO)
+    {
+        return Err(lease_gone(cfg, l, call));
+    }
     let started = Instant::now();
-    let fut = host.run_tool(node, index, key.as_deref(), idem);
+    let fut = host.run_tool(node, index, key.as_deref(), idem, lease_left);
     let result = match cfg.tool_timeout {
         Some(limit) => match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
@@ -522,6 +553,13 @@ async fn run_one<H: NodeHost + ?Sized>(
             }
         },
         None => fut.await,
+    };
+    let result = match (result, lease) {
+        // The host refused to start it: the lease ran out while the call waited to begin.
+        (Err(HostFailure::Passthrough(_)), Some(l)) if l.surely_held_for().is_zero() => {
+            return Err(lease_gone(cfg, l, call));
+        }
+        (r, _) => r,
     };
     add_duration(&m.tool_duration_us, started.elapsed());
     match result {

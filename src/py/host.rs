@@ -321,9 +321,11 @@ impl NodeHost for PyHost {
         index: usize,
         ledger_key: Option<&str>,
         idempotency_key: Option<String>,
+        lease_left: Option<std::time::Duration>,
     ) -> Result<ToolRun, HostFailure> {
         let task = Python::attach(|py| {
-            let coro = self.run.bind(py).call_method1("run_tool", (node, index, idempotency_key, ledger_key))?;
+            let left = lease_left.map(|d| d.as_secs_f64());
+            let coro = self.run.bind(py).call_method1("run_tool", (node, index, idempotency_key, ledger_key, left))?;
             PyTask::start(py, &self.locals, coro)
         })
         .map_err(classify)?;

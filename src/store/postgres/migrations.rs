@@ -299,7 +299,7 @@ mod tests {
             assert_eq!(*version as usize, i + 1);
             assert!(file.starts_with(&format!("{version:04}_")), "{file} is not version {version}");
         }
-        assert_eq!(CURRENT_VERSION, 14);
+        assert_eq!(CURRENT_VERSION, 15);
     }
 
     /// The files name no schema, so they work in any; and a function that did not pin its
