@@ -10,7 +10,10 @@ registered here under ``(store, idempotency key)`` until its result is recorded 
 new attempt of the same call in this process waits for it and takes its result instead.
 
 The registry costs a lock and a dict entry per call; the waiting side's future is made only when
-there is one.
+there is one. A call whose loop is closed or no longer running (a user's loop left after a
+Ctrl-C) can never end: a new attempt runs the call instead of waiting for it (helper red-team,
+session 32: the resume waited up to ``tool_timeout``, past ``busy_timeout``, then told the
+model the call had timed out, though it never ran).
 """
 
 from __future__ import annotations
@@ -22,32 +25,44 @@ from collections.abc import Hashable
 
 __all__ = ["Flight", "finish", "start", "wait"]
 
+# How often a waiting attempt looks whether the call it waits for was stranded.
+_STRANDED_CHECK = 0.5
+
 _lock = threading.Lock()
 _flights: dict[Hashable, Flight] = {}
 
 
 class Flight:
-    """One async call in flight; ``result`` is made for an attempt that waits for it."""
+    """One async call in flight, on ``loop``; ``result`` is made for an attempt that waits for it."""
 
-    __slots__ = ("result",)
+    __slots__ = ("loop", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.loop = loop
         self.result: concurrent.futures.Future[str | None] | None = None
 
+    def stranded(self) -> bool:
+        """Its loop is closed or no longer running: the call cannot end by itself."""
+        return self.loop is not None and (self.loop.is_closed() or not self.loop.is_running())
 
-def start(key: Hashable) -> tuple[Flight | None, concurrent.futures.Future[str | None] | None]:
-    """``(mine, None)``: no call runs under ``key``; this attempt runs it, registered as ``mine``
-    (``finish`` it). ``(None, future)``: one does; ``future`` gives its envelope once it is on
-    record, or None when it ended without one (then run it)."""
+
+def start(key: Hashable) -> tuple[Flight | None, Flight | None]:
+    """``(mine, None)``: no call runs under ``key`` (or only a stranded one); this attempt runs
+    it, registered as ``mine`` (``finish`` it). ``(None, flight)``: one does; ``wait(flight)``
+    gives its envelope once it is on record, or None when it ended without one (then run it)."""
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
     with _lock:
         running = _flights.get(key)
-        if running is None:
-            mine = _flights[key] = Flight()
+        if running is None or running.stranded():
+            mine = _flights[key] = Flight(loop)
             return mine, None
         if running.result is None:
             running.result = concurrent.futures.Future()
             running.result.set_running_or_notify_cancel()
-        return None, running.result
+        return None, running
 
 
 def finish(key: Hashable, flight: Flight, envelope: str | None) -> None:
@@ -60,7 +75,15 @@ def finish(key: Hashable, flight: Flight, envelope: str | None) -> None:
         waiting.set_result(envelope)
 
 
-async def wait(future: concurrent.futures.Future[str | None]) -> str | None:
+async def wait(flight: Flight) -> str | None:
     """The earlier attempt's envelope, awaited from any loop (the earlier run may have run on
-    another one: the sync wrappers run their own)."""
-    return await asyncio.wrap_future(future)
+    another one: the sync wrappers run their own); None once its loop stranded it."""
+    assert flight.result is not None, "made by start()"
+    waiting = asyncio.wrap_future(flight.result)
+    while True:
+        # asyncio.wait, not wait_for: a timeout must not cancel the future other attempts share.
+        done, _ = await asyncio.wait({waiting}, timeout=_STRANDED_CHECK)
+        if done:
+            return waiting.result()
+        if flight.stranded():
+            return None

@@ -37,7 +37,7 @@ from typing import Any
 
 from tenxgraph.logs import run_logger
 
-__all__ = ["in_flight", "run"]
+__all__ = ["in_flight", "run", "unsettled_on"]
 
 _log = run_logger("tenxgraph.tools")
 _lock = threading.Lock()
@@ -60,6 +60,12 @@ class _Flight:
         # Someone answers for the result: an attempt returned it (its run records it), or a late
         # record was started.
         self.settled = False
+
+
+def unsettled_on(store: int) -> bool:
+    """Whether a call keyed ``(store, ...)`` is running or its result is not recorded yet."""
+    with _lock:
+        return any(isinstance(k, tuple) and k and k[0] == store for k in _flights)
 
 
 def in_flight(key: Hashable) -> bool:

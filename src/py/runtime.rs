@@ -14,8 +14,11 @@ pub fn check_not_forked() -> PyResult<()> {
     if forked() {
         return Err(PyRuntimeError::new_err(format!(
             "tenxgraph's runtime was started in process {} and this process was forked from it afterwards: its \
-             threads do not survive fork(). Create graphs and checkpointers in the child (or use the spawn \
-             start method); see docs/production.md",
+             threads do not survive fork(), so nothing of tenxgraph can run in this process. Start it only \
+             after the fork: construct checkpointers and run graphs in each worker (InMemoryCheckpointer and \
+             SqliteCheckpointer start it when constructed, PgCheckpointer on first use; under gunicorn \
+             --preload, build them in a post_fork hook or on the first request), or use the spawn start \
+             method; see docs/production.md",
             STARTED_IN.load(Ordering::Relaxed)
         )));
     }

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
+from tenxgraph import _in_flight as in_flight
 from tenxgraph._live_states import LiveStates
 from tenxgraph._run_values import copy_message, copy_update_value, refuse_id_twins
 from tenxgraph._state_codec import check_state_update, encode_message_shaped
@@ -341,7 +342,9 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
             # And every message made in them gets this graph's id generator (when it has one).
             token = _use_run_id_generator(self._id_fn)
             try:
-                return await self._execute_in_context(run, cfg, streaming, resume_only)
+                # Known as in flight on its checkpointer: closing waits for it (see _in_flight).
+                with in_flight.tracked(self._checkpointer):
+                    return await self._execute_in_context(run, cfg, streaming, resume_only)
             finally:
                 _reset_run_id_generator(token)
 
@@ -594,9 +597,10 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
     # -- lifecycle and introspection -------------------------------------------------------
 
     async def aclose(self) -> dict[str, Any]:
-        """Closes the graph: the publisher (its queued events delivered), background tasks, the
-        checkpointer and the store,
-        each within a third of ``shutdown_timeout``. Returns 10xGraph's statistics (one entry per
+        """Closes the graph: runs in flight first (they get a third of ``shutdown_timeout`` to end,
+        then are cancelled, recording what their tools returned as they unwind), then the
+        publisher (its queued events delivered), background tasks, the checkpointer and the
+        store, each within a third of ``shutdown_timeout``. Returns 10xGraph's statistics (one entry per
         component, ``total_duration``) plus ``"status": "closed"``; never raises. A second call
         returns ``{"status": "already_closed"}``."""
         from tenxgraph.utils.shutdown import shutdown_with_timeout
@@ -608,6 +612,12 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         self._closed = True
         self._live.clear()
         share = max(self.shutdown_timeout / 3, 0.1)
+        # Runs in flight end before anything closes: given a third of shutdown_timeout, then
+        # cancelled (what their tools returned is recorded as they unwind, within another third).
+        cancelled = await in_flight.drain(self._checkpointer, share, share)
+        if cancelled:
+            _log.warning("aclose: %d run(s) still in flight after %.1f s were cancelled; their committed steps and "
+                         "finished tool calls are kept, and the threads resume where they stopped", cancelled, share)
         stats: dict[str, Any] = {"status": "closed"}
         # The publisher first: the run's last events go out while everything else is still open.
         stats["publisher"] = (await shutdown_with_timeout(self._close_publisher(share), share, "publisher")

@@ -12,6 +12,7 @@ import json
 from typing import Any, TypeVar
 
 from tenxgraph import _core
+from tenxgraph import _in_flight as in_flight
 from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state
 from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError, StaleStateError
 from tenxgraph.core.state.agent_state import AgentState
@@ -583,6 +584,10 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return dict(json.loads(raw))
 
     async def arelease(self) -> bool:
+        # Runs in flight on this store are cancelled and unwind first, and sync calls still in
+        # their threads record what they return: closed under them, the store refused those
+        # ledger writes and the next run fired the tools again (see tenxgraph._in_flight).
+        await in_flight.drain(self, 0.0, in_flight.UNWIND_SECONDS)
         return bool(await self._native.release())
 
 
