@@ -576,7 +576,8 @@ def test_constants() -> None:
     assert DEFAULT_ANONYMOUS_USER_ID == "anonymous"
     assert ResponseGranularity("low") is ResponseGranularity.LOW
     assert [g.value for g in ResponseGranularity] == ["full", "partial", "low"]
-    run_states = ["running", "interrupted", "completed", "error", "stopped"]
+    # 10xGraph's seven members in its order (session 32), then ours.
+    run_states = ["running", "paused", "completed", "error", "interrupted", "aborted", "idle", "stopped"]
     assert [s.value for s in RunState] == run_states
     assert RunState.RUNNING == "running"
 

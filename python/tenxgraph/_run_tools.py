@@ -45,7 +45,8 @@ ROUTING_FAILED_REASON = "routing_failed"
 
 class _LeaseRanOut(BaseException):
     """A call was to start after its run's lease may have run out: not started. Not an
-    Exception, so no tool-error handling takes it; the Rust handler reads it as the run fenced."""
+    Exception, so no tool-error handling takes it; the Rust handler renews the lease and hands
+    the call over again, or, when a newer holder has the thread, ends the run fenced."""
 
 
 class RunTools:

@@ -279,6 +279,18 @@ impl Lease {
         }
     }
 
+    /// Renews now, whatever the schedule: whether the store still holds the lease for this run
+    /// (a lease past its TTL that nobody took is renewed). False when a newer holder has the
+    /// thread or the store could not say (a run cut off from it by the `lease_renew` failpoint
+    /// cannot either).
+    pub async fn confirm(&self, store: &dyn Checkpointer, cfg: &RunConfig) -> bool {
+        if self.cut_off.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        *self.next_renewal.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.renew(store, cfg).await && !self.surely_held_for().is_zero()
+    }
+
     /// Records that the run's last commit freed the lease in its own transaction.
     pub fn mark_released(&self) {
         self.released.store(true, std::sync::atomic::Ordering::Release);

@@ -259,8 +259,44 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     host.finish_tools(node, outcomes)
 }
 
-/// The run's answer when its lease may have run out before a call started: fenced, as its next
-/// write would be; the call is not started.
+/// A host's answer to `run_tool` when it did not start the call because `lease_left` had run
+/// out by the time the call could begin (boxed in `HostFailure::Passthrough`).
+#[derive(Debug)]
+pub struct ToolNotStarted;
+
+impl std::fmt::Display for ToolNotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the tool call was not started: the run's lease may have run out before it could begin")
+    }
+}
+
+impl std::error::Error for ToolNotStarted {}
+
+/// How long the run surely holds its lease, for a call about to start. One that may have run out
+/// (no renewal went through for a whole TTL: a long lock wait, a frozen process) is renewed
+/// first, one round trip: if nobody took the thread meanwhile the run goes on, and a newer
+/// holder fences it before the call starts.
+async fn lease_left(
+    lease: &Lease,
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+    call: &ToolCall,
+) -> Result<Duration, HostFailure> {
+    let left = lease.surely_held_for();
+    if !left.is_zero() {
+        return Ok(left);
+    }
+    if lease.confirm(store, cfg).await {
+        let left = lease.surely_held_for();
+        if !left.is_zero() {
+            return Ok(left);
+        }
+    }
+    Err(lease_gone(cfg, lease, call))
+}
+
+/// The run's answer when another holder may have the thread before a call started: fenced, as
+/// its next write would be; the call is not started.
 fn lease_gone(cfg: &RunConfig, lease: &Lease, call: &ToolCall) -> HostFailure {
     tracing::error!(
         thread_id = %cfg.thread.thread_id,
@@ -519,47 +555,51 @@ async fn run_one<H: NodeHost + ?Sized>(
     {
         super::unstarted::handed_over(cfg, k);
     }
-    // A run that can no longer be sure it holds the thread starts no call: a newer holder may
-    // have run it already. The host checks again when the call really starts (a call handed
-    // over just before the process froze starts after it thaws).
-    let lease_left = lease.map(Lease::surely_held_for);
-    if let Some(l) = lease
-        && lease_left == Some(Duration::ZERO)
-    {
-        return Err(lease_gone(cfg, l, call));
-    }
+    // A run that cannot be sure it holds the thread starts no call: a newer holder may have run
+    // it already. The host checks again when the call really starts (a call handed over just
+    // before the process froze starts after it thaws): it did not start, the lease is confirmed
+    // (or the run fenced), and it is handed over again.
     let started = Instant::now();
-    let fut = host.run_tool(node, index, key.as_deref(), idem, lease_left);
-    let result = match cfg.tool_timeout {
-        Some(limit) => match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r,
-            Err(_) => {
-                if let Some(run) = host.returned_when_cut(node, index) {
-                    tracing::warn!(
-                        thread_id = %cfg.thread.thread_id,
-                        tool = %call.name,
-                        event = "tool_returned_before_timeout",
-                        "tool call returned, then its tool_timeout ran out (in code that runs after the tool); its result stands and is recorded"
-                    );
-                    add_duration(&m.tool_duration_us, started.elapsed());
-                    if recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await {
-                        host.tool_settled(node, index);
+    let mut handed = 0;
+    let result = loop {
+        let left = match lease {
+            Some(l) => Some(lease_left(l, store, cfg, call).await?),
+            None => None,
+        };
+        handed += 1;
+        let fut = host.run_tool(node, index, key.as_deref(), idem.clone(), left);
+        let r = match cfg.tool_timeout {
+            Some(limit) => match tokio::time::timeout(limit, fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    if let Some(run) = host.returned_when_cut(node, index) {
+                        tracing::warn!(
+                            thread_id = %cfg.thread.thread_id,
+                            tool = %call.name,
+                            event = "tool_returned_before_timeout",
+                            "tool call returned, then its tool_timeout ran out (in code that runs after the tool); its result stands and is recorded"
+                        );
+                        add_duration(&m.tool_duration_us, started.elapsed());
+                        if recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await {
+                            host.tool_settled(node, index);
+                        }
+                        return Ok(ToolOutcome::Ran(run.envelope));
                     }
-                    return Ok(ToolOutcome::Ran(run.envelope));
+                    inc(&m.tool_timeouts);
+                    tracing::warn!(thread_id = %cfg.thread.thread_id, tool = %call.name, "tool call timed out after {:?} and was cancelled", limit);
+                    return Ok(ToolOutcome::TimedOut { secs: limit.as_secs_f64() });
                 }
-                inc(&m.tool_timeouts);
-                tracing::warn!(thread_id = %cfg.thread.thread_id, tool = %call.name, "tool call timed out after {:?} and was cancelled", limit);
-                return Ok(ToolOutcome::TimedOut { secs: limit.as_secs_f64() });
+            },
+            None => fut.await,
+        };
+        match r {
+            Err(HostFailure::Passthrough(e)) if e.is::<ToolNotStarted>() => {
+                if handed >= 3 {
+                    return Err(lease_gone(cfg, lease.expect("only a host given a lease refuses"), call));
+                }
             }
-        },
-        None => fut.await,
-    };
-    let result = match (result, lease) {
-        // The host refused to start it: the lease ran out while the call waited to begin.
-        (Err(HostFailure::Passthrough(_)), Some(l)) if l.surely_held_for().is_zero() => {
-            return Err(lease_gone(cfg, l, call));
+            r => break r,
         }
-        (r, _) => r,
     };
     add_duration(&m.tool_duration_us, started.elapsed());
     match result {

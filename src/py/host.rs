@@ -60,6 +60,13 @@ fn classify(e: PyErr) -> HostFailure {
     })
 }
 
+/// `classify`, except that the run's refusal to start a call past its lease (`_LeaseRanOut`,
+/// tenxgraph/_run_tools.py) is `ToolNotStarted`, which the tool handler answers.
+fn not_started_or_classify(e: PyErr) -> HostFailure {
+    let refused = Python::attach(|py| e.get_type(py).name().is_ok_and(|n| n == "_LeaseRanOut"));
+    if refused { HostFailure::Passthrough(Box::new(crate::engine::ToolNotStarted)) } else { classify(e) }
+}
+
 /// The `Interrupt` of a `GraphInterrupt`, as JSON; None for any other error.
 fn interrupt_payload(py: Python<'_>, e: &PyErr) -> Option<Value> {
     static CLS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
@@ -329,7 +336,7 @@ impl NodeHost for PyHost {
             PyTask::start(py, &self.locals, coro)
         })
         .map_err(classify)?;
-        let out = task.await.map_err(classify)?;
+        let out = task.await.map_err(not_started_or_classify)?;
         let (envelope, record, is_error) =
             Python::attach(|py| out.bind(py).extract::<(String, bool, bool)>()).map_err(classify)?;
         let envelope = shared_json_from_text(envelope).map_err(|e| {
