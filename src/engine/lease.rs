@@ -4,7 +4,7 @@
 
 use super::{EngineError, RunConfig, STOP_NAMESPACE, StopSignals, stop_key};
 use crate::metrics::{inc, metrics};
-use crate::store::{Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest};
+use crate::store::{Checkpointer, LeaseAttempt, LeaseInfo, LeaseRequest, StoreError};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -289,6 +289,11 @@ impl Lease {
         }
         *self.next_renewal.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         self.renew(store, cfg).await && !self.surely_held_for().is_zero()
+    }
+
+    /// The error of a run that no longer holds this lease (no newer token known).
+    pub fn fenced(&self) -> StoreError {
+        StoreError::Fenced { thread_id: self.thread_id.clone(), token: self.token, current: None }
     }
 
     /// Records that the run's last commit freed the lease in its own transaction.

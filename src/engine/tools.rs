@@ -282,17 +282,10 @@ async fn lease_left(
     cfg: &RunConfig,
     call: &ToolCall,
 ) -> Result<Duration, HostFailure> {
-    let left = lease.surely_held_for();
-    if !left.is_zero() {
-        return Ok(left);
+    if lease.surely_held_for().is_zero() && !lease.confirm(store, cfg).await {
+        return Err(lease_gone(cfg, lease, call));
     }
-    if lease.confirm(store, cfg).await {
-        let left = lease.surely_held_for();
-        if !left.is_zero() {
-            return Ok(left);
-        }
-    }
-    Err(lease_gone(cfg, lease, call))
+    Ok(lease.surely_held_for())
 }
 
 /// The run's answer when another holder may have the thread before a call started: fenced, as
@@ -307,11 +300,7 @@ fn lease_gone(cfg: &RunConfig, lease: &Lease, call: &ToolCall) -> HostFailure {
          it is not started, and the run stops",
         call.name
     );
-    HostFailure::Passthrough(Box::new(StoreError::Fenced {
-        thread_id: cfg.thread.thread_id.clone(),
-        token: lease.token,
-        current: None,
-    }))
+    HostFailure::Passthrough(Box::new(lease.fenced()))
 }
 
 const LEDGER_UNREADABLE: &str = "it was not run: its ledger could not be read, and this tool must run at most once, \

@@ -5,7 +5,6 @@ use super::{Run, RunOutcome};
 use crate::engine::lease::Lease;
 use crate::engine::stop::StopSignal;
 use crate::engine::{EngineError, ExecStatus, Lifecycle, NodeHost, STOP_NAMESPACE};
-use crate::store::StoreError;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -92,11 +91,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     }
 
     pub(super) fn lease_lost(&self) -> EngineError {
-        EngineError::Store(StoreError::Fenced {
-            thread_id: self.cfg.thread.thread_id.clone(),
-            token: self.lease().token,
-            current: None,
-        })
+        EngineError::Store(self.lease().fenced())
     }
 
     pub(super) async fn stop(&mut self, kind: StopKind) -> Result<RunOutcome, EngineError> {
