@@ -71,16 +71,6 @@ async fn table_write(
     Ok(done.rows_affected())
 }
 
-/// The table's value of a key.
-async fn table_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
-    sqlx::query_scalar(s.sql.cache.get.q())
-        .bind(ns)
-        .bind(key)
-        .fetch_optional(&s.conns)
-        .await
-        .map_err(|e| map_err("cache read", e, None))
-}
-
 pub(super) async fn cache_put_absent(
     s: &PgStore,
     ns: &str,
@@ -92,7 +82,12 @@ pub(super) async fn cache_put_absent(
 }
 
 pub(super) async fn cache_get(s: &PgStore, ns: &str, key: &str) -> StoreResult<Option<Value>> {
-    table_get(s, ns, key).await
+    sqlx::query_scalar(s.sql.cache.get.q())
+        .bind(ns)
+        .bind(key)
+        .fetch_optional(&s.conns)
+        .await
+        .map_err(|e| map_err("cache read", e, None))
 }
 
 pub(super) async fn cache_clear(s: &PgStore, ns: &str, key: &str) -> StoreResult<()> {
