@@ -63,6 +63,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         path = tmp_path / "cli.db"
         cp: BaseCheckpointer = SqliteCheckpointer(path)
+        cp.setup()  # the file the CLI reads: a checkpointer creates it on first use
         args = ["--sqlite", str(path)]
     else:
         dsn = request.getfixturevalue("pg_dsn")

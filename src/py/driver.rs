@@ -267,7 +267,7 @@ where
     T: Send + 'static,
     C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    super::runtime::check_not_forked()?;
+    super::runtime::check_not_forked(py)?;
     let fut: BoxFuture = Box::pin(async move {
         let out = fut.await;
         Box::new(move |py: Python<'_>| convert(py, out)) as Convert

@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::Value;
 
-fn raise(py: Python<'_>, class: &str, message: String, code: &str, context: &Value) -> PyErr {
+/// `class` of `tenxgraph.core.exceptions` built with its code and context (or the error building it).
+pub(super) fn raise(py: Python<'_>, class: &str, message: String, code: &str, context: &Value) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let module = py.import("tenxgraph.core.exceptions")?;
         let ctx = pythonize::pythonize(py, context).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

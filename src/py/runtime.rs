@@ -1,7 +1,6 @@
 //! The tokio runtime the bindings run on, configured before its first use.
 
-use pyo3::PyResult;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::{PyResult, Python};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The process the runtime's threads were started in (0: not started yet).
@@ -10,17 +9,18 @@ static STARTED_IN: AtomicU32 = AtomicU32::new(0);
 /// Refuses to use the runtime in a process forked after it started: its threads (workers, I/O
 /// driver, timers) did not survive `fork()`, so every await there waited for ever (a forked
 /// worker's first run hung, and so did its exit, closing the stores).
-pub fn check_not_forked() -> PyResult<()> {
+pub fn check_not_forked(py: Python<'_>) -> PyResult<()> {
     if forked() {
-        return Err(PyRuntimeError::new_err(format!(
-            "tenxgraph's runtime was started in process {} and this process was forked from it afterwards: its \
-             threads do not survive fork(), so nothing of tenxgraph can run in this process. Start it only \
-             after the fork: construct checkpointers and run graphs in each worker (InMemoryCheckpointer and \
-             SqliteCheckpointer start it when constructed, PgCheckpointer on first use; under gunicorn \
-             --preload, build them in a post_fork hook or on the first request), or use the spawn start \
-             method; see docs/production.md",
-            STARTED_IN.load(Ordering::Relaxed)
-        )));
+        let started_in = STARTED_IN.load(Ordering::Relaxed);
+        let message = format!(
+            "tenxgraph's runtime was started in process {started_in} and this process was forked from it \
+             afterwards: its threads do not survive fork(), so nothing of tenxgraph can run in this process. Start \
+             it only after the fork: run graphs and use checkpointers only in each worker (constructing a \
+             checkpointer or compiling a graph does not start it; the first run or checkpointer call does), or use \
+             the spawn start method; see docs/production.md"
+        );
+        let context = serde_json::json!({"started_in_pid": started_in, "pid": super::pid::current()});
+        return Err(super::errors::raise(py, "ForkedProcessError", message, "RUNTIME_FORKED_001", &context));
     }
     Ok(())
 }

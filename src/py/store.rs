@@ -121,19 +121,20 @@ impl NativeStore {
         NativeStore::register(Arc::new(MemoryStore::new(enforce_user_isolation)))
     }
 
-    /// Opens the file (or ":memory:") and applies migrations before returning.
+    /// A SQLite store that opens the file (or ":memory:") and migrates it on first use, as
+    /// 10xGraph's does: constructing one no longer starts the runtime, so a module-level
+    /// checkpointer imported before a fork (gunicorn --preload) works in the forked workers.
     #[staticmethod]
-    fn sqlite(py: Python<'_>, path: String, enforce_user_isolation: bool, durable_sync: bool) -> PyResult<Self> {
-        super::runtime::check_not_forked()?;
-        let opened = py.detach(|| {
-            pyo3_async_runtimes::tokio::get_runtime().block_on(async {
+    fn sqlite(path: String, enforce_user_isolation: bool, durable_sync: bool) -> Self {
+        let open: Opener = Box::new(move || {
+            let path = path.clone();
+            Box::pin(async move {
                 let s = SqliteStore::open(&path, enforce_user_isolation, durable_sync).await?;
                 s.setup().await?;
-                Ok::<_, StoreError>(s)
+                Ok(Arc::new(s) as Arc<dyn Checkpointer>)
             })
         });
-        let store = opened.map_err(|e| store_err(py, e))?;
-        Ok(NativeStore::register(Arc::new(store)))
+        NativeStore::register(Arc::new(LazyStore::new(enforce_user_isolation, open)))
     }
 
     /// A Postgres store (with Redis when a URL is given) that connects and migrates on first use,
@@ -575,7 +576,7 @@ impl NativeStore {
         result_json: String,
         timeout: f64,
     ) -> PyResult<bool> {
-        super::runtime::check_not_forked()?;
+        super::runtime::check_not_forked(py)?;
         let s = self.inner.clone();
         let row = row_in(key, result_json)?;
         let limit =

@@ -96,8 +96,7 @@ def open_store(target: Target) -> BaseCheckpointer:
 
     try:
         cp = target.open()
-        if isinstance(cp, PgCheckpointer):
-            cp.setup()  # PgCheckpointer connects on first use: the CLI wants the failure here
+        cp.setup()  # checkpointers open on first use: the CLI wants the failure here
         return cp
     except ConfigError as exc:
         raise CliError(redact(str(exc)), EXIT_CONFIG) from None

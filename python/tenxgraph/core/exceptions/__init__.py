@@ -17,6 +17,7 @@ logger = run_logger("tenxgraph.exceptions")
 
 __all__ = [
     "FailpointError",
+    "ForkedProcessError",
     "GraphError",
     "GraphRecursionError",
     "GraphStopRequested",
@@ -152,6 +153,24 @@ class FailpointError(GraphError):
         self,
         message: str,
         error_code: str = "FAILPOINT_000",
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, error_code, context)
+
+
+class ForkedProcessError(GraphError, RuntimeError):
+    """RUNTIME_FORKED_001: this process was forked from one where tenxgraph's runtime had
+    started (gunicorn ``--preload`` after a run in the master, ``multiprocessing`` with the fork
+    start method). The runtime's threads did not survive ``fork()``, so nothing of it can run
+    here; raised at once instead of waiting for ever. A ``RuntimeError`` too, as it was before
+    it had a code."""
+
+    default_code = "RUNTIME_FORKED_001"
+
+    def __init__(
+        self,
+        message: str,
+        error_code: str = "RUNTIME_FORKED_001",
         context: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, error_code, context)

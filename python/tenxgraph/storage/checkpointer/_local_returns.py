@@ -14,7 +14,8 @@ __all__ = ["LocalReturns"]
 
 class LocalReturns(NativeCheckpointer[Any]):
     async def asetup(self) -> None:
-        return None  # the Rust store is ready (a SQLite file is created and migrated) when opened
+        await super().asetup()  # opens it: a SQLite file is created and migrated on first use
+        return None
 
     async def aput_messages(self, config: dict[str, Any], messages: list[Message],
                             metadata: dict[str, Any] | None = None) -> bool:

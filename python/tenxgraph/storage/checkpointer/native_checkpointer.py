@@ -241,7 +241,10 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     # -- state -----------------------------------------------------------------------------
 
     async def asetup(self) -> bool:
-        return True  # the Rust store migrates when it opens
+        # Opens the store (a SQLite file is created and migrated; Postgres connects and migrates)
+        # if no call has yet: it opens on first use, not when constructed.
+        await self._native.setup()
+        return True
 
     async def aget_state(self, config: dict[str, Any]) -> StateT | None:
         await check_authz(self, config)
