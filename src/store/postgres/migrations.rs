@@ -87,6 +87,10 @@ pub async fn migrate(
     deadline: Duration,
 ) -> StoreResult<(IdType, IdType)> {
     let ident = quote_schema(schema)?;
+    // The catalog holds the name as PostgreSQL folded it (quote_schema names that schema); the
+    // raw `Tenant` found nothing there, which skipped the id-type check and the lock-free path.
+    let folded = schema.to_ascii_lowercase();
+    let schema = folded.as_str();
     let err = schema_err;
     // A database already at CURRENT_VERSION needs no lock: a running fleet's `setup()` (and every
     // new worker's first call) must not queue behind a migrator that froze holding it. Bounded

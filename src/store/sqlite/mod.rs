@@ -92,9 +92,16 @@ impl SqliteStore {
         // Before any connection of ours exists: see sqlite_locks.rs.
         crate::store::sqlite_locks::install();
         let memory = path == ":memory:";
-        let url = if memory { "sqlite::memory:".to_owned() } else { format!("sqlite://{path}") };
-        let opts = SqliteConnectOptions::from_str(&url)
-            .map_err(be("open"))?
+        let opts = if memory {
+            SqliteConnectOptions::from_str("sqlite::memory:").map_err(be("open"))?
+        } else {
+            // The path is a file name, as 10xGraph's is: read as a `sqlite://` URL it was
+            // percent-decoded (`a%41.db` was `aA.db`) and cut at `?`. sqlx opens every file with
+            // SQLITE_OPEN_URI, so a name starting with `file:` would still be read as a URI.
+            let literal = if path.starts_with("file:") { format!("./{path}") } else { path.to_owned() };
+            SqliteConnectOptions::new().filename(literal)
+        };
+        let opts = opts
             .create_if_missing(true)
             .journal_mode(if memory { SqliteJournalMode::Memory } else { SqliteJournalMode::Wal })
             .busy_timeout(BUSY_TIMEOUT)
