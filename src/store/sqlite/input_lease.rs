@@ -12,7 +12,7 @@ pub(super) async fn put_input_leased(
     w: StepWrite<'_>,
     stop: Option<StopKey<'_>>,
 ) -> StoreResult<LeasedInput> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "begin input").await?;
+    let mut tx = s.write_tx("begin input").await?;
     let token = match super::lease::take_in(s, tx.conn(), &t.thread_id, req).await? {
         LeaseAttempt::Acquired { token } => token,
         LeaseAttempt::Held(info) => return Ok(LeasedInput::Held(info)),

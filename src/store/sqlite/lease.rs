@@ -59,7 +59,7 @@ pub(super) const LEASE_COLUMNS: &str =
     "SELECT token, holder, host, pid, pid_start, expires_at, released FROM leases WHERE thread_id = ?";
 
 pub(super) async fn lease_acquire(s: &SqliteStore, thread_id: &str, req: &LeaseRequest) -> StoreResult<LeaseAttempt> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "acquire lease").await?;
+    let mut tx = s.write_tx("acquire lease").await?;
     let attempt = take_in(s, tx.conn(), thread_id, req).await?;
     if matches!(attempt, LeaseAttempt::Acquired { .. }) {
         tx.commit("acquire lease").await?;

@@ -37,7 +37,7 @@ pub(super) async fn ledger_put_many(
     entries: &[LedgerRow],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "ledger write").await?;
+    let mut tx = s.write_tx("ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     if s.own_thread(tx.conn(), t).await? && fence.is_some() {
         // A run's write: its input commit made the thread, so the thread was deleted under it
@@ -84,7 +84,7 @@ pub(super) async fn ledger_mark(
     marks: &[(String, Value)],
     fence: Option<i64>,
 ) -> StoreResult<usize> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "ledger write").await?;
+    let mut tx = s.write_tx("ledger write").await?;
     check_fence(tx.conn(), &t.thread_id, fence).await?;
     if s.own_thread(tx.conn(), t).await? && fence.is_some() {
         // As in ledger_put_many: the thread was deleted under the run.

@@ -43,7 +43,7 @@ pub(super) async fn upsert_messages(
 }
 
 pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "write messages").await?;
+    let mut tx = s.write_tx("write messages").await?;
     s.own_thread(tx.conn(), t).await?;
     super::messages::upsert_messages(tx.conn(), t, msgs).await?;
     if !msgs.is_empty() {
@@ -105,7 +105,7 @@ pub(super) async fn list_messages(
 }
 
 pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "delete message").await?;
+    let mut tx = s.write_tx("delete message").await?;
     if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }

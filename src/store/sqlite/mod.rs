@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod cache;
+mod file_id;
 mod input_lease;
 mod lease;
 mod ledger;
@@ -36,6 +37,7 @@ mod tx;
 
 use lease::{check_fence, release_in};
 use task::OwnedStep;
+use file_id::FileId;
 use tx::{BUSY_TIMEOUT, Tx, is_locked};
 
 /// A `Checkpointer` on one SQLite file (or `:memory:`), safe to share between processes on one
@@ -51,6 +53,8 @@ pub struct SqliteStore {
     lease_grace: Duration,
     /// Shared by the clones the store's tasks run on.
     unrecorded: Arc<UnrecordedResults>,
+    /// The file opened (None for ":memory:"), checked by every write transaction.
+    file: Option<Arc<FileId>>,
 }
 
 fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -131,9 +135,12 @@ impl SqliteStore {
                 Err(e) => return Err(be("connect")(e)),
             }
         };
+        // After the pool opened it: create_if_missing made the file if it was not there.
+        let file = if memory { None } else { Some(Arc::new(FileId::of(path)?)) };
         Ok(Self {
             pool,
             enforce_user_isolation,
+            file,
             write_gate: Default::default(),
             lease_grace: BUSY_TIMEOUT,
             unrecorded: Default::default(),
@@ -145,6 +152,17 @@ impl SqliteStore {
     pub fn with_lease_grace(mut self, grace: Duration) -> Self {
         self.lease_grace = grace;
         self
+    }
+
+    /// A write transaction (see `Tx::write`) on the file this store opened: refused once the
+    /// path names another file or none (see file_id.rs). Checked after BEGIN IMMEDIATE, with
+    /// the write lock held.
+    async fn write_tx(&self, op: &'static str) -> StoreResult<Tx> {
+        let tx = Tx::write(&self.pool, &self.write_gate, op).await?;
+        if let Some(f) = &self.file {
+            f.check(op)?;
+        }
+        Ok(tx)
     }
 
     /// Ensures the thread row exists and that `t.user_id` may write it.

@@ -46,7 +46,7 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
     for (from, args) in plan {
         let threads = from.starts_with("FROM threads");
         if rules.dry_run {
-            let mut tx = Tx::write(&s.pool, &s.write_gate, "prune").await?;
+            let mut tx = s.write_tx("prune").await?;
             let counted = count(&mut tx, &format!("SELECT COUNT(*) {from}"), now, &args).await?;
             // The ledger rows that go with the threads (cascade) are reported too.
             let ledger = if threads {
@@ -72,7 +72,7 @@ pub(super) async fn prune(s: &SqliteStore, rules: &PruneRules) -> StoreResult<Pr
         let table = from.split_whitespace().nth(1).unwrap_or_default();
         let mut after: i64 = i64::MIN;
         loop {
-            let mut tx = Tx::write(&s.pool, &s.write_gate, "prune").await?;
+            let mut tx = s.write_tx("prune").await?;
             let window = format!(
                 "SELECT MAX(rowid) FROM (SELECT rowid FROM {table} WHERE rowid > {after} ORDER BY rowid LIMIT {size})"
             );

@@ -55,7 +55,7 @@ pub(super) async fn load_with(
 }
 
 pub(super) async fn put_step(s: &SqliteStore, t: &ThreadRef, w: StepWrite<'_>, rows: &[LedgerRow]) -> StoreResult<i64> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "begin step").await?;
+    let mut tx = s.write_tx("begin step").await?;
     let new_version = step_in(s, tx.conn(), t, w).await?;
     if !rows.is_empty() {
         super::ledger::rows_in(tx.conn(), t, rows).await?;
@@ -127,7 +127,7 @@ pub(super) async fn step_in(
 }
 
 pub(super) async fn clear_state(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "clear state").await?;
+    let mut tx = s.write_tx("clear state").await?;
     if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }

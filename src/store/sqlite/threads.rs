@@ -15,7 +15,7 @@ pub(super) fn thread_row(r: &sqlx::sqlite::SqliteRow) -> StoreResult<ThreadRow> 
 }
 
 pub(super) async fn put_thread(s: &SqliteStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "write thread").await?;
+    let mut tx = s.write_tx("write thread").await?;
     let inserted = s.own_thread(tx.conn(), t).await?;
     sqlx::query(
         "UPDATE threads SET thread_name = COALESCE(?, thread_name), meta = ?, updated_at = ? WHERE thread_id = ?",
@@ -77,7 +77,7 @@ pub(super) async fn list_threads(
 pub(super) async fn clean_thread(s: &SqliteStore, t: &ThreadRef) -> StoreResult<()> {
     // Foreign keys cascade to states, messages and the ledger. The lease row goes too unless
     // somebody holds it (tokens come from the file's counter: a reused id gets new ones).
-    let mut tx = Tx::write(&s.pool, &s.write_gate, "delete thread").await?;
+    let mut tx = s.write_tx("delete thread").await?;
     if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }

@@ -1,0 +1,82 @@
+"""The SQLite file deleted (a cleanup job, an ``rm`` to reset) or replaced by a rename while a
+process has it open. The open descriptors kept the old inode alive, so the process's next turns
+ran their tools, reported success, and were committed where nobody could read them again: gone
+for every other process and for this one after a restart. Now a write on a file the path no
+longer names fails with a StorageError saying so, before any tool runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
+from tenxgraph.core.exceptions import StorageError
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+
+def charging_graph(cp: SqliteCheckpointer, charges: list[int]) -> Any:
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        charges.append(amount)
+        return "charged"
+
+    async def model(state: AgentState) -> Message:
+        last = state.context[-1]
+        if last.role == "user":
+            msg = Message.text_message("calling", role="assistant", message_id=f"a-{last.message_id}")
+            msg.tools_calls = [{"id": f"call-{last.message_id}", "type": "function",
+                                "function": {"name": "charge", "arguments": json.dumps({"amount": 1})}}]
+            return msg
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([charge]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
+                            {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=cp)
+
+
+def user(mid: str) -> dict[str, Any]:
+    return {"messages": [Message.text_message("go", role="user", message_id=mid)]}
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+async def test_a_turn_on_a_file_no_longer_at_its_path_fails_before_any_tool(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "agent.db"
+    charges: list[int] = []
+    cp = SqliteCheckpointer(path)
+    app = charging_graph(cp, charges)
+    await app.ainvoke(user("m1"), {"thread_id": "t1"})
+    assert charges == [1]
+    if how == "deleted":
+        remove_db(path)
+    else:  # another database moved into its place (a restore, a reset by rename)
+        other = SqliteCheckpointer(tmp_path / "fresh.db")
+        await other.asetup()
+        await other.arelease()
+        remove_db(path)
+        os.rename(tmp_path / "fresh.db", path)
+    with pytest.raises(StorageError, match=how) as err:
+        await app.ainvoke(user("m2"), {"thread_id": "t2"})
+    assert err.value.error_code.startswith("STORAGE")
+    assert charges == [1], "the tool ran on a turn nobody could read back"
+    await cp.arelease()
+    # A checkpointer opened now uses the file at the path, and the failed turn left nothing.
+    fresh = SqliteCheckpointer(path)
+    assert await fresh.aget_state({"thread_id": "t2"}) is None
+    await charging_graph(fresh, charges).ainvoke(user("m3"), {"thread_id": "t3"})
+    assert charges == [1, 1]
+    await fresh.arelease()
