@@ -35,9 +35,9 @@ mod task;
 mod threads;
 mod tx;
 
+use file_id::FileId;
 use lease::{check_fence, release_in};
 use task::OwnedStep;
-use file_id::FileId;
 use tx::{BUSY_TIMEOUT, Tx, is_locked};
 
 /// A `Checkpointer` on one SQLite file (or `:memory:`), safe to share between processes on one
