@@ -80,3 +80,39 @@ async def test_a_turn_on_a_file_no_longer_at_its_path_fails_before_any_tool(tmp_
     await charging_graph(fresh, charges).ainvoke(user("m3"), {"thread_id": "t3"})
     assert charges == [1, 1]
     await fresh.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_relative_path_keeps_working_after_the_process_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite keeps the absolute name of a file opened by a relative one; the check must too."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    charges: list[int] = []
+    cp = SqliteCheckpointer("agent.db")
+    app = charging_graph(cp, charges)
+    await app.ainvoke(user("m1"), {"thread_id": "t1"})
+    monkeypatch.chdir(tmp_path / "b")
+    await app.ainvoke(user("m2"), {"thread_id": "t1"})
+    assert charges == [1, 1]
+    assert not (tmp_path / "b" / "agent.db").exists()
+    await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_relative_path_names_the_file_of_the_directory_it_was_given_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file opens on first use: a relative path given before a chdir still names the file
+    where the checkpointer was made, as when it opened at once."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    cp = SqliteCheckpointer("agent.db")
+    assert cp.db_path == "agent.db"
+    monkeypatch.chdir(tmp_path / "b")
+    await cp.asetup()
+    await cp.arelease()
+    assert (tmp_path / "a" / "agent.db").exists() and not (tmp_path / "b" / "agent.db").exists()

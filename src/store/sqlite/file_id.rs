@@ -19,8 +19,11 @@ pub(super) struct FileId {
 impl FileId {
     /// The file at `path` now (just after the pool opened and created it).
     pub(super) fn of(path: &str) -> Result<Self, StoreError> {
-        let meta = std::fs::metadata(path).map_err(|e| StoreError::backend("open", e))?;
-        Ok(FileId { path: PathBuf::from(path), dev: meta.dev(), ino: meta.ino() })
+        // Absolute, as SQLite made it when it opened the file: a relative path checked after the
+        // process changed its directory would name another file, or none.
+        let path = std::path::absolute(path).map_err(|e| StoreError::backend("open", e))?;
+        let meta = std::fs::metadata(&path).map_err(|e| StoreError::backend("open", e))?;
+        Ok(FileId { dev: meta.dev(), ino: meta.ino(), path })
     }
 
     /// Fails when `path` no longer names the file opened: what this process would write could

@@ -41,4 +41,7 @@ class SqliteCheckpointer(LocalReturns, NativeCheckpointer[StateT]):
             raise ValueError("db_path must not be empty")
         self.db_path = path
         self.enforce_user_isolation = enforce_user_isolation
-        self._native = _core.NativeStore.sqlite(path, enforce_user_isolation, synchronous == "full")
+        # The file is opened on first use: a relative path names the file it named here, not
+        # the one of whatever directory the process is in by then.
+        where = path if path == ":memory:" else os.path.abspath(path)
+        self._native = _core.NativeStore.sqlite(where, enforce_user_isolation, synchronous == "full")
