@@ -11,19 +11,10 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer
 
-
-def echo_graph(cp: PgCheckpointer) -> Any:
-    async def answer(state: AgentState, config: dict[str, Any]) -> Message:
-        return Message.text_message("ok", role="assistant")
-
-    g = StateGraph()
-    g.add_node("answer", answer)
-    g.add_edge(START, "answer")
-    g.add_edge("answer", END)
-    return g.compile(checkpointer=cp)
+from tests_py.tool_graphs import one_node_graph
 
 
 @pytest.mark.asyncio
@@ -62,7 +53,7 @@ async def test_a_user_with_only_read_write_rights_opens_a_migrated_schema_by_any
             cp = PgCheckpointer(app_dsn, schema=name)
             try:
                 await cp.asetup()
-                out = await echo_graph(cp).ainvoke(
+                out = await one_node_graph(cp).ainvoke(
                     {"messages": [Message.text_message("hi")]}, {"thread_id": f"t-{name}"})
                 assert out["messages"][-1].text() == "ok"
             finally:

@@ -6,16 +6,17 @@ longer names fails with a StorageError saying so, before any tool runs."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph, ToolNode
+from tenxgraph import Message
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+from tests_py.one_tool_graph import one_tool_graph
 
 
 def charging_graph(cp: SqliteCheckpointer, charges: list[int]) -> Any:
@@ -24,23 +25,7 @@ def charging_graph(cp: SqliteCheckpointer, charges: list[int]) -> Any:
         charges.append(amount)
         return "charged"
 
-    async def model(state: AgentState) -> Message:
-        last = state.context[-1]
-        if last.role == "user":
-            msg = Message.text_message("calling", role="assistant", message_id=f"a-{last.message_id}")
-            msg.tools_calls = [{"id": f"call-{last.message_id}", "type": "function",
-                                "function": {"name": "charge", "arguments": json.dumps({"amount": 1})}}]
-            return msg
-        return Message.text_message("done", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([charge]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                            {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=cp)
+    return one_tool_graph(cp, charge, "charge", {"amount": 1})
 
 
 def user(mid: str) -> dict[str, Any]:
