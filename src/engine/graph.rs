@@ -45,6 +45,11 @@ pub struct GraphSpec {
 }
 
 impl GraphSpec {
+    /// START has a conditional edge: a turn's first node is routed, not the fixed entry.
+    pub fn routes_out_of_start(&self) -> bool {
+        self.edges.iter().any(|e| e.from == START && e.condition.is_some())
+    }
+
     /// Whether `name` is a node of the graph (`START` and `END` included).
     pub fn has_node(&self, name: &str) -> bool {
         name == START || name == END || self.nodes.iter().any(|n| n == name)
@@ -95,7 +100,7 @@ impl GraphSpec {
         // Two fixed edges out of one node: the loop follows the first and the other branch never
         // ran, without a word (10xGraph the same). There are no parallel branches to run.
         let mut fixed: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
-        for e in self.edges.iter().filter(|e| e.condition.is_none() && e.from != START) {
+        for e in self.edges.iter().filter(|e| e.condition.is_none()) {
             match fixed.insert(&e.from, &e.to) {
                 Some(first) if first != e.to => {
                     return Err(EngineError::graph(

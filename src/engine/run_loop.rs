@@ -338,10 +338,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
 
     /// The node after `node`: its `Command(goto=...)`, else its edges.
     fn route(&self, node: &str, goto: Option<String>) -> Result<String, EngineError> {
-        let next = match goto {
+        let mut next = match goto {
             Some(g) => g,
             None => next_node(node, &self.graph.edges, |i| self.host.eval_condition(i))?,
         };
+        // Back to START is through START's edges again, as 10xGraph routes out of its START node.
+        if next == super::START {
+            next = route_out_of_start(self.graph, self.host)?;
+        }
         // 10xGraph let an unknown name through and failed later with a bare KeyError.
         if !self.graph.has_node(&next) || next == super::START {
             return Err(EngineError::graph(
@@ -423,4 +427,19 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
         }
     }
+}
+
+/// The first node of a turn: out of START by its edges (conditions first, then its fixed edge),
+/// on the live state with the input merged. 10xGraph runs START as a node and routes out of it;
+/// starting at the fixed entry ignored `add_conditional_edges(START, ...)`.
+fn route_out_of_start<H: NodeHost + ?Sized>(graph: &GraphSpec, host: &H) -> Result<String, EngineError> {
+    let first = next_node(super::START, &graph.edges, |i| host.eval_condition(i))?;
+    if first == super::START || !graph.has_node(&first) {
+        return Err(EngineError::graph(
+            "GRAPH_ROUTING_002",
+            format!("'{}' routed to '{first}', which is not a node of this graph", super::START),
+            json!({"from_node": super::START, "to_node": first}),
+        ));
+    }
+    Ok(first)
 }

@@ -226,10 +226,14 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
         || rerouted)
         .then(|| exec.current_node.clone());
+    // The turn starts at START (a new thread, a new turn, a state written outside a run): its
+    // first node is routed out of START below, once the input is merged.
+    let mut at_start = stored.is_none();
     match previous {
         ExecStatus::Completed => {
             exec.current_node = entry.clone();
             exec.step = 0;
+            at_start = true;
         }
         // The failed node runs again. 10xGraph kept `step`, so after a recursion error the next
         // run executed nothing; a new run gets a fresh step budget instead.
@@ -243,17 +247,20 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         ExecStatus::InterruptedAfter if exec.current_node == crate::engine::END && input.has_messages => {
             exec.current_node = entry.clone();
             exec.step = 0;
+            at_start = true;
         }
         ExecStatus::InterruptedAfter | ExecStatus::Running => {}
     }
     // A state written outside a run (aput_state) still points at START.
     if exec.current_node == crate::engine::START {
         exec.current_node = entry.clone();
+        at_start = true;
     }
     if let Some(start) = input.start_node {
         known_start(graph, start)?;
         exec.current_node = start.to_owned();
         skip_before = None;
+        at_start = false;
     }
     known_resume_node(graph, &t.thread_id, &exec.current_node)?;
     if closing {
@@ -290,6 +297,11 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
+    if at_start && graph.routes_out_of_start() {
+        // Before the input commit: a condition that fails, or routes nowhere, refuses the turn
+        // with nothing written.
+        exec.current_node = super::route_out_of_start(graph, host)?;
+    }
     if host.replays_stored_turn()
         && let Some(cp) = &stored
     {
