@@ -5,18 +5,33 @@ Used by scripts/test.sh so Rust tests and pytest share one pair of servers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import stat
 import sys
 import threading
 
 from tenxgraph.testing.services import PG_DSN_ENV, REDIS_URL_ENV, start_postgres, start_redis
 
 
+def _stop_at_eof(stop: threading.Event) -> None:
+    """Sets ``stop`` once stdin reaches EOF (its writer closed it or died); what it reads is dropped."""
+    with contextlib.suppress(OSError):
+        while os.read(0, 65536):
+            pass
+    stop.set()
+
+
 def serve(env_file: str) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # Only a pipe: a terminal or /dev/null (a background job's stdin in a script) says nothing
+    # about the owner, and /dev/null would read EOF at once.
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.fstat(0).st_mode):
+            threading.Thread(target=_stop_at_eof, args=(stop,), name="serve-stdin", daemon=True).start()
     pg = start_postgres()
     redis = start_redis()
     try:

@@ -5,6 +5,7 @@ back. Both import it; neither imports the other's private names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -274,13 +275,46 @@ def exception_of(result: dict[str, Any]) -> ChildException:
 
 
 def run_child(spec_path: Path, env: dict[str, str], timeout: float, what: str) -> tuple[int, str, str]:
+    """Runs the driver on ``spec_path``; returns its returncode, stdout and stderr.
+
+    Output goes to files next to the spec, not to pipes: a process a tool started inherits the
+    child's output descriptors, and a reader waiting for EOF on a pipe would wait for that
+    grandchild too, long after the child itself died. The child leads a session of its own, and
+    whatever is left of its process group once it has ended is SIGKILLed, so a killed child's
+    strays do not outlive the test (a grandchild that started a session of its own escapes this).
+    """
     cmd = [sys.executable, "-c", DRIVER, str(spec_path)]
+    out_path, err_path = spec_path.with_suffix(".out"), spec_path.with_suffix(".err")
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f,
+                                cwd=os.getcwd(), start_new_session=True)
+    timed_out = False
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, cwd=os.getcwd())
-    except subprocess.TimeoutExpired as e:  # run() has killed the child already
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_group(proc)
+    out, err = _read_text(out_path), _read_text(err_path)
+    if timed_out:
         raise child_failed(what, f"did not finish within {timeout}s (killed); a hung tool, or a delay() "
-                            "failpoint longer than the timeout?", _text(e.stdout), _text(e.stderr)) from None
-    return proc.returncode, _text(proc.stdout), _text(proc.stderr)
+                            "failpoint longer than the timeout?", out, err)
+    return proc.returncode, out, err
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # The group id is the child's pid (start_new_session), still reserved while any member lives,
+    # so this cannot hit an unrelated group even after the child itself was reaped.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return _text(path.read_bytes())
+    except FileNotFoundError:
+        return ""
 
 
 def base_spec(mode: str, target: str, thread_id: str, db: str | os.PathLike[str] | None, input_data: dict[str, Any],

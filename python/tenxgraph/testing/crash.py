@@ -91,7 +91,13 @@ class CrashResult:
 
     @property
     def crashed(self) -> bool:
-        """True when the child was killed or its run raised (a failpoint fired either way)."""
+        """True when the child died of SIGKILL or its run raised: ``killed or exception is not None``.
+
+        Neither half proves a failpoint fired. ``exception`` is whatever the run raised: a
+        ``raise`` failpoint's ``FailpointError``, but just as well an unrelated error (a tool's own
+        bug, a database error), which also gives ``crashed=True, killed=False``; check
+        ``exception.is_failpoint``. ``killed`` is any SIGKILL, a ``kill`` failpoint's or another's
+        (the OOM killer, say)."""
         return self.killed or self.exception is not None
 
 

@@ -137,18 +137,36 @@ class EffectCounter:
 
     def distinct(self, name: str, by: str) -> list[Any]:
         """The distinct values of ``data[by]`` among the ``name`` effects, in order of first
-        appearance (effects without ``by`` count as the value None). With ``by="key"`` for an
-        idempotency key: what an external system that deduplicates by that key performed."""
+        appearance. With ``by="key"`` for an idempotency key: what an external system that
+        deduplicates by that key performed.
+
+        Raises ``KeyError`` (naming the data keys the records do have) when a ``name`` record has
+        no ``by`` at all: counting it as a value would let a misspelt field name make every record
+        look alike. A field recorded as None is a value like any other."""
         out: list[Any] = []
         seen: set[str] = set()
+        lacking = 0
         for obj in self._lines():
             if obj["name"] == name:
-                value = (obj.get("data") or {}).get(by)
+                data = obj.get("data") or {}
+                if by not in data:
+                    lacking += 1
+                    continue
+                value = data[by]
                 marker = json.dumps(value, sort_keys=True, default=str)
                 if marker not in seen:
                     seen.add(marker)
                     out.append(value)
+        if lacking:
+            raise KeyError(self._lacking(name, by, lacking))
         return out
+
+    def _lacking(self, name: str, by: str, lacking: int) -> str:
+        records = self.all(name)
+        keys = sorted({k for e in records for k in e.data})
+        have = ", ".join(repr(k) for k in keys) if keys else "none (recorded without data)"
+        return (f"{lacking} of {len(records)} {name!r} record(s) have no {by!r} in their data; "
+                f"the data keys they have: {have}")
 
     def names(self) -> list[str]:
         """The distinct recorded names, in order of first appearance."""
@@ -168,6 +186,8 @@ class EffectCounter:
 
         ``by="key"``: exactly one distinct ``data["key"]`` per name instead (repeats with the
         same key allowed), i.e. exactly once as seen by a system that deduplicates by that key.
+        A record of one of ``names`` without ``by`` in its data fails the assertion, naming the
+        data keys the records have (a misspelt ``by`` must not pass).
         """
         counts = self.counts()
         wanted = list(names) or list(counts)
@@ -179,7 +199,11 @@ class EffectCounter:
         else:
             wrong = {}
             for n in wanted:
-                k = len(self.distinct(n, by)) if counts.get(n, 0) else 0
+                try:
+                    k = len(self.distinct(n, by)) if counts.get(n, 0) else 0
+                except KeyError as e:
+                    raise AssertionError(f"assert_exactly_once({n!r}, by={by!r}): {e.args[0]}; records:\n"
+                                         + self._explain([n])) from None
                 if k != 1:
                     wrong[n] = k
             what = f"exactly one distinct {by!r} each (distinct counts shown)"

@@ -78,23 +78,33 @@ class GracefulShutdownManager:
     def register_signal_handlers(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Routes SIGINT/SIGTERM to this manager through ``loop.add_signal_handler`` (the running
         loop when None). Where that is impossible (not the main thread, Windows) it logs a warning
-        and leaves the signal's handler alone; it never raises for that."""
+        and leaves the signal's handler alone; it never raises for that. Calling it again (the
+        same loop or another) is harmless: :meth:`unregister_signal_handlers` still restores the
+        handlers found at the first call."""
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = asyncio.get_event_loop()
+        if self._loop is not None and self._loop is not loop:
+            # Moving to another loop: the old one must not keep routing (or, when it closes,
+            # reset) these signals behind the restore.
+            for sig in self._previous:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_signal_handler(sig)
         self._loop = loop
         for sig in SIGNAL_NAMES:
             try:
-                self._previous[sig] = signal.getsignal(sig)
+                # A second registration would find asyncio's own no-op handler installed by the
+                # first one; the handler to restore is the one found before any.
+                self._previous.setdefault(sig, signal.getsignal(sig))
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (ValueError, NotImplementedError, RuntimeError) as exc:  # not the main thread, Windows
                 _log.warning("could not register a handler for %s: %s", SIGNAL_NAMES[sig], exc)
 
     def unregister_signal_handlers(self) -> None:
-        """Removes the loop handlers and restores the handlers found at registration; a handler that
-        cannot be restored is logged, not raised."""
+        """Removes the loop handlers and restores the handlers found at the first registration
+        since the last unregister; a handler that cannot be restored is logged, not raised."""
         for sig, handler in self._previous.items():
             with contextlib.suppress(Exception):
                 if self._loop is not None:

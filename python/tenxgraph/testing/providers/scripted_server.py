@@ -110,6 +110,8 @@ class ScriptedStandIn:
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque()
         self._by_model: dict[str, deque[Reply]] = {}
+        # One Event per generation of hangs: release() sets the current one and puts a fresh one in
+        # its place, so a hang scripted after a release() is held again.
         self._released = threading.Event()
         self._served = 0
         self.requests: list[RecordedRequest] = []
@@ -137,7 +139,7 @@ class ScriptedStandIn:
 
     def close(self) -> None:
         """Stops the server; requests held by a ``hang`` reply are let go first."""
-        self._released.set()  # hung requests return (their clients get a dropped connection)
+        self.release()  # hung requests return (their clients get a dropped connection)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -161,8 +163,11 @@ class ScriptedStandIn:
         return f"http://{self._host}:{self.port}"
 
     def release(self) -> None:
-        """Lets every request held by a ``hang`` reply go (they are answered with HTTP 504)."""
-        self._released.set()
+        """Lets every request held by a ``hang`` reply go (they are answered with HTTP 504).
+        Only those already held: a ``hang`` reply served after this holds its request again."""
+        with self._lock:
+            released, self._released = self._released, threading.Event()
+        released.set()
 
     # -- scripting -------------------------------------------------------------------------
 
@@ -238,12 +243,14 @@ class ScriptedStandIn:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def _next(self, model: str) -> Reply | None:
+    def _next(self, model: str) -> tuple[Reply | None, threading.Event]:
+        """The next scripted reply, and the Event a hang reply waits on: taken under the same lock
+        as release() swaps it, so a release() either lets this request go or comes after it."""
         with self._lock:
             queue = self._by_model.get(model)
             if queue:
-                return queue.popleft()
-            return self._queue.popleft() if self._queue else None
+                return queue.popleft(), self._released
+            return (self._queue.popleft() if self._queue else None), self._released
 
     def _record(self, path: str, headers: dict[str, str], body: dict[str, Any], reply: str,
                 stream: bool = False) -> int:
@@ -285,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(404, owner._error_body(404, f"the stand-in does not serve {self.path}"))
             return
         stream = owner._wants_stream(path, query, body)
-        reply = owner._next(owner._model(path, body))
+        reply, released = owner._next(owner._model(path, body))
         n = owner._record(self.path, headers, body, reply.kind if reply else "unscripted", stream)
         if reply is None:
             with owner._lock:
@@ -293,7 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(400, owner._error_body(400, "no scripted reply left"))
             return
         if reply.kind == "hang":
-            owner._released.wait()
+            released.wait()
             try:
                 self.send_json(504, owner._error_body(504, "released"))
             except OSError:
