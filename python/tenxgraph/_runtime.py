@@ -152,6 +152,8 @@ class Run(RunHooks, RunTools):
         self._tool_tasks: set[asyncio.Task[Any]] = set()
         self.entered: set[str] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
+        # Durable commits this run made: none means its input was refused before it started.
+        self.commits = 0
         self.events: Any = None  # a tenxgraph._events.RunEvents when the graph has a publisher
         # Client-run tool calls of a pause (RemoteToolCallBlock messages): in the response, never
         # in the context.
@@ -371,6 +373,7 @@ class Run(RunHooks, RunTools):
 
     def committed(self, version: int) -> None:
         """The step is durable: release the chunks held back for it."""
+        self.commits += 1
         if self.emitter is not None:
             self.emitter.flush()
 

@@ -103,8 +103,10 @@ class Emitter:
         self._put(None)
 
     def input_message(self, msg: Message) -> None:
-        """A message of the run's input, streamed first (10xGraph's metadata for it)."""
-        self.emit(self.make(StreamEvent.MESSAGE, message=msg, status="invoking_graph",
+        """A message of the run's input, streamed first (10xGraph's metadata for it), once the
+        input is committed: an input refused before the run starts (a paused thread, no
+        messages for a new thread) is not shown as accepted."""
+        self.hold(self.make(StreamEvent.MESSAGE, message=msg, status="invoking_graph",
                             reason="initial human message"))
 
     def node_message(self, msg: Message, node: str, function_name: str) -> None:

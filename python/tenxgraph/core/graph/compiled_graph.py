@@ -403,7 +403,8 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
                 outcome = task.result()
             except Exception as exc:
                 emitter.take_held()  # a step that did not commit is never shown
-                yield _error_chunk(emitter, run, exc)
+                if run.commits:  # a request refused before its run started gets only the error
+                    yield _error_chunk(emitter, run, exc)
                 raise
             for chunk in emitter.take_held():  # nothing normally: the final commit flushed it all
                 yield chunk
