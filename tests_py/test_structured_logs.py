@@ -39,7 +39,9 @@ async def _broken_ledger(db: Path) -> SqliteCheckpointer:
     """A store whose ledger writes fail. The trigger is added while no store has the file open:
     Python's sqlite3 is a second SQLite library in this process, and closing its connection while
     the bundled one has the file open breaks the other's POSIX locks (disk I/O errors)."""
-    await SqliteCheckpointer(db).arelease()  # creates the tables
+    made = SqliteCheckpointer(db)
+    await made.asetup()  # creates the tables (a checkpointer opens its file on first use)
+    await made.arelease()
     c = sqlite3.connect(db)
     with c:
         c.execute("CREATE TRIGGER no_ledger BEFORE INSERT ON tool_executions BEGIN SELECT RAISE(ABORT, 'disk full'); END")

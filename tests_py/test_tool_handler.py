@@ -170,7 +170,9 @@ def counting_app(db: Path, **compile_kw: Any) -> tuple[Any, dict[str, int]]:
         counts["n"] += 1
         return "ran"
 
-    return tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=SqliteCheckpointer(db), **compile_kw), counts
+    cp = SqliteCheckpointer(db)
+    cp.setup()  # the file the tests alter: a checkpointer opens it on first use
+    return tool_graph(AgentState, [t], [[call("c1", "t", {})]], checkpointer=cp, **compile_kw), counts
 
 
 @pytest.mark.asyncio
@@ -213,6 +215,7 @@ async def test_calls_of_a_message_this_run_made_are_not_looked_up(tmp_path: Path
 async def test_ledger_write_failure_logs_and_the_run_goes_on(tmp_path: Path, caplog, make_thread) -> None:
     db = tmp_path / "nowrite.db"
     cp = SqliteCheckpointer(db)
+    await cp.asetup()  # the file the trigger goes in: a checkpointer opens it on first use
 
     async def charge() -> str:
         return "charged"

@@ -500,10 +500,28 @@ def _apply_update(state: AgentState, update: dict[str, Any], reduce: bool = Fals
             setattr(state, key, value if reducer is None else reducer(getattr(state, key), value))
 
 
+# The largest result message kept as the tool returned it. PostgreSQL's jsonb holds a string of
+# at most 256 MiB: a larger result could never be recorded, its ledger write failed every time,
+# and every resume of the thread ran the finished tool again.
+MAX_RESULT_TEXT = 200 * 1024 * 1024
+
+
 def _message_json(msg: Message) -> str:
     """A result message's JSON as the ledger keeps it: one pydantic call (its outputs are already
-    JSON-safe, see ToolNode), where a dump to Python objects and ``json.dumps`` took two passes."""
-    return msg.__pydantic_serializer__.to_json(msg).decode()  # model_dump_json, unwrapped
+    JSON-safe, see ToolNode), where a dump to Python objects and ``json.dumps`` took two passes.
+    Past ``MAX_RESULT_TEXT``, the message is an error result the model can read instead."""
+    text = msg.__pydantic_serializer__.to_json(msg).decode()  # model_dump_json, unwrapped
+    if len(text) <= MAX_RESULT_TEXT:
+        return text
+    call_id = msg.metadata.get("tool_call_id") or next(
+        (b.call_id for b in msg.content if isinstance(b, ToolResultBlock)), "")
+    _log.error("a tool's result is too large to store; the model gets an error result instead", extra={
+        "event": "tool_result_too_large", "tool_call_id": call_id, "size": len(text)})
+    block = ToolResultBlock(call_id=call_id, is_error=True, status="failed",
+                            output=f"the tool's result is too large to store: {len(text)} characters of JSON, "
+                                   f"at most {MAX_RESULT_TEXT}")
+    small = msg.model_copy(update={"content": [block]})
+    return small.__pydantic_serializer__.to_json(small).decode()
 
 
 _ENVELOPE_HEAD = '{"__kind__":"message","value":'

@@ -52,7 +52,7 @@ impl PyStore {
         // own wait_for was the only way out. A late answer is dropped; the next use of the thread
         // reads it from Python again.
         match tokio::time::timeout(self.call_timeout, task).await {
-            Ok(r) => r.map_err(|e| StoreError::backend(op, e)),
+            Ok(r) => r.map_err(|e| from_python(op, e)),
             Err(_) => Err(StoreError::Transient {
                 op,
                 message: format!(
@@ -313,5 +313,18 @@ impl Checkpointer for PyStore {
     }
     async fn state_versions(&self, t: &ThreadRef) -> StoreResult<Vec<StateVersion>> {
         self.mem.state_versions(t).await
+    }
+}
+
+/// A Python checkpointer's failure as a store error: its `TransientStorageError` is transient
+/// (a write the engine may try again), anything else a backend failure carrying the exception.
+fn from_python(op: &'static str, e: PyErr) -> StoreError {
+    let transient = Python::attach(|py| {
+        let class = py.import("tenxgraph.core.exceptions").and_then(|m| m.getattr("TransientStorageError"));
+        class.is_ok_and(|c| e.is_instance(py, &c)).then(|| e.value(py).to_string())
+    });
+    match transient {
+        Some(message) => StoreError::Transient { op, message },
+        None => StoreError::backend(op, e),
     }
 }

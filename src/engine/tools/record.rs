@@ -126,8 +126,7 @@ impl<'a> Recorder<'a> {
                         carry.push(rows);
                         Ok(Recorded::Carried)
                     }
-                    _ => store
-                        .ledger_put_many(&cfg.thread, &ledger_rows(&rows), fence)
+                    _ => put_rows(store, cfg, &ledger_rows(&rows), fence)
                         .await
                         .map(|_| Recorded::Written)
                         .map_err(|e| NotRecorded::from(&e)),
@@ -182,7 +181,7 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
     if rows.is_empty() {
         return true;
     }
-    match store.ledger_put_many(&cfg.thread, &ledger_rows(rows), fence).await {
+    match put_rows(store, cfg, &ledger_rows(rows), fence).await {
         Ok(_) => true,
         Err(e) => {
             let e = NotRecorded::from(&e);
@@ -190,6 +189,35 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
                 not_recorded(store, cfg, &r.tool, &r.key, &r.result, &e);
             }
             false
+        }
+    }
+}
+
+/// A ledger write, tried again while its failures are transient and quick. Under a burst of
+/// results (500 turns' tools returning at once on a small pool) a write failed at once for want
+/// of a free connection, and its result was only kept in this process's memory (1,000 at most):
+/// a resume elsewhere, or past that, ran the tool again. Trying again is safe, since the first
+/// result recorded for a key wins. A slow failure (a server not answering within its deadline)
+/// is not tried again: that would hold the node for several deadlines.
+async fn put_rows(
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+    rows: &[crate::store::LedgerRow],
+    fence: Option<i64>,
+) -> Result<usize, StoreError> {
+    const TRIES: u32 = 5;
+    const QUICK: std::time::Duration = std::time::Duration::from_secs(1);
+    let mut pause = std::time::Duration::from_millis(20);
+    let mut tries = 1;
+    loop {
+        let started = tokio::time::Instant::now();
+        match store.ledger_put_many(&cfg.thread, rows, fence).await {
+            Err(StoreError::Transient { .. }) if tries < TRIES && started.elapsed() < QUICK => {
+                tokio::time::sleep(pause).await;
+                pause *= 4;
+                tries += 1;
+            }
+            r => return r,
         }
     }
 }

@@ -53,13 +53,19 @@ impl PgStore {
         }
         // The server's halves of the deadline (the client's is `Conns::deadline`): a lock wait
         // ends (a row held by a frozen session means busy, not wait for ever), and so does a
-        // transaction a frozen client left open, with its locks. No `statement_timeout`: a
-        // migration or a prune of a large database may rightly run for minutes, and a statement
-        // the client gave up on ends with its connection (`client_connection_check_interval`).
+        // transaction a frozen client left open, with its locks. A statement ends on the server
+        // before the client gives up on it (`server_deadline`): a step, input or ledger write
+        // waiting for a row lock (they wait past `lock_timeout`, migration 12) committed after
+        // the client had reported STORAGE_TRANSIENT_001, "nothing was written". A lower
+        // `statement_timeout` of the role or database is kept. The migration and a dry-run prune
+        // lift it for their own transactions (they may rightly run for minutes).
         let ms = |d: Duration| d.as_millis().max(1);
+        let statement_ms = ms(server_deadline(opts.statement_deadline));
         let server_limits = format!(
             "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
-             SELECT current_setting('transaction_read_only')",
+             SELECT current_setting('transaction_read_only'); \
+             SELECT set_config('statement_timeout', CASE WHEN s.setting::bigint BETWEEN 1 AND {statement_ms} \
+             THEN s.setting ELSE '{statement_ms}' END, false) FROM pg_settings s WHERE s.name = 'statement_timeout'",
             ms(opts.lock_wait),
             ms(opts.statement_deadline * 2)
         );
@@ -159,4 +165,12 @@ async fn store_id(pool: &sqlx::PgPool, schema: &str, deadline: Duration) -> Stor
         .await
         .map_err(|_| StoreError::Transient { op: "connect", message: super::conns::timed_out(deadline).to_string() })?
         .map_err(|e| map_err("connect", e, None))
+}
+
+/// How long the server lets one statement run: the client's deadline less a margin for the
+/// answer's way back (a fifth, at least 100 ms), so a statement the client gives up on has
+/// already been cancelled, and rolled back, on the server.
+pub(super) fn server_deadline(client: Duration) -> Duration {
+    let margin = (client / 5).max(Duration::from_millis(100));
+    client.saturating_sub(margin).max(Duration::from_millis(1))
 }

@@ -102,8 +102,12 @@ pub async fn migrate(
         return Ok(found);
     }
     let mut tx = pool.begin().await.map_err(err)?;
-    // Waiting for another migrator is the point of the lock: no `lock_timeout` for it.
-    sqlx::raw_sql("SET LOCAL lock_timeout = 0").execute(&mut *tx).await.map_err(err)?;
+    // Waiting for another migrator is the point of the lock: no `lock_timeout` for it, and no
+    // `statement_timeout` for the wait or the migration (it may rightly take minutes).
+    sqlx::raw_sql("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_KEY).execute(&mut *tx).await.map_err(err)?;
     // The one statement with the schema in its text (an identifier cannot be bound).
     sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {ident}")))

@@ -231,6 +231,9 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
     // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
     // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };
+    if let Some(tx) = dry.as_mut() {
+        sqlx::raw_sql("SET LOCAL statement_timeout = 0").execute(&mut **tx).await.map_err(err)?;
+    }
     for batch in &rule_batches {
         let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
