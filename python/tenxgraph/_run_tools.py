@@ -320,10 +320,11 @@ class RunTools:
             except asyncio.CancelledError:
                 pass  # cancelled again: still held until the results are on record (each write is bounded)
 
-    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
+    def unknown_outcome(self, name: str, index: int, idempotency_key: str | None,
+                        retries_spent: int = 0) -> tuple[str, bool, bool] | None:
         """An at-most-once call found started but never completed (see ToolStep.unknown): None
         runs it again, else its answer as a tool result ``(envelope, record, is_error)``."""
-        out = self._tool_steps[name].unknown(index, idempotency_key)
+        out = self._tool_steps[name].unknown(index, idempotency_key, retries_spent)
         if self.emitter is not None and out is not None:
             self._tool_steps[name].pending_stream[index] = out[0]
         return out

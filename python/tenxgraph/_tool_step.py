@@ -307,7 +307,8 @@ class ToolStep:
             raise RuntimeError(f"tenxgraph: no result text kept for tool call {index} of node {self.node_name!r}")
         return Message.model_validate(json.loads(envelope_json)["value"])
 
-    def unknown(self, index: int, idempotency_key: str | None) -> tuple[str, bool, bool] | None:
+    def unknown(self, index: int, idempotency_key: str | None,
+                retries_spent: int = 0) -> tuple[str, bool, bool] | None:
         """An at-most-once call that an earlier attempt started and never recorded: it may or may
         not have taken effect, so it is not run again. Returns None (run it again) or the answer
         as a tool result: ``(envelope, record, is_error)``.
@@ -323,8 +324,11 @@ class ToolStep:
             return None
         if self.tool_node.on_unknown(call.name) == "interrupt":
             answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
-            # Its own interrupt key, apart from interrupt() calls inside the tool itself.
-            token = activate(self.node_name, answers, tool_call_id=call.outcome_scope_id)
+            # Its own interrupt key, apart from interrupt() calls inside the tool itself. The
+            # answers stay with the thread until the node finishes: the n-th question (n "retry"
+            # answers already spent, as the ledger row counts them) is a new one, or a crash during
+            # a retried call found the same "retry" and ran the call again.
+            token = activate(self.node_name, answers, tool_call_id=call.outcome_scope_id, asked=retries_spent)
             try:
                 answer = interrupt(
                     {"tool": call.name, "arguments": call.arguments, "tool_call_id": call.call_id,

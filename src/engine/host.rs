@@ -199,11 +199,14 @@ pub trait NodeHost: Send + Sync {
     /// Settles at-most-once call `index`, found started by an earlier attempt but never completed:
     /// the host's answer for the model, a human's via `interrupt()` (`HostFailure::Interrupt`), or
     /// `Retry`. The default tells the model the outcome is unknown.
+    /// `retries_spent`: the human "retry" answers already spent on the call (a human host asks
+    /// its next question, not the one those answered).
     fn unknown_outcome(
         &self,
         _node: &str,
         _index: usize,
         idempotency_key: Option<String>,
+        _retries_spent: u64,
     ) -> Result<UnknownAnswer, HostFailure> {
         let text = format!(
             "The outcome of this call is unknown: it started earlier but its result was never recorded, and it \

@@ -190,8 +190,11 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
     };
     let mut replay_kept = Vec::new();
     let mut plans = Vec::with_capacity(keys.len());
+    // Per call: the human "retry" answers its row says were spent (see `run_one`).
+    let mut retries = Vec::with_capacity(keys.len());
     for (i, (call, key)) in batch.calls.iter().zip(&keys).enumerate() {
         let row = key.as_ref().and_then(|k| recorded.get(k));
+        retries.push(row.filter(|r| is_intent(r)).map_or(0, spent_retries));
         let old = legacy[i].as_ref().and_then(|k| recorded.get(k)).filter(|r| legacy_row_matches(&call_keys[i], r));
         let mine = key.as_ref().and_then(|k| Some((k, kept.remove(k)?)));
         if let Some((k, r)) = mine.filter(|(_, r)| host.accept_replay(node, i, &r.envelope)) {
@@ -221,7 +224,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
         plans.push(plan);
     }
     write_carried(store, cfg, fence, &replay_kept).await;
-    restart_paused(store, cfg, fence, &batch, &keys, &mut plans, &attempt).await?;
+    restart_paused(store, cfg, fence, &batch, &keys, &mut plans, &retries, &attempt).await?;
     // `after_record` promises a ledger row committed before the step: where it is armed, every
     // row gets its own commit.
     // An at-most-once call's row stays in its own commit: a crash before the step would leave
@@ -231,14 +234,15 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
             && (cfg.failpoints.is_off() || !batch.calls.iter().any(|c| cfg.failpoints.arms("after_record", &c.name)))
     });
     let recorder = Recorder::new(batch.calls.len(), with_intents, carry, attempt);
-    let calls = batch.calls.iter().zip(&keys).zip(plans).enumerate().map(|(i, ((call, key), plan))| {
-        let recorder = &recorder;
-        async move {
-            let settled = run_one(host, store, cfg, recorder, lease, node, i, call, key.clone(), plan).await;
-            recorder.settle(i);
-            settled
-        }
-    });
+    let calls =
+        batch.calls.iter().zip(&keys).zip(plans).zip(retries).enumerate().map(|(i, (((call, key), plan), spent))| {
+            let recorder = &recorder;
+            async move {
+                let settled = run_one(host, store, cfg, recorder, lease, node, i, call, key.clone(), plan, spent).await;
+                recorder.settle(i);
+                settled
+            }
+        });
     let settled = futures::future::join_all(calls).await;
     let mut outcomes = Vec::with_capacity(settled.len());
     let mut passthrough = None;
@@ -337,9 +341,27 @@ fn intent(call: &ToolCall, cfg: &RunConfig, attempt: &str, paused: bool) -> Valu
     v
 }
 
+/// `intent`, counting the human "retry" answers spent on the call (kept across its pauses).
+fn intent_after(call: &ToolCall, cfg: &RunConfig, attempt: &str, paused: bool, spent: u64) -> Value {
+    let mut v = intent(call, cfg, attempt, paused);
+    if spent > 0 {
+        v[RETRIES_FIELD] = Value::from(spent);
+    }
+    v
+}
+
+/// The intent row's field counting the human "retry" answers spent on its call: the n-th
+/// unknown-outcome question of a call is a new question (see `run_one`).
+const RETRIES_FIELD: &str = "retries";
+
+fn spent_retries(row: &Value) -> u64 {
+    row.get(RETRIES_FIELD).and_then(Value::as_u64).unwrap_or(0)
+}
+
 /// Paused calls run again on resume, but only once their row says started again: a crash while
 /// the resumed call runs must leave a row that reads as a crash, not as another pause. Without
 /// that write an at-most-once call is refused; an idempotent one runs.
+#[allow(clippy::too_many_arguments)] // the node's calls, keys, plans and retries, side by side
 async fn restart_paused(
     store: &dyn Checkpointer,
     cfg: &RunConfig,
@@ -347,14 +369,16 @@ async fn restart_paused(
     batch: &ToolBatch,
     keys: &[Option<String>],
     plans: &mut [Plan],
+    retries: &[u64],
     attempt: &str,
 ) -> Result<(), HostFailure> {
     let marks: Vec<(String, Value)> = plans
         .iter()
         .zip(keys)
         .zip(&batch.calls)
-        .filter(|((p, _), _)| matches!(p, Plan::Resume))
-        .filter_map(|((_, k), call)| Some((k.clone()?, intent(call, cfg, attempt, false))))
+        .zip(retries)
+        .filter(|(((p, _), _), _)| matches!(p, Plan::Resume))
+        .filter_map(|(((_, k), call), spent)| Some((k.clone()?, intent_after(call, cfg, attempt, false, *spent))))
         .collect();
     if marks.is_empty() {
         return Ok(());
@@ -485,6 +509,7 @@ async fn run_one<H: NodeHost + ?Sized>(
     call: &ToolCall,
     key: Option<String>,
     plan: Plan,
+    mut spent: u64,
 ) -> Result<ToolOutcome, HostFailure> {
     let fence = lease.map(|l| l.token);
     let m = metrics();
@@ -518,8 +543,25 @@ async fn run_one<H: NodeHost + ?Sized>(
                 if call.effects == SideEffects::AtMostOnce { "it is at-most-once: not run again" } else { "it is idempotent: running it again (a sync call still running in this process is joined, not started twice)" }
             );
             if call.effects == SideEffects::AtMostOnce {
-                match host.unknown_outcome(node, index, idem.clone())? {
-                    UnknownAnswer::Retry => {}
+                match host.unknown_outcome(node, index, idem.clone(), spent)? {
+                    // The human's "retry" is spent before the call runs: the answer stays with the
+                    // thread until the node finishes, and a crash during the retried call found
+                    // the same answer and ran the call again, once per crash. The row now counts
+                    // it, so the next unknown outcome of this call is a new question.
+                    UnknownAnswer::Retry => {
+                        let Some(k) = key.as_deref() else {
+                            return Ok(ToolOutcome::Failed { message: UNKEYED.to_owned() });
+                        };
+                        let mark = [(k.to_owned(), intent_after(call, cfg, &recorder.attempt, false, spent + 1))];
+                        match store.ledger_mark(&cfg.thread, &mark, fence).await {
+                            Ok(1) => spent += 1,
+                            Err(e @ StoreError::Fenced { .. }) => return Err(HostFailure::Passthrough(Box::new(e))),
+                            Ok(_) | Err(_) => {
+                                inc(&m.tool_errors);
+                                return Ok(ToolOutcome::Failed { message: INTENT_UNWRITABLE.to_owned() });
+                            }
+                        }
+                    }
                     UnknownAnswer::Answer(run) => {
                         if recorder.record_result(store, cfg, fence, index, call, key.as_deref(), &run).await {
                             host.tool_settled(node, index);
@@ -612,7 +654,7 @@ async fn run_one<H: NodeHost + ?Sized>(
             // A pause, not a crash: the row says so, and the resume runs the call again without
             // asking whether an earlier attempt took effect.
             if let Some(k) = key {
-                let mark = [(k.clone(), intent(call, cfg, &recorder.attempt, true))];
+                let mark = [(k.clone(), intent_after(call, cfg, &recorder.attempt, true, spent))];
                 // A node of idempotent calls wrote no intent rows: where there was no started row
                 // to mark, the paused row is inserted (a result already there is never replaced).
                 let written = match store.ledger_mark(&cfg.thread, &mark, fence).await {

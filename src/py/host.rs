@@ -260,13 +260,11 @@ impl NodeHost for PyHost {
         node: &str,
         index: usize,
         idempotency_key: Option<String>,
+        retries_spent: u64,
     ) -> Result<UnknownAnswer, HostFailure> {
         let answer = Python::attach(|py| {
-            self.run.bind(py).call_method1("unknown_outcome", (node, index, idempotency_key))?.extract::<Option<(
-                String,
-                bool,
-                bool,
-            )>>()
+            let args = (node, index, idempotency_key, retries_spent);
+            self.run.bind(py).call_method1("unknown_outcome", args)?.extract::<Option<(String, bool, bool)>>()
         })
         .map_err(classify)?;
         let Some((envelope, record, is_error)) = answer else {

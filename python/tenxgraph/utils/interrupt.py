@@ -82,9 +82,13 @@ class _Scope:
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("tenxgraph_interrupt_scope", default=None)
 
 
-def activate(node: str, answers: dict[str, Any], tool_call_id: str | None = None) -> contextvars.Token[_Scope | None]:
-    """Opens the scope for one node (or one tool call) in the current context."""
-    return _SCOPE.set(_Scope(node, answers, tool_call_id=tool_call_id))
+def activate(node: str, answers: dict[str, Any], tool_call_id: str | None = None,
+             asked: int = 0) -> contextvars.Token[_Scope | None]:
+    """Opens the scope for one node (or one tool call) in the current context; ``asked``: the
+    questions of a tool call's scope already answered and spent, so its next ``interrupt()`` is
+    question ``asked``."""
+    counters = {f"tool:{tool_call_id}": asked} if asked and tool_call_id else {}
+    return _SCOPE.set(_Scope(node, answers, counters=counters, tool_call_id=tool_call_id))
 
 
 def deactivate(token: contextvars.Token[_Scope | None]) -> None:
