@@ -39,8 +39,8 @@ def tool(
     capabilities: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     parameters: dict[str, Any] | None = None,
-    side_effects: SideEffects = "idempotent",
-    on_unknown: OnUnknown = "error",
+    side_effects: SideEffects | None = None,
+    on_unknown: OnUnknown | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -55,52 +55,84 @@ def tool(
     capabilities: Iterable[str] | None = None,
     metadata: dict[str, Any] | None = None,
     parameters: dict[str, Any] | None = None,
-    side_effects: SideEffects = "idempotent",
-    on_unknown: OnUnknown = "error",
+    side_effects: SideEffects | None = None,
+    on_unknown: OnUnknown | None = None,
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool. Usable bare (``@tool``) or with options (``@tool(name=...)``).
 
     ``parameters`` is a JSON schema that replaces the one generated from the signature; it must
     be a dict (ValueError otherwise, as in 10xGraph). ``description`` left as None lets ToolNode
     fall back to the docstring.
+
+    ``side_effects`` (default ``"idempotent"``) and ``on_unknown`` (default ``"error"``) not
+    given keep what an earlier ``@tool`` set: applied again (stacked, or to rename a library's
+    tool) it used to reset an ``at_most_once`` tool to idempotent, which a replay runs again. A
+    different value than the one set is a ValueError. On a ``staticmethod`` the function inside
+    is marked (marked on the wrapper, the class's tool was a plain idempotent one).
     """
     if parameters is not None and not isinstance(parameters, dict):
         raise ValueError(f"@tool(parameters=...) must be a JSON Schema dict, got {type(parameters)}")
-    if side_effects not in SIDE_EFFECTS:
-        raise ValueError(
-            f"side_effects must be one of {sorted(SIDE_EFFECTS)}, got {side_effects!r}"
-        )
-    if on_unknown not in ON_UNKNOWN:
-        raise ValueError(f"on_unknown must be one of {sorted(ON_UNKNOWN)}, got {on_unknown!r}")
-    if on_unknown != "error" and side_effects != "at_most_once":
-        raise ValueError(
-            f"on_unknown={on_unknown!r} only applies to side_effects='at_most_once' tools "
-            f"(got side_effects={side_effects!r}): other tools are re-run or never recorded"
-        )
+    _check_class(side_effects or "idempotent", on_unknown or "error")
     # A bare string would otherwise become a set of its characters.
     tag_set = {tags} if isinstance(tags, str) else set(tags or ())
 
     def decorate(func: F) -> F:
         if not callable(func):
             raise NotCallableToolError(f"@tool can only decorate a callable, got {type(func)}")
+        target: Any = func.__func__ if isinstance(func, staticmethod) else func
+        effects = _kept(target, "_py_tool_side_effects", side_effects, "side_effects")
+        unknown = _kept(target, "_py_tool_on_unknown", on_unknown, "on_unknown")
+        if on_unknown is None and unknown != "error" and effects != "at_most_once":
+            unknown = "error"  # the class given now has no question to ask
+        _check_class(effects or "idempotent", unknown or "error")
         attrs: dict[str, Any] = {
-            "_py_tool_name": name or getattr(func, "__name__", type(func).__name__),
+            "_py_tool_name": name or getattr(target, "__name__", type(target).__name__),
             "_py_tool_description": description,
             "_py_tool_tags": set(tag_set),
             "_py_tool_provider": provider,
             "_py_tool_capabilities": list(capabilities) if capabilities is not None else None,
             "_py_tool_metadata": dict(metadata) if metadata is not None else None,
             "_py_tool_parameters": parameters,
-            "_py_tool_side_effects": side_effects,
-            "_py_tool_on_unknown": on_unknown,
+            "_py_tool_side_effects": effects or "idempotent",
+            "_py_tool_on_unknown": unknown or "error",
         }
         for attr, value in attrs.items():
-            setattr(func, attr, value)
+            setattr(target, attr, value)
         return func
 
     if _func is not None:
         return decorate(_func)
     return decorate
+
+
+def _check_class(side_effects: Any, on_unknown: Any) -> None:
+    if not isinstance(side_effects, str) or side_effects not in SIDE_EFFECTS:
+        raise ValueError(
+            f"side_effects must be one of {sorted(SIDE_EFFECTS)}, got {side_effects!r}"
+        )
+    if not isinstance(on_unknown, str) or on_unknown not in ON_UNKNOWN:
+        raise ValueError(f"on_unknown must be one of {sorted(ON_UNKNOWN)}, got {on_unknown!r}")
+    if on_unknown != "error" and side_effects != "at_most_once":
+        raise ValueError(
+            f"on_unknown={on_unknown!r} only applies to side_effects='at_most_once' tools "
+            f"(got side_effects={side_effects!r}): other tools are re-run or never recorded"
+        )
+
+
+def _kept(target: Any, attr: str, given: str | None, what: str) -> str | None:
+    """``given``, or what an earlier ``@tool`` set; a different value than that is refused."""
+    earlier = getattr(target, attr, None) if hasattr(target, "_py_tool_name") else None
+    if given is None:
+        return earlier
+    if earlier is not None and earlier != given and earlier != _DEFAULTS[what]:
+        raise ValueError(
+            f"@tool({what}={given!r}) on {getattr(target, '__name__', target)!r}, which an earlier @tool marked "
+            f"{what}={earlier!r}: a tool's {what} is set once"
+        )
+    return given
+
+
+_DEFAULTS = {"side_effects": "idempotent", "on_unknown": "error"}
 
 
 class NotCallableToolError(TypeError, ValueError):
