@@ -13,68 +13,21 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph import Message
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 from tenxgraph.utils.interrupt import pending_interrupt
 from tenxgraph.utils.tool_decorator import tool
 
-AGENT = textwrap.dedent('''
-    import asyncio, json, os, sys
-    from tenxgraph import END, START, AgentState, Message, StateGraph
-    from tenxgraph.core.graph.tool_node import ToolNode
-    from tenxgraph.storage.checkpointer import SqliteCheckpointer
-    from tenxgraph.utils.interrupt import pending_interrupt
-    from tenxgraph.utils.tool_decorator import tool
-
-    EFFECTS = os.environ["EFFECTS"]
-
-    @tool(side_effects="at_most_once", on_unknown="interrupt")
-    async def wire(amount: int, idempotency_key: str) -> str:
-        """Wire money (at most once)."""
-        fd = os.open(EFFECTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, b"wire\\n"); os.fsync(fd); os.close(fd)
-        return "wired"
-
-    async def model(state: AgentState) -> Message:
-        if state.context[-1].role == "user":
-            m = Message.text_message("wiring", role="assistant")
-            m.tools_calls = [{"id": "call_1", "type": "function",
-                              "function": {"name": "wire", "arguments": '{"amount": 100}'}}]
-            return m
-        return Message.text_message("DONE", role="assistant")
-
-    async def main(db, payload, failpoints):
-        g = StateGraph(AgentState)
-        g.add_node("model", model)
-        g.add_node("tools", ToolNode([wire]))
-        g.add_edge(START, "model")
-        g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                                {"tools": "tools", END: END})
-        g.add_edge("tools", "model")
-        app = g.compile(checkpointer=SqliteCheckpointer(db))
-        cfg = {"thread_id": "t"}
-        if failpoints:
-            cfg["failpoints"] = failpoints
-        r = await app.ainvoke(json.loads(payload), cfg, response_granularity="full")
-        p = pending_interrupt(r["state"])
-        print(json.dumps({"status": str(r["state"].execution_meta.status.value), "pending": p.reason if p else None,
-                          "key": p.key if p else None, "last": r["state"].context[-1].text()}))
-
-    asyncio.run(main(*sys.argv[1:4]))
-''')
-
+from tests_py.crash_agents.wire_agent import wire_graph
 
 class Agent:
     def __init__(self, tmp_path: Path) -> None:
-        self.script = tmp_path / "wire_agent.py"
-        self.script.write_text(AGENT)
+        self.script = Path(__file__).parent / "crash_agents" / "wire_agent.py"
         self.db = str(tmp_path / "wire.db")
         self.effects = tmp_path / "effects"
 
@@ -121,22 +74,7 @@ async def test_a_retry_cut_off_by_node_timeout_is_not_run_again_by_the_next_atte
             await asyncio.sleep(60)  # the bank is slow to answer; the wire went out
         return "wired"
 
-    async def model(state: AgentState) -> Message:
-        if state.context[-1].role == "user":
-            m = Message.text_message("wiring", role="assistant")
-            m.tools_calls = [{"id": "call_1", "type": "function",
-                              "function": {"name": "wire", "arguments": '{"amount": 100}'}}]
-            return m
-        return Message.text_message("DONE", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([wire]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END,
-                            {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    app = g.compile(checkpointer=SqliteCheckpointer(tmp_path / "t.db"))
+    app = wire_graph(SqliteCheckpointer(tmp_path / "t.db"), wire)
     cfg: dict[str, Any] = {"thread_id": "t"}
     with pytest.raises(Exception):  # the wire went out, its record did not: "started" stays
         await app.ainvoke({"messages": [Message.text_message("wire 100")]},
