@@ -54,7 +54,7 @@ async def test_a_turn_on_a_file_no_longer_at_its_path_fails_before_any_tool(tmp_
         await other.arelease()
         remove_db(path)
         os.rename(tmp_path / "fresh.db", path)
-    with pytest.raises(StorageError, match=how) as err:
+    with pytest.raises(StorageError, match="no longer the file this process opened") as err:
         await app.ainvoke(user("m2"), {"thread_id": "t2"})
     assert err.value.error_code.startswith("STORAGE")
     assert charges == [1], "the tool ran on a turn nobody could read back"

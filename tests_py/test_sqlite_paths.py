@@ -41,3 +41,19 @@ async def test_a_decoded_twin_is_another_file(tmp_path: Path) -> None:
     b = SqliteCheckpointer(tmp_path / "reportA.db")
     assert await b.alist_messages({"thread_id": "t"}) == []
     await b.arelease()
+
+
+@pytest.mark.asyncio
+async def test_dot_dot_after_a_symlinked_directory_is_where_the_kernel_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``link/../app.db`` with ``link -> real/sub`` is ``real/app.db`` for the kernel, SQLite and
+    10xGraph; normalising the text first (``os.path.abspath``) made it ``work/app.db``."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "link").symlink_to(tmp_path / "real" / "sub")
+    monkeypatch.chdir(tmp_path / "work")
+    cp = SqliteCheckpointer("link/../app.db")
+    await cp.asetup()
+    await cp.arelease()
+    assert (tmp_path / "real" / "app.db").exists() and not (tmp_path / "work" / "app.db").exists()

@@ -92,3 +92,41 @@ async def test_a_retry_cut_off_by_node_timeout_is_not_run_again_by_the_next_atte
     # A new "retry" is a new human decision: it runs once.
     r = await app.ainvoke({"resume": "retry"}, cfg, response_granularity="full")
     assert len(wires) == 3 and r["state"].execution_meta.status.value == "completed"
+
+
+@pytest.mark.asyncio
+async def test_a_retry_cancelled_before_its_call_started_stays_spent(tmp_path: Path) -> None:
+    """The retry is spent (the row counts it), then the caller cancels before the call starts:
+    the cancelled run marks the call not started, and that mark dropped the count, so after the
+    next crash the stored "retry" was found again and the wire ran a third time, unasked."""
+    from tenxgraph import metrics
+
+    wires: list[int] = []
+
+    @tool(side_effects="at_most_once", on_unknown="interrupt")
+    async def wire(amount: int, idempotency_key: str) -> str:
+        """Wire money (at most once)."""
+        wires.append(amount)
+        return "wired"
+
+    app = wire_graph(SqliteCheckpointer(tmp_path / "t.db"), wire)
+    cfg: dict[str, Any] = {"thread_id": "t"}
+    with pytest.raises(Exception):
+        await app.ainvoke({"messages": [Message.text_message("wire 100")]},
+                          dict(cfg, failpoints="after_tool:wire=raise"))
+    r = await app.ainvoke({}, cfg, response_granularity="full")
+    assert pending_interrupt(r["state"]).reason == "tool_outcome_unknown"
+    asked = metrics.snapshot()["tenxgraph.tool.outcome_unknown"]
+    retry = asyncio.ensure_future(app.ainvoke({"resume": "retry"}, dict(cfg, failpoints="before_tool:wire=delay(10000)")))
+    while metrics.snapshot()["tenxgraph.tool.outcome_unknown"] == asked and not retry.done():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.5)  # the retry's mark commits in milliseconds; the call waits 10 s to start
+    retry.cancel()
+    await asyncio.gather(retry, return_exceptions=True)
+    assert wires == [100]
+    with pytest.raises(Exception):  # the resume runs the call: the wire goes out, and the run fails
+        await app.ainvoke({}, dict(cfg, failpoints="after_tool:wire=raise"))
+    assert wires == [100, 100]
+    r = await app.ainvoke({}, cfg, response_granularity="full")
+    assert wires == [100, 100], "the spent 'retry' ran the wire a third time"
+    assert pending_interrupt(r["state"]).reason == "tool_outcome_unknown"

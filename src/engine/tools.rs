@@ -352,7 +352,7 @@ fn intent_after(call: &ToolCall, cfg: &RunConfig, attempt: &str, paused: bool, s
 
 /// The intent row's field counting the human "retry" answers spent on its call: the n-th
 /// unknown-outcome question of a call is a new question (see `run_one`).
-const RETRIES_FIELD: &str = "retries";
+pub(super) const RETRIES_FIELD: &str = "retries";
 
 fn spent_retries(row: &Value) -> u64 {
     row.get(RETRIES_FIELD).and_then(Value::as_u64).unwrap_or(0)

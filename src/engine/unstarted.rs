@@ -111,6 +111,14 @@ pub(super) async fn mark_not_started(
                 is_intent(row) && !is_paused(row) && attempt(row).is_some_and(|a| Some(a) == attempt(mark))
             })
         })
+        .map(|(k, mut mark)| {
+            // The human "retry" answers the row counts as spent stay counted: a retry cancelled
+            // before its call started, then crashed on resume, found its spent "retry" again.
+            if let Some(spent) = rows.get(&k).and_then(|row| row.get(super::tools::RETRIES_FIELD)) {
+                mark[super::tools::RETRIES_FIELD] = spent.clone();
+            }
+            (k, mark)
+        })
         .collect();
     if marks.is_empty() {
         return;

@@ -29,18 +29,18 @@ impl FileId {
     /// Fails when `path` no longer names the file opened: what this process would write could
     /// not be read back by anyone.
     pub(super) fn check(&self, op: &'static str) -> Result<(), StoreError> {
-        let now = std::fs::metadata(&self.path);
-        let same = now.as_ref().is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino);
+        let same = std::fs::metadata(&self.path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino);
         if same {
             return Ok(());
         }
-        let what = if now.is_err() { "was deleted" } else { "was replaced by another file" };
+        // Deleted, the pool may already have made an empty file there for a new connection:
+        // the two cases cannot be told apart, and need the same remedy.
         Err(StoreError::backend(
             op,
             std::io::Error::other(format!(
-                "the SQLite database {} {what} while this process had it open: nothing more is written \
-                 to the old file; restart the process (or open a new SqliteCheckpointer) to use the file \
-                 now at that path",
+                "the SQLite database {} is no longer the file this process opened (it was deleted, or replaced \
+                 by another file, while open): nothing more is written to the old file; restart the process (or \
+                 open a new SqliteCheckpointer) to use the file now at that path",
                 self.path.display()
             )),
         ))

@@ -165,6 +165,16 @@ impl SqliteStore {
         Ok(tx)
     }
 
+    /// `e`, or the error saying the file is no longer at its path when it is not (file_id.rs): a
+    /// read on a connection the pool opened after the file was deleted found an empty database
+    /// ("no such table"), and a turn's first read is where that shows.
+    fn file_gone_or(&self, e: StoreError) -> StoreError {
+        match self.file.as_ref().map(|f| f.check("load")) {
+            Some(Err(gone)) => gone,
+            _ => e,
+        }
+    }
+
     /// Ensures the thread row exists and that `t.user_id` may write it.
     async fn own_thread(&self, c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<bool> {
         let owner: Option<String> = sqlx::query_scalar("SELECT user_id FROM threads WHERE thread_id = ?")
@@ -228,6 +238,7 @@ impl Checkpointer for SqliteStore {
             steps::load_with(&s, &t, known.as_ref().map(|(version, mark)| KnownHead { version: *version, mark })).await
         })
         .await
+        .map_err(|e| self.file_gone_or(e))
     }
 
     async fn put_step(&self, t: &ThreadRef, w: StepWrite<'_>) -> StoreResult<i64> {

@@ -42,6 +42,7 @@ class SqliteCheckpointer(LocalReturns, NativeCheckpointer[StateT]):
         self.db_path = path
         self.enforce_user_isolation = enforce_user_isolation
         # The file is opened on first use: a relative path names the file it named here, not
-        # the one of whatever directory the process is in by then.
-        where = path if path == ":memory:" else os.path.abspath(path)
+        # the one of whatever directory the process is in by then. Joined, not normalised: a
+        # `..` after a symlinked directory goes where the kernel (and SQLite) take it.
+        where = path if path == ":memory:" or os.path.isabs(path) else os.path.join(os.getcwd(), path)
         self._native = _core.NativeStore.sqlite(where, enforce_user_isolation, synchronous == "full")
