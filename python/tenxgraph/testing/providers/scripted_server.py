@@ -243,14 +243,20 @@ class ScriptedStandIn:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def _next(self, model: str) -> tuple[Reply | None, threading.Event]:
-        """The next scripted reply, and the Event a hang reply waits on: taken under the same lock
-        as release() swaps it, so a release() either lets this request go or comes after it."""
+    def _next(self, model: str) -> Reply | None:
+        """The next scripted reply (subclasses answer from the request instead)."""
         with self._lock:
             queue = self._by_model.get(model)
             if queue:
-                return queue.popleft(), self._released
-            return (self._queue.popleft() if self._queue else None), self._released
+                return queue.popleft()
+            return self._queue.popleft() if self._queue else None
+
+    def _take(self, model: str) -> tuple[Reply | None, threading.Event]:
+        """``_next``'s reply, and the Event a hang reply waits on, the one current when the reply
+        was taken: a release() lets the hangs served before it go, not those served after."""
+        reply = self._next(model)
+        with self._lock:
+            return reply, self._released
 
     def _record(self, path: str, headers: dict[str, str], body: dict[str, Any], reply: str,
                 stream: bool = False) -> int:
@@ -292,7 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(404, owner._error_body(404, f"the stand-in does not serve {self.path}"))
             return
         stream = owner._wants_stream(path, query, body)
-        reply, released = owner._next(owner._model(path, body))
+        reply, released = owner._take(owner._model(path, body))
         n = owner._record(self.path, headers, body, reply.kind if reply else "unscripted", stream)
         if reply is None:
             with owner._lock:
