@@ -353,3 +353,13 @@ def test_serve_with_stdin_not_a_pipe_runs_until_sigterm(tmp_path: Path) -> None:
         assert p.wait(timeout=60) == 0
     finally:
         _reap(p)
+
+
+def test_an_effect_may_record_a_field_called_name(tmp_path: Path) -> None:
+    """``record(name, **data)`` took ``name=`` in the data as a second value for its first
+    argument (TypeError): a tool recording whom it emailed could not say ``name="Ada"``."""
+    c = EffectCounter(tmp_path / "effects.jsonl")
+    c.record("send_email", name="Ada", to="ada@example.com")
+    c.record("send_email", name="Bob", to="bob@example.com")
+    assert c.count("send_email") == 2
+    assert sorted(c.distinct("send_email", by="name")) == ["Ada", "Bob"]

@@ -70,8 +70,9 @@ class EffectCounter:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def record(self, name: str, **data: Any) -> None:
-        """Appends one effect ``name`` (with JSON-able ``data``); durable when this returns."""
+    def record(self, name: str, /, **data: Any) -> None:
+        """Appends one effect ``name`` (with JSON-able ``data``); durable when this returns.
+        ``name`` is positional only, so the data may have a field called ``name`` too."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"effect name must be a non-empty str, got {name!r}")
         line = json.dumps({"name": name, "data": data, "pid": os.getpid(), "time": time.time()},
