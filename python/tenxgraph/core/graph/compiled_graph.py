@@ -1,30 +1,28 @@
-"""CompiledGraph: ``invoke``/``ainvoke`` over the Rust loop, ``stop``, ``aclose``."""
+"""CompiledGraph: ``invoke``/``ainvoke`` over the Rust loop, ``stop``, the topology it compiles.
+
+Streaming is in ``_graph_stream``, recovery and closing in ``_graph_lifecycle``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import queue
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph import _in_flight as in_flight
 from tenxgraph._live_states import LiveStates
-from tenxgraph._run_values import copy_message, copy_update_value, refuse_id_twins
+from tenxgraph._run_values import copy_update_value, refuse_id_twins
 from tenxgraph._state_codec import check_state_update, encode_message_shaped
 from tenxgraph._runtime import Run
 from tenxgraph._events import RunEvents
-from tenxgraph._stream import Emitter
-from tenxgraph._sync import run_loop, run_sync
+from tenxgraph._sync import run_sync
 from tenxgraph.core.graph._busy_answers import BusyAnswers
+from tenxgraph.core.graph._graph_lifecycle import GraphLifecycle, recovery_options
+from tenxgraph.core.graph._graph_stream import SYNC_EVENT_FLUSH_SECONDS, StreamingRuns
 from tenxgraph.core.graph.remote_tool import RemoteToolConfig, attach_remote_tools
 from tenxgraph.runtime.publisher.publish import activate as activate_publisher
 from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publisher
-from tenxgraph.runtime.publisher.publish import forget_outbox, outbox_for
+from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.storage.checkpointer.authz_guard import check_authz, thread_owner
 from tenxgraph.core.exceptions import StorageError
@@ -32,7 +30,6 @@ from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.message import _reset_run_id_generator, _use_run_id_generator, generate_id
-from tenxgraph.core.state.stream_chunks import StreamChunk, StreamEvent
 from tenxgraph._user_id import user_id_of
 from tenxgraph.utils.constants import (
     END,
@@ -59,61 +56,8 @@ def resolve_timeout(config: dict[str, Any], key: str, default: float | None) -> 
     return _core.resolve_timeout(config, key, default)
 
 
-# How long a sync invoke() waits for its run's last events to reach a slow publisher.
-SYNC_EVENT_FLUSH_SECONDS = 1.0
 DEFAULT_BUSY_TIMEOUT_SECONDS: float = _core.DEFAULT_BUSY_TIMEOUT_SECONDS
 DEFAULT_LEASE_TTL_SECONDS: float = _core.DEFAULT_LEASE_TTL_SECONDS
-
-
-def _final_chunks(emitter: Emitter, run: Run, outcome: dict[str, Any], started: float) -> list[StreamChunk]:
-    """The chunks that close a stream: a pause, a stop, and (FULL) the summary."""
-    exec_meta = outcome["exec"]
-    chunks = []
-    if outcome.get("stopped"):
-        chunks.append(emitter.make(StreamEvent.UPDATES, data={"status": "stopped",
-                                   "reason": "Graph execution stopped by request"}, status="stopped"))
-    elif exec_meta["status"] in ("interrupted_before", "interrupted_after"):
-        reason = exec_meta.get("interrupt_reason")
-        data: dict[str, Any] = {"status": "interrupted", "reason": reason, "node": exec_meta.get("interrupted_node")}
-        if reason == "remote_tool_call":  # the text 10xGraph's clients look for
-            data.update(reason="Remote tool call - graph interrupted", interrupt_reason=reason)
-        if exec_meta.get("interrupt_data") and "interrupt" in exec_meta["interrupt_data"]:
-            data["interrupt"] = exec_meta["interrupt_data"]["interrupt"]
-        chunks.append(emitter.make(StreamEvent.UPDATES, data=data, status="interrupted"))
-    response = run.response("low")
-    chunks.append(emitter.make(StreamEvent.UPDATES, data={
-        "status": "graph_invoked", "reason": "Graph execution finished",
-        "time_taken": time.perf_counter() - started,
-        "is_interrupted": exec_meta["status"] in ("interrupted_before", "interrupted_after"),
-        "total_messages": len(response["messages"]), **response["token_usage"]}, status="graph_invoked"))
-    return [c for c in chunks if emitter.wants(c.event)]
-
-
-def _error_chunk(emitter: Emitter, run: Run, exc: Exception) -> StreamChunk:
-    """The ERROR chunk of a failed run: 10xGraph's keys (``reason``, and ``node``, ``step``,
-    ``max_steps`` when a node raised), ``error`` and ``error_code``, and the state as it was
-    when the failing node started."""
-    data: dict[str, Any] = {"status": "invoked_graph", "reason": str(exc), "error": str(exc),
-                            "error_code": getattr(exc, "error_code", None)}
-    if run.failed_at is not None:
-        data["node"], data["step"] = run.failed_at
-        if run.options is not None:
-            data["max_steps"] = run.options.recursion_limit
-    return emitter.make(StreamEvent.ERROR, data=data, status="invoked_graph", state=run.state)
-
-
-def _recovery_options(value: Any) -> dict[str, Any] | None:
-    """``compile(recover_on_start=...)``: False (off), True (defaults) or ``arecover``'s options."""
-    if value is False or value is None:
-        return None
-    if value is True:
-        return {}
-    if isinstance(value, dict):
-        unknown = set(value) - {"concurrency", "limit", "config"}
-        if unknown:
-            raise ValueError(f"recover_on_start options are concurrency, limit and config; got {sorted(unknown)}")
-        return dict(value)
-    raise TypeError(f"recover_on_start must be a bool or a dict of arecover() options, got {type(value).__name__}")
 
 
 def _keyed_condition(condition: Any, pairs: list[tuple[Any, str]]) -> Any:
@@ -137,7 +81,7 @@ def _is_tool_node(func: Any) -> bool:
     return isinstance(func, ToolNode)
 
 
-class CompiledGraph(BusyAnswers, Generic[StateT]):
+class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT]):
     """A graph ready to run. Each run's loop executes in the Rust core."""
 
     def __init__(
@@ -174,7 +118,7 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         self.shutdown_timeout = shutdown_timeout
         self._closed = False
         self._task_manager = BackgroundTaskManager(default_shutdown_timeout=shutdown_timeout)
-        self._recover_on_start = _recovery_options(recover_on_start)
+        self._recover_on_start = recovery_options(recover_on_start)
         self._publisher = getattr(builder, "publisher", None)
         self._outbox = outbox_for(self._publisher) if self._publisher is not None else None
         self.recovery: asyncio.Task[Any] | None = None
@@ -369,126 +313,6 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
             run.events.graph_end(run.state, run.response("full")["messages"], outcome)
         return outcome
 
-    async def astream(
-        self,
-        input_data: dict[str, Any],
-        config: dict[str, Any] | None = None,
-        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
-    ) -> AsyncIterator[StreamChunk]:
-        """Streams a run with the same guarantees as ``ainvoke`` (the same Rust loop, ledger,
-        per-step commits, timeouts and stop). A node's messages are yielded once its step is
-        committed; tool results as each tool returns. Leaving the iterator early (break, or the
-        consuming task cancelled) cancels the run's in-flight Python work; committed steps stay.
-        """
-        granularity = ResponseGranularity(response_granularity).value
-        cfg, options = self._prepare_config(config)
-        cfg["is_stream"] = True
-        run = Run(self, cfg, input_data)
-        run.options = options
-        await self._validate_input(run, cfg)
-        # A streamed run hands its messages out as they are: its state is not kept afterwards.
-        run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
-        emitter = Emitter(asyncio.get_running_loop(), granularity, cfg)
-        run.emitter = emitter
-        for m in run.input_messages:
-            emitter.input_message(m)
-        started = time.perf_counter()
-        task = asyncio.ensure_future(self._execute(run, cfg, streaming=True))
-        task.add_done_callback(lambda _t: emitter.close())
-        try:
-            # The end-of-run sentinel is queued after every chunk scheduled before it.
-            while (chunk := await emitter.queue.get()) is not None:
-                yield chunk
-            try:
-                outcome = task.result()
-            except Exception as exc:
-                emitter.take_held()  # a step that did not commit is never shown
-                if run.commits:  # a request refused before its run started gets only the error
-                    yield _error_chunk(emitter, run, exc)
-                raise
-            for chunk in emitter.take_held():  # nothing normally: the final commit flushed it all
-                yield chunk
-            if run.answered_from_store:
-                # A finished thread asked to finish ({}): nothing ran, and ainvoke returns the
-                # stored last turn; a client that lost the end of its stream (a kill right after
-                # the last commit) reconnects this way, so it gets that turn here too.
-                for m in run.produced:
-                    yield emitter.make(StreamEvent.MESSAGE, message=copy_message(m), status="node_invoked")
-            for chunk in _final_chunks(emitter, run, outcome, started):
-                yield chunk
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-
-    def stream(
-        self,
-        input_data: dict[str, Any],
-        config: dict[str, Any] | None = None,
-        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
-    ) -> Iterator[StreamChunk]:
-        """Sync ``astream``: the run goes on a private event loop in a worker thread."""
-        out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=256)
-        stop = threading.Event()
-        running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
-
-        async def pump() -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            running.append((asyncio.get_running_loop(), task))
-            if stop.is_set():  # the consumer left before the run started
-                return
-            agen = self.astream(input_data, config, response_granularity)
-            try:
-                async for chunk in agen:
-                    while not stop.is_set():
-                        try:
-                            out.put(("chunk", chunk), timeout=0.1)
-                            break
-                        except queue.Full:
-                            await asyncio.sleep(0)
-                    if stop.is_set():
-                        break
-            finally:
-                await agen.aclose()
-                if self._outbox is not None:  # the private loop ends with the run (see invoke)
-                    await self._outbox.flush(SYNC_EVENT_FLUSH_SECONDS)
-
-        def worker() -> None:
-            try:
-                run_loop(pump())
-                out.put(("done", None))
-            except BaseException as exc:  # handed to the consumer thread
-                out.put(("error", exc))
-
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(worker,), name="tenxgraph-stream")
-        thread.start()
-        try:
-            while True:
-                kind, value = out.get()
-                if kind == "chunk":
-                    yield value
-                elif kind == "error":
-                    raise value
-                else:
-                    return
-        finally:
-            stop.set()
-            # A consumer that leaves early cancels the run where it is (a tool still running),
-            # as leaving ``astream`` does; the pump alone would only notice at the next chunk,
-            # and the join below waited for the tool to finish (red-team, session 23).
-            for loop, task in running:
-                try:
-                    loop.call_soon_threadsafe(task.cancel)
-                except RuntimeError:  # the private loop has ended: so has the run
-                    pass
-            while thread.is_alive():
-                try:
-                    out.get_nowait()
-                except queue.Empty:
-                    pass
-                thread.join(timeout=0.05)
-
     async def _aresume(self, config: dict[str, Any]) -> dict[str, Any]:
         """Recovery's ``ainvoke({}, config)``: under the lease, continues the thread only if it is
         still running; the outcome says ``nothing_to_resume`` otherwise (nothing ran or changed)."""
@@ -497,42 +321,6 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
         run.options = options
         run.known = self._live.take((str(cfg["thread_id"]), str(cfg["user_id"])))
         return await self._execute(run, cfg, resume_only=True)
-
-    async def arecover(
-        self,
-        *,
-        concurrency: int = 4,
-        limit: int | None = None,
-        config: dict[str, Any] | None = None,
-    ) -> Any:
-        """Resumes every thread of this graph's checkpointer whose run died (latest state
-        ``running``, no live lease holder), as its owner, ``concurrency`` at a time; returns a
-        :class:`tenxgraph.recovery.RecoveryReport` (resumed, skipped, failed). Safe to run from
-        several workers at once: each thread is resumed by one of them. Paused, completed and
-        failed threads are never touched. ``config``: run settings for every resume
-        (``node_timeout``, ``recursion_limit``, ...). See :mod:`tenxgraph.recovery`."""
-        from tenxgraph.recovery import recover
-
-        return await recover(self, concurrency=concurrency, limit=limit, config=config)
-
-    def recover(
-        self,
-        *,
-        concurrency: int = 4,
-        limit: int | None = None,
-        config: dict[str, Any] | None = None,
-    ) -> Any:
-        """Sync ``arecover``."""
-        return run_sync(self.arecover(concurrency=concurrency, limit=limit, config=config))
-
-    def start_recovery(self, **options: Any) -> asyncio.Task[Any]:
-        """Starts a recovery pass (``arecover(**options)``) in the background of the running
-        event loop, for a worker to call when it starts; the task (also ``self.recovery``)
-        resolves to the report. ``aclose()`` waits for it up to ``shutdown_timeout``, then
-        cancels it (a cancelled resume leaves its thread for the next pass)."""
-        task = asyncio.get_running_loop().create_task(self.arecover(**options), name="tenxgraph-recovery")
-        self.recovery = task
-        return task
 
     def invoke(
         self,
@@ -594,81 +382,6 @@ class CompiledGraph(BusyAnswers, Generic[StateT]):
     def stop(self, config: dict[str, Any]) -> dict[str, Any]:
         """Blocking twin of ``astop``."""
         return run_sync(self.astop(config))
-
-    # -- lifecycle and introspection -------------------------------------------------------
-
-    async def aclose(self) -> dict[str, Any]:
-        """Closes the graph: runs in flight first (they get a third of ``shutdown_timeout`` to end,
-        then are cancelled, recording what their tools returned as they unwind), then the
-        publisher (its queued events delivered), background tasks, the checkpointer and the
-        store, each within a third of ``shutdown_timeout``. Returns 10xGraph's statistics (one entry per
-        component, ``total_duration``) plus ``"status": "closed"``; never raises. A second call
-        returns ``{"status": "already_closed"}``."""
-        from tenxgraph.utils.shutdown import shutdown_with_timeout
-
-        if self._closed:
-            return {"status": "already_closed"}
-        started = time.perf_counter()
-        await self._finish_recovery()
-        self._closed = True
-        self._live.clear()
-        share = max(self.shutdown_timeout / 3, 0.1)
-        # Runs in flight end before anything closes: given a third of shutdown_timeout, then
-        # cancelled (what their tools returned is recorded as they unwind, within another third).
-        cancelled = await in_flight.drain(self._checkpointer, share, share)
-        if cancelled:
-            _log.warning("aclose: %d run(s) still in flight after %.1f s were cancelled; their committed steps and "
-                         "finished tool calls are kept, and the threads resume where they stopped", cancelled, share)
-        stats: dict[str, Any] = {"status": "closed"}
-        # The publisher first: the run's last events go out while everything else is still open.
-        stats["publisher"] = (await shutdown_with_timeout(self._close_publisher(share), share, "publisher")
-                              if self._publisher is not None else {"status": "skipped", "reason": "no publisher"})
-        try:
-            stats["background_tasks"] = await self._task_manager.shutdown(timeout=self.shutdown_timeout)
-        except Exception as exc:  # closing must not raise past the caller's cleanup
-            stats["background_tasks"] = {"status": "error", "error": str(exc)}
-        stats["checkpointer"] = await shutdown_with_timeout(self._checkpointer.arelease(), share, "checkpointer")
-        if stats["checkpointer"]["status"] != "completed":
-            _log.warning("checkpointer release failed: %s", stats["checkpointer"])
-        release = getattr(self._store, "arelease", None)
-        stats["store"] = (await shutdown_with_timeout(release(), share, "store") if callable(release)
-                          else {"status": "skipped", "reason": "no store"})
-        stats["total_duration"] = time.perf_counter() - started
-        return stats
-
-    async def _close_publisher(self, bound: float) -> None:
-        """Delivers what is still queued (within half of ``bound``), then closes the publisher;
-        the caller bounds the whole."""
-        assert self._outbox is not None and self._publisher is not None
-        if not await self._outbox.flush(bound / 2):
-            _log.warning("publisher: events still queued at close were dropped")
-        try:
-            await self._publisher.close()
-        finally:
-            forget_outbox(self._publisher)
-
-    async def _finish_recovery(self) -> None:
-        task = self.recovery
-        if task is None or task.done():
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout=max(self.shutdown_timeout * 2 / 3, 0.1))
-        except asyncio.TimeoutError:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            _log.warning("recovery was still running at aclose(); cancelled (its threads wait for the next pass)")
-        except Exception as exc:  # the pass's own error (the store could not list threads)
-            _log.warning("recovery failed: %s", exc)
-
-    async def __aenter__(self) -> CompiledGraph[StateT]:
-        """With ``compile(recover_on_start=...)``, starts a recovery pass in the background
-        (``self.recovery``)."""
-        if self._recover_on_start is not None and self.recovery is None:
-            self.start_recovery(**self._recover_on_start)
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
     def override_node(self, name: str, func: Any) -> CompiledGraph[StateT]:
         """Replaces the body of an existing node for later runs (KeyError when there is none);
