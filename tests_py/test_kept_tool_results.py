@@ -8,6 +8,7 @@ import asyncio
 import collections
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -178,3 +179,119 @@ async def test_a_result_kept_by_a_turn_that_then_completed_is_not_replayed_into_
         assert runs == [5, 5]
     finally:
         await cp.arelease()
+
+
+async def _keep_a_result(tenx_postgres, name: str, cp: PgCheckpointer, side_effects: str, runs: list[int],
+                         thread_id: str) -> Any:
+    """A turn whose tool returns once the server refuses every write: its result is kept in this
+    process's memory only, and the turn fails. The server is writable again afterwards."""
+
+    @tool(side_effects=side_effects)
+    async def pay(amount: int) -> str:
+        """Pay an amount."""
+        runs.append(amount)
+        await asyncio.to_thread(tenx_postgres.psql, "UPDATE rt_flag SET v = 'all'", dbname=name)
+        return f"paid, run {len(runs)}"
+
+    app = tool_calls_graph(cp, [pay], [("pay", {"amount": 5})])
+    with pytest.raises(TransientStorageError):
+        await asyncio.wait_for(
+            app.ainvoke({"messages": [Message.text_message("pay", message_id="u-1")]}, {"thread_id": thread_id}), 60)
+    tenx_postgres.psql("UPDATE rt_flag SET v = 'off'", dbname=name)
+    return pay
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("side_effects", ["idempotent", "at_most_once"])
+async def test_results_kept_in_memory_are_recorded_when_the_graph_closes(
+    tenx_postgres, refusing_database, side_effects: str
+) -> None:
+    """Kept results lived only until the process ended: a resume in another process ran the
+    idempotent call again, and answered the at-most-once one "outcome unknown", although the
+    server was writable again when the process closed its graph."""
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    runs: list[int] = []
+    pay = await _keep_a_result(tenx_postgres, name, cp, side_effects, runs, "t-close")
+    stats = await tool_calls_graph(cp, [pay], [("pay", {"amount": 5})]).aclose()
+    assert stats["checkpointer"]["status"] == "completed", stats
+
+    # Another process's view: a checkpointer with nothing kept.
+    other = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    try:
+        result = await asyncio.wait_for(
+            tool_calls_graph(other, [pay], [("pay", {"amount": 5})]).ainvoke({}, {"thread_id": "t-close"}), 60)
+        assert runs == [5], "the call ran again"
+        assert _tool_texts(result["messages"]) == ["paid, run 1"]
+    finally:
+        await other.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_kept_result_of_a_thread_deleted_by_another_process_is_not_recorded_at_close(
+    tenx_postgres, refusing_database
+) -> None:
+    """The last write needs its thread: a thread deleted meanwhile (by another process, which
+    cannot drop this one's memory) stays deleted."""
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    await _keep_a_result(tenx_postgres, name, cp, "idempotent", [], "t-gone")
+    tenx_postgres.psql("DELETE FROM tool_executions; DELETE FROM messages; DELETE FROM states; "
+                       "DELETE FROM tenx_leases; DELETE FROM threads", dbname=name)
+    await cp.arelease()
+    left = tenx_postgres.psql("SELECT (SELECT count(*) FROM threads) || ',' || (SELECT count(*) FROM tool_executions)",
+                              dbname=name)
+    assert left.strip() == "0,0"
+
+
+class _PsqlByDsn:
+    """``psql`` on a DSN, as ``tenx_postgres.psql`` runs it (for a worker process without the fixture)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def psql(self, sql: str, dbname: str) -> None:
+        import subprocess
+
+        from tenxgraph.testing.postgres_server import find_pg_binary
+
+        subprocess.run([find_pg_binary("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", self.dsn, "-c", sql],
+                       check=True, capture_output=True, timeout=60)
+
+
+async def _keep_a_result_and_leave(dsn: str, name: str) -> None:
+    """The worker of the test below: keeps a result, and returns without closing anything."""
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    await _keep_a_result(_PsqlByDsn(dsn), name, cp, "idempotent", [], "t-exit")
+
+
+_WORKER = """
+import asyncio, sys
+from tests_py.test_kept_tool_results import _keep_a_result_and_leave
+asyncio.run(_keep_a_result_and_leave(sys.argv[1], sys.argv[2]))
+print("leaving without closing", flush=True)
+"""
+
+
+def test_results_kept_in_memory_are_recorded_when_the_interpreter_exits(tenx_postgres, refusing_database) -> None:
+    """A worker that ends without closing its checkpointer (a normal exit, a SIGTERM handled by
+    sys.exit) records what it kept as the interpreter exits."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    name, dsn = refusing_database
+    PgCheckpointer(dsn).setup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    repo = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", _WORKER, dsn, name], cwd=repo, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "leaving without closing" in done.stdout, done.stdout + done.stderr
+    rows = tenx_postgres.psql("SELECT result->>'__kind__' IS DISTINCT FROM 'started' FROM tool_executions",
+                              dbname=name)
+    assert rows.split() == ["t"], rows

@@ -63,10 +63,21 @@ pub fn close_all(py: Python<'_>) {
     py.detach(|| {
         pyo3_async_runtimes::tokio::get_runtime().block_on(async {
             for s in stores {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), s.release()).await;
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(3), close_store(&*s)).await;
             }
         })
     });
+}
+
+/// How long closing a store may spend recording the tool results it kept in memory.
+const KEPT_RECORD_SECONDS: u64 = 2;
+
+/// Records the kept tool results (`engine::record_kept`), then closes the store: the results die
+/// with the process otherwise, and a resume elsewhere runs their calls again.
+async fn close_store(s: &dyn Checkpointer) -> Result<(), StoreError> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(KEPT_RECORD_SECONDS);
+    crate::engine::record_kept(s, deadline).await;
+    s.release().await
 }
 
 type ThreadTuple = (String, String, Option<String>, String, f64, f64);
@@ -646,7 +657,7 @@ impl NativeStore {
 
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.release().await.map(|_| true) })
+        awaitable(py, async move { close_store(&*s).await.map(|_| true) })
     }
 
     /// Every ledger row of the thread, oldest first: `[(key, result_json | None, created_at | None)]`.

@@ -154,7 +154,35 @@ impl UnrecordedResults {
         self.count.store(kept.rows.len(), Ordering::Release);
         out
     }
+
+    /// Everything kept, taken out, by thread and user: for a last attempt to record it before
+    /// the store closes (`engine::tools::record_kept`).
+    pub fn take_all(&self) -> Vec<(ThreadRef, Vec<(String, Unrecorded)>)> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut kept = self.lock();
+        let order = std::mem::take(&mut kept.order);
+        let mut rows = std::mem::take(&mut kept.rows);
+        kept.bytes = 0;
+        self.count.store(0, Ordering::Release);
+        drop(kept);
+        let mut out: Vec<(ThreadRef, Vec<(String, Unrecorded)>)> = Vec::new();
+        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        // Oldest first, as kept: a bound hit while writing them back drops the oldest again.
+        for k in order {
+            let Some((r, _)) = rows.remove(&k) else { continue };
+            let (thread_id, user_id, ledger_key) = k;
+            let at = *index.entry((thread_id.clone(), user_id.clone())).or_insert_with(|| {
+                out.push((ThreadRef::new(thread_id, user_id), Vec::new()));
+                out.len() - 1
+            });
+            out[at].1.push((ledger_key, r));
+        }
+        out
+    }
 }
+
 
 #[cfg(test)]
 mod tests {
@@ -200,5 +228,24 @@ mod tests {
         kept.forget_thread("gone");
         assert!(kept.take(&thread("gone"), &[Some("k".to_owned())], |_| false).is_empty());
         assert!(!kept.take(&thread("t"), &[Some("n10".to_owned())], |_| false).is_empty(), "other threads kept");
+    }
+
+    #[test]
+    fn take_all_groups_by_thread_and_user_oldest_first_and_empties() {
+        let kept = UnrecordedResults::default();
+        let r = |v: i64| Unrecorded { envelope: crate::store::shared_json(&serde_json::Value::from(v)), tool: "t".into() };
+        kept.keep(&thread("a"), "k1", r(1));
+        kept.keep(&ThreadRef::new("a", "other"), "k1", r(2));
+        kept.keep(&thread("b"), "k2", r(3));
+        kept.keep(&thread("a"), "k3", r(4));
+        kept.take(&thread("b"), &[Some("k2".to_owned())], |_| false);
+        let all = kept.take_all();
+        let shape: Vec<_> = all
+            .iter()
+            .map(|(t, rows)| (t.thread_id.as_str(), t.user_id.as_str(), rows.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(shape, [("a", "u", vec!["k1", "k3"]), ("a", "other", vec!["k1"])]);
+        assert!(kept.take_all().is_empty(), "emptied");
+        assert!(kept.take(&thread("a"), &[Some("k1".to_owned())], |_| false).is_empty());
     }
 }

@@ -5,7 +5,7 @@
 use super::{ToolCall, ToolRun};
 use crate::engine::RunConfig;
 use crate::metrics::{inc, metrics};
-use crate::store::{Checkpointer, LedgerRow, SharedJson, StoreError, Unrecorded};
+use crate::store::{Checkpointer, LedgerRow, SharedJson, StoreError, THREAD_MUST_EXIST, ThreadRef, Unrecorded};
 use std::sync::Mutex;
 use tokio::sync::oneshot;
 
@@ -126,7 +126,7 @@ impl<'a> Recorder<'a> {
                         carry.push(rows);
                         Ok(Recorded::Carried)
                     }
-                    _ => put_rows(store, cfg, &ledger_rows(&rows), fence)
+                    _ => put_rows(store, &cfg.thread, &ledger_rows(&rows), fence)
                         .await
                         .map(|_| Recorded::Written)
                         .map_err(|e| NotRecorded::from(&e)),
@@ -181,7 +181,7 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
     if rows.is_empty() {
         return true;
     }
-    match put_rows(store, cfg, &ledger_rows(rows), fence).await {
+    match put_rows(store, &cfg.thread, &ledger_rows(rows), fence).await {
         Ok(_) => true,
         Err(e) => {
             let e = NotRecorded::from(&e);
@@ -201,7 +201,7 @@ pub async fn write_carried(store: &dyn Checkpointer, cfg: &RunConfig, fence: Opt
 /// is not tried again: that would hold the node for several deadlines.
 async fn put_rows(
     store: &dyn Checkpointer,
-    cfg: &RunConfig,
+    thread: &ThreadRef,
     rows: &[crate::store::LedgerRow],
     fence: Option<i64>,
 ) -> Result<usize, StoreError> {
@@ -211,7 +211,7 @@ async fn put_rows(
     let mut tries = 1;
     loop {
         let started = tokio::time::Instant::now();
-        match store.ledger_put_many(&cfg.thread, rows, fence).await {
+        match store.ledger_put_many(thread, rows, fence).await {
             Err(StoreError::Transient { .. }) if tries < TRIES && started.elapsed() < QUICK => {
                 tokio::time::sleep(pause).await;
                 pause *= 4;
@@ -220,6 +220,58 @@ async fn put_rows(
             r => return r,
         }
     }
+}
+
+/// What [`record_kept`] did: rows written, and rows left kept (written by the thread's next
+/// attempt in this process, if there is one).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KeptRecorded {
+    /// Rows the ledger took (or already had a result for: the first result recorded wins).
+    pub written: usize,
+    /// Rows still kept in memory.
+    pub left: usize,
+}
+
+/// A last attempt, before the store closes, to record the results this process kept because
+/// their ledger write failed (`store::UnrecordedResults`): once the process ends they are gone,
+/// and a resume elsewhere runs an idempotent call again, or answers an at-most-once one "outcome
+/// unknown". Each thread's rows in one write, the first result recorded for a key winning, so a
+/// row another process recorded meanwhile stays. The thread must still exist (a deleted thread
+/// stays deleted) and belong to the user the run acted as (owner-scoped whatever the store's
+/// setting). Rows not written by `deadline` (or refused as transient) are kept again.
+pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instant) -> KeptRecorded {
+    let Some(kept) = store.unrecorded() else { return KeptRecorded::default() };
+    let mut done = KeptRecorded::default();
+    for (thread, rows) in kept.take_all() {
+        let ledger: Vec<LedgerRow> = rows.iter().map(|(k, r)| (k.clone(), r.envelope.clone())).collect();
+        let scoped = thread.clone().scoped(true);
+        let result = match tokio::time::timeout_at(deadline, put_rows(store, &scoped, &ledger, Some(THREAD_MUST_EXIST))).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Transient { op: "ledger write", message: "not done when the store closed".into() }),
+        };
+        match result {
+            Ok(_) => {
+                done.written += rows.len();
+                tracing::info!(
+                    thread_id = %thread.thread_id,
+                    rows = rows.len(),
+                    event = "unrecorded_results_recorded",
+                    "tool results this process could not record earlier were recorded as its store closed"
+                );
+            }
+            Err(e) => {
+                let why = NotRecorded::from(&e);
+                for (key, r) in rows {
+                    log_not_recorded(&thread.thread_id, None, &r.tool, &key, &why.error);
+                    if why.keep {
+                        done.left += 1;
+                        kept.keep(&thread, &key, r);
+                    }
+                }
+            }
+        }
+    }
+    done
 }
 
 /// Why a result was not recorded, and whether the store may keep it for a later attempt.
@@ -254,13 +306,16 @@ fn not_recorded(
     if let Some(kept) = store.unrecorded().filter(|_| e.keep) {
         kept.keep(&cfg.thread, key, Unrecorded { envelope: envelope.clone(), tool: tool.to_owned() });
     }
-    let error = &e.error;
-    // The message is a constant so alerts and log grouping can match it; the details are fields.
-    // Logged under the handler's logger (`tenxgraph.engine.tools`), where alerts match it.
+    log_not_recorded(&cfg.thread.thread_id, Some(&cfg.run_id), tool, key, &e.error);
+}
+
+/// The message is a constant so alerts and log grouping can match it; the details are fields.
+/// Logged under the handler's logger (`tenxgraph.engine.tools`), where alerts match it.
+fn log_not_recorded(thread_id: &str, run_id: Option<&str>, tool: &str, key: &str, error: &str) {
     tracing::error!(
         target: "tenxgraph::engine::tools",
-        thread_id = %cfg.thread.thread_id,
-        run_id = %cfg.run_id,
+        thread_id = %thread_id,
+        run_id = run_id,
         tool = %tool,
         ledger_key = %key,
         error = %error,
