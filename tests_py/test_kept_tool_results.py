@@ -295,3 +295,35 @@ def test_results_kept_in_memory_are_recorded_when_the_interpreter_exits(tenx_pos
     rows = tenx_postgres.psql("SELECT result->>'__kind__' IS DISTINCT FROM 'started' FROM tool_executions",
                               dbname=name)
     assert rows.split() == ["t"], rows
+
+
+@pytest.mark.asyncio
+async def test_results_kept_in_memory_are_recorded_while_the_process_lives(tenx_postgres, refusing_database) -> None:
+    """Another worker resumes the thread (its recovery pass, a client's retry sent there) while
+    this process, which holds the result, goes on serving: it found no result and answered the
+    at-most-once call "outcome unknown" (an idempotent one ran again)."""
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    runs: list[int] = []
+    other = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    try:
+        pay = await _keep_a_result(tenx_postgres, name, cp, "at_most_once", runs, "t-live")
+        recorded = "0"
+        for _ in range(600):  # the recorder's first try comes a second after the run ends
+            recorded = await asyncio.to_thread(
+                tenx_postgres.psql,
+                "SELECT count(*) FROM tool_executions WHERE result->>'__kind__' IS DISTINCT FROM 'started'",
+                dbname=name)
+            if recorded.strip() == "1":
+                break
+            await asyncio.sleep(0.1)
+        assert recorded.strip() == "1", "the kept result was not recorded within 60 s"
+        result = await asyncio.wait_for(
+            tool_calls_graph(other, [pay], [("pay", {"amount": 5})]).ainvoke({}, {"thread_id": "t-live"}), 60)
+        assert runs == [5]
+        assert _tool_texts(result["messages"]) == ["paid, run 1"]
+    finally:
+        await other.arelease()
+        await cp.arelease()

@@ -187,6 +187,11 @@ async fn run_holding<H: NodeHost + ?Sized>(
         lease.release(store).await;
     }
     abandoned.finish();
+    if let Some(shared) = shared {
+        // Results this run (or an earlier one) could not record: written while the process lives,
+        // for a resume elsewhere to find.
+        super::tools::spawn_kept_recorder(shared);
+    }
     result
 }
 

@@ -3,7 +3,7 @@
 
 mod record;
 use record::Recorder;
-pub use record::{Carried, CarriedRow, KeptRecorded, ledger_rows, record_kept, write_carried};
+pub use record::{Carried, CarriedRow, KeptRecorded, ledger_rows, record_kept, spawn_kept_recorder, write_carried};
 
 use super::lease::Lease;
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};

@@ -9,7 +9,10 @@
 //!
 //! What the ledger holds always wins: a result kept here is used only where the ledger has no
 //! result for the call (nothing, or the call's own started or paused row), and it is written with
-//! the ledger's first-result-wins rule. Dropped once the thread's tool node commits (its calls are
+//! the ledger's first-result-wins rule. A recorder task tries to write them while the process
+//! lives, and closing the store tries once more (`engine::record_kept`), so that a resume in
+//! another process finds them; a result written that way stays kept, marked recorded, because
+//! the thread's next attempt here may have read the ledger before the write. Dropped once the thread's tool node commits (its calls are
 //! answered in the state then) or the thread is deleted or cleared. Bounded: past [`CAPACITY`]
 //! results or [`MAX_BYTES`] of them the oldest is dropped, with a warning; a process that cannot
 //! write its ledger for that long has bigger trouble.
@@ -39,10 +42,18 @@ pub struct Unrecorded {
     pub tool: String,
 }
 
+struct Entry {
+    result: Unrecorded,
+    /// Its envelope's size.
+    size: usize,
+    /// Written to the ledger since it was kept (see the module).
+    recorded: bool,
+}
+
 #[derive(Default)]
 struct Kept {
-    /// Each result, with its size.
-    rows: HashMap<Key, (Unrecorded, usize)>,
+    /// Each result.
+    rows: HashMap<Key, Entry>,
     /// The sum of the sizes.
     bytes: usize,
     /// Insertion order, for the bound (a key taken out may still be listed: skipped then).
@@ -55,6 +66,10 @@ pub struct UnrecordedResults {
     kept: Mutex<Kept>,
     /// How many results are kept: the tool handler's path skips the lock while it is zero.
     count: AtomicUsize,
+    /// How many of them are not recorded yet.
+    pending: AtomicUsize,
+    /// A recorder task is running for this store (`engine::spawn_kept_recorder`).
+    pub recorder: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for UnrecordedResults {
@@ -65,9 +80,13 @@ impl std::fmt::Debug for UnrecordedResults {
 
 impl Kept {
     fn remove(&mut self, k: &Key) -> Option<Unrecorded> {
-        let (r, size) = self.rows.remove(k)?;
-        self.bytes -= size;
-        Some(r)
+        let e = self.rows.remove(k)?;
+        self.bytes -= e.size;
+        Some(e.result)
+    }
+
+    fn pending(&self) -> usize {
+        self.rows.values().filter(|e| !e.recorded).count()
     }
 
     /// Keys taken out stay in `order` until here: dropped once they are most of it.
@@ -88,14 +107,24 @@ impl UnrecordedResults {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn counted(&self, kept: &Kept) {
+        self.count.store(kept.rows.len(), Ordering::Release);
+        self.pending.store(kept.pending(), Ordering::Release);
+    }
+
+    /// How many kept results are not recorded yet.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+
     /// Keeps the result of a call of thread `t` that completed but could not be recorded.
     pub fn keep(&self, t: &ThreadRef, ledger_key: &str, result: Unrecorded) {
         let size = result.envelope.get().len();
         let mut kept = self.lock();
         let k = key(t, ledger_key);
         kept.bytes += size;
-        match kept.rows.insert(k.clone(), (result, size)) {
-            Some((_, old)) => kept.bytes -= old,
+        match kept.rows.insert(k.clone(), Entry { result, size, recorded: false }) {
+            Some(old) => kept.bytes -= old.size,
             None => kept.order.push_back(k),
         }
         while kept.rows.len() > CAPACITY || kept.bytes > MAX_BYTES {
@@ -111,7 +140,7 @@ impl UnrecordedResults {
                 );
             }
         }
-        self.count.store(kept.rows.len(), Ordering::Release);
+        self.counted(&kept);
     }
 
     /// Drops what is kept for thread `thread_id` (deleted: its ledger went with it, and a thread
@@ -126,7 +155,7 @@ impl UnrecordedResults {
             kept.remove(k);
         }
         kept.compact_order();
-        self.count.store(kept.rows.len(), Ordering::Release);
+        self.counted(&kept);
     }
 
     /// The kept results of thread `t`'s `keys` that `recorded` says the ledger has no result
@@ -151,35 +180,38 @@ impl UnrecordedResults {
             }
         }
         kept.compact_order();
-        self.count.store(kept.rows.len(), Ordering::Release);
+        self.counted(&kept);
         out
     }
 
-    /// Everything kept, taken out, by thread and user: for a last attempt to record it before
-    /// the store closes (`engine::tools::record_kept`).
-    pub fn take_all(&self) -> Vec<(ThreadRef, Vec<(String, Unrecorded)>)> {
-        if self.count.load(Ordering::Acquire) == 0 {
+    /// Copies of the results not recorded yet, by thread and user, oldest first.
+    pub fn pending_rows(&self) -> Vec<(ThreadRef, Vec<(String, Unrecorded)>)> {
+        if self.pending() == 0 {
             return Vec::new();
         }
-        let mut kept = self.lock();
-        let order = std::mem::take(&mut kept.order);
-        let mut rows = std::mem::take(&mut kept.rows);
-        kept.bytes = 0;
-        self.count.store(0, Ordering::Release);
-        drop(kept);
+        let kept = self.lock();
         let mut out: Vec<(ThreadRef, Vec<(String, Unrecorded)>)> = Vec::new();
-        let mut index: HashMap<(String, String), usize> = HashMap::new();
-        // Oldest first, as kept: a bound hit while writing them back drops the oldest again.
-        for k in order {
-            let Some((r, _)) = rows.remove(&k) else { continue };
-            let (thread_id, user_id, ledger_key) = k;
-            let at = *index.entry((thread_id.clone(), user_id.clone())).or_insert_with(|| {
-                out.push((ThreadRef::new(thread_id, user_id), Vec::new()));
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for k in &kept.order {
+            let Some(e) = kept.rows.get(k).filter(|e| !e.recorded) else { continue };
+            let at = *index.entry((k.0.as_str(), k.1.as_str())).or_insert_with(|| {
+                out.push((ThreadRef::new(k.0.clone(), k.1.clone()), Vec::new()));
                 out.len() - 1
             });
-            out[at].1.push((ledger_key, r));
+            out[at].1.push((k.2.clone(), e.result.clone()));
         }
         out
+    }
+
+    /// Marks thread `t`'s `keys` recorded, where they are still kept.
+    pub fn mark_recorded<'k>(&self, t: &ThreadRef, keys: impl IntoIterator<Item = &'k str>) {
+        let mut kept = self.lock();
+        for k in keys {
+            if let Some(e) = kept.rows.get_mut(&key(t, k)) {
+                e.recorded = true;
+            }
+        }
+        self.counted(&kept);
     }
 }
 
@@ -231,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn take_all_groups_by_thread_and_user_oldest_first_and_empties() {
+    fn pending_rows_group_by_thread_and_user_oldest_first_until_marked_recorded() {
         let kept = UnrecordedResults::default();
         let r = |v: i64| Unrecorded { envelope: crate::store::shared_json(&serde_json::Value::from(v)), tool: "t".into() };
         kept.keep(&thread("a"), "k1", r(1));
@@ -239,13 +271,21 @@ mod tests {
         kept.keep(&thread("b"), "k2", r(3));
         kept.keep(&thread("a"), "k3", r(4));
         kept.take(&thread("b"), &[Some("k2".to_owned())], |_| false);
-        let all = kept.take_all();
-        let shape: Vec<_> = all
-            .iter()
-            .map(|(t, rows)| (t.thread_id.as_str(), t.user_id.as_str(), rows.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()))
-            .collect();
-        assert_eq!(shape, [("a", "u", vec!["k1", "k3"]), ("a", "other", vec!["k1"])]);
-        assert!(kept.take_all().is_empty(), "emptied");
-        assert!(kept.take(&thread("a"), &[Some("k1".to_owned())], |_| false).is_empty());
+        let shape = |k: &UnrecordedResults| -> Vec<(String, String, Vec<String>)> {
+            k.pending_rows()
+                .into_iter()
+                .map(|(t, rows)| (t.thread_id, t.user_id, rows.into_iter().map(|(k, _)| k).collect()))
+                .collect()
+        };
+        let s = |x: &str| x.to_owned();
+        assert_eq!(shape(&kept), [(s("a"), s("u"), vec![s("k1"), s("k3")]), (s("a"), s("other"), vec![s("k1")])]);
+        assert_eq!(kept.pending(), 3);
+        kept.mark_recorded(&thread("a"), ["k1", "k3", "missing"]);
+        assert_eq!(shape(&kept), [(s("a"), s("other"), vec![s("k1")])]);
+        assert_eq!(kept.pending(), 1);
+        let got = kept.take(&thread("a"), &[Some("k1".to_owned())], |_| false);
+        assert!(got.contains_key("k1"), "a recorded result stays kept for an attempt that read the ledger before the write");
+        kept.keep(&thread("a"), "k3", r(5));
+        assert_eq!(kept.pending(), 2, "kept again: pending again");
     }
 }

@@ -222,56 +222,95 @@ async fn put_rows(
     }
 }
 
-/// What [`record_kept`] did: rows written, and rows left kept (written by the thread's next
-/// attempt in this process, if there is one).
+/// What [`record_kept`] did: rows written, and rows still waiting to be written.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct KeptRecorded {
     /// Rows the ledger took (or already had a result for: the first result recorded wins).
     pub written: usize,
-    /// Rows still kept in memory.
-    pub left: usize,
+    /// Rows that could not be written (kept, and tried again later).
+    pub failed: usize,
 }
 
-/// A last attempt, before the store closes, to record the results this process kept because
-/// their ledger write failed (`store::UnrecordedResults`): once the process ends they are gone,
-/// and a resume elsewhere runs an idempotent call again, or answers an at-most-once one "outcome
-/// unknown". Each thread's rows in one write, the first result recorded for a key winning, so a
-/// row another process recorded meanwhile stays. The thread must still exist (a deleted thread
-/// stays deleted) and belong to the user the run acted as (owner-scoped whatever the store's
-/// setting). Rows not written by `deadline` (or refused as transient) are kept again.
+/// Writes the results this process kept because their ledger write failed
+/// (`store::UnrecordedResults`), so that a resume in another process finds them: otherwise it runs
+/// an idempotent call again, or answers an at-most-once one "outcome unknown". Each thread's rows
+/// in one write, the first result recorded for a key winning, so a row another process recorded
+/// meanwhile stays. The thread must still exist (a deleted thread stays deleted) and belong to
+/// the user the run acted as (owner-scoped whatever the store's setting). A row the store refuses
+/// by its rules (the thread deleted, another user's) is dropped; one not written by `deadline`, or
+/// refused for a passing reason, stays for the next try.
 pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instant) -> KeptRecorded {
     let Some(kept) = store.unrecorded() else { return KeptRecorded::default() };
     let mut done = KeptRecorded::default();
-    for (thread, rows) in kept.take_all() {
+    for (thread, rows) in kept.pending_rows() {
         let ledger: Vec<LedgerRow> = rows.iter().map(|(k, r)| (k.clone(), r.envelope.clone())).collect();
         let scoped = thread.clone().scoped(true);
-        let result = match tokio::time::timeout_at(deadline, put_rows(store, &scoped, &ledger, Some(THREAD_MUST_EXIST))).await {
+        let write = put_rows(store, &scoped, &ledger, Some(THREAD_MUST_EXIST));
+        let result = match tokio::time::timeout_at(deadline, write).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Transient { op: "ledger write", message: "not done when the store closed".into() }),
+            Err(_) => Err(StoreError::Transient { op: "ledger write", message: "not done by its deadline".into() }),
         };
+        let keys = rows.iter().map(|(k, _)| k.as_str());
         match result {
             Ok(_) => {
                 done.written += rows.len();
+                kept.mark_recorded(&thread, keys);
                 tracing::info!(
                     thread_id = %thread.thread_id,
                     rows = rows.len(),
                     event = "unrecorded_results_recorded",
-                    "tool results this process could not record earlier were recorded as its store closed"
+                    "tool results this process could not record when their tools returned are recorded now"
                 );
             }
             Err(e) => {
                 let why = NotRecorded::from(&e);
-                for (key, r) in rows {
-                    log_not_recorded(&thread.thread_id, None, &r.tool, &key, &why.error);
-                    if why.keep {
-                        done.left += 1;
-                        kept.keep(&thread, &key, r);
+                done.failed += rows.len();
+                if !why.keep {
+                    // The thread is gone (or another user's): its results must not answer a thread
+                    // made again under its id.
+                    kept.forget_thread(&thread.thread_id);
+                    for (key, r) in &rows {
+                        log_not_recorded(&thread.thread_id, None, &r.tool, key, &why.error);
                     }
                 }
             }
         }
     }
     done
+}
+
+/// Starts a task that tries to record the results `store` keeps (see [`record_kept`]) while the
+/// process lives, backing off from 1 s to a minute between tries, for about 15 minutes; the next
+/// run of a thread on the store that ends with results kept starts it again. One at a time per
+/// store; it holds the store weakly and ends when nothing is left to record.
+pub fn spawn_kept_recorder(store: &std::sync::Arc<dyn Checkpointer>) {
+    let Some(kept) = store.unrecorded() else { return };
+    if kept.pending() == 0 || kept.recorder.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let weak = std::sync::Arc::downgrade(store);
+    tokio::spawn(async move {
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(60));
+            let Some(store) = weak.upgrade() else { return };
+            record_kept(&*store, tokio::time::Instant::now() + Duration::from_secs(10)).await;
+            let Some(kept) = store.unrecorded() else { return };
+            let give_up = started.elapsed() > Duration::from_secs(15 * 60);
+            if kept.pending() == 0 || give_up {
+                kept.recorder.store(false, Ordering::Release);
+                // A result kept after the check above found the flag still set and started no
+                // recorder: this one goes on for it.
+                if give_up || kept.pending() == 0 || kept.recorder.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// Why a result was not recorded, and whether the store may keep it for a later attempt.
