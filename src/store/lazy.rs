@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -28,12 +29,15 @@ pub struct LazyStore {
     open: Arc<Opener>,
     // Known without connecting: the engine asks it synchronously.
     isolates_users: bool,
+    // How many times `release` was called: an open in flight across a release closes what it
+    // opened (see `get`).
+    releases: Arc<AtomicU64>,
 }
 
 impl LazyStore {
     /// A store not yet opened; `isolates_users` is answered without opening it.
     pub fn new(isolates_users: bool, open: Opener) -> Self {
-        LazyStore { cell: Arc::new(OnceCell::new()), open: Arc::new(open), isolates_users }
+        LazyStore { cell: Arc::new(OnceCell::new()), open: Arc::new(open), isolates_users, releases: Default::default() }
     }
 
     /// Whether the backend has been opened.
@@ -49,8 +53,18 @@ impl LazyStore {
         // (connect, migrate under the schema's lock) runs as a task that fills the cell itself:
         // run in the caller's future, a caller whose loop stopped for good held the cell's
         // initialisation, and every later call of the process waited for it for ever.
-        let (cell, open) = (self.cell.clone(), self.open.clone());
-        super::task::to_the_end("open", async move { cell.get_or_try_init(|| open()).await.map(drop) }).await?;
+        let (cell, open, releases) = (self.cell.clone(), self.open.clone(), self.releases.clone());
+        let before = releases.load(Ordering::SeqCst);
+        super::task::to_the_end("open", async move {
+            let store = cell.get_or_try_init(|| open()).await?;
+            // A release that came while this open was in flight found nothing to close: the pool
+            // opened here would stay connected for the rest of the process.
+            if releases.load(Ordering::SeqCst) != before {
+                let _ = store.release().await;
+            }
+            Ok(())
+        })
+        .await?;
         // The task returned Ok only with the cell filled (by it or by another caller's open).
         self.cell.get().ok_or_else(|| StoreError::Transient { op: "open", message: "the store did not open".into() })
     }
@@ -248,7 +262,8 @@ impl Checkpointer for LazyStore {
         self.get().await?.prune(rules).await
     }
     async fn release(&self) -> StoreResult<()> {
-        // Never connects just to close.
+        // Never connects just to close; an open in flight closes what it opens (see `get`).
+        self.releases.fetch_add(1, Ordering::SeqCst);
         match self.cell.get() {
             Some(s) => s.release().await,
             None => Ok(()),

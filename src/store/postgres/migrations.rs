@@ -60,12 +60,14 @@ const MIGRATIONS: [(i32, &str, &str); 15] = [
 /// `lock_timeout`, a statement the server cancelled, an ended session, connection trouble) is
 /// `Transient`, classified as every statement's is: as `Schema` (`STORAGE_SCHEMA_001`, "a
 /// migration failed") it sent a fleet's new worker, whose `asetup()` met another session's lock
-/// on `schema_version`, looking for a broken schema (red-team, session 23). Anything else is
-/// `Schema`.
+/// on `schema_version`, looking for a broken schema (red-team, session 23). A released
+/// checkpointer says so, as every other call on it does. Anything else is `Schema`.
 fn schema_err(e: sqlx::Error) -> StoreError {
     let text = super::errors::with_pooler_hint(&e);
+    let closed = matches!(e, sqlx::Error::PoolClosed);
     match super::errors::map_err("migrate", e, None) {
         transient @ StoreError::Transient { .. } => transient,
+        released if closed => released,
         _ => StoreError::Schema(text),
     }
 }
