@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tenxgraph.testing import EffectCounter, resume, run_until_crash
+from tenxgraph.testing import EffectCounter, race, resume, run_until_crash
 from tenxgraph.testing.crash import child_env
 from tenxgraph.testing.providers import OpenAIStandIn
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
@@ -118,6 +118,19 @@ def test_resume_is_not_held_by_a_process_a_tool_started(tmp_path: Path, effects:
     assert "stdout: worker w1 is pid" in r.stdout
     (worker,) = effects.all("start_worker")
     assert _gone_within(int(worker.data["pid"]), 30), "the finished child's worker is still running"
+
+
+def test_race_is_not_outlived_by_a_process_a_tool_started(tmp_path: Path, effects: EffectCounter,
+                                                          no_worker_left: None) -> None:
+    """Session 33 left it: race()'s workers had no session of their own, so the sleeper a tool
+    started kept running after the race returned."""
+    results = race(SPAWNER, "t-1", db=tmp_path / "kit.db", inputs="start it", workers=2, timeout=60,
+                   env={"KIT_TOOLS": "start_worker", "WORKER_SECONDS": "600"})
+    assert [r.outcome for r in results].count("error") < 2, [r.exception for r in results]
+    workers = effects.all("start_worker")
+    assert workers, "no worker started"
+    for w in workers:
+        assert _gone_within(int(w.data["pid"]), 30), "a race worker's sleeper is still running"
 
 
 # --------------------------------------------------------------------------- 3. reply_hang

@@ -294,7 +294,7 @@ def run_child(spec_path: Path, env: dict[str, str], timeout: float, what: str) -
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        _kill_group(proc)
+        kill_group(proc)
     out, err = _read_text(out_path), _read_text(err_path)
     if timed_out:
         raise child_failed(what, f"did not finish within {timeout}s (killed); a hung tool, or a delay() "
@@ -302,7 +302,8 @@ def run_child(spec_path: Path, env: dict[str, str], timeout: float, what: str) -
     return proc.returncode, out, err
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILLs what is left of ``proc``'s process group (it leads a session of its own), then reaps it."""
     # The group id is the child's pid (start_new_session), still reserved while any member lives,
     # so this cannot hit an unrelated group even after the child itself was reaped.
     with contextlib.suppress(ProcessLookupError, PermissionError):

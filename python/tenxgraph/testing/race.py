@@ -14,7 +14,6 @@ contract, typically with an :class:`~tenxgraph.testing.effects.EffectCounter`.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tenxgraph.testing._children import (
     child_failed,
     describe_rc,
     exception_of,
+    kill_group,
     read_result,
     Workdir,
     write_spec,
@@ -152,22 +152,22 @@ def race(
                 # Output to files, not pipes: a worker blocked on a full pipe could stall the others.
                 log = spec_path.with_suffix(".log")
                 with open(log.with_suffix(".out"), "wb") as out_f, open(log.with_suffix(".err"), "wb") as err_f:
+                    # A session of its own: what is left of its group once it ends is killed (see
+                    # _children.run_child), so a process a tool started does not outlive the race.
                     proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(spec_path)], env=child_environ,
-                                            stdout=out_f, stderr=err_f, cwd=os.getcwd())
+                                            stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f, cwd=os.getcwd(),
+                                            start_new_session=True)
                 procs.append((proc, result_path, log))
             deadline = time.monotonic() + timeout
             for i, (proc, _, log) in enumerate(procs):
                 try:
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                    kill_group(proc)
                     raise child_failed(f"{what} {i}", f"did not finish within {timeout}s (killed)", *_logs(log)) from None
         finally:
             for proc, _, _ in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
+                kill_group(proc)
         results = []
         for i, (proc, result_path, log) in enumerate(procs):
             rc = proc.returncode
