@@ -116,8 +116,10 @@ impl GraphSpec {
                 _ => {}
             }
         }
+        // START and END are 10xGraph's nodes too: a pause before or after START gates every turn
+        // (see run_loop/start.rs); END never runs, so its pauses never fire, as in 10xGraph.
         for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
-            if !self.nodes.contains(n) {
+            if !self.has_node(n) {
                 return Err(EngineError::graph(
                     "GRAPH_004",
                     format!("Interrupt node '{n}' does not exist"),

@@ -297,7 +297,18 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         }
     };
     let mut cursor = host.prepare(stored_parts, &exec).await?;
-    if at_start && graph.routes_out_of_start() {
+    // `interrupt_before=[START]` gates every turn: its input is committed and the run pauses at
+    // START, nothing routed (the resume routes). `interrupt_after=[START]` pauses once the first
+    // node is routed. 10xGraph's rules; START was GRAPH_004 here.
+    let start_gate = at_start && !closing && input.start_node.is_none();
+    let pause_before_start = start_gate
+        && graph.interrupt_before.iter().any(|n| n == crate::engine::START)
+        && skip_before.as_deref() != Some(crate::engine::START);
+    let pause_after_start =
+        start_gate && !pause_before_start && graph.interrupt_after.iter().any(|n| n == crate::engine::START);
+    if pause_before_start {
+        exec.current_node = crate::engine::START.into();
+    } else if at_start && graph.routes_out_of_start() {
         // Before the input commit: a condition that fails, or routes nowhere, refuses the turn
         // with nothing written.
         exec.current_node = super::route_out_of_start(graph, host)?;
@@ -411,7 +422,11 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // Released when this function returns or its future is dropped (a caller's cancel).
     let subscription = StopSignals::global().subscribe(&key);
     let resume_after = if input.start_node.is_some() { None } else { resume_after };
-    let result = match run.drive(skip_before, resume_after, subscription.signal()).await {
+    let result = match if pause_after_start {
+        run.pause_after_start().await
+    } else {
+        run.drive(skip_before, resume_after, subscription.signal()).await
+    } {
         // A state the store cannot hold ends the run like a node that raised: the thread is left
         // in the error status (not `running`, which would wedge it), with the error named.
         Err(e) if run.unserialisable => run.fail(e).await,

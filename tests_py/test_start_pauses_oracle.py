@@ -1,0 +1,98 @@
+"""Static pauses at START and END, differential against 10xGraph 0.10.0. 10xGraph takes START
+and END in ``interrupt_before`` / ``interrupt_after``: a pause before START gates every turn (its
+input stored, nothing run; ``{}`` runs it), a pause after START stops once the first node is
+routed, and END's pauses never fire. Ours refused all four at ``compile()`` (GRAPH_004)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+SCRIPT = """
+import asyncio
+from tenxgraph import END, START, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+
+def build(first_by_condition):
+    g = StateGraph()
+    g.add_node("a", lambda s: Message.text_message("a", role="assistant", message_id=f"a{len(s.context)}"))
+    g.add_node("b", lambda s: Message.text_message("b", role="assistant", message_id=f"b{len(s.context)}"))
+    if first_by_condition:
+        g.set_entry_point("a")
+        g.add_conditional_edges(START, lambda s: "b" if "b" in s.context[-1].text() else "a")
+    else:
+        g.add_edge(START, "a")
+    g.add_edge("a", END); g.add_edge("b", END)
+    return g
+
+
+async def turns(before, after, first_by_condition, inputs):
+    try:
+        from injectq import InjectQ  # 10xGraph binds the first compiled checkpointer for good
+        from injectq.core.context import ContainerContext
+        InjectQ.reset_instance()
+        ContainerContext.clear_current()
+    except ImportError:
+        pass
+    app = build(first_by_condition).compile(checkpointer=InMemoryCheckpointer(), interrupt_before=before,
+                                            interrupt_after=after)
+    out = []
+    for i, text in enumerate(inputs):
+        data = {} if text is None else {"messages": [Message.text_message(text, message_id=f"u{i}")]}
+        r = await app.ainvoke(data, {"thread_id": "t"}, response_granularity="full")
+        meta = r["state"].execution_meta
+        out.append([[m.message_id for m in r["state"].context], meta.status.value, meta.current_node,
+                    meta.interrupted_node])
+    return out
+
+
+async def main():
+    # No `{}` on a completed thread: there tenxgraph runs nothing by design (differences.md).
+    script = ["go", None, "to b", None, "again"]
+    emit({
+        "before_start": await turns([START], [], False, script),
+        "after_start": await turns([], [START], False, script),
+        "both": await turns([START], [START], False, ["go", None, None, "to b", None]),
+        "before_start_routed": await turns([START], [], True, script),
+        "after_start_routed": await turns([], [START], True, script),
+        "end": await turns([END], [END], False, ["go", "again"]),
+    })
+
+asyncio.run(main())
+"""
+
+
+def test_pauses_at_start_and_end_are_10xgraphs(oracle) -> None:
+    theirs, ours = oracle.run_both(SCRIPT)
+    assert ours == theirs
+    # Not vacuous: the turn paused at START, then ran the node the condition chose.
+    first, resumed = theirs["before_start_routed"][0], theirs["before_start_routed"][1]
+    assert first[1:] == ["interrupted_before", START, START]
+    assert resumed[1] == "completed"
+    assert theirs["after_start_routed"][2][1:3] == ["interrupted_after", "b"]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_paused_before_start_has_its_input_stored_and_runs_on_resume() -> None:
+    ran: list[str] = []
+
+    def model(state: AgentState) -> Message:
+        ran.append(state.context[-1].text())
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    cp = InMemoryCheckpointer()
+    app = g.compile(checkpointer=cp, interrupt_before=[START])
+    config = {"thread_id": "gate"}
+    await app.ainvoke({"messages": [Message.text_message("refund 4821")]}, config)
+    stored = await cp.aget_state(config)
+    assert ran == [] and [m.text() for m in stored.context] == ["refund 4821"]
+    assert stored.execution_meta.status.value == "interrupted_before"
+    result = await app.ainvoke({}, config)
+    assert ran == ["refund 4821"] and result["messages"][-1].text() == "done"
