@@ -393,3 +393,32 @@ async def test_thread_10xgraph_paused_at_interrupt_before_resumes_like_10xgraph(
     assert state.execution_meta.status.value == "completed"
     assert comparable(state.context, thread) == comparable(theirs["context"], thread)
     assert comparable(out["messages"], thread) == comparable(theirs["messages"], thread)
+
+
+async def test_another_threads_entry_under_the_same_key_is_neither_resumed_nor_deleted(writer: Writer) -> None:
+    """10xGraph's key ``state_cache:<thread>:<user>`` is not escaped: thread ``T:b`` of user
+    ``u1`` and thread ``T`` of user ``b:u1`` share one. A run 10xGraph left unfinished for the
+    first (no state row: only its entry) was resumed under the second user's new thread: that
+    user got its messages, ``charge`` fired again, and the entry was then deleted, so the owner's
+    own resume had nothing left (red-team, session 34)."""
+    base = new_thread("coll")
+    victim = f"{base}:b"
+    left = writer.crash_in_tool_node(victim, nondurable=True)
+    assert left["states"] == [] and json.loads(left["cache"])["execution_meta"]["current_node"] == "tools"
+    key = writer.cache_key(victim)
+    assert key == f"state_cache:{base}:b:u1"
+    (writer.workdir / "email.release").write_text("go")
+    other = {"thread_id": base, "user_id": "b:u1"}
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        with pytest.raises(ValueError, match="messages"):  # a thread with nothing to resume
+            await agent.build(cp).ainvoke({}, config=other)
+        assert effect_names(writer) == ["model", "charge"], "the other user's run fired a tool"
+        assert await cp.aget_state(other) is None
+        await cp.aclean_thread(other)  # clears that thread's cache entries: not the victim's
+        assert writer.redis_get(key) is not None, "the owner's entry was deleted"
+    finally:
+        await cp.arelease()
+    out, state, _ = await resume_on_tenxgraph(writer, victim, redis=True)
+    assert effect_names(writer) == ["model", "charge", "email", "model"], writer.effects()
+    assert state.execution_meta.status.value == "completed"

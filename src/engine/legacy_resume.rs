@@ -16,7 +16,7 @@
 //! Any other row resumes at the node it names, as before.
 
 use super::{ExecStatus, GraphSpec, START, graph::END};
-use crate::store::{Checkpoint, LegacyCache};
+use crate::store::{Checkpoint, LegacyCache, ThreadRef};
 use serde_json::Value;
 
 /// The field 10xGraph adds to its cache entry: the durable version the entry was cached at.
@@ -34,6 +34,22 @@ pub fn unfinished_legacy_run(stored: Option<&Checkpoint>) -> bool {
 
 fn status_of(state: &Value) -> Option<&str> {
     state.get("execution_meta")?.get("status")?.as_str()
+}
+
+/// Whether 10xGraph's cache entry found under this thread's key can be this thread's. Its key,
+/// `state_cache:<thread>:<user>`, is not escaped: thread `T:b` of user `c` and thread `T` of user
+/// `b:c` share one, and a run 10xGraph left unfinished for one was resumed under the other's new
+/// thread (its messages handed over, its tools fired again; red-team, session 34). The entry's
+/// `execution_meta.thread_id` (10xGraph sets it on every run) names its thread; once the thread is
+/// known the user part of the key is too. An entry without it is taken only where no ':' makes
+/// the key ambiguous.
+pub fn cache_entry_is_this_threads(cache: &LegacyCache, t: &ThreadRef) -> bool {
+    let LegacyCache::Found(entry) = cache else { return true };
+    match entry.get("execution_meta").and_then(|m| m.get("thread_id")) {
+        Some(Value::String(id)) => *id == t.thread_id,
+        Some(Value::Number(n)) => n.to_string() == t.thread_id,
+        _ => !(t.thread_id.contains(':') || t.user_id.contains(':')),
+    }
 }
 
 /// The checkpoint to resume from, built from 10xGraph's cache entry, or why the entry is not used

@@ -104,7 +104,16 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // 10xGraph's entry, used or not, is stale once this run commits: dropped after that commit.
     let mut drop_legacy_cache = false;
     if resuming && legacy_resume::unfinished_legacy_run(stored.as_ref()) {
-        let found = store.legacy_state_cache(t).await;
+        let mut found = store.legacy_state_cache(t).await;
+        if !legacy_resume::cache_entry_is_this_threads(&found, t) {
+            // Another thread's (the key is ambiguous): neither used nor dropped.
+            tracing::warn!(
+                thread_id = %t.thread_id,
+                event = "legacy_cache_unusable",
+                "10xGraph's Redis state cache entry under this thread's key belongs to another thread; not used"
+            );
+            found = crate::store::LegacyCache::Absent;
+        }
         drop_legacy_cache = found != crate::store::LegacyCache::Absent;
         match legacy_resume::from_cache(graph, stored.as_ref(), found) {
             Ok(Some(cp)) => {

@@ -38,6 +38,25 @@ const LEGACY_STATE_GET: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
 return redis.call('GET', KEYS[1])"#;
 
+/// Deletes 10xGraph's entry (KEYS[1]) only where it is the thread's: its key is not escaped, so
+/// thread `T:b` of user `c` and thread `T` of user `b:c` share one, and clearing one thread's cache
+/// deleted the other's unfinished run (see `engine::legacy_resume::cache_entry_is_this_threads`,
+/// the same rule). ARGV[1]: the thread id; ARGV[2]: '1' when either id has a ':'.
+const LEGACY_STATE_DEL: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
+local ok, entry = pcall(cjson.decode, redis.call('GET', KEYS[1]))
+local named = nil
+if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table' then
+  local id = entry.execution_meta.thread_id
+  if type(id) == 'string' or type(id) == 'number' then named = tostring(id) end
+end
+if named ~= nil then
+  if named ~= ARGV[1] then return 0 end
+elseif ARGV[2] == '1' then
+  return 0
+end
+return redis.call('DEL', KEYS[1])"#;
+
 /// A Redis connection used as a cache beside Postgres: every call is bounded by a short timeout and
 /// never fails the caller; a failure answers "not served" (None/false) so Postgres serves instead.
 pub struct RedisCache {
@@ -212,7 +231,12 @@ impl RedisCache {
 
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
-        let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t)).arg(legacy_state_key(t))).await;
+        let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
+        let ambiguous = t.thread_id.contains(':') || t.user_id.contains(':');
+        let legacy = redis::Script::new(LEGACY_STATE_DEL);
+        let mut del = legacy.key(legacy_state_key(t));
+        del.arg(&t.thread_id).arg(if ambiguous { "1" } else { "0" });
+        let _ = self.script::<i64>(del).await;
     }
 }
 
