@@ -327,3 +327,157 @@ async def test_results_kept_in_memory_are_recorded_while_the_process_lives(tenx_
     finally:
         await other.arelease()
         await cp.arelease()
+
+
+async def _until_recorded(tenx_postgres, name: str, count: int) -> None:
+    """Waits (at most 60 s) for ``count`` results in the ledger: the recorder's tries come 1, 2,
+    4 ... s after the run ends."""
+    found = ""
+    for _ in range(600):
+        found = (await asyncio.to_thread(
+            tenx_postgres.psql,
+            "SELECT count(*) FROM tool_executions WHERE result->>'__kind__' IS DISTINCT FROM 'started'",
+            dbname=name)).strip()
+        if found == str(count):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{count} recorded results expected within 60 s, found {found}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("second_user", ["bob", None])
+async def test_without_user_isolation_a_result_kept_for_another_user_is_recorded_not_dropped(
+    tenx_postgres, refusing_database, second_user: str | None
+) -> None:
+    """Users not isolated: alice's thread, a turn run as bob (or as nobody). The recorder wrote the
+    kept result owner-scoped, was refused as "another user's thread", and dropped it: the next
+    attempt in this very process ran the idempotent call again (helper red-team of the recorder)."""
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4}, enforce_user_isolation=False)
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    runs: list[int] = []
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay an amount."""
+        runs.append(amount)
+        if len(runs) == 2:  # the second turn's call: the server refuses writes as it returns
+            await asyncio.to_thread(tenx_postgres.psql, "UPDATE rt_flag SET v = 'all'", dbname=name)
+        return f"paid, run {len(runs)}"
+
+    app = tool_calls_graph(cp, [pay], [("pay", {"amount": 5})])
+    alice = {"thread_id": "t-shared", "user_id": "alice"}
+    other = {"thread_id": "t-shared"} | ({"user_id": second_user} if second_user else {})
+    try:
+        await app.ainvoke({"messages": [Message.text_message("pay", message_id="u-1")]}, alice)
+        with pytest.raises(TransientStorageError):
+            await asyncio.wait_for(
+                app.ainvoke({"messages": [Message.text_message("again", message_id="u-2")]}, other), 60)
+        tenx_postgres.psql("UPDATE rt_flag SET v = 'off'", dbname=name)
+        await _until_recorded(tenx_postgres, name, 2)
+        result = await asyncio.wait_for(app.ainvoke({}, other), 60)
+        assert len(runs) == 2, "the call ran again"
+        assert _tool_texts(result["messages"])[-1] == "paid, run 2"
+    finally:
+        await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_result_kept_by_a_cancelled_run_is_recorded_while_the_process_lives(
+    tenx_postgres, refusing_database, caplog
+) -> None:
+    """The recorder started only when a run returned: a run its caller cancelled (a timeout, a
+    client gone) left its kept result unwritten, and a resume elsewhere ran the call again."""
+    import logging
+
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    other = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    runs = collections.Counter[str]()
+    never = asyncio.Event()
+    caplog.set_level(logging.ERROR, logger="tenxgraph")
+
+    @tool
+    async def fast(x: int) -> str:
+        """Returns while its sibling runs, as the server starts refusing writes."""
+        runs["fast"] += 1
+        if runs["fast"] == 1:
+            await asyncio.to_thread(tenx_postgres.psql, "UPDATE rt_flag SET v = 'all'", dbname=name)
+        return "fast done"
+
+    @tool
+    async def slow(x: int) -> str:
+        """Never returns in the first run."""
+        runs["slow"] += 1
+        if runs["slow"] == 1:
+            await never.wait()
+        return "slow done"
+
+    calls = [("fast", {"x": 1}), ("slow", {"x": 2})]
+    config = {"thread_id": "t-cancel"}
+    try:
+        task = asyncio.create_task(tool_calls_graph(cp, [fast, slow], calls).ainvoke(
+            {"messages": [Message.text_message("go", message_id="u-1")]}, config))
+        for _ in range(600):  # fast's result could not be recorded: it is kept
+            if any("could not be recorded" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("fast's result was never refused")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        tenx_postgres.psql("UPDATE rt_flag SET v = 'off'", dbname=name)
+        await _until_recorded(tenx_postgres, name, 1)
+        await asyncio.wait_for(tool_calls_graph(other, [fast, slow], calls).ainvoke({}, config), 60)
+        assert runs == {"fast": 1, "slow": 2}
+    finally:
+        await other.arelease()
+        await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_kept_result_lost_at_close_is_logged_and_the_close_is_bounded(
+    tenx_postgres, refusing_database, caplog
+) -> None:
+    """Closing while the server still refuses writes lost the kept result without a word; and a
+    close whose kept result's thread row was locked by another session took ~10-23 s (the
+    abandoned write's connection held the pool's close until the server's statement_timeout)."""
+    import logging
+    import subprocess
+    import time
+
+    from tenxgraph.testing.postgres_server import find_pg_binary
+
+    name, dsn = refusing_database
+    cp = PgCheckpointer(dsn, pool_config={"max_size": 4})
+    await cp.asetup()
+    tenx_postgres.psql(_REFUSING, dbname=name)
+    await _keep_a_result(tenx_postgres, name, cp, "idempotent", [], "t-lost")
+    caplog.set_level(logging.ERROR, logger="tenxgraph")
+    caplog.clear()
+    # The thread row locked by another session for longer than any bound here.
+    locker = subprocess.Popen([find_pg_binary("psql"), "-X", "-Atq", "-d", dsn, "-c",
+                               "BEGIN; SELECT 1 FROM threads WHERE thread_id = 't-lost' FOR UPDATE; "
+                               "SELECT pg_sleep(120); COMMIT;"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            held = tenx_postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                                      "query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()", dbname=name)
+            if held.strip() == "1":
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # the recorder's first try now waits for the lock
+        started = time.monotonic()
+        await asyncio.wait_for(cp.arelease(), 60)
+        took = time.monotonic() - started
+        assert took < 10, f"arelease took {took:.1f} s"
+        lost = [r for r in caplog.records if "could not be recorded" in r.getMessage()]
+        assert lost, "the lost result was not logged"
+    finally:
+        locker.kill()
+        locker.wait()

@@ -76,7 +76,10 @@ const KEPT_RECORD_SECONDS: u64 = 2;
 /// with the process otherwise, and a resume elsewhere runs their calls again.
 async fn close_store(s: &dyn Checkpointer) -> Result<(), StoreError> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(KEPT_RECORD_SECONDS);
-    crate::engine::record_kept(s, deadline).await;
+    if let Some(kept) = s.unrecorded() {
+        kept.closing.store(true, std::sync::atomic::Ordering::Release);
+    }
+    crate::engine::record_kept(s, deadline, true).await;
     s.release().await
 }
 

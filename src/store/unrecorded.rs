@@ -48,6 +48,8 @@ struct Entry {
     size: usize,
     /// Written to the ledger since it was kept (see the module).
     recorded: bool,
+    /// The run's call was owner-scoped (`ThreadRef::owner_scoped`): so is the write of it.
+    scoped: bool,
 }
 
 #[derive(Default)]
@@ -70,6 +72,8 @@ pub struct UnrecordedResults {
     pending: AtomicUsize,
     /// A recorder task is running for this store (`engine::spawn_kept_recorder`).
     pub recorder: std::sync::atomic::AtomicBool,
+    /// The store is closing: a recorder stops (the close makes the last try).
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for UnrecordedResults {
@@ -123,7 +127,7 @@ impl UnrecordedResults {
         let mut kept = self.lock();
         let k = key(t, ledger_key);
         kept.bytes += size;
-        match kept.rows.insert(k.clone(), Entry { result, size, recorded: false }) {
+        match kept.rows.insert(k.clone(), Entry { result, size, recorded: false, scoped: t.owner_scoped }) {
             Some(old) => kept.bytes -= old.size,
             None => kept.order.push_back(k),
         }
@@ -184,7 +188,19 @@ impl UnrecordedResults {
         out
     }
 
-    /// Copies of the results not recorded yet, by thread and user, oldest first.
+    /// Drops thread `t`'s `keys` (the store refused them by its rules: the thread is gone, or is
+    /// another user's).
+    pub fn drop_keys<'k>(&self, t: &ThreadRef, keys: impl IntoIterator<Item = &'k str>) {
+        let mut kept = self.lock();
+        for k in keys {
+            kept.remove(&key(t, k));
+        }
+        kept.compact_order();
+        self.counted(&kept);
+    }
+
+    /// Copies of the results not recorded yet, by thread and user (owner-scoped where any of the
+    /// runs that kept them was), oldest first.
     pub fn pending_rows(&self) -> Vec<(ThreadRef, Vec<(String, Unrecorded)>)> {
         if self.pending() == 0 {
             return Vec::new();
@@ -198,6 +214,7 @@ impl UnrecordedResults {
                 out.push((ThreadRef::new(k.0.clone(), k.1.clone()), Vec::new()));
                 out.len() - 1
             });
+            out[at].0.owner_scoped |= e.scoped;
             out[at].1.push((k.2.clone(), e.result.clone()));
         }
         out
@@ -287,5 +304,12 @@ mod tests {
         assert!(got.contains_key("k1"), "a recorded result stays kept for an attempt that read the ledger before the write");
         kept.keep(&thread("a"), "k3", r(5));
         assert_eq!(kept.pending(), 2, "kept again: pending again");
+        kept.keep(&thread("s").scoped(true), "k4", r(6));
+        let scoped: Vec<_> = kept.pending_rows().into_iter().map(|(t, _)| (t.thread_id, t.owner_scoped)).collect();
+        assert_eq!(scoped, [(s("a"), false), (s("a"), false), (s("s"), true)]);
+        kept.drop_keys(&thread("a"), ["k3"]);
+        kept.drop_keys(&ThreadRef::new("a", "other"), ["k1"]);
+        assert_eq!(kept.pending(), 1, "only the keys named went");
+        assert!(kept.take(&thread("s"), &[Some("k4".to_owned())], |_| false).contains_key("k4"), "other keys stay");
     }
 }

@@ -80,6 +80,9 @@ pub fn release_abandoned(thread_id: &str, run_id: &str, entered: Option<HashSet<
         if let Err(e) = store.lease_release(&key.0, token).await {
             tracing::warn!(thread_id = %key.0, "could not release a cancelled run's lease (it expires by itself): {e}");
         }
+        // Results the run could not record before or after its cancel: written while the process
+        // lives (a run that ends on its own starts the recorder as it returns).
+        crate::engine::tools::spawn_kept_recorder(&store);
     });
 }
 

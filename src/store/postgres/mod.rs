@@ -417,9 +417,13 @@ impl Checkpointer for PgStore {
     }
 
     async fn release(&self) -> StoreResult<()> {
-        // A statement stuck on a frozen server would hold `close` (the pool waits for every
-        // connection) for ever: bounded, the stuck connections are dropped with the pool.
-        let _ = tokio::time::timeout(self.opts.statement_deadline, self.conns.close()).await;
+        // A statement stuck on a frozen server, or one whose caller gave up waiting (a kept
+        // result's write behind a row lock: the connection stays busy until the server's own
+        // statement_timeout), would hold `close` (the pool waits for every connection): bounded,
+        // the stuck connections are dropped with the pool. A write still in flight then commits
+        // or not on its own, as a cancelled one does.
+        let bound = self.opts.statement_deadline.min(std::time::Duration::from_secs(2));
+        let _ = tokio::time::timeout(bound, self.conns.close()).await;
         Ok(())
     }
 
