@@ -202,6 +202,13 @@ pub const REMOTE_TOOL_REASON: &str = "remote_tool_call";
 /// step is committed: a retry (`{}`) routes again from it instead of running it again.
 pub const ROUTING_FAILED_REASON: &str = "routing_failed";
 
+/// `interrupt_reason` of a running thread whose input commit took a run past `interrupted_node`
+/// without routing yet (the client's results for a remote-tool pause, a retry after a routing
+/// error): a run that resumes it after a crash routes on from that node too. Without it the
+/// committed state named the node as the one to run, and a resume ran it again (a tool node on
+/// the client's results: NODE_002, the thread wedged; red-team, session 34).
+pub const ROUTING_PENDING_REASON: &str = "routing_pending";
+
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// `interrupt_after=[START]`: the turn's input is committed and its first node routed; the
     /// resume runs that node.
@@ -226,6 +233,8 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 Ok(n) => n,
                 Err(e) => return self.routing_failed(&node, e).await,
             };
+            self.exec.interrupted_node = None;
+            self.exec.interrupt_reason = None;
             self.exec.step += 1;
             self.exec.current_node = next;
         }

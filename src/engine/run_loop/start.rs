@@ -231,9 +231,14 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && exec.interrupt_reason.as_deref() == Some(ROUTING_FAILED_REASON)
         && exec.interrupted_node.as_deref() == Some(exec.current_node.as_str())
         && !input.has_messages;
+    // A run cut off after the input commit of one of those: it routes on from the node too.
+    let routing_pending = previous == ExecStatus::Running
+        && exec.interrupt_reason.as_deref() == Some(super::ROUTING_PENDING_REASON)
+        && exec.interrupted_node.as_deref() == Some(exec.current_node.as_str());
     let resume_after = ((previous == ExecStatus::InterruptedAfter
         && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
-        || rerouted)
+        || rerouted
+        || routing_pending)
         .then(|| exec.current_node.clone());
     // The turn starts at START (a new thread, a new turn, a state written outside a run): its
     // first node is routed out of START below, once the input is merged.
@@ -372,6 +377,13 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         cursor = MsgCursor::default();
     }
 
+    let resume_after = if input.start_node.is_some() { None } else { resume_after };
+    if let Some(node) = &resume_after {
+        // The input commit below must say that the run routes on from this node (see
+        // ROUTING_PENDING_REASON); `drive` clears it once it has.
+        exec.interrupted_node = Some(node.clone());
+        exec.interrupt_reason = Some(super::ROUTING_PENDING_REASON.into());
+    }
     let mut run = Run {
         graph,
         store,
@@ -430,7 +442,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     }
     // Released when this function returns or its future is dropped (a caller's cancel).
     let subscription = StopSignals::global().subscribe(&key);
-    let resume_after = if input.start_node.is_some() { None } else { resume_after };
+
     let result = match if pause_after_start {
         run.pause_after_start().await
     } else {
