@@ -85,3 +85,44 @@ async def test_the_clients_results_followed_by_a_new_message_are_taken(checkpoin
     # The results answer the waiting call, then the new message is a turn of its own (the kit's
     # model asks for the tools again).
     assert roles[:5] == ["user", "assistant", "tool", "tool", "user"], roles
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reused", ["user", "assistant", "local_result"])
+async def test_a_result_under_an_id_the_thread_holds_is_stored_under_a_new_id(
+        checkpointer: Any, make_thread: Any, reused: str) -> None:
+    """The merge dropped a sent message whose id the thread held already: the client's result
+    vanished and the run went on with the call unanswered (helper red-team, session 34; 10xGraph
+    0.10 drops it too). A client that names its results the same way each time hit it on its
+    second remote call."""
+    app, cfg = await _paused(checkpointer, make_thread)
+    state = await checkpointer.aget_state(dict(cfg))
+    taken = {"user": state.context[0], "assistant": state.context[1], "local_result": state.context[2]}[reused]
+    answer = _result("c2").model_copy(update={"message_id": taken.message_id})
+    out = await app.ainvoke({"messages": [answer]}, dict(cfg))
+    assert out["messages"][-1].text() == "done: 3 | CLIP"
+    state = await checkpointer.aget_state(dict(cfg))
+    results = [b.call_id for m in state.context if m.role == "tool" for b in m.content
+               if isinstance(b, ToolResultBlock)]
+    assert results == ["c1", "c2"], results
+    ids = [m.message_id for m in state.context]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("shape", ["two_messages", "two_blocks"])
+async def test_two_results_for_one_call_in_one_request_are_refused(
+        checkpointer: Any, make_thread: Any, shape: str) -> None:
+    """Both were stored: the call answered twice (a second answer in a later request was refused
+    already)."""
+    app, cfg = await _paused(checkpointer, make_thread)
+    before = await _snapshot(checkpointer, cfg)
+    if shape == "two_messages":
+        sent = [_result("c2", "A"), _result("c2", "B")]
+    else:
+        sent = [Message.tool_message([ToolResultBlock(call_id="c2", output="A", status="completed"),
+                                      ToolResultBlock(call_id="c2", output="B", status="completed")])]
+    with pytest.raises(ThreadBusyError) as e:
+        await app.ainvoke({"messages": sent}, dict(cfg))
+    assert e.value.error_code == "STORAGE_BUSY_001" and "'c2'" in str(e.value)
+    assert await _snapshot(checkpointer, cfg) == before

@@ -5,6 +5,7 @@ one inside the replay-safe handler, ``accept_replay`` / ``unknown_outcome`` answ
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
-from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.core.state.message_block import RemoteToolCallBlock, ToolResultBlock
 from tenxgraph.logs import NOT_RECORDED_EVENT, NOT_RECORDED_MESSAGE, log_fields, run_logger
 from tenxgraph.prebuilt.tools.handoff import handoff_target
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
     from tenxgraph.utils.callbacks import CallbackManager
 
-__all__ = ["REMOTE_TOOL_REASON", "RunTools", "check_waiting_calls", "unanswered_calls"]
+__all__ = ["REMOTE_TOOL_REASON", "RunTools", "at_remote_pause", "check_waiting_calls", "renamed_remote_results",
+           "unanswered_calls"]
 
 _log = run_logger("tenxgraph.tools")
 # How long a cancelled run waits for its tool tasks to unwind before recording what finished.
@@ -425,6 +427,26 @@ def _refuse_answered_again(state: Any, given: set[str], thread_id: str) -> None:
         )
 
 
+def renamed_remote_results(state: Any, sent: list[Message], stored_ids: Any) -> list[Message]:
+    """At a pause for the client's tools, a result message under an id the thread holds already
+    (a client that names its result messages the same way each time, or reuses another message's
+    id) was merged away as stored, and the run went on with the call unanswered. Such a result
+    gets a new id, as a tool's own result message under a taken id does."""
+    out = list(sent)
+    for i, m in enumerate(out):
+        if m.role != "tool":
+            break
+        if m.message_id in stored_ids:
+            out[i] = m.model_copy(update={"message_id": generate_id(None)})
+    return out
+
+
+def at_remote_pause(state: Any) -> bool:
+    """The thread waits for the client's results of its remote tool calls."""
+    meta = state.execution_meta
+    return meta.status == ExecutionStatus.INTERRUPTED_AFTER and meta.interrupt_reason == REMOTE_TOOL_REASON
+
+
 def check_waiting_calls(state: Any, sent: list[Message], thread_id: str) -> None:
     """At a pause for the client's tools, what comes in must be the client's results: a tool
     message for every call still waiting, before anything else it sends. Anything else (a user
@@ -452,13 +474,23 @@ def check_waiting_calls(state: Any, sent: list[Message], thread_id: str) -> None
                 "STORAGE_BUSY_001",
                 {"thread_id": thread_id, "node": meta.current_node, "waiting_for": waiting},
             )
-    if meta.status != ExecutionStatus.INTERRUPTED_AFTER or meta.interrupt_reason != REMOTE_TOOL_REASON:
+    if not at_remote_pause(state):
         if lead:
             _refuse_answered_again(state, _result_ids(lead), thread_id)
         return
     waiting = unanswered_calls(state.context)
     if not waiting:
         return
+    counted = collections.Counter(str(b.call_id) for m in lead for b in m.content if isinstance(b, ToolResultBlock))
+    twice = sorted(c for c, n in counted.items() if n > 1)
+    if twice:
+        # Both were stored: the call answered twice, a history providers refuse.
+        raise ThreadBusyError(
+            f"Thread {thread_id!r} waits for one result per tool call; the results sent answer "
+            f"{', '.join(map(repr, twice))} more than once. Nothing was written.",
+            "STORAGE_BUSY_001",
+            {"thread_id": thread_id, "node": meta.current_node, "answered_twice": twice},
+        )
     given = _result_ids(lead)
     missing = [c for c in waiting if c not in given]
     stray = sorted(given - set(waiting))

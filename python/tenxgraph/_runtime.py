@@ -20,7 +20,7 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._run_tools import RunTools, check_waiting_calls
+from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
     added,
     clear_answers,
@@ -233,6 +233,9 @@ class Run(RunHooks, RunTools):
         self._check_resume(state)
         if self.start_node is None:
             check_waiting_calls(state, self.input_messages, str(self.config["thread_id"]))
+            if self.input_messages and at_remote_pause(state):
+                self.input_messages = renamed_remote_results(state, self.input_messages,
+                                                             self._index.ids(state.context))
         if self.input_messages and self.config.get("idempotent_turns") is True:
             replayed = self._replayed_turn(state)
             if replayed is not None:  # before the run's events: nothing runs
