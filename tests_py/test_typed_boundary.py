@@ -59,6 +59,14 @@ def test_a_bad_setting_is_refused_with_a_value_error(more: dict[str, Any], messa
         options(**more)
 
 
+def test_a_recursion_limit_past_64_bits_is_no_limit() -> None:
+    """10xGraph takes ``10**30`` (a way to say "no limit"); it was refused as not a positive int
+    (red-team, session 34). A negative one still is."""
+    assert options(recursion_limit=10**30).recursion_limit == 2**63 - 1
+    with pytest.raises(ValueError, match="recursion_limit must be a positive int"):
+        options(recursion_limit=-(10**30))
+
+
 def test_options_are_immutable_and_for_run_adds_the_calls_facts() -> None:
     o = options(recursion_limit=7)
     with pytest.raises(AttributeError):

@@ -209,6 +209,8 @@ impl RunOptions {
             None => defaults::DEFAULT_RECURSION_LIMIT,
             Some(v) => match (v.is_instance_of::<PyBool>(), v.extract::<i64>()) {
                 (false, Ok(n)) if n >= 1 && v.is_instance_of::<PyInt>() => n,
+                // Past i64 (`10**30`, "no limit" as 10xGraph takes it): as good as none.
+                (false, Err(_)) if v.is_instance_of::<PyInt>() && v.gt(0)? => i64::MAX,
                 _ => {
                     return Err(PyValueError::new_err(format!(
                         "recursion_limit must be a positive int, got {}",
