@@ -128,8 +128,9 @@ async fn a_database_made_by_the_earlier_string_migrations_keeps_working() {
     // functions (pinned) are new: the 17-argument tenx_put_input (0008, 0009, a call of 0011's
     // since 0011), the 11-argument tenx_put_step (0009), 0010's trigger function, the 18-argument
     // tenx_put_input (0011, 0013), tenx_lease_acquire (replaced by 0013: tokens from a sequence)
-    // and the three ledger functions (replaced by 0014: a run's write needs its thread).
-    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 8);
+    // and the three ledger functions (replaced by 0014: a run's write needs its thread), and
+    // 0016's trigger function (a 10xGraph write over a thread tenxgraph wrote last is refused).
+    assert_eq!(sqlx::query_scalar::<_, i64>(pinned).fetch_one(&pool).await.unwrap(), 9);
 
     let t = ThreadRef::new("old-db", "u");
     let req = minute_lease("run-1");

@@ -485,7 +485,7 @@ def test_return_values_in_memory_as_10xgraph(oracle: Any) -> None:
     _compare_returns(theirs, ours, pinned={"cleared_raw", "schema_version", "state_after_clean"})
     assert theirs["state_after_clean"] == "Billing" and ours["state_after_clean"] == "NoneType"
     assert theirs["cleared_raw"][0] == ours["cleared_raw"] == {"v": 1}
-    assert theirs["schema_version"] == 3 and ours["schema_version"] == 15
+    assert theirs["schema_version"] == 3 and ours["schema_version"] == 16
     assert ours["aput_messages"] is True and ours["aclean_thread_unknown"] is False  # checks the check
     assert ours["thread"]["run_id"] == "run-1" and ours["aput_state"] == "Billing"
 

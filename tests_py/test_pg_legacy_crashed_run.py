@@ -422,3 +422,37 @@ async def test_another_threads_entry_under_the_same_key_is_neither_resumed_nor_d
     out, state, _ = await resume_on_tenxgraph(writer, victim, redis=True)
     assert effect_names(writer) == ["model", "charge", "email", "model"], writer.effects()
     assert state.execution_meta.status.value == "completed"
+
+
+async def test_a_10xgraph_worker_cannot_write_a_thread_tenxgraph_wrote_last(writer: Writer) -> None:
+    """A rolling deploy (or a rollback) with both runtimes on one database: 10xGraph read our row,
+    whose state carries no context, as an empty history, and wrote a row holding only its own turn;
+    tenxgraph then took that row's context as the truth and rewrote the thread's messages from it:
+    every earlier turn was gone (red-team, session 34). Schema v16 refuses 10xGraph's write."""
+    thread = new_thread("mixed")
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        await agent.build(cp).ainvoke({"messages": [agent.user_message(thread)]}, config=cfg(thread))
+        ours = [m.message_id for m in (await cp.aget_state(cfg(thread))).context]
+        assert len(ours) == 5
+        rows_before = writer.sql(f"SELECT count(*) FROM messages WHERE thread_id = '{thread}'")
+
+        theirs = writer.run(thread, "start")
+        assert theirs.returncode != 0, theirs.stdout[-2000:]
+        assert "was last written by tenxgraph" in theirs.stdout + theirs.stderr, (theirs.stdout + theirs.stderr)[-3000:]
+        assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}' AND state_data ? 'context'") == "0"
+        assert writer.sql(f"SELECT count(*) FROM messages WHERE thread_id = '{thread}'") == rows_before
+        assert [m.message_id for m in (await cp.aget_state(cfg(thread))).context] == ours
+    finally:
+        await cp.arelease()
+
+
+async def test_10xgraph_still_writes_the_threads_it_wrote_last(writer: Writer) -> None:
+    """The guard leaves 10xGraph's own threads alone: on a database tenxgraph migrated, a
+    10xGraph worker still runs its threads (a fleet finishing its runs during the upgrade)."""
+    thread = new_thread("theirs")
+    PgCheckpointer(writer.dsn).setup()  # migrated to the current version first
+    first = writer.run_to_completion(thread)
+    assert first["status"] == "completed"
+    assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}' AND state_data ? 'context'") != "0"

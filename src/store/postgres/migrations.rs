@@ -26,7 +26,7 @@ use std::time::Duration;
 const LOCK_KEY: i64 = 0x4147_4E54_464C_5721;
 
 /// Every version in order: its number, its file name (for messages), its SQL.
-const MIGRATIONS: [(i32, &str, &str); 15] = [
+const MIGRATIONS: [(i32, &str, &str); 16] = [
     (
         1,
         "0001_threads_states_messages.sql",
@@ -54,6 +54,11 @@ const MIGRATIONS: [(i32, &str, &str); 15] = [
         include_str!("../../../migrations/postgres/0014_ledger_needs_its_thread.sql"),
     ),
     (15, "0015_store_id.sql", include_str!("../../../migrations/postgres/0015_store_id.sql")),
+    (
+        16,
+        "0016_no_legacy_write_over_ours.sql",
+        include_str!("../../../migrations/postgres/0016_no_legacy_write_over_ours.sql"),
+    ),
 ];
 
 /// A failure reading or migrating the schema. One a retry can pass (a lock not granted within
