@@ -96,3 +96,36 @@ async def test_a_turn_paused_before_start_has_its_input_stored_and_runs_on_resum
     assert stored.execution_meta.status.value == "interrupted_before"
     result = await app.ainvoke({}, config)
     assert ran == ["refund 4821"] and result["messages"][-1].text() == "done"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("gate", ["before", "after"])
+async def test_a_crash_right_after_a_gated_turn_is_stored_leaves_it_paused(
+        tmp_path, effects, monkeypatch, gate: str) -> None:
+    """The gated turn made two commits, its input and then its pause: a kill between them left
+    the turn `running`, and recovery ran the node behind `interrupt_after=[START]` unapproved
+    (behind `interrupt_before=[START]` the thread stayed running at START, skipped by every
+    recovery pass). The input commit is the pause now (helper red-team, session 34)."""
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+    from tenxgraph.testing import run_until_crash
+    from tests_py.crash_agents import start_gate_agent
+
+    monkeypatch.setenv("START_GATE", gate)
+    db = tmp_path / "gate.db"
+    crash = run_until_crash("tests_py.crash_agents.start_gate_agent:build", "t-gate", db=db, input="refund please",
+                            failpoints="after_step:__input__=kill", timeout=60)
+    assert crash.killed, (crash.stdout, crash.stderr)
+    cp = SqliteCheckpointer(str(db))
+    app = start_gate_agent.build(cp)
+    try:
+        report = await app.arecover()
+        assert not report.resumed, report
+        meta = (await cp.aget_state({"thread_id": "t-gate"})).execution_meta
+        assert (meta.status.value, meta.interrupted_node) == (f"interrupted_{gate}", START)
+        assert effects.all("charge") == []
+        # The reviewer's go-on runs it, once.
+        result = await app.ainvoke({}, {"thread_id": "t-gate"})
+        assert result["messages"][-1].text() == "charged"
+        effects.assert_exactly_once("charge")
+    finally:
+        await cp.arelease()

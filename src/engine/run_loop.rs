@@ -210,16 +210,6 @@ pub const ROUTING_FAILED_REASON: &str = "routing_failed";
 pub const ROUTING_PENDING_REASON: &str = "routing_pending";
 
 impl<H: NodeHost + ?Sized> Run<'_, H> {
-    /// `interrupt_after=[START]`: the turn's input is committed and its first node routed; the
-    /// resume runs that node.
-    async fn pause_after_start(&mut self) -> Result<RunOutcome, EngineError> {
-        let start = super::START;
-        self.exec.set_interrupt(start, format!("interrupt_after: {start}"), ExecStatus::InterruptedAfter, None);
-        self.host.lifecycle(Lifecycle::Interrupt { node: start, kind: "after" }, &self.exec).await;
-        self.commit_final().await?;
-        Ok(self.outcome(false))
-    }
-
     async fn drive(
         &mut self,
         mut skip_before: Option<String>,

@@ -82,7 +82,8 @@ async def threads_show(cp: BaseCheckpointer, args: Any, io: Io) -> int:
     ]
     if d.error:
         fields.append(("error", d.error))
-    if d.interrupt_reason:
+    # A running thread's reason is the engine's own mark (routing_pending), not a pause.
+    if d.interrupt_reason and d.status != "running":
         fields.append(("interrupt", d.interrupt_reason))
     if d.pending_interrupt:
         fields.append(("pending interrupt", json.dumps(d.pending_interrupt, ensure_ascii=False)))

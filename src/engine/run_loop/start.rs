@@ -371,6 +371,21 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         }
     }
     host.lifecycle(Lifecycle::Start, &exec).await;
+    // A gated turn's input commit is its pause: a second commit for the pause left a window where
+    // a crash stored the turn as running, and its resume ran the first node past the gate (or,
+    // before START, left the thread running at START for good; red-team, session 34).
+    let gate = if pause_before_start {
+        Some((ExecStatus::InterruptedBefore, "before"))
+    } else if pause_after_start {
+        Some((ExecStatus::InterruptedAfter, "after"))
+    } else {
+        None
+    };
+    if let Some((status, kind)) = gate {
+        let start = crate::engine::START;
+        exec.set_interrupt(start, format!("interrupt_{kind}: {start}"), status, None);
+        host.lifecycle(Lifecycle::Interrupt { node: start, kind }, &exec).await;
+    }
     // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
     let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);
     if rewrite {
@@ -419,7 +434,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             || input.has_messages
             || input.has_state_update
             || input.start_node.is_some()
-            || previous != ExecStatus::Running)
+            || previous != ExecStatus::Running
+            || gate.is_some())
         && let Err(e) = run.commit(true).await
     {
         if let (Some(opt), true) = (optimistic, run.unserialisable) {
@@ -443,8 +459,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // Released when this function returns or its future is dropped (a caller's cancel).
     let subscription = StopSignals::global().subscribe(&key);
 
-    let result = match if pause_after_start {
-        run.pause_after_start().await
+    let result = match if gate.is_some() {
+        Ok(run.outcome(false))
     } else {
         run.drive(skip_before, resume_after, subscription.signal()).await
     } {
