@@ -1,9 +1,11 @@
 //! The replay-safe tool handler: one node's tool calls, looked up in the ledger in one query, the
 //! misses run concurrently under `tool_timeout`, each result recorded the moment it returns.
 
+mod kept;
 mod record;
+pub use kept::{KeptRecorded, record_kept, spawn_kept_recorder};
 use record::Recorder;
-pub use record::{Carried, CarriedRow, KeptRecorded, ledger_rows, record_kept, spawn_kept_recorder, write_carried};
+pub use record::{Carried, CarriedRow, ledger_rows, write_carried};
 
 use super::lease::Lease;
 use super::ledger::{CallKey, idempotency_key, is_valid_envelope, ledger_key, legacy_key, legacy_row_matches};

@@ -37,7 +37,12 @@ pub struct LazyStore {
 impl LazyStore {
     /// A store not yet opened; `isolates_users` is answered without opening it.
     pub fn new(isolates_users: bool, open: Opener) -> Self {
-        LazyStore { cell: Arc::new(OnceCell::new()), open: Arc::new(open), isolates_users, releases: Default::default() }
+        LazyStore {
+            cell: Arc::new(OnceCell::new()),
+            open: Arc::new(open),
+            isolates_users,
+            releases: Default::default(),
+        }
     }
 
     /// Whether the backend has been opened.

@@ -232,7 +232,6 @@ impl UnrecordedResults {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,7 +281,8 @@ mod tests {
     #[test]
     fn pending_rows_group_by_thread_and_user_oldest_first_until_marked_recorded() {
         let kept = UnrecordedResults::default();
-        let r = |v: i64| Unrecorded { envelope: crate::store::shared_json(&serde_json::Value::from(v)), tool: "t".into() };
+        let r =
+            |v: i64| Unrecorded { envelope: crate::store::shared_json(&serde_json::Value::from(v)), tool: "t".into() };
         kept.keep(&thread("a"), "k1", r(1));
         kept.keep(&ThreadRef::new("a", "other"), "k1", r(2));
         kept.keep(&thread("b"), "k2", r(3));
@@ -301,7 +301,10 @@ mod tests {
         assert_eq!(shape(&kept), [(s("a"), s("other"), vec![s("k1")])]);
         assert_eq!(kept.pending(), 1);
         let got = kept.take(&thread("a"), &[Some("k1".to_owned())], |_| false);
-        assert!(got.contains_key("k1"), "a recorded result stays kept for an attempt that read the ledger before the write");
+        assert!(
+            got.contains_key("k1"),
+            "a recorded result stays kept for an attempt that read the ledger before the write"
+        );
         kept.keep(&thread("a"), "k3", r(5));
         assert_eq!(kept.pending(), 2, "kept again: pending again");
         kept.keep(&thread("s").scoped(true), "k4", r(6));
