@@ -314,7 +314,7 @@ mod tests {
             assert_eq!(*version as usize, i + 1);
             assert!(file.starts_with(&format!("{version:04}_")), "{file} is not version {version}");
         }
-        assert_eq!(CURRENT_VERSION, 15);
+        assert_eq!(CURRENT_VERSION, 16);
     }
 
     /// The files name no schema, so they work in any; and a function that did not pin its
