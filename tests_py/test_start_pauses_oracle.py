@@ -49,6 +49,26 @@ async def turns(before, after, first_by_condition, inputs):
     return out
 
 
+async def straight_to_end():
+    try:
+        from injectq import InjectQ
+        from injectq.core.context import ContainerContext
+        InjectQ.reset_instance()
+        ContainerContext.clear_current()
+    except ImportError:
+        pass
+    g = StateGraph()
+    g.add_node("a", lambda s: Message.text_message("a", role="assistant", message_id=f"a{len(s.context)}"))
+    g.set_entry_point("a")
+    g.add_conditional_edges(START, lambda s: END if "skip" in s.context[-1].text() else "a")
+    g.add_edge("a", END)
+    app = g.compile(checkpointer=InMemoryCheckpointer())
+    r = await app.ainvoke({"messages": [Message.text_message("skip", message_id="u0")]}, {"thread_id": "t"},
+                          response_granularity="full")
+    meta = r["state"].execution_meta
+    return [meta.status.value, meta.current_node]
+
+
 async def main():
     # No `{}` on a completed thread: there tenxgraph runs nothing by design (differences.md).
     script = ["go", None, "to b", None, "again"]
@@ -59,6 +79,7 @@ async def main():
         "before_start_routed": await turns([START], [], True, script),
         "after_start_routed": await turns([], [START], True, script),
         "end": await turns([END], [END], False, ["go", "again"]),
+        "start_to_end": await straight_to_end(),
     })
 
 asyncio.run(main())

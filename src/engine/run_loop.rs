@@ -230,8 +230,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         }
         loop {
             if self.exec.current_node == END {
-                if let Some(last) = self.last_node.take() {
-                    self.exec.current_node = last;
+                match self.last_node.take() {
+                    Some(last) => self.exec.current_node = last,
+                    // Routed out of START straight to END: no node ran, and START is the last
+                    // one 10xGraph names (it runs START as a node).
+                    None if self.step_node == "__input__" => self.exec.current_node = super::START.into(),
+                    None => {}
                 }
                 self.exec.status = ExecStatus::Completed;
                 self.host.lifecycle(Lifecycle::End, &self.exec).await;
