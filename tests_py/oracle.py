@@ -5,7 +5,8 @@
         assert ours["messages"] == theirs["messages"]
 
 A script is Python source that imports ``tenxgraph`` as a user would and ends by calling
-``emit(obj)`` with something JSON-serialisable; ``emit`` is defined before the script runs. The
+``emit(obj)`` with something JSON-serialisable; ``emit`` (and ``fresh_container()``, to call
+before compiling each graph of a script that compiles several) is defined before the script runs. The
 reference is 10xGraph 0.10.0 from the package registry in a Python 3.12+ venv of its own (it also
 imports as ``tenxgraph``, so it can never share ours). The venv is built once per machine, in
 ``$TENXGRAPH_ORACLE_VENV`` or ``~/.cache/tenxgraph/oracle-10xgraph-0.10.0``. Where no Python 3.12+
@@ -39,6 +40,16 @@ import json as _json, sys as _sys
 def emit(obj):
     _sys.stdout.write({_MARK!r} + _json.dumps(obj, default=repr) + "\\n")
     _sys.stdout.flush()
+def fresh_container():
+    # 10xGraph binds the first compiled graph's checkpointer in InjectQ for good: a script that
+    # compiles several graphs calls this before each (tenxgraph has no InjectQ: a no-op there).
+    try:
+        from injectq import InjectQ
+        from injectq.core.context import ContainerContext
+    except ImportError:
+        return
+    InjectQ.reset_instance()
+    ContainerContext.clear_current()
 """
 
 

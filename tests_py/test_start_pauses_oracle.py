@@ -30,13 +30,7 @@ def build(first_by_condition):
 
 
 async def turns(before, after, first_by_condition, inputs):
-    try:
-        from injectq import InjectQ  # 10xGraph binds the first compiled checkpointer for good
-        from injectq.core.context import ContainerContext
-        InjectQ.reset_instance()
-        ContainerContext.clear_current()
-    except ImportError:
-        pass
+    fresh_container()
     app = build(first_by_condition).compile(checkpointer=InMemoryCheckpointer(), interrupt_before=before,
                                             interrupt_after=after)
     out = []
@@ -50,13 +44,7 @@ async def turns(before, after, first_by_condition, inputs):
 
 
 async def straight_to_end():
-    try:
-        from injectq import InjectQ
-        from injectq.core.context import ContainerContext
-        InjectQ.reset_instance()
-        ContainerContext.clear_current()
-    except ImportError:
-        pass
+    fresh_container()
     g = StateGraph()
     g.add_node("a", lambda s: Message.text_message("a", role="assistant", message_id=f"a{len(s.context)}"))
     g.set_entry_point("a")

@@ -62,13 +62,7 @@ def back_to_start_by_edge(g):
 
 
 async def turns(build, texts):
-    try:
-        from injectq import InjectQ  # 10xGraph binds the first compiled checkpointer for good
-        from injectq.core.context import ContainerContext
-        InjectQ.reset_instance()
-        ContainerContext.clear_current()
-    except ImportError:
-        pass
+    fresh_container()
     g = StateGraph()
     build(g)
     app = g.compile(checkpointer=InMemoryCheckpointer())
