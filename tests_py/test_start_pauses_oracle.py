@@ -43,6 +43,26 @@ async def turns(before, after, first_by_condition, inputs):
     return out
 
 
+async def loop_back(before, after):
+    # A node that routes back to START until it has answered twice.
+    fresh_container()
+    g = StateGraph()
+    g.add_node("a", lambda s: Message.text_message("a", role="assistant", message_id=f"a{len(s.context)}"))
+    g.add_edge(START, "a")
+    g.add_conditional_edges("a", lambda s: START if sum(m.role == "assistant" for m in s.context) < 2 else END,
+                            {START: START, END: END})
+    app = g.compile(checkpointer=InMemoryCheckpointer(), interrupt_before=before, interrupt_after=after)
+    out = []
+    for data in ({"messages": [Message.text_message("go", message_id="u0")]}, {}, {}):
+        r = await app.ainvoke(data, {"thread_id": "t"}, response_granularity="full")
+        meta = r["state"].execution_meta
+        out.append([[m.message_id for m in r["state"].context], meta.status.value, meta.current_node,
+                    meta.interrupted_node])
+        if meta.status.value == "completed":
+            break
+    return out
+
+
 async def straight_to_end():
     fresh_container()
     g = StateGraph()
@@ -68,6 +88,8 @@ async def main():
         "after_start_routed": await turns([], [START], True, script),
         "end": await turns([END], [END], False, ["go", "again"]),
         "start_to_end": await straight_to_end(),
+        "loop_back_before": await loop_back([START], []),
+        "loop_back_after": await loop_back([], [START]),
     })
 
 asyncio.run(main())
@@ -82,6 +104,8 @@ def test_pauses_at_start_and_end_are_10xgraphs(oracle) -> None:
     assert first[1:] == ["interrupted_before", START, START]
     assert resumed[1] == "completed"
     assert theirs["after_start_routed"][2][1:3] == ["interrupted_after", "b"]
+    # A loop back to START stops at the gate before it.
+    assert theirs["loop_back_before"][1][1:3] == ["interrupted_before", START]
 
 
 @pytest.mark.asyncio

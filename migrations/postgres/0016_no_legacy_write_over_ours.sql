@@ -22,5 +22,7 @@ BEGIN
 END $fn$;
 
 DROP TRIGGER IF EXISTS tenx_refuse_legacy_over_ours ON states;
+-- Only rows with a context call the function: tenxgraph's own steps (never a context) pay a jsonb
+-- key test, not a plpgsql call each.
 CREATE TRIGGER tenx_refuse_legacy_over_ours BEFORE INSERT ON states
-  FOR EACH ROW EXECUTE FUNCTION tenx_refuse_legacy_over_ours();
+  FOR EACH ROW WHEN (NEW.state_data ? 'context') EXECUTE FUNCTION tenx_refuse_legacy_over_ours();

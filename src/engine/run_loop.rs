@@ -360,8 +360,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             Some(g) => g,
             None => next_node(node, &self.graph.edges, |i| self.host.eval_condition(i))?,
         };
-        // Back to START is through START's edges again, as 10xGraph routes out of its START node.
+        // Back to START is through START's edges again, as 10xGraph routes out of its START node;
+        // a pause before START stops it there first, as it stops a new turn (10xGraph's too).
         if next == super::START {
+            if self.graph.interrupt_before.iter().any(|n| n == super::START) {
+                return Ok(next);
+            }
             next = route_out_of_start(self.graph, self.host)?;
         }
         // 10xGraph let an unknown name through and failed later with a bare KeyError.

@@ -133,7 +133,9 @@ impl UnrecordedResults {
         }
         while kept.rows.len() > CAPACITY || kept.bytes > MAX_BYTES {
             let Some(oldest) = kept.order.pop_front() else { break };
-            if kept.remove(&oldest).is_some() {
+            // One the ledger has already (recorded since) goes without a word.
+            let recorded = kept.rows.get(&oldest).is_some_and(|e| e.recorded);
+            if kept.remove(&oldest).is_some() && !recorded {
                 tracing::warn!(
                     thread_id = %oldest.0,
                     ledger_key = %oldest.2,

@@ -416,7 +416,9 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         last_node,
         lease,
         optimistic,
-        finishing: false,
+        // A gated turn's input commit is its last: it releases the lease it holds in the same
+        // transaction (an optimistic start takes the lease in that commit; released after it).
+        finishing: gate.is_some() && lease.get().is_some(),
         preempt: Default::default(),
         mark: None,
         seen_mark: stored.as_ref().and_then(|c| crate::store::write_mark(&c.state)).map(str::to_owned),
