@@ -427,7 +427,7 @@ def _refuse_answered_again(state: Any, given: set[str], thread_id: str) -> None:
         )
 
 
-def renamed_remote_results(state: Any, sent: list[Message], stored_ids: Any) -> list[Message]:
+def renamed_remote_results(sent: list[Message], stored_ids: Any) -> list[Message]:
     """At a pause for the client's tools, a result message under an id the thread holds already
     (a client that names its result messages the same way each time, or reuses another message's
     id) was merged away as stored, and the run went on with the call unanswered. Such a result

@@ -234,8 +234,7 @@ class Run(RunHooks, RunTools):
         if self.start_node is None:
             check_waiting_calls(state, self.input_messages, str(self.config["thread_id"]))
             if self.input_messages and at_remote_pause(state):
-                self.input_messages = renamed_remote_results(state, self.input_messages,
-                                                             self._index.ids(state.context))
+                self.input_messages = renamed_remote_results(self.input_messages, self._index.ids(state.context))
         if self.input_messages and self.config.get("idempotent_turns") is True:
             replayed = self._replayed_turn(state)
             if replayed is not None:  # before the run's events: nothing runs

@@ -50,6 +50,16 @@ impl GraphSpec {
         self.edges.iter().any(|e| e.from == START && e.condition.is_some())
     }
 
+    /// `interrupt_before` names `node`.
+    pub fn pauses_before(&self, node: &str) -> bool {
+        self.interrupt_before.iter().any(|n| n == node)
+    }
+
+    /// `interrupt_after` names `node`.
+    pub fn pauses_after(&self, node: &str) -> bool {
+        self.interrupt_after.iter().any(|n| n == node)
+    }
+
     /// Whether `name` is a node of the graph (`START` and `END` included).
     pub fn has_node(&self, name: &str) -> bool {
         name == START || name == END || self.nodes.iter().any(|n| n == name)

@@ -32,6 +32,6 @@ pub use routing::next_node;
 pub use run_loop::{RunInput, RunOutcome, release_abandoned, run, run_shared};
 pub use stop::{STOP_NAMESPACE, StopSignals, stop_key};
 pub use tools::{
-    Carried, CarriedRow, KeptRecorded, SideEffects, ToolBatch, ToolCall, ToolNotStarted, ToolOutcome, ToolRun,
-    UnknownAnswer, record_kept, run_tool_node, spawn_kept_recorder,
+    Carried, CarriedRow, SideEffects, ToolBatch, ToolCall, ToolNotStarted, ToolOutcome, ToolRun, UnknownAnswer,
+    record_kept, run_tool_node, spawn_kept_recorder,
 };

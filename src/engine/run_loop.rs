@@ -259,7 +259,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 _ => {}
             }
             let skip = skip_before.take().is_some_and(|n| n == node);
-            if !skip && self.graph.interrupt_before.contains(&node) {
+            if !skip && self.graph.pauses_before(&node) {
                 self.exec.set_interrupt(
                     &node,
                     format!("interrupt_before: {node}"),
@@ -327,7 +327,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             };
             self.exec.step += 1;
             self.exec.current_node = next.clone();
-            if self.graph.interrupt_after.contains(&node) {
+            if self.graph.pauses_after(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_after: {node}"), ExecStatus::InterruptedAfter, None);
                 self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "after" }, &self.exec).await;
                 self.commit_final().await?;
@@ -363,7 +363,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         // Back to START is through START's edges again, as 10xGraph routes out of its START node;
         // a pause before START stops it there first, as it stops a new turn (10xGraph's too).
         if next == super::START {
-            if self.graph.interrupt_before.iter().any(|n| n == super::START) {
+            if self.graph.pauses_before(super::START) {
                 return Ok(next);
             }
             next = route_out_of_start(self.graph, self.host)?;

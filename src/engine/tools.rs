@@ -3,7 +3,7 @@
 
 mod kept;
 mod record;
-pub use kept::{KeptRecorded, record_kept, spawn_kept_recorder};
+pub use kept::{record_kept, spawn_kept_recorder};
 use record::Recorder;
 pub use record::{Carried, CarriedRow, ledger_rows, write_carried};
 

@@ -314,14 +314,16 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // `interrupt_before=[START]` gates every turn: its input is committed and the run pauses at
     // START, nothing routed (the resume routes). `interrupt_after=[START]` pauses once the first
     // node is routed. 10xGraph's rules; START was GRAPH_004 here.
-    let start_gate = at_start && !closing && input.start_node.is_none();
-    let pause_before_start = start_gate
-        && graph.interrupt_before.iter().any(|n| n == crate::engine::START)
-        && skip_before.as_deref() != Some(crate::engine::START);
-    let pause_after_start =
-        start_gate && !pause_before_start && graph.interrupt_after.iter().any(|n| n == crate::engine::START);
-    if pause_before_start {
-        exec.current_node = crate::engine::START.into();
+    let start = crate::engine::START;
+    let gate = match at_start && !closing && input.start_node.is_none() {
+        true if graph.pauses_before(start) && skip_before.as_deref() != Some(start) => {
+            Some((ExecStatus::InterruptedBefore, "before"))
+        }
+        true if graph.pauses_after(start) => Some((ExecStatus::InterruptedAfter, "after")),
+        _ => None,
+    };
+    if matches!(gate, Some((ExecStatus::InterruptedBefore, _))) {
+        exec.current_node = start.into();
     } else if at_start && graph.routes_out_of_start() {
         // Before the input commit: a condition that fails, or routes nowhere, refuses the turn
         // with nothing written.
@@ -374,15 +376,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // A gated turn's input commit is its pause: a second commit for the pause left a window where
     // a crash stored the turn as running, and its resume ran the first node past the gate (or,
     // before START, left the thread running at START for good; red-team, session 34).
-    let gate = if pause_before_start {
-        Some((ExecStatus::InterruptedBefore, "before"))
-    } else if pause_after_start {
-        Some((ExecStatus::InterruptedAfter, "after"))
-    } else {
-        None
-    };
     if let Some((status, kind)) = gate {
-        let start = crate::engine::START;
         exec.set_interrupt(start, format!("interrupt_{kind}: {start}"), status, None);
         host.lifecycle(Lifecycle::Interrupt { node: start, kind }, &exec).await;
     }
@@ -461,11 +455,11 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     // Released when this function returns or its future is dropped (a caller's cancel).
     let subscription = StopSignals::global().subscribe(&key);
 
-    let result = match if gate.is_some() {
-        Ok(run.outcome(false))
-    } else {
-        run.drive(skip_before, resume_after, subscription.signal()).await
-    } {
+    let driven = match gate {
+        Some(_) => Ok(run.outcome(false)),
+        None => run.drive(skip_before, resume_after, subscription.signal()).await,
+    };
+    let result = match driven {
         // A state the store cannot hold ends the run like a node that raised: the thread is left
         // in the error status (not `running`, which would wedge it), with the error named.
         Err(e) if run.unserialisable => run.fail(e).await,

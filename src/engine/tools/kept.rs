@@ -5,15 +5,6 @@
 use super::record::{NotRecorded, log_not_recorded, put_rows};
 use crate::store::{Checkpointer, LedgerRow, StoreError, THREAD_MUST_EXIST};
 
-/// What [`record_kept`] did: rows written, and rows still waiting to be written.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct KeptRecorded {
-    /// Rows the ledger took (or already had a result for: the first result recorded wins).
-    pub written: usize,
-    /// Rows that could not be written (kept, and tried again later).
-    pub failed: usize,
-}
-
 /// Writes the results this process kept because their ledger write failed
 /// (`store::UnrecordedResults`), so that a resume in another process finds them: otherwise it runs
 /// an idempotent call again, or answers an at-most-once one "outcome unknown". Each thread's rows
@@ -23,9 +14,8 @@ pub struct KeptRecorded {
 /// deleted thread stays deleted. Rows the store refuses by its rules (the thread gone, another
 /// user's) are dropped; rows not written by `deadline`, or refused for a passing reason, stay for
 /// the next try. `last`: the store is closing, so rows still unwritten are lost, and say so.
-pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instant, last: bool) -> KeptRecorded {
-    let Some(kept) = store.unrecorded() else { return KeptRecorded::default() };
-    let mut done = KeptRecorded::default();
+pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instant, last: bool) {
+    let Some(kept) = store.unrecorded() else { return };
     for (thread, rows) in kept.pending_rows() {
         let ledger: Vec<LedgerRow> = rows.iter().map(|(k, r)| (k.clone(), r.envelope.clone())).collect();
         let write = put_rows(store, &thread, &ledger, Some(THREAD_MUST_EXIST));
@@ -36,7 +26,6 @@ pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instan
         let keys = rows.iter().map(|(k, _)| k.as_str());
         match result {
             Ok(_) => {
-                done.written += rows.len();
                 kept.mark_recorded(&thread, keys);
                 tracing::info!(
                     thread_id = %thread.thread_id,
@@ -47,7 +36,6 @@ pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instan
             }
             Err(e) => {
                 let why = NotRecorded::from(&e);
-                done.failed += rows.len();
                 if !why.keep {
                     // Refused by the store's rules: they must not answer a thread made again
                     // under its id, nor another user's.
@@ -69,7 +57,6 @@ pub async fn record_kept(store: &dyn Checkpointer, deadline: tokio::time::Instan
             }
         }
     }
-    done
 }
 
 /// Starts a task that tries to record the results `store` keeps (see [`record_kept`]) while the
