@@ -282,8 +282,14 @@ def test_stop_ends_a_running_run(store: Store) -> None:
         # The running run holds the thread's lease.
         assert shown["lease"]["holder"] == "run-busy" and shown["lease"]["expires_in"] > 0
         assert "lease         run-busy (token " in store.run("threads", "show", "busy-1").out
+        # Another user's key is read by no run of the owner: said so, not "it stops" (red-team,
+        # session 35). The CLI's own store does not isolate users, so the request is written.
+        other = store.run("stop", "busy-1", "--user", "mallory")
+        assert other.rc == 0 and "a run of user 'mallory'" in other.out, other.err
+        assert "the owner's own run does not read this request" in other.out
+        assert store.run("threads", "show", "busy-1", "--json").json()["status"] == "running"
         r = store.run("stop", "busy-1")
-        assert r.rc == 0 and "stop requested for thread 'busy-1'" in r.out, r.err
+        assert r.rc == 0 and "stop requested for the run on thread 'busy-1'" in r.out, r.err
         worker.join(30)
         assert not worker.is_alive()
     finally:

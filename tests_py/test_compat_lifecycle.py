@@ -389,18 +389,25 @@ async def test_stop_fires_on_interrupt_with_type_stop(checkpointer, make_thread)
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("point", ["on_state_update", "on_checkpoint", "on_graph_end"])
-async def test_a_lifecycle_hook_that_never_returns_is_bounded_by_node_timeout(point: str) -> None:
+@pytest.mark.parametrize("stubborn", [False, True], ids=["cancellable", "swallows-cancel"])
+@pytest.mark.parametrize("point", ["on_graph_start", "on_state_update", "on_checkpoint", "on_graph_end"])
+async def test_a_lifecycle_hook_that_never_returns_is_bounded_by_node_timeout(point: str, stubborn: bool) -> None:
     """(session 31) A hook that never returned hung ``ainvoke`` for good, past ``node_timeout``
     and ``astop()`` (10xGraph the same). It is given the run's ``node_timeout`` like a node, then
-    abandoned with a warning, and the run goes on."""
-    never = asyncio.Event()
+    abandoned with a warning, and the run goes on. (Session 35) One that swallows its
+    cancellation too: the bound waited for the cancelled hook to end."""
+    never, released = asyncio.Event(), asyncio.Event()
 
     class Hangs(GraphLifecycleHook):
         pass
 
     async def hang(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        await never.wait()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            if not stubborn:
+                raise
+            await released.wait()  # swallowed: it goes on until the test lets it go
 
     setattr(Hangs, point, hang)
     mgr = CallbackManager()
@@ -412,7 +419,10 @@ async def test_a_lifecycle_hook_that_never_returns_is_bounded_by_node_timeout(po
     cp = InMemoryCheckpointer()
     app = g.compile(checkpointer=cp, callback_manager=mgr)
     cfg = {"thread_id": f"hangs-{point}", "node_timeout": 0.3}
-    out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)), 60)
+    try:
+        out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)), 60)
+    finally:
+        released.set()  # the stubborn hook, abandoned, ends with the test
     assert out["messages"][-1].text() == "ok"
     state = await cp.aget_state(dict(cfg))
     assert str(state.execution_meta.status).endswith("completed")

@@ -253,6 +253,47 @@ async def test_refused_input_persists_nothing(checkpointer, make_thread) -> None
     assert ran == ["hello"]
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stubborn", [False, True], ids=["cancellable", "swallows-cancel"])
+async def test_a_validator_that_never_returns_refuses_the_input_at_node_timeout(
+    checkpointer, make_thread, stubborn: bool
+) -> None:
+    """(Red-team, session 35) It hung ``ainvoke`` for good, before anything was stored: no
+    deadline and no ``stop()`` reached it (10xGraph the same). Given ``node_timeout`` like a node,
+    it refuses the input (VALIDATION_001, ``validator_timeout``) and nothing is stored."""
+    from tenxgraph.utils.callbacks import BaseValidator
+
+    never, released = asyncio.Event(), asyncio.Event()
+
+    class Hangs(BaseValidator):
+        async def validate(self, messages: list[Message]) -> bool:
+            try:
+                await never.wait()
+            except asyncio.CancelledError:
+                if not stubborn:
+                    raise
+                await released.wait()  # swallowed: it goes on until the test lets it go
+            return True
+
+    mgr = CallbackManager()
+    mgr.register_input_validator(Hangs())
+    g = StateGraph(AgentState)
+    g.add_node("model", lambda s: Message.text_message("ok", role="assistant"))
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    tid = make_thread("hangs")
+    try:
+        with pytest.raises(ValidationError) as info:
+            await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]},
+                                               {"thread_id": tid, "node_timeout": 0.3}), 60)
+    finally:
+        released.set()  # the stubborn validator, abandoned, ends with the test
+    assert (info.value.error_code, info.value.violation_type) == ("VALIDATION_001", "validator_timeout")
+    assert await texts(checkpointer, tid) is None
+    assert await checkpointer.aget_thread({"thread_id": tid}) is None
+
+
 # -- the same answers as 10xGraph 0.10 on clear-cut inputs --------------------------------------
 
 DIFFERENTIAL = """

@@ -176,3 +176,27 @@ async def test_wrong_resume_shape_is_rejected_and_nothing_is_written(checkpointe
     assert pending_interrupt(after).id == pending_interrupt(before).id
     r = await app.ainvoke({"resume": {"approved": True}}, cfg)
     assert r["messages"][-1].text() == "approved=True"
+
+
+@pytest.mark.asyncio
+async def test_a_new_message_at_a_pause_inside_a_tool_is_told_to_answer_the_question(checkpointer, make_thread) -> None:
+    """As 10xGraph answers it, and as a pause in any other node is answered: ValueError "Thread is
+    paused at interrupt ... Resume it with {'resume': value}", nothing written. It was
+    ThreadBusyError "resume it with ainvoke({}, config)", whose advice led to that same ValueError
+    (red-team, session 35)."""
+
+    async def approve() -> str:
+        return f"answer={interrupt({'q': 1}, message='ok?')}"
+
+    app = tool_graph(AgentState, [approve], [[call("c0", "approve")]], checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    r = await app.ainvoke({"messages": [user("go")]}, cfg, "full")
+    paused = pending_interrupt(r["state"])
+    before = await checkpointer.aget_state(probe := dict(cfg))
+    with pytest.raises(ValueError, match=rf"paused at interrupt '{paused.id}' in node 'tools'\. Resume it with"):
+        await app.ainvoke({"messages": [user("never mind")]}, cfg)
+    after = await checkpointer.aget_state(probe2 := dict(cfg))
+    assert probe2["_checkpoint_version"] == probe["_checkpoint_version"], "nothing persisted"
+    assert [m.text() for m in after.context] == [m.text() for m in before.context]
+    r = await app.ainvoke({"resume": "yes"}, cfg)
+    assert tool_texts(r["messages"])["c0"] == "answer=yes"

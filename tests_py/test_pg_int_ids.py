@@ -390,6 +390,100 @@ async def test_stop_request_ends_a_run_on_a_bigint_thread(pg_dsn: str, tenx_redi
     await cp.arelease()
 
 
+@pytest.mark.parametrize("bad", [{"thread_id": "007", "user_id": "alice"}, {"thread_id": -1, "user_id": "alice"},
+                                 {"thread_id": "abc", "user_id": "alice"}, {"thread_id": 7, "user_id": "007"}])
+@pytest.mark.asyncio
+async def test_stop_request_calls_refuse_ids_the_schema_cannot_hold(pg_dsn: str, tenx_postgres: Any,
+                                                                    bad: dict[str, Any]) -> None:
+    """They wrote a key no run reads ("007:alice" for thread 7's "7:alice") and answered True
+    (red-team, session 35): refused as every other entry point refuses such an id."""
+    cp = PgCheckpointer(pg_dsn, id_type="bigint", user_id_type="bigint" if bad["user_id"] == "007" else "string")
+    await cp.asetup()
+    for call in (cp.arequest_stop, cp.ais_stop_requested, cp.aclear_stop_request):
+        with pytest.raises(InvalidConfigError) as err:
+            await call(dict(bad))
+        assert err.value.error_code == "STORAGE_CONFIG_002"
+    assert sql(tenx_postgres, pg_dsn, "SELECT count(*) FROM public.tenx_cache") == "0"
+    await cp.arelease()
+
+
+CRASH_10XGRAPH = '''
+import os, subprocess, sys
+
+CHILD = """
+import asyncio, os, sys
+from tenxgraph.core.graph import StateGraph
+from tenxgraph.core.state import AgentState, Message
+from tenxgraph.core.state.message_block import TextBlock
+from tenxgraph.storage.checkpointer import PgCheckpointer
+from tenxgraph.utils import END
+
+def msg(mid, role, text):
+    return Message(message_id=mid, role=role, content=[TextBlock(text=text)])
+
+async def main():
+    thread, base = sys.argv[1], int(sys.argv[2])
+    cp = PgCheckpointer(postgres_dsn=os.environ["TENX_DSN"], redis_url=os.environ["TENX_REDIS"], id_type="bigint")
+    await cp.asetup()
+    def a(state):
+        return [msg(base + len(state.context), "assistant", "step a")]
+    def b(state):
+        os._exit(9)  # the process dies in its second node: the thread stays running
+    g = StateGraph()
+    g.add_node("a", a); g.add_node("b", b); g.set_entry_point("a"); g.add_edge("a", "b"); g.add_edge("b", END)
+    await g.compile(checkpointer=cp).ainvoke({"messages": [msg(base, "user", "hello")]},
+                                             config={"thread_id": thread, "user_id": "alice"})
+
+asyncio.run(main())
+"""
+codes = [subprocess.run([sys.executable, "-c", CHILD, t, b]).returncode
+         for t, b in ((os.environ["BAD"], "200"), (os.environ["GOOD"], "100"))]
+emit(codes)
+'''
+
+
+@pytest.mark.asyncio
+async def test_recovery_and_the_listing_go_past_a_10xgraph_thread_id_this_schema_refuses(
+    oracle: Any, tenx_postgres: Any, pg_dsn: str, tenx_redis: Any, tmp_path: Any
+) -> None:
+    """10xGraph stored a thread id of 0 or below on an int schema, which every call here refuses
+    (STORAGE_CONFIG_002). One such crashed thread made the whole recovery pass raise, every other
+    crashed thread left running, and `tenxgraph threads list` fail (red-team, session 35)."""
+    from tenxgraph.recovery import recover
+    from tests_py.test_cli import cli
+
+    good = int(uuid.uuid4().int >> 72) + 1  # fresh: 10xGraph's Redis state cache is keyed by thread only
+    bad = -good
+    codes = oracle.run_theirs(CRASH_10XGRAPH, env={"TENX_DSN": pg_dsn, "TENX_REDIS": tenx_redis.url,
+                                                   "BAD": str(bad), "GOOD": str(good)})
+    assert codes == [9, 9]
+    assert sql(tenx_postgres, pg_dsn, f"SELECT count(*) FROM public.threads WHERE thread_id IN ({good}, {bad})") == "2"
+
+    cp = PgCheckpointer(pg_dsn, id_type="bigint")
+
+    def step_b(state: AgentState) -> list[Message]:
+        return [msg(6000 + len(state.context), "assistant", "step b")]
+
+    g = StateGraph(AgentState)
+    g.add_node("a", lambda state: [msg(5000 + len(state.context), "assistant", "step a")])
+    g.add_node("b", step_b)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    report = await recover(g.compile(checkpointer=cp))
+    assert [t.thread_id for t in report.resumed] == [str(good)]
+    assert [(t.thread_id, t.error_code, t.status) for t in report.failed] == [
+        (str(bad), "STORAGE_CONFIG_002", "running")]
+    state = await cp.aget_state({"thread_id": good, "user_id": "alice"})
+    assert state.execution_meta.status == "completed" and state.context[-1].text() == "step b"
+    await cp.arelease()
+
+    listed = cli("threads", "list", "--dsn", pg_dsn, "--id-type", "bigint", "--json", cwd=tmp_path)
+    assert listed.rc == 0, listed.err
+    status = {r["thread_id"]: r["status"] for r in listed.json()}
+    assert (status[str(good)], status[str(bad)]) == ("completed", "id-refused")
+
+
 def test_sigkill_after_the_tool_recorded_resumes_without_calling_it_again(crash_kit: Any, pg_dsn: str,
                                                                           tenx_postgres: Any) -> None:
     from tests_py.crash_agents.int_id_agent import DONE

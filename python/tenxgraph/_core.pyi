@@ -296,8 +296,11 @@ class NativeStore:
         """Deletes the value; True whether or not it existed."""
     def cache_keys(self, namespace: str, prefix: str | None = None) -> Awaitable[list[str]]:
         """The live keys of ``namespace`` (those starting with ``prefix`` when given)."""
-    def request_stop(self, thread_id: str, user_id: str) -> Awaitable[bool]:
-        """Records a stop request for the thread (one hour) and wakes a run of this process at once; True."""
+    def request_stop(self, thread_id: str, user_id: str, token: int | None = None) -> Awaitable[bool]:
+        """Records a stop request for the thread (one hour) and wakes a run of this process at once; True.
+        With ``token``, only the run holding that lease token obeys it."""
+    def check_ids(self, thread_id: str, user_id: str) -> Awaitable[None]:
+        """Raises ``InvalidConfigError`` (``STORAGE_CONFIG_002``) for ids this store cannot hold."""
     def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> Awaitable[dict[str, str]]:
         """``{key: result_json}`` for those of ``keys`` with a row (results and intent records);
         empty for a non-owner under isolation."""
@@ -306,9 +309,11 @@ class NativeStore:
         that user may not see it)."""
     def recovery_candidates(
         self, after: str | None = None, limit: int = 100
-    ) -> Awaitable[list[tuple[str, str, str | None]]]:
+    ) -> Awaitable[list[tuple[str, str, str | None, str | None]]]:
         """One page of threads whose latest state is running, by thread id after ``after``:
-        ``[(thread_id, owner, live_holder_json | None)]``; None means no live run holds it."""
+        ``[(thread_id, owner, live_holder_json | None, refused | None)]``; a None holder means no
+        live run holds it; ``refused`` is why the store refuses the thread's id (never resumable
+        here: a 10xGraph-written id 0 or below on an int schema)."""
     def prune(
         self,
         keep_versions: int | None = None,

@@ -4,10 +4,10 @@ and ``Run.lifecycle`` fires the hooks there."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
+from tenxgraph._abandon import within
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import add_messages
@@ -107,7 +107,8 @@ class RunHooks:
         if limit is None:
             return await hooks
         try:
-            return await asyncio.wait_for(hooks, limit)
+            # Not wait_for: a hook that swallows its cancellation held the run for good.
+            return await within(hooks, limit)
         except TimeoutError:
             _log.warning("lifecycle hooks at %s did not return within node_timeout (%gs); abandoned, the run goes on",
                          point, limit, extra=self._log_fields(event="lifecycle_hook_timeout"))

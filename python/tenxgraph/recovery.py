@@ -121,7 +121,7 @@ async def recover(
     graph._prepare_config({**base, "thread_id": "recovery-config-check", "on_busy": "reject"})
     native = graph._checkpointer._native
     report = RecoveryReport()
-    queue: asyncio.Queue[tuple[str, str, str | None] | None] = asyncio.Queue(maxsize=concurrency)
+    queue: asyncio.Queue[tuple[str, str, str | None, str | None] | None] = asyncio.Queue(maxsize=concurrency)
 
     async def worker() -> None:
         while (item := await queue.get()) is not None:
@@ -166,12 +166,20 @@ async def _drain(queue: asyncio.Queue[Any], workers: list[asyncio.Task[None]]) -
     await asyncio.gather(*workers)
 
 
-async def _recover_one(graph: CompiledGraph[Any], base: dict[str, Any], item: tuple[str, str, str | None],
-                       report: RecoveryReport) -> None:
+async def _recover_one(graph: CompiledGraph[Any], base: dict[str, Any],
+                       item: tuple[str, str, str | None, str | None], report: RecoveryReport) -> None:
     from tenxgraph.core.exceptions import ThreadBusyError
 
-    thread_id, user_id, holder_json = item
+    thread_id, user_id, holder_json, refused = item
     fields = {"thread_id": thread_id, "event": "recovery"}
+    if refused is not None:
+        # An id this store's id type refuses (10xGraph stored 0 and negative ids on int schemas):
+        # no run here can take it, so it is reported every pass and the others go on.
+        report.failed.append(FailedThread(thread_id=thread_id, user_id=user_id, error=refused,
+                                          error_type="InvalidConfigError", error_code="STORAGE_CONFIG_002",
+                                          status="running"))
+        _log.warning("recovery: thread %s cannot be resumed here: %s", thread_id, refused, extra=fields)
+        return
     if holder_json is not None:
         holder = json.loads(holder_json)
         report.skipped.append(SkippedThread(thread_id=thread_id, user_id=user_id, reason="busy",

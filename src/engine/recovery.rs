@@ -4,7 +4,7 @@
 //! only if the thread is still running (`RunInput::resume_only`).
 
 use super::lease::holder_is_dead;
-use crate::store::{Checkpointer, LeaseInfo, StoreResult, ThreadRef};
+use crate::store::{Checkpointer, LeaseInfo, StoreError, StoreResult, ThreadRef};
 
 /// A thread whose latest state says a run is under way.
 #[derive(Debug, Clone)]
@@ -15,6 +15,9 @@ pub struct RecoveryCandidate {
     /// (or in this process). None: the lease is free, expired, released, or its holder's process
     /// is gone; the run died and the thread can be resumed.
     pub holder: Option<LeaseInfo>,
+    /// Why the store refuses this thread's id (a 10xGraph-written id 0 or below on an int
+    /// schema): it can never be resumed here, and is reported rather than failing the page.
+    pub refused: Option<String>,
 }
 
 /// One page of recovery candidates, by thread id after `after` (at most `limit`).
@@ -26,11 +29,20 @@ pub async fn recovery_candidates(
     let threads = store.running_threads(after, limit).await?;
     let mut out = Vec::with_capacity(threads.len());
     for thread in threads {
-        let lease = store.lease_get(&thread.thread_id).await?;
+        // One legacy row the id type refuses must not stop the pass for every other thread
+        // (red-team, session 35: a 10xGraph thread "0" left every crashed run unrecovered).
+        let lease = match store.lease_get(&thread.thread_id).await {
+            Ok(lease) => lease,
+            Err(e @ (StoreError::BadId { .. } | StoreError::BadTextId { .. })) => {
+                out.push(RecoveryCandidate { thread, holder: None, refused: Some(e.to_string()) });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         // No run is asking (""), so a holder in this process counts as alive exactly while one
         // of its runs is still registered.
         let holder = lease.filter(|l| l.is_live() && !holder_is_dead(&thread.thread_id, "", l));
-        out.push(RecoveryCandidate { thread, holder });
+        out.push(RecoveryCandidate { thread, holder, refused: None });
     }
     Ok(out)
 }

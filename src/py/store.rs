@@ -504,13 +504,29 @@ impl NativeStore {
         awaitable(py, async move { s.cache_keys(&namespace, prefix.as_deref()).await })
     }
 
-    /// Records a stop request and wakes a run of this process at once.
-    fn request_stop<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    /// Refuses ids this store cannot hold (`Checkpointer::check_ids`): for the stop-request calls,
+    /// whose keys reach no thread row.
+    fn check_ids<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.inner.clone();
+        awaitable(py, async move { s.check_ids(&t(thread_id, user_id)).await })
+    }
+
+    /// Records a stop request and wakes a run of this process at once. With `token`, only the
+    /// run holding that lease token obeys it (`stop()` names the run it saw).
+    #[pyo3(signature = (thread_id, user_id, token=None))]
+    fn request_stop<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        token: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            crate::store::id_text::check_ref(&t(thread_id.clone(), user_id.clone()))?;
+            s.check_ids(&t(thread_id.clone(), user_id.clone())).await?;
             let key = stop_key(&thread_id, &user_id);
-            s.cache_put(STOP_NAMESPACE, &key, &Value::Bool(true), Some(3600.0)).await?;
+            let value = token.map_or(Value::Bool(true), |n| serde_json::json!({"stop": true, "token": n}));
+            s.cache_put(STOP_NAMESPACE, &key, &value, Some(3600.0)).await?;
             StopSignals::global().signal(&key);
             Ok(true)
         })
@@ -554,7 +570,8 @@ impl NativeStore {
 
     /// One page of recovery's candidates (`engine::recovery_candidates`): threads whose latest
     /// state is running, by thread id after `after`, as `[(thread_id, owner, live_holder_json |
-    /// None)]`; None means no live run holds the thread (its run died).
+    /// None, refused | None)]`; a None holder means no live run holds the thread (its run died);
+    /// `refused` is why the store refuses the thread's id (it cannot be resumed here).
     #[pyo3(signature = (after=None, limit=100))]
     fn recovery_candidates<'py>(
         &self,
@@ -569,7 +586,7 @@ impl NativeStore {
                 .into_iter()
                 .map(|c| {
                     let holder = c.holder.map(|h| serde_json::to_string(&h).unwrap_or_default());
-                    (c.thread.thread_id, c.thread.user_id, holder)
+                    (c.thread.thread_id, c.thread.user_id, holder, c.refused)
                 })
                 .collect::<Vec<_>>())
         })

@@ -263,6 +263,9 @@ impl Checkpointer for LazyStore {
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
         self.get().await?.lease_get(thread_id).await
     }
+    async fn check_ids(&self, t: &ThreadRef) -> StoreResult<()> {
+        self.get().await?.check_ids(t).await
+    }
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport> {
         self.get().await?.prune(rules).await
     }

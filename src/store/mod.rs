@@ -305,6 +305,13 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// The thread's lease row as it is now (live, expired or released); None when never taken.
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>>;
 
+    /// Refuses a thread and user id this store cannot hold, as every read and write of the
+    /// thread does; for the calls that reach no thread row (the stop-request keys), which took
+    /// "007" or "-1" on an int schema and wrote a key no run of the thread reads.
+    async fn check_ids(&self, t: &ThreadRef) -> StoreResult<()> {
+        id_text::check_ref(t)
+    }
+
     /// Retention (see `PruneRules`): never touches a thread that is not completed or whose lease
     /// is held, and always keeps each thread's latest state.
     async fn prune(&self, rules: &PruneRules) -> StoreResult<PruneReport>;

@@ -152,17 +152,33 @@ async def migrate(cp: BaseCheckpointer, args: Any, io: Io) -> int:
 
 
 async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
+    # The holder before the state, as stop() reads them: a turn that starts after this read is
+    # never the one stopped.
+    owner = await views.thread_owner(cp, args.thread)
+    token = await cp._holder_token({"thread_id": args.thread, "user_id": owner})
     detail = await views.thread_detail(cp, args.thread)
     user = args.user or detail.user_id
+    if user != detail.user_id and getattr(cp, "enforce_user_isolation", False):
+        # The stop key names the run's user; with users isolated only the owner's run can hold
+        # the thread, so another user's key would be read by no run while we said "stopped"
+        # (red-team, session 35).
+        raise CliError(f"thread {args.thread!r} belongs to user {detail.user_id!r}, and with users isolated only "
+                       f"its owner's run can hold it: --user {user!r} would stop nothing (leave --user out)",
+                       EXIT_USAGE)
     running = detail.status == "running"
     if running:
-        await cp.arequest_stop({"thread_id": args.thread, "user_id": user})
+        await cp._arequest_stop_of({"thread_id": args.thread, "user_id": user}, token)
     result = {"thread_id": args.thread, "user_id": user, "status": detail.status, "stop_requested": running}
     if io.as_json:
         emit_json(result, io.out)
     elif running:
-        io.out.write(f"stop requested for thread {args.thread!r} (running at node {detail.current_node!r}); "
-                     "its run stops within about a second\n")
+        if user == detail.user_id:
+            io.out.write(f"stop requested for the run on thread {args.thread!r} (running at node "
+                         f"{detail.current_node!r}); it stops within about a second\n")
+        else:
+            io.out.write(f"stop requested for a run of user {user!r} on thread {args.thread!r} (owner "
+                         f"{detail.user_id!r}, running at node {detail.current_node!r}): a run of that user stops "
+                         "within about a second; the owner's own run does not read this request\n")
     else:
         io.out.write(f"thread {args.thread!r} is not running (status: {detail.status or 'no state'}); nothing to stop\n")
     return 0

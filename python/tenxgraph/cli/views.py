@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tenxgraph import _core
+from tenxgraph.core.exceptions import InvalidConfigError
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
 __all__ = [
@@ -42,6 +43,10 @@ class ThreadNotFound(LookupError):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {thread_id!r} not found")
         self.thread_id = thread_id
+
+
+# The status listed for a thread whose id the store's id type refuses: its state cannot be read.
+ID_REFUSED = "id-refused"
 
 
 class ThreadSummary(BaseModel):
@@ -184,9 +189,17 @@ async def iter_threads(
             scanned += 1
             if since is not None and row[5] < since.timestamp():
                 return  # sorted by updated_at: everything after is older
-            versions = await cp._native.state_versions(row[0], row[1])
-            latest = _version_row(versions[0][0], versions[0][1], json.loads(versions[0][2])) if versions else None
-            summary = ThreadSummary(**_summary(row, latest))
+            try:
+                versions = await cp._native.state_versions(row[0], row[1])
+            except InvalidConfigError:
+                # An id the store's id type refuses (10xGraph stored 0 and negative ids on int
+                # schemas): listed for what it is, not a listing that fails for every thread.
+                versions = None
+            if versions is None:
+                summary = ThreadSummary(**{**_summary(row, None), "status": ID_REFUSED})
+            else:
+                latest = _version_row(versions[0][0], versions[0][1], json.loads(versions[0][2])) if versions else None
+                summary = ThreadSummary(**_summary(row, latest))
             if status is not None and summary.status != status:
                 continue
             matched += 1

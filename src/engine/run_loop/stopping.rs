@@ -62,6 +62,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 self.preempt.store(true, std::sync::atomic::Ordering::Release);
                 StopKind::Soft
             }
+            // A stop aimed at an earlier run of the thread (`stop()` read that run's lease, and
+            // the run ended before the request landed) is not this run's: it stopped the next
+            // turn (red-team, session 35).
+            Ok(Some(v)) if v.get("token").is_some_and(|n| n.as_i64() != self.lease.get().map(|l| l.token)) => {
+                StopKind::None
+            }
             Ok(Some(v)) if !v.is_null() && v != json!(false) => StopKind::Hard,
             Ok(_) => StopKind::None,
             Err(e) => {

@@ -404,6 +404,10 @@ impl Checkpointer for PgStore {
         lease::lease_release(self, thread_id, token).await
     }
 
+    async fn check_ids(&self, t: &ThreadRef) -> StoreResult<()> {
+        crate::store::id_text::check_ref(t)?;
+        self.check_thread(t)
+    }
     async fn lease_get(&self, thread_id: &str) -> StoreResult<Option<LeaseInfo>> {
         self.check_thread_id(thread_id)?;
         lease::lease_get(self, thread_id).await

@@ -47,6 +47,18 @@ class BusyAnswers:
         try:
             raw = await self._call_beside_its_own_turn(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:
+            if exc.error_code == "STORAGE_BUSY_001" and run.input_messages and not run.has_resume:
+                # Paused at an interrupt() in a tool node: the engine refuses new messages there
+                # (they would land between the calls and their results); the caller is told
+                # what 10xGraph tells it, and what a pause in any other node gets: answer the
+                # question. "Resume it with ainvoke({})" led to that same ValueError (red-team,
+                # session 35).
+                state = await self._checkpointer.aget_state(cfg)
+                try:
+                    if state is not None:
+                        run._check_resume(state)
+                except ValueError as paused:
+                    raise paused from None
             if not exc.context.get("failed_tool_node"):
                 if exc.error_code != "STORAGE_BUSY_001" or not await self._resent_into_a_cut_off_turn(run, cfg):
                     raise

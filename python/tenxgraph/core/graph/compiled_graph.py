@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenxgraph import _core
 from tenxgraph import _in_flight as in_flight
+from tenxgraph._abandon import within
 from tenxgraph._live_states import LiveStates
 from tenxgraph._run_values import copy_update_value, refuse_id_twins
 from tenxgraph._state_codec import check_state_update, encode_message_shaped
@@ -32,10 +33,12 @@ from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.core.state.message import _reset_run_id_generator, _use_run_id_generator, generate_id
 from tenxgraph._user_id import user_id_of
 from tenxgraph.utils.constants import (
+    DEFAULT_NODE_TIMEOUT_SECONDS,
     END,
     START,
     ResponseGranularity,
 )
+from tenxgraph.utils.validators import ValidationError
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.state_graph import StateGraph
@@ -248,7 +251,24 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
         if run.has_lifecycle_hooks:
             await self._refuse_other_owner(cfg)
         if run.input_messages and self._callbacks._validators:
-            await self._callbacks.execute_validators(run.input_messages, config=cfg)
+            await self._validate_input(run, cfg)
+
+    async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
+        """The input validators, given the run's ``node_timeout`` like a node: one that never
+        returned hung ``ainvoke`` for good, before anything was stored, where neither a deadline
+        nor ``stop()`` reaches (red-team, session 35; 10xGraph the same). One that runs out
+        refuses the input (a validator that cannot say yes is not a yes)."""
+        limit = resolve_timeout(cfg, "node_timeout", DEFAULT_NODE_TIMEOUT_SECONDS)
+        checks = self._callbacks.execute_validators(run.input_messages, config=cfg)
+        if limit is None:
+            await checks
+            return
+        try:
+            await within(checks, limit)
+        except TimeoutError:
+            raise ValidationError(
+                f"the input validators did not return within node_timeout ({limit:g}s); the input was refused "
+                "and nothing of it was stored", "validator_timeout", {"node_timeout": limit}) from None
 
     async def _refuse_other_owner(self, cfg: dict[str, Any]) -> None:
         """With user isolation, a run on another user's thread is refused by the store at its
@@ -365,6 +385,8 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
 
             state = await bounded_call(cp, "aget_state", lambda: cp.aget_state(cfg))
         else:
+            # The holder first: a run that starts after this read is never the one stopped.
+            token = await cp._holder_token(cfg)
             state = await cp.aget_state(cfg)
         if state is None:
             return {"ok": False, "running": False, "reason": "no-state"}
@@ -372,7 +394,7 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
             if python_store:
                 await bounded_call(cp, "arequest_stop", lambda: cp.arequest_stop(cfg))
             else:
-                await cp.arequest_stop(cfg)
+                await cp._arequest_stop_of(cfg, token)
             if python_store:
                 # A checkpointer written in Python keeps its own cache: tell the loop directly.
                 await self._checkpointer._native.request_stop(str(cfg["thread_id"]), str(cfg["user_id"]))

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tenxgraph.core.exceptions import GraphError
+from tenxgraph.core.graph.tool_outcome import ToolOutcome, returned
 from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.message_block import ErrorBlock, ToolResultBlock
 from tenxgraph.logs import run_logger
@@ -168,7 +170,8 @@ class McpTools:
         return name in self.names
 
     async def call(self, name: str, args: dict[str, Any], tool_call_id: str, config: dict[str, Any],
-                   idempotency_key: str | None, callback_manager: Any) -> Any:
+                   idempotency_key: str | None, callback_manager: Any,
+                   on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None) -> Any:
         """Send one call to the server; its result, or a tool error the model can read (server
         down, the tool failed, bad arguments). 10xGraph's MCP callbacks wrap it: before_invoke
         sees (and may change) the arguments, after_invoke the result Message, on_error the
@@ -194,10 +197,15 @@ class McpTools:
             request_meta = {"idempotency_key": idempotency_key} if idempotency_key else None
             async with self.client:
                 raw = await self.client.call_tool(name, sent, meta=request_meta)
-            result = Message.tool_message(
-                [ToolResultBlock(call_id=tool_call_id, output=result_output(raw), is_error=False, status="completed")],
-                meta=meta,
-            )
+                result = Message.tool_message(
+                    [ToolResultBlock(call_id=tool_call_id, output=result_output(raw), is_error=False,
+                                     status="completed")],
+                    meta=meta,
+                )
+                # The server ran the call: from here a run cut off (the client's exit, an
+                # after_invoke callback, node_timeout, stop()) records it as returned, and a
+                # replay never sends it again (red-team, session 35: it was sent twice).
+                returned(on_return, result, tool_call_id, meta)
             if mgr is not None:
                 result = await mgr.execute_after_invoke(context, input_data, result)
             return result

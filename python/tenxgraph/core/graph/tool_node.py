@@ -367,8 +367,7 @@ class ToolNode:
             if self._mcp is not None and await self._mcp.knows(name, set(self._funcs), _listing_timeout(config)):
                 # The result is what any tool's is: the handler records it in the ledger.
                 result = await self._mcp.call(name, args or {}, tool_call_id, config or {}, idempotency_key,
-                                              callback_manager)
-                returned(on_return, result, tool_call_id, meta)
+                                              callback_manager, on_return)
                 return map_result(result, tool_call_id, meta)
             text = f"Tool '{name}' not found."
             missing = Message.tool_message(

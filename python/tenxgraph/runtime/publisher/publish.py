@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from tenxgraph._abandon import within
 from tenxgraph.runtime.publisher.base_publisher import BasePublisher
 from tenxgraph.runtime.publisher.events import EventModel
 
@@ -142,21 +143,9 @@ class EventOutbox:
             if self.publish_timeout is None:
                 await self.publisher.publish(event)
             else:
-                # Not wait_for: it waits for the cancelled publish to end, and a publish that
-                # swallows its cancellation (a retry loop with a bare except:) held the outbox,
-                # and the loop's close, for ever. Cancelled and left.
-                task = asyncio.ensure_future(self.publisher.publish(event))
-                try:
-                    done, _ = await asyncio.wait({task}, timeout=self.publish_timeout)
-                except asyncio.CancelledError:
-                    task.cancel()  # the outbox's own cancellation reaches the publish, as before
-                    task.add_done_callback(_consume)
-                    raise
-                if not done:
-                    task.cancel()
-                    task.add_done_callback(_consume)
-                    raise asyncio.TimeoutError
-                task.result()
+                # Not wait_for: a publish that swallows its cancellation held the outbox, and the
+                # loop's close, for ever. Cancelled and left.
+                await within(self.publisher.publish(event), self.publish_timeout)
             self.delivered_count += 1
         except asyncio.TimeoutError:
             self.timed_out_count += 1
@@ -178,12 +167,6 @@ class EventOutbox:
             return True
         done, _ = await asyncio.wait({task}, timeout=max(timeout, 0.0))
         return bool(done)
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    """A publish left after its deadline: its outcome is nobody's (no 'never retrieved' warning)."""
-    if not task.cancelled():
-        task.exception()
 
 
 _strong: dict[int, EventOutbox] = {}  # publishers that take no attribute (__slots__)

@@ -382,9 +382,25 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         return bool(await self._native.request_stop(thread_id, user_id))
 
+    async def _holder_token(self, config: dict[str, Any]) -> int | None:
+        """The fencing token of the run holding the thread now; None when no live run does."""
+        info = await self.aget_lease(config)
+        if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
+            return None
+        return int(info["token"])
+
+    async def _arequest_stop_of(self, config: dict[str, Any], token: int | None) -> bool:
+        """``arequest_stop`` that only the run holding lease ``token`` obeys (any run for None):
+        ``stop()`` reads the holder before it reads the state, so a request that lands after that
+        run ended cannot stop the thread's next turn."""
+        await check_authz(self, config)
+        thread_id, user_id = _ids(config)
+        return bool(await self._native.request_stop(thread_id, user_id, token))
+
     async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
+        await self._native.check_ids(thread_id, user_id)
         return bool(await self.aget_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id)))
 
     async def aclear_stop_request(self, config: dict[str, Any]) -> Any:
@@ -392,6 +408,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         None (memory, SQLite), the count of keys removed (PostgreSQL)."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
+        await self._native.check_ids(thread_id, user_id)
         return await self.aclear_cache_value(STOP_REQUEST_NAMESPACE, _core.stop_key(thread_id, user_id))
 
     # -- tool ledger -----------------------------------------------------------------------

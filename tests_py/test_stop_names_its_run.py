@@ -1,0 +1,99 @@
+"""``stop()`` stops the run it saw, never the thread's next one (red-team, session 35).
+
+``astop`` reads the thread (running), then writes the stop request. A request that lands after
+that run has finished and the user's next turn has started used to stop the next turn, mid-tool.
+The request now names the lease token of the run ``astop`` saw (read before the state), and a run
+holding another token does not obey it.
+
+The delay between the read and the write (a slow network, a GC pause) is modelled by holding the
+request's write until the next turn is inside its node: the only seam used, the rest is the public
+API. SQLite, Postgres, Postgres+Redis (the request lives in Redis there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import PgCheckpointer, SqliteCheckpointer
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres+redis"])
+def cp(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "sqlite":
+        return SqliteCheckpointer(str(tmp_path / "stop.db"))
+    redis = request.getfixturevalue("tenx_redis").url if request.param == "postgres+redis" else None
+    return PgCheckpointer(request.getfixturevalue("tenx_postgres").dsn, redis_url=redis,
+                          schema=f"t_{uuid.uuid4().hex[:16]}")
+
+
+def _graph(cp: Any, entered: list[asyncio.Event], release: list[asyncio.Event]) -> Any:
+    async def work(state: AgentState) -> Message:
+        turn = sum(1 for m in state.context if m.role == "user") - 1
+        entered[turn].set()
+        await release[turn].wait()
+        return Message.text_message(f"turn {turn} done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g.compile(checkpointer=cp)
+
+
+@pytest.mark.asyncio
+async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn(cp: Any) -> None:
+    entered = [asyncio.Event() for _ in range(3)]
+    release = [asyncio.Event() for _ in range(3)]
+    app = _graph(cp, entered, release)
+    cfg = {"thread_id": "t-stop", "user_id": "alice"}
+
+    def turn(i: int) -> Any:
+        return asyncio.create_task(app.ainvoke({"messages": [Message.text_message(f"turn {i}")]}, dict(cfg),
+                                               response_granularity="full"))
+
+    write_held, go = asyncio.Event(), asyncio.Event()
+    real = cp._arequest_stop_of
+
+    async def held(config: dict[str, Any], token: int | None) -> bool:
+        write_held.set()
+        await go.wait()
+        return await real(config, token)
+
+    cp._arequest_stop_of = held
+    run_a = turn(0)
+    await asyncio.wait_for(entered[0].wait(), 30)
+    stopping = asyncio.create_task(app.astop(dict(cfg)))
+    await asyncio.wait_for(write_held.wait(), 30)  # stop() has read run A running
+    release[0].set()
+    a = await asyncio.wait_for(run_a, 30)
+    assert a["state"].execution_meta.status == "completed"
+
+    run_b = turn(1)
+    await asyncio.wait_for(entered[1].wait(), 30)
+    go.set()  # the stop aimed at run A lands while run B is inside its node
+    assert await asyncio.wait_for(stopping, 30) == {"ok": True, "running": True}
+    # Run B's process was signalled with the request: a run that obeyed it would end within a
+    # poll (about a second). The wait only gives a wrong run the time to stop; it cannot fail a
+    # right one.
+    done, _ = await asyncio.wait({run_b}, timeout=3.0)
+    assert not done, run_b.result()["state"].execution_meta
+    release[1].set()
+    b = await asyncio.wait_for(run_b, 30)
+    meta = b["state"].execution_meta
+    assert (meta.status, meta.interrupt_reason) == ("completed", None), meta
+    assert b["messages"][-1].text() == "turn 1 done"
+
+    # A stop of the run that is running now still stops it.
+    cp._arequest_stop_of = real
+    run_c = turn(2)
+    await asyncio.wait_for(entered[2].wait(), 30)
+    assert await app.astop(dict(cfg)) == {"ok": True, "running": True}
+    c = await asyncio.wait_for(run_c, 30)
+    assert c["state"].execution_meta.interrupt_reason == "stop_requested"
+    await cp.arelease()
