@@ -58,7 +58,7 @@ async def main(args: argparse.Namespace) -> None:
     lat: list[float] = []
     cpu0 = cc.Cpu.own()
     for tid in tids:
-        await cc.run_thread(d, tid, 1, lat)
+        await cc.run_thread(d, tid, args.per_thread, lat)
     cpu = (cc.Cpu.own() - cpu0) / len(lat) * 1e3
     if prof is not None:
         prof.send_signal(signal.SIGINT)  # both write their output on SIGINT
@@ -75,7 +75,9 @@ if __name__ == "__main__":
     p.add_argument("--dsn", default=os.environ.get("TENXGRAPH_TEST_PG_DSN"))
     p.add_argument("--pool", type=int, default=10)
     p.add_argument("--history", type=int, default=10, help="messages preloaded into each thread")
-    p.add_argument("--turns", type=int, default=300, help="one turn per fresh thread")
+    p.add_argument("--turns", type=int, default=300, help="threads, each fresh (preloaded with --history)")
+    p.add_argument("--per-thread", type=int, default=1,
+                   help="turns on each thread: 10 profiles the benchmark's K=10 figure, 1 a thread's first turn")
     p.add_argument("--py-spy", default=None, help="output file (flamegraph SVG by default)")
     p.add_argument("--py-spy-format", default="flamegraph", choices=["flamegraph", "raw", "speedscope"])
     p.add_argument("--native", action="store_true",
