@@ -149,6 +149,8 @@ class Run(RunHooks, RunTools):
         self._encoded: dict[int, tuple[Message, str]] = {}
         self._finished: list[tuple[str, str]] = []
         self._tools_cut = False
+        # A node's user code is running (run_node): a commit then is the engine's of a dropped node.
+        self._node_in_flight = False
         self._tool_tasks: set[asyncio.Task[Any]] = set()
         self.entered: set[str] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
@@ -316,6 +318,7 @@ class Run(RunHooks, RunTools):
         token = activate(name, answers)
         sink = self.emitter.delta_sink(name, node.function_name) if self.emitter is not None else None
         node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
+        self._node_in_flight = True
         try:
             with log_fields(node=name):
                 if self._callbacks.wraps(InvocationType.AI):
@@ -331,8 +334,15 @@ class Run(RunHooks, RunTools):
             if isinstance(exc, Exception):
                 self._node_error = exc
                 self.failed_at = (name, step)
+            # Failed, timed out or stopped, the node runs again from its start on the retry:
+            # what it changed in place before that is not stored with the failure (it was, and
+            # the retry did it again: a counter bumped twice; red-team, session 35). Unless the
+            # engine's commit of the drop came first (see snapshot).
+            if self._node_in_flight:
+                self._undo_node_changes()
             raise
         finally:
+            self._node_in_flight = False
             _node_context.reset(node_token)
             deactivate(token)
         produced_before = len(self.produced)
@@ -397,6 +407,11 @@ class Run(RunHooks, RunTools):
     def snapshot(self, exec_view: ExecView, cursor_len: int, cursor_last_id: str | None) -> tuple[
         str, list[tuple[str, str]], bool, int, str | None
     ]:
+        if self._node_in_flight:
+            # The engine dropped the node (node_timeout, stop()) and commits before the node's
+            # task has unwound: the commit stores the state the node started from.
+            self._node_in_flight = False
+            self._undo_node_changes()
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
@@ -621,8 +636,8 @@ class Run(RunHooks, RunTools):
         return goto
 
     def _undo_node_changes(self) -> None:
-        """A node (or its tool call) paused at interrupt(): it runs again from its start when the
-        thread is resumed, so the pause stores the state it started from, as the run's last
+        """A node (or its tool call) paused at interrupt(), failed, timed out or was stopped: it
+        runs again from its start when the thread is resumed, so the pause stores the state it started from, as the run's last
         commit wrote it (or as it was loaded), with the context's messages of that commit. Before,
         what the node changed before interrupt() was stored with the pause and done again on
         resume (a counter bumped twice, a message appended twice; 10xGraph does that). A message
