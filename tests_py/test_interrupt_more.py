@@ -198,5 +198,11 @@ async def test_a_new_message_at_a_pause_inside_a_tool_is_told_to_answer_the_ques
     after = await checkpointer.aget_state(probe2 := dict(cfg))
     assert probe2["_checkpoint_version"] == probe["_checkpoint_version"], "nothing persisted"
     assert [m.text() for m in after.context] == [m.text() for m in before.context]
+    # With the answer, the messages are refused too, with what to do (nothing written): they
+    # would land between the call and its result.
+    with pytest.raises(ValueError, match=r"inside tool node 'tools': new messages cannot come with the answer"):
+        await app.ainvoke({"resume": "yes", "messages": [user("and also")]}, cfg)
+    after = await checkpointer.aget_state(probe3 := dict(cfg))
+    assert probe3["_checkpoint_version"] == probe["_checkpoint_version"], "nothing persisted"
     r = await app.ainvoke({"resume": "yes"}, cfg)
     assert tool_texts(r["messages"])["c0"] == "answer=yes"

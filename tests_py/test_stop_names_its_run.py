@@ -6,8 +6,8 @@ The request now names the lease token of the run ``astop`` saw (read before the 
 holding another token does not obey it.
 
 The delay between the read and the write (a slow network, a GC pause) is modelled by holding the
-request's write until the next turn is inside its node: the only seam used, the rest is the public
-API. SQLite, Postgres, Postgres+Redis (the request lives in Redis there).
+checkpointer's ``arequest_stop`` (what an application may override) until the next turn is inside
+its node. SQLite, Postgres, Postgres+Redis (the request lives in Redis there).
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn
                                                response_granularity="full"))
 
     write_held, go = asyncio.Event(), asyncio.Event()
-    real = cp._arequest_stop_of
+    real = cp.arequest_stop
 
-    async def held(config: dict[str, Any], token: int | None) -> bool:
+    async def held(config: dict[str, Any]) -> bool:
         write_held.set()
         await go.wait()
-        return await real(config, token)
+        return await real(config)
 
-    cp._arequest_stop_of = held
+    cp.arequest_stop = held
     run_a = turn(0)
     await asyncio.wait_for(entered[0].wait(), 30)
     stopping = asyncio.create_task(app.astop(dict(cfg)))
@@ -83,6 +83,9 @@ async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn
     # right one.
     done, _ = await asyncio.wait({run_b}, timeout=3.0)
     assert not done, run_b.result()["state"].execution_meta
+    # Seen by run B, the stale request is cleared: it stood for its hour in the way of a
+    # preemption (written only where no request is pending) and made ais_stop_requested say yes.
+    assert await cp.ais_stop_requested(dict(cfg)) is False
     release[1].set()
     b = await asyncio.wait_for(run_b, 30)
     meta = b["state"].execution_meta
@@ -90,7 +93,7 @@ async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn
     assert b["messages"][-1].text() == "turn 1 done"
 
     # A stop of the run that is running now still stops it.
-    cp._arequest_stop_of = real
+    cp.arequest_stop = real
     run_c = turn(2)
     await asyncio.wait_for(entered[2].wait(), 30)
     assert await app.astop(dict(cfg)) == {"ok": True, "running": True}

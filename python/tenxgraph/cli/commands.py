@@ -11,6 +11,7 @@ from tenxgraph.cli import views
 from tenxgraph.cli.connect import EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from tenxgraph.cli.render import cell, emit_json, table
 from tenxgraph.storage.checkpointer import BaseCheckpointer
+from tenxgraph.storage.checkpointer.native_checkpointer import holder_token
 
 __all__ = ["COMMANDS", "parse_since"]
 
@@ -155,7 +156,7 @@ async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
     # The holder before the state, as stop() reads them: a turn that starts after this read is
     # never the one stopped.
     owner = await views.thread_owner(cp, args.thread)
-    token = await cp._holder_token({"thread_id": args.thread, "user_id": owner})
+    token = await holder_token(cp._native, args.thread, owner)
     detail = await views.thread_detail(cp, args.thread)
     user = args.user or detail.user_id
     if user != detail.user_id and getattr(cp, "enforce_user_isolation", False):
@@ -167,7 +168,7 @@ async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
                        EXIT_USAGE)
     running = detail.status == "running"
     if running:
-        await cp._arequest_stop_of({"thread_id": args.thread, "user_id": user}, token)
+        await cp.arequest_stop({"thread_id": args.thread, "user_id": user, "_stop_token": token})
     result = {"thread_id": args.thread, "user_id": user, "status": detail.status, "stop_requested": running}
     if io.as_json:
         emit_json(result, io.out)

@@ -64,8 +64,15 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             }
             // A stop aimed at an earlier run of the thread (`stop()` read that run's lease, and
             // the run ended before the request landed) is not this run's: it stopped the next
-            // turn (red-team, session 35).
+            // turn (red-team, session 35). Cleared, or it stood for its hour in the way of a
+            // preemption (written only where no request is pending) and of `ais_stop_requested`.
+            // A stop of this run written between the read and the clear is lost: one round trip.
             Ok(Some(v)) if v.get("token").is_some_and(|n| n.as_i64() != self.lease.get().map(|l| l.token)) => {
+                if self.lease.get().is_some()
+                    && let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await
+                {
+                    tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not clear a stale stop request: {e}");
+                }
                 StopKind::None
             }
             Ok(Some(v)) if !v.is_null() && v != json!(false) => StopKind::Hard,

@@ -17,6 +17,7 @@ from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.logs import run_logger
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped
+from tenxgraph.utils.interrupt import pending_interrupt
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
@@ -47,18 +48,8 @@ class BusyAnswers:
         try:
             raw = await self._call_beside_its_own_turn(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:
-            if exc.error_code == "STORAGE_BUSY_001" and run.input_messages and not run.has_resume:
-                # Paused at an interrupt() in a tool node: the engine refuses new messages there
-                # (they would land between the calls and their results); the caller is told
-                # what 10xGraph tells it, and what a pause in any other node gets: answer the
-                # question. "Resume it with ainvoke({})" led to that same ValueError (red-team,
-                # session 35).
-                state = await self._checkpointer.aget_state(cfg)
-                try:
-                    if state is not None:
-                        run._check_resume(state)
-                except ValueError as paused:
-                    raise paused from None
+            if exc.error_code == "STORAGE_BUSY_001" and run.input_messages:
+                await self._refuse_messages_at_a_tool_pause(run, cfg)
             if not exc.context.get("failed_tool_node"):
                 if exc.error_code != "STORAGE_BUSY_001" or not await self._resent_into_a_cut_off_turn(run, cfg):
                     raise
@@ -76,6 +67,25 @@ class BusyAnswers:
         outcome: dict[str, Any] = json.loads(text)
         _log.debug("run %s ended at version %s", cfg["run_id"], outcome["version"])
         return outcome
+
+    async def _refuse_messages_at_a_tool_pause(self, run: Run, cfg: dict[str, Any]) -> None:
+        """The engine refuses new messages at a pause at interrupt() inside a tool node (they
+        would land between the calls and their results). Without an answer the caller is told
+        what 10xGraph tells it, and what a pause in any other node gets: answer the question;
+        with one, to send the messages after it. Both were "resume it with ainvoke({})", which
+        led to the first ValueError (red-team, session 35). Nothing is written either way."""
+        state = await self._checkpointer.aget_state(cfg)
+        paused = pending_interrupt(state) if state is not None else None
+        if paused is None:
+            return
+        if not run.has_resume:
+            try:
+                run._check_resume(state)
+            except ValueError as refused:
+                raise refused from None
+        raise ValueError(f"Thread is paused at interrupt '{paused.id}' inside tool node '{paused.node}': new messages "
+                         "cannot come with the answer there (they would land between the tool calls and their "
+                         "results). Send {'resume': value} alone, then the messages; nothing was written.")
 
     async def _call_beside_its_own_turn(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool,
                                         resume_only: bool) -> Any:

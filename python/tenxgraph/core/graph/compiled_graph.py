@@ -26,6 +26,7 @@ from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publish
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.storage.checkpointer.authz_guard import check_authz, thread_owner
+from tenxgraph.storage.checkpointer.native_checkpointer import holder_token
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
@@ -377,6 +378,11 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
         """Asks the run on this thread (and user) to stop; a node in flight is cancelled."""
         cfg, _ = self._prepare_config(config)
         cp = self._checkpointer
+        thread_id, user_id = str(cfg["thread_id"]), str(cfg["user_id"])
+        # The holder before the state: the request names the run seen holding the thread, and a
+        # run that starts after this read is never the one stopped (a request landing after its
+        # run ended stopped the thread's next turn: red-team, session 35).
+        token = await holder_token(cp._native, thread_id, user_id)
         python_store = hasattr(cp, "_python_store")
         if python_store:
             # A checkpointer written in Python is called as a run calls it: on its own loop, within
@@ -385,19 +391,16 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
 
             state = await bounded_call(cp, "aget_state", lambda: cp.aget_state(cfg))
         else:
-            # The holder first: a run that starts after this read is never the one stopped.
-            token = await cp._holder_token(cfg)
             state = await cp.aget_state(cfg)
         if state is None:
             return {"ok": False, "running": False, "reason": "no-state"}
         if state.execution_meta.status == ExecutionStatus.RUNNING:
             if python_store:
                 await bounded_call(cp, "arequest_stop", lambda: cp.arequest_stop(cfg))
+                # A checkpointer written in Python keeps its own cache: the loop is told directly.
+                await cp._native.request_stop(thread_id, user_id, token)
             else:
-                await cp._arequest_stop_of(cfg, token)
-            if python_store:
-                # A checkpointer written in Python keeps its own cache: tell the loop directly.
-                await self._checkpointer._native.request_stop(str(cfg["thread_id"]), str(cfg["user_id"]))
+                await cp.arequest_stop({**cfg, "_stop_token": token})
             return {"ok": True, "running": True}
         return {"ok": True, "running": False, "reason": "not-running"}
 

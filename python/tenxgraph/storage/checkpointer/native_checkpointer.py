@@ -225,6 +225,16 @@ def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
     return rows
 
 
+async def holder_token(native: Any, thread_id: str, user_id: str) -> int | None:
+    """The fencing token of the run holding the thread now (``native``: a ``_core.NativeStore``);
+    None when no live run does."""
+    raw = await native.lease_get(thread_id, user_id)
+    info = None if raw is None else json.loads(raw)
+    if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
+        return None
+    return int(info["token"])
+
+
 class NativeCheckpointer(BaseCheckpointer[StateT]):
     """The storage API nodes, tools and operators use, over a Rust store the Rust loop drives
     directly. Async first; each ``aX`` has a sync ``X``."""
@@ -378,24 +388,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         return list(await self._native.cache_keys(ns, None if prefix is None else _cache_text("prefix", prefix)))
 
     async def arequest_stop(self, config: dict[str, Any]) -> bool:
+        """A stop request for the thread's run. ``stop()`` adds ``_stop_token``, the fencing token
+        of the run it saw holding the thread (read before the state): only that run obeys it, so
+        a request that lands after that run ended cannot stop the thread's next turn."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return bool(await self._native.request_stop(thread_id, user_id))
-
-    async def _holder_token(self, config: dict[str, Any]) -> int | None:
-        """The fencing token of the run holding the thread now; None when no live run does."""
-        info = await self.aget_lease(config)
-        if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
-            return None
-        return int(info["token"])
-
-    async def _arequest_stop_of(self, config: dict[str, Any], token: int | None) -> bool:
-        """``arequest_stop`` that only the run holding lease ``token`` obeys (any run for None):
-        ``stop()`` reads the holder before it reads the state, so a request that lands after that
-        run ended cannot stop the thread's next turn."""
-        await check_authz(self, config)
-        thread_id, user_id = _ids(config)
-        return bool(await self._native.request_stop(thread_id, user_id, token))
+        token = config.get("_stop_token")
+        return bool(await self._native.request_stop(thread_id, user_id, token if type(token) is int else None))
 
     async def ais_stop_requested(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
