@@ -74,3 +74,42 @@ async def test_what_a_failed_node_changed_in_place_is_not_stored(checkpointer: A
     await app.ainvoke({}, dict(cfg))
     done = await checkpointer.aget_state(dict(cfg))
     assert (done.counter, [m.text() for m in done.context]) == (1, ["hi", "note 1", "ok"])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["raise", "node_timeout"])
+async def test_on_graph_error_sees_the_start_state_and_what_it_returns_is_stored(
+    checkpointer: Any, make_thread: Any, how: str
+) -> None:
+    """The error hook sees the state the failed node started from, and a state it returns is what
+    the failure stores, also when the engine commits a node_timeout before the node unwound."""
+    from tenxgraph.utils import GraphLifecycleHook
+
+    seen: list[int] = []
+
+    class OnError(GraphLifecycleHook):
+        async def on_graph_error(self, ctx, error, partial_state, messages, step, node_name):  # type: ignore[no-untyped-def]
+            seen.append(partial_state.counter)
+            partial_state.counter = 42
+            return partial_state, "handled"
+
+    async def node(state: Counted) -> Message:
+        _bump(state)
+        if how == "raise":
+            raise RuntimeError("model down")
+        await asyncio.sleep(60)
+        return Message.text_message("never", role="assistant")
+
+    mgr = CallbackManager()
+    mgr.register_lifecycle_hook(OnError())
+    g = StateGraph(Counted)
+    g.add_node("m", node)
+    g.set_entry_point("m")
+    g.add_edge("m", END)
+    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
+    with pytest.raises(Exception):
+        await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)), 60)
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert seen == [0]
+    assert (stored.counter, [m.text() for m in stored.context]) == (42, ["hi"])

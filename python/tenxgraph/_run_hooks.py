@@ -89,10 +89,13 @@ class RunHooks:
 
         def _apply_exec(self, state: AgentState, view: ExecView) -> None: ...
 
+        def _settle_dropped_node(self) -> None: ...
+
     def lifecycle(self, point: str, node: str | None, kind: str | None, exec_view: ExecView) -> Any:
         """The loop reached a lifecycle point: fires the hooks (a coroutine, for the loop to
         await); returns the error message to persist at ``error`` (None keeps it)."""
         self._encoded.clear()
+        self._settle_dropped_node()
         return self._bounded(point, self._fire_lifecycle(point, node, kind, exec_view))
 
     async def _bounded(self, point: str, hooks: Any) -> str | None:

@@ -338,8 +338,7 @@ class Run(RunHooks, RunTools):
             # what it changed in place before that is not stored with the failure (it was, and
             # the retry did it again: a counter bumped twice; red-team, session 35). Unless the
             # engine's commit of the drop came first (see snapshot).
-            if self._node_in_flight:
-                self._undo_node_changes()
+            self._settle_dropped_node()
             raise
         finally:
             self._node_in_flight = False
@@ -407,11 +406,7 @@ class Run(RunHooks, RunTools):
     def snapshot(self, exec_view: ExecView, cursor_len: int, cursor_last_id: str | None) -> tuple[
         str, list[tuple[str, str]], bool, int, str | None
     ]:
-        if self._node_in_flight:
-            # The engine dropped the node (node_timeout, stop()) and commits before the node's
-            # task has unwound: the commit stores the state the node started from.
-            self._node_in_flight = False
-            self._undo_node_changes()
+        self._settle_dropped_node()
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
@@ -634,6 +629,14 @@ class Run(RunHooks, RunTools):
             self._index.append(target, new, self._fresh_ids)
         self.produced.extend(m for m in new if not m.delta)
         return goto
+
+    def _settle_dropped_node(self) -> None:
+        """A node still in flight here failed, or was dropped by the engine (node_timeout,
+        stop()), whose commit and error hooks may come before the node's task has unwound: the
+        state goes back to the node's start once, before any of them sees it."""
+        if self._node_in_flight:
+            self._node_in_flight = False
+            self._undo_node_changes()
 
     def _undo_node_changes(self) -> None:
         """A node (or its tool call) paused at interrupt(), failed, timed out or was stopped: it
