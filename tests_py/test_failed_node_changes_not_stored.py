@@ -28,6 +28,14 @@ def _bump(state: Counted) -> None:
     state.context.append(Message.text_message(f"note {state.counter}", role="assistant"))
 
 
+def _one_node(node: Any, checkpointer: Any, mgr: CallbackManager) -> Any:
+    g = StateGraph(Counted)
+    g.add_node("m", node)
+    g.set_entry_point("m")
+    g.add_edge("m", END)
+    return g.compile(checkpointer=checkpointer, callback_manager=mgr)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["raise", "callback", "node_timeout", "stop"])
 async def test_what_a_failed_node_changed_in_place_is_not_stored(checkpointer: Any, make_thread: Any, how: str) -> None:
@@ -53,11 +61,7 @@ async def test_what_a_failed_node_changed_in_place_is_not_stored(checkpointer: A
     mgr = CallbackManager()
     if how == "callback":
         mgr.register_before_invoke(InvocationType.AI, audit)
-    g = StateGraph(Counted)
-    g.add_node("m", node)
-    g.set_entry_point("m")
-    g.add_edge("m", END)
-    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    app = _one_node(node, checkpointer, mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
     run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
     if how == "stop":
@@ -102,11 +106,7 @@ async def test_on_graph_error_sees_the_start_state_and_what_it_returns_is_stored
 
     mgr = CallbackManager()
     mgr.register_lifecycle_hook(OnError())
-    g = StateGraph(Counted)
-    g.add_node("m", node)
-    g.set_entry_point("m")
-    g.add_edge("m", END)
-    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    app = _one_node(node, checkpointer, mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
     with pytest.raises(Exception):
         await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)), 60)
