@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from tenxgraph import _core
-from tenxgraph._required_nulls import UnstorableValue, refuse_required_nulls
+from tenxgraph._required_nulls import CLASS_CACHE_SIZE, UnstorableValue, refuse_required_nulls
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
@@ -211,6 +211,8 @@ def encode_state_shaped(state: AgentState) -> tuple[str, bool]:
     cls = type(state)
     header = _HEADERS.get(cls)
     if header is None:
+        if len(_HEADERS) >= CLASS_CACHE_SIZE:
+            _HEADERS.clear()  # see CLASS_CACHE_SIZE
         header = _HEADERS[cls] = json.dumps({STATE_META_KEY: encode_state_meta(state)})[1:]
     # body is a JSON object: its closing brace gives way to the header's key.
     return body[:-1] + ("," if len(body) > 2 else "") + header, reshaped

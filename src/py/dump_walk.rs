@@ -200,6 +200,9 @@ struct ShapeRef<'py> {
     exact: Option<Bound<'py, PyDict>>,
 }
 
+/// Classes `shape_of` remembers at most.
+const SHAPES_MAX: usize = 256;
+
 fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef<'py>> {
     static SHAPES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     static COMPUTE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -216,6 +219,12 @@ fn shape_of<'py>(py: Python<'py>, cls: &Bound<'py, PyType>) -> PyResult<ShapeRef
                     .expect("a tuple")
                     .into_any()
             });
+            // Keyed by the class, the cache keeps it alive: a process that makes a state class
+            // per request kept every one (soak red-team, session 35). Cleared when full, as the
+            // Python side's class caches are (`_required_nulls.CLASS_CACHE_SIZE`).
+            if shapes.len() >= SHAPES_MAX {
+                shapes.clear();
+            }
             shapes.set_item(cls, &got)?;
             got
         }
