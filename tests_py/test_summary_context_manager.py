@@ -119,6 +119,36 @@ def test_a_later_turn_summarises_only_what_left_the_window(llm: OpenAIStandIn) -
     assert third.context_summary == "S1\n\nS2" and len(llm.requests) == 2
 
 
+def test_an_empty_summary_is_not_remembered_as_covering_its_messages(llm: OpenAIStandIn) -> None:
+    """(Red-team, session 35) An empty reply (a reasoning model that spent its tokens thinking, a
+    content filter) left the context as it was, but was remembered as the summary of those
+    messages: the next turn summarised only the later ones, and the first were in neither the
+    prompt nor any summary. After an earlier summary, the chunk was dropped on the same turn."""
+    mgr = SummaryContextManager("gpt-4o-mini", max_messages=3, keep_recent=2)
+    history = conversation(8)  # one thread's messages, growing turn by turn
+    llm.reply_text("")
+    out = asyncio.run(mgr.atrim_context(AgentState(context=history[:5])))
+    assert texts(out.context) == texts(history[:5]) and out.context_summary is None
+    llm.reply_text("S")
+    out = asyncio.run(mgr.atrim_context(AgentState(context=history[:7])))
+    assert summary_input(llm) == "Conversation to summarize:\n\nUSER: u0\nASSISTANT: a1\nUSER: u2\nASSISTANT: a3"
+    assert out.context_summary == "S" and texts(out.context) == ["You are helpful.", "u4", "a5"]
+    # An earlier summary, then an empty one for the next chunk: the context stays whole.
+    llm.reply_text("")
+    out = asyncio.run(mgr.atrim_context(AgentState(context=history[:9])))
+    assert texts(out.context) == texts(history[:9]) and out.context_summary is None
+
+
+def test_keep_recent_zero_summarises_everything_but_the_system_prompt(llm: OpenAIStandIn) -> None:
+    """(Red-team, session 35) It raised IndexError (NODE_001 on every turn past the threshold);
+    10xGraph summarises every message but the system ones."""
+    llm.reply_text("all of it")
+    mgr = SummaryContextManager("gpt-4o-mini", max_messages=2, keep_recent=0)
+    out = asyncio.run(mgr.atrim_context(AgentState(context=conversation(4))))
+    assert texts(out.context) == ["You are helpful."] and out.context_summary == "all of it"
+    assert summary_input(llm) == "Conversation to summarize:\n\nUSER: u0\nASSISTANT: a1\nUSER: u2\nASSISTANT: a3"
+
+
 @pytest.mark.parametrize("kwargs", [{"model": ""}, {"max_messages": -1}, {"keep_recent": "8"},
                                     {"token_budget": 1.5}, {"max_summary_tokens": 0}, {"api_style": "grpc"}])
 def test_bad_settings_are_refused(kwargs: dict) -> None:

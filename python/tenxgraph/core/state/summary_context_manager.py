@@ -149,8 +149,12 @@ class SummaryContextManager(BaseContextManager[S]):
             n, known = 0, ""
         if n < len(ids):
             new = await self._summarize(messages[n:])
-            if new:
-                known = f"{known}\n\n{new}" if known else new
+            if not new:
+                # No text for these messages: nothing may be remembered as covering them, or the
+                # next turn's prompt left them out of both the summary and the context (red-team,
+                # session 35). "" leaves the context as it was.
+                return ""
+            known = f"{known}\n\n{new}" if known else new
             self._summaries[ids] = known
             while len(self._summaries) > _CACHE_SIZE:
                 self._summaries.popitem(last=False)
@@ -173,7 +177,8 @@ class SummaryContextManager(BaseContextManager[S]):
         if len(others) <= self.keep_recent:
             return state
         cut = len(others) - self.keep_recent
-        while cut > 0 and others[cut].role == "tool":
+        # keep_recent=0 summarises all of them (cut == len(others): no result to keep).
+        while 0 < cut < len(others) and others[cut].role == "tool":
             cut -= 1  # the result stays with the assistant message that asked for it
         if cut == 0:
             return state
