@@ -252,9 +252,9 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
         if run.has_lifecycle_hooks:
             await self._refuse_other_owner(cfg)
         if run.input_messages and self._callbacks._validators:
-            await self._validate_input(run, cfg)
+            await self._run_validators(run, cfg)
 
-    async def _validate_input(self, run: Run, cfg: dict[str, Any]) -> None:
+    async def _run_validators(self, run: Run, cfg: dict[str, Any]) -> None:
         """The input validators, given the run's ``node_timeout`` like a node: one that never
         returned hung ``ainvoke`` for good, before anything was stored, where neither a deadline
         nor ``stop()`` reaches (red-team, session 35; 10xGraph the same). One that runs out
