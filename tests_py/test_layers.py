@@ -135,3 +135,32 @@ def test_rust_layers_point_down() -> None:
 
 def test_python_layers_point_down() -> None:
     assert python_violations(ROOT) == []
+
+
+def methods_defined_twice(source: str, name: str = "<source>") -> list[str]:
+    """Methods a class (or functions a module) defines twice: the second silently replaces the
+    first. Session 35 added a second `CompiledGraph._validate_input`, which dropped the first
+    (authz and the input checks) without a word; only the full suite noticed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.ClassDef, ast.Module)):
+            continue
+        seen: dict[str, int] = {}
+        for item in node.body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            decorators = [ast.unparse(d) for d in item.decorator_list]
+            if any("overload" in d or d.endswith((".setter", ".deleter")) for d in decorators):
+                continue
+            if item.name in seen:
+                found.append(f"{name}: {getattr(node, 'name', '<module>')}.{item.name} at lines {seen[item.name]} "
+                             f"and {item.lineno}")
+            seen[item.name] = item.lineno
+    return found
+
+
+def test_no_class_defines_a_method_twice() -> None:
+    assert methods_defined_twice("class A:\n    def f(self): ...\n    async def f(self): ...\n") != []
+    files = sorted((ROOT / "python").rglob("*.py"))
+    assert len(files) > 50
+    assert [bad for f in files for bad in methods_defined_twice(f.read_text(), str(f.relative_to(ROOT)))] == []
