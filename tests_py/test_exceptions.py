@@ -170,3 +170,39 @@ def test_core_lazily_exports_graph_names(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_core_unknown_attribute_is_attribute_error() -> None:
     with pytest.raises(AttributeError, match="NoSuchThing"):
         tenxgraph.core.NoSuchThing  # noqa: B018
+
+
+@pytest.mark.asyncio
+async def test_a_failed_threads_stored_error_carries_its_code(checkpointer, make_thread) -> None:  # type: ignore[no-untyped-def]
+    """As 10xGraph stores it, ``str()`` of the raised exception: "[NODE_001] Error in node ...".
+    The code was missing, so code reading a failed thread could not tell what failed it
+    (differential red-team, session 35)."""
+    from tenxgraph import END, AgentState, Message, StateGraph
+    from tenxgraph.core.exceptions import GraphRecursionError, NodeError
+
+    def boom(state: AgentState) -> None:
+        raise RuntimeError("boom")
+
+    g = StateGraph(AgentState)
+    g.add_node("A", boom)
+    g.set_entry_point("A")
+    g.add_edge("A", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    with pytest.raises(NodeError) as err:
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert stored.execution_meta.internal_data["error"] == str(err.value)
+    assert str(err.value).startswith("[NODE_001] Error in node 'A'")
+
+    loop = StateGraph(AgentState)
+    loop.add_node("A", lambda s: Message.text_message("again", role="assistant"))
+    loop.set_entry_point("A")
+    loop.add_edge("A", "A")
+    app = loop.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(), "recursion_limit": 3}
+    with pytest.raises(GraphRecursionError) as rec:
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert stored.execution_meta.internal_data["error"] == str(rec.value)
+    assert stored.execution_meta.internal_data["error"].startswith("[RECURSION_001] ")

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.utils import CallbackManager, InvocationType
+
+from .tool_graphs import call, route
 
 
 class Counted(AgentState):
@@ -113,3 +116,83 @@ async def test_on_graph_error_sees_the_start_state_and_what_it_returns_is_stored
     stored = await checkpointer.aget_state(dict(cfg))
     assert seen == [0]
     assert (stored.counter, [m.text() for m in stored.context]) == (42, ["hi"])
+
+
+@pytest.mark.asyncio
+async def test_without_a_commit_per_step_a_failure_keeps_the_runs_earlier_steps(checkpointer: Any, make_thread: Any) -> None:
+    """(Second red-team pass, session 35) With ``durable_checkpoint_every_step=False`` the last
+    commit is older than the failed node's start: putting it back lost the steps between (the
+    model's tool call and the tool's result), and the retry's model asked again and the charge ran
+    twice. There the node's changes stay, as 10xGraph keeps them; nothing finished is lost."""
+    charges: list[int] = []
+    failing = True
+
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        charges.append(amount)
+        return f"charged {amount}"
+
+    turns = iter(range(100))
+
+    async def model(state: AgentState) -> Message:
+        if state.context[-1].role == "user":
+            return Message(role="assistant", content=[], tools_calls=[call(f"call_{next(turns)}", "charge", {"amount": 5})])
+        if failing:
+            raise RuntimeError("model API 503")
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([charge]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(), "durable_checkpoint_every_step": False}
+    with pytest.raises(Exception):
+        await app.ainvoke({"messages": [Message.text_message("pay 5")]}, dict(cfg))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.role for m in stored.context] == ["user", "assistant", "tool"]
+    failing = False
+    await app.ainvoke({}, dict(cfg))
+    done = await checkpointer.aget_state(dict(cfg))
+    assert charges == [5] and done.context[-1].text() == "done"
+
+
+@pytest.mark.asyncio
+async def test_a_refused_return_value_does_not_keep_the_nodes_changes(checkpointer: Any, make_thread: Any) -> None:
+    """A node that changed the state and returned a value that is refused (None: NODE_001) runs
+    again from its start too (second red-team pass, session 35)."""
+    failing = True
+
+    def node(state: Counted) -> Any:
+        _bump(state)
+        return None if failing else Message.text_message("ok", role="assistant")
+
+    app = _one_node(node, checkpointer, CallbackManager())
+    cfg = {"thread_id": make_thread()}
+    with pytest.raises(Exception):
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert (stored.counter, [m.text() for m in stored.context]) == (0, ["hi"])
+    failing = False
+    await app.ainvoke({}, dict(cfg))
+    done = await checkpointer.aget_state(dict(cfg))
+    assert (done.counter, [m.text() for m in done.context]) == (1, ["hi", "note 1", "ok"])
+
+
+@pytest.mark.asyncio
+async def test_a_sync_node_raising_stop_iteration_fails_at_once(checkpointer: Any, make_thread: Any) -> None:
+    """``next(iter([]))`` in a sync node: an asyncio future cannot hold a StopIteration, so the
+    node's thread call never completed and the run waited for node_timeout (900 s by default;
+    10xGraph the same; differential red-team, session 35). NODE_001 at once now."""
+    from tenxgraph.core.exceptions import NodeError
+
+    def first_item(state: Counted) -> Message:
+        return next(iter([]))
+
+    app = _one_node(first_item, checkpointer, CallbackManager())
+    with pytest.raises(NodeError) as err:
+        await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]},
+                                           {"thread_id": make_thread(), "node_timeout": 120}), 60)
+    assert err.value.error_code == "NODE_001" and "StopIteration" in str(err.value)

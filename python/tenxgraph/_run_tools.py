@@ -76,6 +76,7 @@ class RunTools:
     # cancelled drops that work with its future (see record_finished_tools).
     _finished: list[tuple[str, str]]
     _tools_cut: bool
+    _node_step: int | None
     # The asyncio tasks running this run's tool calls (run_tool), while they run.
     _tool_tasks: set[asyncio.Task[Any]]
     # The ledger keys of the calls whose run_tool began: a call the Rust core handed over whose
@@ -97,6 +98,7 @@ class RunTools:
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
+        self._node_step = state.execution_meta.step  # what _undo_node_changes puts back is this node's start
         events = self.events
         if events is not None:
             events.node_start(name, state.execution_meta.step)

@@ -151,6 +151,7 @@ class Run(RunHooks, RunTools):
         self._tools_cut = False
         # A node's user code is running (run_node): a commit then is the engine's of a dropped node.
         self._node_in_flight = False
+        self._node_step: int | None = None  # the step run_node last started
         self._tool_tasks: set[asyncio.Task[Any]] = set()
         self.entered: set[str] = set()
         self.emitter: Any = None  # a tenxgraph._stream.Emitter when the run is streamed
@@ -319,6 +320,7 @@ class Run(RunHooks, RunTools):
         sink = self.emitter.delta_sink(name, node.function_name) if self.emitter is not None else None
         node_token = _node_context.use(_node_context.NodeContext(self.graph, name, sink))
         self._node_in_flight = True
+        self._node_step = step
         try:
             with log_fields(node=name):
                 if self._callbacks.wraps(InvocationType.AI):
@@ -351,6 +353,8 @@ class Run(RunHooks, RunTools):
             if events is not None:
                 events.node_error(name, step, exc)
             self.failed_at = (name, step)
+            # A return value refused (None, an int): the node runs again too (red-team, session 35).
+            self._undo_node_changes()
             raise
         clear_answers(self.state)  # the node finished: its answers are spent
         if events is not None:
@@ -650,12 +654,19 @@ class Run(RunHooks, RunTools):
             return
         try:
             data = json.loads(text)
+            # Only when that text is the node's start: with durable_checkpoint_every_step=False
+            # the steps since the last commit are in the live state alone, and putting that
+            # commit back lost them (a finished tool's call and result, its tool fired again on
+            # the retry: red-team, session 35). Then the node's changes stay, as 10xGraph keeps them.
+            if (data.get("execution_meta") or {}).get("step") != self._node_step:
+                return
             data.pop(STATE_META_KEY, None)
             data.pop("context", None)
-            state = type(self.state or self.graph._prototype).model_validate(data)
+            # In JSON mode, as a load reads it: a strict model refuses a datetime's text in Python mode.
+            state = type(self.state or self.graph._prototype).model_validate_json(json.dumps(data))
         except Exception as exc:  # noqa: BLE001 - the pause must still happen: stored as the node left it
-            self.graph._log.warning("the paused node's state could not be put back as it started (%s); the pause "
-                                    "stores it as the node left it", exc,
+            self.graph._log.warning("the node's state could not be put back as it started (%s); the pause or "
+                                    "failure stores it as the node left it", exc,
                                     extra=self._log_fields(event="pause_state_not_restored"))
             return
         state.context = list(self._committed)

@@ -107,6 +107,22 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The error code the docs list for a failure of the loop itself; None for a store's, a
+    /// host's, or refused input (their codes are their own).
+    pub fn code(&self) -> Option<&'static str> {
+        Some(match self {
+            EngineError::Graph { code, .. } | EngineError::Node { code, .. } => code,
+            EngineError::Recursion { .. } => "RECURSION_001",
+            EngineError::NodeTimeout { .. } => "NODE_TIMEOUT_001",
+            EngineError::Busy { .. } => "STORAGE_BUSY_001",
+            EngineError::LeaseBusy { waited, .. } if *waited > 0.0 => "STORAGE_BUSY_003",
+            EngineError::LeaseBusy { .. } => "STORAGE_BUSY_002",
+            EngineError::Settling { .. } => "STORAGE_BUSY_003",
+            EngineError::Failpoint(_) => "FAILPOINT_001",
+            _ => return None,
+        })
+    }
+
     /// A `Graph` error without a cause.
     pub fn graph(code: &'static str, message: impl Into<String>, context: Value) -> Self {
         EngineError::Graph { code, message: message.into(), context, cause: None }

@@ -41,21 +41,17 @@ pub fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
 pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
     let context = e.context();
     let message = e.to_string();
+    let code = e.code().unwrap_or_default();
     match e {
-        EngineError::Graph { code, cause, .. } => {
-            with_cause(py, raise(py, "GraphError", message, code, &context), cause)
-        }
-        EngineError::Node { code, cause, .. } => with_cause(py, raise(py, "NodeError", message, code, &context), cause),
-        EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, "RECURSION_001", &context),
-        EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, "NODE_TIMEOUT_001", &context),
+        EngineError::Graph { cause, .. } => with_cause(py, raise(py, "GraphError", message, code, &context), cause),
+        EngineError::Node { cause, .. } => with_cause(py, raise(py, "NodeError", message, code, &context), cause),
+        EngineError::Recursion { .. } => raise(py, "GraphRecursionError", message, code, &context),
+        EngineError::NodeTimeout { .. } => raise(py, "NodeTimeoutError", message, code, &context),
         EngineError::InvalidInput(m) => PyValueError::new_err(m),
-        EngineError::Busy { .. } => raise(py, "ThreadBusyError", message, "STORAGE_BUSY_001", &context),
-        EngineError::LeaseBusy { waited, .. } => {
-            let code = if waited > 0.0 { "STORAGE_BUSY_003" } else { "STORAGE_BUSY_002" };
+        EngineError::Busy { .. } | EngineError::LeaseBusy { .. } | EngineError::Settling { .. } => {
             raise(py, "ThreadBusyError", message, code, &context)
         }
-        EngineError::Settling { .. } => raise(py, "ThreadBusyError", message, "STORAGE_BUSY_003", &context),
-        EngineError::Failpoint(_) => raise(py, "FailpointError", message, "FAILPOINT_001", &context),
+        EngineError::Failpoint(_) => raise(py, "FailpointError", message, code, &context),
         EngineError::Host(b) => match b.downcast::<PyErr>() {
             Ok(pyerr) => *pyerr,
             Err(other) => match other.downcast::<crate::failpoints::Fired>() {

@@ -236,7 +236,12 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             return Err(err); // the store itself failed: writing the error state would fail too
         }
         self.exec.status = ExecStatus::Error;
-        self.exec.error = Some(err.to_string());
+        // As `str()` of the raised exception gives it, "[CODE] message": 10xGraph stores that, and
+        // code that reads a failed thread learns what failed it (differential red-team, session 35).
+        self.exec.error = Some(match err.code() {
+            Some(code) => format!("[{code}] {err}"),
+            None => err.to_string(),
+        });
         if let Some(message) = self.host.lifecycle(Lifecycle::Error, &self.exec).await {
             self.exec.error = Some(message);
         }

@@ -58,7 +58,7 @@ class Node:
         if self.is_async:
             return await self.func(*args, **kwargs)
         # Off the event loop; asyncio.to_thread carries the caller's contextvars into the thread.
-        result = await asyncio.to_thread(self.func, *args, **kwargs)
+        result = await asyncio.to_thread(_no_stop_iteration, self.func, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -80,7 +80,7 @@ class Node:
             args, kwargs = [], dict(input_data)
         if self.is_async:
             return await self.func(*args, **kwargs)
-        result = await asyncio.to_thread(self.func, *args, **kwargs)
+        result = await asyncio.to_thread(_no_stop_iteration, self.func, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -281,3 +281,15 @@ def _injection_plan(func: Callable[..., Any]) -> tuple[str, list[str]]:
     has_state, has_config = "state" in names, "config" in names
     kind = "both" if has_state and has_config else "state" if has_state else "config" if has_config else "none"
     return kind, extra
+
+
+def _no_stop_iteration(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``, a ``StopIteration`` it raises turned into a ``RuntimeError``
+    (as Python does for a coroutine): an asyncio future cannot hold a StopIteration, so a sync
+    node's ``next(iter([]))`` never completed its ``to_thread`` future and the run waited for its
+    node_timeout (900 s by default; 10xGraph the same). Red-team, session 35."""
+    try:
+        return func(*args, **kwargs)
+    except StopIteration as exc:
+        raise RuntimeError(f"the node raised StopIteration: {exc!r}") from exc
+
