@@ -196,3 +196,45 @@ async def test_a_sync_node_raising_stop_iteration_fails_at_once(checkpointer: An
         await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("hi")]},
                                            {"thread_id": make_thread(), "node_timeout": 120}), 60)
     assert err.value.error_code == "NODE_001" and "StopIteration" in str(err.value)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_strict_state_class_is_put_back_too(backend: str, tmp_path: Any, make_thread: Any) -> None:
+    """A strict-mode state class (a datetime field) was never put back: rebuilt in Python mode,
+    which refuses a datetime's text, so the change was stored and made again by the retry
+    (second red-team pass, session 35). It is validated from JSON now, as a load reads it."""
+    import datetime
+
+    from pydantic import ConfigDict
+
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+
+    class Strict(AgentState):
+        model_config = ConfigDict(strict=True)
+        counter: int = 0
+        when: datetime.datetime = datetime.datetime(2024, 1, 1)
+
+    failing = True
+    started_from: list[int] = []
+
+    def node(state: Strict) -> Message:
+        started_from.append(state.counter)
+        state.counter += 1
+        if failing:
+            raise RuntimeError("model down")
+        return Message.text_message("ok", role="assistant")
+
+    cp = InMemoryCheckpointer() if backend == "memory" else SqliteCheckpointer(str(tmp_path / "strict.db"))
+    g = StateGraph(Strict)
+    g.add_node("m", node)
+    g.set_entry_point("m")
+    g.add_edge("m", END)
+    app = g.compile(checkpointer=cp)
+    cfg = {"thread_id": make_thread()}
+    with pytest.raises(Exception):
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    failing = False
+    await app.ainvoke({}, dict(cfg))
+    assert started_from == [0, 0]
+    await app.aclose()
