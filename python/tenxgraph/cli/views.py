@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from tenxgraph import _core
 from tenxgraph.core.exceptions import InvalidConfigError
 from tenxgraph.storage.checkpointer import BaseCheckpointer
+from tenxgraph.storage.checkpointer.native_checkpointer import live_lease
 
 __all__ = [
     "LeaseView",
@@ -194,8 +195,6 @@ async def iter_threads(
             except InvalidConfigError:
                 # An id the store's id type refuses (10xGraph stored 0 and negative ids on int
                 # schemas): listed for what it is, not a listing that fails for every thread.
-                versions = None
-            if versions is None:
                 summary = ThreadSummary(**{**_summary(row, None), "status": ID_REFUSED})
             else:
                 latest = _version_row(versions[0][0], versions[0][1], json.loads(versions[0][2])) if versions else None
@@ -219,7 +218,7 @@ async def lease_holder(cp: BaseCheckpointer, thread_id: str, owner: str) -> Leas
     if get is None:
         return None
     info = await get({"thread_id": thread_id, "user_id": owner})
-    if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
+    if not live_lease(info):
         return None
     return LeaseView(holder=str(info.get("holder")), token=int(info.get("token", 0)),
                      expires_in=float(info["expires_in"]), host=info.get("host"), pid=info.get("pid"))

@@ -225,14 +225,17 @@ def _msg_rows(messages: list[Message]) -> list[tuple[str, str]]:
     return rows
 
 
+def live_lease(info: dict[str, Any] | None) -> bool:
+    """Whether a lease as ``aget_lease`` gives it is held now (not released, not expired)."""
+    return info is not None and not info.get("released") and float(info.get("expires_in", 0)) > 0
+
+
 async def holder_token(native: Any, thread_id: str, user_id: str) -> int | None:
     """The fencing token of the run holding the thread now (``native``: a ``_core.NativeStore``);
     None when no live run does."""
     raw = await native.lease_get(thread_id, user_id)
     info = None if raw is None else json.loads(raw)
-    if not info or info.get("released") or float(info.get("expires_in", 0)) <= 0:
-        return None
-    return int(info["token"])
+    return int(info["token"]) if info is not None and live_lease(info) else None
 
 
 class NativeCheckpointer(BaseCheckpointer[StateT]):
