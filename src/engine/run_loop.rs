@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use start::{Optimistic, optimistic_start, run_leased};
 use std::sync::Arc;
 use stopping::StopKind;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::Instant;
 
 mod abandoned;
 pub use abandoned::release_abandoned;
@@ -21,6 +21,7 @@ mod carry;
 mod commit;
 mod start;
 mod stopping;
+mod watch;
 
 /// What the caller handed the run, as far as the loop cares.
 #[derive(Debug, Clone, Copy, Default)]
@@ -107,6 +108,10 @@ struct Run<'a, H: NodeHost + ?Sized> {
     unserialisable: bool,
     /// A tool node's last ledger rows, for the next commit to carry (see `tools::Recorder`).
     carried: super::Carried,
+    /// The stop signal `drive` listens to (None before it): lifecycle hooks are watched with it.
+    signal: Option<Arc<StopSignal>>,
+    /// A stop was confirmed while lifecycle hooks ran: the next stop check obeys it.
+    stop_seen: std::sync::atomic::AtomicBool,
 }
 
 /// Runs the graph on `cfg.thread` until it ends, pauses, stops or fails.
@@ -216,6 +221,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         resume_after: Option<String>,
         signal: &Arc<StopSignal>,
     ) -> Result<RunOutcome, EngineError> {
+        self.signal = Some(signal.clone());
         if let Some(node) = resume_after {
             self.step_node = node.clone();
             self.last_node = Some(node.clone());
@@ -238,7 +244,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     None => {}
                 }
                 self.exec.status = ExecStatus::Completed;
-                self.host.lifecycle(Lifecycle::End, &self.exec).await;
+                self.hooks(Lifecycle::End).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -266,7 +272,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     ExecStatus::InterruptedBefore,
                     None,
                 );
-                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "before" }, &self.exec).await;
+                self.hooks(Lifecycle::Interrupt { node: &node, kind: "before" }).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -290,7 +296,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                     // current_node stays: the node runs again when the thread is resumed.
                     let data = json!({"interrupt": payload});
                     self.exec.set_interrupt(&node, "interrupt".into(), ExecStatus::InterruptedBefore, Some(data));
-                    self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "interrupt" }, &self.exec).await;
+                    self.hooks(Lifecycle::Interrupt { node: &node, kind: "interrupt" }).await;
                     self.commit_final().await?;
                     return Ok(self.outcome(false));
                 }
@@ -306,7 +312,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             };
             self.step_node = node.clone();
             self.last_node = Some(node.clone());
-            self.host.lifecycle(Lifecycle::NodeDone { node: &node }, &self.exec).await;
+            self.hooks(Lifecycle::NodeDone { node: &node }).await;
             if self.cfg.closing_failed_tools {
                 // Every call has its answer: the thread is done with this turn (no route on, no
                 // pause, no review gate), and the new turn that asked for the close comes next.
@@ -317,7 +323,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             if let Some(reason) = out.pause {
                 // current_node stays: the resumed run routes past it (see resume_after).
                 self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, None);
-                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "after" }, &self.exec).await;
+                self.hooks(Lifecycle::Interrupt { node: &node, kind: "after" }).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -329,7 +335,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             self.exec.current_node = next.clone();
             if self.graph.pauses_after(&node) {
                 self.exec.set_interrupt(&node, format!("interrupt_after: {node}"), ExecStatus::InterruptedAfter, None);
-                self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "after" }, &self.exec).await;
+                self.hooks(Lifecycle::Interrupt { node: &node, kind: "after" }).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
@@ -400,54 +406,23 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             } else {
                 self.host.run_node(node, &self.exec)
             };
-        tokio::pin!(fut);
         let deadline = self.cfg.node_timeout.map(|d| Instant::now() + d);
-        // The store round trips this loop makes while the node runs (a stop check, a lease
-        // renewal) run beside the node, the deadline and the stop signal, one at a time: awaited
-        // inside a branch, a round trip the server never answers (a frozen backend, a row lock
-        // held by a frozen session, a network blackhole) stopped the deadline and stop() too.
-        enum Chore {
-            Stop(StopKind),
-            Renewed(bool),
-        }
-        let mut chore: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Chore> + Send + '_>>> = None;
-        loop {
-            let wake = signal.notify.notified();
-            tokio::select! {
-                r = &mut fut => {
-                    crate::metrics::add_duration(&m.node_duration_us, started.elapsed());
-                    if r.is_err() { crate::metrics::inc(&m.node_errors); }
-                    return r.map_err(Guard::Failed);
-                }
-                _ = async { sleep_until(deadline.expect("guarded by is_some")).await }, if deadline.is_some() => {
-                    let secs = self.cfg.node_timeout.map(|d| d.as_secs_f64()).unwrap_or_default();
-                    crate::metrics::inc(&m.node_timeouts);
-                    return Err(Guard::Timeout(secs));
-                }
-                done = async { chore.as_mut().expect("guarded by is_some").await }, if chore.is_some() => {
-                    chore = None;
-                    match done {
-                        Chore::Stop(StopKind::Hard) => {
-                            crate::metrics::inc(&m.node_stopped);
-                            return Err(Guard::Stopped);
-                        }
-                        Chore::Renewed(false) => return Err(Guard::LeaseLost),
-                        _ => {}
-                    }
-                }
-                // A stop signalled by this process: confirmed against the store like a poll,
-                // beside the node (a signal raised meanwhile is kept by `take_raised`).
-                _ = wake, if chore.is_none() => {
-                    chore = Some(Box::pin(async move { Chore::Stop(self.stop_requested(signal).await) }));
-                }
-                _ = sleep(self.cfg.stop_poll), if chore.is_none() => {
-                    chore = Some(Box::pin(async move { Chore::Stop(self.stop_requested(signal).await) }));
-                }
-                _ = sleep_until(self.lease().renewal_due()), if chore.is_none() => {
-                    chore = Some(Box::pin(async move { Chore::Renewed(self.lease().renew(self.store, self.cfg).await) }));
+        let r = match self.watched(fut, signal, deadline).await {
+            Ok(r) => r.map_err(Guard::Failed),
+            Err(cut) => Err(cut),
+        };
+        match &r {
+            Err(Guard::Timeout(_)) => crate::metrics::inc(&m.node_timeouts),
+            Err(Guard::Stopped) => crate::metrics::inc(&m.node_stopped),
+            Err(Guard::LeaseLost) => {}
+            Err(Guard::Failed(_)) | Ok(_) => {
+                crate::metrics::add_duration(&m.node_duration_us, started.elapsed());
+                if r.is_err() {
+                    crate::metrics::inc(&m.node_errors);
                 }
             }
         }
+        r
     }
 }
 

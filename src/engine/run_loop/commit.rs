@@ -117,7 +117,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if !durable {
             return Ok(());
         }
-        self.host.lifecycle(Lifecycle::Checkpoint, &self.exec).await;
+        self.hooks(Lifecycle::Checkpoint).await;
         let mark = next_write_mark();
         let snapshot = if self.unserialisable && self.exec.status == ExecStatus::Error {
             // The live state could not be stored (the host could not serialise it, or the store
@@ -242,7 +242,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             Some(code) => format!("[{code}] {err}"),
             None => err.to_string(),
         });
-        if let Some(message) = self.host.lifecycle(Lifecycle::Error, &self.exec).await {
+        if let Some(message) = self.hooks(Lifecycle::Error).await {
             self.exec.error = Some(message);
         }
         if let Err(e) = self.commit_final().await {

@@ -421,6 +421,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         loaded_state: stored.as_ref().map(|c| &c.state),
         unserialisable: false,
         carried: Default::default(),
+        signal: None,
+        stop_seen: Default::default(),
     };
     // A close writes once, at its end: a crash before that leaves the failed node as it was, and
     // the next turn closes it again.
@@ -467,6 +469,13 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     };
     // Rows no commit carried (the run ended between its tool node and that node's step).
     let _ = run.write_carried(run.carried.take()).await;
+    // A stop confirmed while the last hooks ran (a pause, END, an error) found the run ending
+    // anyway: answered, not left for the thread's next turn.
+    if run.stop_seen.load(std::sync::atomic::Ordering::Acquire)
+        && let Err(e) = store.cache_clear(crate::engine::STOP_NAMESPACE, &key).await
+    {
+        tracing::warn!(thread_id = %t.thread_id, "could not consume the stop request: {e}");
+    }
     drop(subscription);
     result
 }

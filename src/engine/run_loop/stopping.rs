@@ -37,6 +37,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// Asks the store when this process signalled a stop, or when the poll interval passed (a
     /// request from another process); otherwise answers without a round trip.
     pub(super) async fn stop_requested(&self, signal: &StopSignal) -> StopKind {
+        if self.stop_seen.load(std::sync::atomic::Ordering::Acquire) {
+            return StopKind::Hard;
+        }
         {
             let mut last = self.last_stop_poll.lock().unwrap_or_else(|p| p.into_inner());
             let due = last.is_none_or(|t| t.elapsed() >= self.cfg.stop_poll);
@@ -111,6 +114,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await {
             tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not consume the stop request: {e}");
         }
+        self.stop_seen.store(false, std::sync::atomic::Ordering::Release);
         let node = self.exec.current_node.clone();
         let (reason, source) =
             if kind == StopKind::Soft { ("preempted", "preempt") } else { ("stop_requested", "stop") };
@@ -122,7 +126,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         );
         self.exec.stop_current_execution = "stopped".into();
         tracing::info!(thread_id = %self.cfg.thread.thread_id, node = %node, reason, "run stopped by request");
-        self.host.lifecycle(Lifecycle::Interrupt { node: &node, kind: "stop" }, &self.exec).await;
+        self.hooks(Lifecycle::Interrupt { node: &node, kind: "stop" }).await;
         self.commit_final().await?;
         Ok(self.outcome(true))
     }
