@@ -100,3 +100,41 @@ async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn
     c = await asyncio.wait_for(run_c, 30)
     assert c["state"].execution_meta.interrupt_reason == "stop_requested"
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_stop_that_found_no_holder_does_not_stop_a_turn_that_starts_meanwhile(cp: Any) -> None:
+    """(session 36) ``stop()`` read the lease when no run held it (the last turn had ended), and
+    wrote a request naming nobody, which every run obeyed: a turn starting between that read and
+    the state read (which then said running) was stopped mid-node. The request names the lease's
+    last token now, which every later run holds a greater one than."""
+    entered = [asyncio.Event() for _ in range(2)]
+    release = [asyncio.Event() for _ in range(2)]
+    app = _graph(cp, entered, release)
+    cfg = {"thread_id": "t-no-holder", "user_id": "alice"}
+
+    def turn(i: int) -> Any:
+        return asyncio.create_task(app.ainvoke({"messages": [Message.text_message(f"turn {i}")]}, dict(cfg),
+                                               response_granularity="full"))
+
+    release[0].set()
+    await asyncio.wait_for(turn(0), 30)
+    real, started = cp.aget_state, []
+
+    async def held(config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if not started:  # stop()'s state read, after its lease read: the next turn starts here
+            started.append(turn(1))
+            await asyncio.wait_for(entered[1].wait(), 30)
+        return await real(config, *args, **kwargs)
+
+    cp.aget_state = held
+    assert await app.astop(dict(cfg)) == {"ok": True, "running": True}
+    cp.aget_state = real
+    # A run that obeyed the request would end within a poll (about a second); the wait only gives
+    # a wrong run the time to stop, it cannot fail a right one.
+    done, _ = await asyncio.wait({started[0]}, timeout=3.0)
+    assert not done, started[0].result()["state"].execution_meta
+    release[1].set()
+    b = await asyncio.wait_for(started[0], 30)
+    assert (b["state"].execution_meta.status, b["messages"][-1].text()) == ("completed", "turn 1 done")
+    await cp.arelease()

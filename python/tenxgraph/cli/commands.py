@@ -11,7 +11,7 @@ from tenxgraph.cli import views
 from tenxgraph.cli.connect import EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from tenxgraph.cli.render import cell, emit_json, table
 from tenxgraph.storage.checkpointer import BaseCheckpointer
-from tenxgraph.storage.checkpointer.native_checkpointer import holder_token
+from tenxgraph.storage.checkpointer.native_checkpointer import stop_token
 
 __all__ = ["COMMANDS", "parse_since"]
 
@@ -153,10 +153,10 @@ async def migrate(cp: BaseCheckpointer, args: Any, io: Io) -> int:
 
 
 async def stop(cp: BaseCheckpointer, args: Any, io: Io) -> int:
-    # The holder before the state, as stop() reads them: a turn that starts after this read is
+    # The lease before the state, as stop() reads them: a turn that starts after this read is
     # never the one stopped.
     owner = await views.thread_owner(cp, args.thread)
-    token = await holder_token(cp._native, args.thread, owner)
+    token = await stop_token(cp._native, args.thread, owner)
     detail = await views.thread_detail(cp, args.thread)
     user = args.user or detail.user_id
     if user != detail.user_id and getattr(cp, "enforce_user_isolation", False):

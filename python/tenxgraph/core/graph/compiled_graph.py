@@ -26,7 +26,7 @@ from tenxgraph.runtime.publisher.publish import deactivate as deactivate_publish
 from tenxgraph.runtime.publisher.publish import outbox_for
 from tenxgraph.logs import log_fields, run_logger
 from tenxgraph.storage.checkpointer.authz_guard import check_authz, thread_owner
-from tenxgraph.storage.checkpointer.native_checkpointer import holder_token
+from tenxgraph.storage.checkpointer.native_checkpointer import stop_token
 from tenxgraph.core.exceptions import StorageError
 from tenxgraph.utils.background_task_manager import BackgroundTaskManager
 from tenxgraph.core.state.agent_state import AgentState
@@ -379,10 +379,10 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
         cfg, _ = self._prepare_config(config)
         cp = self._checkpointer
         thread_id, user_id = str(cfg["thread_id"]), str(cfg["user_id"])
-        # The holder before the state: the request names the run seen holding the thread, and a
-        # run that starts after this read is never the one stopped (a request landing after its
-        # run ended stopped the thread's next turn: red-team, session 35).
-        token = await holder_token(cp._native, thread_id, user_id)
+        # The lease before the state: the request names the last token seen, and a run that
+        # starts after this read is never the one stopped (a request landing after its run ended
+        # stopped the thread's next turn: red-teams, sessions 35 and 36).
+        token = await stop_token(cp._native, thread_id, user_id)
         python_store = hasattr(cp, "_python_store")
         if python_store:
             # A checkpointer written in Python is called as a run calls it: on its own loop, within

@@ -230,12 +230,14 @@ def live_lease(info: dict[str, Any] | None) -> bool:
     return info is not None and not info.get("released") and float(info.get("expires_in", 0)) > 0
 
 
-async def holder_token(native: Any, thread_id: str, user_id: str) -> int | None:
-    """The fencing token of the run holding the thread now (``native``: a ``_core.NativeStore``);
-    None when no live run does."""
+async def stop_token(native: Any, thread_id: str, user_id: str) -> int:
+    """The fencing token a stop request names (``native``: a ``_core.NativeStore``): the last
+    one the thread's lease row holds, held or not. Every run that takes the thread later holds a
+    greater one, so the request reaches only a run that held it at this read. 0 when the thread
+    never had a lease (no run holds 0). A request naming nobody (when no run held the lease)
+    stopped a turn that started between this read and the write (red-team, session 36)."""
     raw = await native.lease_get(thread_id, user_id)
-    info = None if raw is None else json.loads(raw)
-    return int(info["token"]) if info is not None and live_lease(info) else None
+    return 0 if raw is None else int(json.loads(raw)["token"])
 
 
 class NativeCheckpointer(BaseCheckpointer[StateT]):
