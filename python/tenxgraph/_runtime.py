@@ -330,7 +330,10 @@ class Run(RunHooks, RunTools):
         except GraphInterrupt:
             self._undo_node_changes()
             raise
-        except (Exception, asyncio.CancelledError) as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised; settled first
+            # Any failure, not only Exception and CancelledError: a library's timeout or cancel
+            # type built on BaseException (gevent's Timeout) stored the node's change and the
+            # retry made it again (red-team, session 36).
             if events is not None:
                 events.node_error(name, step, exc)
             if isinstance(exc, Exception):
