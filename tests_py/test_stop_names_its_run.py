@@ -138,3 +138,46 @@ async def test_a_stop_that_found_no_holder_does_not_stop_a_turn_that_starts_mean
     b = await asyncio.wait_for(started[0], 30)
     assert (b["state"].execution_meta.status, b["messages"][-1].text()) == ("completed", "turn 1 done")
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_preemption_asked_while_a_stale_stop_is_pending_is_asked_again(cp: Any) -> None:
+    """(session 36) A preemption (``on_busy="interrupt"``) is written only where no request is
+    pending; one asked while a stale stop (aimed at an earlier run, from another process: no
+    signal here) was pending was never asked again, and the caller waited out ``busy_timeout``
+    although the running turn cleared the stale request at its next poll. It asks on each wait
+    until written now."""
+    from tenxgraph import _core
+
+    entered = asyncio.Event()
+
+    class Loop(AgentState):
+        n: int = 0
+
+    async def step(state: Loop) -> Message:
+        state.n += 1
+        entered.set()
+        await asyncio.sleep(0.05)
+        return Message.text_message(f"step {state.n}", role="assistant")
+
+    def again(state: Loop) -> str:
+        urgent = [m for m in state.context if m.role == "user"][-1].text() == "urgent"
+        return END if urgent or state.n >= 3000 else "step"
+
+    g = StateGraph(Loop)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", again, {"step": "step", END: END})
+    app = g.compile(checkpointer=cp)
+    cfg = {"thread_id": "t-preempt-stale", "user_id": "alice", "recursion_limit": 10000}
+    long = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("long")]}, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 30)
+    await cp.aput_cache_value("stop_request", _core.stop_key("t-preempt-stale", "alice"),
+                              {"stop": True, "token": 10**12})
+    out = await asyncio.wait_for(
+        app.ainvoke({"messages": [Message.text_message("urgent")]}, dict(cfg, on_busy="interrupt", busy_timeout=60)), 90)
+    assert out["messages"][-1].text().startswith("step")
+    assert [m.text() for m in out["messages"] if m.role == "user"][-1] == "urgent"
+    interrupted = await asyncio.wait_for(long, 30)
+    assert interrupted["messages"][-1].role == "assistant"
+    await cp.arelease()

@@ -439,8 +439,10 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             }
             OnBusy::Wait | OnBusy::Interrupt => {
                 if policy.on_busy == OnBusy::Interrupt && !asked {
-                    asked = true;
-                    request_preempt(store, cfg).await;
+                    // Asked again on each wait until written: a request already pending (a
+                    // stale stop the holder clears at its next poll) kept the first from being
+                    // written, and the caller waited out busy_timeout (red-team, session 36).
+                    asked = request_preempt(store, cfg).await;
                 }
                 let now = Instant::now();
                 if now >= deadline {
@@ -484,18 +486,28 @@ async fn busy(store: &dyn Checkpointer, cfg: &RunConfig, info: LeaseInfo, waited
 /// waiting (`busy_timeout`): a requester that gave up or was cancelled cut the running turn short
 /// at its next safe point anyway, and nobody took the thread (red-team, session 30). One that
 /// gives up withdraws it; a run finds one of a requester that is gone (`preempter_gone`) void.
-async fn request_preempt(store: &dyn Checkpointer, cfg: &RunConfig) {
+///
+/// Whether the request was written. Not written, the signal still goes out: the holder's check
+/// it wakes clears a stale request in the way.
+async fn request_preempt(store: &dyn Checkpointer, cfg: &RunConfig) -> bool {
     let key = stop_key(&cfg.thread.thread_id, &cfg.thread.user_id);
     let me = me();
     let value = json!({"preempt": cfg.run_id, "host": me.host, "pid": me.pid, "pid_start": me.pid_start});
     let ttl = cfg.lease.busy_timeout.as_secs_f64().clamp(1.0, 3600.0);
     // Only where no request is pending: a user's hard stop under this key must stay hard (it
     // ends a hung node; a preemption waits for the next safe point).
-    if let Err(e) = store.cache_put_absent(STOP_NAMESPACE, &key, &value, Some(ttl)).await {
-        tracing::warn!(thread_id = %cfg.thread.thread_id, "could not ask the running execution to stop: {e}");
-    }
+    let written = match store.cache_put_absent(STOP_NAMESPACE, &key, &value, Some(ttl)).await {
+        Ok(written) => written,
+        Err(e) => {
+            tracing::warn!(thread_id = %cfg.thread.thread_id, "could not ask the running execution to stop: {e}");
+            false
+        }
+    };
     StopSignals::global().signal(&key);
-    inc(&metrics().preempt_requests);
+    if written {
+        inc(&metrics().preempt_requests);
+    }
+    written
 }
 
 /// A requester that gave up withdraws its preemption request, where it is still its own (a
