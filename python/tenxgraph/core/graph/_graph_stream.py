@@ -134,6 +134,21 @@ class StreamingRuns:
         out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=256)
         stop = threading.Event()
         running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+        # The thread that last asked for a chunk. A generator still referenced when its thread
+        # ends (a script's last line) is never closed: the worker, waiting on a full queue, kept
+        # the interpreter from exiting for good (red-team, session 36). It gives up then.
+        consumer = [threading.current_thread()]
+
+        def offer(item: tuple[str, Any]) -> bool | None:
+            """Puts ``item`` for the consumer within 0.1 s: True; False once it has left (the run
+            is then cut, as when a consumer leaves the loop); None while the queue stays full."""
+            if stop.is_set() or not consumer[0].is_alive():
+                return False
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                return None
 
         async def pump() -> None:
             task = asyncio.current_task()
@@ -144,13 +159,9 @@ class StreamingRuns:
             agen = self.astream(input_data, config, response_granularity)
             try:
                 async for chunk in agen:
-                    while not stop.is_set():
-                        try:
-                            out.put(("chunk", chunk), timeout=0.1)
-                            break
-                        except queue.Full:
-                            await asyncio.sleep(0)
-                    if stop.is_set():
+                    while (handed := offer(("chunk", chunk))) is None:
+                        await asyncio.sleep(0)  # the run's other tasks go on meanwhile
+                    if not handed:
                         break
             finally:
                 await agen.aclose()
@@ -160,15 +171,29 @@ class StreamingRuns:
         def worker() -> None:
             try:
                 run_loop(pump())
-                out.put(("done", None))
+                end: tuple[str, Any] = ("done", None)
             except BaseException as exc:  # handed to the consumer thread
-                out.put(("error", exc))
+                end = ("error", exc)
+            while offer(end) is None:
+                pass
 
         thread = threading.Thread(target=contextvars.copy_context().run, args=(worker,), name="tenxgraph-stream")
         thread.start()
         try:
             while True:
-                kind, value = out.get()
+                consumer[0] = threading.current_thread()
+                try:
+                    kind, value = out.get(timeout=0.5)
+                except queue.Empty:
+                    if thread.is_alive():
+                        continue
+                    try:  # the worker's last put may have landed after the timeout
+                        kind, value = out.get_nowait()
+                    except queue.Empty:
+                        # It gave up: the thread that read this stream had ended.
+                        raise RuntimeError("this stream was cut when the thread reading it ended; to read a "
+                                           "stream from another thread, take it over before the first one "
+                                           "ends") from None
                 if kind == "chunk":
                     yield value
                 elif kind == "error":
