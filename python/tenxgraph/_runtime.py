@@ -20,6 +20,7 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
+from tenxgraph._run_remote_tools import carry_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
     added,
@@ -234,6 +235,8 @@ class Run(RunHooks, RunTools):
         ):
             self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
+        new_turn = bool(self.input_messages) and not self.has_resume and not at_remote_pause(state)
+        carry_remote_tools(state, self.config, new_turn)
         if self.start_node is None:
             check_waiting_calls(state, self.input_messages, str(self.config["thread_id"]))
             if self.input_messages and at_remote_pause(state):
