@@ -126,3 +126,42 @@ async def test_two_results_for_one_call_in_one_request_are_refused(
         await app.ainvoke({"messages": sent}, dict(cfg))
     assert e.value.error_code == "STORAGE_BUSY_001" and "'c2'" in str(e.value)
     assert await _snapshot(checkpointer, cfg) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["another_thread", "deleted_thread", "new_thread"])
+async def test_results_for_a_call_the_thread_never_made_are_refused(
+        checkpointer: Any, make_thread: Any, where: str) -> None:
+    """(session 36) A thread not paused took them as a new turn (10xGraph does): a tool message
+    answering no call, which every provider refuses on each later turn. Sent to the wrong
+    thread, after the paused thread was deleted, or to a new thread: refused, nothing written."""
+    app, cfg = await _paused(checkpointer, make_thread)
+    target = {"thread_id": make_thread("other"), "user_id": "u1"}
+    if where == "another_thread":
+        await app.ainvoke({"messages": [_result("c2")]}, dict(cfg))  # finished: zz9 is no call of its
+        target = cfg
+    elif where == "deleted_thread":
+        await checkpointer.aclean_thread(dict(cfg))
+        target = cfg
+    before = await checkpointer.aget_state(dict(target))
+    with pytest.raises(ThreadBusyError) as e:
+        await app.ainvoke({"messages": [_result("zz9")]}, dict(target))
+    assert e.value.error_code == "STORAGE_BUSY_001" and "never asked" in str(e.value) and "'zz9'" in str(e.value)
+    after = await checkpointer.aget_state(dict(target))
+    assert (None if after is None else [m.message_id for m in after.context]) == (
+        None if before is None else [m.message_id for m in before.context])
+
+
+@pytest.mark.asyncio
+async def test_input_is_judged_on_the_thread_as_stored_not_on_a_kept_copy(checkpointer: Any, make_thread: Any) -> None:
+    """(session 36) A graph keeps the state of its last commit to start the next turn without a
+    read; input it refused was refused on that copy. Another worker answered the pause since
+    (another graph here: its own copy): this graph's new message was refused with
+    ``ThreadBusyError`` naming a pause that was no longer there. Judged on a read now."""
+    app, cfg = await _paused(checkpointer, make_thread)
+    other = build(checkpointer)
+    await other.ainvoke({"messages": [_result("c2")]}, dict(cfg))
+    out = await app.ainvoke({"messages": [Message.text_message("and now?")]}, dict(cfg))
+    assert [m.role for m in out["messages"]][:1] == ["user"]
+    state = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in state.context if m.role == "user"] == ["hi", "and now?"]

@@ -429,6 +429,23 @@ def _refuse_answered_again(state: Any, given: set[str], thread_id: str) -> None:
         )
 
 
+def _refuse_never_asked(state: Any, given: set[str], thread_id: str) -> None:
+    """Results that lead the input for calls no message of the thread asked for (a client's
+    results sent to the wrong thread, or after its thread was deleted): stored as a new turn, a
+    tool message answering no call, which every provider refuses on each later turn (red-team,
+    session 36; 10xGraph takes it). At a pause for the client's tools they were refused already."""
+    asked = {str(c.get("id")) for m in state.context for c in (m.tools_calls or []) if isinstance(c, dict)}
+    unknown = sorted(given - asked)
+    if unknown:
+        raise ThreadBusyError(
+            f"Thread {thread_id!r} never asked for tool call(s) {', '.join(map(repr, unknown))}: results for them "
+            "would answer no call, a history every provider refuses. Send them to the thread that asked. "
+            "Nothing was written.",
+            "STORAGE_BUSY_001",
+            {"thread_id": thread_id, "unknown": unknown},
+        )
+
+
 def renamed_remote_results(sent: list[Message], stored_ids: Any) -> list[Message]:
     """At a pause for the client's tools, a result message under an id the thread holds already
     (a client that names its result messages the same way each time, or reuses another message's
@@ -479,6 +496,7 @@ def check_waiting_calls(state: Any, sent: list[Message], thread_id: str) -> None
     if not at_remote_pause(state):
         if lead:
             _refuse_answered_again(state, _result_ids(lead), thread_id)
+            _refuse_never_asked(state, _result_ids(lead), thread_id)
         return
     waiting = unanswered_calls(state.context)
     if not waiting:

@@ -310,7 +310,17 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             Stored::Loaded { state: &c.state, messages: &c.messages }
         }
     };
-    let mut cursor = host.prepare(stored_parts, &exec).await?;
+    let mut cursor = match host.prepare(stored_parts, &exec).await {
+        Ok(cursor) => cursor,
+        // Input refused on a kept copy the store has not confirmed: another process may have
+        // moved the thread on or deleted it, and the refusal named a pause that was no longer
+        // there (session 36). Decided again on a read, under the lease.
+        Err(_) if on_head && let Some(opt) = optimistic => {
+            opt.refuse();
+            return Err(refused_start());
+        }
+        Err(e) => return Err(e),
+    };
     // `interrupt_before=[START]` gates every turn: its input is committed and the run pauses at
     // START, nothing routed (the resume routes). `interrupt_after=[START]` pauses once the first
     // node is routed. 10xGraph's rules; START was GRAPH_004 here.
