@@ -85,3 +85,67 @@ async def test_a_retry_without_them_after_a_failure_hands_the_client_its_call(tm
     state = await cp.aget_state({"thread_id": "t2"})
     assert state.execution_meta.internal_data.get("remote_tools") == PER_RUN
     await cp.arelease()
+
+
+def _offering_graph(cp: Any, offered: list[list[str]]) -> Any:
+    """A model that asks for the client's tool on "read my clip", and on any other turn asks for
+    it only if it is offered (as a real model given its tools would); it notes what it is offered."""
+
+    def model(state: AgentState, config: dict[str, Any]) -> Message:
+        tools = [t["name"] for t in (config.get("remote_tools") or [])]
+        offered.append(tools)
+        last = state.context[-1]
+        if last.role == "tool":
+            return Message.text_message("done", role="assistant")
+        if "clip" in last.text() or tools:
+            call = {"id": f"c{len(offered)}", "type": "function", "function": {"name": "read_clipboard", "arguments": "{}"}}
+            return Message(role="assistant", content=[], tools_calls=[call])
+        return Message.text_message("plain answer", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([]))
+    g.set_entry_point("model")
+    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=cp)
+
+
+@pytest.mark.asyncio
+async def test_a_new_turn_refused_on_a_kept_copy_is_not_offered_the_last_turns_tools(
+        checkpointer: Any, make_thread: Any) -> None:
+    """(second red-team, session 36) Worker A's turn paused for the client; worker B (another
+    graph: its own kept copy) took the client's result. A's next turn, without remote tools, was
+    refused on A's kept copy and prepared again from a read, and the first preparation had put
+    the kept tools in the run's config: the new turn was offered them and paused for the client."""
+    from tenxgraph.core.state.message_block import ToolResultBlock
+
+    offered: list[list[str]] = []
+    a, b = _offering_graph(checkpointer, offered), _offering_graph(checkpointer, offered)
+    cfg = {"thread_id": make_thread("kept-copy")}
+    await a.ainvoke({"messages": [Message.text_message("read my clip")]}, dict(cfg, remote_tools=PER_RUN))
+    result = Message.tool_message([ToolResultBlock(call_id="c1", output="CLIP", status="completed")])
+    await b.ainvoke({"messages": [result]}, dict(cfg))
+    offered.clear()
+    out = await a.ainvoke({"messages": [Message.text_message("what is 2+2")]}, dict(cfg))
+    assert out["messages"][-1].text() == "plain answer"
+    assert offered == [[]], offered
+    state = await checkpointer.aget_state(dict(cfg))
+    assert "remote_tools" not in state.execution_meta.internal_data
+
+
+@pytest.mark.asyncio
+async def test_remote_tools_the_store_cannot_hold_are_used_for_the_call_and_not_kept(tmp_path: Path) -> None:
+    """(second red-team, session 36) A schema with an infinity (``"maximum": inf``) passed a
+    plain ``json.dumps``, and its keeping failed the whole turn with STORAGE_SERIALIZATION_001
+    naming a field the user never set. Used for this call, as before, and not kept."""
+    offered: list[list[str]] = []
+    cp = SqliteCheckpointer(tmp_path / "cp.db")
+    app = _offering_graph(cp, offered)
+    odd = [{"name": "read_clipboard", "description": "Read",
+            "parameters": {"type": "object", "properties": {"n": {"type": "number", "maximum": float("inf")}}}}]
+    await app.ainvoke({"messages": [Message.text_message("read my clip")]}, {"thread_id": "t-odd", "remote_tools": odd})
+    state = await cp.aget_state({"thread_id": "t-odd"})
+    assert (state.execution_meta.interrupt_reason, offered) == ("remote_tool_call", [["read_clipboard"]])
+    assert "remote_tools" not in state.execution_meta.internal_data
+    await cp.arelease()

@@ -93,3 +93,23 @@ def test_a_stream_read_after_its_thread_ended_raises_instead_of_hanging() -> Non
         assert "cut when the thread reading it ended" in str(exc)
     else:
         raise AssertionError("a stream cut by its reader's end read on as if whole")
+
+
+def test_a_short_stream_handed_over_after_its_first_reader_ended_is_served_whole() -> None:
+    """(second red-team, session 36) The worker gave up whenever it found the first reader ended,
+    even with room in the queue: a generator read on a helper thread first, then by the main
+    thread a moment after that helper ended, was cut. Only a full queue ever kept a process
+    alive; with room, every chunk is queued for whoever reads next."""
+    g = StateGraph(AgentState)
+    g.add_node("few", lambda s: [Message.text_message(f"m{i}", role="assistant") for i in range(5)])
+    g.set_entry_point("few")
+    g.add_edge("few", END)
+    app = g.compile(checkpointer=InMemoryCheckpointer())
+    gen = app.stream({"messages": [Message.text_message("hi")]}, {"thread_id": "t-short"})
+    first: list = []  # type: ignore[type-arg]
+    starter = threading.Thread(target=lambda: first.append(next(gen)))
+    starter.start()
+    starter.join()
+    for w in [t for t in threading.enumerate() if t.name == "tenxgraph-stream"]:
+        w.join(60)  # the run ends with every chunk queued, the reader gone meanwhile
+    assert _chunks_texts([*first, *list(gen)]) == [f"m{i}" for i in range(5)]

@@ -11,24 +11,60 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tenxgraph._state_codec import core_refuses
+
 __all__ = ["REMOTE_TOOLS_KEY", "carry_remote_tools"]
 
 # Under the state's ``execution_meta.internal_data``.
 REMOTE_TOOLS_KEY = "remote_tools"
+# The core's JSON parser refuses deeper nesting (serde_json's limit is 128).
+_MAX_DEPTH = 100
 
 
-def carry_remote_tools(state: Any, config: dict[str, Any], new_turn: bool) -> None:
-    """Keeps the run's remote tools with the thread's state, or, for a run that continues the
-    thread's turn without naming them, puts the kept ones in its ``config``. A new turn without
-    them drops what an earlier turn kept."""
+def _storable(tools: Any) -> bool:
+    """Whether the state's commit can hold ``tools``: a list that JSON writes without NaN or an
+    infinity, that the core reads back (no int past 64 bits, no lone surrogate), not nested too
+    deep. Anything else failed the whole turn with STORAGE_SERIALIZATION_001, naming a field the
+    user never set (second red-team, session 36)."""
+    if not isinstance(tools, (list, tuple)):
+        return False
+    try:
+        json.dumps(tools, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    if core_refuses(tools) is not None:
+        return False
+    todo = [(tools, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(value, dict):
+            todo.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            todo.extend((v, depth + 1) for v in value)
+    return True
+
+
+def carry_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bool) -> None:
+    """Keeps the remote tools the caller ``sent`` (its ``config["remote_tools"]``, None when it
+    named none) with the thread's state; for a run that continues the thread's turn without
+    naming them, puts the kept ones in its ``config``. A new turn without them drops what an
+    earlier turn kept.
+
+    ``config`` is set from ``sent`` first: the run may prepare twice (a start refused on a kept
+    copy prepares again from a read), and what the first preparation put there is not the
+    caller's (the previous turn's tools were offered to a new turn: second red-team)."""
     kept = state.execution_meta.internal_data
-    sent = config.get("remote_tools")
+    if sent is None:
+        config.pop("remote_tools", None)
+    else:
+        config["remote_tools"] = sent
     if sent:
-        try:
-            json.dumps(sent)
-        except (TypeError, ValueError):
-            return  # not storable: known to this call only, as before
-        kept[REMOTE_TOOLS_KEY] = list(sent)
+        if _storable(sent):
+            kept[REMOTE_TOOLS_KEY] = list(sent)
+        else:  # known to this call only, as before; an earlier turn's are not this turn's
+            kept.pop(REMOTE_TOOLS_KEY, None)
     elif new_turn:
         kept.pop(REMOTE_TOOLS_KEY, None)
     elif isinstance(kept.get(REMOTE_TOOLS_KEY), list) and kept[REMOTE_TOOLS_KEY]:

@@ -118,6 +118,7 @@ class Run(RunHooks, RunTools):
         # As sent: `prepare` may run twice (a start refused on a kept head prepares again from a
         # read), and its merge renames messages in `input_messages` for the state it merges into.
         self._sent_messages = list(self.input_messages)
+        self._sent_remote_tools = config.get("remote_tools")  # the same: see carry_remote_tools
         self.state_update = state_update(input_data)
         start = input_data.get("state", {}).get("current_node") if isinstance(input_data.get("state"), dict) else None
         if start is not None and not isinstance(start, str):
@@ -236,7 +237,7 @@ class Run(RunHooks, RunTools):
             self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
         new_turn = bool(self.input_messages) and not self.has_resume and not at_remote_pause(state)
-        carry_remote_tools(state, self.config, new_turn)
+        carry_remote_tools(state, self.config, self._sent_remote_tools, new_turn)
         if self.start_node is None:
             check_waiting_calls(state, self.input_messages, str(self.config["thread_id"]))
             if self.input_messages and at_remote_pause(state):

@@ -140,15 +140,18 @@ class StreamingRuns:
         consumer = [threading.current_thread()]
 
         def offer(item: tuple[str, Any]) -> bool | None:
-            """Puts ``item`` for the consumer within 0.1 s: True; False once it has left (the run
-            is then cut, as when a consumer leaves the loop); None while the queue stays full."""
-            if stop.is_set() or not consumer[0].is_alive():
+            """Puts ``item`` for the consumer within 0.1 s: True; None while the queue stays full;
+            False once the consumer has left: the generator closed, or, with the queue full, the
+            thread that last read it ended (the run is then cut, as when a consumer leaves the
+            loop). While there is room the chunks are queued whoever reads next: a generator
+            handed to another thread after the first ended is served (second red-team)."""
+            if stop.is_set():
                 return False
             try:
                 out.put(item, timeout=0.1)
                 return True
             except queue.Full:
-                return None
+                return None if consumer[0].is_alive() else False
 
         async def pump() -> None:
             task = asyncio.current_task()
