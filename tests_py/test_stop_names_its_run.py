@@ -181,3 +181,52 @@ async def test_a_preemption_asked_while_a_stale_stop_is_pending_is_asked_again(c
     interrupted = await asyncio.wait_for(long, 30)
     assert interrupted["messages"][-1].role == "assistant"
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_a_preemption_whose_requester_gave_up_does_not_keep_the_next_one_out(cp: Any) -> None:
+    """(second red-team, session 36) A preempter cancelled while waiting leaves its request; the
+    running turn finds it void (its requester is gone) and does not obey it, but left it stored:
+    preemptions are written only where nothing is pending, so the next preempter waited out
+    ``busy_timeout``. The void request is cleared now."""
+    entered, hold = asyncio.Event(), asyncio.Event()
+
+    class Loop(AgentState):
+        n: int = 0
+
+    async def step(state: Loop) -> Message:
+        state.n += 1
+        entered.set()
+        await hold.wait()
+        await asyncio.sleep(0.05)
+        return Message.text_message(f"step {state.n}", role="assistant")
+
+    def again(state: Loop) -> str:
+        urgent = [m for m in state.context if m.role == "user"][-1].text() == "urgent"
+        return END if urgent or state.n >= 3000 else "step"
+
+    g = StateGraph(Loop)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", again, {"step": "step", END: END})
+    app = g.compile(checkpointer=cp)
+    cfg = {"thread_id": "t-void-preempt", "user_id": "alice", "recursion_limit": 10000}
+    long = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("long")]}, dict(cfg)))
+    await asyncio.wait_for(entered.wait(), 30)
+    first = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("first")]},
+                                            dict(cfg, on_busy="interrupt", busy_timeout=600)))
+    for _ in range(600):  # until its request is stored (the running node holds meanwhile)
+        if await cp.ais_stop_requested(dict(cfg)):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the first preemption was never written")
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    hold.set()
+    out = await asyncio.wait_for(
+        app.ainvoke({"messages": [Message.text_message("urgent")]}, dict(cfg, on_busy="interrupt", busy_timeout=60)), 90)
+    assert [m.text() for m in out["messages"] if m.role == "user"][-1] == "urgent"
+    await asyncio.wait_for(long, 30)
+    await cp.arelease()

@@ -438,11 +438,13 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                 return Err(busy(store, cfg, info, 0.0).await);
             }
             OnBusy::Wait | OnBusy::Interrupt => {
-                if policy.on_busy == OnBusy::Interrupt && !asked {
-                    // Asked again on each wait until written: a request already pending (a
-                    // stale stop the holder clears at its next poll) kept the first from being
-                    // written, and the caller waited out busy_timeout (red-team, session 36).
-                    asked = request_preempt(store, cfg).await;
+                if policy.on_busy == OnBusy::Interrupt {
+                    // Asked on each wait, written only where nothing is pending: a request in the
+                    // way (a stale stop, a void preemption, which the holder clears at its next
+                    // check) kept the first from being written, and the caller waited out
+                    // busy_timeout; a clear of such a request may also take this one with it
+                    // (red-teams, session 36). A user's stop pending stays as it is.
+                    asked |= request_preempt(store, cfg).await;
                 }
                 let now = Instant::now();
                 if now >= deadline {

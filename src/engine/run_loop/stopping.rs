@@ -54,11 +54,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         // red-team of session 25). Dropped, the next check asks the store.
         let mut unfinished = PollUnfinished(Some(&self.last_stop_poll));
         let kind = match self.store.cache_get(STOP_NAMESPACE, &self.stop_key).await {
-            // A requester that stopped asking (cancelled, or gave up) is not obeyed.
+            // A requester that stopped asking (cancelled, or gave up) is not obeyed. Cleared: a
+            // preemption is written only where no request is pending, so the void one kept every
+            // later requester out until it expired (second red-team, session 36).
             Ok(Some(v))
                 if v.get("preempt").is_some()
                     && crate::engine::lease::preempter_gone(&self.cfg.thread.thread_id, &v) =>
             {
+                self.clear_request_of_another_run().await;
                 StopKind::None
             }
             Ok(Some(v)) if v.get("preempt").is_some() => {
@@ -71,11 +74,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             // preemption (written only where no request is pending) and of `ais_stop_requested`.
             // A stop of this run written between the read and the clear is lost: one round trip.
             Ok(Some(v)) if v.get("token").is_some_and(|n| n.as_i64() != self.lease.get().map(|l| l.token)) => {
-                if self.lease.get().is_some()
-                    && let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await
-                {
-                    tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not clear a stale stop request: {e}");
-                }
+                self.clear_request_of_another_run().await;
                 StopKind::None
             }
             Ok(Some(v)) if !v.is_null() && v != json!(false) => StopKind::Hard,
@@ -87,6 +86,17 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         };
         unfinished.0 = None;
         kind
+    }
+
+    /// Clears a request found void for this run (a stale stop, a preemption whose requester is
+    /// gone), once the run holds the lease. A request written between the read and the clear is
+    /// lost: one round trip (`stop()` again works; a waiting preempter asks again).
+    async fn clear_request_of_another_run(&self) {
+        if self.lease.get().is_some()
+            && let Err(e) = self.store.cache_clear(STOP_NAMESPACE, &self.stop_key).await
+        {
+            tracing::warn!(thread_id = %self.cfg.thread.thread_id, "could not clear a void stop request: {e}");
+        }
     }
 
     /// Whether the preemption this run saw is still asked for: its request is in the store and

@@ -68,7 +68,19 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// it was about to (a pause, END, an error). A lost lease abandons them: the run's next write
     /// is refused by its fencing token, as after a node.
     pub(super) async fn hooks(&self, point: Lifecycle<'_>) -> Option<String> {
-        let work = self.host.lifecycle(point, &self.exec);
+        let mut work = std::pin::pin!(self.host.lifecycle(point, &self.exec));
+        // A graph without hooks answers at once: no timers to set up at every point of every
+        // node (the common case; see issue 16).
+        let at_once = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match work.as_mut().poll(cx) {
+                std::task::Poll::Ready(out) => Some(out),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        if let Some(out) = at_once {
+            return out;
+        }
         let Some(signal) = self.signal.as_deref() else { return work.await };
         if self.lease.get().is_none() {
             return work.await;
