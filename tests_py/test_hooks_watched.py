@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tenxgraph.core.exceptions import ThreadBusyError
+from tenxgraph.core.exceptions import GraphRecursionError, ThreadBusyError
 from tenxgraph.core.graph import StateGraph
 from tenxgraph.core.state import AgentState, Message
 from tenxgraph.utils import END, CallbackManager, GraphLifecycleHook
@@ -45,6 +45,11 @@ class Holds(GraphLifecycleHook):
         if self.point == "on_state_update":
             await self._hold(node_name)
         return new_state
+
+    async def on_graph_start(self, ctx, state):  # type: ignore[no-untyped-def]
+        if self.point == "on_graph_start":
+            await self._hold(None)
+        return state
 
     async def on_graph_end(self, ctx, final_state, messages, total_steps):  # type: ignore[no-untyped-def]
         if self.point == "on_graph_end":
@@ -145,3 +150,27 @@ async def test_stop_during_the_end_hook_ends_the_run_and_not_the_next_turn(
     out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("again")]}, dict(cfg)), 60)
     assert [m.text() for m in out["messages"]][-1] == "from second"
     assert runs == ["model", "second", "model", "second"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "postgres"])
+async def test_a_start_hook_slower_than_the_lease_keeps_the_thread(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, make_thread
+) -> None:
+    """A retry (``ainvoke({})`` takes the lease before anything else) whose ``on_graph_start``
+    runs three lease lifetimes: a second caller meanwhile finds the thread busy (it took the
+    lapsed lease before, and the retry's input commit was fenced out)."""
+    cp = make_checkpointer(kind, request, tmp_path)
+    hook, runs = Holds("nowhere"), []
+    app = two_nodes(hook, cp, runs)
+    cfg = {"thread_id": make_thread("slow-start"), "lease_ttl": 1.0, "on_busy": "reject"}
+    with pytest.raises(GraphRecursionError):  # fails before "second"
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg, recursion_limit=1))
+    hook.point = "on_graph_start"
+    retry = asyncio.create_task(app.ainvoke({}, dict(cfg)))
+    await asyncio.wait_for(hook.entered.wait(), 60)
+    await asyncio.sleep(3.0)  # past the lease's lifetime: the run must renew it meanwhile
+    with pytest.raises(ThreadBusyError):
+        await app.ainvoke({"messages": [Message.text_message("me too")]}, dict(cfg))
+    hook.release.set()
+    out = await asyncio.wait_for(retry, 60)
+    assert out["messages"][-1].text() == "from second"

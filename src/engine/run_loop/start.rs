@@ -382,13 +382,19 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             ),
         }
     }
-    host.lifecycle(Lifecycle::Start, &exec).await;
+    super::watch::renewing(host.lifecycle(Lifecycle::Start, &exec), lease.get(), store, cfg).await;
     // A gated turn's input commit is its pause: a second commit for the pause left a window where
     // a crash stored the turn as running, and its resume ran the first node past the gate (or,
     // before START, left the thread running at START for good; red-team, session 34).
     if let Some((status, kind)) = gate {
         exec.set_interrupt(start, format!("interrupt_{kind}: {start}"), status, None);
-        host.lifecycle(Lifecycle::Interrupt { node: start, kind }, &exec).await;
+        super::watch::renewing(
+            host.lifecycle(Lifecycle::Interrupt { node: start, kind }, &exec),
+            lease.get(),
+            store,
+            cfg,
+        )
+        .await;
     }
     // A thread last written by 10xGraph: its context is the truth; rewrite the message rows.
     let rewrite = stored.as_ref().is_some_and(|c| c.rewrite_messages);

@@ -5,8 +5,10 @@
 
 use super::stopping::StopKind;
 use super::{Guard, Run};
+use crate::engine::lease::Lease;
 use crate::engine::stop::StopSignal;
-use crate::engine::{Lifecycle, NodeHost};
+use crate::engine::{Lifecycle, NodeHost, RunConfig};
+use crate::store::Checkpointer;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -99,6 +101,32 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 let (name, _, _) = point.parts();
                 tracing::warn!(thread_id = %self.cfg.thread.thread_id, point = name, "lifecycle hooks abandoned: {why}");
                 None
+            }
+        }
+    }
+}
+
+/// The start hooks (`on_graph_start`, `on_resume`), which run before the run listens for stops:
+/// the lease, when the run holds it already (a start that takes it first), is renewed while they
+/// run; a hook slower than `lease_ttl` let another worker take the thread (session 36). A lost
+/// lease is left to the input commit, which its fencing token refuses.
+pub(super) async fn renewing<T>(
+    work: impl Future<Output = T>,
+    lease: Option<&Lease>,
+    store: &dyn Checkpointer,
+    cfg: &RunConfig,
+) -> T {
+    let Some(lease) = lease else { return work.await };
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            // Each store call is bounded by the store's own deadline (statement, busy wait, call
+            // timeout), so the hook's answer is seen late at worst, never lost.
+            _ = sleep_until(lease.renewal_due()) => {
+                if !lease.renew(store, cfg).await {
+                    return work.await;
+                }
             }
         }
     }
