@@ -46,6 +46,33 @@ def _graph(cp: Any, entered: list[asyncio.Event], release: list[asyncio.Event]) 
     return g.compile(checkpointer=cp)
 
 
+class _Loop(AgentState):
+    n: int = 0
+
+
+def _looping(cp: Any, entered: asyncio.Event, hold: asyncio.Event | None = None) -> Any:
+    """A turn of steps that goes on (each step a safe point, 50 ms) until a user message
+    "urgent" is the last one; ``hold``, when given, keeps the first step running until set."""
+
+    async def step(state: _Loop) -> Message:
+        state.n += 1
+        entered.set()
+        if hold is not None:
+            await hold.wait()
+        await asyncio.sleep(0.05)
+        return Message.text_message(f"step {state.n}", role="assistant")
+
+    def again(state: _Loop) -> str:
+        urgent = [m for m in state.context if m.role == "user"][-1].text() == "urgent"
+        return END if urgent or state.n >= 3000 else "step"
+
+    g = StateGraph(_Loop)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", again, {"step": "step", END: END})
+    return g.compile(checkpointer=cp)
+
+
 @pytest.mark.asyncio
 async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn(cp: Any) -> None:
     entered = [asyncio.Event() for _ in range(3)]
@@ -150,25 +177,7 @@ async def test_a_preemption_asked_while_a_stale_stop_is_pending_is_asked_again(c
     from tenxgraph import _core
 
     entered = asyncio.Event()
-
-    class Loop(AgentState):
-        n: int = 0
-
-    async def step(state: Loop) -> Message:
-        state.n += 1
-        entered.set()
-        await asyncio.sleep(0.05)
-        return Message.text_message(f"step {state.n}", role="assistant")
-
-    def again(state: Loop) -> str:
-        urgent = [m for m in state.context if m.role == "user"][-1].text() == "urgent"
-        return END if urgent or state.n >= 3000 else "step"
-
-    g = StateGraph(Loop)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", again, {"step": "step", END: END})
-    app = g.compile(checkpointer=cp)
+    app = _looping(cp, entered)
     cfg = {"thread_id": "t-preempt-stale", "user_id": "alice", "recursion_limit": 10000}
     long = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("long")]}, dict(cfg)))
     await asyncio.wait_for(entered.wait(), 30)
@@ -190,26 +199,7 @@ async def test_a_preemption_whose_requester_gave_up_does_not_keep_the_next_one_o
     preemptions are written only where nothing is pending, so the next preempter waited out
     ``busy_timeout``. The void request is cleared now."""
     entered, hold = asyncio.Event(), asyncio.Event()
-
-    class Loop(AgentState):
-        n: int = 0
-
-    async def step(state: Loop) -> Message:
-        state.n += 1
-        entered.set()
-        await hold.wait()
-        await asyncio.sleep(0.05)
-        return Message.text_message(f"step {state.n}", role="assistant")
-
-    def again(state: Loop) -> str:
-        urgent = [m for m in state.context if m.role == "user"][-1].text() == "urgent"
-        return END if urgent or state.n >= 3000 else "step"
-
-    g = StateGraph(Loop)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", again, {"step": "step", END: END})
-    app = g.compile(checkpointer=cp)
+    app = _looping(cp, entered, hold)
     cfg = {"thread_id": "t-void-preempt", "user_id": "alice", "recursion_limit": 10000}
     long = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("long")]}, dict(cfg)))
     await asyncio.wait_for(entered.wait(), 30)
