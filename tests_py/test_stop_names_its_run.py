@@ -46,6 +46,12 @@ def _graph(cp: Any, entered: list[asyncio.Event], release: list[asyncio.Event]) 
     return g.compile(checkpointer=cp)
 
 
+def _turn(app: Any, cfg: dict[str, Any], i: int) -> Any:
+    """User turn ``i`` of the thread, as a task (its full response)."""
+    return asyncio.create_task(app.ainvoke({"messages": [Message.text_message(f"turn {i}")]}, dict(cfg),
+                                           response_granularity="full"))
+
+
 class _Loop(AgentState):
     n: int = 0
 
@@ -81,8 +87,7 @@ async def test_a_stop_that_lands_after_its_run_ended_does_not_stop_the_next_turn
     cfg = {"thread_id": "t-stop", "user_id": "alice"}
 
     def turn(i: int) -> Any:
-        return asyncio.create_task(app.ainvoke({"messages": [Message.text_message(f"turn {i}")]}, dict(cfg),
-                                               response_granularity="full"))
+        return _turn(app, cfg, i)
 
     write_held, go = asyncio.Event(), asyncio.Event()
     real = cp.arequest_stop
@@ -141,8 +146,7 @@ async def test_a_stop_that_found_no_holder_does_not_stop_a_turn_that_starts_mean
     cfg = {"thread_id": "t-no-holder", "user_id": "alice"}
 
     def turn(i: int) -> Any:
-        return asyncio.create_task(app.ainvoke({"messages": [Message.text_message(f"turn {i}")]}, dict(cfg),
-                                               response_granularity="full"))
+        return _turn(app, cfg, i)
 
     release[0].set()
     await asyncio.wait_for(turn(0), 30)

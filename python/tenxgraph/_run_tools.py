@@ -495,8 +495,9 @@ def check_waiting_calls(state: Any, sent: list[Message], thread_id: str) -> None
             )
     if not at_remote_pause(state):
         if lead:
-            _refuse_answered_again(state, _result_ids(lead), thread_id)
-            _refuse_never_asked(state, _result_ids(lead), thread_id)
+            given = _result_ids(lead)
+            _refuse_answered_again(state, given, thread_id)
+            _refuse_never_asked(state, given, thread_id)
         return
     waiting = unanswered_calls(state.context)
     if not waiting:

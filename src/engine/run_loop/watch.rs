@@ -83,10 +83,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if let Some(out) = at_once {
             return out;
         }
-        let Some(signal) = self.signal.as_deref() else { return work.await };
-        if self.lease.get().is_none() {
-            return work.await;
-        }
+        let (Some(signal), Some(_)) = (self.signal.as_deref(), self.lease.get()) else { return work.await };
         match self.watched(work, signal, None).await {
             Ok(message) => message,
             Err(cut) => {
