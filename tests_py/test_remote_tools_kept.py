@@ -149,3 +149,29 @@ async def test_remote_tools_the_store_cannot_hold_are_used_for_the_call_and_not_
     assert (state.execution_meta.interrupt_reason, offered) == ("remote_tool_call", [["read_clipboard"]])
     assert "remote_tools" not in state.execution_meta.internal_data
     await cp.arelease()
+
+
+def _nested(levels: int) -> list[dict[str, Any]]:
+    """Remote tools whose JSON nests ``levels`` deep (list > tool > parameters > default...)."""
+    default: Any = "x"
+    for _ in range(levels - 3):
+        default = [default]
+    return [{"name": "read_clipboard", "description": "Read",
+             "parameters": {"type": "object", "properties": {}, "default": default}}]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("levels", "kept"), [(124, True), (125, False)], ids=["as-deep-as-kept", "deeper"])
+async def test_remote_tools_are_kept_as_deep_as_the_store_holds_them(tmp_path: Path, levels: int, kept: bool) -> None:
+    """Kept under three levels of the state, the tools may nest 124 deep in a store that holds
+    127 (a separate depth walk allowed 100, refusing what the store keeps: session 37); deeper
+    ones serve their call and are not kept, and the turn's commit holds."""
+    offered: list[list[str]] = []
+    cp = SqliteCheckpointer(tmp_path / "cp.db")
+    app = _offering_graph(cp, offered)
+    tools = _nested(levels)
+    await app.ainvoke({"messages": [Message.text_message("read my clip")]}, {"thread_id": "t-deep", "remote_tools": tools})
+    state = await cp.aget_state({"thread_id": "t-deep"})
+    assert (state.execution_meta.interrupt_reason, offered) == ("remote_tool_call", [["read_clipboard"]])
+    assert (state.execution_meta.internal_data.get("remote_tools") == tools) is kept
+    await cp.arelease()

@@ -48,6 +48,11 @@ BAD_ANSWERS = {
     "int-past-64-bits-nested": ({"account": [2**64]}, "an integer past 64 bits"),
     "lone-surrogate": ("\ud800", "a lone surrogate"),
     "nested-5000-deep": (_deep(5000), "nested too deep"),
+    # Past the store's 127 levels where the answer is kept (under four levels of the state):
+    # the commit named "the state", and 500 deep was a bare RecursionError from the answer's copy
+    # (session 37).
+    "nested-124-deep": (_deep(124), "nesting deeper than the 123 levels"),
+    "nested-500-deep": (_deep(500), "nesting deeper than the 123 levels"),
 }
 
 
@@ -65,6 +70,23 @@ async def test_a_resume_value_the_state_cannot_keep_is_refused_and_the_question_
     assert pending_interrupt(stored).value == "account?"
     r = await app.ainvoke({"resume": str(2**70 + 1)}, cfg, response_granularity="full")
     assert pending_interrupt(r["state"]).value == f"send to {2**70 + 1}?"
+
+
+@pytest.mark.asyncio
+async def test_an_answer_nested_as_deep_as_the_store_keeps_is_kept(checkpointer, make_thread) -> None:
+    async def keep(state: Holding) -> Holding:
+        state.held = interrupt("tree?")
+        return state
+
+    g = StateGraph(Holding)
+    g.add_node("keep", keep)
+    g.add_edge(START, "keep")
+    g.add_edge("keep", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread("deepest")}
+    await app.ainvoke({"messages": [Message.text_message("go")]}, cfg)
+    await app.ainvoke({"resume": _deep(123)}, cfg)
+    assert (await checkpointer.aget_state(cfg)).held == _deep(123)
 
 
 @pytest.mark.asyncio

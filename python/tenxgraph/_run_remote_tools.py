@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tenxgraph._state_codec import core_refuses
+from tenxgraph._state_codec import STORED_DEPTH, core_refuses
 
 __all__ = ["REMOTE_TOOLS_KEY", "carry_remote_tools"]
 
 # Under the state's ``execution_meta.internal_data``.
 REMOTE_TOOLS_KEY = "remote_tools"
-# The core's JSON parser refuses deeper nesting (serde_json's limit is 128).
-_MAX_DEPTH = 100
+# Where the tools are kept: state > execution_meta > internal_data > remote_tools.
+_KEPT_AT_DEPTH = 3
 
 
 def _storable(tools: Any) -> bool:
@@ -32,18 +32,7 @@ def _storable(tools: Any) -> bool:
         json.dumps(tools, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return False
-    if core_refuses(tools) is not None:
-        return False
-    todo = [(tools, 1)]
-    while todo:
-        value, depth = todo.pop()
-        if depth > _MAX_DEPTH:
-            return False
-        if isinstance(value, dict):
-            todo.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, (list, tuple)):
-            todo.extend((v, depth + 1) for v in value)
-    return True
+    return core_refuses(tools, room=STORED_DEPTH - _KEPT_AT_DEPTH) is None
 
 
 def carry_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bool) -> None:

@@ -37,6 +37,7 @@ from tenxgraph._run_values import (
 )
 from tenxgraph._state_codec import (
     STATE_META_KEY,
+    STORED_DEPTH,
     core_refuses,
     encode_message_shaped,
     encode_state,
@@ -72,6 +73,8 @@ __all__ = ["Run", "STATE_META_KEY", "encode_state", "encode_state_meta", "stored
 # How JSON writes U+0000, which Postgres stores as U+FFFD (see Run.reshaped).
 _NUL = "\\u0000"
 _NUL_JSON = _NUL.encode()
+# Where a resume value is kept: state > execution_meta > internal_data > answers > the value.
+_ANSWER_AT_DEPTH = 4
 _NUL_AS_STORED = "\ufffd".encode()
 
 
@@ -593,7 +596,7 @@ class Run(RunHooks, RunTools):
                 raise ValueError("the resume value is nested too deep to store; nothing was written") from None
             # What the state's JSON does not keep (an int past 64 bits came back a float to the
             # node's next run; a lone surrogate failed the commit with "not valid JSON").
-            refused = core_refuses(self.resume_value)
+            refused = core_refuses(self.resume_value, room=STORED_DEPTH - _ANSWER_AT_DEPTH)
             if refused is not None:
                 raise ValueError(f"the resume value cannot be stored: it holds {refused}; nothing was written")
             answers = state.execution_meta.internal_data.setdefault(RESUME_ANSWERS_KEY, {})

@@ -19,7 +19,7 @@ from tenxgraph._required_nulls import CLASS_CACHE_SIZE, UnstorableValue, refuse_
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 
-__all__ = ["STATE_META_KEY", "core_refuses", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
+__all__ = ["STATE_META_KEY", "STORED_DEPTH", "core_refuses", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
            "encode_state_shaped", "encode_state_text", "refuse_nonfinite"]
 
 # pydantic >= 2.7 turns its serializer warnings into an error on request; older ones keep warning
@@ -80,13 +80,21 @@ _INT_PAST_64 = "an integer past 64 bits"  # dump_walk's text for such a find
 CORE_INT_MIN, CORE_INT_MAX = -(2**63), 2**64 - 1
 
 
-def core_refuses(value: Any) -> str | None:
+# The levels of nesting a stored JSON document may have: the stores refuse deeper text at its
+# commit (src/store/types.rs, LOAD_DEPTH), since no load could read it back.
+STORED_DEPTH = 127
+
+
+def core_refuses(value: Any, room: int = STORED_DEPTH) -> str | None:
     """What in ``value`` the core's JSON parser refuses although pydantic writes it: an int past
-    64 bits ("number out of range") or a lone surrogate in a text or key; None when nothing.
-    Iterative, bounded by the values themselves (a cycle is pydantic's to refuse)."""
-    todo, seen = [value], 0
+    64 bits ("number out of range"), a lone surrogate in a text or key, or nesting past ``room``
+    levels (what is left of the stored document's depth where the value goes); None when
+    nothing. Iterative, so a value nested past the interpreter's recursion limit is named here
+    rather than raising RecursionError from the next copy or dump; bounded by the values
+    themselves (a cycle is pydantic's to refuse)."""
+    todo, seen = [(value, 0)], 0
     while todo and seen < 100_000:
-        v = todo.pop()
+        v, depth = todo.pop()
         seen += 1
         if isinstance(v, bool):
             continue
@@ -97,13 +105,16 @@ def core_refuses(value: Any) -> str | None:
                 v.encode("utf-8")
             except UnicodeEncodeError:
                 return "a lone surrogate in a text"
-        elif isinstance(v, dict):
-            if _keys_fold(v):
-                return "two keys that JSON writes as one (such as 1 and '1')"
-            todo.extend(v.keys())
-            todo.extend(v.values())
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            todo.extend(v)
+        elif isinstance(v, (dict, list, tuple, set, frozenset)):
+            if depth == room:
+                return f"nesting deeper than the {room} levels a stored value may have here"
+            if isinstance(v, dict):
+                if _keys_fold(v):
+                    return "two keys that JSON writes as one (such as 1 and '1')"
+                todo.extend((k, depth + 1) for k in v)
+                todo.extend((x, depth + 1) for x in v.values())
+            else:
+                todo.extend((x, depth + 1) for x in v)
     return None
 
 
@@ -126,7 +137,7 @@ def check_state_update(prototype: AgentState, update: dict[str, Any]) -> None:
     for key, value in update.items():
         if key not in fields:
             continue
-        found = core_refuses(value)
+        found = core_refuses(value, room=STORED_DEPTH - 1)  # a field of the stored state
         if found is not None:
             raise ValueError(f"input 'state' key {key!r} cannot be stored: it holds {found}; nothing of it was "
                              "stored")
