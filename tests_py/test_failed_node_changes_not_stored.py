@@ -244,3 +244,63 @@ async def test_a_strict_state_class_is_put_back_too(backend: str, tmp_path: Any,
     await app.ainvoke({}, dict(cfg))
     assert started_from == [0, 0]
     await app.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("calls", [1, 2], ids=["one-call", "two-calls"])
+@pytest.mark.parametrize("how", ["node_timeout", "stop"])
+async def test_a_tool_call_cut_off_after_changing_its_state_runs_again_from_the_nodes_start(
+    checkpointer: Any, make_thread: Any, how: str, calls: int
+) -> None:
+    """A tool that takes the state, changes it in place, then hangs, and is cut off by
+    ``node_timeout`` or ``stop()``: the failure stored its change and the retry made it again
+    (counter 2, a note twice), where a plain node's is put back (session 37). A sole call works
+    on the live state; two calls work on branches, merged only when the node ends."""
+    failing = True
+    entered = asyncio.Event()
+
+    async def note(state: Counted) -> str:
+        """Count the visit."""
+        _bump(state)
+        entered.set()
+        if failing:
+            await asyncio.sleep(60)
+        return "noted"
+
+    async def peek() -> str:
+        """Peek."""
+        return "peeked"
+
+    asked = [call("c1", "note")] + ([call("c2", "peek")] if calls == 2 else [])
+
+    def model(state: Counted) -> Message:
+        if state.context[-1].role == "tool":
+            return Message.text_message("done", role="assistant")
+        return Message(role="assistant", content=[], tools_calls=asked)
+
+    g = StateGraph(Counted)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([note, peek]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
+    if how == "stop":
+        await asyncio.wait_for(entered.wait(), 30)
+        assert (await app.astop(dict(cfg)))["running"] is True
+    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
+        await asyncio.wait_for(run, 60)
+
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert (stored.counter, [m.role for m in stored.context]) == (0, ["user", "assistant"])
+
+    failing = False
+    await app.ainvoke({}, dict(cfg))
+    done = await checkpointer.aget_state(dict(cfg))
+    assert done.counter == 1
+    # A branch's context is not merged back (10xGraph's merge leaves `context` out).
+    notes = [m.text() for m in done.context if m.role == "assistant" and m.text().startswith("note")]
+    assert notes == (["note 1"] if calls == 1 else [])
+    assert done.context[-1].text() == "done"

@@ -77,6 +77,7 @@ class RunTools:
     _finished: list[tuple[str, str]]
     _tools_cut: bool
     _node_step: int | None
+    _node_in_flight: bool
     # The asyncio tasks running this run's tool calls (run_tool), while they run.
     _tool_tasks: set[asyncio.Task[Any]]
     # The ledger keys of the calls whose run_tool began: a call the Rust core handed over whose
@@ -125,6 +126,12 @@ class RunTools:
         step.id_in_context = lambda mid: mid in index.ids(state.context)
         step.ledger = (self.graph._checkpointer._native, str(self.config["thread_id"]), str(self.config["user_id"]))
         self._tool_steps[name] = step
+        # The node runs again from its start on a retry, as any node does: a finished call is
+        # answered from the ledger with the changes recorded with its result, the others run
+        # again. So a failure, node_timeout or stop() stores the state the node started from (a
+        # sole call that takes the state works on the live state, and its change was stored
+        # and made again by the retry: session 37), also if it fails after merging branches.
+        self._node_in_flight = True
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
         origin = step.origin_id
@@ -381,6 +388,7 @@ class RunTools:
             events.node_end(name, state.execution_meta.step, messages, goto)
         if self.emitter is not None:
             self._stream_update("node_invoked", name, now=False)
+        self._node_in_flight = False  # the node's step commits what it changed
         if remote:
             self.remote_calls = remote
             return NodeResult(goto, REMOTE_TOOL_REASON)
