@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, AgentState, Message, StateGraph
+from tenxgraph.core.state.message import ToolResultBlock
 from tenxgraph.core.graph import ToolNode
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
@@ -83,7 +84,8 @@ async def test_a_retry_without_them_after_a_failure_hands_the_client_its_call(tm
     _assert_client_was_asked(await cp.aget_state({"thread_id": "t2"}))
     # Kept with the thread as sent (the model node of a resumed turn lists them too).
     state = await cp.aget_state({"thread_id": "t2"})
-    assert state.execution_meta.internal_data.get("remote_tools") == PER_RUN
+    assert state.execution_meta.internal_data.get("remote_tools") == {"turn": state.context[0].message_id,
+                                                                     "tools": PER_RUN}
     await cp.arelease()
 
 
@@ -161,9 +163,9 @@ def _nested(levels: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("levels", "kept"), [(124, True), (125, False)], ids=["as-deep-as-kept", "deeper"])
+@pytest.mark.parametrize(("levels", "kept"), [(123, True), (124, False)], ids=["as-deep-as-kept", "deeper"])
 async def test_remote_tools_are_kept_as_deep_as_the_store_holds_them(tmp_path: Path, levels: int, kept: bool) -> None:
-    """Kept under three levels of the state, the tools may nest 124 deep in a store that holds
+    """Kept under four levels of the state, the tools may nest 123 deep in a store that holds
     127 (a separate depth walk allowed 100, refusing what the store keeps: session 37); deeper
     ones serve their call and are not kept, and the turn's commit holds."""
     offered: list[list[str]] = []
@@ -173,5 +175,35 @@ async def test_remote_tools_are_kept_as_deep_as_the_store_holds_them(tmp_path: P
     await app.ainvoke({"messages": [Message.text_message("read my clip")]}, {"thread_id": "t-deep", "remote_tools": tools})
     state = await cp.aget_state({"thread_id": "t-deep"})
     assert (state.execution_meta.interrupt_reason, offered) == ("remote_tool_call", [["read_clipboard"]])
-    assert (state.execution_meta.internal_data.get("remote_tools") == tools) is kept
+    assert ((state.execution_meta.internal_data.get("remote_tools") or {}).get("tools") == tools) is kept
     await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_tools_kept_with_an_earlier_turn_are_not_offered_to_a_later_one(checkpointer: Any,
+                                                                              make_thread: Any) -> None:
+    """(red-team, session 37) A writer that does not know the kept tools (a process of the
+    previous release during a rolling deploy, 10xGraph, ``aput_state``) starts a new turn and
+    leaves them in place; that turn, continued by ``{}`` (a recovery), was offered the earlier
+    turn's client tools, and its model's call to one paused for a client that never sent it."""
+    from tenxgraph.core.state.execution_state import ExecutionStatus
+
+    offered: list[list[str]] = []
+    app = _offering_graph(checkpointer, offered)
+    cfg = {"thread_id": make_thread("turns")}
+    await app.ainvoke({"messages": [Message.text_message("read my clip")]}, dict(cfg, remote_tools=PER_RUN))
+    paused = await checkpointer.aget_state(dict(cfg))
+    call_id = paused.context[-1].tools_calls[0]["id"]
+    await app.ainvoke({"messages": [Message.tool_message(content=[ToolResultBlock(call_id=call_id, output="clip")])]},
+                      dict(cfg))
+    done = await checkpointer.aget_state(dict(cfg))
+    assert done.context[-1].text() == "done" and "remote_tools" in done.execution_meta.internal_data
+    # The other writer's new turn, paused before the model (its input stored, the kept tools left).
+    done.context.append(Message.text_message("what time is it"))
+    meta = done.execution_meta
+    meta.status, meta.current_node, meta.interrupted_node = ExecutionStatus.INTERRUPTED_BEFORE, "model", "model"
+    await checkpointer.aput_state(dict(cfg), done)
+    offered.clear()
+    out = await app.ainvoke({}, dict(cfg))
+    assert offered == [[]]
+    assert out["messages"][-1].text() == "plain answer"

@@ -37,7 +37,16 @@ class ContextIndex:
     def ids(self, ctx: list[Message]) -> set[Any]:
         """The ids of ``ctx`` (rebuilt when it is not the context the set was built from)."""
         if ctx is not self._ctx or ctx != self._seen:
-            self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
+            seen = self._seen
+            known = len(seen)
+            if ctx is self._ctx and len(ctx) > known and ctx[:known] == seen:
+                # Grown in place (a node appended to it): only the tail is new, at ~2 ns per
+                # message for the compare against ~40 to rebuild the set.
+                tail = ctx[known:]
+                seen.extend(tail)
+                self._ids.update(m.message_id for m in tail)
+            else:
+                self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
         return self._ids
 
     def append(self, state: AgentState, messages: list[Message], new_ids: set[Any] | None = None,

@@ -4,6 +4,11 @@ They were known only from the config of the call that brought them: a run resume
 (``arecover()`` after a crash, ``recover_on_start``, the CLI, a plain ``ainvoke({})``) took the
 client's call for a server tool it did not have and answered the model "Tool ... not found",
 and the turn went on without the client ever being asked (red-team, session 36).
+
+They are kept with the turn they came with (the id of its user message): a writer that does not
+know them (a process of the previous release during a rolling deploy, 10xGraph, ``aput_state``)
+starts a new turn without dropping them, and the next turn's recovery was offered the previous
+turn's client tools (red-team, session 37).
 """
 
 from __future__ import annotations
@@ -13,12 +18,12 @@ from typing import Any
 
 from tenxgraph._state_codec import STORED_DEPTH, core_refuses
 
-__all__ = ["REMOTE_TOOLS_KEY", "carry_remote_tools"]
+__all__ = ["REMOTE_TOOLS_KEY", "keep_remote_tools", "use_remote_tools"]
 
-# Under the state's ``execution_meta.internal_data``.
+# Under the state's ``execution_meta.internal_data``: {"turn": <user message id>, "tools": [...]}.
 REMOTE_TOOLS_KEY = "remote_tools"
-# Where the tools are kept: state > execution_meta > internal_data > remote_tools.
-_KEPT_AT_DEPTH = 3
+# Where the tools are kept: state > execution_meta > internal_data > remote_tools > tools.
+_KEPT_AT_DEPTH = 4
 
 
 def _storable(tools: Any) -> bool:
@@ -35,26 +40,40 @@ def _storable(tools: Any) -> bool:
     return core_refuses(tools, room=STORED_DEPTH - _KEPT_AT_DEPTH) is None
 
 
-def carry_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bool) -> None:
-    """Keeps the remote tools the caller ``sent`` (its ``config["remote_tools"]``, None when it
-    named none) with the thread's state; for a run that continues the thread's turn without
-    naming them, puts the kept ones in its ``config``. A new turn without them drops what an
-    earlier turn kept.
+def _turn(state: Any) -> Any:
+    """The thread's current turn: the id of its last user message."""
+    return next((m.message_id for m in reversed(state.context) if m.role == "user"), None)
+
+
+def use_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bool) -> None:
+    """Puts in the run's ``config`` the remote tools the caller ``sent`` (its
+    ``config["remote_tools"]``, None when it named none), or, for a run that continues the
+    thread's turn without naming them, those kept with that turn. Before the input is merged.
 
     ``config`` is set from ``sent`` first: the run may prepare twice (a start refused on a kept
     copy prepares again from a read), and what the first preparation put there is not the
     caller's (the previous turn's tools were offered to a new turn: second red-team)."""
-    kept = state.execution_meta.internal_data
     if sent is None:
         config.pop("remote_tools", None)
     else:
         config["remote_tools"] = sent
+    if sent or new_turn:
+        return
+    kept = state.execution_meta.internal_data.get(REMOTE_TOOLS_KEY)
+    if isinstance(kept, dict) and kept.get("turn") == _turn(state) and isinstance(kept.get("tools"), list) \
+            and kept["tools"]:
+        config["remote_tools"] = list(kept["tools"])
+
+
+def keep_remote_tools(state: Any, sent: Any, new_turn: bool) -> None:
+    """Keeps the tools the caller sent with the thread's turn, once the input is merged; a new
+    turn without them drops what an earlier turn kept. Tools the state cannot store serve this
+    call only."""
+    kept = state.execution_meta.internal_data
     if sent:
         if _storable(sent):
-            kept[REMOTE_TOOLS_KEY] = list(sent)
+            kept[REMOTE_TOOLS_KEY] = {"turn": _turn(state), "tools": list(sent)}
         else:  # known to this call only, as before; an earlier turn's are not this turn's
             kept.pop(REMOTE_TOOLS_KEY, None)
     elif new_turn:
         kept.pop(REMOTE_TOOLS_KEY, None)
-    elif isinstance(kept.get(REMOTE_TOOLS_KEY), list) and kept[REMOTE_TOOLS_KEY]:
-        config["remote_tools"] = list(kept[REMOTE_TOOLS_KEY])

@@ -17,13 +17,16 @@ from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY
 PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
 
 
-def added(state: AgentState, pre_len: int, pre_last: Any) -> list[Message]:
-    """The messages appended to ``state.context`` since it had ``pre_len`` ending in ``pre_last``
-    (none when the node rewrote its context: the next snapshot stores it whole)."""
+def added(state: AgentState, pre_len: int, pre_last: Any, pre_ids: set[Any]) -> list[Message]:
+    """The messages a node added to ``state.context``, which held ``pre_len`` messages ending in
+    ``pre_last`` with the ids ``pre_ids`` before it ran: what it appended, or, when it rewrote
+    the history (trimmed, deleted, reordered, replaced), the messages whose ids the context did
+    not hold before, in order (10xGraph's rule). Rewritten, the reply of a node that trims the
+    history was reported, streamed and handed to the hooks as nothing (red-team, session 37)."""
     ctx = state.context
     if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
         return list(ctx[pre_len:])
-    return []
+    return [m for m in ctx if m.message_id not in pre_ids]
 
 
 def clear_answers(state: AgentState | None) -> None:

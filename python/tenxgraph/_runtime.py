@@ -20,7 +20,7 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._run_remote_tools import carry_remote_tools
+from tenxgraph._run_remote_tools import keep_remote_tools, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
     added,
@@ -48,7 +48,7 @@ from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
 from tenxgraph.core.state.message import Message, generate_id
-from tenxgraph.core.state.reducers import RemoveMessage
+from tenxgraph.core.state.reducers import REMOVE_ALL_MESSAGES, RemoveMessage
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
 from tenxgraph.utils.command import Command
@@ -121,7 +121,7 @@ class Run(RunHooks, RunTools):
         # As sent: `prepare` may run twice (a start refused on a kept head prepares again from a
         # read), and its merge renames messages in `input_messages` for the state it merges into.
         self._sent_messages = list(self.input_messages)
-        self._sent_remote_tools = config.get("remote_tools")  # the same: see carry_remote_tools
+        self._sent_remote_tools = config.get("remote_tools")  # the same: see use_remote_tools
         self.state_update = state_update(input_data)
         start = input_data.get("state", {}).get("current_node") if isinstance(input_data.get("state"), dict) else None
         if start is not None and not isinstance(start, str):
@@ -240,7 +240,7 @@ class Run(RunHooks, RunTools):
             self._resumed_node = state.execution_meta.interrupted_node or ""
         self._check_resume(state)
         new_turn = bool(self.input_messages) and not self.has_resume and not at_remote_pause(state)
-        carry_remote_tools(state, self.config, self._sent_remote_tools, new_turn)
+        use_remote_tools(state, self.config, self._sent_remote_tools, new_turn)
         if self.start_node is None:
             check_waiting_calls(state, self.input_messages, str(self.config["thread_id"]))
             if self.input_messages and at_remote_pause(state):
@@ -279,6 +279,7 @@ class Run(RunHooks, RunTools):
             # The response's user message, as 10xGraph picks it: the context's last one once the
             # input is merged (a sent message whose id was stored already is not the one kept).
             self._caller = next((m for m in reversed(state.context) if m.role == "user"), None)
+        keep_remote_tools(state, self._sent_remote_tools, new_turn)
         if self.input_messages and self.config.get("idempotent_turns") is True:
             turn_request.record(state, self.input_messages[-1].message_id, self.state_update)
         fields = type(state).model_fields
@@ -316,6 +317,8 @@ class Run(RunHooks, RunTools):
             self._stream_update("invoking_node", name, now=True)
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
+        # Read by _absorb before anything appends to the index (the set is the index's own).
+        pre_ids = self._index.ids(state.context)
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         events = self.events
         step = state.execution_meta.step
@@ -358,7 +361,7 @@ class Run(RunHooks, RunTools):
             deactivate(token)
         produced_before = len(self.produced)
         try:
-            goto = self._absorb(result, state, pre_len, pre_last)
+            goto = self._absorb(result, state, pre_len, pre_last, pre_ids)
         except Exception as exc:
             if events is not None:
                 events.node_error(name, step, exc)
@@ -607,7 +610,7 @@ class Run(RunHooks, RunTools):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any) -> str | None:
+    def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any, pre_ids: set[Any]) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
         new: list[Message] = []
@@ -623,25 +626,35 @@ class Run(RunHooks, RunTools):
                 result_state = require_state(result.state)
                 # The messages the node added to the state it hands over are its output, like
                 # those of a returned state: reported by invoke and streamed.
-                new = added(result_state, pre_len, pre_last)
+                new = added(result_state, pre_len, pre_last, pre_ids)
                 self.state = state = result_state
             result = result.update
         if isinstance(result, AgentState):
             if result is not state:
                 self.state = result
-            new = added(result, pre_len, pre_last)
+            new = added(result, pre_len, pre_last, pre_ids)
         elif result is not None:
             items = result if isinstance(result, list) else [result]
             seen_new: set[Any] = set()
             for item in items:
                 msg = to_message(item)
-                if msg.message_id not in seen_new:
+                if isinstance(msg, RemoveMessage):
+                    # Tombstones apply in order (add_messages): a message after one, with its
+                    # id, is its replacement. It was deduplicated against the tombstone and
+                    # dropped, so a replace by id deleted the message (red-team, session 37).
+                    new.append(msg)
+                    if msg.message_id == REMOVE_ALL_MESSAGES:
+                        seen_new.clear()
+                    else:
+                        seen_new.discard(msg.message_id)
+                elif msg.message_id not in seen_new:
                     seen_new.add(msg.message_id)
                     new.append(msg)
             target = self.state
             assert target is not None
             self._index.append(target, new, self._fresh_ids)
-        self.produced.extend(m for m in new if not m.delta)
+        # A tombstone is an edit, not a message of the turn: not returned, streamed or hooked.
+        self.produced.extend(m for m in new if not m.delta and not isinstance(m, RemoveMessage))
         return goto
 
     def _settle_dropped_node(self) -> None:

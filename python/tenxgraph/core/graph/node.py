@@ -113,6 +113,7 @@ class Node:
             raise TypeError(f"Node.execute needs a config dict, got {type(config).__name__}")
         pre_len = len(state.context)
         pre_last = state.context[-1].message_id if pre_len else None
+        pre_ids = {m.message_id for m in state.context}
         try:
             if callback_mgr is not None and callback_mgr.wraps(InvocationType.AI):
                 ctx = CallbackContext(
@@ -141,11 +142,11 @@ class Node:
                 next_node = result.goto
                 if result.state is not None:
                     state = require_state(result.state)
-                    messages = added(state, pre_len, pre_last)
+                    messages = added(state, pre_len, pre_last, pre_ids)
                 result = result.update
             if isinstance(result, AgentState):
                 state = result
-                messages = added(state, pre_len, pre_last)
+                messages = added(state, pre_len, pre_last, pre_ids)
             elif result is not None:
                 items = result if isinstance(result, list) else [result]
                 messages = [to_message(item) for item in items]
