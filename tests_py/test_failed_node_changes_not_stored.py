@@ -304,3 +304,65 @@ async def test_a_tool_call_cut_off_after_changing_its_state_runs_again_from_the_
     notes = [m.text() for m in done.context if m.role == "assistant" and m.text().startswith("note")]
     assert notes == (["note 1"] if calls == 1 else [])
     assert done.context[-1].text() == "done"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("calls", [1, 2], ids=["one-call", "two-calls"])
+@pytest.mark.parametrize("how", ["node_timeout", "stop"])
+async def test_a_tool_that_returned_before_its_node_was_cut_keeps_its_changes_through_the_replay(
+    checkpointer: Any, make_thread: Any, how: str, calls: int
+) -> None:
+    """The tool changed its state in place and returned; its TOOL ``after_invoke`` callback hung
+    and the node was cut. Its result is recorded (it took effect) and the retry answers it from
+    the ledger: the record carried only its ``ToolResult`` update, so the change was lost for
+    good once the failure stored the node's start (second red-team pass, session 37; with two
+    calls the branch's change was lost before too)."""
+    ran = 0
+    returned = asyncio.Event()
+    hang = True
+
+    async def note(state: Counted) -> str:
+        """Count the visit."""
+        nonlocal ran
+        ran += 1
+        state.counter += 1
+        return "noted"
+
+    async def peek() -> str:
+        """Peek."""
+        return "peeked"
+
+    async def after(ctx: Any, data: Any, out: Any) -> Any:
+        if hang and ctx.function_name == "note":
+            returned.set()
+            await asyncio.sleep(60)  # cut off here, after the tool returned
+        return out
+
+    asked = [call("c1", "note")] + ([call("c2", "peek")] if calls == 2 else [])
+
+    def model(state: Counted) -> Message:
+        if state.context[-1].role == "tool":
+            return Message.text_message("done", role="assistant")
+        return Message(role="assistant", content=[], tools_calls=asked)
+
+    mgr = CallbackManager()
+    mgr.register_after_invoke(InvocationType.TOOL, after)
+    g = StateGraph(Counted)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([note, peek]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    cfg = {"thread_id": make_thread(), "node_timeout": 1.0 if how == "node_timeout" else 60}
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
+    if how == "stop":
+        await asyncio.wait_for(returned.wait(), 30)
+        assert (await app.astop(dict(cfg)))["running"] is True
+    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
+        await asyncio.wait_for(run, 60)
+
+    hang = False
+    await app.ainvoke({}, dict(cfg))
+    done = await checkpointer.aget_state(dict(cfg))
+    assert (done.counter, ran, done.context[-1].text()) == (1, 1, "done")

@@ -263,11 +263,14 @@ class RunTools:
 
     def _salvage(self, step: ToolStep, index: int, ledger_key: str | None) -> str | None:
         """The envelope of a call cut off after it returned, queued for the record; None."""
-        made = step.cut_off.pop(index, None)
-        if made is None or ledger_key is None:
+        if ledger_key is None:
+            step.cut_off.pop(index, None)
             return None
         try:
-            envelope, record = step._envelope_of(index, made(), ledger_key)
+            salvaged = step.salvaged(index, ledger_key)
+            if salvaged is None:
+                return None
+            envelope, record = salvaged
         except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
             _log.error(NOT_RECORDED_MESSAGE, extra={"ledger_key": ledger_key, "event": NOT_RECORDED_EVENT,
                                                     "error": f"its run was cut off and its value could not be kept: {exc}"})

@@ -69,10 +69,12 @@ class ToolStep:
     # The graph's CallbackManager: its TOOL callbacks wrap each call that really runs (a call
     # answered from the ledger runs nothing, so it fires none).
     callbacks: Any = None
-    # Per call that returned, until its result is handed on: what makes the tool's own outcome.
-    # A call cut off after that (a cancel or a Ctrl-C in an after_invoke callback or while its
-    # value becomes its message) is still recorded (RunTools.run_tool).
-    cut_off: dict[int, Callable[[], Any]] = field(default_factory=dict)
+    # Per call that returned, until its result is handed on: what makes the tool's own outcome,
+    # and the state fields it changed in place by then. A call cut off after that (a cancel or a
+    # Ctrl-C in an after_invoke callback or while its value becomes its message, node_timeout,
+    # stop()) is still recorded (RunTools.run_tool), its changes with it: the node's failure
+    # stores the state it started from, and the replay makes them again.
+    cut_off: dict[int, tuple[Callable[[], Any], dict[str, Any] | None]] = field(default_factory=dict)
     # Whether a message id is the context's already (set by RunTools: its id index, no pass over
     # the history), and the ids this step's results took so far.
     id_in_context: Callable[[Any], bool] | None = None
@@ -195,7 +197,7 @@ class ToolStep:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,
                 flight_key=flight_key, late_record=late, callback_manager=self.callbacks,
-                on_return=lambda made: self.cut_off.__setitem__(index, made),
+                on_return=lambda made: self.cut_off.__setitem__(index, (made, self._changes(state, before))),
             )
         finally:
             deactivate(token)
@@ -204,11 +206,7 @@ class ToolStep:
                 self.deferred_updates[index] = outcome.state_update
             else:
                 _apply_update(state, outcome.state_update)
-        update = outcome.state_update
-        if before is not None:
-            changed = _changed_fields(state, before, branch=state is not self.live)
-            if changed:
-                update = {**changed, **(outcome.state_update or {})}
+        update = _with_changes(self._changes(state, before), outcome.state_update)
         message = self._own_id(outcome.message)
         text = self.texts[index] = _message_json(message)
         envelope, record = self._envelope_of(index, outcome, ledger_key, text, update)
@@ -218,16 +216,34 @@ class ToolStep:
         """Call ``index`` as it returned, when its run was cut off after that (its tool_timeout
         ran out in an after-invoke callback): ``(envelope, record, is_error)``, its text kept as
         a finished call's is; None when it had not returned."""
-        made = self.cut_off.pop(index, None)
-        if made is None:
+        cut = self.cut_off.pop(index, None)
+        if cut is None:
             return None
+        made, changed = cut
         outcome = made()
         if outcome.state_update:
             self.deferred_updates[index] = outcome.state_update
         message = self._own_id(outcome.message)
         text = self.texts[index] = _message_json(message)
-        envelope, record = self._envelope_of(index, outcome, None, text)
+        envelope, record = self._envelope_of(index, outcome, None, text, _with_changes(changed, outcome.state_update))
         return envelope, record, _is_error(message)
+
+    def salvaged(self, index: int, ledger_key: str) -> tuple[str, bool] | None:
+        """Call ``index`` cut off after it returned, as its record: ``(envelope, record)``;
+        None when it had not returned."""
+        cut = self.cut_off.pop(index, None)
+        if cut is None:
+            return None
+        made, changed = cut
+        outcome = made()
+        return self._envelope_of(index, outcome, ledger_key, update=_with_changes(changed, outcome.state_update))
+
+    def _changes(self, state: AgentState, before: AgentState | None) -> dict[str, Any] | None:
+        """The fields a call that takes the state changed in place (``before``: the state as
+        it started, None for a call that does not take it)."""
+        if before is None:
+            return None
+        return _changed_fields(state, before, branch=state is not self.live) or None
 
     def _own_id(self, msg: Message) -> Message:
         """``msg`` under an id no other message of the context or of this step has: a tool that
@@ -458,6 +474,12 @@ def _parse_call(raw: Any) -> _Call:
         None if call_id is None else str(call_id))
     return _Call(str(call_id) if call_id not in (None, "") else None, str(fn.get("name") or raw.get("name") or ""),
                  fn.get("arguments", raw.get("arguments", "{}")), raw_id=None if raw_id == "" else raw_id)
+
+
+def _with_changes(changed: dict[str, Any] | None, update: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a call's record carries for the state: the fields it changed in place, then its
+    ``ToolResult(state=...)`` update over them."""
+    return {**changed, **(update or {})} if changed else update
 
 
 def _changed_fields(state: AgentState, before: AgentState, *, branch: bool) -> dict[str, Any]:
