@@ -207,3 +207,53 @@ async def test_tools_kept_with_an_earlier_turn_are_not_offered_to_a_later_one(ch
     out = await app.ainvoke({}, dict(cfg))
     assert offered == [[]]
     assert out["messages"][-1].text() == "plain answer"
+
+
+@pytest.mark.asyncio
+async def test_a_retry_hands_the_client_its_call_when_a_node_trimmed_the_turns_question(tmp_path: Path) -> None:
+    """(second red-team pass, session 37) The model node keeps a window of the last messages,
+    dropping the turn's user message; the tools kept with that turn were then taken for an
+    earlier turn's, and the retry answered the client's call "Tool ... not found"."""
+    failing = True
+
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        return a + b
+
+    def model(state: AgentState) -> AgentState:
+        results = [m for m in state.context if m.role == "tool"]
+        if len(state.context) > 2:
+            state.context = state.context[-2:]  # a window of the latest messages
+        if len(results) >= 2:
+            state.context.append(Message.text_message("done", role="assistant"))
+            return state
+        name, args = ("add", {"a": 1, "b": 2}) if not results else ("read_clipboard", {})
+        call = {"id": f"c{len(results) + 1}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        state.context.append(Message(role="assistant", content=[], tools_calls=[call]))
+        return state
+
+    async def gate(state: AgentState) -> AgentState:  # fails once, before the client's call
+        nonlocal failing
+        if failing and state.context[-1].tools_calls[0]["id"] == "c2":
+            failing = False
+            raise RuntimeError("gate down")
+        return state
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("gate", gate)
+    g.add_node("tools", ToolNode([add]))
+    g.set_entry_point("model")
+    g.add_conditional_edges("model", lambda s: "gate" if s.context[-1].tools_calls else END, {"gate": "gate", END: END})
+    g.add_edge("gate", "tools")
+    g.add_edge("tools", "model")
+    cp = SqliteCheckpointer(tmp_path / "cp.db")
+    app = g.compile(checkpointer=cp)
+    with pytest.raises(Exception, match="gate down"):
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t", "remote_tools": PER_RUN})
+    await asyncio.wait_for(app.ainvoke({}, {"thread_id": "t"}), 60)
+    state = await cp.aget_state({"thread_id": "t"})
+    assert (str(state.execution_meta.status), state.execution_meta.interrupt_reason) == ("interrupted_after",
+                                                                                         "remote_tool_call")
+    assert not any("not found" in m.text() for m in state.context if m.role == "tool")
+    await cp.arelease()

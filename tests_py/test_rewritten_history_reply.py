@@ -3,7 +3,8 @@ replaces a message) and appends its reply: the reply is the node's output, retur
 ``ainvoke``, streamed, and handed to the hooks (helper red-team, session 37).
 
 It was reported as nothing: the run took a history that no longer started as it did for an
-edit, and an edit adds nothing. ``ainvoke`` answered with the user's message alone on every turn
+edit, and an edit adds nothing; and a summary put in place of the first message, with the last
+one left where it was, was never reported (the check looked at the last message only). ``ainvoke`` answered with the user's message alone on every turn
 of the usual summarising node, while the reply was stored. 10xGraph reports the messages whose ids
 the context did not hold before the node (its ``process_node_result``), which this test compares.
 """
@@ -55,6 +56,21 @@ def command_state(state):
     reply(state, "cmd")
     return Command(update=state)
 
+def summary_in_place(state):
+    # The oldest message becomes a summary under a new id; the last one stays where it was.
+    if len(state.context) > 2:
+        state.context[0] = Message.text_message("summary", role="system", message_id=f"sum{len(state.context)}")
+    reply(state, "summed")
+    return state
+
+def insert_in_middle(state):
+    state.context.insert(len(state.context) // 2, Message.text_message("note", role="system",
+                                                                          message_id=f"n{len(state.context)}"))
+    if len(state.context) > 3:
+        del state.context[0]
+    reply(state, "inserted")
+    return state
+
 def replace_by_new_id(state):
     state.context[0] = Message.text_message("new first", role="user", message_id="fresh-first")
     return state
@@ -74,7 +90,8 @@ async def run(node):
 
 async def main():
     emit({node.__name__: await run(node)
-          for node in (trim, delete_first, reverse, replace_first, command_state, replace_by_new_id)})
+          for node in (trim, delete_first, reverse, replace_first, command_state, replace_by_new_id,
+                       summary_in_place, insert_in_middle)})
 
 asyncio.run(main())
 """
@@ -83,7 +100,8 @@ asyncio.run(main())
 def test_the_reply_of_a_node_that_rewrote_the_history_is_reported_as_10xgraph_reports_it(oracle) -> None:
     theirs, ours = oracle.run_both(SCRIPT)
     assert ours == theirs
-    assert theirs["trim"][1] == ["u1", "trimmed"]  # the case the test is for, on both sides
+    assert theirs["trim"][1] == ["u1", "trimmed"]  # the cases the test is for, on both sides
+    assert theirs["summary_in_place"][1] == ["u1", "summary", "summed"]
 
 
 def _summarising_graph(checkpointer: Any, *, by_command: bool) -> Any:

@@ -60,9 +60,20 @@ def use_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bo
     if sent or new_turn:
         return
     kept = state.execution_meta.internal_data.get(REMOTE_TOOLS_KEY)
-    if isinstance(kept, dict) and kept.get("turn") == _turn(state) and isinstance(kept.get("tools"), list) \
-            and kept["tools"]:
+    if isinstance(kept, dict) and isinstance(kept.get("tools"), list) and kept["tools"] \
+            and _still_the_turn(state, kept.get("turn")):
         config["remote_tools"] = list(kept["tools"])
+
+
+def _still_the_turn(state: Any, turn: Any) -> bool:
+    """Whether the thread is still at the turn the tools came with: its last user message is
+    that turn's, or the turn's message is gone from the context (a node keeps a window of the
+    last messages, or rewrote the question under a new id: the tools were ignored there, and the
+    client's call was answered "not found"; second red-team pass, session 37). A later turn
+    another writer started leaves the turn's message in place, before its own."""
+    if turn == _turn(state):
+        return True
+    return all(m.message_id != turn for m in state.context)
 
 
 def keep_remote_tools(state: Any, sent: Any, new_turn: bool) -> None:

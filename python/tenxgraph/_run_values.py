@@ -17,16 +17,20 @@ from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY
 PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
 
 
-def added(state: AgentState, pre_len: int, pre_last: Any, pre_ids: set[Any]) -> list[Message]:
-    """The messages a node added to ``state.context``, which held ``pre_len`` messages ending in
-    ``pre_last`` with the ids ``pre_ids`` before it ran: what it appended, or, when it rewrote
-    the history (trimmed, deleted, reordered, replaced), the messages whose ids the context did
-    not hold before, in order (10xGraph's rule). Rewritten, the reply of a node that trims the
-    history was reported, streamed and handed to the hooks as nothing (red-team, session 37)."""
+def added(state: AgentState, pre_ctx: list[Message], pre_len: int) -> list[Message]:
+    """The messages a node added to ``state.context``, whose first ``pre_len`` messages of
+    ``pre_ctx`` were the context before it ran: what it appended, or, when it rewrote the
+    history (trimmed, deleted, reordered, replaced or inserted a message), the messages whose ids
+    the context did not hold before, in order (10xGraph's rule). Rewritten, the reply of a node
+    that trims the history was reported, streamed and handed to the hooks as nothing, and a
+    summary put in place of the first message was never reported (red-team, session 37)."""
     ctx = state.context
-    if len(ctx) >= pre_len and (pre_len == 0 or ctx[pre_len - 1].message_id == pre_last):
+    before = pre_ctx if len(pre_ctx) == pre_len else pre_ctx[:pre_len]
+    # An identity-first list compare: ~1 ns per message while the node only appended.
+    if len(ctx) >= pre_len and (ctx if len(ctx) == pre_len else ctx[:pre_len]) == before:
         return list(ctx[pre_len:])
-    return [m for m in ctx if m.message_id not in pre_ids]
+    held = {m.message_id for m in before}
+    return [m for m in ctx if m.message_id not in held]
 
 
 def clear_answers(state: AgentState | None) -> None:

@@ -275,9 +275,8 @@ class Run(RunInput, RunHooks, RunTools):
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
         pre_len = len(state.context)
-        pre_last = state.context[-1].message_id if pre_len else None
-        # Read by _absorb before anything appends to the index (the set is the index's own).
-        pre_ids = self._index.ids(state.context)
+        # The index's copy of the context as the node starts (only ever appended to after).
+        pre_ctx = self._index.seen(state.context)
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         events = self.events
         step = state.execution_meta.step
@@ -320,7 +319,7 @@ class Run(RunInput, RunHooks, RunTools):
             deactivate(token)
         produced_before = len(self.produced)
         try:
-            goto = self._absorb(result, state, pre_len, pre_last, pre_ids)
+            goto = self._absorb(result, state, pre_ctx, pre_len)
         except Exception as exc:
             if events is not None:
                 events.node_error(name, step, exc)
@@ -450,7 +449,7 @@ class Run(RunInput, RunHooks, RunTools):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _absorb(self, result: Any, state: AgentState, pre_len: int, pre_last: Any, pre_ids: set[Any]) -> str | None:
+    def _absorb(self, result: Any, state: AgentState, pre_ctx: list[Message], pre_len: int) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
         new: list[Message] = []
@@ -466,13 +465,13 @@ class Run(RunInput, RunHooks, RunTools):
                 result_state = require_state(result.state)
                 # The messages the node added to the state it hands over are its output, like
                 # those of a returned state: reported by invoke and streamed.
-                new = added(result_state, pre_len, pre_last, pre_ids)
+                new = added(result_state, pre_ctx, pre_len)
                 self.state = state = result_state
             result = result.update
         if isinstance(result, AgentState):
             if result is not state:
                 self.state = result
-            new = added(result, pre_len, pre_last, pre_ids)
+            new = added(result, pre_ctx, pre_len)
         elif result is not None:
             items = result if isinstance(result, list) else [result]
             seen_new: set[Any] = set()

@@ -112,8 +112,7 @@ class Node:
         if not isinstance(config, dict):
             raise TypeError(f"Node.execute needs a config dict, got {type(config).__name__}")
         pre_len = len(state.context)
-        pre_last = state.context[-1].message_id if pre_len else None
-        pre_ids = {m.message_id for m in state.context}
+        pre_ctx = list(state.context)
         try:
             if callback_mgr is not None and callback_mgr.wraps(InvocationType.AI):
                 ctx = CallbackContext(
@@ -142,11 +141,11 @@ class Node:
                 next_node = result.goto
                 if result.state is not None:
                     state = require_state(result.state)
-                    messages = added(state, pre_len, pre_last, pre_ids)
+                    messages = added(state, pre_ctx, pre_len)
                 result = result.update
             if isinstance(result, AgentState):
                 state = result
-                messages = added(state, pre_len, pre_last, pre_ids)
+                messages = added(state, pre_ctx, pre_len)
             elif result is not None:
                 items = result if isinstance(result, list) else [result]
                 messages = [to_message(item) for item in items]
