@@ -217,7 +217,7 @@ pub async fn run_tool_node<H: NodeHost + ?Sized>(
             _ if let Some(env) = row.and_then(replay).or_else(|| old.and_then(replay)) => Plan::Replay(env),
             _ if closing => Plan::Refuse(NOT_ANSWERED),
             (Some(env), _) if is_paused(env) => Plan::Resume,
-            (Some(env), _) if is_intent(env) => Plan::Unknown,
+            (Some(env), _) if is_intent(env) => Plan::Unknown { at_most_once: started_at_most_once(env) },
             _ if call.effects == SideEffects::AtMostOnce && key.is_none() => Plan::Refuse(UNKEYED),
             _ if call.effects == SideEffects::AtMostOnce && !read_ok => Plan::Refuse(LEDGER_UNREADABLE),
             _ if call.effects == SideEffects::AtMostOnce && !intents_ok => Plan::Refuse(INTENT_UNWRITABLE),
@@ -326,7 +326,10 @@ enum Plan {
     Replay(SharedJson),
     Run,
     /// Found started but never completed: an earlier attempt may or may not have taken effect.
-    Unknown,
+    /// `at_most_once`: the call started as one (its intent row says so).
+    Unknown {
+        at_most_once: bool,
+    },
     /// Found paused at `interrupt()` by the run that the thread's resume continues: run it
     /// again, once its row says started again (`restart_paused`).
     Resume,
@@ -340,7 +343,20 @@ fn intent(call: &ToolCall, cfg: &RunConfig, attempt: &str, paused: bool) -> Valu
     if paused {
         v["paused"] = Value::Bool(true);
     }
+    if call.effects == SideEffects::AtMostOnce {
+        v[AT_MOST_ONCE_FIELD] = Value::Bool(true);
+    }
     v
+}
+
+/// The intent row's mark of a call that started as at-most-once. Its unknown outcome is not run
+/// again whatever the graph now says of the tool: a deploy that renamed or removed it made the
+/// call "idempotent" (the class of a name no tool has), and the model was told the tool was not
+/// found, as if the call had never happened (red-team, session 37).
+const AT_MOST_ONCE_FIELD: &str = "at_most_once";
+
+fn started_at_most_once(row: &Value) -> bool {
+    row.get(AT_MOST_ONCE_FIELD).and_then(Value::as_bool) == Some(true)
 }
 
 /// `intent`, counting the human "retry" answers spent on the call (kept across its pauses).
@@ -531,7 +547,8 @@ async fn run_one<H: NodeHost + ?Sized>(
             inc(&m.tool_errors);
             return Ok(ToolOutcome::Failed { message: why.to_owned() });
         }
-        Plan::Unknown => {
+        Plan::Unknown { at_most_once } => {
+            let at_most_once = at_most_once || call.effects == SideEffects::AtMostOnce;
             inc(&m.tool_outcome_unknown);
             tracing::warn!(
                 thread_id = %cfg.thread.thread_id,
@@ -542,9 +559,9 @@ async fn run_one<H: NodeHost + ?Sized>(
                 "tool call {} ({}) started earlier but its result was never recorded; {}",
                 key.as_deref().unwrap_or(""),
                 call.name,
-                if call.effects == SideEffects::AtMostOnce { "it is at-most-once: not run again" } else { "it is idempotent: running it again (a sync call still running in this process is joined, not started twice)" }
+                if at_most_once { "it is at-most-once: not run again" } else { "it is idempotent: running it again (a sync call still running in this process is joined, not started twice)" }
             );
-            if call.effects == SideEffects::AtMostOnce {
+            if at_most_once {
                 match host.unknown_outcome(node, index, idem.clone(), spent)? {
                     // The human's "retry" is spent before the call runs: the answer stays with the
                     // thread until the node finishes, and a crash during the retried call found

@@ -176,7 +176,16 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         && exec.interrupt_reason.as_deref() != Some(REMOTE_TOOL_REASON);
     // Failed there (a node timeout, say), rather than stopped or paused: a close can answer it.
     let failed_at_tools = tools_unanswered && previous == ExecStatus::Error;
+    // A crashed run (the lease is this run's: no messages, so no optimistic start) whose node
+    // this graph lacks (renamed or removed by a deploy) can only go on from a node the caller
+    // names, which is what GRAPH_004 advises: refused here as busy, the two answers sent the
+    // caller back and forth and the thread was wedged for the new code (red-team, session 37).
+    let renamed_under_a_crash = previous == ExecStatus::Running
+        && !input.has_messages
+        && input.start_node.is_some()
+        && !graph.has_node(&exec.current_node);
     if (previous == ExecStatus::Running || (tools_unanswered && input.start_node.is_none()))
+        && !renamed_under_a_crash
         && stored.is_some()
         && (input.has_messages || input.start_node.is_some())
         && exec.current_node != crate::engine::START
