@@ -366,3 +366,69 @@ async def test_a_tool_that_returned_before_its_node_was_cut_keeps_its_changes_th
     await app.ainvoke({}, dict(cfg))
     done = await checkpointer.aget_state(dict(cfg))
     assert (done.counter, ran, done.context[-1].text()) == (1, 1, "done")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("retry", ["after_it_returned", "while_it_runs"])
+async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes(
+    checkpointer: Any, make_thread: Any, retry: str
+) -> None:
+    """A sync tool (in a thread no timeout can stop) changes its state in place, its node is
+    cut by ``node_timeout``, and it returns later: its late record, or the retry that joins the
+    still-running call, carried only its ``ToolResult`` update, and the change was lost for good
+    once the failure stored the node's start (third red-team pass, session 37). The changes are
+    measured on the worker thread as the tool returns."""
+    import logging
+    import threading
+
+    ran = 0
+    release = threading.Event()
+    returned = threading.Event()
+
+    def note(state: Counted) -> str:
+        """Count the visit."""
+        nonlocal ran
+        ran += 1
+        state.counter += 1
+        release.wait(60)
+        returned.set()
+        return "noted"
+
+    def model(state: Counted) -> Message:
+        if state.context[-1].role == "tool":
+            return Message.text_message("done", role="assistant")
+        return Message(role="assistant", content=[], tools_calls=[call("c1", "note")])
+
+    class OnJoin(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "sync_tool_joined":
+                release.set()
+
+    g = StateGraph(Counted)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([note]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(), "node_timeout": 0.5}
+    with pytest.raises(BaseException):
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    joined = OnJoin()
+    tools_log = logging.getLogger("tenxgraph.tools")
+    level = tools_log.level
+    if retry == "after_it_returned":
+        release.set()
+        await asyncio.to_thread(returned.wait, 60)
+    else:  # released once the retry waits for the running call (its INFO line says so)
+        tools_log.addHandler(joined)
+        tools_log.setLevel(logging.INFO)
+    try:
+        await asyncio.wait_for(app.ainvoke({}, dict(cfg, node_timeout=60)), 90)
+    finally:
+        tools_log.removeHandler(joined)
+        tools_log.setLevel(level)
+        release.set()
+    assert release.is_set()
+    done = await checkpointer.aget_state(dict(cfg))
+    assert (done.counter, ran, done.context[-1].text()) == (1, 1, "done")

@@ -42,6 +42,13 @@ __all__ = ["in_flight", "run", "unsettled_on"]
 _log = run_logger("tenxgraph.tools")
 _lock = threading.Lock()
 _flights: dict[Hashable, _Flight] = {}
+# Calls whose late result was recorded, kept for a while after (key -> (flight, when)): an
+# attempt that read the ledger before the record went in, and looks for the call after it left
+# ``_flights``, joins its result instead of running the tool a second time (third red-team pass,
+# session 37: a retry started as the cut call returned fired it again).
+_recorded: dict[Hashable, tuple[_Flight, float]] = {}
+RECORDED_KEPT_SECONDS = 300.0
+RECORDED_KEPT_MAX = 256
 # The threads of sync calls and of their late records that have not ended (see the module notes).
 _threads: set[threading.Thread] = set()
 
@@ -108,6 +115,10 @@ def _join_or_start(key: Hashable | None, late_record: Callable[[Any], None] | No
         return alone, False
     with _lock:
         running = _flights.get(key)
+        if running is None:
+            recorded = _recorded.get(key)
+            if recorded is not None and time.monotonic() - recorded[1] < RECORDED_KEPT_SECONDS:
+                running = recorded[0]  # its result is in: joined, it returns at once
         flight = running if running is not None else _flights.setdefault(key, _Flight(late_record))
         flight.waiters += 1
         return flight, running is not None
@@ -158,7 +169,16 @@ def _record_late(key: Hashable | None, flight: _Flight, result: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - logged by late_record's owner; never kill the thread loudly
         _log.error("recording a late sync tool result failed: %s", exc, extra={"event": "sync_tool_late_record_failed"})
     finally:
-        # Only now: until the record is in, a new attempt must find this call here, not run it.
+        # Only now: until the record is in, a new attempt must find this call here, not run it;
+        # and for a while after, one that read the ledger before the record went in.
+        with _lock:
+            if key is not None:
+                now = time.monotonic()
+                for old in [k for k, (_, when) in _recorded.items() if now - when >= RECORDED_KEPT_SECONDS]:
+                    del _recorded[old]
+                while len(_recorded) >= RECORDED_KEPT_MAX:
+                    del _recorded[next(iter(_recorded))]
+                _recorded[key] = (flight, now)
         _forget(key, flight, answered=False)
 
 

@@ -133,7 +133,10 @@ class ToolStep:
             return None
         return (id(self.ledger[0]), idempotency_key)
 
-    def _late_recorder(self, index: int, ledger_key: str) -> Any:
+    def _late_recorder(self, index: int, ledger_key: str, state: AgentState, before: AgentState | None) -> Any:
+        """What records a sync call's result that arrives after its run stopped waiting (on the
+        worker thread), and measures there, as the tool returns, the fields it changed in place
+        on ``state`` (``changes``: see tenxgraph.core.graph._sync_tools)."""
         assert self.ledger is not None
         native, thread_id, user_id = self.ledger
         call = self.calls[index]
@@ -157,6 +160,8 @@ class ToolStep:
                 _log.info("sync tool call finished late; a result was recorded for it first, which stands",
                           extra={**fields, "event": "sync_tool_late_result_dropped"})
 
+        if before is not None:
+            record.changes = lambda: self._changes(state, before)  # type: ignore[attr-defined]
         return record
 
     async def run(self, index: int, config: dict[str, Any], idempotency_key: str | None,
@@ -192,7 +197,7 @@ class ToolStep:
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)
         flight_key = self._flight_key(idempotency_key) if ledger_key else None
-        late = self._late_recorder(index, ledger_key) if flight_key is not None and ledger_key else None
+        late = self._late_recorder(index, ledger_key, state, before) if flight_key is not None and ledger_key else None
         try:
             outcome = await self.tool_node.execute(
                 call.name, args, call.call_id or "", config, state, idempotency_key=idempotency_key,

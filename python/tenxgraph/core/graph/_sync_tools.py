@@ -13,7 +13,7 @@ from tenxgraph import _sync_calls
 from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
 from tenxgraph.logs import run_logger
 
-__all__ = ["SyncCall", "exit_error", "run_sync", "run_sync_raw"]
+__all__ = ["SyncCall", "exit_error", "run_sync", "run_sync_raw", "with_changes"]
 
 _log = run_logger("tenxgraph.graph.tool_node")
 
@@ -21,6 +21,24 @@ _log = run_logger("tenxgraph.graph.tool_node")
 @dataclass
 class _Raw:
     value: Any
+    changes: dict[str, Any] | None = None
+
+
+def _changes(late_record: Any) -> dict[str, Any] | None:
+    """The state fields the call changed in place, measured on the worker thread as the tool
+    returns, where ``late_record`` can measure them (ToolStep's recorder does): on the state of
+    the attempt that started the call. A later attempt that joins the call, and the late record
+    of a call no attempt waits for any more, take them from here; the state they were made on
+    is no longer the run's (the cut node's failure stored its start: session 37)."""
+    measure = getattr(late_record, "changes", None)
+    return measure() if measure is not None else None
+
+
+def with_changes(outcome: ToolOutcome, changes: dict[str, Any] | None) -> ToolOutcome:
+    """``outcome`` with the fields its call changed in place under its ToolResult update."""
+    if changes:
+        outcome.state_update = {**changes, **(outcome.state_update or {})}
+    return outcome
 
 
 @dataclass
@@ -52,16 +70,17 @@ class SyncCall:
     late_record: Callable[[ToolOutcome], None] | None
 
 
-async def run_sync_raw(call: SyncCall) -> Any:
+async def run_sync_raw(call: SyncCall) -> tuple[Any, dict[str, Any] | None]:
     """A sync tool in its thread, returning what it returned (after_invoke needs the raw
-    value). A result that arrives after the run stopped waiting is recorded as it is: no
-    callback can run for it any more."""
+    value) and the state fields it changed in place (see ``_changes``). A result that arrives
+    after the run stopped waiting is recorded as it is: no callback can run for it any more."""
     fn, args, kwargs, name, tool_call_id, meta = call.fn, call.args, call.kwargs, call.name, call.tool_call_id, call.meta
     late_record = call.late_record
 
     def work() -> Any:
         try:
-            return _Raw(fn(*args, **kwargs))
+            value = fn(*args, **kwargs)
+            return _Raw(value, _changes(late_record))
         except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
             return _Raised(exc)
         except SystemExit as exc:
@@ -74,7 +93,7 @@ async def run_sync_raw(call: SyncCall) -> Any:
             if isinstance(out, _Raised):  # recorded like a late failure without callbacks
                 late_record(failure(name, tool_call_id, meta, out.error))
             else:
-                late_record(map_result(out.value, tool_call_id, meta)[0])
+                late_record(with_changes(map_result(out.value, tool_call_id, meta)[0], out.changes))
         except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
             _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
 
@@ -84,7 +103,7 @@ async def run_sync_raw(call: SyncCall) -> Any:
     value = out.value
     if inspect.isawaitable(value):
         value = await value
-    return value
+    return value, out.changes
 
 
 async def run_sync(call: SyncCall, on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None
@@ -100,11 +119,12 @@ async def run_sync(call: SyncCall, on_return: Callable[[Callable[[], ToolOutcome
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 return _Awaitable(result)
-            return map_result(result, tool_call_id, meta)
+            outcome, ok = map_result(result, tool_call_id, meta)
+            return with_changes(outcome, _changes(late_record)), ok
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            return failure(name, tool_call_id, meta, exc), False
+            return with_changes(failure(name, tool_call_id, meta, exc), _changes(late_record)), False
         except SystemExit as exc:
-            return failure(name, tool_call_id, meta, exit_error(exc)), False
+            return with_changes(failure(name, tool_call_id, meta, exit_error(exc)), _changes(late_record)), False
 
     def late(out: Any) -> None:
         if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone

@@ -33,7 +33,7 @@ from tenxgraph.core.state.message_block import (
 from tenxgraph.core.graph.tool_output import MAX_RESULT_DEPTH  # noqa: F401
 from tenxgraph.core.graph.tool_params import _EMPTY, _Param, _plan, model_value
 from tenxgraph.core.graph.tool_outcome import ToolOutcome, failure, map_result, returned
-from tenxgraph.core.graph._sync_tools import SyncCall, run_sync, run_sync_raw
+from tenxgraph.core.graph._sync_tools import SyncCall, run_sync, run_sync_raw, with_changes
 from tenxgraph.core.state.tool_result import ToolResult
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
@@ -430,16 +430,18 @@ class ToolNode:
         try:
             positional, input_data = self._bind(name, args or {}, injected)
             input_data = await mgr.execute_before_invoke(context, input_data)
+            changes = None
             if name not in self._sync:
                 raw = await fn(*positional, **input_data)
             else:
-                raw = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
-                                                  flight_key, late_record))
+                raw, changes = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
+                                                           flight_key, late_record))
             # Cut off from here on, the call is recorded as the tool returned it (no after_invoke
             # ran to completion for it).
             returned(on_return, raw, tool_call_id, meta)
             raw = await mgr.execute_after_invoke(context, input_data, raw)
-            return map_result(raw, tool_call_id, meta)
+            outcome, ok = map_result(raw, tool_call_id, meta)
+            return with_changes(outcome, changes), ok
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             recovery = await mgr.execute_on_error(context, input_data, exc)
             if isinstance(recovery, Message):
