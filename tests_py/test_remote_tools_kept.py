@@ -180,8 +180,9 @@ async def test_remote_tools_are_kept_as_deep_as_the_store_holds_them(tmp_path: P
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("window", [False, True], ids=["whole-history", "window"])
 async def test_tools_kept_with_an_earlier_turn_are_not_offered_to_a_later_one(checkpointer: Any,
-                                                                              make_thread: Any) -> None:
+                                                                              make_thread: Any, window: bool) -> None:
     """(red-team, session 37) A writer that does not know the kept tools (a process of the
     previous release during a rolling deploy, 10xGraph, ``aput_state``) starts a new turn and
     leaves them in place; that turn, continued by ``{}`` (a recovery), was offered the earlier
@@ -198,7 +199,11 @@ async def test_tools_kept_with_an_earlier_turn_are_not_offered_to_a_later_one(ch
                       dict(cfg))
     done = await checkpointer.aget_state(dict(cfg))
     assert done.context[-1].text() == "done" and "remote_tools" in done.execution_meta.internal_data
-    # The other writer's new turn, paused before the model (its input stored, the kept tools left).
+    # The other writer's new turn, paused before the model (its input stored, the kept tools left);
+    # with a window of the last messages, which drops the earlier turn's question too (third
+    # red-team pass: the tools were taken for a turn that trimmed its own question).
+    if window:
+        done.context = done.context[-2:]
     done.context.append(Message.text_message("what time is it"))
     meta = done.execution_meta
     meta.status, meta.current_node, meta.interrupted_node = ExecutionStatus.INTERRUPTED_BEFORE, "model", "model"

@@ -5,8 +5,8 @@ They were known only from the config of the call that brought them: a run resume
 client's call for a server tool it did not have and answered the model "Tool ... not found",
 and the turn went on without the client ever being asked (red-team, session 36).
 
-They are kept with the turn they came with (the id of its user message): a writer that does not
-know them (a process of the previous release during a rolling deploy, 10xGraph, ``aput_state``)
+They are kept with the turn they came with (the id of its last user message, as each commit of
+the turn sees it): a writer that does not know them (a process of the previous release during a rolling deploy, 10xGraph, ``aput_state``)
 starts a new turn without dropping them, and the next turn's recovery was offered the previous
 turn's client tools (red-team, session 37).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from tenxgraph._state_codec import STORED_DEPTH, core_refuses
 
-__all__ = ["REMOTE_TOOLS_KEY", "keep_remote_tools", "use_remote_tools"]
+__all__ = ["REMOTE_TOOLS_KEY", "keep_remote_tools", "mark_remote_turn", "use_remote_tools"]
 
 # Under the state's ``execution_meta.internal_data``: {"turn": <user message id>, "tools": [...]}.
 REMOTE_TOOLS_KEY = "remote_tools"
@@ -65,17 +65,6 @@ def use_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bo
         config["remote_tools"] = list(kept["tools"])
 
 
-def _still_the_turn(state: Any, turn: Any) -> bool:
-    """Whether the thread is still at the turn the tools came with: its last user message is
-    that turn's, or the turn's message is gone from the context (a node keeps a window of the
-    last messages, or rewrote the question under a new id: the tools were ignored there, and the
-    client's call was answered "not found"; second red-team pass, session 37). A later turn
-    another writer started leaves the turn's message in place, before its own."""
-    if turn == _turn(state):
-        return True
-    return all(m.message_id != turn for m in state.context)
-
-
 def keep_remote_tools(state: Any, sent: Any, new_turn: bool) -> None:
     """Keeps the tools the caller sent with the thread's turn, once the input is merged; a new
     turn without them drops what an earlier turn kept. Tools the state cannot store serve this
@@ -88,3 +77,20 @@ def keep_remote_tools(state: Any, sent: Any, new_turn: bool) -> None:
             kept.pop(REMOTE_TOOLS_KEY, None)
     elif new_turn:
         kept.pop(REMOTE_TOOLS_KEY, None)
+
+
+def _still_the_turn(state: Any, turn: Any) -> bool:
+    """Whether the thread is still at the turn the tools came with: its last user message is the
+    one the turn's last commit saw (``mark_remote_turn``)."""
+    return turn == _turn(state)
+
+
+def mark_remote_turn(state: Any) -> None:
+    """At each commit of a run, the kept tools name the thread's last user message as it is
+    committed: a node of the turn that trimmed the turn's question out of the context (a window
+    of the last messages) leaves an earlier user message last, or none, and the tools were then
+    taken for an earlier turn's (second red-team pass, session 37). Another writer's later turn
+    adds a user message no commit of this turn named."""
+    kept = state.execution_meta.internal_data.get(REMOTE_TOOLS_KEY)
+    if isinstance(kept, dict):
+        kept["turn"] = _turn(state)

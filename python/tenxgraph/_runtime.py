@@ -18,7 +18,7 @@ from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
 from tenxgraph._run_input import RunInput, stored_as_sent
-from tenxgraph._run_remote_tools import keep_remote_tools, use_remote_tools
+from tenxgraph._run_remote_tools import keep_remote_tools, mark_remote_turn, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
     added,
@@ -385,6 +385,7 @@ class Run(RunInput, RunHooks, RunTools):
         state = self.state
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
+        mark_remote_turn(state)
         data, reshaped = encode_state_shaped(state)
         ctx = state.context
         n = len(ctx)
