@@ -4,7 +4,8 @@ replaces a message) and appends its reply: the reply is the node's output, retur
 
 It was reported as nothing: the run took a history that no longer started as it did for an
 edit, and an edit adds nothing; and a summary put in place of the first message, with the last
-one left where it was, was never reported (the check looked at the last message only). ``ainvoke`` answered with the user's message alone on every turn
+one left where it was, was never reported (the check looked at the last message only); and a
+message appended under an id the context held, or two under one id, were reported. ``ainvoke`` answered with the user's message alone on every turn
 of the usual summarising node, while the reply was stored. 10xGraph reports the messages whose ids
 the context did not hold before the node (its ``process_node_result``), which this test compares.
 """
@@ -71,6 +72,16 @@ def insert_in_middle(state):
     reply(state, "inserted")
     return state
 
+def two_under_one_id(state):
+    state.context.append(Message.text_message("a", role="assistant", message_id=f"x{len(state.context)}"))
+    state.context.append(Message.text_message("b", role="assistant", message_id=f"x{len(state.context) - 1}"))
+    return state
+
+def under_a_held_id(state):
+    state.context.append(Message.text_message("dup", role="assistant", message_id=state.context[-1].message_id))
+    reply(state, "after-dup")
+    return state
+
 def replace_by_new_id(state):
     state.context[0] = Message.text_message("new first", role="user", message_id="fresh-first")
     return state
@@ -91,7 +102,7 @@ async def run(node):
 async def main():
     emit({node.__name__: await run(node)
           for node in (trim, delete_first, reverse, replace_first, command_state, replace_by_new_id,
-                       summary_in_place, insert_in_middle)})
+                       summary_in_place, insert_in_middle, two_under_one_id, under_a_held_id)})
 
 asyncio.run(main())
 """

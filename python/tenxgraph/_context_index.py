@@ -49,11 +49,12 @@ class ContextIndex:
                 self._ctx, self._seen, self._ids = ctx, list(ctx), {m.message_id for m in ctx}
         return self._ids
 
-    def seen(self, ctx: list[Message]) -> list[Message]:
-        """The index's own copy of ``ctx`` (made current first). Only ever appended to
-        afterwards, so its first ``len(ctx)`` messages stay what the context held now."""
-        self.ids(ctx)
-        return self._seen
+    def seen(self, ctx: list[Message]) -> tuple[list[Message], set[Any]]:
+        """The index's own copy of ``ctx`` and its id set (made current first). Both are only
+        ever added to afterwards: the copy's first ``len(ctx)`` messages stay what the context
+        held now, and the set holds those ids while its size is what it is now."""
+        ids = self.ids(ctx)
+        return self._seen, ids
 
     def append(self, state: AgentState, messages: list[Message], new_ids: set[Any] | None = None,
                keep_delta: bool = False) -> None:

@@ -17,20 +17,33 @@ from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY
 PROTECTED_FIELDS = frozenset({"context", "context_summary", "execution_meta"})
 
 
-def added(state: AgentState, pre_ctx: list[Message], pre_len: int) -> list[Message]:
+def added(state: AgentState, pre_ctx: list[Message], pre_len: int,
+          pre_ids: set[Any] | None = None) -> list[Message]:
     """The messages a node added to ``state.context``, whose first ``pre_len`` messages of
-    ``pre_ctx`` were the context before it ran: what it appended, or, when it rewrote the
-    history (trimmed, deleted, reordered, replaced or inserted a message), the messages whose ids
-    the context did not hold before, in order (10xGraph's rule). Rewritten, the reply of a node
-    that trims the history was reported, streamed and handed to the hooks as nothing, and a
-    summary put in place of the first message was never reported (red-team, session 37)."""
+    ``pre_ctx`` (with the ids ``pre_ids``, when known) were the context before it ran, by
+    10xGraph's rule: the messages whose ids the context did not hold before, the first of each
+    id, in order. A node that rewrote the history (trimmed, deleted, reordered, replaced or
+    inserted a message) had its reply reported, streamed and handed to the hooks as nothing, and
+    a summary put in place of the first message was never reported; one that appended a message
+    under an id the context held, or two under one id, had them reported (red-team, session 37)."""
     ctx = state.context
     before = pre_ctx if len(pre_ctx) == pre_len else pre_ctx[:pre_len]
     # An identity-first list compare: ~1 ns per message while the node only appended.
     if len(ctx) >= pre_len and (ctx if len(ctx) == pre_len else ctx[:pre_len]) == before:
-        return list(ctx[pre_len:])
-    held = {m.message_id for m in before}
-    return [m for m in ctx if m.message_id not in held]
+        candidates = ctx[pre_len:]
+        if not candidates:
+            return []
+    else:
+        candidates, pre_ids = ctx, None
+    held = pre_ids if pre_ids is not None else {m.message_id for m in before}
+    out: list[Message] = []
+    seen: set[Any] = set()
+    for m in candidates:
+        mid = m.message_id
+        if mid not in held and mid not in seen:
+            seen.add(mid)
+            out.append(m)
+    return out
 
 
 def clear_answers(state: AgentState | None) -> None:

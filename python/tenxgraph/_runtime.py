@@ -275,8 +275,9 @@ class Run(RunInput, RunHooks, RunTools):
         if self.emitter is not None:
             self._stream_update("invoking_node", name, now=True)
         pre_len = len(state.context)
-        # The index's copy of the context as the node starts (only ever appended to after).
-        pre_ctx = self._index.seen(state.context)
+        # The index's copy of the context as the node starts, and its ids (see ContextIndex.seen).
+        pre_ctx, pre_ids = self._index.seen(state.context)
+        pre_n = len(pre_ids)
         answers = state.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         events = self.events
         step = state.execution_meta.step
@@ -319,7 +320,8 @@ class Run(RunInput, RunHooks, RunTools):
             deactivate(token)
         produced_before = len(self.produced)
         try:
-            goto = self._absorb(result, state, pre_ctx, pre_len)
+            goto = self._absorb(result, state, pre_ctx, pre_len,
+                                   pre_ids if len(pre_ids) == pre_n else None)
         except Exception as exc:
             if events is not None:
                 events.node_error(name, step, exc)
@@ -450,7 +452,8 @@ class Run(RunInput, RunHooks, RunTools):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _absorb(self, result: Any, state: AgentState, pre_ctx: list[Message], pre_len: int) -> str | None:
+    def _absorb(self, result: Any, state: AgentState, pre_ctx: list[Message], pre_len: int,
+                pre_ids: set[Any] | None) -> str | None:
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
         new: list[Message] = []
@@ -466,13 +469,13 @@ class Run(RunInput, RunHooks, RunTools):
                 result_state = require_state(result.state)
                 # The messages the node added to the state it hands over are its output, like
                 # those of a returned state: reported by invoke and streamed.
-                new = added(result_state, pre_ctx, pre_len)
+                new = added(result_state, pre_ctx, pre_len, pre_ids)
                 self.state = state = result_state
             result = result.update
         if isinstance(result, AgentState):
             if result is not state:
                 self.state = result
-            new = added(result, pre_ctx, pre_len)
+            new = added(result, pre_ctx, pre_len, pre_ids)
         elif result is not None:
             items = result if isinstance(result, list) else [result]
             seen_new: set[Any] = set()
