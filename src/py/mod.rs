@@ -14,6 +14,8 @@ mod pid;
 mod py_store;
 mod runtime;
 mod store;
+mod store_convert;
+mod store_open;
 
 use pyo3::prelude::*;
 
@@ -147,7 +149,7 @@ pub mod _core {
     #[pyfunction]
     fn shutdown(py: Python<'_>) {
         log::set_max_level(log::LevelFilter::Off);
-        super::store::close_all(py);
+        super::store_open::close_all(py);
     }
 
     /// Forgets the cached Python loggers and their levels, so Rust records follow a logging

@@ -1,21 +1,18 @@
 //! `NativeStore`: the Rust checkpointers behind the Python `*Checkpointer` classes. JSON crosses as
 //! text; every method returns an awaitable polled on the awaiting loop (src/py/driver.rs).
 //!
-//! One file (~530 lines) because pyo3 (without its `multiple-pymethods` feature, which needs
-//! `inventory` and costs start-up time) takes one `#[pymethods]` block per class: each method
-//! here is a thin conversion to one `Checkpointer` call.
+//! pyo3 (without its `multiple-pymethods` feature, which needs `inventory` and costs start-up
+//! time) takes one `#[pymethods]` block per class, so every method is here, each a thin
+//! conversion to one `Checkpointer` call: opening and closing stores is in `store_open.rs`, the
+//! conversions they share in `store_convert.rs`.
 
 use super::errors::store_err;
+use super::store_convert::{awaitable, cache_ttl, json_in, messages_in, put_one, row_in, t, thread_out};
+use super::store_open::{PgArgs, close_store, open_memory, open_postgres, open_python, open_sqlite};
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
-use crate::store::{
-    Checkpointer, LazyStore, LedgerRow, MemoryStore, Opener, PgOptions, PgStore, SqliteStore, StepWrite, StoreError,
-    StoredMessage, ThreadRef, ThreadRow, shared_json_from_text,
-};
-use pyo3::BoundObject;
-use pyo3::exceptions::PyValueError;
+use crate::store::{Checkpointer, StepWrite};
 use pyo3::prelude::*;
 use serde_json::Value;
-use std::future::Future;
 use std::sync::Arc;
 
 /// A Rust store (memory, SQLite, Postgres, or a Python checkpointer) as the Python checkpointers
@@ -26,113 +23,11 @@ pub struct NativeStore {
     pub inner: Arc<dyn Checkpointer>,
 }
 
-/// Every store opened in this process, so `shutdown()` can close their connections before the
-/// interpreter finalizes: worker threads still running during process exit crashed it (SIGBUS).
-static OPEN: std::sync::Mutex<Vec<std::sync::Weak<dyn Checkpointer>>> = std::sync::Mutex::new(Vec::new());
-
-/// `ttl_seconds` as every store can hold it: None or 0 is no expiry, a longer one (infinity
-/// included) is cut to `MAX_CACHE_TTL_SECONDS`, NaN or a negative is refused. Postgres could not hold
-/// `NOW() + 1e15 s` (STORAGE_001 "timestamp out of range") and Redis refused such a `PX` (and was
-/// marked down for it), while memory and SQLite stored the value.
-fn cache_ttl(ttl: Option<f64>) -> PyResult<Option<f64>> {
-    match ttl {
-        Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!("ttl_seconds must be >= 0, got {t}"))),
-        Some(t) if t > 0.0 => Ok(Some(t.min(crate::store::MAX_CACHE_TTL_SECONDS))),
-        Some(_) | None => Ok(None),
-    }
-}
-
-impl NativeStore {
-    fn register(inner: Arc<dyn Checkpointer>) -> Self {
-        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-        open.retain(|w| w.strong_count() > 0);
-        open.push(Arc::downgrade(&inner));
-        NativeStore { inner }
-    }
-}
-
-/// Closes every open store (bounded: 2 s each). Called at interpreter exit.
-pub fn close_all(py: Python<'_>) {
-    let stores: Vec<Arc<dyn Checkpointer>> = {
-        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-        open.drain(..).filter_map(|w| w.upgrade()).collect()
-    };
-    if stores.is_empty() || super::runtime::forked() {
-        return; // a forked child's copies of its parent's stores have no runtime to close them on
-    }
-    py.detach(|| {
-        pyo3_async_runtimes::tokio::get_runtime().block_on(async {
-            for s in stores {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(3), close_store(&*s)).await;
-            }
-        })
-    });
-}
-
-/// How long closing a store may spend recording the tool results it kept in memory.
-const KEPT_RECORD_SECONDS: u64 = 2;
-
-/// Records the kept tool results (`engine::record_kept`), then closes the store: the results die
-/// with the process otherwise, and a resume elsewhere runs their calls again.
-async fn close_store(s: &dyn Checkpointer) -> Result<(), StoreError> {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(KEPT_RECORD_SECONDS);
-    if let Some(kept) = s.unrecorded() {
-        kept.closing.store(true, std::sync::atomic::Ordering::Release);
-    }
-    crate::engine::record_kept(s, deadline, true).await;
-    s.release().await
-}
-
-type ThreadTuple = (String, String, Option<String>, String, f64, f64);
-
-fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<T, StoreError>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    let driver = super::driver::drive(py, fut, |py, r| match r {
-        Ok(v) => Ok(v.into_pyobject(py).map_err(Into::into)?.into_any().unbind()),
-        Err(e) => Err(store_err(py, e)),
-    })?;
-    Ok(driver.into_bound(py).into_any())
-}
-
-/// One ledger row; `late` as `ledger_put` says (the thread must exist, no token checked).
-async fn put_one(s: &dyn Checkpointer, t: &ThreadRef, row: LedgerRow, late: bool) -> Result<bool, StoreError> {
-    let fence = late.then_some(crate::store::THREAD_MUST_EXIST);
-    Ok(s.ledger_put_many(t, &[row], fence).await? > 0)
-}
-
-fn json_in(s: &str) -> PyResult<Value> {
-    serde_json::from_str(s).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
-}
-
-/// A ledger row from the host: its text is checked to be one JSON value, and kept as it is.
-fn row_in(key: String, json: String) -> PyResult<LedgerRow> {
-    Ok((key, shared_json_from_text(json).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))?))
-}
-
-fn messages_in(msgs: Vec<(String, String)>) -> PyResult<Vec<StoredMessage>> {
-    msgs.into_iter()
-        .map(|(id, d)| {
-            StoredMessage::from_text(id, d).map_err(|e| PyValueError::new_err(format!("not valid JSON: {e}")))
-        })
-        .collect()
-}
-
-fn thread_out(r: ThreadRow) -> ThreadTuple {
-    (r.thread_id, r.user_id, r.thread_name, r.meta.to_string(), r.created_at, r.updated_at)
-}
-
-fn t(thread_id: String, user_id: String) -> ThreadRef {
-    ThreadRef::new(thread_id, user_id)
-}
-
 #[pymethods]
 impl NativeStore {
     #[staticmethod]
     fn memory(enforce_user_isolation: bool) -> Self {
-        NativeStore::register(Arc::new(MemoryStore::new(enforce_user_isolation)))
+        open_memory(enforce_user_isolation)
     }
 
     /// A SQLite store that opens the file (or ":memory:") and migrates it on first use, as
@@ -140,15 +35,7 @@ impl NativeStore {
     /// checkpointer imported before a fork (gunicorn --preload) works in the forked workers.
     #[staticmethod]
     fn sqlite(path: String, enforce_user_isolation: bool, durable_sync: bool) -> Self {
-        let open: Opener = Box::new(move || {
-            let path = path.clone();
-            Box::pin(async move {
-                let s = SqliteStore::open(&path, enforce_user_isolation, durable_sync).await?;
-                s.setup().await?;
-                Ok(Arc::new(s) as Arc<dyn Checkpointer>)
-            })
-        });
-        NativeStore::register(Arc::new(LazyStore::new(enforce_user_isolation, open)))
+        open_sqlite(path, enforce_user_isolation, durable_sync)
     }
 
     /// A Postgres store (with Redis when a URL is given) that connects and migrates on first use,
@@ -157,8 +44,6 @@ impl NativeStore {
     #[staticmethod]
     #[pyo3(signature = (dsn, redis_url, schema, max_connections=10, acquire_timeout=10.0, state_history_limit=20, enforce_user_isolation=true, cache_ttl=86400.0, id_type="string", user_id_type="string", statement_timeout=30.0, lock_timeout=5.0))]
     #[allow(clippy::too_many_arguments)]
-    // `!(x > 0.0)` on purpose: it refuses NaN too, which `x <= 0.0` lets through.
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn postgres(
         dsn: String,
         redis_url: Option<String>,
@@ -173,59 +58,20 @@ impl NativeStore {
         statement_timeout: f64,
         lock_timeout: f64,
     ) -> PyResult<Self> {
-        use crate::store::postgres::IdType;
-        let id_type_of = |key: &str, v: &str| {
-            IdType::parse(v)
-                .ok_or_else(|| PyValueError::new_err(format!("{key} must be 'string', 'int' or 'bigint', not {v:?}")))
-        };
-        let (id_type, user_id_type) = (id_type_of("id_type", id_type)?, id_type_of("user_id_type", user_id_type)?);
-        if max_connections == 0
-            || !(acquire_timeout > 0.0)
-            || !(cache_ttl > 0.0)
-            || !(statement_timeout > 0.0)
-            || !(lock_timeout > 0.0)
-        {
-            return Err(PyValueError::new_err(
-                "max_connections, acquire_timeout, cache_ttl, statement_timeout and lock_timeout must be positive",
-            ));
-        }
-        crate::store::postgres::validate_schema(&schema).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(&dsn).map_err(|e| {
-            PyValueError::new_err(format!("invalid postgres_dsn: {}", crate::store::postgres::redact(&e.to_string())))
-        })?;
-        if let Some(url) = redis_url.as_deref() {
-            redis::Client::open(url).map_err(|e| {
-                PyValueError::new_err(format!("invalid redis_url: {}", crate::store::postgres::redact(&e.to_string())))
-            })?;
-        }
-        let opts = PgOptions {
+        open_postgres(PgArgs {
+            dsn,
+            redis_url,
             schema,
             max_connections,
-            // Clamped as the other timeouts are: `inf` (or 1e300) panicked here, from the CLI's
-            // --connect-timeout and from pool_config={"timeout": ...} alike.
-            acquire_timeout: std::time::Duration::from_secs_f64(
-                acquire_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS),
-            ),
+            acquire_timeout,
             state_history_limit,
             enforce_user_isolation,
+            cache_ttl,
             id_type,
             user_id_type,
-            statement_deadline: std::time::Duration::from_secs_f64(
-                statement_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS),
-            ),
-            lock_wait: std::time::Duration::from_secs_f64(lock_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS)),
-            ..PgOptions::default()
-        };
-        let ttl = std::time::Duration::from_secs_f64(cache_ttl.min(crate::engine::config::MAX_TIMEOUT_SECONDS));
-        let open: Opener = Box::new(move || {
-            let (dsn, redis_url, opts) = (dsn.clone(), redis_url.clone(), opts.clone());
-            Box::pin(async move {
-                let mut store = PgStore::connect(&dsn, redis_url.as_deref(), opts).await?;
-                store.set_cache_ttl(ttl);
-                Ok(Arc::new(store) as Arc<dyn Checkpointer>)
-            })
-        });
-        Ok(NativeStore::register(Arc::new(LazyStore::new(enforce_user_isolation, open))))
+            statement_timeout,
+            lock_timeout,
+        })
     }
 
     /// The store of a checkpointer written in Python: `adapter` is a
@@ -234,13 +80,7 @@ impl NativeStore {
     #[staticmethod]
     #[pyo3(signature = (adapter, event_loop, context, call_timeout=30.0))]
     fn python(adapter: Py<PyAny>, event_loop: Py<PyAny>, context: Py<PyAny>, call_timeout: f64) -> PyResult<Self> {
-        // NaN too (the Python side refuses it first, with a typed error).
-        if call_timeout.is_nan() || call_timeout <= 0.0 {
-            return Err(PyValueError::new_err("call_timeout must be a positive number of seconds"));
-        }
-        let limit = std::time::Duration::from_secs_f64(call_timeout.min(crate::engine::config::MAX_TIMEOUT_SECONDS));
-        let locals = super::bridge::Locals { event_loop, context };
-        Ok(NativeStore::register(Arc::new(super::py_store::PyStore::new(adapter, locals, limit))))
+        open_python(adapter, event_loop, context, call_timeout)
     }
 
     /// Version-guarded state cache: `(version, state_json)` or None.
