@@ -369,9 +369,10 @@ async def test_a_tool_that_returned_before_its_node_was_cut_keeps_its_changes_th
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("tool", ["returns", "raises-under-callbacks"])
 @pytest.mark.parametrize("retry", ["after_it_returned", "while_it_runs"])
 async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes(
-    checkpointer: Any, make_thread: Any, retry: str
+    checkpointer: Any, make_thread: Any, retry: str, tool: str
 ) -> None:
     """A sync tool (in a thread no timeout can stop) changes its state in place, its node is
     cut by ``node_timeout``, and it returns later: its late record, or the retry that joins the
@@ -392,12 +393,18 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
         state.counter += 1
         release.wait(60)
         returned.set()
+        if tool == "raises-under-callbacks":  # TOOL callbacks run it apart (run_sync_raw): fourth pass
+            raise RuntimeError("the service answered 500 after the write")
         return "noted"
 
     def model(state: Counted) -> Message:
         if state.context[-1].role == "tool":
             return Message.text_message("done", role="assistant")
         return Message(role="assistant", content=[], tools_calls=[call("c1", "note")])
+
+    mgr = CallbackManager()
+    if tool == "raises-under-callbacks":
+        mgr.register_after_invoke(InvocationType.TOOL, lambda ctx, data, out: out)
 
     class OnJoin(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -410,7 +417,7 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
     g.add_edge(START, "model")
     g.add_conditional_edges("model", route, {"tools": "tools", END: END})
     g.add_edge("tools", "model")
-    app = g.compile(checkpointer=checkpointer)
+    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5}
     with pytest.raises(BaseException):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
@@ -432,3 +439,104 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
     assert release.is_set()
     done = await checkpointer.aget_state(dict(cfg))
     assert (done.counter, ran, done.context[-1].text()) == (1, 1, "done")
+
+
+def _late_sync_graph(checkpointer: Any, tool: Any) -> Any:
+    def model(state: Counted) -> Message:
+        last = state.context[-1]
+        if last.role == "tool":
+            return Message.text_message("done", role="assistant")
+        # Fixed ids, as a stub model or a recorded cassette gives them.
+        return Message(message_id="a1", role="assistant", content=[],
+                       tools_calls=[call("call_1", tool.__name__, {"q": last.text()})])
+
+    g = StateGraph(Counted)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([tool]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=checkpointer)
+
+
+async def _cut_and_recorded_late(app: Any, cfg: dict[str, Any], release: Any) -> None:
+    """The first turn's sync tool is cut by node_timeout, then released; returns once its late
+    result is recorded (its WARNING line says so)."""
+    import logging
+    import threading
+
+    recorded = threading.Event()
+
+    class OnRecord(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "sync_tool_late_result_recorded":
+                recorded.set()
+
+    handler = OnRecord()
+    logging.getLogger("tenxgraph.tools").addHandler(handler)
+    try:
+        with pytest.raises(BaseException):
+            await app.ainvoke({"messages": [Message.text_message("first question")]}, dict(cfg))
+        release.set()
+        assert await asyncio.to_thread(recorded.wait, 60)
+    finally:
+        logging.getLogger("tenxgraph.tools").removeHandler(handler)
+
+
+@pytest.mark.asyncio
+async def test_a_late_recorded_call_is_not_handed_to_a_new_conversation_on_a_cleaned_thread(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    """A sync call recorded late stays joinable for a while (a retry that read the ledger before
+    the record went in takes it); the thread was then deleted and a new conversation reused its
+    ids (message "a1", call "call_1"): its call was handed the deleted thread's answer and never
+    ran (fourth red-team pass, session 37). The ledger is read again before joining."""
+    import threading
+
+    ran: list[str] = []
+    release = threading.Event()
+
+    def lookup(state: Counted, q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        if len(ran) == 1:
+            release.wait(60)
+        return f"answer to {q}"
+
+    app = _late_sync_graph(checkpointer, lookup)
+    cfg = {"thread_id": make_thread(), "node_timeout": 0.5}
+    await _cut_and_recorded_late(app, cfg, release)
+    await checkpointer.aclean_thread(dict(cfg))
+    await app.ainvoke({"messages": [Message.text_message("second question")]}, dict(cfg, node_timeout=60))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert ran == ["first question", "second question"]
+    assert [m.text() for m in stored.context if m.role == "tool"] == ["answer to second question"]
+
+
+@pytest.mark.asyncio
+async def test_a_late_recorded_call_does_not_keep_its_run_alive(make_thread: Any) -> None:
+    """What keeps a late-recorded call joinable holds its result only: it held the recorder,
+    and with it the run's state (its whole context), the step and the store, for 300 s."""
+    import gc
+    import threading
+    import weakref
+
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    seen: list[Any] = []
+    release = threading.Event()
+
+    def lookup(state: Counted, q: str) -> str:
+        """Look something up."""
+        seen.append(weakref.ref(state))
+        release.wait(60)
+        return f"answer to {q}"
+
+    cp = InMemoryCheckpointer()
+    app = _late_sync_graph(cp, lookup)
+    await _cut_and_recorded_late(app, {"thread_id": make_thread(), "node_timeout": 0.5}, release)
+    await cp.arelease()
+    del app, cp
+    for _ in range(3):
+        gc.collect()
+    assert len(seen) == 1 and seen[0]() is None

@@ -37,7 +37,7 @@ from typing import Any
 
 from tenxgraph.logs import run_logger
 
-__all__ = ["in_flight", "run", "unsettled_on"]
+__all__ = ["drop_recorded", "in_flight", "recorded", "run", "unsettled_on"]
 
 _log = run_logger("tenxgraph.tools")
 _lock = threading.Lock()
@@ -73,6 +73,21 @@ def unsettled_on(store: int) -> bool:
     """Whether a call keyed ``(store, ...)`` is running or its result is not recorded yet."""
     with _lock:
         return any(isinstance(k, tuple) and k and k[0] == store for k in _flights)
+
+
+def recorded(key: Hashable) -> bool:
+    """Whether a call under ``key`` is not running and its late result was recorded lately
+    (an attempt that finds it joins it: see ``_recorded``)."""
+    with _lock:
+        entry = _recorded.get(key)
+        return key not in _flights and entry is not None and time.monotonic() - entry[1] < RECORDED_KEPT_SECONDS
+
+
+def drop_recorded(key: Hashable) -> None:
+    """Forget the recorded call under ``key``: its ledger row is gone (the thread was deleted
+    since), so a new attempt of a call under that key is a new call and runs."""
+    with _lock:
+        _recorded.pop(key, None)
 
 
 def in_flight(key: Hashable) -> bool:
@@ -172,6 +187,8 @@ def _record_late(key: Hashable | None, flight: _Flight, result: Any) -> None:
         # Only now: until the record is in, a new attempt must find this call here, not run it;
         # and for a while after, one that read the ledger before the record went in.
         with _lock:
+            # Only its result is kept: the recorder holds the run's state, the step and its store.
+            flight.late_record = None
             if key is not None:
                 now = time.monotonic()
                 for old in [k for k, (_, when) in _recorded.items() if now - when >= RECORDED_KEPT_SECONDS]:

@@ -194,9 +194,13 @@ class ToolStep:
         # (a resume after a sibling's interrupt(), a retry after a crash) does not run the tool,
         # and its changes were lost (10xGraph loses them too).
         before = None if not takes_state else self.baseline if state is not self.live else _branch_copy(state)
+        flight_key = self._flight_key(idempotency_key) if ledger_key else None
+        if flight_key is not None and ledger_key and _sync_calls.recorded(flight_key):
+            adopted = await self._recorded_late(index, ledger_key, flight_key)
+            if adopted is not None:
+                return adopted
         answers = self.live.execution_meta.internal_data.get(RESUME_ANSWERS_KEY, {})
         token = activate(self.node_name, answers, tool_call_id=call.scope_id)
-        flight_key = self._flight_key(idempotency_key) if ledger_key else None
         late = self._late_recorder(index, ledger_key, state, before) if flight_key is not None and ledger_key else None
         try:
             outcome = await self.tool_node.execute(
@@ -216,6 +220,23 @@ class ToolStep:
         text = self.texts[index] = _message_json(message)
         envelope, record = self._envelope_of(index, outcome, ledger_key, text, update)
         return envelope, record, _is_error(message)
+
+    async def _recorded_late(self, index: int, ledger_key: str, flight_key: Any) -> tuple[str, bool, bool] | None:
+        """A sync call whose late result this process recorded lately, after this attempt read
+        the ledger: its row, as this attempt's result (``adopt``). When the row is gone (the
+        thread was deleted since, and a new conversation reuses the ids) the call is forgotten
+        and runs: it was handed the deleted thread's result (fourth red-team pass, session 37)."""
+        assert self.ledger is not None
+        native, thread_id, user_id = self.ledger
+        try:
+            rows = await native.ledger_get(thread_id, user_id, [ledger_key])
+        except Exception:  # noqa: BLE001 - unread, the call joins the recorded one: it never runs twice
+            return None
+        envelope = rows.get(ledger_key)
+        if envelope is None:
+            _sync_calls.drop_recorded(flight_key)
+            return None
+        return self.adopt(index, envelope)
 
     def returned(self, index: int) -> tuple[str, bool, bool] | None:
         """Call ``index`` as it returned, when its run was cut off after that (its tool_timeout

@@ -44,6 +44,7 @@ def with_changes(outcome: ToolOutcome, changes: dict[str, Any] | None) -> ToolOu
 @dataclass
 class _Raised:
     error: Exception
+    changes: dict[str, Any] | None = None
 
 
 @dataclass
@@ -68,12 +69,15 @@ class SyncCall:
     meta: dict[str, Any]
     flight_key: Hashable | None
     late_record: Callable[[ToolOutcome], None] | None
+    # Filled by run_sync_raw before it returns or raises: ``"changes"``, the state fields the
+    # call changed in place (see ``_changes``), for the outcome its callbacks end with.
+    measured: dict[str, Any] | None = None
 
 
-async def run_sync_raw(call: SyncCall) -> tuple[Any, dict[str, Any] | None]:
+async def run_sync_raw(call: SyncCall) -> Any:
     """A sync tool in its thread, returning what it returned (after_invoke needs the raw
-    value) and the state fields it changed in place (see ``_changes``). A result that arrives
-    after the run stopped waiting is recorded as it is: no callback can run for it any more."""
+    value); the fields it changed in place go to ``call.measured``. A result that arrives after
+    the run stopped waiting is recorded as it is: no callback can run for it any more."""
     fn, args, kwargs, name, tool_call_id, meta = call.fn, call.args, call.kwargs, call.name, call.tool_call_id, call.meta
     late_record = call.late_record
 
@@ -82,28 +86,30 @@ async def run_sync_raw(call: SyncCall) -> tuple[Any, dict[str, Any] | None]:
             value = fn(*args, **kwargs)
             return _Raw(value, _changes(late_record))
         except Exception as exc:  # noqa: BLE001 - raised again on the loop, for on_error
-            return _Raised(exc)
+            return _Raised(exc, _changes(late_record))
         except SystemExit as exc:
-            return _Raised(exit_error(exc))
+            return _Raised(exit_error(exc), _changes(late_record))
 
     def late(out: Any) -> None:
         if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
             return
         try:
             if isinstance(out, _Raised):  # recorded like a late failure without callbacks
-                late_record(failure(name, tool_call_id, meta, out.error))
+                late_record(with_changes(failure(name, tool_call_id, meta, out.error), out.changes))
             else:
                 late_record(with_changes(map_result(out.value, tool_call_id, meta)[0], out.changes))
         except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
             _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
 
     out = await _sync_calls.run(call.flight_key, work, late if late_record is not None else None, name)
+    if call.measured is not None:
+        call.measured["changes"] = out.changes
     if isinstance(out, _Raised):
         raise out.error
     value = out.value
     if inspect.isawaitable(value):
         value = await value
-    return value, out.changes
+    return value
 
 
 async def run_sync(call: SyncCall, on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None

@@ -427,26 +427,27 @@ class ToolNode:
         )
         # Until the arguments bind, the model's raw arguments are what an error callback gets.
         input_data: dict[str, Any] = dict(args or {})
+        measured: dict[str, Any] = {}  # a sync tool's changes in place (run_sync_raw)
         try:
             positional, input_data = self._bind(name, args or {}, injected)
             input_data = await mgr.execute_before_invoke(context, input_data)
-            changes = None
             if name not in self._sync:
                 raw = await fn(*positional, **input_data)
             else:
-                raw, changes = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
-                                                           flight_key, late_record))
+                raw = await run_sync_raw(SyncCall(fn, positional, input_data, name, tool_call_id, meta,
+                                                  flight_key, late_record, measured))
             # Cut off from here on, the call is recorded as the tool returned it (no after_invoke
             # ran to completion for it).
             returned(on_return, raw, tool_call_id, meta)
             raw = await mgr.execute_after_invoke(context, input_data, raw)
             outcome, ok = map_result(raw, tool_call_id, meta)
-            return with_changes(outcome, changes), ok
+            return with_changes(outcome, measured.get("changes")), ok
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             recovery = await mgr.execute_on_error(context, input_data, exc)
             if isinstance(recovery, Message):
-                return map_result(recovery, tool_call_id, meta)
-            return failure(name, tool_call_id, meta, exc), False
+                outcome, ok = map_result(recovery, tool_call_id, meta)
+                return with_changes(outcome, measured.get("changes")), ok
+            return with_changes(failure(name, tool_call_id, meta, exc), measured.get("changes")), False
 
     def _bind(
         self, name: str, args: dict[str, Any], injected: dict[str, Any]
