@@ -560,7 +560,9 @@ fn known_resume_node(graph: &GraphSpec, thread_id: &str, node: &str) -> Result<(
         format!(
             "thread '{thread_id}' goes on from node '{node}', which this graph does not have (renamed or removed \
              since the thread was written): nothing was run or written; run it with a graph that has that node, \
-             or name the node to start at with the input's \"state\": {{\"current_node\": ...}}"
+             or name the node to start at with the input's \"state\": {{\"current_node\": ...}} (the node that \
+             took its place: a tool node's recorded calls are then answered from its ledger, where a model node \
+             would ask for them again)"
         ),
         json!({"node": node, "thread_id": thread_id}),
     ))
