@@ -43,6 +43,38 @@ def _one_node(node: Any, checkpointer: Any, mgr: CallbackManager) -> Any:
     return g.compile(checkpointer=checkpointer, callback_manager=mgr)
 
 
+def _tools_graph(checkpointer: Any, tools: list[Any], asked: Any, mgr: CallbackManager | None = None,
+                 message_id: str | None = None) -> Any:
+    """model -> tools -> model: the model asks for ``asked`` (the calls, or a function of the
+    user's text giving them), then answers "done"."""
+    def model(state: Counted) -> Message:
+        last = state.context[-1]
+        if last.role == "tool":
+            return Message.text_message("done", role="assistant")
+        calls = asked(last.text()) if callable(asked) else asked
+        return Message(role="assistant", content=[], tools_calls=calls,
+                       **({"message_id": message_id} if message_id else {}))
+
+    g = StateGraph(Counted)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=checkpointer, callback_manager=mgr or CallbackManager())
+
+
+async def _cut_off(app: Any, cfg: dict[str, Any], how: str, entered: asyncio.Event) -> None:
+    """A turn that raises (``node_timeout``: ``cfg`` sets it; or a node's own failure), or is
+    stopped by ``stop()`` once ``entered`` is set."""
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
+    if how == "stop":
+        await asyncio.wait_for(entered.wait(), 30)
+        assert (await app.astop(dict(cfg)))["running"] is True
+    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
+        await asyncio.wait_for(run, 60)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["raise", "base_exception", "callback", "node_timeout", "stop"])
 async def test_what_a_failed_node_changed_in_place_is_not_stored(checkpointer: Any, make_thread: Any, how: str) -> None:
@@ -72,12 +104,7 @@ async def test_what_a_failed_node_changed_in_place_is_not_stored(checkpointer: A
         mgr.register_before_invoke(InvocationType.AI, audit)
     app = _one_node(node, checkpointer, mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
-    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
-    if how == "stop":
-        await asyncio.wait_for(entered.wait(), 30)
-        assert (await app.astop(dict(cfg)))["running"] is True
-    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
-        await asyncio.wait_for(run, 60)
+    await _cut_off(app, cfg, how, entered)
 
     stored = await checkpointer.aget_state(dict(cfg))
     assert (stored.counter, [m.text() for m in stored.context]) == (0, ["hi"])
@@ -272,26 +299,9 @@ async def test_a_tool_call_cut_off_after_changing_its_state_runs_again_from_the_
         return "peeked"
 
     asked = [call("c1", "note")] + ([call("c2", "peek")] if calls == 2 else [])
-
-    def model(state: Counted) -> Message:
-        if state.context[-1].role == "tool":
-            return Message.text_message("done", role="assistant")
-        return Message(role="assistant", content=[], tools_calls=asked)
-
-    g = StateGraph(Counted)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([note, peek]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    app = g.compile(checkpointer=checkpointer)
+    app = _tools_graph(checkpointer, [note, peek], asked)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5 if how == "node_timeout" else 60}
-    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
-    if how == "stop":
-        await asyncio.wait_for(entered.wait(), 30)
-        assert (await app.astop(dict(cfg)))["running"] is True
-    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
-        await asyncio.wait_for(run, 60)
+    await _cut_off(app, cfg, how, entered)
 
     stored = await checkpointer.aget_state(dict(cfg))
     assert (stored.counter, [m.role for m in stored.context]) == (0, ["user", "assistant"])
@@ -339,28 +349,11 @@ async def test_a_tool_that_returned_before_its_node_was_cut_keeps_its_changes_th
         return out
 
     asked = [call("c1", "note")] + ([call("c2", "peek")] if calls == 2 else [])
-
-    def model(state: Counted) -> Message:
-        if state.context[-1].role == "tool":
-            return Message.text_message("done", role="assistant")
-        return Message(role="assistant", content=[], tools_calls=asked)
-
     mgr = CallbackManager()
     mgr.register_after_invoke(InvocationType.TOOL, after)
-    g = StateGraph(Counted)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([note, peek]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    app = _tools_graph(checkpointer, [note, peek], asked, mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 1.0 if how == "node_timeout" else 60}
-    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg)))
-    if how == "stop":
-        await asyncio.wait_for(returned.wait(), 30)
-        assert (await app.astop(dict(cfg)))["running"] is True
-    with pytest.raises(BaseException) if how != "stop" else contextlib.nullcontext():
-        await asyncio.wait_for(run, 60)
+    await _cut_off(app, cfg, how, returned)
 
     hang = False
     await app.ainvoke({}, dict(cfg))
@@ -397,11 +390,6 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
             raise RuntimeError("the service answered 500 after the write")
         return "noted"
 
-    def model(state: Counted) -> Message:
-        if state.context[-1].role == "tool":
-            return Message.text_message("done", role="assistant")
-        return Message(role="assistant", content=[], tools_calls=[call("c1", "note")])
-
     mgr = CallbackManager()
     if tool == "raises-under-callbacks":
         mgr.register_after_invoke(InvocationType.TOOL, lambda ctx, data, out: out)
@@ -411,13 +399,7 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
             if getattr(record, "event", None) == "sync_tool_joined":
                 release.set()
 
-    g = StateGraph(Counted)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([note]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    app = g.compile(checkpointer=checkpointer, callback_manager=mgr)
+    app = _tools_graph(checkpointer, [note], [call("c1", "note")], mgr)
     cfg = {"thread_id": make_thread(), "node_timeout": 0.5}
     with pytest.raises(BaseException):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
@@ -442,21 +424,9 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
 
 
 def _late_sync_graph(checkpointer: Any, tool: Any) -> Any:
-    def model(state: Counted) -> Message:
-        last = state.context[-1]
-        if last.role == "tool":
-            return Message.text_message("done", role="assistant")
-        # Fixed ids, as a stub model or a recorded cassette gives them.
-        return Message(message_id="a1", role="assistant", content=[],
-                       tools_calls=[call("call_1", tool.__name__, {"q": last.text()})])
-
-    g = StateGraph(Counted)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([tool]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=checkpointer)
+    # Fixed ids, as a stub model or a recorded cassette gives them.
+    return _tools_graph(checkpointer, [tool], lambda text: [call("call_1", tool.__name__, {"q": text})],
+                        message_id="a1")
 
 
 async def _cut_and_recorded_late(app: Any, cfg: dict[str, Any], release: Any) -> None:

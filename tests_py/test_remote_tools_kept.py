@@ -47,13 +47,27 @@ def test_a_resume_after_a_kill_hands_the_client_its_call(crash_kit: Any, point: 
     crash_kit.effects.assert_exactly_once("add")
 
 
-@pytest.mark.asyncio
-async def test_a_retry_without_them_after_a_failure_hands_the_client_its_call(tmp_path: Path) -> None:
-    failing = True
+def _gated_graph(cp: Any, model: Any, gate: Any) -> Any:
+    """model -> gate -> tools (``add``, the client's tools beside it) -> model."""
 
     def add(a: int, b: int) -> int:
         """Adds."""
         return a + b
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("gate", gate)
+    g.add_node("tools", ToolNode([add]))
+    g.set_entry_point("model")
+    g.add_conditional_edges("model", lambda s: "gate" if s.context[-1].tools_calls else END, {"gate": "gate", END: END})
+    g.add_edge("gate", "tools")
+    g.add_edge("tools", "model")
+    return g.compile(checkpointer=cp)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_without_them_after_a_failure_hands_the_client_its_call(tmp_path: Path) -> None:
+    failing = True
 
     def model(state: AgentState) -> Message:
         if state.context[-1].role == "tool":
@@ -67,16 +81,8 @@ async def test_a_retry_without_them_after_a_failure_hands_the_client_its_call(tm
             raise RuntimeError("gate down")
         return state
 
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("gate", gate)
-    g.add_node("tools", ToolNode([add]))
-    g.set_entry_point("model")
-    g.add_conditional_edges("model", lambda s: "gate" if s.context[-1].tools_calls else END, {"gate": "gate", END: END})
-    g.add_edge("gate", "tools")
-    g.add_edge("tools", "model")
     cp = SqliteCheckpointer(tmp_path / "cp.db")
-    app = g.compile(checkpointer=cp)
+    app = _gated_graph(cp, model, gate)
     with pytest.raises(Exception, match="gate down"):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t2", "remote_tools": PER_RUN})
     failing = False
@@ -221,10 +227,6 @@ async def test_a_retry_hands_the_client_its_call_when_a_node_trimmed_the_turns_q
     earlier turn's, and the retry answered the client's call "Tool ... not found"."""
     failing = True
 
-    def add(a: int, b: int) -> int:
-        """Adds."""
-        return a + b
-
     def model(state: AgentState) -> AgentState:
         results = [m for m in state.context if m.role == "tool"]
         if len(state.context) > 2:
@@ -244,16 +246,8 @@ async def test_a_retry_hands_the_client_its_call_when_a_node_trimmed_the_turns_q
             raise RuntimeError("gate down")
         return state
 
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_node("gate", gate)
-    g.add_node("tools", ToolNode([add]))
-    g.set_entry_point("model")
-    g.add_conditional_edges("model", lambda s: "gate" if s.context[-1].tools_calls else END, {"gate": "gate", END: END})
-    g.add_edge("gate", "tools")
-    g.add_edge("tools", "model")
     cp = SqliteCheckpointer(tmp_path / "cp.db")
-    app = g.compile(checkpointer=cp)
+    app = _gated_graph(cp, model, gate)
     with pytest.raises(Exception, match="gate down"):
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t", "remote_tools": PER_RUN})
     await asyncio.wait_for(app.ainvoke({}, {"thread_id": "t"}), 60)
