@@ -423,10 +423,10 @@ async def test_a_sync_tool_that_returns_after_its_node_was_cut_keeps_its_changes
     assert (done.counter, ran, done.context[-1].text()) == (1, 1, "done")
 
 
-def _late_sync_graph(checkpointer: Any, tool: Any) -> Any:
+def _late_sync_graph(checkpointer: Any, tool: Any, mgr: CallbackManager | None = None) -> Any:
     # Fixed ids, as a stub model or a recorded cassette gives them.
     return _tools_graph(checkpointer, [tool], lambda text: [call("call_1", tool.__name__, {"q": text})],
-                        message_id="a1")
+                        mgr, message_id="a1")
 
 
 async def _cut_and_recorded_late(app: Any, cfg: dict[str, Any], release: Any) -> None:
@@ -484,9 +484,11 @@ async def test_a_late_recorded_call_is_not_handed_to_a_new_conversation_on_a_cle
 
 
 @pytest.mark.asyncio
-async def test_a_late_recorded_call_does_not_keep_its_run_alive(make_thread: Any) -> None:
+@pytest.mark.parametrize("tool", ["returns", "raises-under-callbacks"])
+async def test_a_late_recorded_call_does_not_keep_its_run_alive(make_thread: Any, tool: str) -> None:
     """What keeps a late-recorded call joinable holds its result only: it held the recorder,
-    and with it the run's state (its whole context), the step and the store, for 300 s."""
+    and with it the run's state (its whole context), the step and the store, for 300 s; and
+    (fifth pass) a raised error's traceback, whose tool frame held the state."""
     import gc
     import threading
     import weakref
@@ -500,10 +502,15 @@ async def test_a_late_recorded_call_does_not_keep_its_run_alive(make_thread: Any
         """Look something up."""
         seen.append(weakref.ref(state))
         release.wait(60)
+        if tool == "raises-under-callbacks":
+            raise RuntimeError(f"no answer to {q}")
         return f"answer to {q}"
 
     cp = InMemoryCheckpointer()
-    app = _late_sync_graph(cp, lookup)
+    mgr = CallbackManager()
+    if tool == "raises-under-callbacks":
+        mgr.register_after_invoke(InvocationType.TOOL, lambda ctx, data, out: out)
+    app = _late_sync_graph(cp, lookup, mgr)
     await _cut_and_recorded_late(app, {"thread_id": make_thread(), "node_timeout": 0.5}, release)
     await cp.arelease()
     del app, cp

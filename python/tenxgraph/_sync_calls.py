@@ -37,7 +37,8 @@ from typing import Any
 
 from tenxgraph.logs import run_logger
 
-__all__ = ["drop_recorded", "in_flight", "recorded", "run", "unsettled_on"]
+__all__ = ["RECORD_IN", "THREAD_GONE", "drop_recorded", "in_flight", "recorded", "recorded_as", "run",
+           "unsettled_on"]
 
 _log = run_logger("tenxgraph.tools")
 _lock = threading.Lock()
@@ -49,6 +50,10 @@ _flights: dict[Hashable, _Flight] = {}
 _recorded: dict[Hashable, tuple[_Flight, float]] = {}
 RECORDED_KEPT_SECONDS = 300.0
 RECORDED_KEPT_MAX = 256
+# What a ``late_record`` returns when the ledger holds the call's result (its own, or one recorded
+# first), and when its write was refused because the thread is gone; anything else: not held.
+RECORD_IN = "in"
+THREAD_GONE = "thread gone"
 # The threads of sync calls and of their late records that have not ended (see the module notes).
 _threads: set[threading.Thread] = set()
 
@@ -58,11 +63,13 @@ DEFAULT_EXIT_GRACE = 10.0
 class _Flight:
     """One sync call's thread and its result."""
 
-    def __init__(self, late_record: Callable[[Any], None] | None) -> None:
+    def __init__(self, late_record: Callable[[Any], Any] | None) -> None:
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         # Running from the start: cancelling an attempt's wrapper must never cancel the result.
         self.future.set_running_or_notify_cancel()
         self.late_record = late_record
+        # How its late record ended (RECORD_IN, THREAD_GONE, ...), once it has.
+        self.recorded_as: Any = None
         self.waiters = 0
         # Someone answers for the result: an attempt returned it (its run records it), or a late
         # record was started.
@@ -83,6 +90,13 @@ def recorded(key: Hashable) -> bool:
         return key not in _flights and entry is not None and time.monotonic() - entry[1] < RECORDED_KEPT_SECONDS
 
 
+def recorded_as(key: Hashable) -> Any:
+    """How the late record of the call under ``key`` ended (None when there is none kept)."""
+    with _lock:
+        entry = _recorded.get(key)
+        return None if entry is None else entry[0].recorded_as
+
+
 def drop_recorded(key: Hashable) -> None:
     """Forget the recorded call under ``key``: its ledger row is gone (the thread was deleted
     since), so a new attempt of a call under that key is a new call and runs."""
@@ -96,7 +110,7 @@ def in_flight(key: Hashable) -> bool:
         return key in _flights
 
 
-async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callable[[Any], None] | None,
+async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callable[[Any], Any] | None,
               name: str = "tool") -> Any:
     """``work()`` in a thread of its own, in a copy of the caller's contextvars; its return value.
 
@@ -123,7 +137,7 @@ async def run(key: Hashable | None, work: Callable[[], Any], late_record: Callab
     return result
 
 
-def _join_or_start(key: Hashable | None, late_record: Callable[[Any], None] | None) -> tuple[_Flight, bool]:
+def _join_or_start(key: Hashable | None, late_record: Callable[[Any], Any] | None) -> tuple[_Flight, bool]:
     if key is None:
         alone = _Flight(None)
         alone.waiters = 1
@@ -180,7 +194,7 @@ def _give_up(key: Hashable | None, flight: _Flight) -> None:
 def _record_late(key: Hashable | None, flight: _Flight, result: Any) -> None:
     try:
         if flight.late_record is not None:
-            flight.late_record(result)
+            flight.recorded_as = flight.late_record(result)
     except Exception as exc:  # noqa: BLE001 - logged by late_record's owner; never kill the thread loudly
         _log.error("recording a late sync tool result failed: %s", exc, extra={"event": "sync_tool_late_record_failed"})
     finally:

@@ -142,16 +142,20 @@ class ToolStep:
         call = self.calls[index]
         fields = {"tool": call.name, "ledger_key": ledger_key, "thread_id": thread_id}
 
-        def record(outcome: Any) -> None:
+        def record(outcome: Any) -> str:
+            """How the record ended (see tenxgraph._sync_calls: ``RECORD_IN``, ``THREAD_GONE``,
+            or another word for a result the ledger does not hold)."""
             envelope, recordable = self._envelope_of(index, outcome, ledger_key)
             if not recordable:
-                return
+                return "not recordable"
             try:
                 inserted = native.ledger_put_blocking(thread_id, user_id, ledger_key, envelope)
             except Exception as exc:  # noqa: BLE001 - the side effect happened: the alert line says so
                 _log.error(NOT_RECORDED_MESSAGE, extra={**fields, "event": NOT_RECORDED_EVENT,
                                                         "error": f"late result of a sync tool: {exc}"})
-                return
+                # Refused because the thread is gone (a late record needs its thread).
+                gone = getattr(exc, "error_code", None) == "STORAGE_FENCED_001"
+                return _sync_calls.THREAD_GONE if gone else "failed"
             if inserted:
                 _log.warning("sync tool call finished after its run stopped waiting for it (deadline or stop()); "
                              "its result is recorded in the ledger, and a resume answers from it",
@@ -159,6 +163,7 @@ class ToolStep:
             else:
                 _log.info("sync tool call finished late; a result was recorded for it first, which stands",
                           extra={**fields, "event": "sync_tool_late_result_dropped"})
+            return _sync_calls.RECORD_IN
 
         if before is not None:
             record.changes = lambda: self._changes(state, before)  # type: ignore[attr-defined]
@@ -234,7 +239,11 @@ class ToolStep:
             return None
         envelope = rows.get(ledger_key)
         if envelope is None:
-            _sync_calls.drop_recorded(flight_key)
+            # Gone since it went in, or refused for a thread gone: a new call, which runs. Never
+            # recorded (the write failed): its result is joined, and this attempt records it
+            # (dropping it ran the tool a second time: fifth red-team pass).
+            if _sync_calls.recorded_as(flight_key) in (_sync_calls.RECORD_IN, _sync_calls.THREAD_GONE):
+                _sync_calls.drop_recorded(flight_key)
             return None
         return self.adopt(index, envelope)
 
@@ -360,7 +369,7 @@ class ToolStep:
         ``{"result": ...}``), which is recorded as if the tool had returned it."""
         call = self.calls[index]
         flight_key = self._flight_key(idempotency_key)
-        if flight_key is not None and _sync_calls.in_flight(flight_key):
+        if flight_key is not None and (_sync_calls.in_flight(flight_key) or _sync_calls.recorded(flight_key)):
             # Not unknown at all: the earlier attempt's thread is still running in this process.
             # "retry" makes the handler run the call, which waits for that thread.
             return None

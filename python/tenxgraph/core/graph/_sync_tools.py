@@ -34,6 +34,14 @@ def _changes(late_record: Any) -> dict[str, Any] | None:
     return measure() if measure is not None else None
 
 
+def _drop_tracebacks(exc: BaseException | None) -> None:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
 def with_changes(outcome: ToolOutcome, changes: dict[str, Any] | None) -> ToolOutcome:
     """``outcome`` with the fields its call changed in place under its ToolResult update."""
     if changes:
@@ -68,7 +76,7 @@ class SyncCall:
     tool_call_id: str
     meta: dict[str, Any]
     flight_key: Hashable | None
-    late_record: Callable[[ToolOutcome], None] | None
+    late_record: Callable[[ToolOutcome], Any] | None
     # Filled by run_sync_raw before it returns or raises: ``"changes"``, the state fields the
     # call changed in place (see ``_changes``), for the outcome its callbacks end with.
     measured: dict[str, Any] | None = None
@@ -90,16 +98,21 @@ async def run_sync_raw(call: SyncCall) -> Any:
         except SystemExit as exc:
             return _Raised(exit_error(exc), _changes(late_record))
 
-    def late(out: Any) -> None:
+    def late(out: Any) -> Any:
         if late_record is None or (isinstance(out, _Raw) and inspect.isawaitable(out.value)):
-            return
+            return None
         try:
             if isinstance(out, _Raised):  # recorded like a late failure without callbacks
-                late_record(with_changes(failure(name, tool_call_id, meta, out.error), out.changes))
-            else:
-                late_record(with_changes(map_result(out.value, tool_call_id, meta)[0], out.changes))
+                return late_record(with_changes(failure(name, tool_call_id, meta, out.error), out.changes))
+            return late_record(with_changes(map_result(out.value, tool_call_id, meta)[0], out.changes))
         except Exception as exc:  # noqa: BLE001 - off the loop, nobody to raise to
             _log.warning("late result of sync tool '%s' could not be recorded: %r", name, exc)
+            return None
+        finally:
+            if isinstance(out, _Raised):
+                # Kept joinable for a while (tenxgraph._sync_calls): its traceback held the tool's
+                # frame, and with it the run's state (fifth red-team pass).
+                _drop_tracebacks(out.error)
 
     out = await _sync_calls.run(call.flight_key, work, late if late_record is not None else None, name)
     if call.measured is not None:
@@ -132,16 +145,15 @@ async def run_sync(call: SyncCall, on_return: Callable[[Callable[[], ToolOutcome
         except SystemExit as exc:
             return with_changes(failure(name, tool_call_id, meta, exit_error(exc)), _changes(late_record)), False
 
-    def late(out: Any) -> None:
+    def late(out: Any) -> Any:
         if isinstance(out, _Awaitable):  # only a loop could finish it, and its run is gone
             _log.warning("sync tool '%s' returned an awaitable after its run stopped waiting; "
                          "it is dropped, nothing is recorded", name, extra={"tool": name})
             close = getattr(out.value, "close", None)
             if callable(close):
                 close()
-            return
-        if late_record is not None:
-            late_record(out[0])
+            return None
+        return late_record(out[0]) if late_record is not None else None
 
     out = await _sync_calls.run(call.flight_key, work, late if late_record is not None else None, name)
     if isinstance(out, _Awaitable):

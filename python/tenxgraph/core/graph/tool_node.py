@@ -265,7 +265,7 @@ class ToolNode:
         state: Any,
         idempotency_key: str | None = None,
         flight_key: Hashable | None = None,
-        late_record: Callable[[ToolOutcome], None] | None = None,
+        late_record: Callable[[ToolOutcome], Any] | None = None,
         callback_manager: Any = None,
         on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> ToolOutcome:
@@ -348,7 +348,7 @@ class ToolNode:
         state: Any,
         idempotency_key: str | None,
         flight_key: Hashable | None = None,
-        late_record: Callable[[ToolOutcome], None] | None = None,
+        late_record: Callable[[ToolOutcome], Any] | None = None,
         callback_manager: Any = None,
         emit: Any = None,
         on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
@@ -412,7 +412,7 @@ class ToolNode:
         injected: dict[str, Any],
         meta: dict[str, Any],
         flight_key: Hashable | None,
-        late_record: Callable[[ToolOutcome], None] | None,
+        late_record: Callable[[ToolOutcome], Any] | None,
         on_return: Callable[[Callable[[], ToolOutcome]], None] | None = None,
     ) -> tuple[ToolOutcome, bool]:
         """10xGraph's TOOL callbacks around one call: before_invoke sees (and may change) the
