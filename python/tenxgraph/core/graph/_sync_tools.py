@@ -31,7 +31,13 @@ def _changes(late_record: Any) -> dict[str, Any] | None:
     of a call no attempt waits for any more, take them from here; the state they were made on
     is no longer the run's (the cut node's failure stored its start: session 37)."""
     measure = getattr(late_record, "changes", None)
-    return measure() if measure is not None else None
+    if measure is None:
+        return None
+    try:
+        return measure()  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001 - never the tool's failure: its result stands, unmeasured
+        _log.warning("the state changes of sync tool call could not be measured: %r", exc)
+        return None
 
 
 def _drop_tracebacks(exc: BaseException | None) -> None:
