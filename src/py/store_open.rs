@@ -39,18 +39,18 @@ pub(super) fn open_sqlite(path: String, enforce_user_isolation: bool, durable_sy
 
 /// `NativeStore.postgres`'s arguments, as Python passed them.
 pub(super) struct PgArgs<'a> {
-    pub dsn: String,
-    pub redis_url: Option<String>,
-    pub schema: String,
-    pub max_connections: u32,
-    pub acquire_timeout: f64,
-    pub state_history_limit: i32,
-    pub enforce_user_isolation: bool,
-    pub cache_ttl: f64,
-    pub id_type: &'a str,
-    pub user_id_type: &'a str,
-    pub statement_timeout: f64,
-    pub lock_timeout: f64,
+    pub(super) dsn: String,
+    pub(super) redis_url: Option<String>,
+    pub(super) schema: String,
+    pub(super) max_connections: u32,
+    pub(super) acquire_timeout: f64,
+    pub(super) state_history_limit: i32,
+    pub(super) enforce_user_isolation: bool,
+    pub(super) cache_ttl: f64,
+    pub(super) id_type: &'a str,
+    pub(super) user_id_type: &'a str,
+    pub(super) statement_timeout: f64,
+    pub(super) lock_timeout: f64,
 }
 
 // `!(x > 0.0)` on purpose: it refuses NaN too, which `x <= 0.0` lets through.
