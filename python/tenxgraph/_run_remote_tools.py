@@ -6,8 +6,8 @@ client's call for a server tool it did not have and answered the model "Tool ...
 and the turn went on without the client ever being asked (red-team, session 36).
 
 They are kept with the turn they came with (the id of its last user message, as each commit of
-the turn sees it): a writer that does not know them (a process of the previous release during a rolling deploy, 10xGraph, ``aput_state``)
-starts a new turn without dropping them, and the next turn's recovery was offered the previous
+the turn sees it): a writer that does not know them (a process of the previous release during a
+rolling deploy, 10xGraph, ``aput_state``) starts a new turn without dropping them, and the next turn's recovery was offered the previous
 turn's client tools (red-team, session 37).
 """
 
@@ -61,7 +61,7 @@ def use_remote_tools(state: Any, config: dict[str, Any], sent: Any, new_turn: bo
         return
     kept = state.execution_meta.internal_data.get(REMOTE_TOOLS_KEY)
     if isinstance(kept, dict) and isinstance(kept.get("tools"), list) and kept["tools"] \
-            and _still_the_turn(state, kept.get("turn")):
+            and kept.get("turn") == _turn(state):  # still the turn its last commit saw (mark_remote_turn)
         config["remote_tools"] = list(kept["tools"])
 
 
@@ -77,12 +77,6 @@ def keep_remote_tools(state: Any, sent: Any, new_turn: bool) -> None:
             kept.pop(REMOTE_TOOLS_KEY, None)
     elif new_turn:
         kept.pop(REMOTE_TOOLS_KEY, None)
-
-
-def _still_the_turn(state: Any, turn: Any) -> bool:
-    """Whether the thread is still at the turn the tools came with: its last user message is the
-    one the turn's last commit saw (``mark_remote_turn``)."""
-    return turn == _turn(state)
 
 
 def mark_remote_turn(state: Any) -> None:
