@@ -7,8 +7,8 @@ and the turn went on without the client ever being asked (red-team, session 36).
 
 They are kept with the turn they came with (the id of its last user message, as each commit of
 the turn sees it): a writer that does not know them (a process of the previous release during a
-rolling deploy, 10xGraph, ``aput_state``) starts a new turn without dropping them, and the next turn's recovery was offered the previous
-turn's client tools (red-team, session 37).
+rolling deploy, 10xGraph, ``aput_state``) starts a new turn without dropping them, and the next
+turn's recovery was offered the previous turn's client tools (red-team, session 37).
 """
 
 from __future__ import annotations
