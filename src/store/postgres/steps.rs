@@ -27,6 +27,17 @@ impl Stmts {
         let (t, u) = (c.id, c.user);
         let message_json = message_json();
         let [meta, mark] = crate::store::WRITE_MARK_PATH;
+        // A commit that frees the lease takes its row for update before anything else (one row,
+        // counted, so the functions run once and after it). `tenx_put_step` reads the row under
+        // a share lock, locks the thread row, and only at its end updates the lease row: another
+        // transaction of the run holding its own share lock (a late ledger record's fence check)
+        // and then waiting for the thread row made a deadlock, which the server broke by
+        // aborting one of them (a stopped run raised STORAGE_TRANSIENT_001: fresh-clone CI,
+        // session 37). Taken first, the row makes one wait for the other.
+        let lease = format!(
+            "(SELECT count(*) FROM (SELECT 1 FROM {s}.tenx_leases WHERE $10 AND $9::bigint IS NOT NULL \
+               AND thread_id = $1::text FOR NO KEY UPDATE) k) lk"
+        );
         Stmts {
             // One round trip: the owner check, the latest state and the thread's messages as one
             // array of their texts (NULL for a row written by 10xGraph, whose context is inside
@@ -49,10 +60,10 @@ impl Stmts {
                          AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u})) \
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"
             )),
-            put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")),
+            put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) FROM {lease}")),
             put_step_ledger: Stmt::new(format!(
                 "SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-                 FROM (SELECT {s}.tenx_ledger_put($1, $2, $8, $12::text[], $13::jsonb[], $9) OFFSET 0) l"
+                 FROM (SELECT {s}.tenx_ledger_put($1, $2, $8, $12::text[], $13::jsonb[], $9) FROM {lease} OFFSET 0) l"
             )),
             clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1{t}")),
             clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t}")),

@@ -1,0 +1,120 @@
+"""A run's last commit (it frees the thread's lease) next to another transaction of the same run
+that checks the lease and then locks the thread: the late ledger record of a tool call cut off
+by ``stop()`` or ``node_timeout``. The commit read the lease row under a share lock, locked the
+thread row, and then updated the lease row; the record, holding its own share lock on the lease
+row, waited for the thread row. PostgreSQL broke that deadlock by aborting one of them, and the
+stopped run raised ``STORAGE_TRANSIENT_001`` (a fresh-clone CI run, session 37). The commit now
+takes the lease row for update first, so the other transaction waits for it or it for the other,
+never both.
+
+The other transaction is played here by a ``psql`` session that takes the same locks in the same
+order, at the moment the commit waits on it (found through ``pg_blocking_pids``, not a sleep)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.storage.checkpointer import PgCheckpointer
+from tenxgraph.testing.postgres_server import find_pg_binary
+
+from .tool_graphs import call, route
+
+DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
+pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (python -m tenxgraph.testing serve ENV)")
+
+
+def _psql(sql: str) -> str:
+    res = subprocess.run([find_pg_binary("psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", str(DSN), "-c", sql],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def _graph(cp: PgCheckpointer, shape: str, entered: asyncio.Event, go: asyncio.Event) -> Any:
+    """``plain``: one node, then the run's last commit. ``tool``: a model asks for one call and the
+    tool node's commit (its result's ledger row with it) is the run's last."""
+
+    async def wait_for_the_lock() -> str:
+        """Wait."""
+        entered.set()
+        await go.wait()
+        return "waited"
+
+    g = StateGraph(AgentState)
+    if shape == "plain":
+        async def work(state: AgentState) -> Message:
+            await wait_for_the_lock()
+            return Message.text_message("worked", role="assistant")
+
+        g.add_node("work", work)
+        g.add_edge(START, "work")
+        g.add_edge("work", END)
+    else:
+        def model(state: AgentState) -> Message:
+            return Message(role="assistant", content=[], tools_calls=[call("c1", "wait_for_the_lock")])
+
+        g.add_node("model", model)
+        g.add_node("tools", ToolNode([wait_for_the_lock]))
+        g.add_edge(START, "model")
+        g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+        g.add_edge("tools", END)
+    return g.compile(checkpointer=cp)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("shape", ["plain", "tool"])
+async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_locks_the_thread(shape: str) -> None:
+    schema = f"lo_{uuid.uuid4().hex[:10]}"
+    cp = PgCheckpointer(postgres_dsn=DSN, schema=schema)
+    entered, go = asyncio.Event(), asyncio.Event()
+    app = _graph(cp, shape, entered, go)
+    run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t:1"}))
+    locker = subprocess.Popen([find_pg_binary("psql"), "-X", "-Atq", "-d", str(DSN)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert locker.stdin is not None and locker.stdout is not None
+
+    def ask(sql: str) -> str:
+        assert locker.stdin is not None and locker.stdout is not None
+        locker.stdin.write(sql + "\n")
+        locker.stdin.flush()
+        return locker.stdout.readline().strip()
+
+    try:
+        await asyncio.wait_for(entered.wait(), 60)
+        # The run's own lease check, as the late record makes it (the lease row under a share lock).
+        holder = await asyncio.to_thread(
+            ask, f"BEGIN; SELECT pg_backend_pid() FROM \"{schema}\".tenx_leases WHERE thread_id = 't:1' FOR SHARE;")
+        assert holder.isdigit(), f"no lease row to check: {holder!r}"
+        go.set()
+        deadline = time.monotonic() + 60
+        waiting = ""
+        while not waiting and time.monotonic() < deadline and not run.done():
+            waiting = _psql(f"SELECT string_agg(pid::text, ',') FROM pg_stat_activity "
+                            f"WHERE {holder} = ANY(pg_blocking_pids(pid))")
+            await asyncio.sleep(0.05)
+        assert waiting, "the run's last commit never waited on the lease row"
+        # The record goes on to lock the thread row: it must get it (the commit holds nothing it
+        # needs yet), or the server aborts one of the two.
+        locked = await asyncio.to_thread(
+            ask, f"SELECT 'locked' FROM \"{schema}\".threads WHERE thread_id = 't:1' FOR UPDATE; "
+                 "COMMIT; SELECT 'committed';")
+        assert locked == "locked"
+        out = await asyncio.wait_for(run, 60)
+    finally:
+        go.set()
+        if locker.poll() is None:
+            locker.stdin.write("ROLLBACK;\n\\q\n")
+            locker.stdin.flush()
+            locker.wait(30)
+    assert out["messages"][-1].text() == ("worked" if shape == "plain" else "waited")
+    assert _psql(f"SELECT released FROM \"{schema}\".tenx_leases WHERE thread_id = 't:1'") == "t"
+    await cp.arelease()
