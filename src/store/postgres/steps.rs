@@ -60,7 +60,9 @@ impl Stmts {
                          AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u})) \
                        ORDER BY version DESC, state_id DESC LIMIT 1) st"
             )),
-            put_step: Stmt::new(format!("SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) FROM {lease}")),
+            put_step: Stmt::new(format!(
+                "SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) FROM {lease}"
+            )),
             put_step_ledger: Stmt::new(format!(
                 "SELECT {s}.tenx_put_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  FROM (SELECT {s}.tenx_ledger_put($1, $2, $8, $12::text[], $13::jsonb[], $9) FROM {lease} OFFSET 0) l"
