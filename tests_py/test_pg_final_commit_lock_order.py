@@ -8,7 +8,9 @@ takes the lease row for update first, so the other transaction waits for it or i
 never both.
 
 The other transaction is played here by a ``psql`` session that takes the same locks in the same
-order, at the moment the commit waits on it (found through ``pg_blocking_pids``, not a sleep)."""
+order, at the moment the commit waits on it (found through ``pg_blocking_pids``, not a sleep).
+A commit the server aborts to break a lock cycle is sent again, with a warning; the second test
+makes one with a transaction that is not ours and checks it is."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.exceptions import TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tenxgraph.testing.postgres_server import find_pg_binary
@@ -72,7 +75,9 @@ def _graph(cp: PgCheckpointer, shape: str, entered: asyncio.Event, go: asyncio.E
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("shape", ["plain", "tool"])
-async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_locks_the_thread(shape: str) -> None:
+async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_locks_the_thread(
+    shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
     schema = f"lo_{uuid.uuid4().hex[:10]}"
     cp = PgCheckpointer(postgres_dsn=DSN, schema=schema)
     entered, go = asyncio.Event(), asyncio.Event()
@@ -116,5 +121,57 @@ async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_lo
             locker.stdin.flush()
             locker.wait(30)
     assert out["messages"][-1].text() == ("worked" if shape == "plain" else "waited")
+    # A commit the server aborted is sent again (and says so): the order of the locks is what is
+    # tested, so no retry may have been needed.
+    assert not [r for r in caplog.records if "resolve a lock conflict" in r.getMessage()]
     assert _psql(f"SELECT released FROM \"{schema}\".tenx_leases WHERE thread_id = 't:1'") == "t"
+    await cp.arelease()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("aborted", [1, 3])
+async def test_a_step_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
+    aborted: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server aborts the first ``aborted`` step commits with 40P01 (a trigger on the state
+    table raises it, counted by a sequence, which a rollback does not undo): a lock cycle with a
+    transaction that is not ours. Once is sent again; three times is the typed transient error,
+    with nothing of the step written."""
+    schema = f"lv_{uuid.uuid4().hex[:10]}"
+    cp = PgCheckpointer(postgres_dsn=DSN, schema=schema)
+    await cp.asetup()
+    _psql(f"""CREATE SEQUENCE "{schema}".aborts;
+              CREATE FUNCTION "{schema}".abort_first() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN
+                IF NEW.version > 1 AND nextval('"{schema}".aborts') <= {aborted} THEN
+                  RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01';
+                END IF;
+                RETURN NEW;
+              END $$;
+              CREATE TRIGGER abort_first BEFORE INSERT ON "{schema}".states
+                FOR EACH ROW EXECUTE FUNCTION "{schema}".abort_first();""")
+
+    def work(state: AgentState) -> Message:
+        return Message.text_message("worked", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    app = g.compile(checkpointer=cp)
+    cfg = {"thread_id": "t"}
+    retried = lambda: [r for r in caplog.records if "resolve a lock conflict" in r.getMessage()]  # noqa: E731
+    if aborted == 1:
+        out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]}, cfg), 60)
+        assert out["messages"][-1].text() == "worked"
+        assert len(retried()) == 1
+        assert _psql(f"SELECT max(version) FROM \"{schema}\".states WHERE thread_id = 't'") == "2"
+    else:
+        with pytest.raises(TransientStorageError) as raised:
+            await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]}, cfg), 60)
+        assert raised.value.error_code == "STORAGE_TRANSIENT_001"
+        assert len(retried()) == 2
+        # The input commit (version 1) stands; the step commit wrote nothing.
+        assert _psql(f"SELECT max(version) FROM \"{schema}\".states WHERE thread_id = 't'") == "1"
+        assert _psql(f"SELECT count(*) FROM \"{schema}\".messages WHERE thread_id = 't'") == "1"
     await cp.arelease()

@@ -85,10 +85,9 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
             message: format!("the database is unreachable: {}", redact(&e.to_string())),
         };
     }
-    // 40P01: the server broke a deadlock by aborting this statement; 40001: a serialization
-    // failure. Nothing of the statement was written, and the same call again can pass: said so,
-    // instead of a generic STORAGE_001 that tells a caller not to retry.
-    if matches!(code, Some("40P01" | "40001")) {
+    // Nothing of the statement was written, and the same call again can pass: said so, instead
+    // of a generic STORAGE_001 that tells a caller not to retry.
+    if lost_a_conflict(&e) {
         return StoreError::Transient {
             op,
             message: format!(
@@ -129,6 +128,12 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
         return StoreError::Refused { op, message: redact(&e.to_string()) };
     }
     StoreError::Backend { op, source: with_pooler_hint(&e).into() }
+}
+
+/// 40P01: the server broke a deadlock by aborting this statement; 40001: a serialization
+/// failure. Either way the statement wrote nothing.
+pub(super) fn lost_a_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "40P01" | "40001"))
 }
 
 /// The error's text, redacted, with what to do about it in front when a connection pooler in

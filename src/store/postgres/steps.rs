@@ -114,6 +114,9 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
 }
 
+/// How many times a step commit the server aborted to break a lock cycle is sent.
+const VICTIM_TRIES: u32 = 3;
+
 /// The step, and with `rows` the ledger rows, in one statement.
 pub(super) async fn put_step(
     s: &PgStore,
@@ -124,25 +127,47 @@ pub(super) async fn put_step(
     let state = sqlx::types::Json(nul_free_json(w.state));
     let sql = if rows.is_empty() { &s.sql.steps.put_step } else { &s.sql.steps.put_step_ledger };
     let (keys, results) = super::ledger::columns(rows);
-    let step = sqlx::query_scalar(sql.q())
-        .bind(&t.thread_id)
-        .bind(&t.user_id)
-        .bind(w.expected_version)
-        .bind(&state)
-        .bind(message_rows(w.new_messages))
-        .bind(w.replace_messages)
-        .bind(s.opts.state_history_limit)
-        .bind(t.isolated(s.opts.enforce_user_isolation))
-        .bind(w.fence)
-        .bind(w.release_lease)
-        .bind(w.previous_mark);
-    let step = if rows.is_empty() { step } else { step.bind(&keys).bind(&results) };
+    let messages = message_rows(w.new_messages);
+    let step = || {
+        let q = sqlx::query_scalar(sql.q())
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(w.expected_version)
+            .bind(&state)
+            .bind(&messages)
+            .bind(w.replace_messages)
+            .bind(s.opts.state_history_limit)
+            .bind(t.isolated(s.opts.enforce_user_isolation))
+            .bind(w.fence)
+            .bind(w.release_lease)
+            .bind(w.previous_mark);
+        if rows.is_empty() { q } else { q.bind(&keys).bind(&results) }
+    };
     let r: Result<i64, sqlx::Error> = match w.in_tx {
-        None => step.fetch_one(&s.conns).await,
+        None => {
+            // A deadlock or serialization victim wrote nothing: the same statement again, a few
+            // times, rather than a lost step for a lock cycle with a transaction that is not
+            // ours (a 10xGraph process, an operator's job). Ours take their locks in one order
+            // (the lease row, then the thread row); the warning makes a cycle of ours visible.
+            let mut tries = 1;
+            loop {
+                match step().fetch_one(&s.conns).await {
+                    Err(e) if tries < VICTIM_TRIES && super::errors::lost_a_conflict(&e) => {
+                        tracing::warn!(
+                            "a step commit of thread {:?} was aborted by the database to resolve a lock conflict \
+                             (attempt {tries}); nothing was written, trying again: {e}",
+                            t.thread_id
+                        );
+                        tries += 1;
+                    }
+                    r => break r,
+                }
+            }
+        }
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
             let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
-            let v = step.fetch_one(&mut *tx).await;
+            let v = step().fetch_one(&mut *tx).await;
             if v.is_ok() {
                 h.in_transaction().await.map_err(StoreError::Failpoint)?;
                 tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
