@@ -15,6 +15,7 @@ makes one with a transaction that is not ours and checks it is."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import time
@@ -130,20 +131,22 @@ async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_lo
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("aborted", [1, 3])
-async def test_a_step_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
-    aborted: int, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("commit", ["input", "step"])
+async def test_a_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
+    commit: str, aborted: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The server aborts the first ``aborted`` step commits with 40P01 (a trigger on the state
-    table raises it, counted by a sequence, which a rollback does not undo): a lock cycle with a
-    transaction that is not ours. Once is sent again; three times is the typed transient error,
-    with nothing of the step written."""
+    """The server aborts the first ``aborted`` commits of the run's input (version 1) or of its
+    step (version 2) with 40P01 (a trigger on the state table raises it, counted by a sequence,
+    which a rollback does not undo): a lock cycle with a transaction that is not ours. Once is
+    sent again; three times is the typed transient error, with nothing of that commit written."""
     schema = f"lv_{uuid.uuid4().hex[:10]}"
     cp = PgCheckpointer(postgres_dsn=DSN, schema=schema)
     await cp.asetup()
+    version = 1 if commit == "input" else 2
     _psql(f"""CREATE SEQUENCE "{schema}".aborts;
               CREATE FUNCTION "{schema}".abort_first() RETURNS trigger LANGUAGE plpgsql AS $$
               BEGIN
-                IF NEW.version > 1 AND nextval('"{schema}".aborts') <= {aborted} THEN
+                IF NEW.version = {version} AND nextval('"{schema}".aborts') <= {aborted} THEN
                   RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01';
                 END IF;
                 RETURN NEW;
@@ -160,18 +163,23 @@ async def test_a_step_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
     g.add_edge("work", END)
     app = g.compile(checkpointer=cp)
     cfg = {"thread_id": "t"}
-    retried = lambda: [r for r in caplog.records if "resolve a lock conflict" in r.getMessage()]  # noqa: E731
+
+    def retried() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "resolve a lock conflict" in r.getMessage()]
+
+    def stored(table: str) -> str:
+        return _psql(f"SELECT count(*) FROM \"{schema}\".{table} WHERE thread_id = 't'")
+
     if aborted == 1:
         out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]}, cfg), 60)
         assert out["messages"][-1].text() == "worked"
         assert len(retried()) == 1
-        assert _psql(f"SELECT max(version) FROM \"{schema}\".states WHERE thread_id = 't'") == "2"
+        assert (stored("states"), stored("messages")) == ("2", "2")
     else:
         with pytest.raises(TransientStorageError) as raised:
             await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]}, cfg), 60)
         assert raised.value.error_code == "STORAGE_TRANSIENT_001"
         assert len(retried()) == 2
-        # The input commit (version 1) stands; the step commit wrote nothing.
-        assert _psql(f"SELECT max(version) FROM \"{schema}\".states WHERE thread_id = 't'") == "1"
-        assert _psql(f"SELECT count(*) FROM \"{schema}\".messages WHERE thread_id = 't'") == "1"
+        # What came before stands; the aborted commit wrote nothing.
+        assert (stored("states"), stored("messages")) == (("0", "0") if commit == "input" else ("1", "1"))
     await cp.arelease()

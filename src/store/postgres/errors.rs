@@ -136,6 +136,35 @@ pub(super) fn lost_a_conflict(e: &sqlx::Error) -> bool {
     e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "40P01" | "40001"))
 }
 
+/// How many times a run's commit the server aborted to break a lock cycle is sent.
+const VICTIM_TRIES: u32 = 3;
+
+/// `send`'s statement, sent again while the server aborts it to break a lock cycle (up to
+/// `VICTIM_TRIES` in all): it wrote nothing, and a lost commit for a cycle with a transaction
+/// that is not ours (a 10xGraph process, an operator's job) would fail the run. Ours take their
+/// locks in one order (the lease row, then the thread row); the warning makes a cycle of ours
+/// visible.
+pub(super) async fn sent_again_if_aborted<T, F, Fut>(what: &str, t: &ThreadRef, mut send: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match send().await {
+            Err(e) if tries < VICTIM_TRIES && lost_a_conflict(&e) => {
+                tracing::warn!(
+                    "{what} of thread {:?} was aborted by the database to resolve a lock conflict (attempt {tries}); \
+                     nothing was written, trying again: {e}",
+                    t.thread_id
+                );
+                tries += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// The error's text, redacted, with what to do about it in front when a connection pooler in
 /// transaction mode stands between us and the server: its server connections change between
 /// our statements, so a prepared statement is found twice (42P05) or not at all (26000).

@@ -37,31 +37,34 @@ pub(super) async fn put_input(
     s.check_thread(t)?;
     s.check_messages(w.new_messages)?;
     let state = sqlx::types::Json(nul_free_json(w.state));
-    let q = sqlx::query(s.sql.input_lease.put_input.q())
-        .bind(&t.thread_id)
-        .bind(&t.user_id)
-        .bind(w.expected_version)
-        .bind(&state)
-        .bind(message_rows(w.new_messages))
-        .bind(w.replace_messages)
-        .bind(s.opts.state_history_limit)
-        .bind(t.isolated(s.opts.enforce_user_isolation))
-        .bind(w.previous_mark)
-        .bind(&req.holder)
-        .bind(&req.host)
-        .bind(req.pid)
-        .bind(req.pid_start)
-        .bind(req.ttl.as_secs_f64())
-        .bind(req.steal)
-        .bind(stop.map(|k| k.namespace))
-        .bind(stop.map(|k| k.key))
-        .bind(on_head);
+    let messages = message_rows(w.new_messages);
+    let q = || {
+        sqlx::query(s.sql.input_lease.put_input.q())
+            .bind(&t.thread_id)
+            .bind(&t.user_id)
+            .bind(w.expected_version)
+            .bind(&state)
+            .bind(&messages)
+            .bind(w.replace_messages)
+            .bind(s.opts.state_history_limit)
+            .bind(t.isolated(s.opts.enforce_user_isolation))
+            .bind(w.previous_mark)
+            .bind(&req.holder)
+            .bind(&req.host)
+            .bind(req.pid)
+            .bind(req.pid_start)
+            .bind(req.ttl.as_secs_f64())
+            .bind(req.steal)
+            .bind(stop.map(|k| k.namespace))
+            .bind(stop.map(|k| k.key))
+            .bind(on_head)
+    };
     let r = match w.in_tx {
-        None => q.fetch_one(&s.conns).await,
+        None => super::errors::sent_again_if_aborted("an input commit", t, || q().fetch_one(&s.conns)).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
             let mut tx = s.conns.begin().await.map_err(|e| map_err("write input", e, Some(t)))?;
-            let row = q.fetch_one(&mut *tx).await;
+            let row = q().fetch_one(&mut *tx).await;
             if row.as_ref().is_ok_and(|r| r.get::<bool, _>("acquired")) {
                 h.in_transaction().await.map_err(StoreError::Failpoint)?;
                 tx.commit().await.map_err(|e| map_err("write input", e, Some(t)))?;

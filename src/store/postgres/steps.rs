@@ -114,9 +114,6 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
 }
 
-/// How many times a step commit the server aborted to break a lock cycle is sent.
-const VICTIM_TRIES: u32 = 3;
-
 /// The step, and with `rows` the ledger rows, in one statement.
 pub(super) async fn put_step(
     s: &PgStore,
@@ -144,26 +141,7 @@ pub(super) async fn put_step(
         if rows.is_empty() { q } else { q.bind(&keys).bind(&results) }
     };
     let r: Result<i64, sqlx::Error> = match w.in_tx {
-        None => {
-            // A deadlock or serialization victim wrote nothing: the same statement again, a few
-            // times, rather than a lost step for a lock cycle with a transaction that is not
-            // ours (a 10xGraph process, an operator's job). Ours take their locks in one order
-            // (the lease row, then the thread row); the warning makes a cycle of ours visible.
-            let mut tries = 1;
-            loop {
-                match step().fetch_one(&s.conns).await {
-                    Err(e) if tries < VICTIM_TRIES && super::errors::lost_a_conflict(&e) => {
-                        tracing::warn!(
-                            "a step commit of thread {:?} was aborted by the database to resolve a lock conflict \
-                             (attempt {tries}); nothing was written, trying again: {e}",
-                            t.thread_id
-                        );
-                        tries += 1;
-                    }
-                    r => break r,
-                }
-            }
-        }
+        None => super::errors::sent_again_if_aborted("a step commit", t, || step().fetch_one(&s.conns)).await,
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
             let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
