@@ -222,6 +222,7 @@ pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str)
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
     let mut tx = s.conns.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+    threads::hold_thread(s, &mut tx, t, "delete message").await?;
     let r = sqlx::query(s.sql.messages.delete.q())
         .bind(&t.thread_id)
         .bind(message_id)

@@ -172,6 +172,7 @@ pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
     }
     let mut tx = s.conns.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
+    super::threads::hold_thread(s, &mut tx, t, "clear state").await?;
     for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
         sqlx::query(q.q())
             .bind(&t.thread_id)

@@ -9,6 +9,7 @@ use sqlx::Row;
 
 pub(super) struct Stmts {
     lock_thread: Stmt,
+    hold_thread: Stmt,
     exists: Stmt,
     update: Stmt,
     get: Stmt,
@@ -28,6 +29,7 @@ impl Stmts {
         );
         Stmts {
             lock_thread: Stmt::new(format!("SELECT {s}.tenx_lock_thread($1, $2, $3)")),
+            hold_thread: Stmt::new(format!("SELECT 1 FROM {s}.threads WHERE thread_id = $1{t} FOR UPDATE")),
             exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1{t})")),
             update: Stmt::new(format!(
                 "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1{t}"
@@ -82,6 +84,25 @@ pub(super) async fn lock_thread(
         .bind(&t.thread_id)
         .bind(&t.user_id)
         .bind(t.isolated(s.opts.enforce_user_isolation))
+        .execute(tx)
+        .await
+        .map_err(|e| map_err(op, e, Some(t)))?;
+    Ok(())
+}
+
+/// Locks the thread row inside `tx` if there is one (creates none). A write that changes a
+/// thread's state or message rows outside a run takes it first, as a run's commits and
+/// `aclean_thread` do: taking the rows in its own order, a message delete (the message, then
+/// the latest state row) and a clear (the state rows, then the messages) deadlocked, and the
+/// server aborted one of the two calls (red-team, session 38).
+pub(super) async fn hold_thread(
+    s: &PgStore,
+    tx: &mut sqlx::PgConnection,
+    t: &ThreadRef,
+    op: &'static str,
+) -> StoreResult<()> {
+    sqlx::query(s.sql.threads.hold_thread.q())
+        .bind(&t.thread_id)
         .execute(tx)
         .await
         .map_err(|e| map_err(op, e, Some(t)))?;
