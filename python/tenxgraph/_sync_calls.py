@@ -86,8 +86,13 @@ def recorded(key: Hashable) -> bool:
     """Whether a call under ``key`` is not running and its late result was recorded lately
     (an attempt that finds it joins it: see ``_recorded``)."""
     with _lock:
-        entry = _recorded.get(key)
-        return key not in _flights and entry is not None and time.monotonic() - entry[1] < RECORDED_KEPT_SECONDS
+        return key not in _flights and _fresh_recorded(key) is not None
+
+
+def _fresh_recorded(key: Hashable) -> _Flight | None:
+    """The call under ``key`` whose late result was recorded lately, if kept (``_lock`` held)."""
+    entry = _recorded.get(key)
+    return entry[0] if entry is not None and time.monotonic() - entry[1] < RECORDED_KEPT_SECONDS else None
 
 
 def recorded_as(key: Hashable) -> Any:
@@ -145,9 +150,7 @@ def _join_or_start(key: Hashable | None, late_record: Callable[[Any], Any] | Non
     with _lock:
         running = _flights.get(key)
         if running is None:
-            recorded = _recorded.get(key)
-            if recorded is not None and time.monotonic() - recorded[1] < RECORDED_KEPT_SECONDS:
-                running = recorded[0]  # its result is in: joined, it returns at once
+            running = _fresh_recorded(key)  # its result is in: joined, it returns at once
         flight = running if running is not None else _flights.setdefault(key, _Flight(late_record))
         flight.waiters += 1
         return flight, running is not None
