@@ -170,3 +170,77 @@ async def test_a_new_message_after_a_routing_error_waits_for_the_calls_the_node_
     await app.ainvoke({"messages": [Message.text_message("hello?")]}, dict(cfg))
     asked, answered = _calls((await checkpointer.aget_state(dict(cfg))).context)
     assert sorted(asked) == sorted(answered) and paid == [10, 10]
+
+
+def _goto_graph(checkpointer: Any, calls: list[str], *, with_target: bool, goto: Any = "Z") -> Any:
+    """A returns ``Command(goto=goto)`` and has a static edge to C; Z is deployed or not."""
+    from tenxgraph.utils import Command
+
+    def a(state: AgentState) -> Any:
+        calls.append("A")
+        return Command(update=Message.text_message(f"A{len(calls)}", role="assistant"), goto=goto)
+
+    def c(state: AgentState) -> Message:
+        calls.append("C")
+        return Message.text_message("the static path", role="assistant")
+
+    def z(state: AgentState) -> Message:
+        calls.append("Z")
+        return Message.text_message("the chosen path", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("A", a)
+    g.add_node("C", c)
+    g.add_edge(START, "A")
+    g.add_edge("A", "C")
+    g.add_edge("C", END)
+    if with_target:
+        g.add_node("Z", z)
+        g.add_edge("Z", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_after_a_goto_to_an_unknown_node_goes_where_the_command_said(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    """The goto is kept with the failure: until the graph has the node a retry fails again, and
+    once a deploy adds it the retry runs it (10xGraph does both). Before, a retry routed by A's
+    edges alone and ran C, a path nobody chose (differential red-team, session 38)."""
+    calls: list[str] = []
+    cfg = {"thread_id": make_thread()}
+    for _ in range(2):
+        with pytest.raises(GraphError) as failed:
+            await _goto_graph(checkpointer, calls, with_target=False).ainvoke(
+                {"messages": [Message.text_message("go")]} if not calls else {}, dict(cfg))
+        assert failed.value.error_code == "GRAPH_ROUTING_002"
+    assert calls == ["A"]  # the retry ran nothing: it failed to route again
+    out = await _goto_graph(checkpointer, calls, with_target=True).ainvoke({}, dict(cfg))
+    assert calls == ["A", "Z"]
+    assert [m.text() for m in out["messages"]][-1] == "the chosen path"
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in stored.context] == ["go", "A1", "the chosen path"]
+    assert stored.execution_meta.interrupt_data is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("goto", [["C"], 5], ids=["list", "int"])
+async def test_a_goto_that_is_not_a_name_stores_nothing_of_the_node(checkpointer: Any, make_thread: Any,
+                                                                     goto: Any) -> None:
+    """``Command(goto=["C"])`` (LangGraph's list style) failed after the node's update was merged:
+    the failure stored it and the retry stored it again (two replies). The goto is checked before
+    anything merges (10xGraph fails too, with a bare TypeError, and stores the list as its next
+    node)."""
+    from tenxgraph.core.exceptions import NodeError
+
+    calls: list[str] = []
+    cfg = {"thread_id": make_thread()}
+    with pytest.raises(NodeError) as failed:
+        await _goto_graph(checkpointer, calls, with_target=True, goto=goto).ainvoke(
+            {"messages": [Message.text_message("go")]}, dict(cfg))
+    assert "Command.goto must be the name of a node" in str(failed.value)
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in stored.context] == ["go"]
+    await _goto_graph(checkpointer, calls, with_target=True, goto="Z").ainvoke({}, dict(cfg))
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in stored.context] == ["go", "A2", "the chosen path"]

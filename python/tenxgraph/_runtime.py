@@ -42,7 +42,7 @@ from tenxgraph._state_codec import (
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
-from tenxgraph.core.state.message import Message
+from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.core.state.reducers import REMOVE_ALL_MESSAGES, RemoveMessage
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
@@ -179,6 +179,12 @@ class Run(RunInput, RunHooks, RunTools):
             self._loaded_text = self.known[5][0] if self.known[5] is not None else None
         elif state_json is None:
             state = self.graph._prototype.model_copy(deep=True)
+            # The prototype's messages (a system prompt) are the new thread's first messages,
+            # stored with its input: counted as stored, they were seen by the first turn's nodes
+            # and never written, so every later turn and every other worker ran without them
+            # (10xGraph stores them; differential red-team, session 38). Each thread gets them
+            # under ids of its own: a message id names one message of one thread in the store.
+            state.context[:] = [m.model_copy(update={"message_id": generate_id(None)}) for m in state.context]
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).
@@ -226,8 +232,8 @@ class Run(RunInput, RunHooks, RunTools):
             # approval of one request given to the next; 10xGraph does that). A resume or a
             # continue (`{}`) of the same turn still finds them.
             clear_answers(state)
-        stored_len = len(state.context)
-        self._committed = list(state.context)
+        stored_len = 0 if state_json is None and not known else len(state.context)
+        self._committed = list(state.context[:stored_len])
         last_id = str(state.context[-1].message_id) if stored_len else None
         if self.input_messages:
             if len(self.input_messages) > 1:
@@ -465,6 +471,12 @@ class Run(RunInput, RunHooks, RunTools):
             )
         if isinstance(result, Command):
             goto = result.goto
+            if goto is not None and not isinstance(goto, str):
+                # Checked before anything merges: refused later (the core takes a name), the
+                # update was stored with the failure and made again by the retry (a second
+                # reply; differential red-team, session 38).
+                raise TypeError(f"Command.goto must be the name of a node (a str) or None, not "
+                                f"{type(goto).__name__}: {goto!r}")
             if result.state is not None:
                 result_state = require_state(result.state)
                 # The messages the node added to the state it hands over are its output, like

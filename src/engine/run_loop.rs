@@ -214,6 +214,17 @@ pub const ROUTING_FAILED_REASON: &str = "routing_failed";
 /// the client's results: NODE_002, the thread wedged; red-team, session 34).
 pub const ROUTING_PENDING_REASON: &str = "routing_pending";
 
+/// The key of `interrupt_data` that keeps, beside `ROUTING_FAILED_REASON` or
+/// `ROUTING_PENDING_REASON`, the `Command(goto=...)` the node returned.
+pub const ROUTING_GOTO_KEY: &str = "goto";
+
+/// The goto kept with a routing failure (or with the input commit of its retry).
+pub fn routing_goto(exec: &ExecMeta) -> Option<String> {
+    let routing = matches!(exec.interrupt_reason.as_deref(), Some(ROUTING_FAILED_REASON | ROUTING_PENDING_REASON));
+    let data = exec.interrupt_data.as_ref().filter(|_| routing)?;
+    data.get(ROUTING_GOTO_KEY).and_then(serde_json::Value::as_str).map(str::to_owned)
+}
+
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     async fn drive(
         &mut self,
@@ -225,12 +236,15 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         if let Some(node) = resume_after {
             self.step_node = node.clone();
             self.last_node = Some(node.clone());
-            let next = match self.route(&node, None) {
+            // The node's `Command(goto=...)` when routing it failed (see `routing_failed`).
+            let goto = routing_goto(&self.exec);
+            let next = match self.route(&node, goto.as_deref()) {
                 Ok(n) => n,
-                Err(e) => return self.routing_failed(&node, e).await,
+                Err(e) => return self.routing_failed(&node, goto, e).await,
             };
             self.exec.interrupted_node = None;
             self.exec.interrupt_reason = None;
+            self.exec.interrupt_data = None;
             self.exec.step += 1;
             self.exec.current_node = next;
         }
@@ -327,9 +341,9 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
             }
-            let next = match self.route(&node, out.goto) {
+            let next = match self.route(&node, out.goto.as_deref()) {
                 Ok(n) => n,
-                Err(e) => return self.routing_failed(&node, e).await,
+                Err(e) => return self.routing_failed(&node, out.goto, e).await,
             };
             self.exec.step += 1;
             self.exec.current_node = next.clone();
@@ -354,16 +368,25 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     /// names `node` (`ROUTING_FAILED_REASON`), so a retry routes again from it. It ran again on
     /// every retry (its output stored again: a second model call, a second reply; after a model
     /// that asked for tools, calls left unanswered), 10xGraph's rule for a node that failed.
-    async fn routing_failed(&mut self, node: &str, e: EngineError) -> Result<RunOutcome, EngineError> {
+    /// The node's `goto` is kept with it (`interrupt_data["goto"]`): a retry routed by the
+    /// node's edges alone went down its static edge, a path nobody chose, where 10xGraph keeps
+    /// the goto and fails again until the graph has that node (differential red-team, session 38).
+    async fn routing_failed(
+        &mut self,
+        node: &str,
+        goto: Option<String>,
+        e: EngineError,
+    ) -> Result<RunOutcome, EngineError> {
         self.exec.interrupted_node = Some(node.to_owned());
         self.exec.interrupt_reason = Some(ROUTING_FAILED_REASON.into());
+        self.exec.interrupt_data = goto.map(|g| serde_json::json!({ ROUTING_GOTO_KEY: g }));
         self.fail(e).await
     }
 
     /// The node after `node`: its `Command(goto=...)`, else its edges.
-    fn route(&self, node: &str, goto: Option<String>) -> Result<String, EngineError> {
+    fn route(&self, node: &str, goto: Option<&str>) -> Result<String, EngineError> {
         let mut next = match goto {
-            Some(g) => g,
+            Some(g) => g.to_owned(),
             None => next_node(node, &self.graph.edges, |i| self.host.eval_condition(i))?,
         };
         // Back to START is through START's edges again, as 10xGraph routes out of its START node;

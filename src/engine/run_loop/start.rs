@@ -244,6 +244,8 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let routing_pending = previous == ExecStatus::Running
         && exec.interrupt_reason.as_deref() == Some(super::ROUTING_PENDING_REASON)
         && exec.interrupted_node.as_deref() == Some(exec.current_node.as_str());
+    // The goto of the node whose routing failed, kept for the input commit (see below).
+    let resume_goto = if rerouted || routing_pending { super::routing_goto(&exec) } else { None };
     let resume_after = ((previous == ExecStatus::InterruptedAfter
         && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
         || rerouted
@@ -417,6 +419,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // ROUTING_PENDING_REASON); `drive` clears it once it has.
         exec.interrupted_node = Some(node.clone());
         exec.interrupt_reason = Some(super::ROUTING_PENDING_REASON.into());
+        exec.interrupt_data = resume_goto.map(|g| serde_json::json!({ super::ROUTING_GOTO_KEY: g }));
     }
     let mut run = Run {
         graph,
