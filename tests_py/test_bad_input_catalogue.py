@@ -416,8 +416,9 @@ async def test_a_one_pass_state_stores_what_the_node_set(checkpointer, make_thre
 async def test_invalid_recursion_limit_raises_before_any_write(checkpointer, make_thread, limit) -> None:
     app = echo_graph(checkpointer)
     tid = make_thread("reclimit")
-    with pytest.raises(ValueError, match="recursion_limit must be a positive int"):
+    with pytest.raises(ValueError, match="recursion_limit must be a positive int") as refused:
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": tid, "recursion_limit": limit})
+    assert getattr(refused.value, "error_code", None) == "STORAGE_CONFIG_003"
     assert await snapshot(checkpointer, tid) is None
 
 

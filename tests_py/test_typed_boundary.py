@@ -55,8 +55,13 @@ def test_defaults_are_the_engines() -> None:
     ],
 )
 def test_a_bad_setting_is_refused_with_a_value_error(more: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    """A ``ValueError`` (and a ``TypeError``) as before, typed with its code since session 38."""
+    from tenxgraph.core.exceptions import InvalidConfigError
+
+    with pytest.raises(ValueError, match=message) as refused:
         options(**more)
+    assert isinstance(refused.value, InvalidConfigError) and isinstance(refused.value, TypeError)
+    assert refused.value.error_code == "STORAGE_CONFIG_003"
 
 
 def test_a_recursion_limit_past_64_bits_is_no_limit() -> None:

@@ -180,6 +180,12 @@ pub fn timeout_from(config: &Bound<'_, PyDict>, key: &str, default: Option<f64>)
     }
 }
 
+/// A run setting of `config` refused: `InvalidConfigError` (a `ValueError` and a `TypeError`, as
+/// the plain `ValueError` it was) with `STORAGE_CONFIG_003`, so a caller can tell it by its code.
+fn bad_setting(py: Python<'_>, message: String) -> PyErr {
+    super::errors::raise(py, "InvalidConfigError", message, "STORAGE_CONFIG_003", &serde_json::json!({}))
+}
+
 fn seconds_setting(config: &Bound<'_, PyDict>, key: &str, low: f64, default: f64) -> PyResult<f64> {
     let Some(v) = item(config, key)? else { return Ok(default) };
     let value = if v.is_instance_of::<PyBool>() || !(v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>()) {
@@ -189,10 +195,9 @@ fn seconds_setting(config: &Bound<'_, PyDict>, key: &str, low: f64, default: f64
     };
     match value {
         Some(x) if low < x && x <= MAX_SECONDS => Ok(x),
-        _ => Err(PyValueError::new_err(format!(
-            "{key} must be a number of seconds in ({low}, 86400], got {}",
-            v.repr()?
-        ))),
+        _ => {
+            Err(bad_setting(v.py(), format!("{key} must be a number of seconds in ({low}, 86400], got {}", v.repr()?)))
+        }
     }
 }
 
@@ -212,10 +217,10 @@ impl RunOptions {
                 // Past i64 (`10**30`, "no limit" as 10xGraph takes it): as good as none.
                 (false, Err(_)) if v.is_instance_of::<PyInt>() && v.gt(0)? => i64::MAX,
                 _ => {
-                    return Err(PyValueError::new_err(format!(
-                        "recursion_limit must be a positive int, got {}",
-                        v.repr()?
-                    )));
+                    return Err(bad_setting(
+                        config.py(),
+                        format!("recursion_limit must be a positive int, got {}", v.repr()?),
+                    ));
                 }
             },
         };
@@ -226,10 +231,10 @@ impl RunOptions {
                 Some(engine::OnBusy::Wait) => "wait",
                 Some(engine::OnBusy::Interrupt) => "interrupt",
                 None => {
-                    return Err(PyValueError::new_err(format!(
-                        "on_busy must be one of 'reject', 'wait', 'interrupt', got {}",
-                        v.repr()?
-                    )));
+                    return Err(bad_setting(
+                        config.py(),
+                        format!("on_busy must be one of 'reject', 'wait', 'interrupt', got {}", v.repr()?),
+                    ));
                 }
             },
         };
@@ -239,24 +244,25 @@ impl RunOptions {
             Some(v) => match v.extract::<String>() {
                 Ok(s) => Some(s),
                 Err(_) => {
-                    return Err(PyValueError::new_err(
-                        "config['failpoints'] must be a string like 'after_tool:charge_card=kill'",
+                    return Err(bad_setting(
+                        config.py(),
+                        "config['failpoints'] must be a string like 'after_tool:charge_card=kill'".into(),
                     ));
                 }
             },
         };
         let parsed_failpoints = match failpoints.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(spec) => Some(Arc::new(Failpoints::parse(spec).map_err(PyValueError::new_err)?)),
+            Some(spec) => Some(Arc::new(Failpoints::parse(spec).map_err(|e| bad_setting(config.py(), e))?)),
             None => None,
         };
         let idempotent_turns = match item(config, "idempotent_turns")? {
             None => false,
             Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => v.is_truthy()?,
             Some(v) => {
-                return Err(PyValueError::new_err(format!(
-                    "idempotent_turns must be True or False, got {}",
-                    v.repr()?
-                )));
+                return Err(bad_setting(
+                    config.py(),
+                    format!("idempotent_turns must be True or False, got {}", v.repr()?),
+                ));
             }
         };
         let durable = match item(config, "durable_checkpoint_every_step")? {
