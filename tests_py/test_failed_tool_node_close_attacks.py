@@ -329,3 +329,60 @@ def test_a_close_that_cannot_read_the_ledger_fails_and_writes_nothing(tenx_postg
     first_results = [results(m)[0] for m in ctx[2:4]]
     assert (first_results[0].output, first_results[0].is_error) == ("charged o-1", False)  # the recorded result
     assert effects["charge o-1"] == 1 and "o-2" not in [m.text() for m in ctx if m.role == "user"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("emptied_by", ["aclear_state", "aclean_thread"])
+async def test_a_thread_emptied_before_its_failed_tool_node_is_closed_takes_the_turn_as_its_first(
+    checkpointer: Any, make_thread: Any, monkeypatch: pytest.MonkeyPatch, emptied_by: str
+) -> None:
+    """An operator's ``aclear_state`` / ``aclean_thread`` landed between the refusal of a new turn
+    on a thread failed at its tool node and the run that closes that node: the close found no
+    state and was refused as an input without messages, so the caller's turn got a false, untyped
+    ``ValueError`` (a mixed-load soak, session 38). The close now finds nothing to close and the
+    turn runs as the emptied thread's first. The maintenance call is placed in that window by
+    wrapping the close (the soak hit it from another process)."""
+    from tenxgraph.core.exceptions import NodeTimeoutError
+    from tenxgraph.core.graph import _busy_answers
+
+    ran: list[str] = []
+    hang = asyncio.Event()
+
+    async def fetch() -> str:
+        """Fetch."""
+        ran.append("fetch")
+        if len(ran) == 1:
+            await hang.wait()  # cut off by node_timeout
+        return "fetched"
+
+    def model(state: AgentState) -> Message:
+        if state.context[-1].role == "user":
+            return Message(role="assistant", content=[], tools_calls=[{
+                "id": f"c{uuid.uuid4().hex[:6]}", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}])
+        return Message.text_message("done", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([fetch]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", lambda s: "tools" if s.context[-1].tools_calls else END)
+    g.add_edge("tools", "model")
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread()}
+    with pytest.raises(NodeTimeoutError):
+        await app.ainvoke({"messages": [Message.text_message("first")]}, dict(cfg, node_timeout=0.5))
+    closing = _busy_answers.BusyAnswers._close_failed_tools
+    emptied: list[str] = []
+
+    async def empty_first(self: Any, c: Any, options: Any, node: str) -> None:
+        await getattr(checkpointer, emptied_by)(dict(cfg))
+        emptied.append(node)
+        await closing(self, c, options, node)
+
+    monkeypatch.setattr(_busy_answers.BusyAnswers, "_close_failed_tools", empty_first)
+    out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("second")]}, dict(cfg)), 60)
+    assert emptied == ["tools"]
+    assert [m.text() for m in out["messages"]][-1] == "done"
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in stored.context if m.role != "assistant"] == ["second", "fetched"]
+    hang.set()

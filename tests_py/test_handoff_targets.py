@@ -89,3 +89,52 @@ async def test_a_second_handoff_in_one_message_is_told_the_first_wins(checkpoint
         ("tool", "Handoff to billing"),
         ("tool", "Not handed off to savings_desk: this message already hands off to billing (the first handoff wins)"),
         ("assistant", "billing here")]
+
+
+@pytest.mark.asyncio
+async def test_a_handoff_beside_a_clients_call_goes_on_to_its_agent_once_the_client_answers(
+    checkpointer: Any, make_thread: Any
+) -> None:
+    """One assistant message asks for a handoff and for a client-run (remote) tool: the tool node
+    pauses for the client; its goto was dropped with the pause, so once the client answered the
+    run went down the tool node's edge back to the model and the agent it handed off to never
+    ran (second pass over session 38's routing fix; 10xGraph loops to RECURSION_001 here)."""
+    import json
+
+    from tenxgraph.core.state.message_block import ToolResultBlock
+
+    calls: list[str] = []
+
+    def model(state: AgentState) -> Message:
+        calls.append("model")
+        if state.context[-1].role == "tool":
+            return Message.text_message("model again", role="assistant")
+        return Message(role="assistant", content=[], tools_calls=[
+            call("h1", "transfer_to_billing"), call("r1", "read_clipboard", {"fmt": "txt"})])
+
+    def billing(state: AgentState) -> Message:
+        calls.append("billing")
+        return Message.text_message("billing here", role="assistant")
+
+    g = StateGraph(AgentState)
+    g.add_node("model", model)
+    g.add_node("tools", ToolNode([create_handoff_tool("billing")]))
+    g.add_node("billing", billing)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    g.add_edge("tools", "model")
+    g.add_edge("billing", END)
+    app = g.compile(checkpointer=checkpointer)
+    cfg = {"thread_id": make_thread(), "remote_tools": [{
+        "name": "read_clipboard", "description": "Read the clipboard.",
+        "parameters": {"type": "object", "properties": {"fmt": {"type": "string"}}}}]}
+    await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
+    paused = await checkpointer.aget_state(dict(cfg))
+    assert paused.execution_meta.interrupt_reason == "remote_tool_call"
+    answer = Message.tool_message([ToolResultBlock(call_id="r1", output="CLIP", status="completed")])
+    out = await app.ainvoke({"messages": [answer]}, dict(cfg))
+    assert calls == ["model", "billing"]
+    assert [m.text() for m in out["messages"]][-1] == "billing here"
+    stored = await checkpointer.aget_state(dict(cfg))
+    assert [m.text() for m in stored.context if m.role == "tool"] == ["Handoff to billing", "CLIP"]
+    assert json.dumps(stored.execution_meta.interrupt_data) == "null"

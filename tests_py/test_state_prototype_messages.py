@@ -88,3 +88,94 @@ async def test_every_thread_stores_the_prototypes_messages_under_ids_of_its_own(
         listed = await checkpointer.alist_messages({"thread_id": thread})
         assert [m.role for m in listed][:2] == ["system", "user"]
     assert firsts[0] != firsts[1]
+
+
+NO_INPUT_SCRIPT = """
+import asyncio
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+def answer(state):
+    return Message.text_message(f"answer to {len(state.context)} messages", role="assistant")
+
+async def main():
+    fresh_container()
+    g = StateGraph(AgentState(context=[Message.text_message("Greet the user.", role="system")]))
+    g.add_node("answer", answer)
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    cp = InMemoryCheckpointer()
+    app = g.compile(checkpointer=cp)
+    out = {}
+    for thread, given in (("empty", {}), ("state", {"state": {"context_summary": "s"}})):
+        r = await app.ainvoke(given, {"thread_id": thread})
+        stored = await cp.aget_state({"thread_id": thread})
+        out[thread] = {"returned": [m.text() for m in r["messages"]], "stored": [m.text() for m in stored.context]}
+    emit(out)
+
+asyncio.run(main())
+"""
+
+
+def test_a_first_input_without_messages_runs_on_the_prototypes_messages_as_in_10xgraph(oracle: Any) -> None:
+    """10xGraph refuses a new thread's input without messages only when its prototype has none
+    either; it was refused here whatever the prototype held (red-team, session 38)."""
+    theirs, ours = oracle.run_both(NO_INPUT_SCRIPT)
+    assert ours == theirs
+    assert theirs["empty"]["stored"] == ["Greet the user.", "answer to 1 messages"]
+
+
+@pytest.mark.asyncio
+async def test_a_first_input_without_messages_runs_when_the_prototype_has_some(checkpointer: Any,
+                                                                               make_thread: Any) -> None:
+    seen: list[list[str]] = []
+    out = await _graph(checkpointer, seen).ainvoke({}, {"thread_id": make_thread()})
+    assert seen == [["system"]] and [m.text() for m in out["messages"]] == ["ok"]
+    # A prototype without messages still refuses it (nothing to run on), as 10xGraph does.
+    g = StateGraph(AgentState)
+    g.add_node("answer", lambda s: Message.text_message("no", role="assistant"))
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    with pytest.raises(ValueError, match="must contain 'messages'"):
+        await g.compile(checkpointer=checkpointer).ainvoke({}, {"thread_id": make_thread()})
+
+
+@pytest.mark.asyncio
+async def test_a_prototype_message_with_an_int_id_gets_an_int_id(checkpointer: Any, make_thread: Any) -> None:
+    """Without an id generator the fresh id was a uuid text in place of the int: an int-id
+    PostgreSQL schema refused every new thread's first turn (STORAGE_CONFIG_002; second pass
+    over session 38's fix)."""
+    g = StateGraph(AgentState(context=[Message.text_message("You are terse.", role="system", message_id=1)]))
+    g.add_node("answer", lambda s: Message.text_message("ok", role="assistant"))
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    thread = make_thread()
+    await g.compile(checkpointer=checkpointer).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": thread})
+    first = (await checkpointer.aget_state({"thread_id": thread})).context[0]
+    assert first.role == "system" and isinstance(first.message_id, int) and 0 < first.message_id < 2**31
+
+
+@pytest.mark.asyncio
+async def test_a_bigint_schema_with_the_callers_own_int_ids_starts_threads_with_a_prototype() -> None:
+    import itertools
+    import os
+    import uuid
+
+    from tenxgraph.storage.checkpointer import PgCheckpointer
+
+    dsn = os.environ.get("TENXGRAPH_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("needs TENXGRAPH_TEST_PG_DSN")
+    ids = itertools.count(10**12 + uuid.uuid4().int % 10**9 * 1000)
+    cp = PgCheckpointer(postgres_dsn=dsn, schema=f"pi_{uuid.uuid4().hex[:10]}", id_type="bigint")
+    g = StateGraph(AgentState(context=[Message.text_message("You are terse.", role="system", message_id=7)]))
+    g.add_node("answer", lambda s: Message.text_message("ok", role="assistant", message_id=next(ids)))
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    app = g.compile(checkpointer=cp)
+    for thread in (1, 2):
+        await app.ainvoke({"messages": [Message.text_message("hi", message_id=next(ids))]}, {"thread_id": thread})
+        stored = await cp.aget_state({"thread_id": thread})
+        assert [m.role for m in stored.context] == ["system", "user", "assistant"]
+        assert all(isinstance(m.message_id, int) for m in stored.context)
+    await cp.arelease()

@@ -362,8 +362,11 @@ class NativeGraph:
         interrupt_after: list[str],
         tool_nodes: list[str],
         store: NativeStore,
+        starts_with_messages: bool = False,
     ) -> NativeGraph:
-        """Validates the topology (``GraphError`` GRAPH_002/003/004) and binds it to ``store``."""
+        """Validates the topology (``GraphError`` GRAPH_002/003/004) and binds it to ``store``.
+        ``starts_with_messages``: the state a new thread starts from holds messages, so a first
+        input without any has something to run on."""
     def run(
         self,
         run: Any,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
@@ -21,6 +22,22 @@ from tenxgraph.core.state.message import Message, generate_id
 from tenxgraph.core.state.reducers import RemoveMessage
 from tenxgraph.utils.constants import END
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, check_answer, pending_interrupt
+
+_INT4_TOP = 2**31 - 1
+_INT8_TOP = 2**63 - 1
+
+
+def fresh_id_like(old: Any) -> Any:
+    """A new message id in place of ``old``, of its kind: the id generator's, or where that
+    gives a str for an int id (none installed; the caller sets int ids itself, as on a
+    ``PgCheckpointer(id_type="bigint")``), a random positive int as wide as ``old``, so that it
+    fits the column ``old`` fit. A str id there was refused by the store (STORAGE_CONFIG_002:
+    a new thread under a prototype with int ids failed every first turn; red-team, session 38)."""
+    new = generate_id(None)
+    if isinstance(old, int) and not isinstance(old, bool) and not isinstance(new, int):
+        top = _INT4_TOP if 0 < old <= _INT4_TOP else _INT8_TOP
+        new = secrets.randbelow(top) + 1
+    return new
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph
@@ -137,7 +154,7 @@ class RunInput:
             if m.delta or isinstance(m, RemoveMessage) or m.message_id in stored:
                 continue
             if m.message_id in seen:
-                self.input_messages[i] = m.model_copy(update={"message_id": generate_id(None)})
+                self.input_messages[i] = m.model_copy(update={"message_id": fresh_id_like(m.message_id)})
             else:
                 seen.add(m.message_id)
 
@@ -157,7 +174,7 @@ class RunInput:
             meta.status == ExecutionStatus.INTERRUPTED_AFTER and meta.current_node == END)
         if not over or last.role != "user" or (state.context and state.context[-1].role == "user"):
             return
-        again = last.model_copy(update={"message_id": generate_id(None)})
+        again = last.model_copy(update={"message_id": fresh_id_like(last.message_id)})
         self._index.append(state, [again], keep_delta=True)  # 10xGraph adds it as it is, delta or not
         self.input_messages[-1] = again  # the response shows the message as stored
         self.graph._log.info("every input message's id was already in the thread; the last user message was "

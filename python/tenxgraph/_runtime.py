@@ -17,7 +17,7 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._run_input import RunInput, stored_as_sent
+from tenxgraph._run_input import RunInput, fresh_id_like, stored_as_sent
 from tenxgraph._run_remote_tools import keep_remote_tools, mark_remote_turn, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
@@ -42,7 +42,7 @@ from tenxgraph._state_codec import (
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
-from tenxgraph.core.state.message import Message, generate_id
+from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import REMOVE_ALL_MESSAGES, RemoveMessage
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
@@ -184,7 +184,7 @@ class Run(RunInput, RunHooks, RunTools):
             # and never written, so every later turn and every other worker ran without them
             # (10xGraph stores them; differential red-team, session 38). Each thread gets them
             # under ids of its own: a message id names one message of one thread in the store.
-            state.context[:] = [m.model_copy(update={"message_id": generate_id(None)}) for m in state.context]
+            state.context[:] = [m.model_copy(update={"message_id": fresh_id_like(m.message_id)}) for m in state.context]
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).

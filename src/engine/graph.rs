@@ -42,6 +42,9 @@ pub struct GraphSpec {
     pub interrupt_after: Vec<String>,
     /// Nodes run by the replay-safe tool handler instead of `NodeHost::run_node`.
     pub tool_nodes: Vec<String>,
+    /// The state a new thread starts from holds messages (a system prompt in the prototype):
+    /// a first input without messages has something to run on, as in 10xGraph.
+    pub starts_with_messages: bool,
 }
 
 impl GraphSpec {

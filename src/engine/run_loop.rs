@@ -214,13 +214,17 @@ pub const ROUTING_FAILED_REASON: &str = "routing_failed";
 /// the client's results: NODE_002, the thread wedged; red-team, session 34).
 pub const ROUTING_PENDING_REASON: &str = "routing_pending";
 
-/// The key of `interrupt_data` that keeps, beside `ROUTING_FAILED_REASON` or
-/// `ROUTING_PENDING_REASON`, the `Command(goto=...)` the node returned.
+/// The key of `interrupt_data` that keeps, beside `ROUTING_FAILED_REASON`,
+/// `REMOTE_TOOL_REASON` or `ROUTING_PENDING_REASON`, the `Command(goto=...)` the node returned.
 pub const ROUTING_GOTO_KEY: &str = "goto";
 
-/// The goto kept with a routing failure (or with the input commit of its retry).
+/// The goto kept with a routing failure or a pause for the client's tools (or with the input
+/// commit of the run that routes on from it).
 pub fn routing_goto(exec: &ExecMeta) -> Option<String> {
-    let routing = matches!(exec.interrupt_reason.as_deref(), Some(ROUTING_FAILED_REASON | ROUTING_PENDING_REASON));
+    let routing = matches!(
+        exec.interrupt_reason.as_deref(),
+        Some(ROUTING_FAILED_REASON | ROUTING_PENDING_REASON | REMOTE_TOOL_REASON)
+    );
     let data = exec.interrupt_data.as_ref().filter(|_| routing)?;
     data.get(ROUTING_GOTO_KEY).and_then(serde_json::Value::as_str).map(str::to_owned)
 }
@@ -335,8 +339,11 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 continue;
             }
             if let Some(reason) = out.pause {
-                // current_node stays: the resumed run routes past it (see resume_after).
-                self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, None);
+                // current_node stays: the resumed run routes past it (see resume_after), by the
+                // node's goto (a handoff beside a client's call: it was lost, and the run went
+                // down the tool node's edge; red-team, session 38).
+                let goto = out.goto.map(|g| json!({ ROUTING_GOTO_KEY: g }));
+                self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, goto);
                 self.hooks(Lifecycle::Interrupt { node: &node, kind: "after" }).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));

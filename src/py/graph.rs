@@ -26,6 +26,7 @@ impl NativeGraph {
     /// Validates the topology (GRAPH_002/003/004) and binds it to a store.
     #[allow(clippy::too_many_arguments)] // the Python constructor's keyword arguments
     #[new]
+    #[pyo3(signature = (nodes, edges, entry, interrupt_before, interrupt_after, tool_nodes, store, starts_with_messages=false))]
     fn new(
         py: Python<'_>,
         nodes: Vec<String>,
@@ -35,6 +36,7 @@ impl NativeGraph {
         interrupt_after: Vec<String>,
         tool_nodes: Vec<String>,
         store: PyRef<'_, NativeStore>,
+        starts_with_messages: bool,
     ) -> PyResult<Self> {
         let spec = GraphSpec {
             nodes,
@@ -46,6 +48,7 @@ impl NativeGraph {
             interrupt_before,
             interrupt_after,
             tool_nodes,
+            starts_with_messages,
         };
         spec.validate().map_err(|e| engine_err(py, e))?;
         Ok(NativeGraph { spec: Arc::new(spec), store: store.inner.clone() })

@@ -135,7 +135,15 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             ),
         }
     }
-    if stored.is_none() && !input.has_messages && !input.resume_only {
+    // A close of a failed tool node that finds the thread emptied (`aclear_state`,
+    // `aclean_thread` since the turn was refused) has nothing to close: the turn goes on as the
+    // thread's first. It was refused as an input without messages, a false and untyped
+    // ValueError for a turn that had them (red-team soak, session 38).
+    if cfg.closing_failed_tools && stored.is_none() {
+        let exec = ExecMeta::fresh(&entry, &t.thread_id);
+        return Ok(RunOutcome { exec, version: 0, stopped: false, mark: None, nothing_to_resume: true, state: None });
+    }
+    if stored.is_none() && !input.has_messages && !graph.starts_with_messages && !input.resume_only {
         return Err(EngineError::InvalidInput("Input data must contain 'messages' for new execution.".into()));
     }
     let (version, mut exec) = match &stored {
@@ -244,13 +252,14 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let routing_pending = previous == ExecStatus::Running
         && exec.interrupt_reason.as_deref() == Some(super::ROUTING_PENDING_REASON)
         && exec.interrupted_node.as_deref() == Some(exec.current_node.as_str());
-    // The goto of the node whose routing failed, kept for the input commit (see below).
-    let resume_goto = if rerouted || routing_pending { super::routing_goto(&exec) } else { None };
     let resume_after = ((previous == ExecStatus::InterruptedAfter
         && exec.interrupt_reason.as_deref() == Some(REMOTE_TOOL_REASON))
         || rerouted
         || routing_pending)
         .then(|| exec.current_node.clone());
+    // The node's `Command(goto=...)` kept with its routing failure or its pause for the client's
+    // tools, for the input commit (see below) and the routing.
+    let resume_goto = resume_after.as_ref().and_then(|_| super::routing_goto(&exec));
     // The turn starts at START (a new thread, a new turn, a state written outside a run): its
     // first node is routed out of START below, once the input is merged.
     let mut at_start = stored.is_none();

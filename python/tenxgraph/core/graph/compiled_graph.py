@@ -161,6 +161,7 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
             self.interrupt_after,
             [n for n, node in self._nodes.items() if _is_tool_node(node.func)],
             self._checkpointer._native,
+            starts_with_messages=bool(self._prototype.context),
         )
 
     # -- running ---------------------------------------------------------------------------
