@@ -179,3 +179,62 @@ async def test_a_bigint_schema_with_the_callers_own_int_ids_starts_threads_with_
         assert [m.role for m in stored.context] == ["system", "user", "assistant"]
         assert all(isinstance(m.message_id, int) for m in stored.context)
     await cp.arelease()
+
+
+SENT_AGAIN_SCRIPT = """
+import asyncio
+from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+SYS = Message.text_message("You are terse.", role="system", message_id="sys-1")
+
+def build(cp, node_returns_prompt):
+    fresh_container()
+    def answer(state):
+        reply = Message.text_message(f"answer {len(state.context)}", role="assistant")
+        return [SYS, reply] if node_returns_prompt else reply
+    g = StateGraph(AgentState(context=[SYS]))
+    g.add_node("answer", answer)
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    return g.compile(checkpointer=cp)
+
+async def main():
+    cp = InMemoryCheckpointer()
+    out = {}
+    for name, sends_prompt, node_returns_prompt in (("input", True, False), ("node", False, True)):
+        app = build(cp, node_returns_prompt)
+        for turn in ("hi", "again"):
+            sent = [SYS, Message.text_message(turn)] if sends_prompt else [Message.text_message(turn)]
+            await app.ainvoke({"messages": sent}, {"thread_id": name})
+        stored = await cp.aget_state({"thread_id": name})
+        out[name] = [(m.role, m.text()) for m in stored.context]
+    emit(out)
+
+asyncio.run(main())
+"""
+
+
+def test_a_prototype_message_sent_again_under_its_id_is_the_threads_copy(oracle: Any) -> None:
+    """A frontend that sends the prompt with every turn, or a node that returns it with its reply,
+    under the prototype's id: one copy, as in 10xGraph (the thread's fresh ids made it a new
+    message each time: third pass over session 38's fix)."""
+    theirs, ours = oracle.run_both(SENT_AGAIN_SCRIPT)
+    assert ours == theirs
+    assert [role for role, _ in theirs["input"]].count("system") == 1
+
+
+@pytest.mark.asyncio
+async def test_decimal_text_ids_keep_their_kind(checkpointer: Any, make_thread: Any) -> None:
+    """An int-id PostgreSQL schema takes an id's decimal text too; a fresh id in place of one
+    (the prototype's, twins in one input, a user message sent again) was a uuid text there."""
+    g = StateGraph(AgentState(context=[Message.text_message("You are terse.", role="system", message_id="1")]))
+    g.add_node("answer", lambda s: Message.text_message("ok", role="assistant"))
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    thread = make_thread()
+    twins = [Message.text_message("a", message_id="55"), Message.text_message("b", message_id="55")]
+    await g.compile(checkpointer=checkpointer).ainvoke({"messages": twins}, {"thread_id": thread})
+    stored = (await checkpointer.aget_state({"thread_id": thread})).context
+    assert [m.text() for m in stored] == ["You are terse.", "a", "b", "ok"]
+    assert all(str(m.message_id).isdigit() for m in stored[:3]), [m.message_id for m in stored]

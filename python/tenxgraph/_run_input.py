@@ -7,37 +7,21 @@ from __future__ import annotations
 
 import copy
 import json
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
 from tenxgraph import _turn_request as turn_request
 from tenxgraph._context_index import ContextIndex
+from tenxgraph._message_ids import fresh_id_like
 from tenxgraph._run_values import id_twin
 from tenxgraph._state_codec import STORED_DEPTH, core_refuses
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus
-from tenxgraph.core.state.message import Message, generate_id
+from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import RemoveMessage
 from tenxgraph.utils.constants import END
 from tenxgraph.utils.interrupt import RESUME_ANSWERS_KEY, check_answer, pending_interrupt
-
-_INT4_TOP = 2**31 - 1
-_INT8_TOP = 2**63 - 1
-
-
-def fresh_id_like(old: Any) -> Any:
-    """A new message id in place of ``old``, of its kind: the id generator's, or where that
-    gives a str for an int id (none installed; the caller sets int ids itself, as on a
-    ``PgCheckpointer(id_type="bigint")``), a random positive int as wide as ``old``, so that it
-    fits the column ``old`` fit. A str id there was refused by the store (STORAGE_CONFIG_002:
-    a new thread under a prototype with int ids failed every first turn; red-team, session 38)."""
-    new = generate_id(None)
-    if isinstance(old, int) and not isinstance(old, bool) and not isinstance(new, int):
-        top = _INT4_TOP if 0 < old <= _INT4_TOP else _INT8_TOP
-        new = secrets.randbelow(top) + 1
-    return new
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled_graph import CompiledGraph

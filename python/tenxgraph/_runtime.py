@@ -17,7 +17,8 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._run_input import RunInput, fresh_id_like, stored_as_sent
+from tenxgraph._message_ids import as_thread_copies
+from tenxgraph._run_input import RunInput, stored_as_sent
 from tenxgraph._run_remote_tools import keep_remote_tools, mark_remote_turn, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
 from tenxgraph._run_values import (
@@ -100,6 +101,7 @@ class Run(RunInput, RunHooks, RunTools):
         self.answered_from_store = False
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = ContextIndex()
+        self._proto_ids = graph._prototype_ids
         # Ids of messages a node of this run added to the context, new to it, that no tool node
         # has acted on yet: a tool node on such a message skips the ledger lookup (nothing can
         # be recorded under a message no earlier attempt saw; ToolBatch::fresh in the core).
@@ -182,9 +184,9 @@ class Run(RunInput, RunHooks, RunTools):
             # The prototype's messages (a system prompt) are the new thread's first messages,
             # stored with its input: counted as stored, they were seen by the first turn's nodes
             # and never written, so every later turn and every other worker ran without them
-            # (10xGraph stores them; differential red-team, session 38). Each thread gets them
-            # under ids of its own: a message id names one message of one thread in the store.
-            state.context[:] = [m.model_copy(update={"message_id": fresh_id_like(m.message_id)}) for m in state.context]
+            # (10xGraph stores them; differential red-team, session 38). Under the thread's ids
+            # for them (see _message_ids).
+            state.context[:] = as_thread_copies(list(state.context), self._proto_ids, self.config["thread_id"])
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).
@@ -198,7 +200,7 @@ class Run(RunInput, RunHooks, RunTools):
         # A start refused after a replay was decided on a kept copy prepares again from a read,
         # with the input as sent (a rename made for the kept copy does not hold for the read).
         self.answered_from_store, self.produced = False, []
-        self.input_messages = list(self._sent_messages)
+        self.input_messages = as_thread_copies(list(self._sent_messages), self._proto_ids, self.config["thread_id"])
         if self.has_lifecycle_hooks and state.execution_meta.status in (
             ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
         ):
@@ -493,6 +495,8 @@ class Run(RunInput, RunHooks, RunTools):
             seen_new: set[Any] = set()
             for item in items:
                 msg = to_message(item)
+                if msg.message_id in self._proto_ids:  # the thread's copy of a prototype message
+                    msg = as_thread_copies([msg], self._proto_ids, self.config["thread_id"])[0]
                 if isinstance(msg, RemoveMessage):
                     # Tombstones apply in order (add_messages): a message after one, with its
                     # id, is its replacement. It was deduplicated against the tombstone and
