@@ -61,7 +61,8 @@ def fresh_id_like(old: Any) -> Any:
 def thread_copy_id(thread_id: Any, old: Any) -> Any:
     """The id the thread ``thread_id`` gives the prototype's message ``old``: derived from both,
     of ``old``'s kind (an int as wide, or its decimal text; else a uuid text)."""
-    digest = hashlib.sha256(f"{thread_id!r}\x00{old!r}".encode("utf-8", "surrogatepass")).digest()
+    # As text: the store names a thread (and a message) by its id's text, so 7 and "7" are one.
+    digest = hashlib.sha256(f"{thread_id}\x00{old}".encode("utf-8", "surrogatepass")).digest()
     old_int = _int_kind(old)
     if old_int is None and isinstance(generate_id(None), int):
         old_int = _INT8_TOP  # an int generator is installed: the store takes ints
