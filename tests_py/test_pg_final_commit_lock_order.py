@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import subprocess
-import time
 import uuid
 from typing import Any
 
@@ -28,8 +26,7 @@ from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.exceptions import TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tenxgraph.testing.postgres_server import find_pg_binary
-
+from .pg_sessions import Holder, blocked_by, psql
 from .tool_graphs import call, route
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
@@ -37,10 +34,7 @@ pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (py
 
 
 def _psql(sql: str) -> str:
-    res = subprocess.run([find_pg_binary("psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", str(DSN), "-c", sql],
-                         capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0, res.stderr
-    return res.stdout.strip()
+    return psql(str(DSN), sql)
 
 
 def _graph(cp: PgCheckpointer, shape: str, entered: asyncio.Event, go: asyncio.Event) -> Any:
@@ -84,43 +78,24 @@ async def test_the_last_commit_does_not_deadlock_with_a_lease_check_that_then_lo
     entered, go = asyncio.Event(), asyncio.Event()
     app = _graph(cp, shape, entered, go)
     run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t:1"}))
-    locker = subprocess.Popen([find_pg_binary("psql"), "-X", "-Atq", "-d", str(DSN)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert locker.stdin is not None and locker.stdout is not None
-
-    def ask(sql: str) -> str:
-        assert locker.stdin is not None and locker.stdout is not None
-        locker.stdin.write(sql + "\n")
-        locker.stdin.flush()
-        return locker.stdout.readline().strip()
-
+    locker = Holder(str(DSN))
     try:
         await asyncio.wait_for(entered.wait(), 60)
         # The run's own lease check, as the late record makes it (the lease row under a share lock).
-        holder = await asyncio.to_thread(
-            ask, f"BEGIN; SELECT pg_backend_pid() FROM \"{schema}\".tenx_leases WHERE thread_id = 't:1' FOR SHARE;")
+        holder = await locker.ask_async(
+            f"BEGIN; SELECT pg_backend_pid() FROM \"{schema}\".tenx_leases WHERE thread_id = 't:1' FOR SHARE;")
         assert holder.isdigit(), f"no lease row to check: {holder!r}"
         go.set()
-        deadline = time.monotonic() + 60
-        waiting = ""
-        while not waiting and time.monotonic() < deadline and not run.done():
-            waiting = _psql(f"SELECT string_agg(pid::text, ',') FROM pg_stat_activity "
-                            f"WHERE {holder} = ANY(pg_blocking_pids(pid))")
-            await asyncio.sleep(0.05)
-        assert waiting, "the run's last commit never waited on the lease row"
+        assert await blocked_by(str(DSN), holder, run), "the run's last commit never waited on the lease row"
         # The record goes on to lock the thread row: it must get it (the commit holds nothing it
         # needs yet), or the server aborts one of the two.
-        locked = await asyncio.to_thread(
-            ask, f"SELECT 'locked' FROM \"{schema}\".threads WHERE thread_id = 't:1' FOR UPDATE; "
-                 "COMMIT; SELECT 'committed';")
+        locked = await locker.ask_async(
+            f"SELECT 'locked' FROM \"{schema}\".threads WHERE thread_id = 't:1' FOR UPDATE; COMMIT; SELECT 'committed';")
         assert locked == "locked"
         out = await asyncio.wait_for(run, 60)
     finally:
         go.set()
-        if locker.poll() is None:
-            locker.stdin.write("ROLLBACK;\n\\q\n")
-            locker.stdin.flush()
-            locker.wait(30)
+        locker.close()
     assert out["messages"][-1].text() == ("worked" if shape == "plain" else "waited")
     # A commit the server aborted is sent again (and says so): the order of the locks is what is
     # tested, so no retry may have been needed.

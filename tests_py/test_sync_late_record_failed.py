@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import subprocess
 import threading
-import time
 import uuid
 
 import pytest
@@ -19,8 +17,8 @@ from tenxgraph import END, START, AgentState, Message, StateGraph
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.logs import NOT_RECORDED_EVENT
 from tenxgraph.storage.checkpointer import PgCheckpointer
-from tenxgraph.testing.postgres_server import find_pg_binary
 
+from .pg_sessions import Holder, blocked_by, psql
 from .tool_graphs import call, route
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
@@ -28,10 +26,7 @@ pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (py
 
 
 def _psql(sql: str) -> str:
-    res = subprocess.run([find_pg_binary("psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", str(DSN), "-c", sql],
-                         capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0, res.stderr
-    return res.stdout.strip()
+    return psql(str(DSN), sql)
 
 
 class _Seen(logging.Handler):
@@ -74,32 +69,20 @@ async def test_a_sync_tool_whose_late_record_failed_is_not_fired_again_by_a_retr
     failed = _Seen(NOT_RECORDED_EVENT)
     log = logging.getLogger("tenxgraph")
     log.addHandler(failed)
-    locker = subprocess.Popen([find_pg_binary("psql"), "-X", "-Atq", "-d", str(DSN)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    locker = Holder(str(DSN))
     try:
         with pytest.raises(BaseException):
             await app.ainvoke({"messages": [Message.text_message("pay 5")]}, dict(cfg))
         # Hold the ledger table, so the late record waits on it; then cut that record's connection.
-        assert locker.stdin is not None and locker.stdout is not None
-        locker.stdin.write(f'BEGIN; LOCK TABLE "{schema}".tool_executions IN ACCESS EXCLUSIVE MODE; '
-                           "SELECT pg_backend_pid();\n")
-        locker.stdin.flush()
-        holder = int(locker.stdout.readline().strip())
+        holder = int(await locker.ask_async(
+            f'BEGIN; LOCK TABLE "{schema}".tool_executions IN ACCESS EXCLUSIVE MODE; SELECT pg_backend_pid();'))
         release.set()
-        deadline = time.monotonic() + 60
-        waiting = ""
-        while not waiting and time.monotonic() < deadline:
-            waiting = _psql(f"SELECT string_agg(pid::text, ',') FROM pg_stat_activity "
-                            f"WHERE {holder} = ANY(pg_blocking_pids(pid))")
-            await asyncio.sleep(0.05)
+        waiting = await blocked_by(str(DSN), str(holder))
         assert waiting, "the late record never waited on the lock"
-        _psql(f"SELECT pg_terminate_backend(p::int) FROM unnest(string_to_array('{waiting}', ',')) p")
+        _psql(f"SELECT pg_terminate_backend({waiting})")
         assert await asyncio.to_thread(failed.seen.wait, 60), "the late record did not fail"
     finally:
-        if locker.stdin is not None:
-            locker.stdin.write("ROLLBACK;\n\\q\n")
-            locker.stdin.flush()
-        locker.wait(30)
+        locker.close()
         log.removeHandler(failed)
         release.set()
     await asyncio.wait_for(app.ainvoke({}, dict(cfg, node_timeout=60)), 90)
