@@ -27,6 +27,7 @@ from tenxgraph.core.exceptions import TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from .pg_sessions import Holder, blocked_by, psql
+from .reply_graph import reply_graph
 from .tool_graphs import call, route
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
@@ -129,14 +130,7 @@ async def test_a_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
               CREATE TRIGGER abort_first BEFORE INSERT ON "{schema}".states
                 FOR EACH ROW EXECUTE FUNCTION "{schema}".abort_first();""")
 
-    def work(state: AgentState) -> Message:
-        return Message.text_message("worked", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("work", work)
-    g.add_edge(START, "work")
-    g.add_edge("work", END)
-    app = g.compile(checkpointer=cp)
+    app = reply_graph(cp)
     cfg = {"thread_id": "t"}
 
     def retried() -> list[logging.LogRecord]:
@@ -147,7 +141,7 @@ async def test_a_commit_the_server_aborts_for_a_lock_cycle_is_sent_again(
 
     if aborted == 1:
         out = await asyncio.wait_for(app.ainvoke({"messages": [Message.text_message("go")]}, cfg), 60)
-        assert out["messages"][-1].text() == "worked"
+        assert out["messages"][-1].text() == "reply to go"
         assert len(retried()) == 1
         assert (stored("states"), stored("messages")) == ("2", "2")
     else:

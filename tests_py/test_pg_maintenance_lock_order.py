@@ -17,11 +17,12 @@ import uuid
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.core.exceptions import MessageNotFoundError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 
 from .pg_sessions import Holder, blocked_by, psql
+from .reply_graph import reply_graph
 
 DSN = os.environ.get("TENXGRAPH_TEST_PG_DSN")
 pytestmark = pytest.mark.skipif(not DSN, reason="needs TENXGRAPH_TEST_PG_DSN (python -m tenxgraph.testing serve ENV)")
@@ -38,14 +39,7 @@ async def test_a_message_call_next_to_a_clear_or_clean_of_its_thread_both_comple
     schema = f"ml_{uuid.uuid4().hex[:10]}"
     cp = PgCheckpointer(postgres_dsn=DSN, schema=schema)
 
-    def work(state: AgentState) -> Message:
-        return Message.text_message("worked", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("work", work)
-    g.add_edge(START, "work")
-    g.add_edge("work", END)
-    app = g.compile(checkpointer=cp)
+    app = reply_graph(cp)
     cfg = {"thread_id": "t:1"}
     first = Message.text_message("go")
     out = await app.ainvoke({"messages": [first]}, cfg)
