@@ -116,7 +116,12 @@ async def test_a_handoff_beside_a_clients_call_goes_on_to_its_agent_once_the_cli
         calls.append("billing")
         return Message.text_message("billing here", role="assistant")
 
-    g = StateGraph(AgentState)
+    from tenxgraph.runtime.publisher.publish import outbox_for
+
+    from .publisher_graphs import Recorder
+
+    rec = Recorder()
+    g = StateGraph(AgentState, publisher=rec)
     g.add_node("model", model)
     g.add_node("tools", ToolNode([create_handoff_tool("billing")]))
     g.add_node("billing", billing)
@@ -131,6 +136,10 @@ async def test_a_handoff_beside_a_clients_call_goes_on_to_its_agent_once_the_cli
     await app.ainvoke({"messages": [Message.text_message("hi")]}, dict(cfg))
     paused = await checkpointer.aget_state(dict(cfg))
     assert paused.execution_meta.interrupt_reason == "remote_tool_call"
+    # The goto kept with the pause is the loop's: the pause's event carries no payload, as before.
+    await outbox_for(rec).flush(30)
+    interrupted = [e for e in rec.events if str(e.event_type) == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].data.get("interrupt") is None, interrupted
     answer = Message.tool_message([ToolResultBlock(call_id="r1", output="CLIP", status="completed")])
     out = await app.ainvoke({"messages": [answer]}, dict(cfg))
     assert calls == ["model", "billing"]

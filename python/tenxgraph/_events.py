@@ -64,7 +64,7 @@ class RunEvents:
         if outcome.get("stopped") or status in ("interrupted_before", "interrupted_after"):
             reason = exec_meta.get("interrupt_reason")
             self._send(Event.GRAPH_EXECUTION, EventType.INTERRUPTED, START, [ContentType.STATE, ContentType.MESSAGE],
-                       {**data, "interrupted": status, "interrupt": exec_meta.get("interrupt_data")},
+                       {**data, "interrupted": status, "interrupt": _pause_data(exec_meta.get("interrupt_data"))},
                        interrupt_reason=reason, interrupted_node=exec_meta.get("interrupted_node"),
                        status=f"Graph execution interrupted ({reason})", **common)
         self._send(Event.GRAPH_EXECUTION, EventType.END, START, [ContentType.STATE, ContentType.MESSAGE], data,
@@ -122,3 +122,12 @@ class RunEvents:
     def tools_begun(self, node: str) -> None:
         """A new tool-node execution: its calls' end events are its own."""
         self._tools_ended = {k for k in self._tools_ended if k[0] != node}
+
+
+def _pause_data(data: Any) -> Any:
+    """What a pause carries for its consumer: ``interrupt_data`` without the routing the core
+    keeps there (a handoff's goto beside a client's tool call, see ``ROUTING_GOTO_KEY``), which
+    is the loop's, not a question's."""
+    if isinstance(data, dict) and "goto" in data:
+        data = {k: v for k, v in data.items() if k != "goto"} or None
+    return data
