@@ -238,3 +238,61 @@ async def test_decimal_text_ids_keep_their_kind(checkpointer: Any, make_thread: 
     stored = (await checkpointer.aget_state({"thread_id": thread})).context
     assert [m.text() for m in stored] == ["You are terse.", "a", "b", "ok"]
     assert all(str(m.message_id).isdigit() for m in stored[:3]), [m.message_id for m in stored]
+
+
+def _prompted_graph(checkpointer: Any, prototype: list[Message], node: Any) -> Any:
+    g = StateGraph(AgentState(context=prototype))
+    g.add_node("answer", node)
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("by_command", [False, True], ids=["state", "command"])
+async def test_a_node_that_rebuilds_the_context_from_the_prompt_keeps_the_threads_copy(
+    checkpointer: Any, make_thread: Any, by_command: bool
+) -> None:
+    """The summarising node: ``state.context = [SYS] + recent; return state``. The prompt came back
+    under the prototype's id and was stored so: on PostgreSQL every other thread then failed on
+    it (STORAGE_FORBIDDEN_002; fourth pass over session 38's fix)."""
+    from tenxgraph.utils import Command
+
+    sys_msg = Message.text_message("You are terse.", role="system", message_id="sys-1")
+
+    def trim(state: AgentState) -> Any:
+        state.context = [sys_msg] + [m for m in state.context if m.role != "system"][-2:]
+        state.context.append(Message.text_message("ok", role="assistant"))
+        return Command(state=state) if by_command else state
+
+    app = _prompted_graph(checkpointer, [sys_msg], trim)
+    for thread in (make_thread(), make_thread()):
+        for word in ("hi", "again"):
+            await app.ainvoke({"messages": [Message.text_message(word)]}, {"thread_id": thread})
+        stored = (await checkpointer.aget_state({"thread_id": thread})).context
+        assert [m.text() for m in stored] == ["You are terse.", "ok", "again", "ok"]
+        assert stored[0].message_id != "sys-1"
+
+
+@pytest.mark.asyncio
+async def test_two_prototype_messages_under_one_id_are_both_stored(checkpointer: Any, make_thread: Any) -> None:
+    prototype = [Message.text_message("You are terse.", role="system", message_id="p"),
+                 Message.text_message("Answer in French.", role="system", message_id="p")]
+    thread = make_thread()
+    await _prompted_graph(checkpointer, prototype, lambda s: Message.text_message("ok", role="assistant")).ainvoke(
+        {"messages": [Message.text_message("hi")]}, {"thread_id": thread})
+    stored = (await checkpointer.aget_state({"thread_id": thread})).context
+    assert [m.text() for m in stored] == ["You are terse.", "Answer in French.", "hi", "ok"]
+
+
+@pytest.mark.asyncio
+async def test_a_thread_that_holds_the_prototypes_own_id_dedups_it_as_it_is(checkpointer: Any, make_thread: Any) -> None:
+    """A thread seeded by ``aput_state`` (or written by 10xGraph) holds the prompt under the
+    prototype's id: sent again, it is that message, not a second prompt."""
+    sys_msg = Message.text_message("You are terse.", role="system", message_id="sys-1")
+    thread = make_thread()
+    await checkpointer.aput_state({"thread_id": thread}, AgentState(context=[sys_msg, Message.text_message("hi")]))
+    app = _prompted_graph(checkpointer, [sys_msg], lambda s: Message.text_message("ok", role="assistant"))
+    await app.ainvoke({"messages": [sys_msg, Message.text_message("again")]}, {"thread_id": thread})
+    stored = (await checkpointer.aget_state({"thread_id": thread})).context
+    assert [m.text() for m in stored] == ["You are terse.", "hi", "again", "ok"]

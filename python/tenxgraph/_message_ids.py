@@ -3,21 +3,22 @@ user message sent again), and the ids a thread gives the state prototype's messa
 
 A message id names one message of one thread in the store (PostgreSQL's ``messages`` table keys
 on it alone), so the prototype's messages (a system prompt) cannot keep the prototype's ids in
-every thread as 10xGraph's do. Each thread names them with ids derived from the thread's id and
-the prototype's: the same on every turn and in every process, so a message sent again under the
-prototype's id (a frontend that sends the whole history; a node that returns the prompt with its
-reply) is that thread's copy, deduplicated as 10xGraph deduplicates it, and a ``RemoveMessage``
-naming it removes it."""
+every thread as 10xGraph's do. A new thread gives each a fresh id and keeps which prototype id
+each stands for in its state (``internal_data["prototype_ids"]``): on every later turn, in any
+process, a message that comes in under a prototype id (a frontend that sends the whole history;
+a node that returns the prompt with its reply, or a state holding it) is the thread's copy,
+deduplicated as 10xGraph deduplicates it, and a ``RemoveMessage`` naming it removes it. Fresh
+ids, not ids derived from the thread's: a derived int id as narrow as an int schema's could be
+another thread's for good (red-team, session 38), where a fresh one is drawn again by the retry."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
-import uuid
-from collections.abc import Iterable
 from typing import Any
 
 from tenxgraph.core.state.message import generate_id
+
+PROTOTYPE_IDS_KEY = "prototype_ids"
 
 _INT4_TOP = 2**31 - 1
 _INT8_TOP = 2**63 - 1
@@ -35,51 +36,49 @@ def _int_kind(old: Any) -> int | None:
     return None
 
 
-def _as_kind(old: Any, n: int) -> Any:
-    return str(n) if isinstance(old, str) else n
-
-
-def _top(old_int: int) -> int:
-    """As wide as ``old``, so that the new id fits the column the old one fit (31 bits for an
-    "int" schema's ids, 63 for "bigint")."""
-    return _INT4_TOP if old_int <= _INT4_TOP else _INT8_TOP
-
-
 def fresh_id_like(old: Any) -> Any:
     """A new message id in place of ``old``, of its kind: the id generator's, or where that gives
     a str for an int id (none installed; the caller sets int ids itself, as on a
-    ``PgCheckpointer(id_type="bigint")``), a random positive int as wide as ``old``, given as
-    ``old`` was (an int, or its decimal text). A uuid text there was refused by the store
-    (STORAGE_CONFIG_002; red-team, session 38)."""
+    ``PgCheckpointer(id_type="bigint")``), a random positive int as wide as ``old`` (31 bits or
+    63: it fits the column ``old`` fit), given as ``old`` was (an int, or its decimal text). A uuid
+    text there was refused by the store (STORAGE_CONFIG_002; red-team, session 38)."""
     new = generate_id(None)
     old_int = _int_kind(old)
     if old_int is not None and not isinstance(new, int):
-        new = _as_kind(old, secrets.randbelow(_top(old_int)) + 1)
+        n = secrets.randbelow(_INT4_TOP if old_int <= _INT4_TOP else _INT8_TOP) + 1
+        new = str(n) if isinstance(old, str) else n
     return new
 
 
-def thread_copy_id(thread_id: Any, old: Any) -> Any:
-    """The id the thread ``thread_id`` gives the prototype's message ``old``: derived from both,
-    of ``old``'s kind (an int as wide, or its decimal text; else a uuid text)."""
-    # As text: the store names a thread (and a message) by its id's text, so 7 and "7" are one.
-    digest = hashlib.sha256(f"{thread_id}\x00{old}".encode("utf-8", "surrogatepass")).digest()
-    old_int = _int_kind(old)
-    if old_int is None and isinstance(generate_id(None), int):
-        old_int = _INT8_TOP  # an int generator is installed: the store takes ints
-    if old_int is not None:
-        return _as_kind(old, int.from_bytes(digest[:8], "big") % _top(old_int) + 1)
-    return str(uuid.UUID(bytes=digest[:16], version=5))
+def name_prototype_copies(state: Any) -> dict[Any, Any]:
+    """Gives a new thread's copies of the prototype's messages (``state.context``) fresh ids and
+    records which prototype id each stands for; returns that map (the first copy of an id
+    stands for it: two prototype messages under one id are two messages of the thread)."""
+    if not state.context:
+        return {}
+    pairs: dict[Any, Any] = {}
+    for i, m in enumerate(state.context):
+        new = fresh_id_like(m.message_id)
+        pairs.setdefault(m.message_id, new)
+        state.context[i] = m.model_copy(update={"message_id": new})
+    state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in pairs.items()]
+    return pairs
 
 
-def prototype_ids(messages: Iterable[Any]) -> frozenset[Any]:
-    """The ids of the prototype's messages (an empty set for most graphs)."""
-    return frozenset(m.message_id for m in messages)
+def prototype_copies(state: Any) -> dict[Any, Any]:
+    """The map a thread recorded when it started (empty for a thread that did not start from a
+    prototype with messages: one seeded by ``aput_state``, or written by 10xGraph, holds the
+    prototype's ids themselves, and they dedup as they are)."""
+    pairs = state.execution_meta.internal_data.get(PROTOTYPE_IDS_KEY)
+    if not isinstance(pairs, list):
+        return {}
+    return {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2}
 
 
-def as_thread_copies(messages: list[Any], proto: frozenset[Any], thread_id: Any) -> list[Any]:
+def as_thread_copies(messages: list[Any], copies: dict[Any, Any]) -> list[Any]:
     """``messages`` with each one under a prototype id renamed to the thread's copy of it (the
     same list when none is)."""
-    if not proto or not any(m.message_id in proto for m in messages):
+    if not copies or not any(m.message_id in copies for m in messages):
         return messages
-    return [m.model_copy(update={"message_id": thread_copy_id(thread_id, m.message_id)}) if m.message_id in proto else m
+    return [m.model_copy(update={"message_id": copies[m.message_id]}) if m.message_id in copies else m
             for m in messages]

@@ -17,7 +17,7 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._message_ids import as_thread_copies
+from tenxgraph._message_ids import as_thread_copies, name_prototype_copies, prototype_copies
 from tenxgraph._run_input import RunInput, stored_as_sent
 from tenxgraph._run_remote_tools import keep_remote_tools, mark_remote_turn, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
@@ -101,7 +101,8 @@ class Run(RunInput, RunHooks, RunTools):
         self.answered_from_store = False
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = ContextIndex()
-        self._proto_ids = graph._prototype_ids
+        # The thread's copies of the prototype's messages, by prototype id (see _message_ids).
+        self._proto_copies: dict[Any, Any] = {}
         # Ids of messages a node of this run added to the context, new to it, that no tool node
         # has acted on yet: a tool node on such a message skips the ledger lookup (nothing can
         # be recorded under a message no earlier attempt saw; ToolBatch::fresh in the core).
@@ -186,7 +187,7 @@ class Run(RunInput, RunHooks, RunTools):
             # and never written, so every later turn and every other worker ran without them
             # (10xGraph stores them; differential red-team, session 38). Under the thread's ids
             # for them (see _message_ids).
-            state.context[:] = as_thread_copies(list(state.context), self._proto_ids, self.config["thread_id"])
+            self._proto_copies = name_prototype_copies(state)
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).
@@ -197,10 +198,12 @@ class Run(RunInput, RunHooks, RunTools):
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
+        if state_json is not None or known:
+            self._proto_copies = prototype_copies(state)
         # A start refused after a replay was decided on a kept copy prepares again from a read,
         # with the input as sent (a rename made for the kept copy does not hold for the read).
         self.answered_from_store, self.produced = False, []
-        self.input_messages = as_thread_copies(list(self._sent_messages), self._proto_ids, self.config["thread_id"])
+        self.input_messages = as_thread_copies(list(self._sent_messages), self._proto_copies)
         if self.has_lifecycle_hooks and state.execution_meta.status in (
             ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER
         ):
@@ -480,13 +483,14 @@ class Run(RunInput, RunHooks, RunTools):
                 raise TypeError(f"Command.goto must be the name of a node (a str) or None, not "
                                 f"{type(goto).__name__}: {goto!r}")
             if result.state is not None:
-                result_state = require_state(result.state)
+                result_state = self._with_thread_copies(require_state(result.state))
                 # The messages the node added to the state it hands over are its output, like
                 # those of a returned state: reported by invoke and streamed.
                 new = added(result_state, pre_ctx, pre_len, pre_ids)
                 self.state = state = result_state
             result = result.update
         if isinstance(result, AgentState):
+            self._with_thread_copies(result)
             if result is not state:
                 self.state = result
             new = added(result, pre_ctx, pre_len, pre_ids)
@@ -495,8 +499,8 @@ class Run(RunInput, RunHooks, RunTools):
             seen_new: set[Any] = set()
             for item in items:
                 msg = to_message(item)
-                if msg.message_id in self._proto_ids:  # the thread's copy of a prototype message
-                    msg = as_thread_copies([msg], self._proto_ids, self.config["thread_id"])[0]
+                if msg.message_id in self._proto_copies:  # the thread's copy of a prototype message
+                    msg = as_thread_copies([msg], self._proto_copies)[0]
                 if isinstance(msg, RemoveMessage):
                     # Tombstones apply in order (add_messages): a message after one, with its
                     # id, is its replacement. It was deduplicated against the tombstone and
@@ -515,6 +519,17 @@ class Run(RunInput, RunHooks, RunTools):
         # A tombstone is an edit, not a message of the turn: not returned, streamed or hooked.
         self.produced.extend(m for m in new if not m.delta and not isinstance(m, RemoveMessage))
         return goto
+
+    def _with_thread_copies(self, state: AgentState) -> AgentState:
+        """``state`` (a node's returned state) with a message it holds under a prototype id
+        renamed, in place, to the thread's copy: a summarising node that rebuilds the context
+        from the prototype's prompt stored the prototype's id, and every other thread then
+        failed on it (STORAGE_FORBIDDEN_002; red-team, session 38)."""
+        if self._proto_copies:
+            renamed = as_thread_copies(state.context, self._proto_copies)
+            if renamed is not state.context:
+                state.context[:] = renamed
+        return state
 
     def _settle_dropped_node(self) -> None:
         """A node still in flight here failed, or was dropped by the engine (node_timeout,

@@ -12,7 +12,6 @@ from tenxgraph import _core
 from tenxgraph import _in_flight as in_flight
 from tenxgraph._abandon import within
 from tenxgraph._live_states import LiveStates
-from tenxgraph._message_ids import prototype_ids
 from tenxgraph._run_values import copy_update_value, refuse_id_twins
 from tenxgraph._state_codec import check_state_update, encode_message_shaped
 from tenxgraph._runtime import Run
@@ -154,7 +153,6 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
     def _build_native(self) -> Any:
         """The Rust loop's topology. Which nodes are tool nodes is part of it: the loop drives a
         tool node through the ledger (begin_tools) and any other node through run_node."""
-        self._prototype_ids = prototype_ids(self._prototype.context)
         return _core.NativeGraph(
             list(self._nodes),
             self._edges,
