@@ -152,7 +152,7 @@ async def test_a_prototype_message_with_an_int_id_gets_an_int_id(checkpointer: A
     thread = make_thread()
     await g.compile(checkpointer=checkpointer).ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": thread})
     first = (await checkpointer.aget_state({"thread_id": thread})).context[0]
-    assert first.role == "system" and isinstance(first.message_id, int) and 0 < first.message_id < 2**31
+    assert first.role == "system" and isinstance(first.message_id, int) and 0 < first.message_id < 2**63
 
 
 @pytest.mark.asyncio
@@ -296,3 +296,48 @@ async def test_a_thread_that_holds_the_prototypes_own_id_dedups_it_as_it_is(chec
     await app.ainvoke({"messages": [sys_msg, Message.text_message("again")]}, {"thread_id": thread})
     stored = (await checkpointer.aget_state({"thread_id": thread})).context
     assert [m.text() for m in stored] == ["You are terse.", "hi", "again", "ok"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("by_command", [False, True], ids=["state", "command"])
+async def test_a_node_that_returns_a_new_state_keeps_the_threads_map(checkpointer: Any, make_thread: Any,
+                                                                     by_command: bool) -> None:
+    """``return AgentState(context=[SYS, summary])``: the new state had no ``prototype_ids``, so
+    the next turn read no map and the prompt the node returned kept the prototype's id; on
+    PostgreSQL every other thread then failed on it (fifth pass over session 38's fix)."""
+    from tenxgraph.utils import Command
+
+    sys_msg = Message.text_message("You are terse.", role="system", message_id="sys-1")
+
+    def summarise(state: AgentState) -> Any:
+        fresh = AgentState(context=[sys_msg, Message.text_message(f"summary of {len(state.context)}", role="assistant")])
+        return Command(state=fresh) if by_command else fresh
+
+    app = _prompted_graph(checkpointer, [sys_msg], summarise)
+    for thread in (make_thread(), make_thread()):
+        for word in ("hi", "again"):
+            await app.ainvoke({"messages": [Message.text_message(word)]}, {"thread_id": thread})
+        stored = await checkpointer.aget_state({"thread_id": thread})
+        assert [m.text() for m in stored.context] == ["You are terse.", "summary of 3"]
+        assert stored.context[0].message_id != "sys-1"
+        assert stored.execution_meta.internal_data["prototype_ids"][0][0] == "sys-1"
+
+
+@pytest.mark.asyncio
+async def test_a_bigint_schemas_fresh_ids_for_a_small_prototype_id_are_63_bits() -> None:
+    """A prototype id of 1 on an ``id_type="bigint"`` schema: fresh ids drawn from 31 bits made a
+    collision with another thread's likely past tens of thousands of threads."""
+    import os
+    import uuid
+
+    from tenxgraph._message_ids import fresh_id_like, narrow_ids
+    from tenxgraph.storage.checkpointer import PgCheckpointer
+
+    dsn = os.environ.get("TENXGRAPH_TEST_PG_DSN") or "postgresql://nobody@127.0.0.1:1/none"
+    wide = PgCheckpointer(postgres_dsn=dsn, schema=f"w_{uuid.uuid4().hex[:8]}", id_type="bigint")
+    narrow = PgCheckpointer(postgres_dsn=dsn, schema=f"n_{uuid.uuid4().hex[:8]}", id_type="int")
+    assert (narrow_ids(wide), narrow_ids(narrow)) == (False, True)
+    assert max(fresh_id_like(1, narrow_ids(wide)) for _ in range(200)) > 2**31
+    assert max(fresh_id_like(1, narrow_ids(narrow)) for _ in range(200)) < 2**31
+    assert isinstance(fresh_id_like("1", False), str)
+

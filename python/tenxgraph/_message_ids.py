@@ -36,21 +36,29 @@ def _int_kind(old: Any) -> int | None:
     return None
 
 
-def fresh_id_like(old: Any) -> Any:
+def fresh_id_like(old: Any, narrow: bool = True) -> Any:
     """A new message id in place of ``old``, of its kind: the id generator's, or where that gives
     a str for an int id (none installed; the caller sets int ids itself, as on a
-    ``PgCheckpointer(id_type="bigint")``), a random positive int as wide as ``old`` (31 bits or
-    63: it fits the column ``old`` fit), given as ``old`` was (an int, or its decimal text). A uuid
-    text there was refused by the store (STORAGE_CONFIG_002; red-team, session 38)."""
+    ``PgCheckpointer(id_type="bigint")``), a random positive int given as ``old`` was (an int, or
+    its decimal text): 63 bits, or 31 where ``old`` fits them and the store may be ``narrow`` (an
+    ``id_type="int"`` schema), so it fits the column ``old`` fit. A uuid text there was refused by
+    the store (STORAGE_CONFIG_002; red-team, session 38)."""
     new = generate_id(None)
     old_int = _int_kind(old)
     if old_int is not None and not isinstance(new, int):
-        n = secrets.randbelow(_INT4_TOP if old_int <= _INT4_TOP else _INT8_TOP) + 1
+        n = secrets.randbelow(_INT4_TOP if narrow and old_int <= _INT4_TOP else _INT8_TOP) + 1
         new = str(n) if isinstance(old, str) else n
     return new
 
 
-def name_prototype_copies(state: Any) -> dict[Any, Any]:
+def narrow_ids(checkpointer: Any) -> bool:
+    """Whether the store may hold message ids of 32 bits only (a ``PgCheckpointer(id_type="int")``);
+    any other takes 63 bits, so fresh ints are drawn from those (a collision with another
+    thread's id is that much less likely)."""
+    return getattr(checkpointer, "id_type", None) == "int"
+
+
+def name_prototype_copies(state: Any, narrow: bool = True) -> dict[Any, Any]:
     """Gives a new thread's copies of the prototype's messages (``state.context``) fresh ids and
     records which prototype id each stands for; returns that map (the first copy of an id
     stands for it: two prototype messages under one id are two messages of the thread)."""
@@ -58,7 +66,7 @@ def name_prototype_copies(state: Any) -> dict[Any, Any]:
         return {}
     pairs: dict[Any, Any] = {}
     for i, m in enumerate(state.context):
-        new = fresh_id_like(m.message_id)
+        new = fresh_id_like(m.message_id, narrow)
         pairs.setdefault(m.message_id, new)
         state.context[i] = m.model_copy(update={"message_id": new})
     state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in pairs.items()]
@@ -73,6 +81,15 @@ def prototype_copies(state: Any) -> dict[Any, Any]:
     if not isinstance(pairs, list):
         return {}
     return {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2}
+
+
+def keep_prototype_copies(state: Any, copies: dict[Any, Any]) -> None:
+    """Puts the thread's map back into ``state`` before a commit when a node dropped it (a
+    summarising node that returns a new ``AgentState``, one that clears ``internal_data``): the
+    next turn read no map, the prompt it returned kept the prototype's id, and on PostgreSQL
+    every other thread then failed on it (STORAGE_FORBIDDEN_002; red-team, session 38)."""
+    if copies and PROTOTYPE_IDS_KEY not in state.execution_meta.internal_data:
+        state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in copies.items()]
 
 
 def as_thread_copies(messages: list[Any], copies: dict[Any, Any]) -> list[Any]:

@@ -17,7 +17,13 @@ from tenxgraph import _node_context, _turn_request as turn_request
 from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
-from tenxgraph._message_ids import as_thread_copies, name_prototype_copies, prototype_copies
+from tenxgraph._message_ids import (
+    as_thread_copies,
+    keep_prototype_copies,
+    name_prototype_copies,
+    narrow_ids,
+    prototype_copies,
+)
 from tenxgraph._run_input import RunInput, stored_as_sent
 from tenxgraph._run_remote_tools import keep_remote_tools, mark_remote_turn, use_remote_tools
 from tenxgraph._run_tools import RunTools, at_remote_pause, check_waiting_calls, renamed_remote_results
@@ -187,7 +193,7 @@ class Run(RunInput, RunHooks, RunTools):
             # and never written, so every later turn and every other worker ran without them
             # (10xGraph stores them; differential red-team, session 38). Under the thread's ids
             # for them (see _message_ids).
-            self._proto_copies = name_prototype_copies(state)
+            self._proto_copies = name_prototype_copies(state, narrow_ids(self.graph._checkpointer))
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).
@@ -399,6 +405,7 @@ class Run(RunInput, RunHooks, RunTools):
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
         mark_remote_turn(state)
+        keep_prototype_copies(state, self._proto_copies)
         data, reshaped = encode_state_shaped(state)
         ctx = state.context
         n = len(ctx)
