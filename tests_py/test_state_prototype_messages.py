@@ -341,3 +341,27 @@ async def test_a_bigint_schemas_fresh_ids_for_a_small_prototype_id_are_63_bits()
     assert max(fresh_id_like(1, narrow_ids(narrow)) for _ in range(200)) < 2**31
     assert isinstance(fresh_id_like("1", False), str)
 
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("returns", ["str", "list", "command"])
+async def test_a_context_rebuilt_in_place_from_the_prompt_keeps_the_threads_copy(checkpointer: Any, make_thread: Any,
+                                                                               returns: str) -> None:
+    """``state.context[:] = [PROMPT]`` and a reply returned (not the state): the prototype's id was
+    stored, and on PostgreSQL every other thread doing the same failed (sixth pass, session 38)."""
+    from tenxgraph.utils import Command
+
+    sys_msg = Message.text_message("You are terse.", role="system", message_id="sys-1")
+
+    def summarise(state: AgentState) -> Any:
+        state.context[:] = [sys_msg]
+        reply = Message.text_message("summary", role="assistant")
+        return {"str": "summary", "list": [reply], "command": Command(update=[reply])}[returns]
+
+    app = _prompted_graph(checkpointer, [sys_msg], summarise)
+    for thread in (make_thread(), make_thread()):
+        for word in ("hi", "again"):
+            await app.ainvoke({"messages": [Message.text_message(word)]}, {"thread_id": thread})
+        stored = (await checkpointer.aget_state({"thread_id": thread})).context
+        assert [m.text() for m in stored] == ["You are terse.", "summary"]
+        assert stored[0].message_id != "sys-1"

@@ -405,6 +405,9 @@ class Run(RunInput, RunHooks, RunTools):
         assert state is not None, "prepare() runs first"
         self._apply_exec(state, exec_view)
         mark_remote_turn(state)
+        # What else edits the live state in place (hooks, a tool's injected state) is renamed
+        # here, and the map is put back if a node dropped it.
+        self._with_thread_copies(state)
         keep_prototype_copies(state, self._proto_copies)
         data, reshaped = encode_state_shaped(state)
         ctx = state.context
@@ -475,6 +478,10 @@ class Run(RunInput, RunHooks, RunTools):
         """10xGraph's process_node_result: returns the goto, updates ``self.state``."""
         goto: str | None = None
         new: list[Message] = []
+        # A context the node rebuilt in place from the prototype's prompt (`state.context[:] =
+        # [PROMPT]`, then a reply returned): the thread's copy, before anything merges (sixth
+        # pass, session 38: the prototype's id was stored, and other Postgres threads failed).
+        self._with_thread_copies(state)
         if result is None:
             # 10xGraph 0.10 refuses it too; silently accepting it hid a forgotten `return`.
             raise ValueError(
@@ -506,7 +513,7 @@ class Run(RunInput, RunHooks, RunTools):
             seen_new: set[Any] = set()
             for item in items:
                 msg = to_message(item)
-                if msg.message_id in self._proto_copies:  # the thread's copy of a prototype message
+                if self._proto_copies and msg.message_id in self._proto_copies:  # the thread's copy of one
                     msg = as_thread_copies([msg], self._proto_copies)[0]
                 if isinstance(msg, RemoveMessage):
                     # Tombstones apply in order (add_messages): a message after one, with its
