@@ -69,7 +69,7 @@ def name_prototype_copies(state: Any, narrow: bool = True) -> dict[Any, Any]:
         new = fresh_id_like(m.message_id, narrow)
         pairs.setdefault(m.message_id, new)
         state.context[i] = m.model_copy(update={"message_id": new})
-    state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in pairs.items()]
+    _record(state, pairs)
     return pairs
 
 
@@ -89,7 +89,12 @@ def keep_prototype_copies(state: Any, copies: dict[Any, Any]) -> None:
     next turn read no map, the prompt it returned kept the prototype's id, and on PostgreSQL
     every other thread then failed on it (STORAGE_FORBIDDEN_002; red-team, session 38)."""
     if copies and PROTOTYPE_IDS_KEY not in state.execution_meta.internal_data:
-        state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in copies.items()]
+        _record(state, copies)
+
+
+def _record(state: Any, copies: dict[Any, Any]) -> None:
+    """The map as the state keeps it: [old, new] pairs (a JSON object would make int ids text)."""
+    state.execution_meta.internal_data[PROTOTYPE_IDS_KEY] = [[old, new] for old, new in copies.items()]
 
 
 def as_thread_copies(messages: list[Any], copies: dict[Any, Any]) -> list[Any]:

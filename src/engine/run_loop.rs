@@ -229,6 +229,11 @@ pub fn routing_goto(exec: &ExecMeta) -> Option<String> {
     data.get(ROUTING_GOTO_KEY).and_then(serde_json::Value::as_str).map(str::to_owned)
 }
 
+/// `interrupt_data` keeping `goto` (see `ROUTING_GOTO_KEY`).
+pub fn goto_data(goto: Option<String>) -> Option<Value> {
+    goto.map(|g| json!({ ROUTING_GOTO_KEY: g }))
+}
+
 impl<H: NodeHost + ?Sized> Run<'_, H> {
     async fn drive(
         &mut self,
@@ -342,8 +347,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 // current_node stays: the resumed run routes past it (see resume_after), by the
                 // node's goto (a handoff beside a client's call: it was lost, and the run went
                 // down the tool node's edge; red-team, session 38).
-                let goto = out.goto.map(|g| json!({ ROUTING_GOTO_KEY: g }));
-                self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, goto);
+                self.exec.set_interrupt(&node, reason, ExecStatus::InterruptedAfter, goto_data(out.goto));
                 self.hooks(Lifecycle::Interrupt { node: &node, kind: "after" }).await;
                 self.commit_final().await?;
                 return Ok(self.outcome(false));
@@ -386,7 +390,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
     ) -> Result<RunOutcome, EngineError> {
         self.exec.interrupted_node = Some(node.to_owned());
         self.exec.interrupt_reason = Some(ROUTING_FAILED_REASON.into());
-        self.exec.interrupt_data = goto.map(|g| serde_json::json!({ ROUTING_GOTO_KEY: g }));
+        self.exec.interrupt_data = goto_data(goto);
         self.fail(e).await
     }
 

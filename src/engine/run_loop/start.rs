@@ -428,7 +428,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
         // ROUTING_PENDING_REASON); `drive` clears it once it has.
         exec.interrupted_node = Some(node.clone());
         exec.interrupt_reason = Some(super::ROUTING_PENDING_REASON.into());
-        exec.interrupt_data = resume_goto.map(|g| serde_json::json!({ super::ROUTING_GOTO_KEY: g }));
+        exec.interrupt_data = super::goto_data(resume_goto);
     }
     let mut run = Run {
         graph,
