@@ -365,3 +365,34 @@ async def test_a_context_rebuilt_in_place_from_the_prompt_keeps_the_threads_copy
         stored = (await checkpointer.aget_state({"thread_id": thread})).context
         assert [m.text() for m in stored] == ["You are terse.", "summary"]
         assert stored[0].message_id != "sys-1"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("with_version", [False, True], ids=["unversioned", "versioned"])
+async def test_an_operator_state_without_the_map_keeps_the_threads_map(checkpointer: Any, make_thread: Any,
+                                                                       with_version: bool) -> None:
+    """An operator writes a state built anew (``AgentState(context=...)``, no ``prototype_ids``)
+    over a thread that started from the prototype: the map is kept, so the prompt a node returns
+    under the prototype's id is still the thread's copy. It was lost: the next turn stored the
+    prompt a second time under the prototype's id, and on PostgreSQL the second thread to do so
+    failed (STORAGE_FORBIDDEN_002; seventh pass, session 39)."""
+    sys_msg = Message.text_message("You are terse.", role="system", message_id="sys-1")
+
+    def answer(state: AgentState) -> list[Message]:
+        return [sys_msg, Message.text_message(f"ok {len(state.context)}", role="assistant")]
+
+    app = _prompted_graph(checkpointer, [sys_msg], answer)
+    for thread in (make_thread(), make_thread()):
+        config: dict[str, Any] = {"thread_id": thread}
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, config)
+        stored = await checkpointer.aget_state(config)
+        if not with_version:
+            config = {"thread_id": thread}
+        rebuilt = AgentState(context=[m for m in stored.context if m.role != "assistant"])
+        assert await checkpointer.aput_state(config, rebuilt) is rebuilt
+        assert "prototype_ids" not in rebuilt.execution_meta.internal_data  # the caller's object as given
+        await app.ainvoke({"messages": [Message.text_message("again")]}, {"thread_id": thread})
+        stored = await checkpointer.aget_state({"thread_id": thread})
+        assert [m.text() for m in stored.context] == ["You are terse.", "hi", "again", "ok 3"]
+        assert stored.context[0].message_id != "sys-1"
+        assert stored.execution_meta.internal_data["prototype_ids"][0][0] == "sys-1"

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tenxgraph import _core
 from tenxgraph import _in_flight as in_flight
+from tenxgraph._message_ids import PROTOTYPE_IDS_KEY
 from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state
 from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError, StaleStateError
 from tenxgraph.core.state.agent_state import AgentState
@@ -240,6 +241,20 @@ async def stop_token(native: Any, thread_id: str, user_id: str) -> int:
     return 0 if raw is None else int(json.loads(raw)["token"])
 
 
+def _with_stored_prototype_map(state: StateT, stored_json: str) -> StateT:
+    """``state`` with the stored state's map of prototype copies (``_message_ids``), when it has
+    one: a state an operator built without it (``AgentState(context=...)``) dropped it, and the
+    thread's next turns stored the prompt a node returns under the prototype's id; on PostgreSQL
+    that id is then this thread's, and every other thread failed on it (STORAGE_FORBIDDEN_002;
+    seventh pass, session 39). A shallow copy: the caller's object is not changed."""
+    pairs = json.loads(stored_json).get("execution_meta", {}).get("internal_data", {}).get(PROTOTYPE_IDS_KEY)
+    if pairs is None:
+        return state
+    meta = state.execution_meta
+    internal = {**meta.internal_data, PROTOTYPE_IDS_KEY: pairs}
+    return state.model_copy(update={"execution_meta": meta.model_copy(update={"internal_data": internal})})
+
+
 class NativeCheckpointer(BaseCheckpointer[StateT]):
     """The storage API nodes, tools and operators use, over a Rust store the Rust loop drives
     directly. Async first; each ``aX`` has a sync ``X``."""
@@ -285,14 +300,22 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     ) -> StateT:
         """Writes the state (its context replaces the stored messages) plus ``messages`` in one
         versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
-        a write over a newer version raises StaleStateError and writes nothing."""
+        a write over a newer version raises StaleStateError and writes nothing. A state without
+        the thread's map of prototype copies is written with the stored one (see
+        ``_with_stored_prototype_map``); the caller's object is returned as given."""
+        given = state
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         if not isinstance(state, AgentState):
             raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
         expected = _version_of(config)
-        if expected is None or not _I64_MIN <= expected <= _I64_MAX:
+        row = None
+        keeps_map = PROTOTYPE_IDS_KEY in state.execution_meta.internal_data
+        if expected is None or not _I64_MIN <= expected <= _I64_MAX or not keeps_map:
             row = await self._native.load(thread_id, user_id)
+        if not keeps_map and row is not None:
+            state = _with_stored_prototype_map(state, row[1])
+        if expected is None or not _I64_MIN <= expected <= _I64_MAX:
             current = row[0] if row is not None else 0
             if expected is not None:
                 # No stored version is past 64 bits: stale, as 10xGraph's PgCheckpointer answers.
@@ -309,7 +332,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True,
                                                owner_scoped=authz_owner_scoped(config))
         config[_VERSION_KEY] = version
-        return state
+        return given
 
     async def aclear_state(self, config: dict[str, Any]) -> bool:
         await check_authz(self, config)
