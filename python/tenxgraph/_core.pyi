@@ -223,8 +223,11 @@ class NativeStore:
         """Caches a state under ``version``; never replaces a newer cached version."""
     def state_cache_clear(self, thread_id: str, user_id: str) -> Awaitable[bool]:
         """Drops the thread's cached state; True."""
-    def load(self, thread_id: str, user_id: str) -> Awaitable[tuple[int, str, list[str]] | None]:
-        """``(version, state_json, [message_json, ...])`` of the thread's latest state, or None."""
+    def load(
+        self, thread_id: str, user_id: str, owner_scoped: bool = False
+    ) -> Awaitable[tuple[int, str, list[str]] | None]:
+        """``(version, state_json, [message_json, ...])`` of the thread's latest state, or None
+        (also for a non-owner, under isolation or ``owner_scoped``)."""
     def put_step(
         self,
         thread_id: str,
@@ -246,7 +249,9 @@ class NativeStore:
     ) -> Awaitable[int]:
         """Upserts ``(id, json)`` messages by id, keeping first-insertion order; resolves to how many
         were given."""
-    def get_message(self, thread_id: str, user_id: str, message_id: str) -> Awaitable[str | None]:
+    def get_message(
+        self, thread_id: str, user_id: str, message_id: str, owner_scoped: bool = False
+    ) -> Awaitable[str | None]:
         """The message's JSON, or None."""
     def list_messages(
         self,
@@ -255,6 +260,7 @@ class NativeStore:
         search: str | None = None,
         offset: int | None = None,
         limit: int | None = None,
+        owner_scoped: bool = False,
     ) -> Awaitable[list[str]]:
         """The thread's messages as JSON, in order, filtered by ``search`` and paged."""
     def delete_message(
@@ -266,7 +272,7 @@ class NativeStore:
     ) -> Awaitable[bool]:
         """Inserts or updates the thread row; True when it was inserted."""
     def get_thread(
-        self, thread_id: str, user_id: str
+        self, thread_id: str, user_id: str, owner_scoped: bool = False
     ) -> Awaitable[tuple[str, str, str | None, str, float, float] | None]:
         """``(thread_id, user_id, name, meta_json, created_at, updated_at)``, or None."""
     def list_threads(
@@ -342,10 +348,14 @@ class NativeStore:
         """Opens a lazily opened store (connect, migrate) and runs its migrations; True."""
     def release(self) -> Awaitable[bool]:
         """Closes the store's connections; True."""
-    def ledger_list(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[str, str | None, float | None]]]:
+    def ledger_list(
+        self, thread_id: str, user_id: str, owner_scoped: bool = False
+    ) -> Awaitable[list[tuple[str, str | None, float | None]]]:
         """Every ledger row, oldest first: ``[(key, result_json | None, created_at | None)]``; empty
         for a non-owner under isolation."""
-    def state_versions(self, thread_id: str, user_id: str) -> Awaitable[list[tuple[int, float | None, str]]]:
+    def state_versions(
+        self, thread_id: str, user_id: str, owner_scoped: bool = False
+    ) -> Awaitable[list[tuple[int, float | None, str]]]:
         """Stored state versions, newest first: ``[(version, created_at | None, state_json)]``."""
     def schema_version(self) -> Awaitable[int | None]:
         """The applied schema version; None for the in-memory store."""

@@ -116,10 +116,17 @@ impl NativeStore {
     }
 
     /// `(version, state_json, [message_json])` or None.
-    fn load<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn load<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            let cp = s.load(&t(thread_id, user_id)).await?;
+            let cp = s.load(&t(thread_id, user_id).scoped(owner_scoped)).await?;
             Ok(cp.map(|c| {
                 (c.version, c.state.to_string(), c.messages.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())
             }))
@@ -188,20 +195,25 @@ impl NativeStore {
         })
     }
 
+    #[pyo3(signature = (thread_id, user_id, message_id, owner_scoped=false))]
     fn get_message<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: String,
         message_id: String,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            Ok(s.get_message(&t(thread_id, user_id), &message_id).await?.map(|v| v.get().to_owned()))
+            Ok(s.get_message(&t(thread_id, user_id).scoped(owner_scoped), &message_id)
+                .await?
+                .map(|v| v.get().to_owned()))
         })
     }
 
-    #[pyo3(signature = (thread_id, user_id, search=None, offset=None, limit=None))]
+    #[pyo3(signature = (thread_id, user_id, search=None, offset=None, limit=None, owner_scoped=false))]
+    #[allow(clippy::too_many_arguments)]
     fn list_messages<'py>(
         &self,
         py: Python<'py>,
@@ -210,10 +222,12 @@ impl NativeStore {
         search: Option<String>,
         offset: Option<i64>,
         limit: Option<i64>,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            let v = s.list_messages(&t(thread_id, user_id), search.as_deref(), offset, limit).await?;
+            let v =
+                s.list_messages(&t(thread_id, user_id).scoped(owner_scoped), search.as_deref(), offset, limit).await?;
             Ok(v.iter().map(|m| m.get().to_owned()).collect::<Vec<_>>())
         })
     }
@@ -249,9 +263,19 @@ impl NativeStore {
         )
     }
 
-    fn get_thread<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn get_thread<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { Ok(s.get_thread(&t(thread_id, user_id)).await?.map(thread_out)) })
+        awaitable(
+            py,
+            async move { Ok(s.get_thread(&t(thread_id, user_id).scoped(owner_scoped)).await?.map(thread_out)) },
+        )
     }
 
     #[pyo3(signature = (user_id=None, search=None, offset=None, limit=None))]
@@ -521,19 +545,33 @@ impl NativeStore {
     }
 
     /// Every ledger row of the thread, oldest first: `[(key, result_json | None, created_at | None)]`.
-    fn ledger_list<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn ledger_list<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            let rows = s.ledger_list(&t(thread_id, user_id)).await?;
+            let rows = s.ledger_list(&t(thread_id, user_id).scoped(owner_scoped)).await?;
             Ok(rows.into_iter().map(|r| (r.key, r.result.map(|v| v.to_string()), r.created_at)).collect::<Vec<_>>())
         })
     }
 
     /// Stored state versions, newest first: `[(version, created_at | None, state_json)]`.
-    fn state_versions<'py>(&self, py: Python<'py>, thread_id: String, user_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (thread_id, user_id, owner_scoped=false))]
+    fn state_versions<'py>(
+        &self,
+        py: Python<'py>,
+        thread_id: String,
+        user_id: String,
+        owner_scoped: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            let rows = s.state_versions(&t(thread_id, user_id)).await?;
+            let rows = s.state_versions(&t(thread_id, user_id).scoped(owner_scoped)).await?;
             Ok(rows.into_iter().map(|r| (r.version, r.created_at, r.state.to_string())).collect::<Vec<_>>())
         })
     }

@@ -244,6 +244,12 @@ impl Conns {
         Tx::begin(self.take().await?).await
     }
 
+    /// A read-only transaction whose statements all see one snapshot (REPEATABLE READ): a
+    /// check and the read it allows agree (see `owned::read_owned`).
+    pub(super) async fn begin_snapshot(&self) -> Result<Tx, sqlx::Error> {
+        Tx::begin_as(self.take().await?, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await
+    }
+
     /// The outcome of a statement; connection trouble sends every spare back to the pool.
     fn checked<T>(&self, r: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
         if let Err(e) = &r

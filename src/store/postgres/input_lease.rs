@@ -4,8 +4,6 @@
 //! (stale version, another user's thread, a message id of another thread) abort the statement,
 //! undoing the take.
 
-use super::messages::message_rows;
-use super::nul::nul_free_json;
 use super::{PgStore, Stmt, map_err};
 use crate::store::{LeaseInfo, LeaseRequest, LeasedInput, StepWrite, StopKey, StoreError, StoreResult, ThreadRef};
 use sqlx::Row;
@@ -36,18 +34,8 @@ pub(super) async fn put_input(
 ) -> StoreResult<LeasedInput> {
     s.check_thread(t)?;
     s.check_messages(w.new_messages)?;
-    let state = sqlx::types::Json(nul_free_json(w.state));
-    let messages = message_rows(w.new_messages);
     let q = || {
-        sqlx::query(s.sql.input_lease.put_input.q())
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(w.expected_version)
-            .bind(&state)
-            .bind(&messages)
-            .bind(w.replace_messages)
-            .bind(s.opts.state_history_limit)
-            .bind(t.isolated(s.opts.enforce_user_isolation))
+        super::steps::step_head(s, &s.sql.input_lease.put_input, t, &w)
             .bind(w.previous_mark)
             .bind(&req.holder)
             .bind(&req.host)

@@ -145,14 +145,11 @@ pub(super) async fn ledger_begin(
 }
 
 pub(super) async fn ledger_list(s: &PgStore, t: &ThreadRef) -> StoreResult<Vec<LedgerEntry>> {
-    if !s.readable(t).await? {
-        return Ok(vec![]);
-    }
-    let rows = sqlx::query(s.sql.ledger.list.q())
-        .bind(&t.thread_id)
-        .fetch_all(&s.conns)
-        .await
-        .map_err(|e| map_err("ledger list", e, Some(t)))?;
+    let rows = s
+        .read_owned(t, "ledger list", vec![], async |c| {
+            sqlx::query(s.sql.ledger.list.q()).bind(&t.thread_id).fetch_all(c).await
+        })
+        .await?;
     Ok(rows
         .iter()
         .map(|r| LedgerEntry {

@@ -2,6 +2,7 @@
 //! thread's messages here takes the write mark off its latest state row (see `unmark_latest`).
 
 use super::nul::nul_free_json;
+use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err, threads};
 use crate::store::{
     MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text,
@@ -178,15 +179,11 @@ pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessa
 
 /// The message's stored text, not decoded (see `stored_text`).
 pub(super) async fn get_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
-    if !s.readable(t).await? {
-        return Ok(None);
-    }
-    let text: Option<String> = sqlx::query_scalar(s.sql.messages.get.q())
-        .bind(&t.thread_id)
-        .bind(message_id)
-        .fetch_optional(&s.conns)
-        .await
-        .map_err(|e| map_err("read message", e, Some(t)))?;
+    let text: Option<String> = s
+        .read_owned(t, "read message", None, async |c| {
+            sqlx::query_scalar(s.sql.messages.get.q()).bind(&t.thread_id).bind(message_id).fetch_optional(c).await
+        })
+        .await?;
     text.map(|x| stored_text("read message", x)).transpose()
 }
 
@@ -203,26 +200,26 @@ pub(super) async fn list_messages(
     offset: Option<i64>,
     limit: Option<i64>,
 ) -> StoreResult<Vec<RawJson>> {
-    if !s.readable(t).await? {
-        return Ok(vec![]);
-    }
-    let texts: Vec<String> = sqlx::query_scalar(s.sql.messages.list.q())
-        .bind(&t.thread_id)
-        .bind(search)
-        .bind(offset.unwrap_or(0).max(0))
-        .bind(limit)
-        .fetch_all(&s.conns)
-        .await
-        .map_err(|e| map_err("list messages", e, Some(t)))?;
+    let texts: Vec<String> = s
+        .read_owned(t, "list messages", vec![], async |c| {
+            sqlx::query_scalar(s.sql.messages.list.q())
+                .bind(&t.thread_id)
+                .bind(search)
+                .bind(offset.unwrap_or(0).max(0))
+                .bind(limit)
+                .fetch_all(c)
+                .await
+        })
+        .await?;
     texts.into_iter().map(|x| stored_text("list messages", x)).collect()
 }
 
 pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
-    if !s.readable(t).await? {
-        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
-    }
     let mut tx = s.conns.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
-    threads::hold_thread(s, &mut tx, t, "delete message").await?;
+    if super::owned::hold_thread(s, &mut tx, t, "delete message").await? == Held::Nothing {
+        tx.rollback().await.map_err(|e| map_err("delete message", e, Some(t)))?;
+        return Ok(false);
+    }
     let r = sqlx::query(s.sql.messages.delete.q())
         .bind(&t.thread_id)
         .bind(message_id)

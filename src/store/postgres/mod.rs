@@ -29,6 +29,7 @@ mod messages;
 mod migrations;
 mod nul;
 mod options;
+mod owned;
 mod pooled;
 mod prune;
 mod read_only;
@@ -128,15 +129,6 @@ struct Casts {
 }
 
 impl PgStore {
-    /// Whether `t.user_id` may read the thread: isolation is off, the thread has no row yet, or
-    /// the user owns it.
-    async fn readable(&self, t: &ThreadRef) -> StoreResult<bool> {
-        if !t.isolated(self.opts.enforce_user_isolation) {
-            return Ok(true);
-        }
-        Ok(threads::thread_owner(self, &t.thread_id).await?.is_none_or(|o| o == t.user_id))
-    }
-
     /// `fut` (a transaction: BEGIN, its statements and COMMIT) bounded by twice the statement
     /// deadline: each statement of a transaction runs on `&mut *tx`, outside `Conns`' own
     /// per-statement bound.

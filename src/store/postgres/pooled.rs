@@ -113,9 +113,14 @@ impl Tx {
     /// counts as open: its answer may still come, and the connection must not go back to the
     /// pool inside a transaction.
     pub(super) async fn begin(conn: Pooled) -> Result<Tx, sqlx::Error> {
+        Self::begin_as(conn, "BEGIN").await
+    }
+
+    /// `begin` with the transaction's own BEGIN statement (its isolation level, READ ONLY).
+    pub(super) async fn begin_as(conn: Pooled, begin: &'static str) -> Result<Tx, sqlx::Error> {
         let deadline = conn.home.deadline;
         let mut tx = Tx { conn, state: TxState::Open };
-        match tokio::time::timeout(deadline, tx.conn.conn().execute("BEGIN")).await {
+        match tokio::time::timeout(deadline, tx.conn.conn().execute(begin)).await {
             Ok(r) => r.map(|_| tx),
             Err(_) => Err(super::conns::timed_out(deadline)),
         }

@@ -3,12 +3,15 @@
 
 use super::messages::{message_json, message_rows};
 use super::nul::nul_free_json;
+use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err};
 use crate::store::{
     Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text,
 };
 use serde_json::Value;
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 pub(super) struct Stmts {
     /// Also the inner part of `start_read`'s statement.
@@ -114,6 +117,25 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
 }
 
+/// `sql` with the arguments a step commit and an input commit (`input_lease`) share, `$1`-`$8`
+/// of both statements, bound in their one order.
+pub(super) fn step_head(
+    s: &PgStore,
+    sql: &Stmt,
+    t: &ThreadRef,
+    w: &StepWrite<'_>,
+) -> Query<'static, Postgres, PgArguments> {
+    sqlx::query(sql.q())
+        .bind(&t.thread_id)
+        .bind(&t.user_id)
+        .bind(w.expected_version)
+        .bind(sqlx::types::Json(nul_free_json(w.state)))
+        .bind(message_rows(w.new_messages))
+        .bind(w.replace_messages)
+        .bind(s.opts.state_history_limit)
+        .bind(t.isolated(s.opts.enforce_user_isolation))
+}
+
 /// The step, and with `rows` the ledger rows, in one statement.
 pub(super) async fn put_step(
     s: &PgStore,
@@ -121,31 +143,24 @@ pub(super) async fn put_step(
     w: StepWrite<'_>,
     rows: &[crate::store::LedgerRow],
 ) -> StoreResult<i64> {
-    let state = sqlx::types::Json(nul_free_json(w.state));
     let sql = if rows.is_empty() { &s.sql.steps.put_step } else { &s.sql.steps.put_step_ledger };
     let (keys, results) = super::ledger::columns(rows);
-    let messages = message_rows(w.new_messages);
     let step = || {
-        let q = sqlx::query_scalar(sql.q())
-            .bind(&t.thread_id)
-            .bind(&t.user_id)
-            .bind(w.expected_version)
-            .bind(&state)
-            .bind(&messages)
-            .bind(w.replace_messages)
-            .bind(s.opts.state_history_limit)
-            .bind(t.isolated(s.opts.enforce_user_isolation))
-            .bind(w.fence)
-            .bind(w.release_lease)
-            .bind(w.previous_mark);
+        let q = step_head(s, sql, t, &w).bind(w.fence).bind(w.release_lease).bind(w.previous_mark);
         if rows.is_empty() { q } else { q.bind(&keys).bind(&results) }
     };
+    let version = |row: PgRow| row.try_get::<i64, _>(0);
     let r: Result<i64, sqlx::Error> = match w.in_tx {
-        None => super::errors::sent_again_if_aborted("a step commit", t, || step().fetch_one(&s.conns)).await,
+        None => {
+            super::errors::sent_again_if_aborted("a step commit", t, || async {
+                step().fetch_one(&s.conns).await.and_then(version)
+            })
+            .await
+        }
         // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
         Some(h) => {
             let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
-            let v = step().fetch_one(&mut *tx).await;
+            let v = step().fetch_one(&mut *tx).await.and_then(version);
             if v.is_ok() {
                 h.in_transaction().await.map_err(StoreError::Failpoint)?;
                 tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
@@ -168,11 +183,10 @@ pub(super) async fn put_step(
 }
 
 pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
-    if !s.readable(t).await? {
-        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
-    }
     let mut tx = s.conns.begin().await.map_err(|e| map_err("clear state", e, Some(t)))?;
-    super::threads::hold_thread(s, &mut tx, t, "clear state").await?;
+    if super::owned::hold_thread(s, &mut tx, t, "clear state").await? == Held::Nothing {
+        return tx.rollback().await.map_err(|e| map_err("clear state", e, Some(t)));
+    }
     for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
         sqlx::query(q.q())
             .bind(&t.thread_id)

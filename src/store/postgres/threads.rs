@@ -2,21 +2,22 @@
 //! that hangs off them (cascade), the owner, the thread lock, and the threads with a run under way.
 
 use super::nul::strip_nul;
+use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{StoreError, StoreResult, ThreadRef, ThreadRow};
+use crate::store::{StoreResult, ThreadRef, ThreadRow};
 use serde_json::Value;
 use sqlx::Row;
 
 pub(super) struct Stmts {
     lock_thread: Stmt,
-    hold_thread: Stmt,
+    pub(super) hold_thread: Stmt,
     exists: Stmt,
     update: Stmt,
     get: Stmt,
     list: Stmt,
     delete: Stmt,
     lock_lease: Stmt,
-    owner: Stmt,
+    pub(super) owner: Stmt,
     running: Stmt,
 }
 
@@ -29,7 +30,7 @@ impl Stmts {
         );
         Stmts {
             lock_thread: Stmt::new(format!("SELECT {s}.tenx_lock_thread($1, $2, $3)")),
-            hold_thread: Stmt::new(format!("SELECT 1 FROM {s}.threads WHERE thread_id = $1{t} FOR UPDATE")),
+            hold_thread: Stmt::new(format!("SELECT user_id{ut} FROM {s}.threads WHERE thread_id = $1{t} FOR UPDATE")),
             exists: Stmt::new(format!("SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE thread_id = $1{t})")),
             update: Stmt::new(format!(
                 "UPDATE {s}.threads SET thread_name = COALESCE($2, thread_name), meta = $3, updated_at = NOW() WHERE thread_id = $1{t}"
@@ -90,25 +91,6 @@ pub(super) async fn lock_thread(
     Ok(())
 }
 
-/// Locks the thread row inside `tx` if there is one (creates none). A write that changes a
-/// thread's state or message rows outside a run takes it first, as a run's commits and
-/// `aclean_thread` do: taking the rows in its own order, a message delete (the message, then
-/// the latest state row) and a clear (the state rows, then the messages) deadlocked, and the
-/// server aborted one of the two calls (red-team, session 38).
-pub(super) async fn hold_thread(
-    s: &PgStore,
-    tx: &mut sqlx::PgConnection,
-    t: &ThreadRef,
-    op: &'static str,
-) -> StoreResult<()> {
-    sqlx::query(s.sql.threads.hold_thread.q())
-        .bind(&t.thread_id)
-        .execute(tx)
-        .await
-        .map_err(|e| map_err(op, e, Some(t)))?;
-    Ok(())
-}
-
 pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
     // U+0000 as for every other stored text (states, messages, ledger): U+FFFD, with the warning.
     // The server refused it here alone, so a name or metadata SQLite and memory took failed.
@@ -137,14 +119,11 @@ pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, m
 }
 
 pub(super) async fn get_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<Option<ThreadRow>> {
-    if !s.readable(t).await? {
-        return Ok(None);
-    }
-    let row = sqlx::query(s.sql.threads.get.q())
-        .bind(&t.thread_id)
-        .fetch_optional(&s.conns)
-        .await
-        .map_err(|e| map_err("read threads", e, None))?;
+    let row = s
+        .read_owned(t, "read threads", None, async |c| {
+            sqlx::query(s.sql.threads.get.q()).bind(&t.thread_id).fetch_optional(c).await
+        })
+        .await?;
     Ok(row.as_ref().map(thread_row))
 }
 
@@ -169,9 +148,6 @@ pub(super) async fn list_threads(
 }
 
 pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
-    if !s.readable(t).await? {
-        return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
-    }
     // The lease row first, then the thread: the order a run's input and step commits lock them
     // in. The delete alone locked the thread (and its rows) first and the lease row last, so it
     // could deadlock with a run taking the thread's lease (red-team, session 21).
@@ -181,6 +157,9 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
         .execute(&mut *tx)
         .await
         .map_err(|e| map_err("delete thread", e, Some(t)))?;
+    if super::owned::hold_thread(s, &mut tx, t, "delete thread").await? == Held::Nothing {
+        return tx.rollback().await.map_err(|e| map_err("delete thread", e, Some(t)));
+    }
     sqlx::query(s.sql.threads.delete.q())
         .bind(&t.thread_id)
         .execute(&mut *tx)

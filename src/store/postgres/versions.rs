@@ -25,14 +25,11 @@ impl Stmts {
 }
 
 pub(super) async fn state_versions(s: &PgStore, t: &ThreadRef) -> StoreResult<Vec<StateVersion>> {
-    if !s.readable(t).await? {
-        return Ok(vec![]);
-    }
-    let rows = sqlx::query(s.sql.versions.states.q())
-        .bind(&t.thread_id)
-        .fetch_all(&s.conns)
-        .await
-        .map_err(|e| map_err("state versions", e, Some(t)))?;
+    let rows = s
+        .read_owned(t, "state versions", vec![], async |c| {
+            sqlx::query(s.sql.versions.states.q()).bind(&t.thread_id).fetch_all(c).await
+        })
+        .await?;
     Ok(rows
         .iter()
         .map(|r| {

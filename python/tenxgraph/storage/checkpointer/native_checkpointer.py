@@ -279,7 +279,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_state(self, config: dict[str, Any]) -> StateT | None:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        row = await self._native.load(thread_id, user_id)
+        row = await self._native.load(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         if row is None:
             return None
         version, state_json, messages = row
@@ -312,7 +312,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         row = None
         keeps_map = PROTOTYPE_IDS_KEY in state.execution_meta.internal_data
         if expected is None or not _I64_MIN <= expected <= _I64_MAX or not keeps_map:
-            row = await self._native.load(thread_id, user_id)
+            row = await self._native.load(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         if not keeps_map and row is not None:
             state = _with_stored_prototype_map(state, row[1])
         if expected is None or not _I64_MIN <= expected <= _I64_MAX:
@@ -504,7 +504,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        raw = await self._native.get_message(thread_id, user_id, _core.text_id("message_id", message_id))
+        raw = await self._native.get_message(thread_id, user_id, _core.text_id("message_id", message_id),
+                                             owner_scoped=authz_owner_scoped(config))
         if raw is None:
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
@@ -520,7 +521,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         limit = _page(search, offset, limit)
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        rows = await self._native.list_messages(thread_id, user_id, search, offset, limit)
+        rows = await self._native.list_messages(thread_id, user_id, search, offset, limit,
+                                                owner_scoped=authz_owner_scoped(config))
         return [Message.model_validate(json.loads(r)) for r in rows]
 
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
@@ -550,7 +552,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        row = await self._native.get_thread(thread_id, user_id)
+        row = await self._native.get_thread(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         return None if row is None else _thread_info(row, self._run_id_in_metadata)
 
     async def alist_threads(
