@@ -330,16 +330,16 @@ async def test_a_bigint_schemas_fresh_ids_for_a_small_prototype_id_are_63_bits()
     import os
     import uuid
 
-    from tenxgraph._message_ids import fresh_id_like, narrow_ids
+    from tenxgraph._message_ids import fresh_id_like, id_type_of
     from tenxgraph.storage.checkpointer import PgCheckpointer
 
     dsn = os.environ.get("TENXGRAPH_TEST_PG_DSN") or "postgresql://nobody@127.0.0.1:1/none"
     wide = PgCheckpointer(postgres_dsn=dsn, schema=f"w_{uuid.uuid4().hex[:8]}", id_type="bigint")
     narrow = PgCheckpointer(postgres_dsn=dsn, schema=f"n_{uuid.uuid4().hex[:8]}", id_type="int")
-    assert (narrow_ids(wide), narrow_ids(narrow)) == (False, True)
-    assert max(fresh_id_like(1, narrow_ids(wide)) for _ in range(200)) > 2**31
-    assert max(fresh_id_like(1, narrow_ids(narrow)) for _ in range(200)) < 2**31
-    assert isinstance(fresh_id_like("1", False), str)
+    assert (id_type_of(wide), id_type_of(narrow)) == ("bigint", "int")
+    assert max(fresh_id_like(1, id_type_of(wide)) for _ in range(200)) > 2**31
+    assert max(fresh_id_like(1, id_type_of(narrow)) for _ in range(200)) < 2**31
+    assert isinstance(fresh_id_like("1", "string"), str)
 
 
 
@@ -396,3 +396,75 @@ async def test_an_operator_state_without_the_map_keeps_the_threads_map(checkpoin
         assert [m.text() for m in stored.context] == ["You are terse.", "hi", "again", "ok 3"]
         assert stored.context[0].message_id != "sys-1"
         assert stored.execution_meta.internal_data["prototype_ids"][0][0] == "sys-1"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("node", ["returns", "rebuilds"])
+async def test_a_process_whose_prototype_ids_differ_keeps_every_thread_apart(checkpointer: Any, make_thread: Any,
+                                                                             node: str) -> None:
+    """A prototype built without ids (``Message.text_message("You are...", role="system")`` at
+    module level) has other ids in every process, and a deploy can change them. Threads started
+    by one process and continued by another: the prompt a node returned (or rebuilt the context
+    from) was stored under the second process's id, and on PostgreSQL every thread but the first
+    then failed on it (STORAGE_FORBIDDEN_002; seventh pass, session 39). Two graphs here stand
+    for the two processes. As in 10xGraph, a prompt under an id the thread has not seen is a
+    message of its own (appended once, then deduplicated)."""
+
+    def graph(prompt_id: str) -> Any:
+        sys_msg = Message.text_message("You are terse.", role="system", message_id=prompt_id)
+
+        def answer(state: AgentState) -> Any:
+            reply = Message.text_message(f"ok {len(state.context)}", role="assistant")
+            if node == "returns":
+                return [sys_msg, reply]
+            state.context[:] = [sys_msg, *[m for m in state.context if m.role != "system"][-1:]]
+            return reply
+
+        return _prompted_graph(checkpointer, [sys_msg], answer)
+
+    first, second = graph("sys-process-1"), graph("sys-process-2")
+    threads = [make_thread(), make_thread()]
+    for thread in threads:
+        await first.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": thread})
+    for thread in threads:
+        for word in ("again", "more"):
+            await second.ainvoke({"messages": [Message.text_message(word)]}, {"thread_id": thread})
+        stored = (await checkpointer.aget_state({"thread_id": thread})).context
+        assert not {"sys-process-1", "sys-process-2"} & {m.message_id for m in stored}
+        if node == "returns":
+            assert [m.text() for m in stored] == ["You are terse.", "hi", "ok 2", "again", "You are terse.", "ok 4",
+                                                  "more", "ok 7"]
+        else:
+            assert [m.text() for m in stored] == ["You are terse.", "more", "ok 4"]
+
+
+@pytest.mark.asyncio
+async def test_a_prototype_message_without_an_id_starts_threads_on_a_bigint_schema() -> None:
+    """Its id is a uuid; the thread's copy of it got a uuid too, and the int schema refused the
+    first turn with an id the user never wrote (STORAGE_CONFIG_002; seventh pass, session 39).
+    The thread picks its copy's id itself: an int there."""
+    import itertools
+    import os
+    import uuid
+
+    from tenxgraph.storage.checkpointer import PgCheckpointer
+
+    dsn = os.environ.get("TENXGRAPH_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("needs TENXGRAPH_TEST_PG_DSN")
+    ids = itertools.count(10**12 + uuid.uuid4().int % 10**9 * 1000)
+    for id_type in ("bigint", "int"):
+        cp = PgCheckpointer(postgres_dsn=dsn, schema=f"pu_{uuid.uuid4().hex[:10]}", id_type=id_type)
+        start = 1 if id_type == "int" else 0
+        app = _prompted_graph(cp, [Message.text_message("You are terse.", role="system")],
+                              lambda s: Message.text_message("ok", role="assistant", message_id=next(ids) % 2**30))
+        try:
+            for thread in (start + 1, start + 2):
+                await app.ainvoke({"messages": [Message.text_message("hi", message_id=next(ids) % 2**30)]},
+                                  {"thread_id": thread})
+                stored = (await cp.aget_state({"thread_id": thread})).context
+                assert [m.role for m in stored] == ["system", "user", "assistant"]
+                assert isinstance(stored[0].message_id, int)
+                assert stored[0].message_id < (2**31 if id_type == "int" else 2**63)
+        finally:
+            await cp.arelease()

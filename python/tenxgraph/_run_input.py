@@ -13,7 +13,7 @@ from pydantic_core import to_json
 
 from tenxgraph import _turn_request as turn_request
 from tenxgraph._context_index import ContextIndex
-from tenxgraph._message_ids import fresh_id_like
+from tenxgraph._message_ids import fresh_id_like, id_type_of
 from tenxgraph._run_values import id_twin
 from tenxgraph._state_codec import STORED_DEPTH, core_refuses
 from tenxgraph.core.state.agent_state import AgentState
@@ -138,7 +138,8 @@ class RunInput:
             if m.delta or isinstance(m, RemoveMessage) or m.message_id in stored:
                 continue
             if m.message_id in seen:
-                self.input_messages[i] = m.model_copy(update={"message_id": fresh_id_like(m.message_id)})
+                new = fresh_id_like(m.message_id, id_type_of(self.graph._checkpointer))
+                self.input_messages[i] = m.model_copy(update={"message_id": new})
             else:
                 seen.add(m.message_id)
 
@@ -158,7 +159,8 @@ class RunInput:
             meta.status == ExecutionStatus.INTERRUPTED_AFTER and meta.current_node == END)
         if not over or last.role != "user" or (state.context and state.context[-1].role == "user"):
             return
-        again = last.model_copy(update={"message_id": fresh_id_like(last.message_id)})
+        new = fresh_id_like(last.message_id, id_type_of(self.graph._checkpointer))
+        again = last.model_copy(update={"message_id": new})
         self._index.append(state, [again], keep_delta=True)  # 10xGraph adds it as it is, delta or not
         self.input_messages[-1] = again  # the response shows the message as stored
         self.graph._log.info("every input message's id was already in the thread; the last user message was "

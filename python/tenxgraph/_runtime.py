@@ -18,10 +18,11 @@ from tenxgraph._cold_load import validate_stored_state
 from tenxgraph._context_index import ContextIndex
 from tenxgraph._run_hooks import NOT_MERGED, RunHooks
 from tenxgraph._message_ids import (
+    ThreadCopies,
     as_thread_copies,
+    id_type_of,
     keep_prototype_copies,
     name_prototype_copies,
-    narrow_ids,
     prototype_copies,
 )
 from tenxgraph._run_input import RunInput, stored_as_sent
@@ -108,7 +109,7 @@ class Run(RunInput, RunHooks, RunTools):
         self._tool_steps: dict[str, ToolStep] = {}
         self._index = ContextIndex()
         # The thread's copies of the prototype's messages, by prototype id (see _message_ids).
-        self._proto_copies: dict[Any, Any] = {}
+        self._proto_copies = ThreadCopies({})
         # Ids of messages a node of this run added to the context, new to it, that no tool node
         # has acted on yet: a tool node on such a message skips the ledger lookup (nothing can
         # be recorded under a message no earlier attempt saw; ToolBatch::fresh in the core).
@@ -193,7 +194,7 @@ class Run(RunInput, RunHooks, RunTools):
             # and never written, so every later turn and every other worker ran without them
             # (10xGraph stores them; differential red-team, session 38). Under the thread's ids
             # for them (see _message_ids).
-            self._proto_copies = name_prototype_copies(state, narrow_ids(self.graph._checkpointer))
+            self._proto_copies = name_prototype_copies(state, id_type_of(self.graph._checkpointer))
         else:
             # One validation from JSON text, its objects kept out of the cyclic GC's young
             # generations (see _cold_load).
@@ -205,7 +206,9 @@ class Run(RunInput, RunHooks, RunTools):
                 )
         self.known = None  # used, or outdated: either way not needed again
         if state_json is not None or known:
-            self._proto_copies = prototype_copies(state)
+            self._proto_copies = prototype_copies(state, self.graph._prototype.context,
+                                                  lambda: self._index.ids(state.context),
+                                                  id_type_of(self.graph._checkpointer))
         # A start refused after a replay was decided on a kept copy prepares again from a read,
         # with the input as sent (a rename made for the kept copy does not hold for the read).
         self.answered_from_store, self.produced = False, []

@@ -310,7 +310,9 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
         expected = _version_of(config)
         row = None
-        keeps_map = PROTOTYPE_IDS_KEY in state.execution_meta.internal_data
+        # A state with no execution_meta or internal_data left is refused by the encode below.
+        internal = getattr(state.execution_meta, "internal_data", None)
+        keeps_map = not isinstance(internal, dict) or PROTOTYPE_IDS_KEY in internal
         if expected is None or not _I64_MIN <= expected <= _I64_MAX or not keeps_map:
             row = await self._native.load(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         if not keeps_map and row is not None:
