@@ -468,3 +468,34 @@ async def test_a_prototype_message_without_an_id_starts_threads_on_a_bigint_sche
                 assert stored[0].message_id < (2**31 if id_type == "int" else 2**63)
         finally:
             await cp.arelease()
+
+
+@pytest.mark.asyncio
+async def test_the_map_holds_only_copies_the_thread_still_has(checkpointer: Any, make_thread: Any) -> None:
+    """One process per turn (serverless), a prompt without a fixed id, a summarising node that
+    rebuilds the context from it: every process named its id, the rebuild dropped the last
+    one's copy, and the map kept every pair (4 KB after 50 processes, a turn 6x slower after
+    1,000; eighth pass, session 39). It holds the pairs whose copy is in the thread."""
+
+    def graph(n: int) -> Any:
+        sys_msg = Message.text_message("You are terse.", role="system", message_id=f"sys-process-{n}")
+
+        def summarise(state: AgentState) -> Message:
+            state.context[:] = [sys_msg]
+            return Message.text_message(f"summary {n}", role="assistant")
+
+        return _prompted_graph(checkpointer, [sys_msg], summarise)
+
+    thread = make_thread()
+    for n in range(6):
+        await graph(n).ainvoke({"messages": [Message.text_message(f"turn {n}")]}, {"thread_id": thread})
+        stored = await checkpointer.aget_state({"thread_id": thread})
+        assert [m.text() for m in stored.context] == ["You are terse.", f"summary {n}"]
+        pairs = stored.execution_meta.internal_data["prototype_ids"]
+        assert pairs == [[f"sys-process-{n}", stored.context[0].message_id]]
+    # The process that named a dropped pair comes back: its prompt is renamed again, never stored
+    # under its own id.
+    await graph(2).ainvoke({"messages": [Message.text_message("back")]}, {"thread_id": thread})
+    stored = await checkpointer.aget_state({"thread_id": thread})
+    assert [m.text() for m in stored.context] == ["You are terse.", "summary 2"]
+    assert stored.context[0].message_id != "sys-process-2"

@@ -130,9 +130,15 @@ def keep_prototype_copies(state: Any, copies: ThreadCopies) -> None:
     summarising node that returns a new ``AgentState``, one that clears ``internal_data``: the
     next turn read no map, the prompt it returned kept the prototype's id, and on PostgreSQL
     every other thread then failed on it; red-team, session 38), or when it named a prototype id
-    of this process."""
+    of this process. Recorded without the pairs whose copy the thread no longer holds: every
+    process names its own id once, and a summarising node drops the last one's copy, so the map
+    grew by a pair per process for ever (82 bytes each, rewritten at every step: a turn 6x
+    slower at 1,000; eighth pass, session 39). A message that comes in later under a dropped
+    pair's id is named again, a message of its own, as it was with the pair (its copy was gone).
+    This run keeps every pair it has (``copies.pairs``), so none of its ids is stored as it is."""
     if copies.pairs and (copies.grown or PROTOTYPE_IDS_KEY not in state.execution_meta.internal_data):
-        _record(state, copies.pairs)
+        held = {m.message_id for m in state.context}
+        _record(state, {old: new for old, new in copies.pairs.items() if new in held})
 
 
 def _record(state: Any, copies: dict[Any, Any]) -> None:
