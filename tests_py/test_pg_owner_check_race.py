@@ -102,3 +102,57 @@ async def test_an_owner_scoped_call_never_reaches_a_thread_created_beside_it(op:
     """A store that does not isolate users, with the per-call ``config["authz"]`` owner scope:
     the check was only Python's, before any read."""
     assert await _race(op, scoped=True) == []
+
+
+WINDOW_CALLS = {
+    "aget_tool_result": lambda cp, b: cp.aget_tool_result(b, "k"),
+    "aget_tool_status": lambda cp, b: cp.aget_tool_status(b, "k"),
+    "aget_lease": lambda cp, b: cp.aget_lease(b),
+    "aget_thread_owner": lambda cp, b: cp.aget_thread_owner(b["thread_id"], b),
+    "alist_messages": lambda cp, b: cp.alist_messages(b),
+    "aget_state": lambda cp, b: cp.aget_state(b),
+    "aget_thread": lambda cp, b: cp.aget_thread(b),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("call", list(WINDOW_CALLS))
+async def test_an_owner_scoped_read_made_right_after_its_check_reads_nothing_of_another_user(
+        call: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic: user A creates the thread (a run, a recorded tool result) right after B's
+    ``config["authz"]`` check passed on a thread with no owner yet. The tool-result, lease and
+    owner reads checked the scope in Python only, and gave B A's recorded result, A's run's lease
+    holder (run id, host, pid) and A's name (helper red-team of the fix above, 1 try in 5-10
+    when raced). The others are controls, fixed with the first race."""
+    import tenxgraph.storage.checkpointer.native_checkpointer as native
+
+    from .reply_graph import reply_graph
+
+    schema = f"win_{uuid.uuid4().hex[:10]}"
+    cpa = PgCheckpointer(postgres_dsn=DSN, schema=schema, enforce_user_isolation=False)
+    cpb = PgCheckpointer(postgres_dsn=DSN, schema=schema, enforce_user_isolation=False)
+    await cpa.asetup()
+    a, b = _config("t:1", "A", True), _config("t:1", "B", True)
+    app = reply_graph(cpa)
+    created: list[bool] = []
+    check = native.check_authz
+
+    async def then_a_creates_the_thread(cp: Any, config: dict[str, Any], thread_id: Any = None) -> None:
+        await check(cp, config, thread_id)
+        if config.get("user_id") == "B" and not created:
+            created.append(True)
+            await app.ainvoke({"messages": [Message.text_message("A-secret")]}, dict(a))
+            await cpa.aput_tool_result(dict(a), "k", {"secret": "A-secret"})
+
+    monkeypatch.setattr(native, "check_authz", then_a_creates_the_thread)
+    try:
+        seen = await WINDOW_CALLS[call](cpb, dict(b))
+        assert created, "the window was not reached"
+        assert seen in (None, []), f"B read {seen!r} of A's thread"
+        with pytest.raises(StorageError) as refused:  # outside the window, the scope refuses
+            await WINDOW_CALLS[call](cpb, dict(b))
+        assert refused.value.error_code == "STORAGE_FORBIDDEN_001"
+    finally:
+        await cpa.arelease()
+        await cpb.arelease()
+        psql(str(DSN), f'DROP SCHEMA "{schema}" CASCADE')

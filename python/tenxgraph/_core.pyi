@@ -285,7 +285,9 @@ class NativeStore:
         """Thread rows (as ``get_thread``), only ``user_id``'s when given, matching ``search``, paged."""
     def clean_thread(self, thread_id: str, user_id: str, owner_scoped: bool = False) -> Awaitable[bool]:
         """Deletes the thread with its states, messages and ledger rows; True."""
-    def thread_owner(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]:
+    def thread_owner(
+        self, thread_id: str, user_id: str | None = None, owner_scoped: bool = False
+    ) -> Awaitable[str | None]:
         """The thread's owner. With ``user_id``, as that user may see it (under isolation None to
         anybody but the owner); without, for operators."""
     @property
@@ -307,10 +309,14 @@ class NativeStore:
         With ``token``, only the run holding that lease token obeys it."""
     def check_ids(self, thread_id: str, user_id: str) -> Awaitable[None]:
         """Raises ``InvalidConfigError`` (``STORAGE_CONFIG_002``) for ids this store cannot hold."""
-    def ledger_get(self, thread_id: str, user_id: str, keys: list[str]) -> Awaitable[dict[str, str]]:
+    def ledger_get(
+        self, thread_id: str, user_id: str, keys: list[str], owner_scoped: bool = False
+    ) -> Awaitable[dict[str, str]]:
         """``{key: result_json}`` for those of ``keys`` with a row (results and intent records);
         empty for a non-owner under isolation."""
-    def lease_get(self, thread_id: str, user_id: str | None = None) -> Awaitable[str | None]:
+    def lease_get(
+        self, thread_id: str, user_id: str | None = None, owner_scoped: bool = False
+    ) -> Awaitable[str | None]:
         """The thread's lease as JSON, or None when it never had one (or, with ``user_id``, when
         that user may not see it)."""
     def recovery_candidates(

@@ -309,18 +309,21 @@ impl NativeStore {
     /// The thread's owner. With `user_id`, as that user may see it: under user isolation the
     /// owner's name only to the owner (None to anybody else, as for a thread that does not
     /// exist). Without, for operators (the CLI).
-    #[pyo3(signature = (thread_id, user_id=None))]
+    /// `owner_scoped` (a `config["authz"]` owner scope) hides it as isolation does: the scope was
+    /// checked in Python alone, before this read, and a thread created in between was named.
+    #[pyo3(signature = (thread_id, user_id=None, owner_scoped=false))]
     fn thread_owner<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: Option<String>,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
             let owner = s.thread_owner(&thread_id).await?;
             Ok(match user_id {
-                Some(u) if s.isolates_users() && owner.as_deref() != Some(u.as_str()) => None,
+                Some(u) if (s.isolates_users() || owner_scoped) && owner.as_deref() != Some(u.as_str()) => None,
                 _ => owner,
             })
         })
@@ -397,16 +400,18 @@ impl NativeStore {
     }
 
     /// `{key: result_json}` for the keys that have a record.
+    #[pyo3(signature = (thread_id, user_id, keys, owner_scoped=false))]
     fn ledger_get<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: String,
         keys: Vec<String>,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
-            let m = s.ledger_get(&t(thread_id, user_id), &keys).await?;
+            let m = s.ledger_get(&t(thread_id, user_id).scoped(owner_scoped), &keys).await?;
             Ok(m.into_iter().map(|(k, v)| (k, v.to_string())).collect::<std::collections::HashMap<_, _>>())
         })
     }
@@ -491,17 +496,20 @@ impl NativeStore {
 
     /// The thread's lease as JSON (`LeaseInfo`), or None when it never had one. With `user_id`,
     /// None also when that user may not see it (`Checkpointer::is_owner`); without, for operators.
-    #[pyo3(signature = (thread_id, user_id=None))]
+    #[pyo3(signature = (thread_id, user_id=None, owner_scoped=false))]
     fn lease_get<'py>(
         &self,
         py: Python<'py>,
         thread_id: String,
         user_id: Option<String>,
+        owner_scoped: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         awaitable(py, async move {
+            // A thread that does not exist yet is nobody's: one created after this check is
+            // not read either.
             if let Some(u) = user_id
-                && !s.is_owner(&t(thread_id.clone(), u)).await?
+                && !s.is_owner(&t(thread_id.clone(), u).scoped(owner_scoped)).await?
             {
                 return Ok(None);
             }

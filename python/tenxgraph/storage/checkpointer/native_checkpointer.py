@@ -471,7 +471,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         if stored_form is not None and stored_form not in keys:
             keys.insert(1, stored_form)
         try:
-            found = await self._native.ledger_get(thread_id, user_id, keys)
+            found = await self._native.ledger_get(thread_id, user_id, keys, owner_scoped=authz_owner_scoped(config))
         except Exception as exc:
             _log.warning("ledger read failed for %s (treated as no record): %s", tool_call_id, exc)
             return None
@@ -590,7 +590,8 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         user's thread raises ``StorageError`` ``STORAGE_FORBIDDEN_001``."""
         if config is not None:
             await check_authz(self, config, thread_id)
-        return await self._native.thread_owner(_core.text_id("thread_id", thread_id), _user(config))
+        return await self._native.thread_owner(_core.text_id("thread_id", thread_id), _user(config),
+                                               owner_scoped=config is not None and authz_owner_scoped(config))
 
     async def aget_lease(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The thread's lease: ``token`` (the fencing token), ``holder`` (the run id), ``host``,
@@ -599,7 +600,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         holds it), and under user isolation when the caller does not own the
         thread (a thread nobody owns yet included: a run holds it and has not written)."""
         await check_authz(self, config)
-        raw = await self._native.lease_get(*_ids(config))
+        raw = await self._native.lease_get(*_ids(config), owner_scoped=authz_owner_scoped(config))
         return None if raw is None else dict(json.loads(raw))
 
     async def aprune(
