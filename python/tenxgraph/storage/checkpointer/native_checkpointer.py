@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from tenxgraph import _core
 from tenxgraph import _in_flight as in_flight
 from tenxgraph._message_ids import PROTOTYPE_IDS_KEY
-from tenxgraph._state_codec import STATE_META_KEY, encode_message, encode_state
+from tenxgraph._state_codec import encode_message, encode_state
 from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError, StaleStateError
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
