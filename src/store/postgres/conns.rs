@@ -293,6 +293,18 @@ macro_rules! on_lease {
     };
 }
 
+impl Conns {
+    /// `run` (one statement) on a lent connection, as `.fetch_*(&conns)` runs one: for a caller
+    /// that takes the connection itself (`owned::read_owned` without isolation).
+    pub(super) async fn on_lent<T>(
+        &self,
+        run: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        let conns = self;
+        on_lease!(conns, |c| run(c)).await
+    }
+}
+
 /// Single statements run on a lent connection (`.fetch_one(&s.conns)`), with the pool's own
 /// behaviour otherwise.
 impl<'c> Executor<'c> for &'c Conns {

@@ -23,7 +23,8 @@ pub(super) enum Held {
 
 impl PgStore {
     /// `read` in one REPEATABLE READ, READ ONLY transaction after the owner check, when users
-    /// are isolated (`denied` when the caller may not read the thread); as it is otherwise.
+    /// are isolated (`denied` when the caller may not read the thread); as one statement, with
+    /// no transaction around it, otherwise.
     pub(super) async fn read_owned<T>(
         &self,
         t: &ThreadRef,
@@ -31,11 +32,12 @@ impl PgStore {
         denied: T,
         read: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> StoreResult<T> {
-        let isolated = t.isolated(self.opts.enforce_user_isolation);
+        if !t.isolated(self.opts.enforce_user_isolation) {
+            return self.conns.on_lent(read).await.map_err(|e| map_err(op, e, Some(t)));
+        }
         self.bounded(op, async {
-            let mut tx = if isolated { self.conns.begin_snapshot().await } else { self.conns.begin().await }
-                .map_err(|e| map_err(op, e, Some(t)))?;
-            if isolated && !owns(self, &mut tx, t, op).await? {
+            let mut tx = self.conns.begin_snapshot().await.map_err(|e| map_err(op, e, Some(t)))?;
+            if !owns(self, &mut tx, t, op).await? {
                 tx.rollback().await.map_err(|e| map_err(op, e, Some(t)))?;
                 return Ok(denied);
             }
