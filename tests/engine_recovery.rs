@@ -107,6 +107,7 @@ async fn put_state(store: &dyn Checkpointer, t: &ThreadRef, status: &str, node: 
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     };
     store.put_step(t, w).await.unwrap()
 }

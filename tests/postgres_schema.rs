@@ -19,6 +19,7 @@ fn step(expected: i64, state: &serde_json::Value) -> StepWrite<'_> {
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     }
 }
 

@@ -59,6 +59,7 @@ async fn our_locks_are_seen_by_posix_lockers_in_this_process_and_survive_their_c
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     };
     store.put_step(&t, step).await.unwrap();
 

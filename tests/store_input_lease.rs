@@ -26,6 +26,7 @@ fn step<'a>(expected: i64, state: &'a serde_json::Value, msgs: &'a [StoredMessag
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     }
 }
 

@@ -48,6 +48,7 @@ async fn nothing_opens_until_first_use_and_a_failed_open_is_retried() {
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     };
     assert_eq!(store.put_step(&t, w).await.unwrap(), 1);
     assert_eq!(store.load(&t).await.unwrap().unwrap().version, 1);

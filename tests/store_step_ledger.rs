@@ -27,6 +27,7 @@ fn step<'a>(expected: i64, state: &'a Value, msgs: &'a [StoredMessage]) -> StepW
         release_lease: false,
         in_tx: None,
         previous_mark: None,
+        expected_mark: None,
     }
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import AgentState, Message
-from tenxgraph.core.exceptions import StaleStateError, StorageError
+from tenxgraph.core.exceptions import InvalidConfigError, StaleStateError, StorageError
 from tenxgraph.storage.checkpointer import (
     STOP_REQUEST_NAMESPACE,
     BaseCheckpointer,
@@ -181,6 +181,97 @@ async def test_rereading_after_conflict_allows_write(cp, make_thread) -> None:
     fresh.note = "after reread"
     await cp.aput_state(cfg2, fresh)
     assert (await cp.aget_state({"thread_id": tid})).note == "after reread"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("change", ["aput_messages", "adelete_message"])
+async def test_versioned_write_after_messages_changed_since_the_read_is_stale(cp, make_thread, change) -> None:
+    """A message written or deleted outside a run makes no new version; a versioned aput_state
+    replaces the thread's messages with its context, and dropped (or brought back) that message
+    with no error (session 40). Now it is StaleStateError and nothing of it is written."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1"),
+                                                                            msg("old", mid="o1")]))
+    cfg = {"thread_id": tid}
+    read = await cp.aget_state(cfg)
+    other = {"thread_id": tid}
+    if change == "aput_messages":
+        await cp.aput_messages(other, [msg("added by another caller", "user", "late")])
+        expected = ["u1", "o1", "late"]
+    else:
+        await cp.adelete_message(other, "o1")
+        expected = ["u1"]
+    read.note = "edited"
+    read.context.append(msg("edit", mid="e1"))
+    with pytest.raises(StaleStateError) as ei:
+        await cp.aput_state(cfg, read)
+    assert ei.value.error_code == "STORAGE_CONFLICT_001"
+    assert ei.value.context["expected_version"] == ei.value.context["current_version"] == cfg["_checkpoint_version"]
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "base" and [m.message_id for m in got.context] == expected
+    # Read again, the write goes through and keeps the other caller's change; the config now
+    # holds the row it wrote, so a second write with it needs no read.
+    again = await cp.aget_state(cfg)
+    again.context.append(msg("edit", mid="e1"))
+    await cp.aput_state(cfg, again)
+    again.note = "edited twice"
+    await cp.aput_state(cfg, again)
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "edited twice" and [m.message_id for m in got.context] == [*expected, "e1"]
+
+
+@pytest.mark.asyncio
+async def test_a_state_read_from_the_cache_is_refused_after_messages_changed_too(cp, make_thread) -> None:
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1")]))
+    cfg = {"thread_id": tid}
+    await cp.aput_state_cache(cfg, await cp.aget_state(cfg))
+    cached_cfg = {"thread_id": tid}
+    cached = await cp.aget_state_cache(cached_cfg)
+    assert cached is not None and cached_cfg["_checkpoint_version"] == cfg["_checkpoint_version"]
+    await cp.aput_messages({"thread_id": tid}, [msg("late", "user", "late")])
+    with pytest.raises(StaleStateError):
+        await cp.aput_state(cached_cfg, cached)
+    assert [m.message_id for m in await cp.alist_messages({"thread_id": tid})] == ["u1", "late"]
+    # The entry no longer describes the thread's messages: it is not served (it was, without
+    # "late"); the state read again is, and a write from it goes through.
+    fresh_cfg = {"thread_id": tid}
+    fresh = await cp.aget_state_cache(fresh_cfg)
+    assert [m.message_id for m in fresh.context] == ["u1", "late"]
+    assert [m.message_id for m in (await cp.aget_state_cache({"thread_id": tid})).context] == ["u1", "late"]
+    fresh.note = "from the cache"
+    await cp.aput_state(fresh_cfg, fresh)
+    assert (await cp.aget_state({"thread_id": tid})).note == "from the cache"
+
+
+@pytest.mark.asyncio
+async def test_a_version_set_by_hand_is_checked_alone(cp, make_thread) -> None:
+    """A config naming a version but no read (10xGraph's key set by hand) is checked on the
+    version alone, as before: its writer takes the messages as it gives them."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1")]))
+    probe: dict[str, Any] = {"thread_id": tid}
+    await cp.aget_state(probe)
+    version = probe["_checkpoint_version"]
+    await cp.aput_messages({"thread_id": tid}, [msg("late", "user", "late")])
+    cfg = {"thread_id": tid, "_checkpoint_version": version}
+    await cp.aput_state(cfg, NoteState(note="by hand", context=[msg("hi", "user", "u1")]))
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "by hand" and [m.message_id for m in got.context] == ["u1"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("bad", [5, "x", ["1/"], "abc/def"])
+async def test_a_mark_not_set_by_a_read_is_a_config_error_and_writes_nothing(cp, make_thread, bad) -> None:
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base"))
+    cfg = {"thread_id": tid}
+    await cp.aget_state(cfg)
+    cfg["_checkpoint_mark"] = bad
+    with pytest.raises(InvalidConfigError) as ei:
+        await cp.aput_state(cfg, NoteState(note="never"))
+    assert ei.value.error_code == "STORAGE_CONFIG_002" and ei.value.context["field"] == "_checkpoint_mark"
+    assert (await cp.aget_state({"thread_id": tid})).note == "base"
 
 
 # -- messages ------------------------------------------------------------------------------

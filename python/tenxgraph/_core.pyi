@@ -237,11 +237,14 @@ class NativeStore:
         messages: list[tuple[str, str]],
         replace_messages: bool = False,
         owner_scoped: bool = False,
+        expected_mark: str | None = None,
     ) -> Awaitable[int]:
         """Commits one versioned step outside a run: the state plus ``messages`` (``(id, json)``
         pairs; with ``replace_messages`` they replace the stored history) in one transaction. Raises
-        ``StaleStateError`` and writes nothing when the thread is no longer at ``expected_version``.
-        Resolves to the new version."""
+        ``StaleStateError`` and writes nothing when the thread is no longer at ``expected_version``,
+        or, with ``expected_mark`` (the write mark of the row read, "" for none), when the latest
+        row carries another (messages written or deleted outside a run since). Resolves to the new
+        version."""
     def clear_state(self, thread_id: str, user_id: str, owner_scoped: bool = False) -> Awaitable[bool]:
         """Drops the thread's state rows and messages (the thread row and ledger stay); True."""
     def put_messages(

@@ -159,6 +159,9 @@ impl EngineError {
             EngineError::Store(StoreError::Stale { thread_id, expected, current }) => {
                 json!({"thread_id": thread_id, "expected_version": expected, "current_version": current})
             }
+            EngineError::Store(StoreError::StaleMessages { thread_id, version }) => {
+                json!({"thread_id": thread_id, "expected_version": version, "current_version": version, "messages_changed": true})
+            }
             EngineError::Store(StoreError::Forbidden { thread_id }) => json!({"thread_id": thread_id}),
             EngineError::Store(StoreError::BadId { field, value, id_type, .. }) => {
                 json!({"field": field, "value": value, "id_type": id_type})

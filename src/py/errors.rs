@@ -61,7 +61,9 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
         },
         EngineError::Store(s) => {
             let (class, code) = match &s {
-                StoreError::Stale { .. } => ("StaleStateError", "STORAGE_CONFLICT_001"),
+                StoreError::Stale { .. } | StoreError::StaleMessages { .. } => {
+                    ("StaleStateError", "STORAGE_CONFLICT_001")
+                }
                 StoreError::Forbidden { .. } => ("StorageError", "STORAGE_FORBIDDEN_001"),
                 StoreError::MessageInOtherThread { .. } => ("StorageError", "STORAGE_FORBIDDEN_002"),
                 StoreError::InvalidInput(m) => return PyValueError::new_err(m.clone()),

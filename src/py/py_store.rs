@@ -105,6 +105,7 @@ impl PyStore {
                 release_lease: false,
                 in_tx: None,
                 previous_mark: None,
+                expected_mark: None,
             };
             self.mem.put_step(t, w).await?;
         }

@@ -134,7 +134,9 @@ impl NativeStore {
     }
 
     /// One versioned step written outside a run (`aput_state` / `aput_checkpoint`).
-    #[pyo3(signature = (thread_id, user_id, expected_version, state_json, messages, replace_messages=false, owner_scoped=false))]
+    /// `expected_mark`: the write mark of the row the caller read ("" for none); the write is
+    /// refused (StaleStateError) when the latest row carries another (`StepWrite::expected_mark`).
+    #[pyo3(signature = (thread_id, user_id, expected_version, state_json, messages, replace_messages=false, owner_scoped=false, expected_mark=None))]
     #[allow(clippy::too_many_arguments)]
     fn put_step<'py>(
         &self,
@@ -146,6 +148,7 @@ impl NativeStore {
         messages: Vec<(String, String)>,
         replace_messages: bool,
         owner_scoped: bool,
+        expected_mark: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let value = json_in(&state_json)?;
@@ -162,6 +165,7 @@ impl NativeStore {
                 release_lease: false,
                 in_tx: None,
                 previous_mark: None,
+                expected_mark: expected_mark.as_deref(),
             };
             s.put_step(&t(thread_id, user_id).scoped(owner_scoped), w).await
         })

@@ -13,6 +13,18 @@ pub enum StoreError {
         /// The version the thread is at now.
         current: i64,
     },
+    /// The thread's messages were written or deleted outside a step after the caller read the
+    /// state it writes over (`StepWrite::expected_mark`; STORAGE_CONFLICT_001, as `Stale`).
+    #[error(
+        "State was modified by another execution (version {version}: the thread's messages were written or \
+         deleted after it was read; read it again)"
+    )]
+    StaleMessages {
+        /// The thread written.
+        thread_id: String,
+        /// The version read, still the latest.
+        version: i64,
+    },
     /// The thread belongs to another user and isolation is on (STORAGE_FORBIDDEN_001).
     #[error("Thread '{thread_id}' belongs to another user")]
     Forbidden {

@@ -165,14 +165,48 @@ pub fn set_write_mark(state: &mut Value, mark: &str) {
     }
 }
 
-/// What a message write outside a step leaves as the latest row's mark: never a commit's mark, so
-/// a process holding the live state of that commit loads the thread again, and a run in flight
-/// (whose next commit names the mark it last saw, `StepWrite::previous_mark`) commits unmarked.
+/// A mark no other write has: a per-process random prefix and a counter (no syscall per commit).
+pub fn unique_mark() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// How the mark a message write outside a step leaves on the latest row begins. The mark is never
+/// a commit's, so a process holding the live state of that commit loads the thread again, and a
+/// run in flight (whose next commit names the mark it last saw, `StepWrite::previous_mark`)
+/// commits unmarked. It is unique to the write, so a caller that read the state before it can
+/// tell (`StepWrite::expected_mark`): one constant let a versioned `aput_state` drop a message
+/// written after its read (session 40).
 pub const MESSAGES_CHANGED: &str = "messages-changed";
 
-/// Marks a state row as no longer describing its thread's messages (see `MESSAGES_CHANGED`).
-pub fn mark_messages_changed(state: &mut Value) {
-    set_write_mark(state, MESSAGES_CHANGED);
+/// A new mark for a message write outside a step (see `MESSAGES_CHANGED`).
+pub fn messages_changed_mark() -> String {
+    format!("{MESSAGES_CHANGED}-{}", unique_mark())
+}
+
+/// Marks a state row as no longer describing its thread's messages; returns the mark set.
+pub fn mark_messages_changed(state: &mut Value) -> String {
+    let mark = messages_changed_mark();
+    set_write_mark(state, &mark);
+    mark
+}
+
+/// Refuses a write from outside a run whose read no longer describes the thread's messages: the
+/// latest row's mark (`latest`, None for a row without one) is not `w.expected_mark`.
+pub fn check_expected_mark(
+    w: &StepWrite<'_>,
+    t: &super::ThreadRef,
+    latest: Option<&str>,
+) -> Result<(), super::StoreError> {
+    match w.expected_mark {
+        Some(m) if m != latest.unwrap_or("") => {
+            Err(super::StoreError::StaleMessages { thread_id: t.thread_id.clone(), version: w.expected_version })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The state to store for a step, and the mark it carries: its mark is dropped when the thread's
@@ -340,6 +374,12 @@ pub struct StepWrite<'a> {
     /// The write mark of the latest row as the run last saw it (loaded, or its own last commit).
     /// When the row no longer carries it, `state` is stored without its mark (`chained_state`).
     pub previous_mark: Option<&'a str>,
+    /// For a write from outside a run that read the thread first (`aget_state`, then a versioned
+    /// `aput_state`): the write mark of the row it read ("" for a row without one). The write is
+    /// refused (`StoreError::StaleMessages`) when the latest row carries another: messages were
+    /// written or deleted outside a step since the read, which makes no new version. None: no
+    /// check (runs, and writes that name no read).
+    pub expected_mark: Option<&'a str>,
 }
 
 /// A thread row as `get_thread` and `list_threads` return it.

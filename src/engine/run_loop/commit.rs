@@ -9,15 +9,6 @@ use crate::failpoints::Armed;
 use crate::store::{LeasedInput, SharedJson, StepWrite, StopKey, StoreError, StoredMessage, TxHook};
 use serde_json::{Value, json};
 
-/// A mark unique to one commit: a per-process random prefix and a counter (no syscall per commit).
-fn next_write_mark() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
-    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
 /// The `in_step_tx` failpoint, run by the store inside the step's transaction.
 struct InTx<'a> {
     armed: &'a Armed,
@@ -118,7 +109,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             return Ok(());
         }
         self.hooks(Lifecycle::Checkpoint).await;
-        let mark = next_write_mark();
+        let mark = crate::store::unique_mark();
         let snapshot = if self.unserialisable && self.exec.status == ExecStatus::Error {
             // The live state could not be stored (the host could not serialise it, or the store
             // refused what it holds): the error state is written from the last stored one.
@@ -148,6 +139,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             release_lease: self.finishing,
             in_tx: if self.cfg.failpoints.is_off() { None } else { Some(&hook as &dyn TxHook) },
             previous_mark: self.seen_mark.as_deref(),
+            expected_mark: None,
         };
         let written = match (self.lease.get(), self.optimistic) {
             (None, Some(opt)) => self.commit_input(w, opt).await?,

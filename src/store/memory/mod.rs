@@ -134,11 +134,15 @@ fn unmark_latest(d: &mut ThreadData) {
     if let Some((_, s)) = d.states.last_mut() {
         // Rows are checked to decode when written (`marked_state`); one that did not would be
         // kept as it is rather than replaced by a null.
-        if let Ok(mut v) = serde_json::from_str::<Value>(s.text.get()) {
-            super::mark_messages_changed(&mut v);
-            s.text = super::shared_json(&v);
-        }
-        s.mark = Some(super::MESSAGES_CHANGED.to_owned());
+        let mark = match serde_json::from_str::<Value>(s.text.get()) {
+            Ok(mut v) => {
+                let mark = super::mark_messages_changed(&mut v);
+                s.text = super::shared_json(&v);
+                mark
+            }
+            Err(_) => super::messages_changed_mark(),
+        };
+        s.mark = Some(mark);
     }
 }
 
@@ -158,6 +162,9 @@ impl MemoryStore {
         if current != w.expected_version {
             return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
         }
+        let latest_mark =
+            inner.threads.get(&t.thread_id).and_then(|d| d.states.last()).and_then(|(_, s)| s.mark.as_deref());
+        super::check_expected_mark(&w, t, latest_mark)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         ensure_row(d, t);
         let new_version = current + 1;

@@ -4,9 +4,7 @@
 use super::nul::nul_free_json;
 use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err, threads};
-use crate::store::{
-    MESSAGES_CHANGED, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text,
-};
+use crate::store::{RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::types::Json;
@@ -154,7 +152,7 @@ pub(super) async fn name_taken_id(s: &PgStore, t: &ThreadRef, msgs: &[StoredMess
 async fn unmark_latest(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> StoreResult<()> {
     sqlx::query(s.sql.messages.unmark.q())
         .bind(&t.thread_id)
-        .bind(MESSAGES_CHANGED)
+        .bind(crate::store::messages_changed_mark())
         .execute(&mut *tx)
         .await
         .map_err(|e| map_err("write messages", e, Some(t)))?;

@@ -23,6 +23,9 @@ pub(super) struct Stmts {
     put_step_ledger: Stmt,
     clear_states: Stmt,
     clear_messages: Stmt,
+    /// The latest row's version and write mark (a write naming the mark it read checks it under
+    /// the thread lock).
+    head: Stmt,
 }
 
 impl Stmts {
@@ -72,6 +75,10 @@ impl Stmts {
             )),
             clear_states: Stmt::new(format!("DELETE FROM {s}.states WHERE thread_id = $1{t}")),
             clear_messages: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t}")),
+            head: Stmt::new(format!(
+                "SELECT version, state_data->'{meta}'->>'{mark}' FROM {s}.states WHERE thread_id = $1{t} \
+                 ORDER BY version DESC LIMIT 1"
+            )),
         }
     }
 }
@@ -150,23 +157,42 @@ pub(super) async fn put_step(
         if rows.is_empty() { q } else { q.bind(&keys).bind(&results) }
     };
     let version = |row: PgRow| row.try_get::<i64, _>(0);
-    let r: Result<i64, sqlx::Error> = match w.in_tx {
-        None => {
-            super::errors::sent_again_if_aborted("a step commit", t, || async {
-                step().fetch_one(&s.conns).await.and_then(version)
-            })
-            .await
-        }
-        // Armed failpoint: an explicit transaction, so the hook runs before COMMIT.
-        Some(h) => {
-            let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
-            let v = step().fetch_one(&mut *tx).await.and_then(version);
-            if v.is_ok() {
-                h.in_transaction().await.map_err(StoreError::Failpoint)?;
-                tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
+    let r: Result<i64, sqlx::Error> = if w.in_tx.is_none() && w.expected_mark.is_none() {
+        super::errors::sent_again_if_aborted("a step commit", t, || async {
+            step().fetch_one(&s.conns).await.and_then(version)
+        })
+        .await
+    } else {
+        // An armed failpoint (the hook runs before COMMIT) or a mark to check first: an explicit
+        // transaction. The check reads the latest row under the thread lock, which message
+        // writes outside a step take too, so none lands between the check and the step.
+        let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
+        if w.expected_mark.is_some() {
+            super::threads::lock_thread(s, &mut tx, t, "write step").await?;
+            let head: Option<(i64, Option<String>)> = sqlx::query_as(s.sql.steps.head.q())
+                .bind(&t.thread_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| map_err("write step", e, Some(t)))?;
+            let (current, mark) = head.unzip();
+            let current = current.unwrap_or(0);
+            if current != w.expected_version {
+                return Err(StoreError::Stale {
+                    thread_id: t.thread_id.clone(),
+                    expected: w.expected_version,
+                    current,
+                });
             }
-            v
+            crate::store::check_expected_mark(&w, t, mark.flatten().as_deref())?;
         }
+        let v = step().fetch_one(&mut *tx).await.and_then(version);
+        if v.is_ok() {
+            if let Some(h) = w.in_tx {
+                h.in_transaction().await.map_err(StoreError::Failpoint)?;
+            }
+            tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
+        }
+        v
     };
     match r {
         Ok(v) => Ok(v),

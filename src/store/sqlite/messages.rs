@@ -10,7 +10,7 @@ pub(super) async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> St
          WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
     )
     .bind(crate::store::write_mark_json_path())
-    .bind(crate::store::MESSAGES_CHANGED)
+    .bind(crate::store::messages_changed_mark())
     .bind(&t.thread_id)
     .bind(&t.thread_id)
     .execute(&mut *c)

@@ -90,6 +90,7 @@ pub(super) async fn step_in(
         // Dropping `tx` rolls back: nothing of this step is written.
         return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
     }
+    crate::store::check_expected_mark(&w, t, latest.as_ref().and_then(|(_, m)| m.as_deref()))?;
     let new_version = current + 1;
     let now = now_secs();
     sqlx::query("INSERT INTO states (thread_id, version, state_data, created_at) VALUES (?, ?, ?, ?)")

@@ -30,6 +30,7 @@ pub(super) struct OwnedStep {
     fence: Option<i64>,
     release_lease: bool,
     previous_mark: Option<String>,
+    expected_mark: Option<String>,
 }
 
 impl OwnedStep {
@@ -43,6 +44,7 @@ impl OwnedStep {
             fence: w.fence,
             release_lease: w.release_lease,
             previous_mark: w.previous_mark.map(str::to_owned),
+            expected_mark: w.expected_mark.map(str::to_owned),
         }
     }
 
@@ -57,6 +59,7 @@ impl OwnedStep {
             release_lease: self.release_lease,
             in_tx: None,
             previous_mark: self.previous_mark.as_deref(),
+            expected_mark: self.expected_mark.as_deref(),
         }
     }
 }

@@ -19,6 +19,7 @@ from tenxgraph.core.exceptions import InvalidConfigError, MessageNotFoundError, 
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
+from tenxgraph.storage.checkpointer import _read_head as read_head
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped, check_authz
 from tenxgraph.storage.checkpointer.base_checkpointer import STOP_REQUEST_NAMESPACE, BaseCheckpointer
 from tenxgraph.utils.thread_info import ThreadInfo
@@ -27,9 +28,10 @@ from tenxgraph._user_id import user_id_of
 __all__ = ["NativeCheckpointer"]
 
 StateT = TypeVar("StateT", bound=AgentState)
-_VERSION_KEY = "_checkpoint_version"
 # In a state cache entry: when the thread it was cached for was made (see `_thread_born`).
 _CACHED_FOR = "__cached_for_thread__"
+# In a state cache entry: the write mark of the row it was read from (see `_read_head`).
+_CACHED_MARK = "__cached_mark__"
 # Versions are 64-bit signed ints in every store.
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _log = run_logger("tenxgraph.checkpointer")
@@ -109,26 +111,6 @@ def _as_stored_key(key: str) -> str | None:
     if not isinstance(parsed, list):
         return None
     return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
-
-
-def _version_of(config: dict[str, Any]) -> int | None:
-    """``config["_checkpoint_version"]`` as an int (None when absent), read as 10xGraph 0.10's
-    PgCheckpointer reads it (``int(value)``: ``"3"``, ``3.0`` are 3). A value ``int()`` cannot
-    take (``"x"``, NaN, infinity, a list) is ``InvalidConfigError`` STORAGE_CONFIG_002 with
-    ``context["field"] == "_checkpoint_version"``, on every backend, before anything is written.
-    Before: a bare ``ValueError`` / ``OverflowError`` / ``TypeError`` from ``int()``, and an int
-    past 64 bits an ``OverflowError`` from the core ("Python int too large to convert to C long").
-    An int outside 64 bits is returned as it is: the caller decides (no stored version equals it)."""
-    raw = config.get(_VERSION_KEY)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidConfigError(
-            f"{_VERSION_KEY} must be a whole number (a version aget_state set), got {raw!r}: {exc}",
-            "STORAGE_CONFIG_002", {"field": _VERSION_KEY, "value": repr(raw)[:80]},
-        ) from None
 
 
 def _cache_ttl(ttl_seconds: Any) -> float | None:
@@ -285,7 +267,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         version, state_json, messages = row
         data = json.loads(state_json)
         data["context"] = [json.loads(m) for m in messages]
-        config[_VERSION_KEY] = version
+        read_head.remember(config, version, read_head.mark_in_row(data))
         return self._decode_state(data)  # type: ignore[return-value]
 
     async def aput_state(self, config: dict[str, Any], state: StateT) -> StateT:
@@ -300,7 +282,9 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     ) -> StateT:
         """Writes the state (its context replaces the stored messages) plus ``messages`` in one
         versioned transaction. With ``config["_checkpoint_version"]`` set (``aget_state`` sets it)
-        a write over a newer version raises StaleStateError and writes nothing. A state without
+        a write over a newer version raises StaleStateError and writes nothing; so does one after
+        a message was written or deleted outside a run since that read (see ``_read_head``;
+        ``aget_state`` again, then write). A state without
         the thread's map of prototype copies is written with the stored one (see
         ``_with_stored_prototype_map``); the caller's object is returned as given."""
         given = state
@@ -308,7 +292,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         if not isinstance(state, AgentState):
             raise TypeError(f"state must be an AgentState, got {type(state).__name__}")
-        expected = _version_of(config)
+        expected = read_head.version_of(config)
         row = None
         # A state with no execution_meta or internal_data left is refused by the encode below.
         internal = getattr(state.execution_meta, "internal_data", None)
@@ -327,13 +311,16 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
                     {"thread_id": thread_id, "expected_version": expected, "current_version": current},
                 )
             expected = current
+            mark = None
+        else:
+            mark = read_head.expected_mark(config, expected)
         data = encode_state(state, with_context=False)
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
         rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
         version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True,
-                                               owner_scoped=authz_owner_scoped(config))
-        config[_VERSION_KEY] = version
+                                               owner_scoped=authz_owner_scoped(config), expected_mark=mark)
+        read_head.remember(config, version, read_head.mark_in_row(data))
         return given
 
     async def aclear_state(self, config: dict[str, Any]) -> bool:
@@ -341,7 +328,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         thread_id, user_id = _ids(config)
         await self._native.clear_state(thread_id, user_id, owner_scoped=authz_owner_scoped(config))
         await self._native.state_cache_clear(thread_id, user_id)
-        config.pop(_VERSION_KEY, None)
+        read_head.forget(config)
         return True
 
     async def aput_state_cache(self, config: dict[str, Any], state: StateT) -> StateT:
@@ -355,11 +342,12 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         version in ``config`` is past 64 bits (no commit can have it: nothing cached)."""
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        version = _version_of(config) or 0
+        version = read_head.version_of(config) or 0
         if not _I64_MIN <= version <= _I64_MAX:
             return None
         payload = self._encode_state(state)
         payload[_CACHED_FOR] = await self._thread_born(thread_id, user_id)
+        payload[_CACHED_MARK] = read_head.expected_mark(config, version)
         return bool(await self._native.state_cache_put(thread_id, user_id, version, json.dumps(payload)))
 
     async def _thread_born(self, thread_id: str, user_id: str) -> str | None:
@@ -378,16 +366,22 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             version, raw = hit
             data = json.loads(raw)
             born = data.pop(_CACHED_FOR, None)
+            mark = data.pop(_CACHED_MARK, None)
+            mark = mark if isinstance(mark, str) else None
             # Only while it is the thread's latest version (0: nothing committed yet): runs commit
             # without writing the cache (10xGraph's loop rewrote it at every step), so an entry
             # cached before a run, or by a writer that then lost a version check, would be served
             # as the thread's state. And only of this very thread: one deleted (aclean_thread by
             # another user, aprune) and made again reaches the same versions, and its cached
             # state was served, with a version that let aput_state write it over the new turns.
+            # And only while the latest row carries the mark the entry was read with: a message
+            # written or deleted outside a run makes no new version. An entry cached under no
+            # read (a version set by hand, or none) has no mark and is served on its version.
             versions = await self._native.state_versions(thread_id, user_id)
-            if (version == (versions[0][0] if versions else 0)
+            latest_mark = read_head.mark_in_row(json.loads(versions[0][2])) if versions else ""
+            if (version == (versions[0][0] if versions else 0) and mark in (None, latest_mark)
                     and born == await self._thread_born(thread_id, user_id)):
-                config[_VERSION_KEY] = version
+                read_head.remember(config, version, mark)
                 return self._decode_state(data)  # type: ignore[return-value]
             await self._native.state_cache_clear(thread_id, user_id)
             state = await self.aget_state(config)

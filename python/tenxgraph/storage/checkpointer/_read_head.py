@@ -1,0 +1,77 @@
+"""What a caller's config remembers of the state row it read or wrote last: its version (10xGraph's
+``config["_checkpoint_version"]``) and its write mark (ours, ``config["_checkpoint_mark"]``).
+
+A message written or deleted outside a run (``aput_messages``, ``adelete_message``) makes no new
+version; it leaves a mark of its own on the latest row. A versioned ``aput_state`` replaces the
+thread's messages with the state's context, so without the mark it dropped a message written after
+its ``aget_state`` with no error (session 40). The mark is kept with the version it belongs to
+(``"<version>/<mark>"``): a version the caller set by hand names no read, and is checked alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenxgraph._state_codec import STATE_META_KEY
+from tenxgraph.core.exceptions import InvalidConfigError
+
+VERSION_KEY = "_checkpoint_version"
+MARK_KEY = "_checkpoint_mark"
+
+
+def version_of(config: dict[str, Any]) -> int | None:
+    """``config["_checkpoint_version"]`` as an int (None when absent), read as 10xGraph 0.10's
+    PgCheckpointer reads it (``int(value)``: ``"3"``, ``3.0`` are 3). A value ``int()`` cannot
+    take (``"x"``, NaN, infinity, a list) is ``InvalidConfigError`` STORAGE_CONFIG_002 with
+    ``context["field"] == "_checkpoint_version"``, on every backend, before anything is written.
+    Before: a bare ``ValueError`` / ``OverflowError`` / ``TypeError`` from ``int()``, and an int
+    past 64 bits an ``OverflowError`` from the core ("Python int too large to convert to C long").
+    An int outside 64 bits is returned as it is: the caller decides (no stored version equals it)."""
+    raw = config.get(VERSION_KEY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidConfigError(
+            f"{VERSION_KEY} must be a whole number (a version aget_state set), got {raw!r}: {exc}",
+            "STORAGE_CONFIG_002", {"field": VERSION_KEY, "value": repr(raw)[:80]},
+        ) from None
+
+
+def mark_in_row(state_data: dict[str, Any]) -> str:
+    """The write mark of a stored state row as loaded ("" for a row without one)."""
+    meta = state_data.get(STATE_META_KEY)
+    mark = meta.get("write") if isinstance(meta, dict) else None
+    return mark if isinstance(mark, str) else ""
+
+
+def remember(config: dict[str, Any], version: int, mark: str | None) -> None:
+    """Records the row the caller now holds; ``mark`` None when it is not known (a cached state
+    of an older entry): its version is then checked alone."""
+    config[VERSION_KEY] = version
+    if mark is None:
+        config.pop(MARK_KEY, None)
+    else:
+        config[MARK_KEY] = f"{version}/{mark}"
+
+
+def forget(config: dict[str, Any]) -> None:
+    config.pop(VERSION_KEY, None)
+    config.pop(MARK_KEY, None)
+
+
+def expected_mark(config: dict[str, Any], expected: int) -> str | None:
+    """The mark of the row read at version ``expected``; None when the config holds none for that
+    version. A value not of the form this module writes is STORAGE_CONFIG_002, as a bad version is."""
+    raw = config.get(MARK_KEY)
+    if raw is None:
+        return None
+    version, sep, mark = raw.partition("/") if isinstance(raw, str) else ("", "", "")
+    if not sep or not version.lstrip("-").isdigit():
+        raise InvalidConfigError(
+            f"{MARK_KEY} must be the mark aget_state set (\"<version>/<mark>\"), got {raw!r}",
+            "STORAGE_CONFIG_002", {"field": MARK_KEY, "value": repr(raw)[:80]},
+        )
+    return mark if int(version) == expected else None
+
