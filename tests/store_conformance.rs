@@ -6,8 +6,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tenxgraph::store::{
-    Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, LedgerRow, MESSAGES_CHANGED, MemoryStore, PruneRules,
-    SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, shared_json, write_mark,
+    ChangeMark, Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, LedgerRow, MESSAGES_CHANGED, MemoryStore,
+    PruneRules, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, shared_json,
+    write_mark,
 };
 
 use common::stores::pg;
@@ -136,7 +137,7 @@ async fn replace_messages_rewrites_the_list_and_upserts_keep_order() {
         let st = json!({});
         s.put_step(&t, step(0, &st, &[msg("a", "1"), msg("b", "2")])).await.unwrap();
         // Upsert of an existing id keeps its position and takes the new content.
-        s.put_messages(&t, &[msg("a", "1-edited"), msg("c", "3")]).await.unwrap();
+        s.put_messages(&t, &[msg("a", "1-edited"), msg("c", "3")], None).await.unwrap();
         let texts: Vec<String> = s
             .list_messages(&t, None, None, None)
             .await
@@ -706,9 +707,9 @@ async fn messages_written_or_deleted_outside_a_step_end_the_known_head() {
             let known = KnownHead { version: 1, mark: "mark-x" };
             assert!(s.load_with(&t, Some(known)).await.unwrap().unwrap().messages_known, "{name}");
             match change {
-                "put" => s.put_messages(&t, &[msg(&id("m3"), "added by an operator")]).await.unwrap(),
-                "delete" => assert!(s.delete_message(&t, &id("m1")).await.unwrap(), "{name}"),
-                _ => assert!(!s.delete_message(&t, "nope").await.unwrap(), "{name}"),
+                "put" => s.put_messages(&t, &[msg(&id("m3"), "added by an operator")], None).await.unwrap(),
+                "delete" => assert!(s.delete_message(&t, &id("m1"), None).await.unwrap(), "{name}"),
+                _ => assert!(!s.delete_message(&t, "nope", None).await.unwrap(), "{name}"),
             }
             let after = s.load_with(&t, Some(known)).await.unwrap().unwrap();
             // Deleting nothing changes nothing; any real change makes the holder load again.
@@ -744,7 +745,7 @@ async fn a_commit_keeps_its_mark_only_while_the_latest_row_carries_the_mark_the_
         s.put_step(&t, StepWrite { previous_mark: Some("a"), ..step(1, &b, &[]) }).await.unwrap();
         assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("b"), "{name}");
         // Messages change under the run: its next commit, naming "b", is stored unmarked...
-        s.put_messages(&t, &[msg(&format!("c2-{name}"), "operator")]).await.unwrap();
+        s.put_messages(&t, &[msg(&format!("c2-{name}"), "operator")], None).await.unwrap();
         let changed = latest_mark(s.load(&t).await.unwrap()).unwrap();
         assert!(changed.starts_with(MESSAGES_CHANGED), "{name}: {changed}");
         let c = marked("c");
@@ -775,14 +776,14 @@ async fn a_write_naming_the_mark_it_read_is_refused_once_messages_changed_outsid
         s.put_step(&t, StepWrite { expected_mark: Some(""), ..step(1, &st, &[]) }).await.unwrap();
         // A message written outside a step after the read: the write naming that read is refused
         // and writes nothing...
-        s.put_messages(&t, &[msg(&format!("rm2-{name}"), "operator")]).await.unwrap();
+        s.put_messages(&t, &[msg(&format!("rm2-{name}"), "operator")], None).await.unwrap();
         let first = latest_mark(s.load(&t).await.unwrap()).unwrap();
         let late = s.put_step(&t, StepWrite { expected_mark: Some(""), ..step(2, &st, &[]) }).await;
         assert!(matches!(late, Err(StoreError::StaleMessages { version: 2, .. })), "{name}: {late:?}");
         assert_eq!(s.load(&t).await.unwrap().unwrap().version, 2, "{name}");
         // ...and every such write has a mark of its own: a read after the first one is refused
         // after the second (one constant for every write could not tell them apart).
-        s.delete_message(&t, &format!("rm2-{name}")).await.unwrap();
+        s.delete_message(&t, &format!("rm2-{name}"), None).await.unwrap();
         let second = latest_mark(s.load(&t).await.unwrap()).unwrap();
         assert_ne!(first, second, "{name}");
         let late = s.put_step(&t, StepWrite { expected_mark: Some(&first), ..step(2, &st, &[]) }).await;
@@ -792,6 +793,35 @@ async fn a_write_naming_the_mark_it_read_is_refused_once_messages_changed_outsid
         assert!(matches!(moved, Err(StoreError::Stale { expected: 1, current: 2, .. })), "{name}: {moved:?}");
         s.put_step(&t, StepWrite { expected_mark: Some(&second), ..step(2, &st, &[]) }).await.unwrap();
         assert_eq!(s.load(&t).await.unwrap().unwrap().version, 3, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_message_write_naming_the_callers_read_leaves_the_callers_mark_only_while_that_read_is_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, s) in backends(&dir).await {
+        let t = ThreadRef::new(format!("own-mark-{name}"), "u");
+        let latest_mark =
+            |cp: Option<tenxgraph::store::Checkpoint>| cp.and_then(|c| write_mark(&c.state).map(str::to_owned));
+        let st = json!({"n": 1});
+        s.put_step(&t, step(0, &st, &[msg(&format!("om1-{name}"), "x")])).await.unwrap();
+        let own = |mark: &str| ChangeMark { seen: String::new(), mark: mark.to_owned() };
+        // The row still carries what the caller read (none): its own mark is left, twice in a row
+        // when the second write names the first.
+        s.put_messages(&t, &[msg(&format!("om2-{name}"), "mine")], Some(&own("messages-changed-a"))).await.unwrap();
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("messages-changed-a"), "{name}");
+        let after_a = ChangeMark { seen: "messages-changed-a".into(), mark: "messages-changed-b".into() };
+        assert!(s.delete_message(&t, &format!("om2-{name}"), Some(&after_a)).await.unwrap(), "{name}");
+        assert_eq!(latest_mark(s.load(&t).await.unwrap()).as_deref(), Some("messages-changed-b"), "{name}");
+        s.put_step(&t, StepWrite { expected_mark: Some("messages-changed-b"), ..step(1, &st, &[]) }).await.unwrap();
+        // Another write came between: the caller's write leaves a mark it does not hold, and its
+        // versioned write is refused.
+        s.put_messages(&t, &[msg(&format!("om3-{name}"), "another")], None).await.unwrap();
+        s.put_messages(&t, &[msg(&format!("om4-{name}"), "mine")], Some(&own("messages-changed-c"))).await.unwrap();
+        let left = latest_mark(s.load(&t).await.unwrap()).unwrap();
+        assert!(left.starts_with(MESSAGES_CHANGED) && left != "messages-changed-c", "{name}: {left}");
+        let late = s.put_step(&t, StepWrite { expected_mark: Some("messages-changed-c"), ..step(2, &st, &[]) }).await;
+        assert!(matches!(late, Err(StoreError::StaleMessages { .. })), "{name}: {late:?}");
     }
 }
 

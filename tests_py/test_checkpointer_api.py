@@ -207,6 +207,7 @@ async def test_versioned_write_after_messages_changed_since_the_read_is_stale(cp
         await cp.aput_state(cfg, read)
     assert ei.value.error_code == "STORAGE_CONFLICT_001"
     assert ei.value.context["expected_version"] == ei.value.context["current_version"] == cfg["_checkpoint_version"]
+    assert ei.value.context["messages_changed"] is True
     got = await cp.aget_state({"thread_id": tid})
     assert got.note == "base" and [m.message_id for m in got.context] == expected
     # Read again, the write goes through and keeps the other caller's change; the config now
@@ -245,6 +246,64 @@ async def test_a_state_read_from_the_cache_is_refused_after_messages_changed_too
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("change", ["aput_messages", "adelete_message"])
+async def test_one_caller_keeping_its_state_and_messages_in_step_is_not_stale(cp, make_thread, change) -> None:
+    """10xGraph's way of keeping a state and its message log in step: append to the context,
+    ``aput_messages`` (or drop it and ``adelete_message``) with the same config, then
+    ``aput_state``. The caller's own message write does not make its read stale (it did after
+    the first fix of this session, every time: red-team, session 40); another caller's write
+    between the read and it still does."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1"),
+                                                                            msg("old", mid="o1")]))
+    cfg = {"thread_id": tid}
+    state = await cp.aget_state(cfg)
+    if change == "aput_messages":
+        mine = msg("mine", mid="m1")
+        state.context.append(mine)
+        await cp.aput_messages(cfg, [mine])
+        await cp.aput_messages(cfg, [])  # writes nothing, changes nothing
+        expected = ["u1", "o1", "m1"]
+    else:
+        state.context = state.context[:1]
+        await cp.adelete_message(cfg, "o1")
+        expected = ["u1"]
+    state.note = "in step"
+    await cp.aput_state(cfg, state)
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "in step" and [m.message_id for m in got.context] == expected
+
+    # Another caller between the read and the caller's own message write: stale, nothing lost.
+    state = await cp.aget_state(cfg)
+    await cp.aput_messages({"thread_id": tid}, [msg("another", "user", "a1")])
+    mine = msg("mine again", mid="m2")
+    state.context.append(mine)
+    await cp.aput_messages(cfg, [mine])
+    with pytest.raises(StaleStateError):
+        await cp.aput_state(cfg, state)
+    assert [m.message_id for m in await cp.alist_messages({"thread_id": tid})] == [*expected, "a1", "m2"]
+
+
+@pytest.mark.asyncio
+async def test_a_cached_state_with_no_mark_is_read_again(cp, make_thread) -> None:
+    """An entry cached under a version set by hand (or by an earlier build) names no read: served
+    on its version, a write from it dropped a message written since (red-team, session 40)."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1")]))
+    probe: dict[str, Any] = {"thread_id": tid}
+    state = await cp.aget_state(probe)
+    await cp.aput_state_cache({"thread_id": tid, "_checkpoint_version": probe["_checkpoint_version"]}, state)
+    await cp.aput_messages({"thread_id": tid}, [msg("late", "user", "late")])
+    cfg = {"thread_id": tid}
+    cached = await cp.aget_state_cache(cfg)
+    assert [m.message_id for m in cached.context] == ["u1", "late"]
+    cached.note = "edited"
+    await cp.aput_state(cfg, cached)
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "edited" and [m.message_id for m in got.context] == ["u1", "late"]
+
+
+@pytest.mark.asyncio
 async def test_a_version_set_by_hand_is_checked_alone(cp, make_thread) -> None:
     """A config naming a version but no read (10xGraph's key set by hand) is checked on the
     version alone, as before: its writer takes the messages as it gives them."""
@@ -261,7 +320,7 @@ async def test_a_version_set_by_hand_is_checked_alone(cp, make_thread) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("bad", [5, "x", ["1/"], "abc/def"])
+@pytest.mark.parametrize("bad", [5, "x", ["1/"], "abc/def", "--5/x", "\u00b2/x", "9" * 5000 + "/x"])
 async def test_a_mark_not_set_by_a_read_is_a_config_error_and_writes_nothing(cp, make_thread, bad) -> None:
     tid = make_thread()
     await cp.aput_state({"thread_id": tid}, NoteState(note="base"))

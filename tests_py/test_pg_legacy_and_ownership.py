@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
-from tenxgraph.core.exceptions import StorageError, TransientStorageError
+from tenxgraph.core.exceptions import MessageNotFoundError, StorageError, TransientStorageError
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.state import TokenUsages
 from tenxgraph.core.state.execution_state import ExecutionState
@@ -577,15 +577,59 @@ async def test_legacy_context_not_in_messages_table_survives_resume(tenx_postgre
 
 
 @pytest.mark.asyncio
-async def test_trimmed_legacy_context_stays_trimmed_after_resume(tenx_postgres: Any, pg_dsn: str) -> None:
-    # The context kept the last two messages; the table has the full history.
+async def test_a_trimmed_legacy_context_keeps_the_logs_history_after_resume(tenx_postgres: Any, pg_dsn: str) -> None:
+    """The context kept the last two messages (10xGraph's context managers trim the state), the
+    log the whole history. The thread's messages are the log with the context merged in: the
+    first commit here deleted the log's earlier turns (red-team, session 40; 10xGraph keeps
+    them). Nodes see the history, as on every thread here; a context manager trims a copy."""
     lg = build_legacy(tenx_postgres, pg_dsn, 3, state_context=[1, 2])
     cp = open_cp(lg.dsn)
     state = await cp.aget_state(cfg())
-    assert ids(state.context) == ids(lg.messages[1:])
+    assert ids(state.context) == ids(lg.messages)
     await resume_graph(cp, {}).ainvoke({}, cfg())
     stored = await cp.aget_state(cfg())
-    assert texts(stored.context) == ["Charging now.", "charged 42", "all done"]
+    assert texts(stored.context) == ["please charge 42", "Charging now.", "charged 42", "all done"]
+    assert texts(await cp.alist_messages(cfg())) == texts(stored.context)
+    assert (await cp.aget_message(cfg(), str(lg.messages[0].message_id))).text() == "please charge 42"
+
+
+@pytest.mark.asyncio
+async def test_messages_written_or_deleted_on_a_legacy_thread_before_its_first_commit_stay_so(
+    tenx_postgres: Any, pg_dsn: str
+) -> None:
+    """`aput_messages` on a thread 10xGraph wrote last was neither seen by the next run nor kept
+    by its commit; `adelete_message` was undone by it (the message came back from the context)."""
+    lg = build_legacy(tenx_postgres, pg_dsn, 3, table_messages=[0, 1, 2], state_context=[0, 1, 2])
+    cp = open_cp(lg.dsn)
+    await cp.adelete_message(cfg(), str(lg.messages[0].message_id))
+    note = Message.text_message("operator note", role="user", message_id="note-1")
+    await cp.aput_messages(cfg(), [note])
+    expected = ["Charging now.", "charged 42", "operator note"]
+    assert texts((await cp.aget_state(cfg())).context) == expected
+    seen: list[list[str]] = []
+
+    async def model(state: BillingState) -> Message:
+        seen.append(texts(state.context))
+        return Message.text_message("all done", role="assistant")
+
+    g = StateGraph(BillingState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    # The thread 10xGraph left running at "model" resumes there.
+    await g.compile(checkpointer=cp).ainvoke({}, cfg())
+    assert seen == [expected]
+    assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
+
+
+@pytest.mark.asyncio
+async def test_a_legacy_context_message_with_no_log_row_can_be_deleted(tenx_postgres: Any, pg_dsn: str) -> None:
+    lg = build_legacy(tenx_postgres, pg_dsn, 3, table_messages=[1, 2])
+    cp = open_cp(lg.dsn)
+    await cp.adelete_message(cfg(), str(lg.messages[0].message_id))  # None on PgCheckpointer, as 10xGraph's
+    assert texts((await cp.aget_state(cfg())).context) == ["Charging now.", "charged 42"]
+    with pytest.raises(MessageNotFoundError):
+        await cp.adelete_message(cfg(), str(lg.messages[0].message_id))
 
 
 # -- migration idempotence and concurrency -------------------------------------------------

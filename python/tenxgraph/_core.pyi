@@ -248,10 +248,17 @@ class NativeStore:
     def clear_state(self, thread_id: str, user_id: str, owner_scoped: bool = False) -> Awaitable[bool]:
         """Drops the thread's state rows and messages (the thread row and ledger stay); True."""
     def put_messages(
-        self, thread_id: str, user_id: str, messages: list[tuple[str, str]], owner_scoped: bool = False
+        self,
+        thread_id: str,
+        user_id: str,
+        messages: list[tuple[str, str]],
+        owner_scoped: bool = False,
+        after: tuple[str, str] | None = None,
     ) -> Awaitable[int]:
         """Upserts ``(id, json)`` messages by id, keeping first-insertion order; resolves to how many
-        were given."""
+        were given. The latest state row gets a new write mark: with ``after`` (``(the mark the
+        caller read, a new "messages-changed-..." mark)``) the new mark when the row still carries
+        the one read, else one no caller holds."""
     def get_message(
         self, thread_id: str, user_id: str, message_id: str, owner_scoped: bool = False
     ) -> Awaitable[str | None]:
@@ -267,9 +274,14 @@ class NativeStore:
     ) -> Awaitable[list[str]]:
         """The thread's messages as JSON, in order, filtered by ``search`` and paged."""
     def delete_message(
-        self, thread_id: str, user_id: str, message_id: str, owner_scoped: bool = False
+        self,
+        thread_id: str,
+        user_id: str,
+        message_id: str,
+        owner_scoped: bool = False,
+        after: tuple[str, str] | None = None,
     ) -> Awaitable[bool]:
-        """True when the message existed and was deleted."""
+        """True when the message existed and was deleted (``after``: as for ``put_messages``)."""
     def put_thread(
         self, thread_id: str, user_id: str, name: str | None, meta_json: str, owner_scoped: bool = False
     ) -> Awaitable[bool]:

@@ -16,7 +16,7 @@
 //! Any other row resumes at the node it names, as before.
 
 use super::{ExecStatus, GraphSpec, START, graph::END};
-use crate::store::{Checkpoint, LegacyCache, ThreadRef};
+use crate::store::{Checkpoint, LegacyCache, ThreadRef, legacy_log};
 use serde_json::Value;
 
 /// The field 10xGraph adds to its cache entry: the durable version the entry was cached at.
@@ -96,11 +96,15 @@ pub fn from_cache(
     if !graph.has_node(node) {
         return Err(format!("it names node '{node}', which is not a node of this graph"));
     }
+    // The entry's context goes into the thread's messages as the row's does (`legacy_log`): the
+    // durable row's were merged with 10xGraph's log when loaded, and a context the entry trimmed
+    // again drops none of them.
+    let logged = stored.map(|c| c.messages.iter().map(|m| (legacy_log::logged_id(m), m.clone())).collect());
     Ok(Some(Checkpoint {
         version: durable_version.unwrap_or(0),
         state: entry,
-        messages: messages.iter().map(crate::store::raw_json).collect(),
-        // The context is the truth: the first commit writes the thread's message rows from it.
+        messages: legacy_log::merged(&messages, logged.unwrap_or_default()),
+        // The first commit writes the thread's message rows from these.
         rewrite_messages: true,
         messages_known: false,
     }))
@@ -172,7 +176,10 @@ mod tests {
         Checkpoint {
             version,
             state: json!({"execution_meta": {"current_node": "model", "status": "running"}}),
-            messages: vec![crate::store::raw_json(&json!({"role": "user"}))],
+            messages: vec![
+                crate::store::raw_json(&json!({"message_id": "u0", "role": "user"})),
+                crate::store::raw_json(&json!({"message_id": "u1", "role": "user"})),
+            ],
             rewrite_messages: true,
             messages_known: false,
         }
@@ -180,7 +187,7 @@ mod tests {
 
     fn entry(version: Value, node: &str, status: &str) -> LegacyCache {
         LegacyCache::Found(json!({
-            "context": [{"role": "user"}, {"role": "assistant", "tools_calls": [{"id": "c1"}]}],
+            "context": [{"message_id": "u1", "role": "user"}, {"message_id": "a1", "role": "assistant", "tools_calls": [{"id": "c1"}]}],
             "execution_meta": {"current_node": node, "status": status, "step": 2},
             "__checkpoint_version__": version,
         }))
@@ -192,7 +199,10 @@ mod tests {
         assert_eq!(cp.version, 2);
         assert_eq!(cp.state["execution_meta"]["current_node"], "tools");
         assert!(cp.state.get("__checkpoint_version__").is_none() && cp.state.get("context").is_none());
-        assert_eq!(cp.messages.len(), 2);
+        // The entry's context (trimmed to u1 by a context manager) merged into the row's
+        // messages: u0, which only the row and 10xGraph's log hold, is kept.
+        let ids: Vec<_> = cp.messages.iter().map(|m| legacy_log::logged_id(m).unwrap()).collect();
+        assert_eq!(ids, ["u0", "u1", "a1"]);
         assert!(cp.rewrite_messages);
     }
 

@@ -10,9 +10,9 @@
 
 use super::bridge::{Locals, PyTask};
 use crate::store::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore, PruneReport,
-    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
-    is_intent, is_intent_text,
+    ChangeMark, Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, MemoryStore,
+    PruneReport, PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef,
+    ThreadRow, is_intent, is_intent_text,
 };
 use async_trait::async_trait;
 use pyo3::prelude::*;
@@ -195,9 +195,9 @@ impl Checkpointer for PyStore {
         self.forget(t);
         self.mem.clear_state(t).await
     }
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()> {
         self.hydrate(t).await?;
-        self.mem.put_messages(t, msgs).await?;
+        self.mem.put_messages(t, msgs, after).await?;
         self.save(t, msgs).await
     }
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
@@ -214,8 +214,8 @@ impl Checkpointer for PyStore {
         self.hydrate(t).await?;
         self.mem.list_messages(t, search, offset, limit).await
     }
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
-        self.mem.delete_message(t, message_id).await
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool> {
+        self.mem.delete_message(t, message_id, after).await
     }
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         self.mem.put_thread(t, name, meta).await

@@ -7,7 +7,7 @@
 //! conversions they share in `store_convert.rs`.
 
 use super::errors::store_err;
-use super::store_convert::{awaitable, cache_ttl, json_in, messages_in, put_one, row_in, t, thread_out};
+use super::store_convert::{awaitable, cache_ttl, change_mark, json_in, messages_in, put_one, row_in, t, thread_out};
 use super::store_open::{PgArgs, close_store, open_memory, open_postgres, open_python, open_sqlite};
 use crate::engine::{STOP_NAMESPACE, StopSignals, stop_key};
 use crate::store::{Checkpointer, StepWrite};
@@ -183,7 +183,8 @@ impl NativeStore {
         awaitable(py, async move { s.clear_state(&t(thread_id, user_id).scoped(owner_scoped)).await.map(|_| true) })
     }
 
-    #[pyo3(signature = (thread_id, user_id, messages, owner_scoped=false))]
+    /// `after`: `(the mark the caller read, a new mark of its own)` (`ChangeMark`).
+    #[pyo3(signature = (thread_id, user_id, messages, owner_scoped=false, after=None))]
     fn put_messages<'py>(
         &self,
         py: Python<'py>,
@@ -191,11 +192,13 @@ impl NativeStore {
         user_id: String,
         messages: Vec<(String, String)>,
         owner_scoped: bool,
+        after: Option<(String, String)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
         let msgs = messages_in(messages)?;
+        let after = change_mark(after)?;
         awaitable(py, async move {
-            s.put_messages(&t(thread_id, user_id).scoped(owner_scoped), &msgs).await.map(|_| msgs.len())
+            s.put_messages(&t(thread_id, user_id).scoped(owner_scoped), &msgs, after.as_ref()).await.map(|_| msgs.len())
         })
     }
 
@@ -236,7 +239,8 @@ impl NativeStore {
         })
     }
 
-    #[pyo3(signature = (thread_id, user_id, message_id, owner_scoped=false))]
+    /// `after`: as for `put_messages`.
+    #[pyo3(signature = (thread_id, user_id, message_id, owner_scoped=false, after=None))]
     fn delete_message<'py>(
         &self,
         py: Python<'py>,
@@ -244,9 +248,13 @@ impl NativeStore {
         user_id: String,
         message_id: String,
         owner_scoped: bool,
+        after: Option<(String, String)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.clone();
-        awaitable(py, async move { s.delete_message(&t(thread_id, user_id).scoped(owner_scoped), &message_id).await })
+        let after = change_mark(after)?;
+        awaitable(py, async move {
+            s.delete_message(&t(thread_id, user_id).scoped(owner_scoped), &message_id, after.as_ref()).await
+        })
     }
 
     #[pyo3(signature = (thread_id, user_id, name, meta_json, owner_scoped=false))]

@@ -2,7 +2,10 @@
 //! awaitable every method returns (polled on the awaiting loop: src/py/driver.rs).
 
 use super::errors::store_err;
-use crate::store::{Checkpointer, LedgerRow, StoreError, StoredMessage, ThreadRef, ThreadRow, shared_json_from_text};
+use crate::store::{
+    ChangeMark, Checkpointer, LedgerRow, MESSAGES_CHANGED, StoreError, StoredMessage, ThreadRef, ThreadRow,
+    shared_json_from_text,
+};
 use pyo3::BoundObject;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -69,4 +72,15 @@ pub(super) fn thread_out(r: ThreadRow) -> ThreadTuple {
 
 pub(super) fn t(thread_id: String, user_id: String) -> ThreadRef {
     ThreadRef::new(thread_id, user_id)
+}
+
+/// `(seen, mark)` from the host as a `ChangeMark`. The mark must be one `messages_changed_mark`
+/// could have made: a commit's mark left by a message write would let a process that holds that
+/// commit's live state skip loading the messages the write changed.
+pub(super) fn change_mark(after: Option<(String, String)>) -> PyResult<Option<ChangeMark>> {
+    let Some((seen, mark)) = after else { return Ok(None) };
+    if !mark.strip_prefix(MESSAGES_CHANGED).is_some_and(|rest| rest.starts_with('-') && rest.len() > 1) {
+        return Err(PyValueError::new_err(format!("a message write's mark must begin with {MESSAGES_CHANGED:?}-")));
+    }
+    Ok(Some(ChangeMark { seen, mark }))
 }

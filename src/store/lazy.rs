@@ -6,8 +6,9 @@
 //! remembered, so the next call tries again and a database started later is picked up.
 
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport,
-    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    ChangeMark, Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache,
+    PruneReport, PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef,
+    ThreadRow,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -140,8 +141,8 @@ impl Checkpointer for LazyStore {
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()> {
         self.get().await?.clear_state(t).await
     }
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
-        self.get().await?.put_messages(t, msgs).await
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()> {
+        self.get().await?.put_messages(t, msgs, after).await
     }
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
         self.get().await?.get_message(t, message_id).await
@@ -155,8 +156,8 @@ impl Checkpointer for LazyStore {
     ) -> StoreResult<Vec<RawJson>> {
         self.get().await?.list_messages(t, search, offset, limit).await
     }
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
-        self.get().await?.delete_message(t, message_id).await
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool> {
+        self.get().await?.delete_message(t, message_id, after).await
     }
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {
         self.get().await?.put_thread(t, name, meta).await

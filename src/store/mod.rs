@@ -12,6 +12,7 @@ mod input_lease;
 mod inspect;
 mod lazy;
 mod lease;
+pub mod legacy_log;
 mod memory;
 pub mod postgres;
 mod sqlite;
@@ -37,10 +38,10 @@ pub use memory::MemoryStore;
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::SqliteStore;
 pub use types::{
-    Checkpoint, KnownHead, LedgerRow, LegacyCache, MESSAGES_CHANGED, RawJson, SharedJson, StepWrite, StoredMessage,
-    ThreadRef, ThreadRow, TxHook, WRITE_MARK_PATH, chained_state, check_expected_mark, decode_raw,
-    mark_messages_changed, marked_state, messages_changed_mark, raw_json, raw_json_from_text, set_write_mark,
-    shared_json, shared_json_from_text, state_row, unique_mark, write_mark, write_mark_json_path,
+    ChangeMark, Checkpoint, KnownHead, LedgerRow, LegacyCache, MESSAGES_CHANGED, RawJson, SharedJson, StepWrite,
+    StoredMessage, ThreadRef, ThreadRow, TxHook, WRITE_MARK_PATH, chained_state, changed_mark, check_expected_mark,
+    decode_raw, mark_messages_changed, marked_state, messages_changed_mark, raw_json, raw_json_from_text,
+    set_write_mark, shared_json, shared_json_from_text, state_row, unique_mark, write_mark, write_mark_json_path,
 };
 pub use unrecorded::{Unrecorded, UnrecordedResults};
 
@@ -140,8 +141,9 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// Drops the thread's state rows and messages (the thread row and its ledger stay).
     async fn clear_state(&self, t: &ThreadRef) -> StoreResult<()>;
 
-    /// Upserts messages by id (outside a step; order of first insertion is kept).
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()>;
+    /// Upserts messages by id (outside a step; order of first insertion is kept). The latest state
+    /// row gets a new write mark (see `ChangeMark` for `after`).
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()>;
     /// One message of the thread by id; None when absent, in another thread, or (under isolation)
     /// the thread is another user's.
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>>;
@@ -154,9 +156,10 @@ pub trait Checkpointer: Send + Sync + 'static {
         offset: Option<i64>,
         limit: Option<i64>,
     ) -> StoreResult<Vec<RawJson>>;
-    /// Deletes one message of the thread; true when it existed. Another user's thread under
-    /// isolation is `StoreError::Forbidden`, nothing deleted.
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool>;
+    /// Deletes one message of the thread; true when it existed (then the latest state row gets a
+    /// new write mark, see `ChangeMark`). Another user's thread under isolation is
+    /// `StoreError::Forbidden`, nothing deleted.
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool>;
 
     /// Inserts or updates the thread row; true when it was inserted.
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool>;

@@ -187,9 +187,33 @@ pub fn messages_changed_mark() -> String {
     format!("{MESSAGES_CHANGED}-{}", unique_mark())
 }
 
-/// Marks a state row as no longer describing its thread's messages; returns the mark set.
-pub fn mark_messages_changed(state: &mut Value) -> String {
-    let mark = messages_changed_mark();
+/// What a message write outside a step knows of its caller's read: the mark the caller read on
+/// the latest row (`seen`, "" for a row without one) and a new mark of its own (`mark`, made by
+/// `messages_changed_mark`). While the latest row still carries `seen`, the write leaves `mark`,
+/// so the caller's own later versioned write (which names `mark`) goes through; otherwise another
+/// write came between, and it leaves a mark no caller holds. Without it, one caller's
+/// `aput_messages` then `aput_state` (10xGraph's way of keeping its state and message log in
+/// step) was refused every time.
+#[derive(Debug, Clone)]
+pub struct ChangeMark {
+    /// The mark of the row the caller read.
+    pub seen: String,
+    /// The mark to leave when the latest row still carries `seen`.
+    pub mark: String,
+}
+
+/// The mark a message write outside a step leaves on a latest row whose mark is `latest`.
+pub fn changed_mark(after: Option<&ChangeMark>, latest: Option<&str>) -> String {
+    match after {
+        Some(c) if latest.unwrap_or("") == c.seen => c.mark.clone(),
+        _ => messages_changed_mark(),
+    }
+}
+
+/// Marks a state row as no longer describing its thread's messages (see `changed_mark`); returns
+/// the mark set.
+pub fn mark_messages_changed(state: &mut Value, after: Option<&ChangeMark>) -> String {
+    let mark = changed_mark(after, write_mark(state));
     set_write_mark(state, &mark);
     mark
 }

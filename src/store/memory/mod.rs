@@ -10,9 +10,9 @@
 use super::UnrecordedResults;
 use super::id_text;
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport, PruneRules,
-    RawJson, SharedJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, is_intent,
-    is_intent_text, is_running_state, message_matches, now_secs, page, shared_json, thread_matches,
+    ChangeMark, Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport,
+    PruneRules, RawJson, SharedJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    is_intent, is_intent_text, is_running_state, message_matches, now_secs, page, shared_json, thread_matches,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -130,18 +130,15 @@ fn ensure_row(d: &mut ThreadData, t: &ThreadRef) {
 
 /// Messages changed outside a step: the latest state row no longer describes them (see
 /// `clear_write_mark`).
-fn unmark_latest(d: &mut ThreadData) {
+fn unmark_latest(d: &mut ThreadData, after: Option<&super::ChangeMark>) {
     if let Some((_, s)) = d.states.last_mut() {
+        let mark = super::changed_mark(after, s.mark.as_deref());
         // Rows are checked to decode when written (`marked_state`); one that did not would be
         // kept as it is rather than replaced by a null.
-        let mark = match serde_json::from_str::<Value>(s.text.get()) {
-            Ok(mut v) => {
-                let mark = super::mark_messages_changed(&mut v);
-                s.text = super::shared_json(&v);
-                mark
-            }
-            Err(_) => super::messages_changed_mark(),
-        };
+        if let Ok(mut v) = serde_json::from_str::<Value>(s.text.get()) {
+            super::set_write_mark(&mut v, &mark);
+            s.text = super::shared_json(&v);
+        }
         s.mark = Some(mark);
     }
 }
@@ -297,7 +294,7 @@ impl Checkpointer for MemoryStore {
         Ok(())
     }
 
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()> {
         id_text::check_ref(t)?;
         id_text::check_messages(msgs)?;
         let mut inner = self.lock();
@@ -308,7 +305,7 @@ impl Checkpointer for MemoryStore {
             d.messages.upsert(m);
         }
         if !msgs.is_empty() {
-            unmark_latest(d);
+            unmark_latest(d, after);
         }
         Ok(())
     }
@@ -339,7 +336,7 @@ impl Checkpointer for MemoryStore {
         Ok(page(it, offset, limit))
     }
 
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
         let mut inner = self.lock();
@@ -347,7 +344,7 @@ impl Checkpointer for MemoryStore {
         self.check_owner(d, t)?;
         let deleted = d.messages.remove(message_id);
         if deleted {
-            unmark_latest(d);
+            unmark_latest(d, after);
         }
         Ok(deleted)
     }

@@ -4,7 +4,9 @@
 use super::nul::nul_free_json;
 use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err, threads};
-use crate::store::{RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text};
+use crate::store::{
+    ChangeMark, RawJson, StoreError, StoreResult, StoredMessage, ThreadRef, raw_json, raw_json_from_text,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::types::Json;
@@ -95,6 +97,9 @@ pub(super) struct Stmts {
     get: Stmt,
     list: Stmt,
     delete: Stmt,
+    /// Drops the message from the context of a latest row 10xGraph wrote (`legacy_log`): there
+    /// the context is the thread's messages too, and the next load put it back.
+    delete_from_legacy: Stmt,
     taken: Stmt,
 }
 
@@ -105,9 +110,12 @@ impl Stmts {
         let [meta, mark] = crate::store::WRITE_MARK_PATH;
         Stmts {
             upsert: Stmt::new(format!("SELECT {s}.tenx_upsert_messages($1, $2)")),
+            // The caller's own mark ($3) while the row still carries the one it read ($2;
+            // `ChangeMark`), else a new one ($4).
             unmark: Stmt::new(format!(
                 "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{{meta}}}', \
-                   COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', $2::text)) \
+                   COALESCE(state_data->'{meta}', '{{}}'::jsonb) || jsonb_build_object('{mark}', \
+                     CASE WHEN COALESCE(state_data->'{meta}'->>'{mark}', '') = $2::text THEN $3::text ELSE $4::text END)) \
                  WHERE thread_id = $1{t} AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1{t})"
             )),
             get: Stmt::new(format!(
@@ -119,6 +127,15 @@ impl Stmts {
                  ORDER BY seq, created_at OFFSET $3 LIMIT $4"
             )),
             delete: Stmt::new(format!("DELETE FROM {s}.messages WHERE thread_id = $1{t} AND message_id = $2{t}")),
+            delete_from_legacy: Stmt::new(format!(
+                "UPDATE {s}.states SET state_data = jsonb_set(state_data, '{{context}}', \
+                   (SELECT COALESCE(jsonb_agg(e.v ORDER BY e.o), '[]'::jsonb) \
+                    FROM jsonb_array_elements(state_data->'context') WITH ORDINALITY e(v, o) \
+                    WHERE e.v->>'message_id' IS DISTINCT FROM $2::text)) \
+                 WHERE thread_id = $1{t} AND jsonb_typeof(state_data->'context') = 'array' \
+                   AND version = (SELECT MAX(version) FROM {s}.states WHERE thread_id = $1{t}) \
+                   AND EXISTS (SELECT 1 FROM jsonb_array_elements(state_data->'context') e WHERE e->>'message_id' = $2::text)"
+            )),
             // The ids as text, cast as a whole to the column's type (so the key's index answers).
             taken: Stmt::new(format!(
                 "SELECT message_id::text FROM {s}.messages WHERE message_id = ANY($1::text[]{arr}) AND thread_id <> $2{t} LIMIT 1",
@@ -149,9 +166,16 @@ pub(super) async fn name_taken_id(s: &PgStore, t: &ThreadRef, msgs: &[StoredMess
 
 /// Messages changed outside a step: the latest state row no longer describes them (see
 /// `clear_write_mark`).
-async fn unmark_latest(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> StoreResult<()> {
+async fn unmark_latest(
+    s: &PgStore,
+    tx: &mut sqlx::PgConnection,
+    t: &ThreadRef,
+    after: Option<&ChangeMark>,
+) -> StoreResult<()> {
     sqlx::query(s.sql.messages.unmark.q())
         .bind(&t.thread_id)
+        .bind(after.map(|a| a.seen.as_str()))
+        .bind(after.map(|a| a.mark.as_str()))
         .bind(crate::store::messages_changed_mark())
         .execute(&mut *tx)
         .await
@@ -159,7 +183,12 @@ async fn unmark_latest(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) 
     Ok(())
 }
 
-pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+pub(super) async fn put_messages(
+    s: &PgStore,
+    t: &ThreadRef,
+    msgs: &[StoredMessage],
+    after: Option<&ChangeMark>,
+) -> StoreResult<()> {
     // Outside a step (no new state version): the same upsert, under the thread lock.
     let mut tx = s.conns.begin().await.map_err(|e| map_err("write messages", e, Some(t)))?;
     threads::lock_thread(s, &mut tx, t, "write messages").await?;
@@ -170,7 +199,7 @@ pub(super) async fn put_messages(s: &PgStore, t: &ThreadRef, msgs: &[StoredMessa
         .await
         .map_err(|e| map_err("write messages", e, Some(t)))?;
     if !msgs.is_empty() {
-        unmark_latest(s, &mut tx, t).await?;
+        unmark_latest(s, &mut tx, t, after).await?;
     }
     tx.commit().await.map_err(|e| map_err("write messages", e, Some(t)))
 }
@@ -212,7 +241,12 @@ pub(super) async fn list_messages(
     texts.into_iter().map(|x| stored_text("list messages", x)).collect()
 }
 
-pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+pub(super) async fn delete_message(
+    s: &PgStore,
+    t: &ThreadRef,
+    message_id: &str,
+    after: Option<&ChangeMark>,
+) -> StoreResult<bool> {
     let mut tx = s.conns.begin().await.map_err(|e| map_err("delete message", e, Some(t)))?;
     if super::owned::hold_thread(s, &mut tx, t, "delete message").await? == Held::Nothing {
         tx.rollback().await.map_err(|e| map_err("delete message", e, Some(t)))?;
@@ -224,9 +258,15 @@ pub(super) async fn delete_message(s: &PgStore, t: &ThreadRef, message_id: &str)
         .execute(&mut *tx)
         .await
         .map_err(|e| map_err("delete message", e, Some(t)))?;
-    let deleted = r.rows_affected() > 0;
+    let from_legacy = sqlx::query(s.sql.messages.delete_from_legacy.q())
+        .bind(&t.thread_id)
+        .bind(message_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_err("delete message", e, Some(t)))?;
+    let deleted = r.rows_affected() + from_legacy.rows_affected() > 0;
     if deleted {
-        unmark_latest(s, &mut tx, t).await?;
+        unmark_latest(s, &mut tx, t, after).await?;
     }
     tx.commit().await.map_err(|e| map_err("delete message", e, Some(t)))?;
     Ok(deleted)

@@ -46,8 +46,9 @@ pub use options::{IdType, PgOptions};
 pub use redis_cache::RedisCache;
 
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache, PruneReport,
-    PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow,
+    ChangeMark, Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerEntry, LegacyCache,
+    PruneReport, PruneRules, RawJson, StateVersion, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef,
+    ThreadRow,
 };
 use async_trait::async_trait;
 use errors::map_err;
@@ -230,10 +231,10 @@ impl Checkpointer for PgStore {
         Ok(())
     }
 
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()> {
         self.check_thread(t)?;
         self.check_messages(msgs)?;
-        self.bounded("write messages", messages::put_messages(self, t, msgs)).await
+        self.bounded("write messages", messages::put_messages(self, t, msgs, after)).await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
@@ -253,11 +254,11 @@ impl Checkpointer for PgStore {
         messages::list_messages(self, t, search, offset, limit).await
     }
 
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool> {
         self.check_thread(t)?;
         self.check_message_id(message_id)?;
         // A transaction: its statements run on `&mut *tx`, outside `Conns`' per-statement bound.
-        self.bounded("delete message", messages::delete_message(self, t, message_id)).await
+        self.bounded("delete message", messages::delete_message(self, t, message_id, after)).await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {

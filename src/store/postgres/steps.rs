@@ -5,9 +5,8 @@ use super::messages::{message_json, message_rows};
 use super::nul::nul_free_json;
 use super::owned::Held;
 use super::{Casts, PgStore, Stmt, map_err};
-use crate::store::{
-    Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json, raw_json_from_text,
-};
+use crate::store::legacy_log;
+use crate::store::{Checkpoint, KnownHead, StepWrite, StoreError, StoreResult, ThreadRef, raw_json_from_text};
 use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -46,8 +45,8 @@ impl Stmts {
         );
         Stmts {
             // One round trip: the owner check, the latest state and the thread's messages as one
-            // array of their texts (NULL for a row written by 10xGraph, whose context is inside
-            // the state). Texts, not one jsonb array: no aggregate document is built here, and
+            // array of their texts (for a row written by 10xGraph, whose context is inside the
+            // state, its log: see `legacy_log`). Texts, not one jsonb array: no aggregate document is built here, and
             // each text goes on to the host as it is, never decoded into a `Value`.
             // With $4/$5 naming the row the caller still holds (KnownHead), the messages are
             // not read and `known` is true.
@@ -56,7 +55,7 @@ impl Stmts {
                 // outer level it runs for that row only. At the level of the ORDER BY it ran for
                 // every kept state row, and any older row made it read all the messages.
                 "SELECT st.version, st.state_data, st.known, \
-                   CASE WHEN jsonb_typeof(st.state_data->'context') = 'array' OR st.known THEN NULL ELSE \
+                   CASE WHEN st.known THEN NULL ELSE \
                      (SELECT COALESCE(array_agg(x.m ORDER BY x.seq, x.created_at), '{{}}'::text[]) FROM \
                        (SELECT ({message_json})::text AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
                    END AS msgs \
@@ -111,14 +110,17 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     let messages_known: bool = row.get("known");
     // A row written by 10xGraph carries the whole context; ours keeps messages in their rows.
     let legacy_context = state.as_object_mut().and_then(|o| o.remove("context"));
+    let texts = |msgs: Vec<String>| {
+        msgs.into_iter()
+            .map(|m| raw_json_from_text(m).map_err(|e| StoreError::backend("load messages", e)))
+            .collect::<StoreResult<Vec<_>>>()
+    };
     let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Vec<String>>, _>("msgs")) {
-        (Some(Value::Array(ctx)), _) => (ctx.iter().map(raw_json).collect(), true),
-        (_, Some(msgs)) => (
-            msgs.into_iter()
-                .map(|m| raw_json_from_text(m).map_err(|e| StoreError::backend("load messages", e)))
-                .collect::<StoreResult<_>>()?,
-            false,
-        ),
+        (Some(Value::Array(ctx)), msgs) => {
+            let log = texts(msgs.unwrap_or_default())?.into_iter().map(|m| (legacy_log::logged_id(&m), m)).collect();
+            (legacy_log::merged(&ctx, log), true)
+        }
+        (_, Some(msgs)) => (texts(msgs)?, false),
         _ => (Vec::new(), false),
     };
     Ok(Checkpoint { version: row.get("version"), state, messages, rewrite_messages, messages_known })
@@ -157,55 +159,51 @@ pub(super) async fn put_step(
         if rows.is_empty() { q } else { q.bind(&keys).bind(&results) }
     };
     let version = |row: PgRow| row.try_get::<i64, _>(0);
-    let r: Result<i64, sqlx::Error> = if w.in_tx.is_none() && w.expected_mark.is_none() {
-        super::errors::sent_again_if_aborted("a step commit", t, || async {
-            step().fetch_one(&s.conns).await.and_then(version)
-        })
-        .await
-    } else {
+    // Sent again while the server aborts it to break a lock cycle; `Ok(Err(_))` is a refusal
+    // decided here (a moved mark, an armed failpoint), which nothing sends again.
+    let sent = super::errors::sent_again_if_aborted("a step commit", t, || async {
+        if w.in_tx.is_none() && w.expected_mark.is_none() {
+            return step().fetch_one(&s.conns).await.and_then(version).map(Ok);
+        }
         // An armed failpoint (the hook runs before COMMIT) or a mark to check first: an explicit
         // transaction. The check reads the latest row under the thread lock, which message
         // writes outside a step take too, so none lands between the check and the step.
-        let mut tx = s.conns.begin().await.map_err(|e| map_err("write step", e, Some(t)))?;
+        let mut tx = s.conns.begin().await?;
         if w.expected_mark.is_some() {
-            super::threads::lock_thread(s, &mut tx, t, "write step").await?;
-            let head: Option<(i64, Option<String>)> = sqlx::query_as(s.sql.steps.head.q())
-                .bind(&t.thread_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| map_err("write step", e, Some(t)))?;
+            super::threads::lock_thread_in(s, &mut tx, t).await?;
+            let head: Option<(i64, Option<String>)> =
+                sqlx::query_as(s.sql.steps.head.q()).bind(&t.thread_id).fetch_optional(&mut *tx).await?;
             let (current, mark) = head.unzip();
             let current = current.unwrap_or(0);
             if current != w.expected_version {
-                return Err(StoreError::Stale {
-                    thread_id: t.thread_id.clone(),
-                    expected: w.expected_version,
-                    current,
-                });
+                let stale = StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current };
+                return Ok(Err(stale));
             }
-            crate::store::check_expected_mark(&w, t, mark.flatten().as_deref())?;
-        }
-        let v = step().fetch_one(&mut *tx).await.and_then(version);
-        if v.is_ok() {
-            if let Some(h) = w.in_tx {
-                h.in_transaction().await.map_err(StoreError::Failpoint)?;
+            if let Err(refused) = crate::store::check_expected_mark(&w, t, mark.flatten().as_deref()) {
+                return Ok(Err(refused));
             }
-            tx.commit().await.map_err(|e| map_err("write step", e, Some(t)))?;
         }
-        v
+        let v = step().fetch_one(&mut *tx).await.and_then(version)?;
+        if let Some(h) = w.in_tx
+            && let Err(f) = h.in_transaction().await
+        {
+            return Ok(Err(StoreError::Failpoint(f)));
+        }
+        tx.commit().await?;
+        Ok(Ok(v))
+    })
+    .await;
+    let r = match sent {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(refused)) => Err(refused),
+        Err(e) => Err(super::messages::name_taken_id(s, t, w.new_messages, map_err("write step", e, Some(t))).await),
     };
-    match r {
-        Ok(v) => Ok(v),
-        Err(e) => {
-            let err = super::messages::name_taken_id(s, t, w.new_messages, map_err("write step", e, Some(t))).await;
-            if matches!(err, StoreError::Stale { .. })
-                && let Some(r) = s.redis()
-            {
-                r.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
-            }
-            Err(err)
-        }
+    if matches!(r, Err(StoreError::Stale { .. }))
+        && let Some(redis) = s.redis()
+    {
+        redis.clear_state_cache(t).await; // a conflicting writer's cache must not be trusted
     }
+    r
 }
 
 pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {

@@ -81,14 +81,19 @@ pub(super) async fn lock_thread(
     t: &ThreadRef,
     op: &'static str,
 ) -> StoreResult<()> {
+    lock_thread_in(s, tx, t).await.map_err(|e| map_err(op, e, Some(t)))
+}
+
+/// `lock_thread` with the server's error as it came (a caller that sends its transaction again
+/// when the server aborted it tells that error apart).
+pub(super) async fn lock_thread_in(s: &PgStore, tx: &mut sqlx::PgConnection, t: &ThreadRef) -> Result<(), sqlx::Error> {
     sqlx::query(s.sql.threads.lock_thread.q())
         .bind(&t.thread_id)
         .bind(&t.user_id)
         .bind(t.isolated(s.opts.enforce_user_isolation))
         .execute(tx)
         .await
-        .map_err(|e| map_err(op, e, Some(t)))?;
-    Ok(())
+        .map(|_| ())
 }
 
 pub(super) async fn put_thread(s: &PgStore, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {

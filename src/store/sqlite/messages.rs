@@ -4,14 +4,21 @@ use super::*;
 
 /// Messages changed outside a step: the latest state row no longer describes them (see
 /// `clear_write_mark`).
-pub(super) async fn unmark_latest(c: &mut SqliteConnection, t: &ThreadRef) -> StoreResult<()> {
+pub(super) async fn unmark_latest(
+    c: &mut SqliteConnection,
+    t: &ThreadRef,
+    after: Option<&crate::store::ChangeMark>,
+) -> StoreResult<()> {
+    // The caller's own mark while the row still carries the one it read (`ChangeMark`).
     sqlx::query(
-        "UPDATE states SET state_data = json_set(state_data, ?, ?) \
-         WHERE thread_id = ? AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?)",
+        "UPDATE states SET state_data = json_set(state_data, ?1, \
+           CASE WHEN COALESCE(json_extract(state_data, ?1), '') = ?2 THEN ?3 ELSE ?4 END) \
+         WHERE thread_id = ?5 AND version = (SELECT MAX(version) FROM states WHERE thread_id = ?5)",
     )
     .bind(crate::store::write_mark_json_path())
+    .bind(after.map(|a| a.seen.as_str()))
+    .bind(after.map(|a| a.mark.as_str()))
     .bind(crate::store::messages_changed_mark())
-    .bind(&t.thread_id)
     .bind(&t.thread_id)
     .execute(&mut *c)
     .await
@@ -42,12 +49,17 @@ pub(super) async fn upsert_messages(
     Ok(())
 }
 
-pub(super) async fn put_messages(s: &SqliteStore, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+pub(super) async fn put_messages(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    msgs: &[StoredMessage],
+    after: Option<&crate::store::ChangeMark>,
+) -> StoreResult<()> {
     let mut tx = s.write_tx("write messages").await?;
     s.own_thread(tx.conn(), t).await?;
     super::messages::upsert_messages(tx.conn(), t, msgs).await?;
     if !msgs.is_empty() {
-        unmark_latest(tx.conn(), t).await?;
+        unmark_latest(tx.conn(), t, after).await?;
     }
     tx.commit("write messages").await
 }
@@ -104,7 +116,12 @@ pub(super) async fn list_messages(
     Ok(crate::store::page(found.into_iter().filter(|m| crate::store::message_matches(m, &needle)), offset, limit))
 }
 
-pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+pub(super) async fn delete_message(
+    s: &SqliteStore,
+    t: &ThreadRef,
+    message_id: &str,
+    after: Option<&crate::store::ChangeMark>,
+) -> StoreResult<bool> {
     let mut tx = s.write_tx("delete message").await?;
     if !s.readable(tx.conn(), t).await? {
         return Err(StoreError::Forbidden { thread_id: t.thread_id.clone() });
@@ -117,7 +134,7 @@ pub(super) async fn delete_message(s: &SqliteStore, t: &ThreadRef, message_id: &
         .map_err(be("delete message"))?;
     let deleted = r.rows_affected() > 0;
     if deleted {
-        unmark_latest(tx.conn(), t).await?;
+        unmark_latest(tx.conn(), t, after).await?;
     }
     tx.commit("delete message").await?;
     Ok(deleted)

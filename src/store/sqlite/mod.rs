@@ -9,9 +9,9 @@
 use super::UnrecordedResults;
 use super::id_text;
 use super::{
-    Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport, PruneRules,
-    RawJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent, may_take,
-    now_secs,
+    ChangeMark, Checkpoint, Checkpointer, KnownHead, LeaseAttempt, LeaseInfo, LeaseRequest, LedgerRow, PruneReport,
+    PruneRules, RawJson, StepWrite, StoreError, StoreResult, StoredMessage, ThreadRef, ThreadRow, fence_ok, is_intent,
+    may_take, now_secs,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -292,11 +292,15 @@ impl Checkpointer for SqliteStore {
         Ok(())
     }
 
-    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage]) -> StoreResult<()> {
+    async fn put_messages(&self, t: &ThreadRef, msgs: &[StoredMessage], after: Option<&ChangeMark>) -> StoreResult<()> {
         id_text::check_ref(t)?;
         id_text::check_messages(msgs)?;
-        let (t, msgs) = (t.clone(), msgs.to_vec());
-        self.in_task("write messages", move |s| async move { messages::put_messages(&s, &t, &msgs).await }).await
+        let (t, msgs, after) = (t.clone(), msgs.to_vec(), after.cloned());
+        self.in_task(
+            "write messages",
+            move |s| async move { messages::put_messages(&s, &t, &msgs, after.as_ref()).await },
+        )
+        .await
     }
 
     async fn get_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<Option<RawJson>> {
@@ -321,11 +325,15 @@ impl Checkpointer for SqliteStore {
         .await
     }
 
-    async fn delete_message(&self, t: &ThreadRef, message_id: &str) -> StoreResult<bool> {
+    async fn delete_message(&self, t: &ThreadRef, message_id: &str, after: Option<&ChangeMark>) -> StoreResult<bool> {
         id_text::check_ref(t)?;
         id_text::check_text_id("message_id", message_id)?;
-        let (t, id) = (t.clone(), message_id.to_owned());
-        self.in_task("delete message", move |s| async move { messages::delete_message(&s, &t, &id).await }).await
+        let (t, id, after) = (t.clone(), message_id.to_owned(), after.cloned());
+        self.in_task(
+            "delete message",
+            move |s| async move { messages::delete_message(&s, &t, &id, after.as_ref()).await },
+        )
+        .await
     }
 
     async fn put_thread(&self, t: &ThreadRef, name: Option<&str>, meta: &Value) -> StoreResult<bool> {

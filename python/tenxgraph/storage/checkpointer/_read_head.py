@@ -10,6 +10,8 @@ its ``aget_state`` with no error (session 40). The mark is kept with the version
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import Any
 
 from tenxgraph._state_codec import STATE_META_KEY
@@ -17,6 +19,10 @@ from tenxgraph.core.exceptions import InvalidConfigError
 
 VERSION_KEY = "_checkpoint_version"
 MARK_KEY = "_checkpoint_mark"
+# A version as `remember` writes it: a 64-bit int in decimal.
+_VERSION_TEXT = re.compile(r"-?[0-9]{1,19}")
+# How the mark a message write outside a run leaves begins (the core's MESSAGES_CHANGED).
+_MESSAGES_CHANGED = "messages-changed-"
 
 
 def version_of(config: dict[str, Any]) -> int | None:
@@ -68,10 +74,29 @@ def expected_mark(config: dict[str, Any], expected: int) -> str | None:
     if raw is None:
         return None
     version, sep, mark = raw.partition("/") if isinstance(raw, str) else ("", "", "")
-    if not sep or not version.lstrip("-").isdigit():
+    # ASCII digits, as `remember` writes them: `str.isdigit` let "²" and a 5,000-digit version
+    # through to a bare ValueError of int() (red-team, session 40).
+    if not sep or not _VERSION_TEXT.fullmatch(version):
         raise InvalidConfigError(
             f"{MARK_KEY} must be the mark aget_state set (\"<version>/<mark>\"), got {raw!r}",
             "STORAGE_CONFIG_002", {"field": MARK_KEY, "value": repr(raw)[:80]},
         )
     return mark if int(version) == expected else None
 
+
+
+def own_message_write(config: dict[str, Any]) -> tuple[int, tuple[str, str]] | None:
+    """For a message write outside a run with ``config``: the version the config read and
+    ``(the mark it read, a new mark)`` for the store (``ChangeMark`` in the core), so that the
+    caller's own later versioned write still names the latest row, unless another write came
+    between. None when the config holds no read of a stored row (nothing to keep in step), or
+    an unreadable one: a message write never needed the version, and ``aput_state`` answers a
+    bad one."""
+    try:
+        version = version_of(config)
+        seen = expected_mark(config, version) if version else None
+    except InvalidConfigError:
+        return None
+    if seen is None:
+        return None
+    return version, (seen, f"{_MESSAGES_CHANGED}{uuid.uuid4().hex}")

@@ -375,11 +375,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             # another user, aprune) and made again reaches the same versions, and its cached
             # state was served, with a version that let aput_state write it over the new turns.
             # And only while the latest row carries the mark the entry was read with: a message
-            # written or deleted outside a run makes no new version. An entry cached under no
-            # read (a version set by hand, or none) has no mark and is served on its version.
+            # written or deleted outside a run makes no new version. An entry with no mark (cached
+            # under a version set by hand, or by an earlier build) is read again, or a write from
+            # it dropped such a message (red-team, session 40); one of a thread with no stored
+            # state (version 0) has nothing to tell apart.
             versions = await self._native.state_versions(thread_id, user_id)
             latest_mark = read_head.mark_in_row(json.loads(versions[0][2])) if versions else ""
-            if (version == (versions[0][0] if versions else 0) and mark in (None, latest_mark)
+            if (version == (versions[0][0] if versions else 0) and (mark == latest_mark or version == 0)
                     and born == await self._thread_born(thread_id, user_id)):
                 read_head.remember(config, version, mark)
                 return self._decode_state(data)  # type: ignore[return-value]
@@ -494,8 +496,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     ) -> int:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
-        return int(await self._native.put_messages(thread_id, user_id, _msg_rows(messages),
-                                                   owner_scoped=authz_owner_scoped(config)))
+        own = read_head.own_message_write(config)
+        rows = _msg_rows(messages)
+        written = int(await self._native.put_messages(thread_id, user_id, rows, owner_scoped=authz_owner_scoped(config),
+                                                      after=own and own[1]))
+        if own is not None and rows:
+            read_head.remember(config, own[0], own[1][1])
+        return written
 
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
         await check_authz(self, config)
@@ -524,10 +531,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
     async def adelete_message(self, config: dict[str, Any], message_id: str | int) -> bool:
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
+        own = read_head.own_message_write(config)
         if not await self._native.delete_message(thread_id, user_id, _core.text_id("message_id", message_id),
-                                                 owner_scoped=authz_owner_scoped(config)):
+                                                 owner_scoped=authz_owner_scoped(config), after=own and own[1]):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
+        if own is not None:
+            read_head.remember(config, own[0], own[1][1])
         return True
 
     # -- threads ---------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+//! A thread 10xGraph 0.10 wrote last (PostgreSQL): its state row holds the context the nodes saw, and its
+//! `messages` table is a log that only grows (a context manager, `trim_context`, a summary, or a
+//! node trimming the state shortened the context, never the log). Ours keeps one list, and the
+//! thread's next commit writes that list in our form. Taken from the context alone, that commit
+//! deleted every logged message the context had dropped: a chat's earlier turns, its tool calls
+//! and results, and a message `aput_messages` added before the commit (red-team, session 40;
+//! 10xGraph keeps them all). So the thread's messages are the log with the context merged in.
+
+use crate::store::{RawJson, raw_json};
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// A message's id as the tables key it (a number as its decimal text).
+fn id_of(v: &Value) -> Option<String> {
+    let id = v.get("message_id")?;
+    match id {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+/// The log (`log`, the table's rows in its order, with their ids) with the context (`ctx`, in
+/// the order the nodes saw it) merged in: each context message takes the place of its log row, in the
+/// context's own order (the log orders rows of one transaction by their random ids); a context
+/// message the log lacks (10xGraph's `aput_state` writes no log rows) comes after the context
+/// message before it, or first; a log row the context lacks stays where the log has it.
+pub fn merged(ctx: &[Value], log: Vec<(Option<String>, RawJson)>) -> Vec<RawJson> {
+    let at: HashMap<String, usize> = ctx.iter().enumerate().filter_map(|(i, m)| Some((id_of(m)?, i))).collect();
+    let mut out = Vec::with_capacity(ctx.len() + log.len());
+    let mut next = 0;
+    for (id, row) in log {
+        match id.as_ref().and_then(|id| at.get(id)) {
+            Some(&i) => {
+                while next <= i {
+                    out.push(raw_json(&ctx[next]));
+                    next += 1;
+                }
+            }
+            None => out.push(row),
+        }
+    }
+    out.extend(ctx[next..].iter().map(raw_json));
+    out
+}
+
+/// The id of a logged message as its text holds it (None: no id, or not an object).
+pub fn logged_id(row: &RawJson) -> Option<String> {
+    serde_json::from_str::<Value>(row.get()).ok().as_ref().and_then(id_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids(v: &[RawJson]) -> Vec<String> {
+        v.iter().map(|r| logged_id(r).unwrap()).collect()
+    }
+
+    fn log(ids: &[&str]) -> Vec<(Option<String>, RawJson)> {
+        ids.iter().map(|i| (Some((*i).to_owned()), raw_json(&json!({"message_id": i, "from": "log"})))).collect()
+    }
+
+    fn ctx(ids: &[&str]) -> Vec<Value> {
+        ids.iter().map(|i| json!({"message_id": i, "from": "ctx"})).collect()
+    }
+
+    #[test]
+    fn a_trimmed_context_keeps_the_logs_earlier_turns_in_front() {
+        let out = merged(&ctx(&["c", "d"]), log(&["a", "b", "c", "d"]));
+        assert_eq!(ids(&out), ["a", "b", "c", "d"]);
+        // The context's copy of a message is the one kept.
+        assert!(out[2].get().contains("ctx") && out[0].get().contains("log"));
+    }
+
+    #[test]
+    fn log_rows_inside_the_window_stay_in_place_and_the_context_keeps_its_order() {
+        // Tool messages dropped from the context inside the window; two rows of one transaction
+        // that the log ordered the other way round.
+        let out = merged(&ctx(&["u1", "a2", "u3", "y", "x"]), log(&["u1", "t1", "r1", "a2", "u3", "x", "y"]));
+        assert_eq!(ids(&out), ["u1", "t1", "r1", "a2", "u3", "y", "x"]);
+    }
+
+    #[test]
+    fn context_messages_the_log_lacks_and_log_rows_after_the_context_are_kept() {
+        assert_eq!(ids(&merged(&ctx(&["s", "a", "b"]), log(&["a", "late"]))), ["s", "a", "late", "b"]);
+        assert_eq!(ids(&merged(&ctx(&["a", "b"]), vec![])), ["a", "b"]);
+        assert_eq!(ids(&merged(&[], log(&["a"]))), ["a"]);
+        // An int id in the context matches the log's text.
+        let out = merged(&[json!({"message_id": 7})], vec![(Some("7".into()), raw_json(&json!({"message_id": "7"})))]);
+        assert_eq!(out.len(), 1);
+    }
+}
