@@ -285,6 +285,42 @@ async def test_one_caller_keeping_its_state_and_messages_in_step_is_not_stale(cp
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("change", ["log-only", "redact", "delete", "cache"])
+async def test_a_callers_own_message_write_its_state_does_not_hold_is_stale(cp, make_thread, change) -> None:
+    """The caller's own message write keeps its read current only for a state that holds what
+    the write changed: a state read before it would drop the message, undo a redaction or bring
+    a deleted message back (red-team, session 40: all four were written)."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1"),
+                                                                            msg("secret", mid="s1")]))
+    cfg = {"thread_id": tid}
+    state = await cp.aget_state(cfg)
+    if change == "log-only":
+        await cp.aput_messages(cfg, [msg("logged", mid="l1")])
+        expected = ["hi", "secret", "logged"]
+    elif change == "redact":
+        await cp.aput_messages(cfg, [msg("[REDACTED]", mid="s1")])
+        expected = ["hi", "[REDACTED]"]
+    elif change == "delete":
+        await cp.adelete_message(cfg, "s1")
+        expected = ["hi"]
+    else:
+        await cp.aput_messages(cfg, [msg("logged", mid="l1")])
+        await cp.aput_state_cache(cfg, state)
+        cfg = {"thread_id": tid}
+        state = await cp.aget_state_cache(cfg)
+        expected = ["hi", "secret", "logged"]
+    state.note = "edited"
+    if change == "cache":
+        # The entry did not hold the caller's write: it was read again, and holds it now.
+        await cp.aput_state(cfg, state)
+    else:
+        with pytest.raises(StaleStateError):
+            await cp.aput_state(cfg, state)
+    assert texts(await cp.alist_messages({"thread_id": tid})) == expected
+
+
+@pytest.mark.asyncio
 async def test_a_cached_state_with_no_mark_is_read_again(cp, make_thread) -> None:
     """An entry cached under a version set by hand (or by an earlier build) names no read: served
     on its version, a write from it dropped a message written since (red-team, session 40)."""

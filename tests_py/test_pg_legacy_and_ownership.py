@@ -623,6 +623,20 @@ async def test_messages_written_or_deleted_on_a_legacy_thread_before_its_first_c
 
 
 @pytest.mark.asyncio
+async def test_a_legacy_tool_result_logged_in_one_transaction_with_its_call_comes_after_it(
+    tenx_postgres: Any, pg_dsn: str
+) -> None:
+    """10xGraph stamps the rows of one transaction with one time, and the migration orders such
+    rows by their random ids: merged back in, a tool result before its call made a history no
+    provider takes (red-team, session 40)."""
+    msgs = conversation(tool_id="00000000-0000-4000-8000-000000000003")  # sorts before the others
+    same = "2025-01-01 10:00:05+00"
+    lg = build_legacy(tenx_postgres, pg_dsn, 3, msgs=msgs, message_times=[same] * 3, state_context=[0])
+    cp = open_cp(lg.dsn)
+    assert ids((await cp.aget_state(cfg())).context) == ids(lg.messages)
+
+
+@pytest.mark.asyncio
 async def test_a_legacy_context_message_with_no_log_row_can_be_deleted(tenx_postgres: Any, pg_dsn: str) -> None:
     lg = build_legacy(tenx_postgres, pg_dsn, 3, table_messages=[1, 2])
     cp = open_cp(lg.dsn)

@@ -41,6 +41,56 @@ pub fn merged(ctx: &[Value], log: Vec<(Option<String>, RawJson)>) -> Vec<RawJson
         }
     }
     out.extend(ctx[next..].iter().map(raw_json));
+    results_after_their_calls(out)
+}
+
+/// The call a tool message answers: `metadata.tool_call_id`, else its result block's `call_id`.
+fn answered_call(m: &Value) -> Option<&str> {
+    if m.get("role").and_then(Value::as_str) != Some("tool") {
+        return None;
+    }
+    m.get("metadata")
+        .and_then(|md| md.get("tool_call_id"))
+        .and_then(Value::as_str)
+        .or_else(|| m.get("content")?.as_array()?.iter().find_map(|b| b.get("call_id").and_then(Value::as_str)))
+}
+
+/// 10xGraph stamps every row of one transaction with one time, and the migration ordered such
+/// rows by their random ids: a whole turn logged at once (`durable_checkpoint_every_step=False`,
+/// a batch of `aput_messages`) could come back with a tool result before the message that called
+/// it, a history no provider takes (red-team, session 40). Such a result goes right after its
+/// call (with the other results that came early, in the order of the calls).
+fn results_after_their_calls(msgs: Vec<RawJson>) -> Vec<RawJson> {
+    let values: Vec<Option<Value>> = msgs.iter().map(|m| serde_json::from_str(m.get()).ok()).collect();
+    // Each call id: the message that made it, and its place among that message's calls.
+    let mut caller: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (i, v) in values.iter().enumerate() {
+        let calls = v.as_ref().and_then(|v| v.get("tools_calls")).and_then(Value::as_array);
+        for (at, id) in calls.into_iter().flatten().filter_map(|c| c.get("id").and_then(Value::as_str)).enumerate() {
+            caller.entry(id).or_insert((i, at));
+        }
+    }
+    let early: Vec<Option<(usize, usize)>> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v.as_ref().and_then(answered_call).and_then(|c| caller.get(c)).copied().filter(|&(j, _)| j > i))
+        .collect();
+    if early.iter().all(Option::is_none) {
+        return msgs;
+    }
+    let mut waiting: HashMap<usize, Vec<(usize, RawJson)>> = HashMap::new();
+    let mut out = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.into_iter().enumerate() {
+        match early[i] {
+            Some((j, at)) => waiting.entry(j).or_default().push((at, m)),
+            None => {
+                out.push(m);
+                let mut results = waiting.remove(&i).unwrap_or_default();
+                results.sort_by_key(|(at, _)| *at);
+                out.extend(results.into_iter().map(|(_, m)| m));
+            }
+        }
+    }
     out
 }
 
@@ -80,6 +130,21 @@ mod tests {
         // that the log ordered the other way round.
         let out = merged(&ctx(&["u1", "a2", "u3", "y", "x"]), log(&["u1", "t1", "r1", "a2", "u3", "x", "y"]));
         assert_eq!(ids(&out), ["u1", "t1", "r1", "a2", "u3", "y", "x"]);
+    }
+
+    #[test]
+    fn a_tool_result_logged_before_its_call_goes_right_after_it() {
+        let row = |v: Value| (logged_id(&raw_json(&v)), raw_json(&v));
+        let log = vec![
+            row(json!({"message_id": "u", "role": "user"})),
+            row(json!({"message_id": "r2", "role": "tool", "metadata": {"tool_call_id": "c2"}})),
+            row(json!({"message_id": "r1", "role": "tool", "content": [{"type": "tool_result", "call_id": "c1"}]})),
+            row(json!({"message_id": "a", "role": "assistant", "tools_calls": [{"id": "c1"}, {"id": "c2"}]})),
+            row(json!({"message_id": "r3", "role": "tool", "metadata": {"tool_call_id": "c3"}})),
+            row(json!({"message_id": "b", "role": "assistant"})),
+        ];
+        // r3 answers no call in the thread: left where it is.
+        assert_eq!(ids(&merged(&[], log)), ["u", "a", "r1", "r2", "r3", "b"]);
     }
 
     #[test]

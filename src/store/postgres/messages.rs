@@ -252,19 +252,16 @@ pub(super) async fn delete_message(
         tx.rollback().await.map_err(|e| map_err("delete message", e, Some(t)))?;
         return Ok(false);
     }
-    let r = sqlx::query(s.sql.messages.delete.q())
-        .bind(&t.thread_id)
-        .bind(message_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| map_err("delete message", e, Some(t)))?;
-    let from_legacy = sqlx::query(s.sql.messages.delete_from_legacy.q())
-        .bind(&t.thread_id)
-        .bind(message_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| map_err("delete message", e, Some(t)))?;
-    let deleted = r.rows_affected() + from_legacy.rows_affected() > 0;
+    let mut deleted = false;
+    for q in [&s.sql.messages.delete, &s.sql.messages.delete_from_legacy] {
+        let r = sqlx::query(q.q())
+            .bind(&t.thread_id)
+            .bind(message_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_err("delete message", e, Some(t)))?;
+        deleted |= r.rows_affected() > 0;
+    }
     if deleted {
         unmark_latest(s, &mut tx, t, after).await?;
     }

@@ -10,6 +10,7 @@ its ``aget_state`` with no error (session 40). The mark is kept with the version
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from typing import Any
@@ -19,6 +20,8 @@ from tenxgraph.core.exceptions import InvalidConfigError
 
 VERSION_KEY = "_checkpoint_version"
 MARK_KEY = "_checkpoint_mark"
+# What the caller's own message writes since its read changed (see `note_own_write`).
+OWN_KEY = "_checkpoint_own_writes"
 # A version as `remember` writes it: a 64-bit int in decimal.
 _VERSION_TEXT = re.compile(r"-?[0-9]{1,19}")
 # How the mark a message write outside a run leaves begins (the core's MESSAGES_CHANGED).
@@ -56,6 +59,7 @@ def remember(config: dict[str, Any], version: int, mark: str | None) -> None:
     """Records the row the caller now holds; ``mark`` None when it is not known (a cached state
     of an older entry): its version is then checked alone."""
     config[VERSION_KEY] = version
+    config.pop(OWN_KEY, None)
     if mark is None:
         config.pop(MARK_KEY, None)
     else:
@@ -63,8 +67,47 @@ def remember(config: dict[str, Any], version: int, mark: str | None) -> None:
 
 
 def forget(config: dict[str, Any]) -> None:
-    config.pop(VERSION_KEY, None)
-    config.pop(MARK_KEY, None)
+    for key in (VERSION_KEY, MARK_KEY, OWN_KEY):
+        config.pop(key, None)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def note_own_write(config: dict[str, Any], own: tuple[int, tuple[str, str]],
+                   written: list[tuple[str, str]], deleted: str | None = None) -> None:
+    """Records a message write the caller made with ``config`` (``own`` from
+    ``own_message_write``; ``written``: the ``(id, json)`` rows, ``deleted``: a deleted id): the
+    config now names the row's new mark, and what the write changed, which the caller's
+    versioned write must hold (``mark_to_name``)."""
+    version, (seen, mark) = own
+    held = config.get(OWN_KEY)
+    if not (isinstance(held, dict) and held.get("version") == version and isinstance(held.get("messages"), dict)):
+        held = {"version": version, "read": seen, "messages": {}}
+    messages = dict(held["messages"])
+    messages.update({mid: _digest(text) for mid, text in written})
+    if deleted is not None:
+        messages[deleted] = None
+    remember(config, version, mark)
+    config[OWN_KEY] = {**held, "messages": messages}
+
+
+def mark_to_name(config: dict[str, Any], expected: int, mark: str | None, rows: list[tuple[str, str]]) -> str | None:
+    """The mark a versioned write of ``rows`` (the state's messages as ``(id, json)``) names. After
+    the caller's own message writes, the row's new mark only if the state holds what they
+    changed (each written message as written, no deleted one); else the mark it read, which the
+    row no longer carries: a state that would undo the caller's own redaction or delete, or drop
+    its message, is as stale as one read before another caller's write (red-team, session 40)."""
+    held = config.get(OWN_KEY)
+    if mark is None or not isinstance(held, dict) or held.get("version") != expected:
+        return mark
+    messages = held.get("messages")
+    have = {mid: _digest(text) for mid, text in rows}
+    if isinstance(messages, dict) and all(have.get(mid) == d for mid, d in messages.items()):
+        return mark
+    read = held.get("read")
+    return read if isinstance(read, str) and read != mark else ""
 
 
 def expected_mark(config: dict[str, Any], expected: int) -> str | None:

@@ -318,6 +318,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         rows = _msg_rows(list(state.context))
         known = {r[0] for r in rows}
         rows += [r for r in _msg_rows(messages or []) if r[0] not in known]
+        mark = read_head.mark_to_name(config, expected, mark, rows)
         version = await self._native.put_step(thread_id, user_id, int(expected), json.dumps(data), rows, True,
                                                owner_scoped=authz_owner_scoped(config), expected_mark=mark)
         read_head.remember(config, version, read_head.mark_in_row(data))
@@ -347,7 +348,12 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             return None
         payload = self._encode_state(state)
         payload[_CACHED_FOR] = await self._thread_born(thread_id, user_id)
-        payload[_CACHED_MARK] = read_head.expected_mark(config, version)
+        mark = read_head.expected_mark(config, version)
+        if read_head.OWN_KEY in config:
+            # An entry is served only while its mark is the latest row's: a state that does not
+            # hold the caller's own message writes gets the mark it was read with.
+            mark = read_head.mark_to_name(config, version, mark, _msg_rows(list(state.context)))
+        payload[_CACHED_MARK] = mark
         return bool(await self._native.state_cache_put(thread_id, user_id, version, json.dumps(payload)))
 
     async def _thread_born(self, thread_id: str, user_id: str) -> str | None:
@@ -501,7 +507,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         written = int(await self._native.put_messages(thread_id, user_id, rows, owner_scoped=authz_owner_scoped(config),
                                                       after=own and own[1]))
         if own is not None and rows:
-            read_head.remember(config, own[0], own[1][1])
+            read_head.note_own_write(config, own, rows)
         return written
 
     async def aget_message(self, config: dict[str, Any], message_id: str | int) -> Message:
@@ -537,7 +543,7 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
         if own is not None:
-            read_head.remember(config, own[0], own[1][1])
+            read_head.note_own_write(config, own, [], _core.text_id("message_id", message_id))
         return True
 
     # -- threads ---------------------------------------------------------------------------
