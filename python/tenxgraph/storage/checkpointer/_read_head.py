@@ -127,7 +127,6 @@ def expected_mark(config: dict[str, Any], expected: int) -> str | None:
     return mark if int(version) == expected else None
 
 
-
 def own_message_write(config: dict[str, Any]) -> tuple[int, tuple[str, str]] | None:
     """For a message write outside a run with ``config``: the version the config read and
     ``(the mark it read, a new mark)`` for the store (``ChangeMark`` in the core), so that the
