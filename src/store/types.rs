@@ -188,8 +188,8 @@ pub fn messages_changed_mark() -> String {
 }
 
 /// What a message write outside a step knows of its caller's read: the mark the caller read on
-/// the latest row (`seen`, "" for a row without one) and a new mark of its own (`mark`, made by
-/// `messages_changed_mark`). While the latest row still carries `seen`, the write leaves `mark`,
+/// the latest row (`seen`, "" for a row without one) and a new mark of its own (`mark`:
+/// `MESSAGES_CHANGED`, a dash and a unique suffix; the host makes it, so it knows it). While the latest row still carries `seen`, the write leaves `mark`,
 /// so the caller's own later versioned write (which names `mark`) goes through; otherwise another
 /// write came between, and it leaves a mark no caller holds. Without it, one caller's
 /// `aput_messages` then `aput_state` (10xGraph's way of keeping its state and message log in
@@ -210,24 +210,23 @@ pub fn changed_mark(after: Option<&ChangeMark>, latest: Option<&str>) -> String 
     }
 }
 
-/// Marks a state row as no longer describing its thread's messages (see `changed_mark`); returns
-/// the mark set.
-pub fn mark_messages_changed(state: &mut Value, after: Option<&ChangeMark>) -> String {
-    let mark = changed_mark(after, write_mark(state));
-    set_write_mark(state, &mark);
-    mark
-}
-
-/// Refuses a write from outside a run whose read no longer describes the thread's messages: the
-/// latest row's mark (`latest`, None for a row without one) is not `w.expected_mark`.
-pub fn check_expected_mark(
+/// Refuses a step whose read no longer describes the thread, given the latest row's version
+/// (`current`, 0 for none) and mark (`latest`, None for a row without one): `Stale` when another
+/// step came between, `StaleMessages` when a write from outside a run names a mark
+/// (`w.expected_mark`) that messages written or deleted since have moved.
+pub fn check_head(
     w: &StepWrite<'_>,
     t: &super::ThreadRef,
+    current: i64,
     latest: Option<&str>,
 ) -> Result<(), super::StoreError> {
+    let thread_id = || t.thread_id.clone();
+    if current != w.expected_version {
+        return Err(super::StoreError::Stale { thread_id: thread_id(), expected: w.expected_version, current });
+    }
     match w.expected_mark {
         Some(m) if m != latest.unwrap_or("") => {
-            Err(super::StoreError::StaleMessages { thread_id: t.thread_id.clone(), version: w.expected_version })
+            Err(super::StoreError::StaleMessages { thread_id: thread_id(), version: w.expected_version })
         }
         _ => Ok(()),
     }

@@ -156,12 +156,9 @@ impl MemoryStore {
             }
             None => 0,
         };
-        if current != w.expected_version {
-            return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
-        }
         let latest_mark =
             inner.threads.get(&t.thread_id).and_then(|d| d.states.last()).and_then(|(_, s)| s.mark.as_deref());
-        super::check_expected_mark(&w, t, latest_mark)?;
+        super::check_head(&w, t, current, latest_mark)?;
         let d = inner.threads.entry(t.thread_id.clone()).or_default();
         ensure_row(d, t);
         let new_version = current + 1;

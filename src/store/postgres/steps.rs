@@ -174,12 +174,7 @@ pub(super) async fn put_step(
             let head: Option<(i64, Option<String>)> =
                 sqlx::query_as(s.sql.steps.head.q()).bind(&t.thread_id).fetch_optional(&mut *tx).await?;
             let (current, mark) = head.unzip();
-            let current = current.unwrap_or(0);
-            if current != w.expected_version {
-                let stale = StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current };
-                return Ok(Err(stale));
-            }
-            if let Err(refused) = crate::store::check_expected_mark(&w, t, mark.flatten().as_deref()) {
+            if let Err(refused) = crate::store::check_head(&w, t, current.unwrap_or(0), mark.flatten().as_deref()) {
                 return Ok(Err(refused));
             }
         }

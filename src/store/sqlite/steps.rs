@@ -86,11 +86,8 @@ pub(super) async fn step_in(
     .await
     .map_err(be("read version"))?;
     let current = latest.as_ref().map_or(0, |(v, _)| *v);
-    if current != w.expected_version {
-        // Dropping `tx` rolls back: nothing of this step is written.
-        return Err(StoreError::Stale { thread_id: t.thread_id.clone(), expected: w.expected_version, current });
-    }
-    crate::store::check_expected_mark(&w, t, latest.as_ref().and_then(|(_, m)| m.as_deref()))?;
+    // A refusal drops `tx`, which rolls back: nothing of this step is written.
+    crate::store::check_head(&w, t, current, latest.as_ref().and_then(|(_, m)| m.as_deref()))?;
     let new_version = current + 1;
     let now = now_secs();
     sqlx::query("INSERT INTO states (thread_id, version, state_data, created_at) VALUES (?, ?, ?, ?)")

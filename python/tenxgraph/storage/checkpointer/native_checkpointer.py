@@ -538,12 +538,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         await check_authz(self, config)
         thread_id, user_id = _ids(config)
         own = read_head.own_message_write(config)
-        if not await self._native.delete_message(thread_id, user_id, _core.text_id("message_id", message_id),
+        stored_id = _core.text_id("message_id", message_id)
+        if not await self._native.delete_message(thread_id, user_id, stored_id,
                                                  owner_scoped=authz_owner_scoped(config), after=own and own[1]):
             raise MessageNotFoundError(f"message {message_id!r} not found in thread {thread_id!r}",
                                        context={"thread_id": thread_id, "message_id": str(message_id)})
         if own is not None:
-            read_head.note_own_write(config, own, [], _core.text_id("message_id", message_id))
+            read_head.note_own_write(config, own, [], stored_id)
         return True
 
     # -- threads ---------------------------------------------------------------------------
