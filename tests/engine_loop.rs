@@ -164,6 +164,16 @@ const NEW: RunInput = RunInput { has_messages: true, has_state_update: false, st
 const RESUME: RunInput =
     RunInput { has_messages: false, has_state_update: false, start_node: None, resume_only: false };
 
+/// Returns once a run holds the thread's lease: a second run started after a fixed sleep found
+/// the thread free on a loaded machine and went first (`4 2`, session 40).
+async fn until_held(store: &dyn Checkpointer, thread_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !store.lease_get(thread_id).await.unwrap().is_some_and(|l| l.is_live()) {
+        assert!(Instant::now() < deadline, "no run took the lease of {thread_id}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn stores() -> Vec<Arc<dyn Checkpointer>> {
     let sqlite = SqliteStore::open(":memory:", false, false).await.unwrap();
     sqlite.setup().await.unwrap();
@@ -491,7 +501,7 @@ async fn new_input_while_a_run_is_unfinished_is_rejected_and_writes_nothing() {
         let fast = TestHost::new(&[("a", Behave::Say)], &["fast"]);
         let c = cfg("two");
         let (r_slow, r_fast) = tokio::join!(run(&g, &*store, &slow, &c, NEW), async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            until_held(&*store, "two").await;
             run(&g, &*store, &fast, &c, NEW).await
         });
         r_slow.unwrap();
@@ -515,7 +525,7 @@ async fn on_busy_wait_runs_the_second_turn_after_the_first_and_times_out_when_as
         let mut c = cfg("wait");
         c.lease.on_busy = OnBusy::Wait;
         let (r_slow, r_fast) = tokio::join!(run(&g, &*store, &slow, &c, NEW), async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            until_held(&*store, "wait").await;
             run(&g, &*store, &fast, &c, NEW).await
         });
         let (v_slow, v_fast) = (r_slow.unwrap().version, r_fast.unwrap().version);
