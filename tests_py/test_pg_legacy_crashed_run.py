@@ -262,6 +262,48 @@ async def test_run_without_per_step_checkpoints_resumes_from_the_cache_alone(
     assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
 
 
+async def test_run_without_per_step_checkpoints_after_a_finished_turn_resumes_from_the_cache(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same kill in a second turn: the thread's latest row is the first turn's, `completed`,
+    and only the Redis entry (at that row's version, `running`) holds the second turn. 10xGraph
+    resumes it from the entry; so do we (session 40 ran nothing: the entry was read only for a
+    row that says `running`, and the turn's user message and charge were lost)."""
+    thread = new_thread("nodurable2")
+    writer.run_to_completion(thread)
+    first = effect_names(writer)
+    left = writer.crash_in_tool_node(thread, nondurable=True, turn=2)
+    assert [s["meta"]["status"] for s in left["states"]][-1] == "completed", left["states"]
+    entry = json.loads(left["cache"])
+    assert entry["execution_meta"]["current_node"] == "tools" and entry["execution_meta"]["status"] == "running"
+    assert entry["__checkpoint_version__"] == left["states"][-1]["version"]
+    assert effect_names(writer) == [*first, "model", "charge"]
+    # 10xGraph's own resume, on a copy of the database and of the entry.
+    copy_dir = tmp_path / "ref-resume"
+    copy_dir.mkdir()
+    copy_db = f"tenx_{uuid.uuid4().hex}"
+    copy_dsn = writer.copy_database(copy_db)
+    copy_redis = writer.redis_copy_to(writer.cache_key(thread), 1)
+    try:
+        theirs = Writer(writer.python, writer.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(
+            thread, "resume", NONDURABLE="1", LEGACY_AGENT_TURN="2")
+    finally:
+        writer.pg.drop_database(copy_db)
+    theirs_effects = [json.loads(x)["effect"] for x in (copy_dir / "effects.jsonl").read_text().splitlines()]
+    assert theirs_effects == ["email", "model"]
+
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
+
+    assert effect_names(writer) == [*first, "model", "charge", "email", "model"], "charge fired again, or nothing ran"
+    assert state.execution_meta.status.value == "completed"
+    assert comparable(state.context, thread) == comparable(theirs["context"], thread)
+    assert [m["role"] for m in comparable(state.context, thread)] == ["user", "assistant", "tool", "tool", "assistant"] * 2
+    assert out is not None and comparable(out["messages"], thread) == comparable(theirs["messages"], thread)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
+    assert writer.redis_type(writer.cache_key(thread)) != "string"
+
+
 async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:
     """A thread 10xGraph completed: the same state with and without Redis (its Redis entry in
     10xGraph's format is no Redis failure), and a resume runs nothing."""

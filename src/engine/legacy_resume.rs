@@ -24,12 +24,24 @@ const CACHE_VERSION_KEY: &str = "__checkpoint_version__";
 
 /// A thread whose latest durable row 10xGraph wrote while a run was under way (or, with
 /// `durable_checkpoint_every_step=False`, one with no row at all yet). Only these can have been
-/// left by 10xGraph mid-run; rows of ours never carry the context inside the state.
+/// left by 10xGraph mid-node; rows of ours never carry the context inside the state.
 pub fn unfinished_legacy_run(stored: Option<&Checkpoint>) -> bool {
     match stored {
         None => true,
         Some(cp) => cp.rewrite_messages && status_of(&cp.state) == Some("running"),
     }
+}
+
+/// A thread whose latest durable row, if any, 10xGraph wrote and whose Redis entry may hold a run
+/// the row does not show. Besides a row that says `running`, a turn started after a finished one
+/// and killed before its first durable write (every turn with
+/// `durable_checkpoint_every_step=False`, or a kill in the first node) leaves the finished
+/// turn's row, `completed`, and the new turn only in the entry, at that row's version. 10xGraph
+/// resumes it from there; so does a resume here. A paused row is left as it was: the entry of
+/// its answered continuation is not read, and the question is asked again (the safe side; see
+/// docs/migrating-from-10xgraph.md).
+pub fn may_have_legacy_cache(stored: Option<&Checkpoint>) -> bool {
+    stored.is_none_or(|cp| cp.rewrite_messages && matches!(status_of(&cp.state), Some("running" | "completed")))
 }
 
 fn status_of(state: &Value) -> Option<&str> {
@@ -73,6 +85,14 @@ pub fn from_cache(
         },
     };
     let durable_version = stored.map(|c| c.version);
+    // A row that shows no run under way names none in flight, so an entry that shows none at its
+    // version (the finished turn's own, cached as 10xGraph committed it) or an entry of another
+    // version is no sign of one either: nothing to say.
+    let row_shows_run = unfinished_legacy_run(stored);
+    let entry_shows_run = obj.get("execution_meta").and_then(|m| m.get("status")).and_then(Value::as_str) == Some("running");
+    if !row_shows_run && (cached_version != durable_version || !entry_shows_run) {
+        return Ok(None);
+    }
     // The entry must describe the durable row the thread is at: an older entry (cached before a
     // later durable write) or one of a thread written since by someone else is not this run.
     // With no row yet, 10xGraph cached without a version.
@@ -217,6 +237,27 @@ mod tests {
         assert!(from_cache(&g, Some(&row(2)), LegacyCache::Unreadable("not JSON".into())).is_err());
         assert!(from_cache(&g, Some(&row(2)), LegacyCache::Found(json!({"execution_meta": {}}))).is_err());
         assert!(matches!(from_cache(&g, Some(&row(2)), LegacyCache::Absent), Ok(None)));
+    }
+
+    #[test]
+    fn a_finished_rows_entry_is_resumed_from_only_when_it_shows_a_run_at_the_rows_version() {
+        let g = graph();
+        let mut done = row(2);
+        done.state = json!({"execution_meta": {"current_node": "__end__", "status": "completed"}});
+        assert!(!unfinished_legacy_run(Some(&done)) && may_have_legacy_cache(Some(&done)));
+        let cp = from_cache(&g, Some(&done), entry(json!(2), "tools", "running")).unwrap().unwrap();
+        assert_eq!((cp.version, cp.state["execution_meta"]["current_node"].as_str()), (2, Some("tools")));
+        // The finished turn's own entry, or one of another version: quietly nothing.
+        assert!(matches!(from_cache(&g, Some(&done), entry(json!(2), "__end__", "completed")), Ok(None)));
+        assert!(matches!(from_cache(&g, Some(&done), entry(json!(1), "tools", "running")), Ok(None)));
+        assert!(matches!(from_cache(&g, Some(&done), entry(json!(3), "tools", "running")), Ok(None)));
+        // A paused row (its answer may be in the entry) is resumed as before; a row of ours
+        // never has 10xGraph's entry read.
+        let mut paused = done.clone();
+        paused.state["execution_meta"]["status"] = json!("interrupted_before");
+        assert!(!may_have_legacy_cache(Some(&paused)));
+        done.rewrite_messages = false;
+        assert!(!may_have_legacy_cache(Some(&done)));
     }
 
     #[test]

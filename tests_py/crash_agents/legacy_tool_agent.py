@@ -37,6 +37,7 @@ from tenxgraph.utils import END
 
 AGENT_DIR_ENV = "LEGACY_AGENT_DIR"
 BLOCK_MODEL_ENV = "LEGACY_AGENT_BLOCK_MODEL"
+TURN_ENV = "LEGACY_AGENT_TURN"
 USER = "u1"
 
 
@@ -72,8 +73,14 @@ def _unanswered(context: list[Message]) -> list[str]:
     return [c for c in asked if c not in answered]
 
 
+def turn_suffix() -> str:
+    """Ids of a later turn (``$LEGACY_AGENT_TURN`` > 1) differ from the first turn's."""
+    turn = int(os.environ.get(TURN_ENV, "1"))
+    return "" if turn == 1 else f"-t{turn}"
+
+
 def model(state: AgentState) -> list[Message]:
-    thread = state.execution_meta.thread_id
+    thread = f"{state.execution_meta.thread_id}{turn_suffix()}"
     pending = _unanswered(state.context)
     if pending:
         raise RuntimeError(f"unanswered tool calls: {pending}")
@@ -86,9 +93,10 @@ def model(state: AgentState) -> list[Message]:
     if state.context[-1].role == "tool":
         results = "; ".join(m.text() for m in state.context if m.role == "tool")
         return [Message(message_id=f"{thread}-a-2", role="assistant", content=[TextBlock(text=f"all done: {results}")])]
+    charge_id, email_id = f"call_1{turn_suffix()}", f"call_2{turn_suffix()}"
     calls = [
-        {"id": "call_1", "type": "function", "function": {"name": "charge", "arguments": json.dumps({"amount": 42})}},
-        {"id": "call_2", "type": "function", "function": {"name": "email", "arguments": json.dumps({"to": "a@b.c"})}},
+        {"id": charge_id, "type": "function", "function": {"name": "charge", "arguments": json.dumps({"amount": 42})}},
+        {"id": email_id, "type": "function", "function": {"name": "email", "arguments": json.dumps({"to": "a@b.c"})}},
     ]
     return [
         Message(
@@ -96,8 +104,8 @@ def model(state: AgentState) -> list[Message]:
             role="assistant",
             content=[
                 TextBlock(text="charging and emailing"),
-                ToolCallBlock(id="call_1", name="charge", args={"amount": 42}),
-                ToolCallBlock(id="call_2", name="email", args={"to": "a@b.c"}),
+                ToolCallBlock(id=charge_id, name="charge", args={"amount": 42}),
+                ToolCallBlock(id=email_id, name="email", args={"to": "a@b.c"}),
             ],
             tools_calls=calls,
         )
@@ -120,7 +128,7 @@ def build(checkpointer: Any, interrupt_before: list[str] | None = None) -> Any:
 
 
 def user_message(thread: str) -> Message:
-    return Message(message_id=f"{thread}-u-1", role="user", content=[TextBlock(text="charge 42 and email me")])
+    return Message(message_id=f"{thread}{turn_suffix()}-u-1", role="user", content=[TextBlock(text="charge 42 and email me")])
 
 
 async def _main(mode: str) -> None:

@@ -103,7 +103,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     let mut from_legacy_cache = false;
     // 10xGraph's entry, used or not, is stale once this run commits: dropped after that commit.
     let mut drop_legacy_cache = false;
-    if resuming && legacy_resume::unfinished_legacy_run(stored.as_ref()) {
+    if resuming && legacy_resume::may_have_legacy_cache(stored.as_ref()) {
         let mut found = store.legacy_state_cache(t).await;
         if !legacy_resume::cache_entry_is_this_threads(&found, t) {
             // Another thread's (the key is ambiguous): neither used nor dropped.
