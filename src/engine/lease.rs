@@ -398,7 +398,20 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
             continue;
         }
         let sent = Instant::now();
-        let info = match store.lease_acquire(&thread_id, &req).await? {
+        let attempt = match store.lease_acquire(&thread_id, &req).await {
+            // A holder frozen (or slow) inside a transaction holds the lease row's lock: busy, not
+            // broken. A caller told to wait waits on through it, to its own `busy_timeout`; it got
+            // STORAGE_TRANSIENT_001 at the store's lock wait (5 s) whatever it asked for
+            // (red-team, session 41). Reject and the deadline passed keep the error.
+            Err(StoreError::LockWait { .. }) if policy.on_busy != OnBusy::Reject && Instant::now() < deadline => {
+                note_wait(store, cfg, &mut waited, &mut waited_from).await;
+                sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+                continue;
+            }
+            other => other?,
+        };
+        let info = match attempt {
             LeaseAttempt::Acquired { token } => {
                 inc(&metrics().leases_acquired);
                 if !cfg.failpoints.is_off() {
@@ -454,16 +467,21 @@ pub async fn acquire(store: &dyn Checkpointer, cfg: &RunConfig) -> Result<Lease,
                     }
                     return Err(busy(store, cfg, info, started.elapsed().as_secs_f64().max(0.001)).await);
                 }
-                if !waited {
-                    // One read, on the contended path only (it sleeps next anyway).
-                    waited_from = store.load_with(&cfg.thread, None).await.ok().flatten().map(|cp| cp.version);
-                }
-                waited = true;
+                note_wait(store, cfg, &mut waited, &mut waited_from).await;
                 sleep(pause.min(deadline - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
         }
     }
+}
+
+/// A wait begins: the version the thread was at is read once (the contended path only; it sleeps
+/// next anyway), so a bare resume can tell whether the holder moved the thread meanwhile.
+async fn note_wait(store: &dyn Checkpointer, cfg: &RunConfig, waited: &mut bool, waited_from: &mut Option<i64>) {
+    if !*waited {
+        *waited_from = store.load_with(&cfg.thread, None).await.ok().flatten().map(|cp| cp.version);
+    }
+    *waited = true;
 }
 
 /// The busy error, naming the holder (run id, pid, token) only to the thread's owner: under user

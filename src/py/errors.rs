@@ -69,7 +69,9 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
                 StoreError::InvalidInput(m) => return PyValueError::new_err(m.clone()),
                 StoreError::BadId { .. } | StoreError::BadTextId { .. } => ("InvalidConfigError", "STORAGE_CONFIG_002"),
                 StoreError::Backend { .. } | StoreError::Refused { .. } => ("StorageError", "STORAGE_001"),
-                StoreError::Transient { .. } => ("TransientStorageError", "STORAGE_TRANSIENT_001"),
+                StoreError::Transient { .. } | StoreError::LockWait { .. } => {
+                    ("TransientStorageError", "STORAGE_TRANSIENT_001")
+                }
                 StoreError::Schema(_) => ("SchemaVersionError", "STORAGE_SCHEMA_001"),
                 StoreError::Failpoint(_) => ("FailpointError", "FAILPOINT_001"),
                 StoreError::Fenced { .. } => ("LeaseLostError", "STORAGE_FENCED_001"),

@@ -117,6 +117,18 @@ pub enum StoreError {
         /// The driver's last error, password redacted.
         message: String,
     },
+    /// Another session or process held a lock the operation needed past the wait allowed
+    /// (PostgreSQL's `lock_timeout`, SQLite's busy wait); nothing was written. A
+    /// TransientStorageError as `Transient`, told apart so a run told to wait for a busy thread
+    /// (`on_busy="wait"`) waits on through it, up to its `busy_timeout`, as it does for a held
+    /// lease: a holder frozen inside a transaction holds the lease row's lock, not the lease.
+    #[error("{op} failed: {message}")]
+    LockWait {
+        /// The operation that waited.
+        op: &'static str,
+        /// What held it, password redacted.
+        message: String,
+    },
     /// A failpoint armed with `raise` fired inside the transaction (nothing was committed).
     #[error("{0}")]
     Failpoint(String),

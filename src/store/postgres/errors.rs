@@ -52,7 +52,7 @@ pub(super) fn map_err(op: &'static str, e: sqlx::Error, t: Option<&ThreadRef>) -
     }
     // 55P03: lock_timeout. The server is fine: another session held what the statement needed.
     if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "55P03") {
-        return StoreError::Transient {
+        return StoreError::LockWait {
             op,
             message: format!(
                 "another session held a lock this statement needed past lock_timeout; nothing was written, \
@@ -269,7 +269,7 @@ mod tests {
             );
         }
         let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded("55P03"))), None);
-        assert!(matches!(&e, StoreError::Transient { message, .. } if message.contains("lock_timeout")), "{e:?}");
+        assert!(matches!(&e, StoreError::LockWait { message, .. } if message.contains("lock_timeout")), "{e:?}");
         let e = map_err("delete thread", sqlx::Error::Database(Box::new(Coded("42P01"))), None);
         assert!(matches!(e, StoreError::Backend { .. }), "{e:?}");
     }

@@ -71,7 +71,7 @@ fn schema_err(e: sqlx::Error) -> StoreError {
     let text = super::errors::with_pooler_hint(&e);
     let closed = matches!(e, sqlx::Error::PoolClosed);
     match super::errors::map_err("migrate", e, None) {
-        transient @ StoreError::Transient { .. } => transient,
+        transient @ (StoreError::Transient { .. } | StoreError::LockWait { .. }) => transient,
         released if closed => released,
         _ => StoreError::Schema(text),
     }

@@ -64,7 +64,7 @@ fn be(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 
 /// The database stayed locked by other writers past the busy wait (TransientStorageError).
 fn locked(op: &'static str, detail: String) -> StoreError {
-    StoreError::Transient {
+    StoreError::LockWait {
         op,
         message: format!(
             "{detail} (another writer held it past the {} s wait; retry later)",
