@@ -285,6 +285,39 @@ async def test_one_caller_keeping_its_state_and_messages_in_step_is_not_stale(cp
 
 
 @pytest.mark.asyncio
+async def test_a_message_sent_again_by_its_caller_before_its_versioned_write_is_not_stale(cp, make_thread) -> None:
+    """A handler that delivers a message again (a redelivery, a retry after a crash between its
+    ``aput_messages`` and ``aput_state``) builds it anew: same id and text, a new timestamp. Its
+    state holds the first copy; the stored copy differs only in the time. Each attempt was
+    refused ``STORAGE_CONFLICT_001`` with no other writer about, a fresh read included (red-team,
+    session 41); 10xGraph writes it."""
+    tid = make_thread()
+    await cp.aput_state({"thread_id": tid}, NoteState(note="base", context=[msg("hi", "user", "u1")]))
+
+    async def deliver(note: str) -> None:
+        cfg = {"thread_id": tid}
+        state = await cp.aget_state(cfg)
+        incoming = msg("payment received", "user", "evt-7")
+        if all(m.message_id != "evt-7" for m in state.context):
+            state.context.append(incoming)
+        await cp.aput_messages(cfg, [incoming])
+        state.note = note
+        await cp.aput_state(cfg, state)
+
+    await deliver("first")
+    await deliver("again")
+    got = await cp.aget_state({"thread_id": tid})
+    assert got.note == "again" and [m.message_id for m in got.context] == ["u1", "evt-7"]
+    # A copy that differs in anything but the time is still the caller's own edit to keep.
+    cfg = {"thread_id": tid}
+    state = await cp.aget_state(cfg)
+    await cp.aput_messages(cfg, [msg("[REDACTED]", "user", "evt-7")])
+    with pytest.raises(StaleStateError):
+        await cp.aput_state(cfg, state)
+    assert [m.text() for m in await cp.alist_messages({"thread_id": tid})] == ["hi", "[REDACTED]"]
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("change", ["log-only", "redact", "delete", "cache"])
 async def test_a_callers_own_message_write_its_state_does_not_hold_is_stale(cp, make_thread, change) -> None:
     """The caller's own message write keeps its read current only for a state that holds what
@@ -356,17 +389,27 @@ async def test_a_version_set_by_hand_is_checked_alone(cp, make_thread) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("bad", [5, "x", ["1/"], "abc/def", "--5/x", "\u00b2/x", "9" * 5000 + "/x"])
+@pytest.mark.parametrize("bad", [5, "x", ["1/"], "abc/def", "--5/x", "\u00b2/x", "9" * 5000 + "/x",
+                                 "1/\ud800", "1/a\x00b", "1/" + "a" * 201, "1/a b"])
 async def test_a_mark_not_set_by_a_read_is_a_config_error_and_writes_nothing(cp, make_thread, bad) -> None:
+    """A lone surrogate or a NUL in the mark reached the core: a bare UnicodeEncodeError (every
+    backend), STORAGE_001 from PostgreSQL for a message write, a bare ValueError from
+    ``aput_state_cache`` (red-team, session 41). A message write never needed the read: it goes
+    on without it."""
     tid = make_thread()
     await cp.aput_state({"thread_id": tid}, NoteState(note="base"))
     cfg = {"thread_id": tid}
     await cp.aget_state(cfg)
     cfg["_checkpoint_mark"] = bad
-    with pytest.raises(InvalidConfigError) as ei:
-        await cp.aput_state(cfg, NoteState(note="never"))
-    assert ei.value.error_code == "STORAGE_CONFIG_002" and ei.value.context["field"] == "_checkpoint_mark"
+    for write in (lambda: cp.aput_state(cfg, NoteState(note="never")),
+                  lambda: cp.aput_state_cache(cfg, NoteState(note="never"))):
+        with pytest.raises(InvalidConfigError) as ei:
+            await write()
+        assert ei.value.error_code == "STORAGE_CONFIG_002" and ei.value.context["field"] == "_checkpoint_mark"
     assert (await cp.aget_state({"thread_id": tid})).note == "base"
+    await cp.aput_messages(cfg, [msg("still written", mid="w1")])
+    await cp.adelete_message(cfg, "w1")
+    assert await cp.alist_messages({"thread_id": tid}) == []
 
 
 # -- messages ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ its ``aget_state`` with no error (session 40). The mark is kept with the version
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from typing import Any
@@ -24,6 +25,9 @@ MARK_KEY = "_checkpoint_mark"
 OWN_KEY = "_checkpoint_own_writes"
 # A version as `remember` writes it: a 64-bit int in decimal.
 _VERSION_TEXT = re.compile(r"-?[0-9]{1,19}")
+# A mark as the core writes them (hex, dashes, digits, a fixed prefix): printable ASCII. A lone
+# surrogate reached the core as a bare UnicodeEncodeError, a NUL PostgreSQL as STORAGE_001.
+_MARK_TEXT = re.compile(r"[!-~]{0,200}")
 # How the mark a message write outside a run leaves begins (the core's MESSAGES_CHANGED).
 _MESSAGES_CHANGED = "messages-changed-"
 
@@ -72,6 +76,17 @@ def forget(config: dict[str, Any]) -> None:
 
 
 def _digest(text: str) -> str:
+    """A message's content, its ``timestamp`` left out: ``Message`` stamps the time it is built,
+    so a caller sending the same message again (a redelivery, a retry after a crash between its
+    ``aput_messages`` and ``aput_state``) wrote a copy that differed from its state's only there,
+    and was refused on every attempt with no other writer about (red-team, session 41)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        value.pop("timestamp", None)
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -119,7 +134,7 @@ def expected_mark(config: dict[str, Any], expected: int) -> str | None:
     version, sep, mark = raw.partition("/") if isinstance(raw, str) else ("", "", "")
     # ASCII digits, as `remember` writes them: `str.isdigit` let "²" and a 5,000-digit version
     # through to a bare ValueError of int() (red-team, session 40).
-    if not sep or not _VERSION_TEXT.fullmatch(version):
+    if not sep or not _VERSION_TEXT.fullmatch(version) or not _MARK_TEXT.fullmatch(mark):
         raise InvalidConfigError(
             f"{MARK_KEY} must be the mark aget_state set (\"<version>/<mark>\"), got {raw!r}",
             "STORAGE_CONFIG_002", {"field": MARK_KEY, "value": repr(raw)[:80]},
