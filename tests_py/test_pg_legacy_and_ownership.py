@@ -623,6 +623,41 @@ async def test_messages_written_or_deleted_on_a_legacy_thread_before_its_first_c
 
 
 @pytest.mark.asyncio
+async def test_a_legacy_message_edited_after_its_state_keeps_the_edit(tenx_postgres: Any, pg_dsn: str) -> None:
+    """A message 10xGraph's context holds, edited in its log after the run that wrote the
+    context: by 10xGraph's ``aput_messages`` (its upsert sets the content and ``updated_at =
+    NOW()``, here as that statement) or by ours. The context's copy won the merge: ``aget_state``
+    showed the old text, and the first commit here wrote it back over the edit, a redaction
+    undone (red-team, session 41)."""
+    lg = build_legacy(tenx_postgres, pg_dsn, 3)
+    user, assistant = lg.messages[0], lg.messages[1]
+    redacted = json.dumps([TextBlock(text="[REDACTED]").model_dump(mode="json")])
+    tenx_postgres.psql(f"UPDATE messages SET content = {lit(redacted)}, updated_at = NOW() "
+                       f"WHERE message_id = {lit(str(user.message_id))};", dbname=lg.dbname)
+    cp = open_cp(lg.dsn)
+    edited = assistant.model_copy(update={"content": [TextBlock(text="Charging now (edited)."), assistant.content[1]]})
+    await cp.aput_messages(cfg(), [edited])
+    expected = ["[REDACTED]", "Charging now (edited).", "charged 42"]
+    assert texts((await cp.aget_state(cfg())).context) == expected
+    seen: list[list[str]] = []
+
+    async def model(state: BillingState) -> Message:
+        seen.append(texts(state.context))
+        return Message.text_message("all done", role="assistant")
+
+    g = StateGraph(BillingState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    await g.compile(checkpointer=cp).ainvoke({}, cfg())
+    assert seen == [expected]
+    assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
+    assert texts((await cp.aget_state(cfg())).context) == [*expected, "all done"]
+    # The tool call stayed on its message.
+    assert (await cp.aget_message(cfg(), str(assistant.message_id))).tools_calls == assistant.tools_calls
+
+
+@pytest.mark.asyncio
 async def test_a_legacy_tool_result_logged_in_one_transaction_with_its_call_comes_after_it(
     tenx_postgres: Any, pg_dsn: str
 ) -> None:

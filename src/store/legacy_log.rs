@@ -8,7 +8,7 @@
 
 use crate::store::{RawJson, raw_json};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A message's id as the tables key it (a number as its decimal text).
 fn id_of(v: &Value) -> Option<String> {
@@ -26,21 +26,47 @@ fn id_of(v: &Value) -> Option<String> {
 /// message the log lacks (10xGraph's `aput_state` writes no log rows) comes after the context
 /// message before it, or first; a log row the context lacks stays where the log has it.
 pub fn merged(ctx: &[Value], log: Vec<(Option<String>, RawJson)>) -> Vec<RawJson> {
+    merged_keeping_edits(ctx, log, &HashSet::new())
+}
+
+/// `merged`, where the log rows of `edited` (ids whose row was written after the state row:
+/// 10xGraph's `aput_messages` or ours editing a message, a redaction, after the run that wrote
+/// the context) take the place of their context copy, text and all. The context copy won, so the
+/// first commit here put the old text back: a redaction undone (red-team, session 41). 10xGraph's
+/// log keeps the edit; its context, and so its next prompt, the old text.
+pub fn merged_keeping_edits(
+    ctx: &[Value],
+    log: Vec<(Option<String>, RawJson)>,
+    edited: &HashSet<String>,
+) -> Vec<RawJson> {
     let at: HashMap<String, usize> = ctx.iter().enumerate().filter_map(|(i, m)| Some((id_of(m)?, i))).collect();
-    let mut out = Vec::with_capacity(ctx.len() + log.len());
-    let mut next = 0;
+    let mut edits: HashMap<usize, RawJson> = HashMap::new();
+    let mut order: Vec<(Option<usize>, RawJson)> = Vec::with_capacity(log.len());
     for (id, row) in log {
-        match id.as_ref().and_then(|id| at.get(id)) {
-            Some(&i) => {
+        let place = id.as_ref().and_then(|id| at.get(id).copied());
+        match (place, id) {
+            (Some(i), Some(id)) if edited.contains(&id) => {
+                edits.insert(i, row.clone());
+                order.push((Some(i), row));
+            }
+            (place, _) => order.push((place, row)),
+        }
+    }
+    let copy = |i: usize| edits.get(&i).cloned().unwrap_or_else(|| raw_json(&ctx[i]));
+    let mut out = Vec::with_capacity(ctx.len() + order.len());
+    let mut next = 0;
+    for (place, row) in order {
+        match place {
+            Some(i) => {
                 while next <= i {
-                    out.push(raw_json(&ctx[next]));
+                    out.push(copy(next));
                     next += 1;
                 }
             }
             None => out.push(row),
         }
     }
-    out.extend(ctx[next..].iter().map(raw_json));
+    out.extend((next..ctx.len()).map(copy));
     results_after_their_calls(out)
 }
 
@@ -155,5 +181,17 @@ mod tests {
         // An int id in the context matches the log's text.
         let out = merged(&[json!({"message_id": 7})], vec![(Some("7".into()), raw_json(&json!({"message_id": "7"})))]);
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn a_log_row_edited_after_the_state_takes_the_place_of_its_context_copy() {
+        let edited: HashSet<String> = ["c".to_owned(), "gone".to_owned()].into();
+        let out = merged_keeping_edits(&ctx(&["b", "c", "d"]), log(&["a", "b", "d", "c"]), &edited);
+        // The context's order, the edited row's text; the others the context's copy.
+        assert_eq!(ids(&out), ["a", "b", "c", "d"]);
+        assert!(out[2].get().contains("log") && out[1].get().contains("ctx") && out[3].get().contains("ctx"));
+        // An edited id with no context copy is a log row as any other.
+        let out = merged_keeping_edits(&ctx(&["b"]), log(&["gone", "b"]), &edited);
+        assert_eq!(ids(&out), ["gone", "b"]);
     }
 }

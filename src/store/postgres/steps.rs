@@ -58,8 +58,12 @@ impl Stmts {
                    CASE WHEN st.known THEN NULL ELSE \
                      (SELECT COALESCE(array_agg(x.m ORDER BY x.seq, x.created_at), '{{}}'::text[]) FROM \
                        (SELECT ({message_json})::text AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
-                   END AS msgs \
-                 FROM (SELECT version, state_data, \
+                   END AS msgs, \
+                   CASE WHEN st.known OR NOT st.state_data ? 'context' THEN NULL ELSE \
+                     (SELECT array_agg(message_id::text) FROM {s}.messages \
+                      WHERE thread_id = $1{t} AND updated_at > st.created_at) \
+                   END AS edited \
+                 FROM (SELECT version, state_data, created_at, \
                          COALESCE(version = $4 AND state_data->'{meta}'->>'{mark}' = $5, false) AS known \
                        FROM {s}.states WHERE thread_id = $1{t} \
                          AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u})) \
@@ -118,7 +122,9 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Vec<String>>, _>("msgs")) {
         (Some(Value::Array(ctx)), msgs) => {
             let log = texts(msgs.unwrap_or_default())?.into_iter().map(|m| (legacy_log::logged_id(&m), m)).collect();
-            (legacy_log::merged(&ctx, log), true)
+            let edited: std::collections::HashSet<String> =
+                row.get::<Option<Vec<String>>, _>("edited").unwrap_or_default().into_iter().collect();
+            (legacy_log::merged_keeping_edits(&ctx, log, &edited), true)
         }
         (_, Some(msgs)) => (texts(msgs)?, false),
         _ => (Vec::new(), false),
