@@ -22,25 +22,26 @@ from typing import Any
 
 from tenxgraph import _sync_calls
 
-__all__ = ["UNWIND_SECONDS", "drain", "tracked"]
+__all__ = ["UNWIND_SECONDS", "drain", "settle_cancelled", "tracked"]
 
 # A cancelled run's own bounds: its tool tasks unwind (5 s), then what they returned is recorded
 # (10 s) (tenxgraph._run_tools).
 UNWIND_SECONDS = 15.0
 
 _lock = threading.Lock()
-_runs: dict[int, set[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop]]] = {}
+# Per checkpointer: each run's task, its loop, and its thread.
+_runs: dict[int, set[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop, str]]] = {}
 _POLL = 0.02
 
 
 @contextmanager
-def tracked(checkpointer: Any) -> Iterator[None]:
-    """Registers the current task as a run on ``checkpointer`` for the block."""
+def tracked(checkpointer: Any, thread_id: str) -> Iterator[None]:
+    """Registers the current task as a run on ``checkpointer`` of ``thread_id`` for the block."""
     task = asyncio.current_task()
     if task is None:
         yield
         return
-    entry = (task, asyncio.get_running_loop())
+    entry = (task, asyncio.get_running_loop(), thread_id)
     key = id(checkpointer)
     with _lock:
         _runs.setdefault(key, set()).add(entry)
@@ -58,8 +59,26 @@ def tracked(checkpointer: Any) -> Iterator[None]:
 def _live(checkpointer: Any, me: asyncio.Task[Any] | None) -> list[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop]]:
     with _lock:
         runs = list(_runs.get(id(checkpointer), ()))
-    return [(t, loop) for t, loop in runs
+    return [(t, loop) for t, loop, _ in runs
             if t is not me and not t.done() and not loop.is_closed() and loop.is_running()]
+
+
+async def settle_cancelled(checkpointer: Any, thread_id: str, timeout: float) -> None:
+    """Waits (at most ``timeout`` seconds) for the runs of ``thread_id`` on ``checkpointer`` and
+    this loop whose tasks were asked to cancel and have not unwound yet. A caller that cancels
+    its own run and at once calls again for the thread (a client's timeout and retry) met that
+    run still holding the thread: ``cancel()`` only asks, the task unwinds (records what its
+    tools returned, releases its lease) at its next step of the loop, and the retry went first,
+    refused ``STORAGE_BUSY_002`` naming its own cancelled run (red-team, session 41). Runs on
+    other loops, and runs not cancelled, are the engine's to answer (its lease)."""
+    me = asyncio.current_task()
+    here = asyncio.get_running_loop()
+    with _lock:
+        runs = list(_runs.get(id(checkpointer), ()))
+    pending = [t for t, loop, thread in runs
+               if thread == thread_id and t is not me and loop is here and not t.done() and t.cancelling()]
+    if pending:
+        await asyncio.wait(pending, timeout=max(timeout, 0.0))
 
 
 async def drain(checkpointer: Any, patience: float, unwind: float) -> int:

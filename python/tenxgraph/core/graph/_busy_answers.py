@@ -11,10 +11,9 @@ import contextvars
 import json
 from typing import TYPE_CHECKING, Any, cast
 
-from tenxgraph import _core, _turn_request as turn_request
+from tenxgraph import _core, _in_flight as in_flight, _turn_request as turn_request
 from tenxgraph._runtime import Run, stored_as_sent
 from tenxgraph.core.exceptions import ThreadBusyError
-from tenxgraph.core.graph import _own_runs as own_runs
 from tenxgraph.core.state.execution_state import ExecutionStatus
 from tenxgraph.logs import run_logger
 from tenxgraph.storage.checkpointer.authz_guard import authz_owner_scoped
@@ -46,13 +45,8 @@ class BusyAnswers:
 
     async def _run_native(self, run: Run, cfg: dict[str, Any], streaming: bool, resume_only: bool) -> dict[str, Any]:
         options = run.options if run.options is not None else _core.RunOptions(cfg)
-        thread_key = str(cfg["thread_id"])
-        await own_runs.settle_cancelled(thread_key, options.busy_timeout)
-        with own_runs.in_flight(thread_key):
-            return await self._run_native_in_flight(run, cfg, options, streaming, resume_only)
-
-    async def _run_native_in_flight(self, run: Run, cfg: dict[str, Any], options: Any, streaming: bool,
-                                    resume_only: bool) -> dict[str, Any]:
+        # A run of this thread its caller just cancelled is let unwind first (see _in_flight).
+        await in_flight.settle_cancelled(self._checkpointer, str(cfg["thread_id"]), options.busy_timeout)
         try:
             raw = await self._call_beside_its_own_turn(run, cfg, options, streaming, resume_only)
         except ThreadBusyError as exc:

@@ -309,7 +309,7 @@ class CompiledGraph(BusyAnswers, StreamingRuns, GraphLifecycle, Generic[StateT])
             token = _use_run_id_generator(self._id_fn)
             try:
                 # Known as in flight on its checkpointer: closing waits for it (see _in_flight).
-                with in_flight.tracked(self._checkpointer):
+                with in_flight.tracked(self._checkpointer, str(cfg["thread_id"])):
                     return await self._execute_in_context(run, cfg, streaming, resume_only)
             finally:
                 _reset_run_id_generator(token)
