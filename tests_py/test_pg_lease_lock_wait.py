@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.core.exceptions import TransientStorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
+
+from tests_py.tool_graphs import one_node_graph
 
 try:
     from tenxgraph.testing.postgres_server import find_pg_binary
@@ -67,27 +69,15 @@ def _lock_waits(dsn: str, app: str) -> set[str]:
     return {line for line in out.splitlines() if line}
 
 
-def _paused_graph(cp: Any) -> Any:
-    """START -> model -> END with a review gate before the model: a first turn leaves the thread
-    paused, and `{}` resumes it through the lease take alone (a new turn's input takes the lease
-    in its own write, whose lock waits are bounded by the statement deadline instead)."""
-
-    async def model(state: AgentState) -> Message:
-        return Message.text_message("ok", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    return g.compile(checkpointer=cp, interrupt_before=["model"])
-
-
 async def _setup(dsn: str) -> tuple[Any, str, str, str]:
     tag = uuid.uuid4().hex[:10]
     app_name = f"lockwait_{tag}"
     cp = PgCheckpointer(dsn + ("&" if "?" in dsn else "?") + f"application_name={app_name}",
                         pool_config={"lock_timeout": LOCK_TIMEOUT})
-    app = _paused_graph(cp)
+    # A review gate before the model: the first turn leaves the thread paused, and `{}` resumes
+    # it through the lease take alone (a new turn's input takes the lease in its own write, whose
+    # lock waits are bounded by the statement deadline instead).
+    app = one_node_graph(cp, interrupt_before=["model"])
     thread = f"lockwait:{tag}"
     await app.ainvoke({"messages": [Message.text_message("first")]}, {"thread_id": thread})
     assert _psql(dsn, f"SELECT count(*) FROM tenx_leases WHERE thread_id = '{thread}'") == "1"

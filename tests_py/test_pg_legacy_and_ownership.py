@@ -593,6 +593,23 @@ async def test_a_trimmed_legacy_context_keeps_the_logs_history_after_resume(tenx
     assert (await cp.aget_message(cfg(), str(lg.messages[0].message_id))).text() == "please charge 42"
 
 
+async def resume_at_model(cp: PgCheckpointer) -> list[list[str]]:
+    """``ainvoke({})`` of the thread 10xGraph left running at "model", with a model that answers
+    "all done"; the contexts the model saw."""
+    seen: list[list[str]] = []
+
+    async def model(state: BillingState) -> Message:
+        seen.append(texts(state.context))
+        return Message.text_message("all done", role="assistant")
+
+    g = StateGraph(BillingState)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    await g.compile(checkpointer=cp).ainvoke({}, cfg())
+    return seen
+
+
 @pytest.mark.asyncio
 async def test_messages_written_or_deleted_on_a_legacy_thread_before_its_first_commit_stay_so(
     tenx_postgres: Any, pg_dsn: str
@@ -606,19 +623,8 @@ async def test_messages_written_or_deleted_on_a_legacy_thread_before_its_first_c
     await cp.aput_messages(cfg(), [note])
     expected = ["Charging now.", "charged 42", "operator note"]
     assert texts((await cp.aget_state(cfg())).context) == expected
-    seen: list[list[str]] = []
-
-    async def model(state: BillingState) -> Message:
-        seen.append(texts(state.context))
-        return Message.text_message("all done", role="assistant")
-
-    g = StateGraph(BillingState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
     # The thread 10xGraph left running at "model" resumes there.
-    await g.compile(checkpointer=cp).ainvoke({}, cfg())
-    assert seen == [expected]
+    assert await resume_at_model(cp) == [expected]
     assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
 
 
@@ -639,18 +645,7 @@ async def test_a_legacy_message_edited_after_its_state_keeps_the_edit(tenx_postg
     await cp.aput_messages(cfg(), [edited])
     expected = ["[REDACTED]", "Charging now (edited).", "charged 42"]
     assert texts((await cp.aget_state(cfg())).context) == expected
-    seen: list[list[str]] = []
-
-    async def model(state: BillingState) -> Message:
-        seen.append(texts(state.context))
-        return Message.text_message("all done", role="assistant")
-
-    g = StateGraph(BillingState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    await g.compile(checkpointer=cp).ainvoke({}, cfg())
-    assert seen == [expected]
+    assert await resume_at_model(cp) == [expected]
     assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
     assert texts((await cp.aget_state(cfg())).context) == [*expected, "all done"]
     # The tool call stayed on its message.

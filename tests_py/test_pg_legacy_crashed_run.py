@@ -99,18 +99,26 @@ def references(w: Writer, thread: str, tmp_path: Path, *, nondurable: bool = Fal
     extra = {"NONDURABLE": "1"} if nondurable else {}
     clean = Writer(w.python, w.pg, w.dsn, w.redis_url, clean_dir).run_to_completion(clean_thread, **extra)
     clean["thread"] = clean_thread
-    copy_dir = tmp_path / "ref-resume"
-    copy_dir.mkdir()
+    resumed = their_resume(w, thread, tmp_path / "ref-resume", 1)
+    return clean, resumed
+
+
+def their_resume(w: Writer, thread: str, workdir: Path, redis_db: int, **extra: str) -> dict[str, Any]:
+    """10xGraph's own ``ainvoke({})`` of ``thread`` on a copy of the database and of its Redis
+    entry (ours is left alone); what it printed, and ``"effects"``: the tools and model calls it
+    made, from its own effects file."""
+    workdir.mkdir()
     copy_db = f"tenx_{uuid.uuid4().hex}"
     copy_dsn = w.copy_database(copy_db)
-    copy_redis = w.redis_copy_to(w.cache_key(thread), 1)
+    copy_redis = w.redis_copy_to(w.cache_key(thread), redis_db)
     try:
-        resumed = Writer(w.python, w.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(thread, "resume")
+        resumed = Writer(w.python, w.pg, copy_dsn, copy_redis, workdir).run_to_completion(thread, "resume", **extra)
     finally:
         w.pg.drop_database(copy_db)
-    # 10xGraph's resume did not charge again either (its effects file has email and model only).
-    resumed["effects"] = [json.loads(x)["effect"] for x in (copy_dir / "effects.jsonl").read_text().splitlines()]
-    return clean, resumed
+    effects = workdir / "effects.jsonl"
+    lines = effects.read_text().splitlines() if effects.exists() else []
+    resumed["effects"] = [json.loads(x)["effect"] for x in lines]
+    return resumed
 
 
 async def resume_on_tenxgraph(
@@ -278,19 +286,8 @@ async def test_run_without_per_step_checkpoints_after_a_finished_turn_resumes_fr
     assert entry["execution_meta"]["current_node"] == "tools" and entry["execution_meta"]["status"] == "running"
     assert entry["__checkpoint_version__"] == left["states"][-1]["version"]
     assert effect_names(writer) == [*first, "model", "charge"]
-    # 10xGraph's own resume, on a copy of the database and of the entry.
-    copy_dir = tmp_path / "ref-resume"
-    copy_dir.mkdir()
-    copy_db = f"tenx_{uuid.uuid4().hex}"
-    copy_dsn = writer.copy_database(copy_db)
-    copy_redis = writer.redis_copy_to(writer.cache_key(thread), 1)
-    try:
-        theirs = Writer(writer.python, writer.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(
-            thread, "resume", NONDURABLE="1", LEGACY_AGENT_TURN="2")
-    finally:
-        writer.pg.drop_database(copy_db)
-    theirs_effects = [json.loads(x)["effect"] for x in (copy_dir / "effects.jsonl").read_text().splitlines()]
-    assert theirs_effects == ["email", "model"]
+    theirs = their_resume(writer, thread, tmp_path / "ref-resume", 1, NONDURABLE="1", LEGACY_AGENT_TURN="2")
+    assert theirs["effects"] == ["email", "model"]
 
     monkeypatch.setenv(agent.TURN_ENV, "2")
     out, state, _ = await resume_on_tenxgraph(writer, thread, redis=True)
@@ -414,16 +411,7 @@ async def test_thread_10xgraph_paused_at_interrupt_before_resumes_like_10xgraph(
     paused = writer.run_to_completion(thread, INTERRUPT_BEFORE="tools")
     assert paused["status"] == "interrupted_before"
     assert effect_names(writer) == ["model"]
-    copy_dir = tmp_path / "ref-resume"
-    copy_dir.mkdir()
-    copy_db = f"tenx_{uuid.uuid4().hex}"
-    copy_dsn = writer.copy_database(copy_db)
-    copy_redis = writer.redis_copy_to(writer.cache_key(thread), 3)
-    try:
-        theirs = Writer(writer.python, writer.pg, copy_dsn, copy_redis, copy_dir).run_to_completion(
-            thread, "resume", INTERRUPT_BEFORE="tools")
-    finally:
-        writer.pg.drop_database(copy_db)
+    theirs = their_resume(writer, thread, tmp_path / "ref-resume", 3, INTERRUPT_BEFORE="tools")
     assert theirs["status"] == "completed"
 
     cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)

@@ -77,7 +77,7 @@ async def seen_cancelled(seen: list[str], timeout: float = 30.0) -> None:
     assert seen == ["cancelled"], seen
 
 
-def one_node_graph(checkpointer: Any, reply: str = "ok") -> Any:
+def one_node_graph(checkpointer: Any, reply: str = "ok", interrupt_before: list[str] | None = None) -> Any:
     """START -> model -> END, the model answering ``reply``: the least a turn can be."""
 
     async def model(state: AgentState) -> Message:
@@ -87,4 +87,4 @@ def one_node_graph(checkpointer: Any, reply: str = "ok") -> Any:
     g.add_node("model", model)
     g.add_edge(START, "model")
     g.add_edge("model", END)
-    return g.compile(checkpointer=checkpointer)
+    return g.compile(checkpointer=checkpointer, interrupt_before=interrupt_before)
