@@ -58,19 +58,21 @@ class Writer:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def crash_in_tool_node(self, thread: str, *, nondurable: bool = False, turn: int = 1) -> dict[str, Any]:
-        """Kills 10xGraph inside the tool node of its turn ``turn`` once ``charge`` is in its
-        ledger; returns what it left: the ledger row, the state rows and the Redis cache entry
-        (raw)."""
+    def crash_in_tool_node(self, thread: str, *, nondurable: bool = False, turn: int = 1, mode: str = "start",
+                           **env: str) -> dict[str, Any]:
+        """Kills 10xGraph inside the tool node of its turn ``turn`` (``mode="resume"``: of its
+        ``ainvoke({})``) once ``charge`` is in its ledger; returns what it left: the ledger row, the
+        state rows and the Redis cache entry (raw)."""
         (self.workdir / "email.release").unlink(missing_ok=True)
         (self.workdir / "email.ready").unlink(missing_ok=True)
         extra = {"NONDURABLE": "1"} if nondurable else {}
+        extra.update(env)
         suffix = ""
         if turn > 1:
             extra["LEGACY_AGENT_TURN"] = str(turn)
             suffix = f"-t{turn}"
         log = open(self.workdir / f"10xgraph-{thread}.log", "w")
-        proc = subprocess.Popen([self.python, str(AGENT), "start"], env=self.env(thread, **extra),
+        proc = subprocess.Popen([self.python, str(AGENT), mode], env=self.env(thread, **extra),
                                 stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         key = f"{thread}{suffix}-a-1:call_1{suffix}"
         try:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import metrics
+from tenxgraph.core.exceptions import ThreadBusyError
 from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tests_py.crash_agents import legacy_tool_agent as agent
@@ -299,6 +300,59 @@ async def test_run_without_per_step_checkpoints_after_a_finished_turn_resumes_fr
     assert out is not None and comparable(out["messages"], thread) == comparable(theirs["messages"], thread)
     assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
     assert writer.redis_type(writer.cache_key(thread)) != "string"
+
+
+async def test_an_approved_run_past_a_gate_killed_before_its_first_durable_write_resumes_from_the_cache(
+    writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """10xGraph paused at ``interrupt_before=["model"]``; the reviewer's ``{}`` ran the model and
+    the tools with ``durable_checkpoint_every_step=False`` and was killed once ``charge`` was in
+    its ledger. The row still says ``interrupted_before`` at the model; only the entry holds the
+    approved run. We took the row: the model ran again and ``charge`` fired a second time (its
+    calls a fresh batch; red-team, session 41). 10xGraph resumes from the entry; so do we."""
+    thread = new_thread("gate")
+    paused = writer.run_to_completion(thread, INTERRUPT_BEFORE="model")
+    assert paused["status"] == "interrupted_before" and effect_names(writer) == []
+    left = writer.crash_in_tool_node(thread, nondurable=True, mode="resume", INTERRUPT_BEFORE="model")
+    assert left["states"][-1]["meta"]["status"] == "interrupted_before", left["states"]
+    entry = json.loads(left["cache"])
+    assert (entry["execution_meta"]["current_node"], entry["execution_meta"]["status"]) == ("tools", "running")
+    assert effect_names(writer) == ["model", "charge"]
+    theirs = their_resume(writer, thread, tmp_path / "ref-resume", 1, NONDURABLE="1", INTERRUPT_BEFORE="model")
+    assert theirs["effects"] == ["email"] and theirs["status"] == "interrupted_before"
+
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    out = await agent.build(cp, interrupt_before=["model"]).ainvoke({}, config=cfg(thread))
+
+    assert effect_names(writer) == ["model", "charge", "email"], "charge fired again, or the model ran again"
+    state = await cp.aget_state(cfg(thread))
+    assert state.execution_meta.status.value == "interrupted_before"
+    assert comparable(state.context, thread) == comparable(theirs["context"], thread)
+    assert comparable(out["messages"], thread) == comparable(theirs["messages"], thread)
+    assert any("from its Redis state cache" in r.getMessage() for r in logs.records)
+
+
+async def test_a_new_turn_on_a_thread_whose_10xgraph_run_lives_only_in_the_cache_is_refused(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second turn killed as above (row ``completed``, the turn only in the entry), and the
+    client sends that turn again: sent on from the row, it ran the model again and ``charge``
+    fired a second time. Refused as for any run under way (``STORAGE_BUSY_001``), as the same
+    kill in durable mode is; ``{}`` then finishes it from the entry."""
+    thread = new_thread("resent")
+    writer.run_to_completion(thread)
+    first = effect_names(writer)
+    writer.crash_in_tool_node(thread, nondurable=True, turn=2)
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    (writer.workdir / "email.release").write_text("go")
+    app = agent.build(PgCheckpointer(writer.dsn, redis_url=writer.redis_url))
+    with pytest.raises(ThreadBusyError) as refused:
+        await app.ainvoke({"messages": [agent.user_message(thread)]}, config=cfg(thread))
+    assert refused.value.error_code == "STORAGE_BUSY_001"
+    assert effect_names(writer) == [*first, "model", "charge"]
+    await app.ainvoke({}, config=cfg(thread))
+    assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
 
 
 async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:

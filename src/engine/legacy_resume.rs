@@ -32,16 +32,17 @@ pub fn unfinished_legacy_run(stored: Option<&Checkpoint>) -> bool {
     }
 }
 
-/// A thread whose latest durable row, if any, 10xGraph wrote and whose Redis entry may hold a run
-/// the row does not show. Besides a row that says `running`, a turn started after a finished one
-/// and killed before its first durable write (every turn with
-/// `durable_checkpoint_every_step=False`, or a kill in the first node) leaves the finished
-/// turn's row, `completed`, and the new turn only in the entry, at that row's version. 10xGraph
-/// resumes it from there; so does a resume here. A paused row is left as it was: the entry of
-/// its answered continuation is not read, and the question is asked again (the safe side; see
-/// docs/migrating-from-10xgraph.md).
+/// A thread whose latest durable row, if any, 10xGraph wrote: its Redis entry may hold a run the
+/// row does not show. Besides a row that says `running`, a run started after the row was written
+/// and killed before its next durable write (every run with `durable_checkpoint_every_step=False`)
+/// leaves the row as it was, `completed`, paused or failed, and the run only in the entry, at
+/// that row's version: a new turn, or a reviewer's go-on past a gate. 10xGraph resumes it from
+/// there; so does a resume here, and a new turn is refused as for any run under way. Read only
+/// for a row that says `running` (session 40), the turn was lost (`completed`), and a paused
+/// row's approved run went back to its gate: the model asked again, and a tool that 10xGraph's
+/// ledger had recorded fired a second time (red-teams, session 41).
 pub fn may_have_legacy_cache(stored: Option<&Checkpoint>) -> bool {
-    stored.is_none_or(|cp| cp.rewrite_messages && matches!(status_of(&cp.state), Some("running" | "completed")))
+    stored.is_none_or(|cp| cp.rewrite_messages)
 }
 
 fn status_of(state: &Value) -> Option<&str> {
@@ -86,8 +87,8 @@ pub fn from_cache(
     };
     let durable_version = stored.map(|c| c.version);
     // A row that shows no run under way names none in flight, so an entry that shows none at its
-    // version (the finished turn's own, cached as 10xGraph committed it) or an entry of another
-    // version is no sign of one either: nothing to say.
+    // version (the row's own, cached as 10xGraph committed it) or an entry of another version is
+    // no sign of one either: nothing to say.
     let row_shows_run = unfinished_legacy_run(stored);
     let entry_shows_run = obj.get("execution_meta").and_then(|m| m.get("status")).and_then(Value::as_str) == Some("running");
     if !row_shows_run && (cached_version != durable_version || !entry_shows_run) {
@@ -240,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_rows_entry_is_resumed_from_only_when_it_shows_a_run_at_the_rows_version() {
+    fn a_finished_or_paused_rows_entry_is_resumed_from_only_when_it_shows_a_run_at_the_rows_version() {
         let g = graph();
         let mut done = row(2);
         done.state = json!({"execution_meta": {"current_node": "__end__", "status": "completed"}});
@@ -251,11 +252,13 @@ mod tests {
         assert!(matches!(from_cache(&g, Some(&done), entry(json!(2), "__end__", "completed")), Ok(None)));
         assert!(matches!(from_cache(&g, Some(&done), entry(json!(1), "tools", "running")), Ok(None)));
         assert!(matches!(from_cache(&g, Some(&done), entry(json!(3), "tools", "running")), Ok(None)));
-        // A paused row (its answer may be in the entry) is resumed as before; a row of ours
+        // A paused row whose approved run 10xGraph left in the entry: the same. A row of ours
         // never has 10xGraph's entry read.
         let mut paused = done.clone();
         paused.state["execution_meta"]["status"] = json!("interrupted_before");
-        assert!(!may_have_legacy_cache(Some(&paused)));
+        assert!(may_have_legacy_cache(Some(&paused)));
+        assert!(from_cache(&g, Some(&paused), entry(json!(2), "tools", "running")).unwrap().is_some());
+        assert!(matches!(from_cache(&g, Some(&paused), entry(json!(2), "model", "interrupted_before")), Ok(None)));
         done.rewrite_messages = false;
         assert!(!may_have_legacy_cache(Some(&done)));
     }

@@ -96,14 +96,15 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
             loaded?
         }
     };
-    // A run 10xGraph 0.10 left unfinished: its row names the node that completed, its Redis
-    // cache the node in flight (see `legacy_resume`). Only a resume asks; a new turn is refused
-    // below as for any run under way.
+    // A run 10xGraph 0.10 left unfinished: its row names the node that completed, or a run it
+    // never wrote, and its Redis cache the node in flight (see `legacy_resume`). A resume goes on
+    // from there; a new turn is refused below as for any run under way (sent on from the row, it
+    // ran the model again and fired a tool 10xGraph's ledger had recorded: red-team, session 41).
     let resuming = !input.has_messages && input.start_node.is_none();
     let mut from_legacy_cache = false;
     // 10xGraph's entry, used or not, is stale once this run commits: dropped after that commit.
     let mut drop_legacy_cache = false;
-    if resuming && legacy_resume::may_have_legacy_cache(stored.as_ref()) {
+    if legacy_resume::may_have_legacy_cache(stored.as_ref()) {
         let mut found = store.legacy_state_cache(t).await;
         if !legacy_resume::cache_entry_is_this_threads(&found, t) {
             // Another thread's (the key is ambiguous): neither used nor dropped.
