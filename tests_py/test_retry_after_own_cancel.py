@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph.core.exceptions import ThreadBusyError
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -50,3 +51,34 @@ async def test_the_same_turn_right_after_cancelling_its_run_is_not_refused(
     state = await checkpointer.aget_state({"thread_id": cfg["thread_id"]})
     assert [m.text() for m in state.context] == ["pay", "done"]
     assert len(calls) == 2
+
+
+async def test_a_live_run_whose_task_once_swallowed_a_cancel_is_not_waited_for(checkpointer: Any, make_thread: Any) -> None:
+    """The wait is for runs asked to cancel while they ran: a worker task that swallowed a
+    cancel before it started its run stays "cancelling" for good, and ``on_busy="reject"``
+    against that live run waited the whole ``busy_timeout`` (red-team, session 41)."""
+    entered = asyncio.Event()
+    calls: list[int] = []
+    app = _graph(checkpointer, entered, calls)
+    tid = make_thread()
+
+    async def worker() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass  # asked to stop once, it goes on serving
+        await app.ainvoke({"messages": [Message.text_message("w", role="user")]}, {"thread_id": tid})
+
+    w = asyncio.ensure_future(worker())
+    await asyncio.sleep(0)
+    w.cancel()
+    await asyncio.wait_for(entered.wait(), 30)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(ThreadBusyError) as busy:
+        await app.ainvoke({"messages": [Message.text_message("r", role="user")]},
+                          {"thread_id": tid, "on_busy": "reject", "busy_timeout": 20})
+    assert busy.value.error_code == "STORAGE_BUSY_002"
+    assert loop.time() - t0 < 10, "the reject waited for a run nobody cancelled"
+    w.cancel()
+    await asyncio.gather(w, return_exceptions=True)

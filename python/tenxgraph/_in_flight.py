@@ -29,8 +29,9 @@ __all__ = ["UNWIND_SECONDS", "drain", "settle_cancelled", "tracked"]
 UNWIND_SECONDS = 15.0
 
 _lock = threading.Lock()
-# Per checkpointer: each run's task, its loop, and its thread.
-_runs: dict[int, set[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop, str]]] = {}
+# Per checkpointer: each run's task, its loop, its thread, and how many cancels its task had
+# been asked before the run began (a task that swallowed one stays "cancelling" for good).
+_runs: dict[int, set[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop, str, int]]] = {}
 _POLL = 0.02
 
 
@@ -41,7 +42,7 @@ def tracked(checkpointer: Any, thread_id: str) -> Iterator[None]:
     if task is None:
         yield
         return
-    entry = (task, asyncio.get_running_loop(), thread_id)
+    entry = (task, asyncio.get_running_loop(), thread_id, task.cancelling())
     key = id(checkpointer)
     with _lock:
         _runs.setdefault(key, set()).add(entry)
@@ -59,7 +60,7 @@ def tracked(checkpointer: Any, thread_id: str) -> Iterator[None]:
 def _live(checkpointer: Any, me: asyncio.Task[Any] | None) -> list[tuple[asyncio.Task[Any], asyncio.AbstractEventLoop]]:
     with _lock:
         runs = list(_runs.get(id(checkpointer), ()))
-    return [(t, loop) for t, loop, _ in runs
+    return [(t, loop) for t, loop, _, _ in runs
             if t is not me and not t.done() and not loop.is_closed() and loop.is_running()]
 
 
@@ -75,10 +76,12 @@ async def settle_cancelled(checkpointer: Any, thread_id: str, timeout: float) ->
     here = asyncio.get_running_loop()
     with _lock:
         runs = list(_runs.get(id(checkpointer), ()))
-    pending = [t for t, loop, thread in runs
-               if thread == thread_id and t is not me and loop is here and not t.done() and t.cancelling()]
+    pending = [t for t, loop, thread, before in runs
+               if thread == thread_id and t is not me and loop is here and not t.done() and t.cancelling() > before]
     if pending:
-        await asyncio.wait(pending, timeout=max(timeout, 0.0))
+        # A cancelled run unwinds within UNWIND_SECONDS; one that goes on (its code caught the
+        # cancel) is a live holder, the engine's to answer.
+        await asyncio.wait(pending, timeout=min(max(timeout, 0.0), UNWIND_SECONDS))
 
 
 async def drain(checkpointer: Any, patience: float, unwind: float) -> int:
