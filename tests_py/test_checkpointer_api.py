@@ -646,6 +646,17 @@ def test_sqlite_synchronous_validation(tmp_path: Path) -> None:
     assert SqliteCheckpointer(tmp_path / "f.db", synchronous="full").db_path == str(tmp_path / "f.db")
 
 
+@pytest.mark.parametrize("bad", [12, object(), b"x.db", ["x.db"]], ids=["int", "object", "bytes", "list"])
+def test_sqlite_path_that_is_not_a_path_is_a_type_error(tmp_path: Path, bad: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """str() of anything named a file: a factory that wanted a path, handed a checkpointer by
+    ``tenxgraph recover``, opened "<...SqliteCheckpointer object at 0x...>" and recovered
+    nothing (docs helper, session 41)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match="db_path must be"):
+        SqliteCheckpointer(bad)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.asyncio
 async def test_sqlite_in_memory_path_works(make_thread) -> None:
     cp = SqliteCheckpointer(":memory:")

@@ -104,6 +104,7 @@ def _app_module(tmp_path: Path, db: str) -> None:
         "def make():\n    return app\n"
         "async def make_async():\n    return app\n"
         "not_a_graph = 42\n"
+        "def make_own(checkpointer):\n    return app\n"
     )
 
 
@@ -131,6 +132,9 @@ USAGE = [
     (["--graph", FACTORY], "takes a checkpointer: give --sqlite, --dsn or --config"),
     (["--graph", "app_mod:app", "--sqlite", "{db}"], "is a compiled graph with its own checkpointer"),
     (["--graph", "app_mod:make", "--sqlite", "{db}"], "takes no checkpointer (it builds its own)"),
+    # A factory of one argument that builds its own store (a path factory handed the checkpointer
+    # did so): it recovered another database and said "0 resumed" (docs helper, session 41).
+    (["--graph", "app_mod:make_own", "--sqlite", "{db}"], "does not use the checkpointer it was given"),
     (["--graph", "app_mod:app", "--concurrency", "0"], "expected a positive integer"),
     (["--graph", "app_mod:app", "--limit", "x"], "expected a positive integer"),
 ]

@@ -365,3 +365,18 @@ def test_mask_secrets_masks_a_connection_password_as_the_cli_does(line: str, sec
     space, so these leaked in whole or in part; it now uses the CLI's rules (utils.redact)."""
     masked = mask_secrets(line)
     assert secret not in masked and "***REDACTED***" in masked, masked
+
+
+@pytest.mark.timeout(60)
+def test_redaction_is_linear_in_a_long_run_of_scheme_characters() -> None:
+    """A scheme was searched for at every place inside a run of letters, digits, ``+.-``: a
+    2 MB message made ``tenxgraph threads messages --json`` spin for minutes (docs helper,
+    session 41). The same text, and URLs inside such runs, come out as before."""
+    from tenxgraph.utils.redact import redact
+
+    blob = "a" * 2_000_000
+    assert redact(blob) == blob
+    assert redact("x" * 50 + " postgresql://u:secret@h/db " + "9f" * 100_000) == (
+        "x" * 50 + " postgresql://u:***@h/db " + "9f" * 100_000)
+    assert redact("_postgres://u:pw@h") == "_postgres://u:***@h"
+    assert redact("xpostgres://u:pw@h") == "xpostgres://u:***@h"

@@ -96,11 +96,17 @@ async def _graph_from(args: Any) -> Any:
     if not wants_store and (args.sqlite or args.dsn):
         raise CliError(f"--graph {args.graph!r} takes no checkpointer (it builds its own): drop --sqlite/--dsn",
                        EXIT_USAGE)
-    made = obj(open_store(target_from_args(args))) if wants_store else obj()
+    store = open_store(target_from_args(args)) if wants_store else None
+    made = obj(store) if wants_store else obj()
     if inspect.isawaitable(made):
         made = await made
     if not isinstance(made, CompiledGraph):
         raise CliError(f"--graph {args.graph!r} returned a {type(made).__name__}, not a compiled graph", EXIT_USAGE)
+    if store is not None and getattr(made, "_checkpointer", None) is not store:
+        # A factory that takes something else (a path) and builds its own store recovered
+        # another database and reported "0 resumed" as a success (docs helper, session 41).
+        raise CliError(f"--graph {args.graph!r} returned a graph that does not use the checkpointer it was given "
+                       "(a factory(checkpointer) must compile with checkpointer=it)", EXIT_USAGE)
     return made
 
 

@@ -36,7 +36,14 @@ class SqliteCheckpointer(LocalReturns, NativeCheckpointer[StateT]):
         super().__init__()
         if synchronous not in ("full", "normal"):
             raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        path = str(db_path) if db_path is not None else DEFAULT_SQLITE_PATH
+        if db_path is not None and not isinstance(db_path, (str, os.PathLike)):
+            # str() of anything else named a file: a checkpointer handed to a factory that wanted
+            # a path opened "<...SqliteCheckpointer object at 0x...>" and found nothing to do
+            # (docs helper, session 41).
+            raise TypeError(f"db_path must be a path (str or os.PathLike), got {type(db_path).__name__}")
+        path = os.fspath(db_path) if db_path is not None else DEFAULT_SQLITE_PATH
+        if isinstance(path, bytes):
+            raise TypeError("db_path must be a str path, not bytes")
         if not path:
             raise ValueError("db_path must not be empty")
         self.db_path = path
