@@ -653,6 +653,37 @@ async def test_a_legacy_message_edited_after_its_state_keeps_the_edit(tenx_postg
 
 
 @pytest.mark.asyncio
+async def test_a_legacy_redaction_before_a_later_10xgraph_turn_is_kept(tenx_postgres: Any, pg_dsn: str) -> None:
+    """The redaction made with 10xGraph's ``aput_messages``, then 10xGraph ran another turn: its
+    new state row (written after the edit, in its own transaction, with its step's log rows)
+    still holds the old text in its context, as 10xGraph's context never sees log edits. Taken
+    as "edited after the latest row" the edit was missed, and the first commit here wrote the
+    old text back over the redaction (red-team, session 41). A step's own log rows, updated in
+    the step's transaction, are not edits: there the context's copy stays."""
+    lg = build_legacy(tenx_postgres, pg_dsn, 3)
+    user, tool = lg.messages[0], lg.messages[2]
+    redacted = json.dumps([TextBlock(text="[REDACTED]").model_dump(mode="json")])
+    later = BillingState(context=list(lg.messages), invoice="INV-7", attempts=3,
+                         execution_meta=ExecutionState(current_node="model", step=3, status="running", thread_id=THREAD))
+    stale = json.dumps([TextBlock(text="charged 42 (log copy)").model_dump(mode="json")])
+    tenx_postgres.psql(
+        f"UPDATE messages SET content = {lit(redacted)}, updated_at = NOW() WHERE message_id = {lit(str(user.message_id))};",
+        dbname=lg.dbname)
+    # 10xGraph's next step, one transaction of its own: the state row, and a log row upserted with it.
+    tenx_postgres.psql(
+        "BEGIN;"
+        f"INSERT INTO states (thread_id, version, state_data) VALUES ({lit(THREAD)}, 3, {jlit(legacy_state_json(later))});"
+        f"UPDATE messages SET content = {lit(stale)}, updated_at = NOW() WHERE message_id = {lit(str(tool.message_id))};"
+        "COMMIT;",
+        dbname=lg.dbname)
+    cp = open_cp(lg.dsn)
+    expected = ["[REDACTED]", "Charging now.", "charged 42"]
+    assert texts((await cp.aget_state(cfg())).context) == expected
+    assert await resume_at_model(cp) == [expected]
+    assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
+
+
+@pytest.mark.asyncio
 async def test_a_legacy_tool_result_logged_in_one_transaction_with_its_call_comes_after_it(
     tenx_postgres: Any, pg_dsn: str
 ) -> None:

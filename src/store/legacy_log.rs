@@ -29,9 +29,9 @@ pub fn merged(ctx: &[Value], log: Vec<(Option<String>, RawJson)>) -> Vec<RawJson
     merged_keeping_edits(ctx, log, &HashSet::new())
 }
 
-/// `merged`, where the log rows of `edited` (ids whose row was written after the state row:
-/// 10xGraph's `aput_messages` or ours editing a message, a redaction, after the run that wrote
-/// the context) take the place of their context copy, text and all. The context copy won, so the
+/// `merged`, where the log rows of `edited` (ids whose row was edited on its own: 10xGraph's
+/// `aput_messages` or ours changing a message the context holds, a redaction) take the place of
+/// their context copy, text and all. The context copy won, so the
 /// first commit here put the old text back: a redaction undone (red-team, session 41). 10xGraph's
 /// log keeps the edit; its context, and so its next prompt, the old text.
 pub fn merged_keeping_edits(

@@ -60,10 +60,11 @@ impl Stmts {
                        (SELECT ({message_json})::text AS m, seq, created_at FROM {s}.messages WHERE thread_id = $1{t}) x) \
                    END AS msgs, \
                    CASE WHEN st.known OR NOT st.state_data ? 'context' THEN NULL ELSE \
-                     (SELECT array_agg(message_id::text) FROM {s}.messages \
-                      WHERE thread_id = $1{t} AND updated_at > st.created_at) \
+                     (SELECT array_agg(m.message_id::text) FROM {s}.messages m \
+                      WHERE m.thread_id = $1{t} AND m.updated_at > m.created_at \
+                        AND NOT EXISTS (SELECT 1 FROM {s}.states sx WHERE sx.thread_id = $1{t} AND sx.created_at = m.updated_at)) \
                    END AS edited \
-                 FROM (SELECT version, state_data, created_at, \
+                 FROM (SELECT version, state_data, \
                          COALESCE(version = $4 AND state_data->'{meta}'->>'{mark}' = $5, false) AS known \
                        FROM {s}.states WHERE thread_id = $1{t} \
                          AND (NOT $2 OR NOT EXISTS (SELECT 1 FROM {s}.threads th WHERE th.thread_id = $1{t} AND th.user_id <> $3{u})) \
@@ -122,6 +123,11 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
     let (messages, rewrite_messages) = match (legacy_context, row.get::<Option<Vec<String>>, _>("msgs")) {
         (Some(Value::Array(ctx)), msgs) => {
             let log = texts(msgs.unwrap_or_default())?.into_iter().map(|m| (legacy_log::logged_id(&m), m)).collect();
+            // Log rows edited on their own (`legacy_log::merged_keeping_edits`): updated after
+            // they were logged, in no transaction that wrote a state row. 10xGraph logs a step's
+            // messages in the step's transaction (one `NOW()` for both), its `aput_messages` in
+            // one of its own; "after the latest row" missed an edit made before a later turn,
+            // whose row still held the old text (red-team, session 41).
             let edited: std::collections::HashSet<String> =
                 row.get::<Option<Vec<String>>, _>("edited").unwrap_or_default().into_iter().collect();
             (legacy_log::merged_keeping_edits(&ctx, log, &edited), true)
