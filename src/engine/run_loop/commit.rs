@@ -92,6 +92,14 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
                 opt.refuse();
                 Err(refused_start())
             }
+            // A lock the write could not get within the store's wait (SQLite's busy wait: another
+            // process inside a write transaction); nothing was written. A run told to wait takes
+            // the lease first, which waits through such locks to its `busy_timeout`: it failed
+            // at the store's wait whatever it asked for (red-team, session 41).
+            Err(StoreError::LockWait { .. }) if cfg.lease.on_busy != lease::OnBusy::Reject => {
+                opt.refuse();
+                Err(refused_start())
+            }
             Err(e) => Ok(Err(e)),
         }
     }

@@ -1,0 +1,104 @@
+"""A new turn on SQLite while another process is inside a write transaction (frozen there: a
+SIGSTOP, a VM pause) for longer than SQLite's busy wait (10 s). The turn's input write takes the
+lease in the same transaction; it failed ``STORAGE_TRANSIENT_001`` at the busy wait whatever
+``on_busy`` asked for (red-team, session 41). A run told to wait now takes the lease first, which
+waits through such locks to its ``busy_timeout``; ``reject`` still answers at the busy wait."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tenxgraph import Message
+from tenxgraph.core.exceptions import TransientStorageError
+from tenxgraph.logs import reset_level_cache
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+from tests_py.tool_graphs import one_node_graph
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
+
+HOLDER = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()
+c.execute("COMMIT")
+"""
+
+FELL_BACK = "taking its lease first"
+
+
+@pytest.fixture
+def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    caplog.set_level(logging.DEBUG, logger="tenxgraph")
+    reset_level_cache()
+    yield caplog
+    logging.getLogger("tenxgraph").setLevel(logging.NOTSET)
+    reset_level_cache()
+
+
+def _hold(db: Path) -> subprocess.Popen[str]:
+    """Another process inside a write transaction on ``db`` until its stdin gets a line."""
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def _release(p: subprocess.Popen[str]) -> None:
+    if p.poll() is None:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    p.wait(timeout=30)
+
+
+async def test_a_new_turn_told_to_wait_waits_through_another_process_write_lock(
+    tmp_path: Path, debug_logs: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "lock.db"
+    app = one_node_graph(SqliteCheckpointer(db))
+    cfg = {"thread_id": "t-lock", "on_busy": "wait", "busy_timeout": 120}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
+    holder = _hold(db)
+    try:
+        run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("second")]}, dict(cfg)))
+        # The input write gives up at SQLite's busy wait; the run must then go on waiting for the
+        # lease (or end: without the fix, TransientStorageError).
+        deadline = time.monotonic() + 120
+        while not any(FELL_BACK in r.getMessage() for r in debug_logs.records) and not run.done():
+            assert time.monotonic() < deadline, "the run neither fell back to the lease nor ended"
+            await asyncio.sleep(0.05)
+        if run.done():
+            run.result()
+            pytest.fail("the run ended while the other process held the database")
+    finally:
+        _release(holder)
+    out = await asyncio.wait_for(run, 120)
+    assert [m.text() for m in out["messages"]][-2:] == ["second", "ok"]
+
+
+async def test_reject_still_answers_at_the_busy_wait(tmp_path: Path) -> None:
+    db = tmp_path / "lock.db"
+    cp = SqliteCheckpointer(db)
+    app = one_node_graph(cp)
+    cfg = {"thread_id": "t-lock", "on_busy": "reject"}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
+    holder = _hold(db)
+    try:
+        with pytest.raises(TransientStorageError) as e:
+            await app.ainvoke({"messages": [Message.text_message("refused")]}, dict(cfg))
+        assert e.value.error_code == "STORAGE_TRANSIENT_001" and "locked" in str(e.value)
+    finally:
+        _release(holder)
+    state = await cp.aget_state({"thread_id": "t-lock"})
+    assert [m.text() for m in state.context] == ["first", "ok"]
