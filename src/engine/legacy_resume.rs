@@ -90,7 +90,8 @@ pub fn from_cache(
     // version (the row's own, cached as 10xGraph committed it) or an entry of another version is
     // no sign of one either: nothing to say.
     let row_shows_run = unfinished_legacy_run(stored);
-    let entry_shows_run = obj.get("execution_meta").and_then(|m| m.get("status")).and_then(Value::as_str) == Some("running");
+    let entry_shows_run =
+        obj.get("execution_meta").and_then(|m| m.get("status")).and_then(Value::as_str) == Some("running");
     if !row_shows_run && (cached_version != durable_version || !entry_shows_run) {
         return Ok(None);
     }

@@ -212,7 +212,9 @@ pub(super) async fn put_rows(
     loop {
         let started = tokio::time::Instant::now();
         match store.ledger_put_many(thread, rows, fence).await {
-            Err(StoreError::Transient { .. } | StoreError::LockWait { .. }) if tries < TRIES && started.elapsed() < QUICK => {
+            Err(StoreError::Transient { .. } | StoreError::LockWait { .. })
+                if tries < TRIES && started.elapsed() < QUICK =>
+            {
                 tokio::time::sleep(pause).await;
                 pause *= 4;
                 tries += 1;
