@@ -684,6 +684,27 @@ async def test_a_legacy_redaction_before_a_later_10xgraph_turn_is_kept(tenx_post
 
 
 @pytest.mark.asyncio
+async def test_a_log_row_upserted_with_a_pruned_state_row_is_not_an_edit(tenx_postgres: Any, pg_dsn: str) -> None:
+    """10xGraph's last write of a turn upserts the turn's messages again with its state row, and
+    its history limit later deletes that row. The log row then matched no state row and counted
+    as edited: its older copy replaced the context's, where a node had since rewritten the
+    message (a scrub), and the first commit here wrote the old text back (red-team, session 41,
+    with the real 10xGraph after six durable turns). Before the oldest kept row the context's
+    copy stays."""
+    lg = build_legacy(tenx_postgres, pg_dsn, 3)
+    user = lg.messages[0]
+    older = json.dumps([TextBlock(text="the log's older copy").model_dump(mode="json")])
+    tenx_postgres.psql(  # a turn's final upsert, at a time whose state row is gone (before v1's)
+        f"UPDATE messages SET content = {lit(older)}, updated_at = '2025-01-01 10:00:01.2+00' "
+        f"WHERE message_id = {lit(str(user.message_id))};", dbname=lg.dbname)
+    cp = open_cp(lg.dsn)
+    expected = ["please charge 42", "Charging now.", "charged 42"]
+    assert texts((await cp.aget_state(cfg())).context) == expected
+    assert await resume_at_model(cp) == [expected]
+    assert texts(await cp.alist_messages(cfg())) == [*expected, "all done"]
+
+
+@pytest.mark.asyncio
 async def test_a_legacy_tool_result_logged_in_one_transaction_with_its_call_comes_after_it(
     tenx_postgres: Any, pg_dsn: str
 ) -> None:

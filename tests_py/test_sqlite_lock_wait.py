@@ -102,3 +102,22 @@ async def test_reject_still_answers_at_the_busy_wait(tmp_path: Path) -> None:
         _release(holder)
     state = await cp.aget_state({"thread_id": "t-lock"})
     assert [m.text() for m in state.context] == ["first", "ok"]
+
+
+async def test_a_short_busy_timeout_spent_in_the_input_write_is_not_waited_again(tmp_path: Path) -> None:
+    """``busy_timeout=3`` behind a lock held past SQLite's 10 s busy wait: the input write
+    already waited past it, so the run answers then, not after a second busy wait in the lease
+    take (20 s; red-team, session 41)."""
+    db = tmp_path / "lock.db"
+    app = one_node_graph(SqliteCheckpointer(db))
+    cfg = {"thread_id": "t-lock", "on_busy": "wait", "busy_timeout": 3}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
+    holder = _hold(db)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TransientStorageError):
+            await app.ainvoke({"messages": [Message.text_message("late")]}, dict(cfg))
+        # One busy wait (10 s) and its overhead; two would be 20 s.
+        assert time.monotonic() - t0 < 16
+    finally:
+        _release(holder)

@@ -73,6 +73,7 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
         let taking = lease::taking(cfg);
         let stop = StopKey { namespace: STOP_NAMESPACE, key: &self.stop_key };
         let req = lease::request(cfg);
+        let sent = tokio::time::Instant::now();
         let put = if self.on_head {
             self.store.put_input_on_head(&cfg.thread, &req, w, Some(stop)).await
         } else {
@@ -96,7 +97,11 @@ impl<H: NodeHost + ?Sized> Run<'_, H> {
             // process inside a write transaction); nothing was written. A run told to wait takes
             // the lease first, which waits through such locks to its `busy_timeout`: it failed
             // at the store's wait whatever it asked for (red-team, session 41).
-            Err(StoreError::LockWait { .. }) if cfg.lease.on_busy != lease::OnBusy::Reject => {
+            // Not when the wait already spent the caller's `busy_timeout` (a short one waited two
+            // busy waits).
+            Err(StoreError::LockWait { .. })
+                if cfg.lease.on_busy != lease::OnBusy::Reject && sent.elapsed() < cfg.lease.busy_timeout =>
+            {
                 opt.refuse();
                 Err(refused_start())
             }

@@ -62,6 +62,7 @@ impl Stmts {
                    CASE WHEN st.known OR NOT st.state_data ? 'context' THEN NULL ELSE \
                      (SELECT array_agg(m.message_id::text) FROM {s}.messages m \
                       WHERE m.thread_id = $1{t} AND m.updated_at > m.created_at \
+                        AND m.updated_at > (SELECT min(so.created_at) FROM {s}.states so WHERE so.thread_id = $1{t}) \
                         AND NOT EXISTS (SELECT 1 FROM {s}.states sx WHERE sx.thread_id = $1{t} AND sx.created_at = m.updated_at)) \
                    END AS edited \
                  FROM (SELECT version, state_data, \
@@ -127,7 +128,10 @@ pub(super) fn checkpoint_of(row: &sqlx::postgres::PgRow) -> StoreResult<Checkpoi
             // they were logged, in no transaction that wrote a state row. 10xGraph logs a step's
             // messages in the step's transaction (one `NOW()` for both), its `aput_messages` in
             // one of its own; "after the latest row" missed an edit made before a later turn,
-            // whose row still held the old text (red-team, session 41).
+            // whose row still held the old text (red-team, session 41). Only after the oldest
+            // state row 10xGraph kept: its history limit deletes older rows, and a turn's final
+            // upsert of its messages then matched none, so every message of those turns counted
+            // as edited and the log's older copy replaced a node's edit in the context.
             let edited: std::collections::HashSet<String> =
                 row.get::<Option<Vec<String>>, _>("edited").unwrap_or_default().into_iter().collect();
             (legacy_log::merged_keeping_edits(&ctx, log, &edited), true)
