@@ -27,8 +27,8 @@ import pytest
 
 from tenxgraph import metrics
 from tenxgraph.core.exceptions import ThreadBusyError
-from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import PgCheckpointer
+from tests_py.core_logs import tenxgraph_records
 from tests_py.crash_agents import legacy_tool_agent as agent
 from tests_py.real_10xgraph_writer import USER, Writer
 
@@ -45,12 +45,9 @@ def writer(oracle: Any, tenx_postgres: Any, pg_dsn: str, tenx_redis: Any, tmp_pa
 
 @pytest.fixture
 def logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """tenxgraph's records, the Rust core's included (its level cache is reset)."""
-    caplog.set_level(logging.INFO, logger="tenxgraph")
-    reset_level_cache()
-    yield caplog
-    logging.getLogger("tenxgraph").setLevel(logging.NOTSET)
-    reset_level_cache()
+    """tenxgraph's records, the Rust core's included."""
+    with tenxgraph_records(caplog, logging.INFO) as records:
+        yield records
 
 
 def new_thread(prefix: str) -> str:

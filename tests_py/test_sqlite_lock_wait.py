@@ -13,14 +13,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tenxgraph import Message
 from tenxgraph.core.exceptions import TransientStorageError
-from tenxgraph.logs import reset_level_cache
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
+from tests_py.core_logs import tenxgraph_records
 from tests_py.tool_graphs import one_node_graph
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -39,11 +40,17 @@ FELL_BACK = "taking its lease first"
 
 @pytest.fixture
 def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    caplog.set_level(logging.DEBUG, logger="tenxgraph")
-    reset_level_cache()
-    yield caplog
-    logging.getLogger("tenxgraph").setLevel(logging.NOTSET)
-    reset_level_cache()
+    with tenxgraph_records(caplog, logging.DEBUG) as records:
+        yield records
+
+
+async def _behind_a_lock(tmp_path: Path, cfg: dict[str, object]) -> tuple[SqliteCheckpointer, Any, subprocess.Popen[str]]:
+    """A thread with one turn, then another process inside a write transaction on its file."""
+    db = tmp_path / "lock.db"
+    cp = SqliteCheckpointer(db)
+    app = one_node_graph(cp)
+    await app.ainvoke({"messages": [Message.text_message("first")]}, dict(cfg))
+    return cp, app, _hold(db)
 
 
 def _hold(db: Path) -> subprocess.Popen[str]:
@@ -65,11 +72,8 @@ def _release(p: subprocess.Popen[str]) -> None:
 async def test_a_new_turn_told_to_wait_waits_through_another_process_write_lock(
     tmp_path: Path, debug_logs: pytest.LogCaptureFixture
 ) -> None:
-    db = tmp_path / "lock.db"
-    app = one_node_graph(SqliteCheckpointer(db))
     cfg = {"thread_id": "t-lock", "on_busy": "wait", "busy_timeout": 120}
-    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
-    holder = _hold(db)
+    _, app, holder = await _behind_a_lock(tmp_path, cfg)
     try:
         run = asyncio.create_task(app.ainvoke({"messages": [Message.text_message("second")]}, dict(cfg)))
         # The input write gives up at SQLite's busy wait; the run must then go on waiting for the
@@ -88,12 +92,8 @@ async def test_a_new_turn_told_to_wait_waits_through_another_process_write_lock(
 
 
 async def test_reject_still_answers_at_the_busy_wait(tmp_path: Path) -> None:
-    db = tmp_path / "lock.db"
-    cp = SqliteCheckpointer(db)
-    app = one_node_graph(cp)
     cfg = {"thread_id": "t-lock", "on_busy": "reject"}
-    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
-    holder = _hold(db)
+    cp, app, holder = await _behind_a_lock(tmp_path, cfg)
     try:
         with pytest.raises(TransientStorageError) as e:
             await app.ainvoke({"messages": [Message.text_message("refused")]}, dict(cfg))
@@ -108,11 +108,8 @@ async def test_a_short_busy_timeout_spent_in_the_input_write_is_not_waited_again
     """``busy_timeout=3`` behind a lock held past SQLite's 10 s busy wait: the input write
     already waited past it, so the run answers then, not after a second busy wait in the lease
     take (20 s; red-team, session 41)."""
-    db = tmp_path / "lock.db"
-    app = one_node_graph(SqliteCheckpointer(db))
     cfg = {"thread_id": "t-lock", "on_busy": "wait", "busy_timeout": 3}
-    await app.ainvoke({"messages": [Message.text_message("first")]}, cfg)
-    holder = _hold(db)
+    _, app, holder = await _behind_a_lock(tmp_path, cfg)
     try:
         t0 = time.monotonic()
         with pytest.raises(TransientStorageError):
