@@ -111,7 +111,7 @@ pub fn from_cache(
         None => return Err("it has no context".into()),
     };
     let meta = obj.get("execution_meta").and_then(Value::as_object).ok_or("it has no execution_meta")?;
-    if meta.get("status").and_then(Value::as_str) != Some("running") {
+    if !entry_shows_run {
         return Err("its run is not under way".into());
     }
     let node = meta.get("current_node").and_then(Value::as_str).ok_or("its execution_meta names no current_node")?;

@@ -31,39 +31,42 @@ pub fn merged(ctx: &[Value], log: Vec<(Option<String>, RawJson)>) -> Vec<RawJson
 
 /// `merged`, where the log rows of `edited` (ids whose row was edited on its own: 10xGraph's
 /// `aput_messages` or ours changing a message the context holds, a redaction) take the place of
-/// their context copy, text and all. The context copy won, so the
-/// first commit here put the old text back: a redaction undone (red-team, session 41). 10xGraph's
-/// log keeps the edit; its context, and so its next prompt, the old text.
+/// their context copy, text and all. The context copy won, so the first commit here put the old
+/// text back: a redaction undone (red-team, session 41). 10xGraph's log keeps the edit; its
+/// context, and so its next prompt, the old text.
 pub fn merged_keeping_edits(
     ctx: &[Value],
     log: Vec<(Option<String>, RawJson)>,
     edited: &HashSet<String>,
 ) -> Vec<RawJson> {
     let at: HashMap<String, usize> = ctx.iter().enumerate().filter_map(|(i, m)| Some((id_of(m)?, i))).collect();
+    // Each log row is either a context message's place (its copy comes from the context, or from
+    // the row when the row was edited) or a log-only row kept where the log has it.
     let mut edits: HashMap<usize, RawJson> = HashMap::new();
-    let mut order: Vec<(Option<usize>, RawJson)> = Vec::with_capacity(log.len());
+    let mut order: Vec<Result<usize, RawJson>> = Vec::with_capacity(log.len());
     for (id, row) in log {
-        let place = id.as_ref().and_then(|id| at.get(id).copied());
-        match (place, id) {
-            (Some(i), Some(id)) if edited.contains(&id) => {
-                edits.insert(i, row.clone());
-                order.push((Some(i), row));
+        match id.and_then(|id| at.get(&id).map(|&i| (i, edited.contains(&id)))) {
+            Some((i, is_edit)) => {
+                if is_edit {
+                    edits.insert(i, row);
+                }
+                order.push(Ok(i));
             }
-            (place, _) => order.push((place, row)),
+            None => order.push(Err(row)),
         }
     }
-    let copy = |i: usize| edits.get(&i).cloned().unwrap_or_else(|| raw_json(&ctx[i]));
+    let mut copy = |i: usize| edits.remove(&i).unwrap_or_else(|| raw_json(&ctx[i]));
     let mut out = Vec::with_capacity(ctx.len() + order.len());
     let mut next = 0;
-    for (place, row) in order {
-        match place {
-            Some(i) => {
+    for slot in order {
+        match slot {
+            Ok(i) => {
                 while next <= i {
                     out.push(copy(next));
                     next += 1;
                 }
             }
-            None => out.push(row),
+            Err(row) => out.push(row),
         }
     }
     out.extend((next..ctx.len()).map(copy));
