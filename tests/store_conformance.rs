@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tenxgraph::store::{
     ChangeMark, Checkpointer, KnownHead, LeaseAttempt, LeaseRequest, LedgerRow, MESSAGES_CHANGED, MemoryStore,
-    PruneRules, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, is_intent, set_write_mark, shared_json,
-    write_mark,
+    PgOptions, PgStore, PruneRules, SqliteStore, StepWrite, StoreError, StoredMessage, ThreadRef, is_intent,
+    set_write_mark, shared_json, write_mark,
 };
 
 use common::stores::pg;
@@ -897,7 +897,7 @@ async fn a_10xgraph_state_cache_entry_is_read_as_such_and_cleared_with_ours() {
     let _: () = redis::cmd("SET").arg(&key).arg(entry.to_string()).query_async(&mut r).await.unwrap();
     let fallbacks = tenxgraph::engine::metrics().redis_fallbacks.load(Relaxed);
 
-    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Found(entry.clone()));
+    assert_eq!(s.legacy_state_cache(&t).await.unwrap(), LegacyCache::Found(entry.clone()));
     assert_eq!(s.state_cache_get(&t).await.unwrap(), None, "10xGraph's entry is not one of ours");
     let ours = json!({"execution_meta": {"current_node": "model"}});
     assert!(s.state_cache_put(&t, 3, &ours).await.unwrap());
@@ -910,16 +910,33 @@ async fn a_10xgraph_state_cache_entry_is_read_as_such_and_cleared_with_ours() {
         .unwrap();
     assert_eq!(mine.len(), 1, "ours is under the store's prefix: {mine:?}");
     assert_eq!(s.state_cache_get(&t).await.unwrap(), Some((3, ours)));
-    assert_eq!(s.legacy_state_cache(&t).await, LegacyCache::Found(entry), "ours is not 10xGraph's");
+    assert_eq!(s.legacy_state_cache(&t).await.unwrap(), LegacyCache::Found(entry), "ours is not 10xGraph's");
 
     let _: () = redis::cmd("SET").arg(&key).arg("{\"context\": [ not json").query_async(&mut r).await.unwrap();
-    assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.starts_with("not JSON")));
+    assert!(
+        matches!(s.legacy_state_cache(&t).await.unwrap(), LegacyCache::Unreadable(why) if why.starts_with("not JSON"))
+    );
     let _: () = redis::cmd("SET").arg(&key).arg("[1, 2]").query_async(&mut r).await.unwrap();
-    assert!(matches!(s.legacy_state_cache(&t).await, LegacyCache::Unreadable(why) if why.contains("array")));
+    assert!(matches!(s.legacy_state_cache(&t).await.unwrap(), LegacyCache::Unreadable(why) if why.contains("array")));
     s.state_cache_clear(&t).await.unwrap();
     let exists: i64 = redis::cmd("EXISTS").arg(&key).arg(&mine[0]).query_async(&mut r).await.unwrap();
     assert_eq!(exists, 0);
     assert_eq!(tenxgraph::engine::metrics().redis_fallbacks.load(Relaxed), fallbacks, "Redis was never marked down");
+}
+
+/// A Redis that cannot be reached is no answer about 10xGraph's entry, not "no entry": an error,
+/// on every read, also once Redis is marked down (the state cache itself skips it then).
+#[tokio::test]
+async fn an_unreachable_redis_is_an_error_for_10xgraphs_entry_not_an_absent_one() {
+    let Some(dsn) = common::pg_dsn() else { return };
+    let opts = PgOptions { schema: format!("r_{}", uuid::Uuid::new_v4().simple()), ..PgOptions::default() };
+    let s = PgStore::connect(&dsn, Some("redis://127.0.0.1:1/0"), opts).await.unwrap();
+    let t = ThreadRef::new("legacy-down", "u1");
+    for _ in 0..2 {
+        let err = s.legacy_state_cache(&t).await.unwrap_err();
+        assert!(matches!(err, StoreError::Transient { op, .. } if op.contains("10xGraph")), "{err}");
+    }
+    assert_eq!(s.state_cache_get(&t).await.unwrap(), None, "the state cache falls back as before");
 }
 
 /// A lease row nobody holds goes with its thread (`clean_thread`, `prune`); a held one stays, so

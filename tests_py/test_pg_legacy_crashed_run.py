@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tenxgraph import metrics
-from tenxgraph.core.exceptions import ThreadBusyError
+from tenxgraph.core.exceptions import ThreadBusyError, TransientStorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tests_py.core_logs import tenxgraph_records
 from tests_py.crash_agents import legacy_tool_agent as agent
@@ -350,6 +350,49 @@ async def test_a_new_turn_on_a_thread_whose_10xgraph_run_lives_only_in_the_cache
     assert effect_names(writer) == [*first, "model", "charge"]
     await app.ainvoke({}, config=cfg(thread))
     assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
+
+
+DOWN_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: every Redis call fails
+
+
+async def test_a_thread_10xgraph_wrote_is_refused_while_its_redis_is_down(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second turn killed as above, taken over while the Redis its entry lives in is down.
+    The failed read counted as "no entry": the turn sent again ran from the ``completed`` row and
+    ``charge`` fired a second time, and ``{}`` finished the thread without the turn, lost for good
+    (red-team, session 41). Both are refused ``STORAGE_TRANSIENT_001`` with nothing written; once
+    Redis is back ``{}`` finishes the turn from the entry. A thread with no row goes on."""
+    thread = new_thread("redisdown")
+    writer.run_to_completion(thread)
+    first = effect_names(writer)
+    left = writer.crash_in_tool_node(thread, nondurable=True, turn=2)
+    assert left["states"][-1]["meta"]["status"] == "completed"
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    (writer.workdir / "email.release").write_text("go")
+    rows = writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}'")
+    down = PgCheckpointer(writer.dsn, redis_url=DOWN_REDIS)
+    try:
+        app = agent.build(down)
+        for given in ({"messages": [agent.user_message(thread)]}, {}, {}):
+            with pytest.raises(TransientStorageError) as refused:
+                await app.ainvoke(given, config=cfg(thread))
+            assert refused.value.error_code == "STORAGE_TRANSIENT_001"
+            assert "Redis" in str(refused.value)
+        assert effect_names(writer) == [*first, "model", "charge"], "a tool ran without the entry"
+        assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}'") == rows
+        assert json.loads(writer.redis_get(writer.cache_key(thread)))["execution_meta"]["status"] == "running"
+        # A thread with no row has no sign of 10xGraph: Redis being down does not stop it.
+        fresh = new_thread("fresh")
+        monkeypatch.setenv(agent.TURN_ENV, "1")
+        out = await app.ainvoke({"messages": [agent.user_message(fresh)]}, config=cfg(fresh))
+        assert out["messages"][-1].content[0].text.startswith("all done")
+    finally:
+        await down.arelease()
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    before = effect_names(writer)
+    await agent.build(PgCheckpointer(writer.dsn, redis_url=writer.redis_url)).ainvoke({}, config=cfg(thread))
+    assert effect_names(writer) == [*before, "email", "model"], "charge fired again, or nothing ran"
 
 
 async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:

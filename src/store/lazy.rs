@@ -218,13 +218,10 @@ impl Checkpointer for LazyStore {
     async fn state_cache_clear(&self, t: &ThreadRef) -> StoreResult<()> {
         self.get().await?.state_cache_clear(t).await
     }
-    async fn legacy_state_cache(&self, t: &ThreadRef) -> LegacyCache {
+    async fn legacy_state_cache(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
         // A default-bodied trait method: a wrapper that does not forward it silently answers with
         // the default (here: no 10xGraph entry, so a run 10xGraph died in resumed at the wrong node).
-        match self.get().await {
-            Ok(store) => store.legacy_state_cache(t).await,
-            Err(e) => LegacyCache::Unreadable(format!("the store could not be opened: {e}")),
-        }
+        self.get().await?.legacy_state_cache(t).await
     }
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         self.get().await?.ledger_get(t, keys).await

@@ -242,9 +242,9 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// 10xGraph 0.10's own state cache entry for the thread (see `LegacyCache`), read only when a
     /// thread it was running is resumed. Stores without a Redis that 10xGraph could have shared
-    /// have none.
-    async fn legacy_state_cache(&self, _t: &ThreadRef) -> LegacyCache {
-        LegacyCache::Absent
+    /// have none. Err: the Redis it would be in could not be read.
+    async fn legacy_state_cache(&self, _t: &ThreadRef) -> StoreResult<LegacyCache> {
+        Ok(LegacyCache::Absent)
     }
 
     /// Recorded ledger rows for the given keys, in one round trip: results, and intent records

@@ -140,9 +140,11 @@ pub(super) async fn state_cache_clear(s: &PgStore, t: &ThreadRef) -> StoreResult
     cache_clear(s, STATE_CACHE_NS, &generic_state_cache::key(t)).await
 }
 
-pub(super) async fn legacy_state_cache(s: &PgStore, t: &ThreadRef) -> LegacyCache {
-    match s.redis() {
+pub(super) async fn legacy_state_cache(s: &PgStore, t: &ThreadRef) -> StoreResult<LegacyCache> {
+    // Asked even while Redis is marked down: a skipped read is no answer, and the caller must
+    // not take it for "no entry" (a run 10xGraph left only there would be lost or run again).
+    match s.redis_configured() {
         Some(r) => r.get_legacy_state(t).await,
-        None => LegacyCache::Absent,
+        None => Ok(LegacyCache::Absent),
     }
 }

@@ -149,6 +149,11 @@ impl PgStore {
     fn redis(&self) -> Option<&RedisCache> {
         self.redis.as_ref().filter(|r| r.is_up())
     }
+
+    /// The Redis given, marked down or not.
+    fn redis_configured(&self) -> Option<&RedisCache> {
+        self.redis.as_ref()
+    }
 }
 
 #[async_trait]
@@ -339,7 +344,7 @@ impl Checkpointer for PgStore {
         cache::state_cache_clear(self, t).await
     }
 
-    async fn legacy_state_cache(&self, t: &ThreadRef) -> LegacyCache {
+    async fn legacy_state_cache(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
         cache::legacy_state_cache(self, t).await
     }
 

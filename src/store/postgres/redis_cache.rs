@@ -133,9 +133,15 @@ impl RedisCache {
     }
 
     async fn conn(&self) -> Option<ConnectionManager> {
+        self.try_conn().await.ok()
+    }
+
+    /// The connection, or the reason Redis could not be reached (redacted, for an error a caller
+    /// sees where a missing answer is not the same as an empty one).
+    async fn try_conn(&self) -> Result<ConnectionManager, String> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
-            return Some(c.clone());
+            return Ok(c.clone());
         }
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(500)))
@@ -145,11 +151,11 @@ impl RedisCache {
             Ok(c) => {
                 *slot = Some(c.clone());
                 self.mark_up();
-                Some(c)
+                Ok(c)
             }
             Err(e) => {
                 self.mark_down(&e);
-                None
+                Err(super::errors::redact(&e.to_string()))
             }
         }
     }
@@ -199,11 +205,14 @@ impl RedisCache {
         Some((v?, serde_json::from_str(&d?).ok()?))
     }
 
-    /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded.
-    pub async fn get_legacy_state(&self, t: &ThreadRef) -> LegacyCache {
-        let raw: Option<Option<String>> =
-            self.script(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t))).await;
-        match raw.flatten() {
+    /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded; Err when Redis could
+    /// not answer, which is not "no entry": the entry may hold a run 10xGraph's rows do not show.
+    pub async fn get_legacy_state(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
+        let raw: Option<String> = self
+            .script_checked(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t)))
+            .await
+            .map_err(|message| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message })?;
+        Ok(match raw {
             None => LegacyCache::Absent,
             Some(text) => match serde_json::from_str::<Value>(&text) {
                 Ok(v @ Value::Object(_)) => LegacyCache::Found(v),
@@ -212,19 +221,23 @@ impl RedisCache {
                 }
                 Err(e) => LegacyCache::Unreadable(format!("not JSON ({e})")),
             },
-        }
+        })
     }
 
     async fn script<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Option<T> {
-        let mut c = self.conn().await?;
+        self.script_checked(inv).await.ok()
+    }
+
+    async fn script_checked<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, String> {
+        let mut c = self.try_conn().await?;
         match inv.invoke_async::<T>(&mut c).await {
             Ok(v) => {
                 self.mark_up();
-                Some(v)
+                Ok(v)
             }
             Err(e) => {
                 self.mark_down(&e);
-                None
+                Err(super::errors::redact(&e.to_string()))
             }
         }
     }
