@@ -462,6 +462,47 @@ async def test_recovery_finishes_the_run_10xgraph_left(writer: Writer, redis: bo
     assert state.context[2].model_dump(mode="json") == left["ledger"]["value"]
 
 
+@pytest.mark.parametrize("turn", [1, 2], ids=["no-row", "after-a-finished-turn"])
+async def test_recovery_finds_a_10xgraph_run_that_lives_only_in_redis(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch, turn: int
+) -> None:
+    """A turn run with ``durable_checkpoint_every_step=False`` killed in its tool node: no state
+    row says ``running`` (the thread has none, or the finished turn's), so ``arecover()``, which
+    listed only such rows, did not find it; after a deploy the turn waited for a client's ``{}``
+    that may never come (red-team, session 41). The pass now also lists the runs 10xGraph's
+    entries show under way for this database's threads, and finishes each from its entry:
+    ``charge`` is answered from the ledger. With Redis down the pass lists the rows only, and
+    touches nothing; a later pass with Redis finishes the run."""
+    thread = new_thread("recover-redis")
+    first: list[str] = []
+    if turn == 2:
+        writer.run_to_completion(thread)
+        first = effect_names(writer)
+    left = writer.crash_in_tool_node(thread, nondurable=True, turn=turn)
+    assert [s["meta"]["status"] for s in left["states"]][-1:] == ([] if turn == 1 else ["completed"])
+    monkeypatch.setenv(agent.TURN_ENV, str(turn))
+    (writer.workdir / "email.release").write_text("go")
+    down = PgCheckpointer(writer.dsn, redis_url=DOWN_REDIS)
+    try:
+        report = await agent.build(down).arecover()
+        assert (report.resumed, report.skipped, report.failed) == ([], [], [])
+    finally:
+        await down.arelease()
+    assert effect_names(writer) == [*first, "model", "charge"]
+
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    report = await agent.build(cp).arecover()
+    assert report.ok, report.failed
+    assert [(r.thread_id, r.status) for r in report.resumed] == [(thread, "completed")]
+    assert effect_names(writer) == [*first, "model", "charge", "email", "model"], "charge fired again, or nothing ran"
+    state = await cp.aget_state(cfg(thread))
+    assert [m.role for m in state.context][-5:] == ["user", "assistant", "tool", "tool", "assistant"]
+    # Finished: a second pass finds nothing.
+    again = await agent.build(cp).arecover()
+    assert (again.resumed, again.failed) == ([], [])
+    assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
+
+
 @pytest.mark.parametrize("redis", [True, False], ids=["redis", "no-redis"])
 async def test_run_killed_in_the_model_after_its_tools_resumes_at_the_model(
     writer: Writer, tmp_path: Path, logs: pytest.LogCaptureFixture, redis: bool

@@ -57,6 +57,26 @@ elseif ARGV[2] == '1' then
 end
 return redis.call('DEL', KEYS[1])"#;
 
+/// Of 10xGraph's entries among KEYS, those of a run under way: {key, the thread its
+/// `execution_meta.thread_id` names (or ''), '1' when it names one, its `__checkpoint_version__`
+/// (or '')}. The entry holds the whole context: decoded here, only these fields cross.
+const LEGACY_RUNNING: &str = r#"
+local out = {}
+for _, key in ipairs(KEYS) do
+  if redis.call('TYPE', key).ok == 'string' then
+    local ok, entry = pcall(cjson.decode, redis.call('GET', key))
+    if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table'
+        and entry.execution_meta.status == 'running' then
+      local id, named = entry.execution_meta.thread_id, '0'
+      if type(id) == 'string' or type(id) == 'number' then id, named = tostring(id), '1' else id = '' end
+      local v = entry['__checkpoint_version__']
+      if type(v) == 'number' then v = string.format('%d', v) elseif type(v) ~= 'string' then v = '' end
+      out[#out + 1] = {key, id, named, v}
+    end
+  end
+end
+return out"#;
+
 /// A Redis connection used as a cache beside Postgres: every call is bounded by a short timeout and
 /// never fails the caller; a failure answers "not served" (None/false) so Postgres serves instead.
 pub struct RedisCache {
@@ -82,6 +102,23 @@ fn state_key(prefix: &str, t: &ThreadRef) -> String {
 /// The key 10xGraph 0.10 wrote its entry under (read only when resuming a run it left).
 fn legacy_state_key(t: &ThreadRef) -> String {
     format!("state_cache:{}:{}", t.thread_id, t.user_id)
+}
+
+/// One row of `LEGACY_RUNNING` as the thread it is of and the version it was cached at.
+fn running_entry(row: &[String]) -> Option<(ThreadRef, Option<i64>)> {
+    let [key, id, named, version] = row else { return None };
+    let rest = key.strip_prefix("state_cache:")?;
+    let (thread, user) = if named == "1" {
+        (id.as_str(), rest.strip_prefix(id.as_str())?.strip_prefix(':')?)
+    } else {
+        let (thread, user) = rest.split_once(':')?;
+        if user.contains(':') {
+            return None;
+        }
+        (thread, user)
+    };
+    let version = if version.is_empty() { None } else { Some(version.trim().parse().ok()?) };
+    Some((ThreadRef::new(thread, user), version))
 }
 
 impl RedisCache {
@@ -224,6 +261,43 @@ impl RedisCache {
         })
     }
 
+    /// The threads 10xGraph's Redis entries show a run under way in (`state_cache:<thread>:<user>`
+    /// of status `running`), for recovery: such a run may be in no row (a run with
+    /// `durable_checkpoint_every_step=False`, or killed in its first node). Each with the version
+    /// its entry was cached at. An entry whose key cannot be split into its thread and user (no
+    /// `execution_meta.thread_id`, and a ':' in the rest) is left out, as a resume would not use it.
+    pub async fn legacy_running_threads(&self) -> StoreResult<Vec<(ThreadRef, Option<i64>)>> {
+        let failed = |message: String| StoreError::Transient { op: "scanning 10xGraph's Redis state cache", message };
+        let mut c = self.try_conn().await.map_err(failed)?;
+        let mut cursor: u64 = 0;
+        let mut out = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg("state_cache:*")
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut c)
+                .await
+                .map_err(|e| failed(super::errors::redact(&e.to_string())))?;
+            if !keys.is_empty() {
+                let script = redis::Script::new(LEGACY_RUNNING);
+                let mut inv = script.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                let rows: Vec<Vec<String>> =
+                    inv.invoke_async(&mut c).await.map_err(|e| failed(super::errors::redact(&e.to_string())))?;
+                out.extend(rows.iter().filter_map(|r| running_entry(r)));
+            }
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
     async fn script<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Option<T> {
         self.script_checked(inv).await.ok()
     }
@@ -261,5 +335,27 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::running_entry;
+    use crate::store::ThreadRef;
+
+    fn row(key: &str, id: &str, named: bool, version: &str) -> Vec<String> {
+        vec![key.into(), id.into(), if named { "1" } else { "0" }.into(), version.into()]
+    }
+
+    #[test]
+    fn an_entrys_key_is_split_by_the_thread_it_names() {
+        let t = |th: &str, u: &str| ThreadRef::new(th, u);
+        assert_eq!(running_entry(&row("state_cache:T:b:u1", "T:b", true, "3")), Some((t("T:b", "u1"), Some(3))));
+        assert_eq!(running_entry(&row("state_cache:T:b:u1", "T", true, "")), Some((t("T", "b:u1"), None)));
+        assert_eq!(running_entry(&row("state_cache:T:u1", "", false, "2")), Some((t("T", "u1"), Some(2))));
+        // Ambiguous without a name, a name the key does not start with, a version that is no number.
+        assert_eq!(running_entry(&row("state_cache:T:b:u1", "", false, "")), None);
+        assert_eq!(running_entry(&row("state_cache:T:u1", "X", true, "")), None);
+        assert_eq!(running_entry(&row("state_cache:T:u1", "T", true, "v2")), None);
     }
 }

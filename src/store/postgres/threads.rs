@@ -51,13 +51,27 @@ impl Stmts {
             lock_lease: Stmt::new(format!("SELECT 1 FROM {s}.tenx_leases WHERE thread_id = $1::text FOR UPDATE")),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
+            // With the threads 10xGraph's Redis entries show a run under way in ($3-$5: thread,
+            // user, the entry's version): taken where the thread's latest row is 10xGraph's at
+            // that version, or where it has none and the entry no version (what a resume from the
+            // entry requires; `legacy_resume`), and the thread is this user's in this database:
+            // 10xGraph's keys name no database, and one Redis may serve several (10xGraph writes
+            // the thread's row when a run starts, so a run in no state row still has it).
             running: Stmt::new(format!(
-                "SELECT t.thread_id{tt} AS thread_id, t.user_id{ut} AS user_id FROM {s}.threads t \
-                 CROSS JOIN LATERAL (SELECT state_data FROM {s}.states st WHERE st.thread_id = t.thread_id \
-                                     ORDER BY version DESC, state_id DESC LIMIT 1) st \
-                 WHERE st.state_data->'execution_meta'->>'status' = 'running' \
-                   AND ($1::text IS NULL OR t.thread_id > $1{t}) \
-                 ORDER BY t.thread_id LIMIT $2"
+                "SELECT x.thread_id{tt} AS thread_id, x.user_id{ut} AS user_id FROM ( \
+                   SELECT t.thread_id, t.user_id FROM {s}.threads t \
+                   CROSS JOIN LATERAL (SELECT state_data FROM {s}.states st WHERE st.thread_id = t.thread_id \
+                                       ORDER BY version DESC, state_id DESC LIMIT 1) st \
+                   WHERE st.state_data->'execution_meta'->>'status' = 'running' \
+                     AND ($1::text IS NULL OR t.thread_id > $1{t}) \
+                   UNION \
+                   SELECT c.tid{t}, c.uid{u} FROM unnest($3::text[], $4::text[], $5::bigint[]) AS c(tid, uid, ver) \
+                   WHERE ($1::text IS NULL OR c.tid{t} > $1{t}) \
+                     AND EXISTS (SELECT 1 FROM {s}.threads o WHERE o.thread_id = c.tid{t} AND o.user_id = c.uid{u}) \
+                     AND COALESCE((SELECT st.state_data ? 'context' AND st.version = c.ver FROM {s}.states st \
+                                   WHERE st.thread_id = c.tid{t} ORDER BY version DESC, state_id DESC LIMIT 1), \
+                                  c.ver IS NULL) \
+                 ) x ORDER BY x.thread_id LIMIT $2"
             )),
         }
     }
@@ -186,9 +200,26 @@ pub(super) async fn thread_owner(s: &PgStore, thread_id: &str) -> StoreResult<Op
 }
 
 pub(super) async fn running_threads(s: &PgStore, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>> {
+    // 10xGraph's runs that live only in its Redis entries, for a store that was given its Redis.
+    // Redis down: the rows' runs are still listed (the entries' runs are then resumed by the
+    // thread's next `ainvoke({})`, or by a later pass), with a warning.
+    let mut legacy = match s.redis_configured() {
+        Some(r) => r.legacy_running_threads().await.unwrap_or_else(|e| {
+            tracing::warn!(event = "legacy_cache_unreachable", "recovery lists the database's runs only: {e}");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    // An id the schema cannot hold is no thread of this database.
+    legacy.retain(|(t, _)| s.check_thread(t).is_ok());
+    let (tids, uids, versions): (Vec<&str>, Vec<&str>, Vec<Option<i64>>) =
+        legacy.iter().map(|(t, v)| (t.thread_id.as_str(), t.user_id.as_str(), *v)).collect();
     let rows = sqlx::query(s.sql.threads.running.q())
         .bind(after)
         .bind(limit.max(0))
+        .bind(tids)
+        .bind(uids)
+        .bind(versions)
         .fetch_all(&s.conns)
         .await
         .map_err(|e| map_err("list running threads", e, None))?;
