@@ -925,7 +925,7 @@ async fn a_10xgraph_state_cache_entry_is_read_as_such_and_cleared_with_ours() {
 }
 
 /// A Redis that cannot be reached is no answer about 10xGraph's entry, not "no entry": an error,
-/// on every read, also once Redis is marked down (the state cache itself skips it then).
+/// on every read, also once Redis is marked down (then at once, without a connect attempt).
 #[tokio::test]
 async fn an_unreachable_redis_is_an_error_for_10xgraphs_entry_not_an_absent_one() {
     let Some(dsn) = common::pg_dsn() else { return };

@@ -395,6 +395,61 @@ async def test_a_thread_10xgraph_wrote_is_refused_while_its_redis_is_down(
     assert effect_names(writer) == [*before, "email", "model"], "charge fired again, or nothing ran"
 
 
+async def test_a_first_turn_10xgraph_left_only_in_redis_is_refused_while_redis_is_down(writer: Writer) -> None:
+    """10xGraph's first turn killed in its tool node without per-step checkpoints: no state row,
+    only the thread's row (10xGraph writes it when a run starts), the entry and ``charge`` in the
+    ledger. With Redis down this thread was taken for a new one: the turn sent again fired
+    ``charge`` a second time, and ``{}`` said the input had no messages (red-team, session 42).
+    Both are refused ``STORAGE_TRANSIENT_001``, nothing written; with Redis back ``{}`` finishes
+    the turn from the entry."""
+    thread = new_thread("norow")
+    left = writer.crash_in_tool_node(thread, nondurable=True)
+    assert left["states"] == [] and json.loads(left["cache"]).get("__checkpoint_version__") is None
+    (writer.workdir / "email.release").write_text("go")
+    down = PgCheckpointer(writer.dsn, redis_url=DOWN_REDIS)
+    try:
+        app = agent.build(down)
+        for given in ({"messages": [agent.user_message(thread)]}, {}):
+            with pytest.raises(TransientStorageError) as refused:
+                await app.ainvoke(given, config=cfg(thread))
+            assert refused.value.error_code == "STORAGE_TRANSIENT_001"
+        assert effect_names(writer) == ["model", "charge"], "a tool ran without the entry"
+        assert writer.sql(f"SELECT count(*) FROM states WHERE thread_id = '{thread}'") == "0"
+    finally:
+        await down.arelease()
+    await agent.build(PgCheckpointer(writer.dsn, redis_url=writer.redis_url)).ainvoke({}, config=cfg(thread))
+    assert effect_names(writer) == ["model", "charge", "email", "model"], "charge fired again, or nothing ran"
+
+
+@pytest.mark.parametrize("op", ["aclean_thread", "aclear_state"])
+async def test_a_thread_deleted_while_redis_is_down_does_not_come_back(writer: Writer, op: str) -> None:
+    """The thread of a 10xGraph run that lives only in its entry, deleted (or cleared) while
+    Redis is down: the rows went and the entry stayed, so once Redis was back the next
+    conversation on the id was refused as busy and ``{}`` resumed the deleted run, its tools
+    fired again (red-team, session 42). The delete is refused ``STORAGE_TRANSIENT_001`` with
+    nothing deleted; with Redis up it deletes both, and the id starts afresh."""
+    thread = new_thread("deleted")
+    writer.crash_in_tool_node(thread, nondurable=True)
+    key = writer.cache_key(thread)
+    down = PgCheckpointer(writer.dsn, redis_url=DOWN_REDIS)
+    try:
+        with pytest.raises(TransientStorageError) as refused:
+            await getattr(down, op)(cfg(thread))
+        assert refused.value.error_code == "STORAGE_TRANSIENT_001"
+    finally:
+        await down.arelease()
+    assert writer.sql(f"SELECT count(*) FROM threads WHERE thread_id = '{thread}'") == "1"
+    assert writer.redis_get(key) is not None
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    await getattr(cp, op)(cfg(thread))
+    assert writer.redis_get(key) is None
+    (writer.workdir / "email.release").write_text("go")
+    out = await agent.build(cp).ainvoke({"messages": [agent.user_message(thread)]}, config=cfg(thread))
+    assert [m.role for m in out["messages"]] == ["user", "assistant", "tool", "tool", "assistant"]
+    done = effect_names(writer)  # the killed turn's, then the new conversation's (its tools run at once)
+    assert (done[:3], sorted(done[3:5]), done[5:]) == (["model", "charge", "model"], ["charge", "email"], ["model"]), done
+
+
 async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:
     """A thread 10xGraph completed: the same state with and without Redis (its Redis entry in
     10xGraph's format is no Redis failure), and a resume runs nothing."""

@@ -16,7 +16,7 @@
 //! Any other row resumes at the node it names, as before.
 
 use super::{ExecStatus, GraphSpec, START, graph::END};
-use crate::store::{Checkpoint, LegacyCache, ThreadRef, legacy_log};
+use crate::store::{Checkpoint, Checkpointer, LegacyCache, StoreError, ThreadRef, legacy_log};
 use serde_json::Value;
 
 /// The field 10xGraph adds to its cache entry: the durable version the entry was cached at.
@@ -47,6 +47,33 @@ pub fn may_have_legacy_cache(stored: Option<&Checkpoint>) -> bool {
 
 fn status_of(state: &Value) -> Option<&str> {
     state.get("execution_meta")?.get("status")?.as_str()
+}
+
+/// What a run does when 10xGraph's entry could not be read (`err`: Redis down, or failed
+/// moments ago): refuse (the error, a transient one: nothing was written yet) where the thread may
+/// have a run 10xGraph left in the entry alone, else go on as without one.
+/// - A row 10xGraph wrote (`has_row`): a run may be under way past it. Taken for "no entry",
+///   `{}` went on from the row (the turn lost) and the turn sent again fired a tool 10xGraph's
+///   ledger had recorded (red-team, session 41).
+/// - No row, but the thread's: 10xGraph writes it when a run starts, so this may be a first turn
+///   killed before its first durable write, with tools in its ledger. Taken as a new thread, the
+///   turn sent again fired a recorded `charge` again (red-team, session 42).
+/// - A thread unknown here is a new one: a Redis outage must not stop new threads.
+pub async fn unreadable_legacy_cache(
+    store: &dyn Checkpointer,
+    t: &ThreadRef,
+    has_row: bool,
+    err: StoreError,
+) -> Result<LegacyCache, StoreError> {
+    if has_row || store.thread_owner(&t.thread_id).await?.is_some() {
+        return Err(err);
+    }
+    tracing::warn!(
+        thread_id = %t.thread_id,
+        event = "legacy_cache_unreachable",
+        "10xGraph's Redis state cache could not be read for a thread unknown here; going on as a new thread: {err}"
+    );
+    Ok(LegacyCache::Absent)
 }
 
 /// Whether 10xGraph's cache entry found under this thread's key can be this thread's. Its key,

@@ -242,7 +242,7 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// 10xGraph 0.10's own state cache entry for the thread (see `LegacyCache`), read only when a
     /// thread it was running is resumed. Stores without a Redis that 10xGraph could have shared
-    /// have none. Err: the Redis it would be in could not be read.
+    /// have none. Err: the Redis it would be in could not be read (or failed moments ago).
     async fn legacy_state_cache(&self, _t: &ThreadRef) -> StoreResult<LegacyCache> {
         Ok(LegacyCache::Absent)
     }

@@ -107,20 +107,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     if legacy_resume::may_have_legacy_cache(stored.as_ref()) {
         let mut found = match store.legacy_state_cache(t).await {
             Ok(found) => found,
-            // A row 10xGraph wrote may have a run under way past it, in the entry only: without
-            // the entry, a resume went on from the row (the turn lost) and the turn sent again
-            // fired a tool its ledger had recorded (red-team, session 41). Refused, as a
-            // transient failure; nothing was written. A thread with no row goes on: it has no
-            // sign of 10xGraph, and a Redis outage must not stop new threads.
-            Err(e) if stored.is_some() => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(
-                    thread_id = %t.thread_id,
-                    event = "legacy_cache_unreachable",
-                    "10xGraph's Redis state cache could not be read for a thread with no row; going on as a new thread: {e}"
-                );
-                crate::store::LegacyCache::Absent
-            }
+            Err(e) => legacy_resume::unreadable_legacy_cache(store, t, stored.is_some(), e).await?,
         };
         if !legacy_resume::cache_entry_is_this_threads(&found, t) {
             // Another thread's (the key is ambiguous): neither used nor dropped.

@@ -141,8 +141,8 @@ pub(super) async fn state_cache_clear(s: &PgStore, t: &ThreadRef) -> StoreResult
 }
 
 pub(super) async fn legacy_state_cache(s: &PgStore, t: &ThreadRef) -> StoreResult<LegacyCache> {
-    // Asked even while Redis is marked down: a skipped read is no answer, and the caller must
-    // not take it for "no entry" (a run 10xGraph left only there would be lost or run again).
+    // Not `s.redis()`: a Redis marked down is an error here, not "no entry" (a run 10xGraph left
+    // only there would be lost or run again); the caller decides what it may go on without.
     match s.redis_configured() {
         Some(r) => r.get_legacy_state(t).await,
         None => Ok(LegacyCache::Absent),

@@ -33,11 +33,6 @@ const STATE_GET: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {false, false} end
 return redis.call('HMGET', KEYS[1], 'v', 'd')"#;
 
-/// 10xGraph's entry only (a JSON string); our hash under the same key is not one.
-const LEGACY_STATE_GET: &str = r#"
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
-return redis.call('GET', KEYS[1])"#;
-
 /// Deletes 10xGraph's entry (KEYS[1]) only where it is the thread's: its key is not escaped, so
 /// thread `T:b` of user `c` and thread `T` of user `b:c` share one, and clearing one thread's cache
 /// deleted the other's unfinished run (see `engine::legacy_resume::cache_entry_is_this_threads`,
@@ -102,6 +97,11 @@ fn state_key(prefix: &str, t: &ThreadRef) -> String {
 /// The key 10xGraph 0.10 wrote its entry under (read only when resuming a run it left).
 fn legacy_state_key(t: &ThreadRef) -> String {
     format!("state_cache:{}:{}", t.thread_id, t.user_id)
+}
+
+/// Whether the thread's 10xGraph key could be another thread's too (see `LEGACY_STATE_DEL`).
+fn ambiguous(t: &ThreadRef) -> bool {
+    t.thread_id.contains(':') || t.user_id.contains(':')
 }
 
 /// One row of `LEGACY_RUNNING` as the thread it is of and the version it was cached at.
@@ -198,17 +198,7 @@ impl RedisCache {
     }
 
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
-        let mut c = self.conn().await?;
-        match cmd.query_async::<T>(&mut c).await {
-            Ok(v) => {
-                self.mark_up();
-                Some(v)
-            }
-            Err(e) => {
-                self.mark_down(&e);
-                None
-            }
-        }
+        self.cmd_checked(cmd).await.ok()
     }
 
     /// Version-guarded state cache write: Some(false) when Redis held a newer version, None when
@@ -244,11 +234,20 @@ impl RedisCache {
 
     /// The state cache entry 10xGraph 0.10 wrote for the thread, decoded; Err when Redis could
     /// not answer, which is not "no entry": the entry may hold a run 10xGraph's rows do not show.
+    /// Not asked while Redis is marked down (a failure in the last `RETRY_AFTER`): every run
+    /// waited its own connect timeout, in line behind the connection's lock (red-team, session
+    /// 42: 8 new threads at once on a Redis that never answered took 9 s). Plain commands, not a
+    /// script: a Redis that refuses scripts (ACLs, some managed offerings) refused every thread.
     pub async fn get_legacy_state(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
-        let raw: Option<String> = self
-            .script_checked(redis::Script::new(LEGACY_STATE_GET).key(legacy_state_key(t)))
-            .await
-            .map_err(|message| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message })?;
+        let failed = |message: String| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message };
+        if !self.is_up() {
+            return Err(failed(format!("Redis failed less than {} s ago", RETRY_AFTER.as_secs())));
+        }
+        let key = legacy_state_key(t);
+        let kind: String = self.cmd_checked(redis::cmd("TYPE").arg(&key)).await.map_err(failed)?;
+        // Only a string is 10xGraph's; another kind under its key is nobody's entry of a run.
+        let raw: Option<String> =
+            if kind == "string" { self.cmd_checked(redis::cmd("GET").arg(&key)).await.map_err(failed)? } else { None };
         Ok(match raw {
             None => LegacyCache::Absent,
             Some(text) => match serde_json::from_str::<Value>(&text) {
@@ -302,6 +301,20 @@ impl RedisCache {
         self.script_checked(inv).await.ok()
     }
 
+    async fn cmd_checked<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
+        let mut c = self.try_conn().await?;
+        match cmd.query_async::<T>(&mut c).await {
+            Ok(v) => {
+                self.mark_up();
+                Ok(v)
+            }
+            Err(e) => {
+                self.mark_down(&e);
+                Err(super::errors::redact(&e.to_string()))
+            }
+        }
+    }
+
     async fn script_checked<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, String> {
         let mut c = self.try_conn().await?;
         match inv.invoke_async::<T>(&mut c).await {
@@ -316,13 +329,35 @@ impl RedisCache {
         }
     }
 
+    /// Deletes 10xGraph's entry of the thread (where it is the thread's, as `clear_state_cache`);
+    /// Err when Redis does not answer (also while it is marked down).
+    pub async fn forget_legacy_state(&self, t: &ThreadRef) -> StoreResult<()> {
+        let failed = |message: String| StoreError::Transient {
+            op: "deleting 10xGraph's Redis state cache entry (nothing was deleted)",
+            message,
+        };
+        if !self.is_up() {
+            return Err(failed(format!("Redis failed less than {} s ago", RETRY_AFTER.as_secs())));
+        }
+        let key = legacy_state_key(t);
+        // A Redis that holds no such string needs no script (one that refuses scripts has none:
+        // 10xGraph writes its entry with one).
+        let kind: String = self.cmd_checked(redis::cmd("TYPE").arg(&key)).await.map_err(failed)?;
+        if kind != "string" {
+            return Ok(());
+        }
+        let legacy = redis::Script::new(LEGACY_STATE_DEL);
+        let mut del = legacy.key(&key);
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
+        self.script_checked::<i64>(del).await.map(|_| ()).map_err(failed)
+    }
+
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
         let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
-        let ambiguous = t.thread_id.contains(':') || t.user_id.contains(':');
         let legacy = redis::Script::new(LEGACY_STATE_DEL);
         let mut del = legacy.key(legacy_state_key(t));
-        del.arg(&t.thread_id).arg(if ambiguous { "1" } else { "0" });
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
         let _ = self.script::<i64>(del).await;
     }
 }

@@ -222,6 +222,7 @@ pub(super) async fn clear_state(s: &PgStore, t: &ThreadRef) -> StoreResult<()> {
     if super::owned::hold_thread(s, &mut tx, t, "clear state").await? == Held::Nothing {
         return tx.rollback().await.map_err(|e| map_err("clear state", e, Some(t)));
     }
+    super::threads::forget_legacy_entry(s, &mut tx, t, "clear state").await?;
     for q in [&s.sql.steps.clear_states, &s.sql.steps.clear_messages] {
         sqlx::query(q.q())
             .bind(&t.thread_id)

@@ -19,6 +19,7 @@ pub(super) struct Stmts {
     lock_lease: Stmt,
     pub(super) owner: Stmt,
     running: Stmt,
+    legacy_possible: Stmt,
 }
 
 impl Stmts {
@@ -50,6 +51,12 @@ impl Stmts {
             )),
             lock_lease: Stmt::new(format!("SELECT 1 FROM {s}.tenx_leases WHERE thread_id = $1::text FOR UPDATE")),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
+            // No state row, or a latest one 10xGraph wrote (the context inside): the thread may
+            // have a run in 10xGraph's Redis entry alone (see `forget_legacy_entry`).
+            legacy_possible: Stmt::new(format!(
+                "SELECT COALESCE((SELECT state_data ? 'context' FROM {s}.states WHERE thread_id = $1{t} \
+                                  ORDER BY version DESC, state_id DESC LIMIT 1), true)"
+            )),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
             // With the threads 10xGraph's Redis entries show a run under way in ($3-$5: thread,
             // user, the entry's version): taken where the thread's latest row is 10xGraph's at
@@ -179,6 +186,7 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
     if super::owned::hold_thread(s, &mut tx, t, "delete thread").await? == Held::Nothing {
         return tx.rollback().await.map_err(|e| map_err("delete thread", e, Some(t)));
     }
+    forget_legacy_entry(s, &mut tx, t, "delete thread").await?;
     sqlx::query(s.sql.threads.delete.q())
         .bind(&t.thread_id)
         .execute(&mut *tx)
@@ -189,6 +197,26 @@ pub(super) async fn clean_thread(s: &PgStore, t: &ThreadRef) -> StoreResult<()> 
         r.clear_state_cache(t).await;
     }
     Ok(())
+}
+
+/// Deletes 10xGraph's Redis entry of a thread being deleted or cleared (inside its transaction,
+/// before the rows go), where the thread may have a run in it alone; Err, and nothing deleted,
+/// when Redis does not answer. Left behind (Redis down, or failed moments before), the entry of
+/// a deleted thread came back when Redis did: the next conversation on the id was refused as
+/// busy, and `{}` resumed the deleted run, its tools fired again (red-team, session 42).
+pub(super) async fn forget_legacy_entry(
+    s: &PgStore,
+    tx: &mut sqlx::PgConnection,
+    t: &ThreadRef,
+    op: &'static str,
+) -> StoreResult<()> {
+    let Some(r) = s.redis_configured() else { return Ok(()) };
+    let possible: bool = sqlx::query_scalar(s.sql.threads.legacy_possible.q())
+        .bind(&t.thread_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| map_err(op, e, Some(t)))?;
+    if possible { r.forget_legacy_state(t).await } else { Ok(()) }
 }
 
 pub(super) async fn thread_owner(s: &PgStore, thread_id: &str) -> StoreResult<Option<String>> {
