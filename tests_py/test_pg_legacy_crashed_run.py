@@ -450,6 +450,34 @@ async def test_a_thread_deleted_while_redis_is_down_does_not_come_back(writer: W
     assert (done[:3], sorted(done[3:5]), done[5:]) == (["model", "charge", "model"], ["charge", "email"], ["model"]), done
 
 
+async def test_threads_only_tenxgraph_wrote_run_and_go_without_redis(pg_dsn: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis is a cache to threads 10xGraph never ran: one named before its first message
+    (``aput_thread``: a thread row and no state row, as a 10xGraph first turn killed early
+    leaves) takes its turns, and one deleted goes, with Redis down. They were refused
+    ``STORAGE_TRANSIENT_001`` for the outage (red-team, session 42): only a thread with no state
+    row whose ledger holds tools, or whose latest row 10xGraph wrote, needs the entry."""
+    from tenxgraph.utils.thread_info import ThreadInfo
+
+    monkeypatch.setenv(agent.AGENT_DIR_ENV, str(tmp_path))
+    (tmp_path / "email.release").write_text("go")
+    cp = PgCheckpointer(pg_dsn, redis_url=DOWN_REDIS)
+    try:
+        app = agent.build(cp)
+        named, other = new_thread("named"), new_thread("gone")
+        for thread in (named, other):
+            await cp.aput_thread(cfg(thread), ThreadInfo(thread_id=thread, thread_name="support chat"))
+        out = await app.ainvoke({"messages": [agent.user_message(named)]}, config=cfg(named))
+        assert [m.role for m in out["messages"]] == ["user", "assistant", "tool", "tool", "assistant"]
+        await cp.aclean_thread(cfg(other))
+        assert await cp.aget_thread(cfg(other)) is None
+        # The turn's thread now has a row of ours: deleted without Redis too.
+        await cp.aclean_thread(cfg(named))
+        assert await cp.aget_state(cfg(named)) is None
+    finally:
+        await cp.arelease()
+
+
 async def test_thread_10xgraph_finished_reads_the_same(writer: Writer, logs: pytest.LogCaptureFixture) -> None:
     """A thread 10xGraph completed: the same state with and without Redis (its Redis entry in
     10xGraph's format is no Redis failure), and a resume runs nothing."""
@@ -541,6 +569,8 @@ async def test_recovery_finds_a_10xgraph_run_that_lives_only_in_redis(
     try:
         report = await agent.build(down).arecover()
         assert (report.resumed, report.skipped, report.failed) == ([], [], [])
+        # The pass says what it could not read (it printed "0 resumed", exit 0; red-team, session 42).
+        assert not report.ok and len(report.unlisted) == 1 and "Redis" in report.unlisted[0], report.unlisted
     finally:
         await down.arelease()
     assert effect_names(writer) == [*first, "model", "charge"]
@@ -556,6 +586,61 @@ async def test_recovery_finds_a_10xgraph_run_that_lives_only_in_redis(
     again = await agent.build(cp).arecover()
     assert (again.resumed, again.failed) == ([], [])
     assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
+
+
+async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(writer: Writer) -> None:
+    """The scan decoded every entry in one script call per 500 keys: large finished entries (2,000
+    of 300 KB; 100 here) ran it past Redis' answer timeout, and a key that is not UTF-8 failed it;
+    either way the pass saw no entry and said nothing (red-team, session 42). Only entries that
+    say "running" are decoded, keys are read as bytes, and a pass that could not scan says so."""
+
+    import redis
+
+    thread = new_thread("among")
+    writer.crash_in_tool_node(thread, nondurable=True)
+    r = redis.Redis.from_url(writer.redis_url)
+    filler = json.dumps({"context": [{"message_id": f"m{i}", "role": "user", "content": [
+        {"type": "text", "text": "x" * 3000}]} for i in range(100)],
+        "execution_meta": {"current_node": "model", "status": "completed"}})
+    keys = [f"state_cache:big-{thread}-{i}:u1" for i in range(100)]
+    try:
+        with r.pipeline(transaction=False) as p:
+            for k in keys:
+                p.set(k, filler)
+            p.set(b"state_cache:\xff\xfe-" + thread.encode() + b":u1", b"{}")
+            p.execute()
+        (writer.workdir / "email.release").write_text("go")
+        cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+        report = await agent.build(cp).arecover()
+        assert report.ok, (report.failed, report.unlisted)
+        assert [(x.thread_id, x.status) for x in report.resumed] == [(thread, "completed")]
+        assert effect_names(writer) == ["model", "charge", "email", "model"]
+    finally:
+        r.delete(*keys, b"state_cache:\xff\xfe-" + thread.encode() + b":u1")
+        r.close()
+
+
+async def test_recovery_lists_no_entry_that_a_resume_would_not_use(writer: Writer) -> None:
+    """Entries that say ``running`` but are no run a resume would take: one without a version on a
+    thread with a finished 10xGraph row, one at an older version, and one of a thread this
+    database does not have. Recovery lists none of them (the first was listed and reported as
+    skipped) and touches nothing."""
+    finished, stale = new_thread("fin"), new_thread("stale")
+    for thread in (finished, stale):
+        writer.run_to_completion(thread)
+    version = int(writer.sql(f"SELECT max(version) FROM states WHERE thread_id = '{stale}'"))
+    entry = {"context": [], "execution_meta": {"current_node": "tools", "status": "running"}}
+    writer.redis_set(writer.cache_key(finished), json.dumps({**entry, "execution_meta": {
+        **entry["execution_meta"], "thread_id": finished}}))
+    writer.redis_set(writer.cache_key(stale), json.dumps({**entry, "__checkpoint_version__": version - 1}))
+    stranger = new_thread("stranger")
+    writer.redis_set(writer.cache_key(stranger), json.dumps(entry))
+    done = effect_names(writer)
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    report = await agent.build(cp).arecover()
+    assert (report.resumed, report.skipped, report.failed) == ([], [], [])
+    assert effect_names(writer) == done
+    assert await cp.aget_state(cfg(stranger)) is None
 
 
 @pytest.mark.parametrize("redis", [True, False], ids=["redis", "no-redis"])

@@ -341,6 +341,9 @@ class NativeStore:
         ``[(thread_id, owner, live_holder_json | None, refused | None)]``; a None holder means no
         live run holds it; ``refused`` is why the store refuses the thread's id (never resumable
         here: a 10xGraph-written id 0 or below on an int schema)."""
+    def recovery_unlisted(self) -> str | None:
+        """Why the last ``recovery_candidates`` page could not list every unfinished run (10xGraph's
+        Redis entries did not answer); None when it saw everything."""
     def prune(
         self,
         keep_versions: int | None = None,

@@ -55,23 +55,29 @@ fn status_of(state: &Value) -> Option<&str> {
 /// - A row 10xGraph wrote (`has_row`): a run may be under way past it. Taken for "no entry",
 ///   `{}` went on from the row (the turn lost) and the turn sent again fired a tool 10xGraph's
 ///   ledger had recorded (red-team, session 41).
-/// - No row, but the thread's: 10xGraph writes it when a run starts, so this may be a first turn
-///   killed before its first durable write, with tools in its ledger. Taken as a new thread, the
-///   turn sent again fired a recorded `charge` again (red-team, session 42).
+/// - No state row, but the thread's row: 10xGraph writes it when a run starts, so this may be a
+///   first turn killed before its first durable write. With tools in its ledger, the turn sent
+///   again, taken as a new thread's, fired a recorded `charge` again (red-team, session 42); a
+///   `{}` has nothing to run from but the entry. Without them a new turn goes on: a thread named
+///   (`aput_thread`) before its first message is one too, and Redis is a cache to it.
 /// - A thread unknown here is a new one: a Redis outage must not stop new threads.
 pub async fn unreadable_legacy_cache(
     store: &dyn Checkpointer,
     t: &ThreadRef,
     has_row: bool,
+    resuming: bool,
     err: StoreError,
 ) -> Result<LegacyCache, StoreError> {
-    if has_row || store.thread_owner(&t.thread_id).await?.is_some() {
+    if has_row {
+        return Err(err);
+    }
+    if store.thread_owner(&t.thread_id).await?.is_some() && (resuming || !store.ledger_list(t).await?.is_empty()) {
         return Err(err);
     }
     tracing::warn!(
         thread_id = %t.thread_id,
         event = "legacy_cache_unreachable",
-        "10xGraph's Redis state cache could not be read for a thread unknown here; going on as a new thread: {err}"
+        "10xGraph's Redis state cache could not be read for a thread with no state row and no recorded tool; going on as a new thread: {err}"
     );
     Ok(LegacyCache::Absent)
 }

@@ -473,6 +473,12 @@ impl NativeStore {
         })
     }
 
+    /// Why the last `recovery_candidates` page could not list every unfinished run (10xGraph's
+    /// Redis entries did not answer); None when it saw everything.
+    fn recovery_unlisted(&self) -> Option<String> {
+        self.inner.running_threads_unlisted()
+    }
+
     /// `ledger_put(late=True)` for a worker thread with no event loop: a sync tool's result that
     /// arrived after its run gave up on it (deadline, stop). Blocks the calling thread (detached)
     /// for at most `timeout` seconds; never call it on an event loop's thread. No token checked on

@@ -187,6 +187,10 @@ impl Checkpointer for LazyStore {
         self.isolates_users
     }
 
+    fn running_threads_unlisted(&self) -> Option<String> {
+        self.cell.get().and_then(|s| s.running_threads_unlisted())
+    }
+
     fn unrecorded(&self) -> Option<&super::UnrecordedResults> {
         // A tool node runs after the run's first store call, which opened it.
         self.cell.get().and_then(|s| s.unrecorded())

@@ -185,6 +185,12 @@ pub trait Checkpointer: Send + Sync + 'static {
     /// skipping threads whose state changes meanwhile. Reads one state row per thread, no messages.
     async fn running_threads(&self, after: Option<&str>, limit: i64) -> StoreResult<Vec<ThreadRef>>;
 
+    /// What the last `running_threads` could not look at (a source of unfinished runs that did
+    /// not answer: 10xGraph's Redis entries), for recovery's report; None: it saw everything.
+    fn running_threads_unlisted(&self) -> Option<String> {
+        None
+    }
+
     /// Whether threads are private to the user who created them (`enforce_user_isolation`).
     fn isolates_users(&self) -> bool {
         false

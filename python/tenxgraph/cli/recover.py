@@ -143,4 +143,6 @@ async def recover_command(args: Any, io: Any) -> int:
         if rows:
             io.out.write(table(rows, cols, {"thread_id": 40, "detail": 100}) + "\n")
         io.out.write(f"{len(report.resumed)} resumed, {len(report.skipped)} skipped, {len(report.failed)} failed\n")
+        for why in report.unlisted:
+            io.out.write(f"not listed: {why}\n")
     return 0 if report.ok else EXIT_FAILED

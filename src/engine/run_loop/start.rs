@@ -107,7 +107,7 @@ pub(super) async fn run_leased<H: NodeHost + ?Sized>(
     if legacy_resume::may_have_legacy_cache(stored.as_ref()) {
         let mut found = match store.legacy_state_cache(t).await {
             Ok(found) => found,
-            Err(e) => legacy_resume::unreadable_legacy_cache(store, t, stored.is_some(), e).await?,
+            Err(e) => legacy_resume::unreadable_legacy_cache(store, t, stored.is_some(), resuming, e).await?,
         };
         if !legacy_resume::cache_entry_is_this_threads(&found, t) {
             // Another thread's (the key is ambiguous): neither used nor dropped.

@@ -139,6 +139,7 @@ impl PgStore {
             opts,
             redis,
             unrecorded: Default::default(),
+            legacy_scan_error: Default::default(),
         })
     }
 

@@ -66,6 +66,8 @@ pub struct PgStore {
     sql: Sql,
     redis: Option<RedisCache>,
     unrecorded: super::UnrecordedResults,
+    /// Why the last recovery listing missed 10xGraph's Redis entries (`running_threads_unlisted`).
+    legacy_scan_error: std::sync::Mutex<Option<String>>,
 }
 
 /// One statement's text, the quoted schema spliced in once when the store connects (never a
@@ -307,6 +309,10 @@ impl Checkpointer for PgStore {
             self.check_thread_id(a)?;
         }
         threads::running_threads(self, after, limit).await
+    }
+
+    fn running_threads_unlisted(&self) -> Option<String> {
+        self.legacy_scan_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     async fn cache_put(&self, ns: &str, key: &str, value: &Value, ttl: Option<f64>) -> StoreResult<()> {

@@ -51,11 +51,13 @@ impl Stmts {
             )),
             lock_lease: Stmt::new(format!("SELECT 1 FROM {s}.tenx_leases WHERE thread_id = $1::text FOR UPDATE")),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
-            // No state row, or a latest one 10xGraph wrote (the context inside): the thread may
-            // have a run in 10xGraph's Redis entry alone (see `forget_legacy_entry`).
+            // A latest state row 10xGraph wrote (the context inside), or none and tools in the
+            // ledger: the thread may have a run in 10xGraph's Redis entry alone whose tools ran
+            // (see `forget_legacy_entry`, `legacy_resume::unreadable_legacy_cache`).
             legacy_possible: Stmt::new(format!(
                 "SELECT COALESCE((SELECT state_data ? 'context' FROM {s}.states WHERE thread_id = $1{t} \
-                                  ORDER BY version DESC, state_id DESC LIMIT 1), true)"
+                                  ORDER BY version DESC, state_id DESC LIMIT 1), \
+                                 EXISTS (SELECT 1 FROM {s}.tool_executions WHERE thread_id = $1{t}))"
             )),
             // One index lookup (thread_id, version DESC) per thread for its latest row.
             // With the threads 10xGraph's Redis entries show a run under way in ($3-$5: thread,
@@ -75,7 +77,7 @@ impl Stmts {
                    SELECT c.tid{t}, c.uid{u} FROM unnest($3::text[], $4::text[], $5::bigint[]) AS c(tid, uid, ver) \
                    WHERE ($1::text IS NULL OR c.tid{t} > $1{t}) \
                      AND EXISTS (SELECT 1 FROM {s}.threads o WHERE o.thread_id = c.tid{t} AND o.user_id = c.uid{u}) \
-                     AND COALESCE((SELECT st.state_data ? 'context' AND st.version = c.ver FROM {s}.states st \
+                     AND COALESCE((SELECT st.state_data ? 'context' AND st.version IS NOT DISTINCT FROM c.ver FROM {s}.states st \
                                    WHERE st.thread_id = c.tid{t} ORDER BY version DESC, state_id DESC LIMIT 1), \
                                   c.ver IS NULL) \
                  ) x ORDER BY x.thread_id LIMIT $2"
@@ -231,12 +233,20 @@ pub(super) async fn running_threads(s: &PgStore, after: Option<&str>, limit: i64
     // 10xGraph's runs that live only in its Redis entries, for a store that was given its Redis.
     // Redis down: the rows' runs are still listed (the entries' runs are then resumed by the
     // thread's next `ainvoke({})`, or by a later pass), with a warning.
-    let mut legacy = match s.redis_configured() {
-        Some(r) => r.legacy_running_threads().await.unwrap_or_else(|e| {
+    let scanned = match s.redis_configured() {
+        Some(r) => r.legacy_running_threads().await,
+        None => Ok(Vec::new()),
+    };
+    let mut legacy = match scanned {
+        Ok(found) => {
+            *s.legacy_scan_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            found
+        }
+        Err(e) => {
             tracing::warn!(event = "legacy_cache_unreachable", "recovery lists the database's runs only: {e}");
+            *s.legacy_scan_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
             Vec::new()
-        }),
-        None => Vec::new(),
+        }
     };
     // An id the schema cannot hold is no thread of this database.
     legacy.retain(|(t, _)| s.check_thread(t).is_ok());
