@@ -55,8 +55,9 @@ fn status_of(state: &Value) -> Option<&str> {
 /// - A row 10xGraph wrote (`has_row`): a run may be under way past it. Taken for "no entry",
 ///   `{}` went on from the row (the turn lost) and the turn sent again fired a tool 10xGraph's
 ///   ledger had recorded (red-team, session 41).
-/// - No state row, but the thread's row: 10xGraph writes it when a run starts, so this may be a
-///   first turn killed before its first durable write. With tools in its ledger, the turn sent
+/// - No state row, but the thread's row: 10xGraph writes it with a run's first tool result (or
+///   message write, or durable write), so this may be a first turn killed after a tool and before
+///   its first durable write. With tools in its ledger, the turn sent
 ///   again, taken as a new thread's, fired a recorded `charge` again (red-team, session 42); a
 ///   `{}` has nothing to run from but the entry. Without them a new turn goes on: a thread named
 ///   (`aput_thread`) before its first message is one too, and Redis is a cache to it.

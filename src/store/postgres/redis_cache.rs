@@ -187,17 +187,9 @@ impl RedisCache {
             .set_connection_timeout(Some(Duration::from_millis(500)))
             .set_response_timeout(Some(Duration::from_millis(500)))
             .set_number_of_retries(1);
-        match self.client.get_connection_manager_with_config(cfg).await {
-            Ok(c) => {
-                *slot = Some(c.clone());
-                self.mark_up();
-                Ok(c)
-            }
-            Err(e) => {
-                self.mark_down(&e);
-                Err(super::errors::redact(&e.to_string()))
-            }
-        }
+        let c = self.settled(self.client.get_connection_manager_with_config(cfg).await)?;
+        *slot = Some(c.clone());
+        Ok(c)
     }
 
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
@@ -207,24 +199,10 @@ impl RedisCache {
     /// Version-guarded state cache write: Some(false) when Redis held a newer version, None when
     /// Redis failed.
     pub async fn put_state(&self, t: &ThreadRef, version: i64, payload: &Value) -> Option<bool> {
-        let mut c = self.conn().await?;
-        let r = redis::Script::new(STATE_CAS)
-            .key(state_key(&self.prefix, t))
-            .arg(version)
-            .arg(payload.to_string())
-            .arg(self.state_ttl.as_millis() as u64)
-            .invoke_async::<i64>(&mut c)
-            .await;
-        match r {
-            Ok(n) => {
-                self.mark_up();
-                Some(n == 1)
-            }
-            Err(e) => {
-                self.mark_down(&e);
-                None
-            }
-        }
+        let script = redis::Script::new(STATE_CAS);
+        let mut cas = script.key(state_key(&self.prefix, t));
+        cas.arg(version).arg(payload.to_string()).arg(self.state_ttl.as_millis() as u64);
+        self.script::<i64>(cas).await.map(|n| n == 1)
     }
 
     /// Our state cache entry (version and state) for the thread; None when absent, unreadable,
@@ -308,30 +286,20 @@ impl RedisCache {
 
     async fn cmd_checked<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
         let mut c = self.try_conn().await?;
-        match cmd.query_async::<T>(&mut c).await {
-            Ok(v) => {
-                self.mark_up();
-                Ok(v)
-            }
-            Err(e) => {
-                self.mark_down(&e);
-                Err(super::errors::redact(&e.to_string()))
-            }
-        }
+        self.settled(cmd.query_async::<T>(&mut c).await)
     }
 
     async fn script_checked<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, String> {
         let mut c = self.try_conn().await?;
-        match inv.invoke_async::<T>(&mut c).await {
-            Ok(v) => {
-                self.mark_up();
-                Ok(v)
-            }
-            Err(e) => {
-                self.mark_down(&e);
-                Err(super::errors::redact(&e.to_string()))
-            }
-        }
+        self.settled(inv.invoke_async::<T>(&mut c).await)
+    }
+
+    /// A call's answer, Redis marked up or down by it; the error redacted.
+    fn settled<T>(&self, r: redis::RedisResult<T>) -> Result<T, String> {
+        r.inspect(|_| self.mark_up()).map_err(|e| {
+            self.mark_down(&e);
+            super::errors::redact(&e.to_string())
+        })
     }
 
     /// Deletes 10xGraph's entry of the thread (where it is the thread's, as `clear_state_cache`);

@@ -65,7 +65,8 @@ impl Stmts {
             // that version, or where it has none and the entry no version (what a resume from the
             // entry requires; `legacy_resume`), and the thread is this user's in this database:
             // 10xGraph's keys name no database, and one Redis may serve several (10xGraph writes
-            // the thread's row when a run starts, so a run in no state row still has it).
+            // the thread's row with a run's first tool result: a run killed before any tool
+            // finished has none, and is left to the thread's own `ainvoke({})`).
             running: Stmt::new(format!(
                 "SELECT x.thread_id{tt} AS thread_id, x.user_id{ut} AS user_id FROM ( \
                    SELECT t.thread_id, t.user_id FROM {s}.threads t \
