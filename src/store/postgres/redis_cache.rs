@@ -102,6 +102,11 @@ fn legacy_state_key(t: &ThreadRef) -> String {
     format!("state_cache:{}:{}", t.thread_id, t.user_id)
 }
 
+/// Why Redis was not asked: it failed within `RETRY_AFTER`.
+fn down_recently() -> String {
+    format!("Redis failed less than {} s ago; not asked again yet", RETRY_AFTER.as_secs())
+}
+
 /// Whether the thread's 10xGraph key could be another thread's too (see `LEGACY_STATE_DEL`).
 fn ambiguous(t: &ThreadRef) -> bool {
     t.thread_id.contains(':') || t.user_id.contains(':')
@@ -183,6 +188,12 @@ impl RedisCache {
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
+        // Failed while this call waited for the lock (the connect it waited on): each waiter made
+        // its own full connect attempt in turn, and on a Redis that never answers calls queued
+        // for tens of seconds (red-team, session 42: p99 24 s at 20 new threads a second).
+        if !self.is_up() {
+            return Err(down_recently());
+        }
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(500)))
             .set_response_timeout(Some(Duration::from_millis(500)))
@@ -222,7 +233,7 @@ impl RedisCache {
     pub async fn get_legacy_state(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
         let failed = |message: String| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message };
         if !self.is_up() {
-            return Err(failed(format!("Redis failed less than {} s ago", RETRY_AFTER.as_secs())));
+            return Err(failed(down_recently()));
         }
         let key = legacy_state_key(t);
         let kind: String = self.cmd_checked(redis::cmd("TYPE").arg(&key)).await.map_err(failed)?;
@@ -310,7 +321,7 @@ impl RedisCache {
             message,
         };
         if !self.is_up() {
-            return Err(failed(format!("Redis failed less than {} s ago", RETRY_AFTER.as_secs())));
+            return Err(failed(down_recently()));
         }
         let key = legacy_state_key(t);
         // A Redis that holds no such string needs no script (one that refuses scripts has none:
