@@ -102,11 +102,6 @@ fn legacy_state_key(t: &ThreadRef) -> String {
     format!("state_cache:{}:{}", t.thread_id, t.user_id)
 }
 
-/// Why Redis was not asked: it failed within `RETRY_AFTER`.
-fn down_recently() -> String {
-    format!("Redis failed less than {} s ago; not asked again yet", RETRY_AFTER.as_secs())
-}
-
 /// Whether the thread's 10xGraph key could be another thread's too (see `LEGACY_STATE_DEL`).
 fn ambiguous(t: &ThreadRef) -> bool {
     t.thread_id.contains(':') || t.user_id.contains(':')
@@ -150,6 +145,14 @@ impl RedisCache {
         Ok(cache)
     }
 
+    /// Err (why Redis is not asked) while `is_up` is false: it failed within `RETRY_AFTER`.
+    fn not_down(&self) -> Result<(), String> {
+        if self.is_up() {
+            return Ok(());
+        }
+        Err(format!("Redis failed less than {} s ago; not asked again yet", RETRY_AFTER.as_secs()))
+    }
+
     /// False while Redis is marked down and the retry delay has not passed.
     pub fn is_up(&self) -> bool {
         if self.up.load(Ordering::Relaxed) {
@@ -191,9 +194,7 @@ impl RedisCache {
         // Failed while this call waited for the lock (the connect it waited on): each waiter made
         // its own full connect attempt in turn, and on a Redis that never answers calls queued
         // for tens of seconds (red-team, session 42: p99 24 s at 20 new threads a second).
-        if !self.is_up() {
-            return Err(down_recently());
-        }
+        self.not_down()?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(500)))
             .set_response_timeout(Some(Duration::from_millis(500)))
@@ -232,9 +233,7 @@ impl RedisCache {
     /// script: a Redis that refuses scripts (ACLs, some managed offerings) refused every thread.
     pub async fn get_legacy_state(&self, t: &ThreadRef) -> StoreResult<LegacyCache> {
         let failed = |message: String| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message };
-        if !self.is_up() {
-            return Err(failed(down_recently()));
-        }
+        self.not_down().map_err(failed)?;
         let key = legacy_state_key(t);
         let kind: String = self.cmd_checked(redis::cmd("TYPE").arg(&key)).await.map_err(failed)?;
         // Only a string is 10xGraph's; another kind under its key is nobody's entry of a run.
@@ -259,6 +258,7 @@ impl RedisCache {
     /// `execution_meta.thread_id`, and a ':' in the rest) is left out, as a resume would not use it.
     pub async fn legacy_running_threads(&self) -> StoreResult<Vec<(ThreadRef, Option<i64>)>> {
         let failed = |message: String| StoreError::Transient { op: "scanning 10xGraph's Redis state cache", message };
+        let answer = |e: redis::RedisError| failed(super::errors::redact(&e.to_string()));
         let mut c = self.try_conn().await.map_err(failed)?;
         let mut cursor: u64 = 0;
         let mut out = Vec::new();
@@ -272,7 +272,7 @@ impl RedisCache {
                 .arg(100)
                 .query_async(&mut c)
                 .await
-                .map_err(|e| failed(super::errors::redact(&e.to_string())))?;
+                .map_err(answer)?;
             let keys: Vec<String> = raw.into_iter().filter_map(|k| String::from_utf8(k).ok()).collect();
             if !keys.is_empty() {
                 let script = redis::Script::new(LEGACY_RUNNING);
@@ -280,8 +280,7 @@ impl RedisCache {
                 for k in &keys {
                     inv.key(k);
                 }
-                let rows: Vec<Vec<String>> =
-                    inv.invoke_async(&mut c).await.map_err(|e| failed(super::errors::redact(&e.to_string())))?;
+                let rows: Vec<Vec<String>> = inv.invoke_async(&mut c).await.map_err(answer)?;
                 out.extend(rows.iter().filter_map(|r| running_entry(r)));
             }
             if next == 0 {
@@ -320,9 +319,7 @@ impl RedisCache {
             op: "deleting 10xGraph's Redis state cache entry (nothing was deleted)",
             message,
         };
-        if !self.is_up() {
-            return Err(failed(down_recently()));
-        }
+        self.not_down().map_err(failed)?;
         let key = legacy_state_key(t);
         // A Redis that holds no such string needs no script (one that refuses scripts has none:
         // 10xGraph writes its entry with one).
