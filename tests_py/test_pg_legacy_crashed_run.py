@@ -588,6 +588,56 @@ async def test_recovery_finds_a_10xgraph_run_that_lives_only_in_redis(
     assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
 
 
+@pytest.mark.parametrize("redis", ["up", "down"])
+async def test_prune_leaves_a_10xgraph_run_that_lives_only_in_redis(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch, redis: str
+) -> None:
+    """A turn run with ``durable_checkpoint_every_step=False`` killed in its tool node after a
+    finished turn: the thread's latest row says ``completed``, so ``aprune(ledger_ttl=)`` deleted
+    the run's ledger rows and ``aprune(finished_older_than=)`` the thread, and the run's resume
+    from 10xGraph's entry charged the card again (red-team, session 42). Prune now asks Redis which
+    threads 10xGraph has a run under way in and leaves them; with Redis down it leaves every
+    thread whose latest row 10xGraph wrote. A finished 10xGraph thread beside it is pruned (with
+    Redis) as before."""
+    thread, done = new_thread("prune-run"), new_thread("prune-done")
+    writer.run_to_completion(thread)
+    writer.run_to_completion(done)
+    left = writer.crash_in_tool_node(thread, nondurable=True, turn=2)
+    assert [s["meta"]["status"] for s in left["states"]][-1] == "completed"
+    charges = effect_names(writer).count("charge")
+
+    def ledger(t: str) -> int:
+        return int(writer.sql(f"SELECT COUNT(*) FROM tool_executions WHERE thread_id = '{t}'"))
+
+    def threads(t: str) -> int:
+        return int(writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{t}'"))
+
+    before = ledger(thread)
+    assert before == 3 and ledger(done) == 2, (before, ledger(done))  # turn one's charge and email, turn two's charge
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url if redis == "up" else DOWN_REDIS)
+    try:
+        dry = await cp.aprune(ledger_ttl=0, dry_run=True)
+        first = await cp.aprune(ledger_ttl=0)
+        assert first["ledger_rows"] == dry["ledger_rows"] == (2 if redis == "up" else 0), (first, dry)
+        assert ledger(thread) == before
+        assert ledger(done) == (0 if redis == "up" else 2)
+        second = await cp.aprune(finished_older_than=0)
+        assert second["threads"] == (1 if redis == "up" else 0), second
+        assert threads(thread) == 1 and threads(done) == (0 if redis == "up" else 1)
+    finally:
+        await cp.arelease()
+
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    report = await agent.build(cp).arecover()
+    assert report.ok, report.failed
+    assert [(r.thread_id, r.status) for r in report.resumed] == [(thread, "completed")]
+    assert effect_names(writer).count("charge") == charges, "a pruned ledger row let charge fire again"
+    state = await cp.aget_state(cfg(thread))
+    assert state.execution_meta.status.value == "completed"
+
+
 async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(writer: Writer) -> None:
     """The scan decoded every entry in one script call per 500 keys: large finished entries (2,000
     of 300 KB; 100 here) ran it past Redis' answer timeout, and a key that is not UTF-8 failed it;

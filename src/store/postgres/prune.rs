@@ -34,11 +34,17 @@ impl Stmts {
     pub(super) fn new(s: &str, c: &Casts) -> Self {
         let (id, tt) = (c.id, c.id_text);
         // The thread of row `x` is completed (by its latest state) and not leased: the only
-        // threads prune touches.
-        let finished = |x: &str| {
+        // threads prune touches. `$n` (text[]): the threads 10xGraph's Redis entries show a run
+        // under way in, which are not finished whatever their rows say (such a run may live in
+        // its entry alone, the finished turn's row latest; its ledger deleted, a resume fired its
+        // tools again; red-team, session 42); NULL when Redis could not be scanned, and then no
+        // thread whose latest row 10xGraph wrote counts as finished.
+        let finished = |x: &str, n: u8| {
             format!(
-                "(SELECT st.state_data->'execution_meta'->>'status' FROM {s}.states st WHERE st.thread_id = {x}.thread_id \
-                   ORDER BY st.version DESC LIMIT 1) = 'completed' \
+                "COALESCE((SELECT st.state_data->'execution_meta'->>'status' = 'completed' \
+                     AND (${n}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
+                   FROM {s}.states st WHERE st.thread_id = {x}.thread_id ORDER BY st.version DESC LIMIT 1), FALSE) \
+                 AND NOT {x}.thread_id{tt} = ANY(COALESCE(${n}::text[], '{{}}')) \
                  AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
                    AND NOT l.released AND l.expires_at > clock_timestamp())"
             )
@@ -46,11 +52,15 @@ impl Stmts {
         // Each statement returns: the rows its window read, the rows it deleted, the ledger rows
         // that went with deleted threads, and the window's last key (as text; NULL when empty).
         // $1: the rule's number; $2: the window; $3 (and $4): the key the window starts after.
-        let both = |f: &dyn Fn(&str) -> String, next: &str| [Stmt::new(f("TRUE")), Stmt::new(f(next))];
+        // `f` gets the window's start and the number of the statement's last parameter (the
+        // first window has no key to bind).
+        let both = |f: &dyn Fn(&str, u8) -> String, next: &str, keys: u8| {
+            [Stmt::new(f("TRUE", 3)), Stmt::new(f(next, 3 + keys))]
+        };
         Stmts {
             // $1: versions to keep (at least 1: the latest always stays).
             states: both(
-                &|after| {
+                &|after, _| {
                     format!(
                         "WITH w AS (SELECT st.state_id, st.thread_id, st.version FROM {s}.states st \
                    WHERE {after} ORDER BY st.state_id LIMIT $2::int8), \
@@ -61,6 +71,7 @@ impl Stmts {
                     )
                 },
                 "st.state_id > $3::text::int8",
+                1,
             ),
             // The thread rule is two statements in the batch's transaction. This one chooses
             // ($1: seconds) and locks, never waiting: the chosen threads' lease rows first (the
@@ -69,7 +80,7 @@ impl Stmts {
             // finished). A thread whose lease row exists but was skipped is left. It returns the
             // rows the window read, its last key and the locked threads' ids (as text).
             threads: both(
-                &|after| {
+                &|after, n| {
                     format!(
                         "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
@@ -82,10 +93,11 @@ impl Stmts {
                      OR NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l2 WHERE l2.thread_id = t.thread_id{tt})) \
                    ORDER BY t.thread_id FOR UPDATE SKIP LOCKED) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT MAX(thread_id){tt} FROM w), ARRAY(SELECT thread_id{tt} FROM th)",
-                        finished("w")
+                        finished("w", n)
                     )
                 },
                 &format!("t.thread_id > $3::text{id}"),
+                1,
             ),
             // The second: the locked threads judged again on a snapshot taken now ($1: their
             // ids, $2: seconds), then deleted. The first statement's snapshot is older than its
@@ -103,12 +115,12 @@ impl Stmts {
                    AND (l.released OR l.expires_at <= clock_timestamp())) \
                  SELECT (SELECT COUNT(*) FROM d), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d))",
-                finished("t")
+                finished("t", 3)
             )),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
             // not counted twice. Keyed by the primary key (thread_id, tool_call_id).
             ledger: both(
-                &|after| {
+                &|after, n| {
                     format!(
                         "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
                    WHERE {after} ORDER BY x.thread_id, x.tool_call_id LIMIT $2::int8), \
@@ -117,10 +129,11 @@ impl Stmts {
                  d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM v)) RETURNING 1), \
                  last AS (SELECT thread_id{tt} AS t, tool_call_id::text AS k FROM w ORDER BY thread_id DESC, tool_call_id DESC LIMIT 1) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), 0::int8, (SELECT t FROM last), (SELECT k FROM last)",
-                        finished("w")
+                        finished("w", n)
                     )
                 },
                 &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)"),
+                2,
             ),
             // $1: the window. Expired cache entries: reads skip them and nothing else removes
             // them. No key to walk: what a batch finds it deletes, so the next batch's scan of
@@ -156,22 +169,24 @@ impl Batch {
         s: &PgStore,
         tx: &mut Tx,
         after: &(Option<String>, Option<String>),
+        held: Option<&[String]>,
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age).await,
+            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age, held).await,
             Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
             Batch::Cache => return sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await,
         };
         let q = q.bind(self.size());
-        match (&after.0, matches!(self, Batch::Ledger(_))) {
+        let ledger = matches!(self, Batch::Ledger(_));
+        let q = match (&after.0, ledger) {
             (None, _) => q,
             (Some(key), false) => q.bind(key.as_str()),
             (Some(key), true) => q.bind(key.as_str()).bind(after.1.as_deref().unwrap_or_default()),
-        }
-        .fetch_one(&mut **tx)
-        .await
+        };
+        // The ledger rule's last parameter: the threads 10xGraph's Redis shows running.
+        if ledger { q.bind(held) } else { q }.fetch_one(&mut **tx).await
     }
 
     fn size(&self) -> i64 {
@@ -198,19 +213,21 @@ async fn threads_batch(
     after: Option<&str>,
     next: usize,
     age: f64,
+    held: Option<&[String]>,
 ) -> Result<Got, sqlx::Error> {
     let q = sqlx::query_as(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
     let (read, last, locked): (i64, Option<String>, Vec<String>) = match after {
         None => q,
         Some(key) => q.bind(key),
     }
+    .bind(held)
     .fetch_one(&mut **tx)
     .await?;
     if locked.is_empty() {
         return Ok((read, 0, 0, last, None));
     }
     let (deleted, ledger): (i64, i64) =
-        sqlx::query_as(s.sql.prune.threads_delete.q()).bind(&locked).bind(age).fetch_one(&mut **tx).await?;
+        sqlx::query_as(s.sql.prune.threads_delete.q()).bind(&locked).bind(age).bind(held).fetch_one(&mut **tx).await?;
     Ok((read, deleted, ledger, last, None))
 }
 
@@ -228,6 +245,11 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         rule_batches.push(Batch::Ledger(ttl));
     }
     rule_batches.push(Batch::Cache);
+    let held = if rules.finished_older_than.is_some() || rules.ledger_ttl.is_some() {
+        legacy_runs(s).await
+    } else {
+        Some(Vec::new())
+    };
     // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
     // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };
@@ -238,12 +260,12 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
             let got = match dry.as_mut() {
-                Some(tx) => batch.run(s, tx, &after).await.map_err(err)?,
+                Some(tx) => batch.run(s, tx, &after, held.as_deref()).await.map_err(err)?,
                 // Each batch commits on its own, bounded like any transaction of the store.
                 None => {
                     s.bounded("prune", async {
                         let mut tx = s.conns.begin().await.map_err(err)?;
-                        let got = batch.run(s, &mut tx, &after).await.map_err(err)?;
+                        let got = batch.run(s, &mut tx, &after, held.as_deref()).await.map_err(err)?;
                         tx.commit().await.map_err(err)?;
                         Ok(got)
                     })
@@ -262,4 +284,21 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         tx.rollback().await.map_err(err)?;
     }
     Ok(report)
+}
+
+/// The threads 10xGraph's Redis entries show a run under way in (none without a Redis); None when
+/// Redis could not be scanned (the thread and ledger rules then leave every thread whose latest
+/// row 10xGraph wrote, and say so in the log).
+async fn legacy_runs(s: &PgStore) -> Option<Vec<String>> {
+    let Some(r) = s.redis_configured() else { return Some(Vec::new()) };
+    match r.legacy_running_threads().await {
+        Ok(found) => Some(found.into_iter().map(|(t, _)| t.thread_id).collect()),
+        Err(e) => {
+            tracing::warn!(
+                event = "legacy_cache_unreachable",
+                "prune leaves the threads 10xGraph wrote last (a run of theirs may live in Redis alone): {e}"
+            );
+            None
+        }
+    }
 }
