@@ -624,6 +624,9 @@ async def test_prune_leaves_a_10xgraph_run_that_lives_only_in_redis(
         second = await cp.aprune(finished_older_than=0)
         assert second["threads"] == (1 if redis == "up" else 0), second
         assert threads(thread) == 1 and threads(done) == (0 if redis == "up" else 1)
+        # A deleted thread's 10xGraph entry goes with it (as with aclean_thread); the run's stays.
+        assert (writer.redis_get(writer.cache_key(done)) is None) == (redis == "up")
+        assert json.loads(writer.redis_get(writer.cache_key(thread)) or "{}")["execution_meta"]["status"] == "running"
     finally:
         await cp.arelease()
 

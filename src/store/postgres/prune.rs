@@ -32,7 +32,7 @@ pub(super) struct Stmts {
 
 impl Stmts {
     pub(super) fn new(s: &str, c: &Casts) -> Self {
-        let (id, tt) = (c.id, c.id_text);
+        let (id, tt, ut) = (c.id, c.id_text, c.user_text);
         // The thread of row `x` is completed (by its latest state) and not leased: the only
         // threads prune touches. `$n` (text[]): the threads 10xGraph's Redis entries show a run
         // under way in, which are not finished whatever their rows say (such a run may live in
@@ -110,11 +110,12 @@ impl Stmts {
             // count reads them from its snapshot, before they went.
             threads_delete: Stmt::new(format!(
                 "WITH d AS (DELETE FROM {s}.threads t WHERE t.thread_id = ANY($1::text[]{id}[]) \
-                   AND t.updated_at < clock_timestamp() - make_interval(secs => $2::float8) AND {} RETURNING t.thread_id), \
+                   AND t.updated_at < clock_timestamp() - make_interval(secs => $2::float8) AND {} RETURNING t.thread_id, t.user_id), \
                  dl AS (DELETE FROM {s}.tenx_leases l WHERE l.thread_id IN (SELECT thread_id{tt} FROM d) \
                    AND (l.released OR l.expires_at <= clock_timestamp())) \
                  SELECT (SELECT COUNT(*) FROM d), \
-                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d))",
+                   (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
+                   ARRAY(SELECT thread_id{tt} FROM d), ARRAY(SELECT user_id{ut} FROM d)",
                 finished("t", 3)
             )),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
@@ -170,11 +171,12 @@ impl Batch {
         tx: &mut Tx,
         after: &(Option<String>, Option<String>),
         held: Option<&[String]>,
+        dry: bool,
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age, held).await,
+            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age, held, dry).await,
             Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
             Batch::Cache => return sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await,
         };
@@ -214,6 +216,7 @@ async fn threads_batch(
     next: usize,
     age: f64,
     held: Option<&[String]>,
+    dry: bool,
 ) -> Result<Got, sqlx::Error> {
     let q = sqlx::query_as(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
     let (read, last, locked): (i64, Option<String>, Vec<String>) = match after {
@@ -226,8 +229,17 @@ async fn threads_batch(
     if locked.is_empty() {
         return Ok((read, 0, 0, last, None));
     }
-    let (deleted, ledger): (i64, i64) =
+    let (deleted, ledger, tids, uids): (i64, i64, Vec<String>, Vec<String>) =
         sqlx::query_as(s.sql.prune.threads_delete.q()).bind(&locked).bind(age).bind(held).fetch_one(&mut **tx).await?;
+    // The deleted threads' Redis entries (ours and 10xGraph's) go too, as with `aclean_thread`
+    // (a failure is ignored: a finished thread's entry is a cache, and a later thread under the
+    // id does not resume from an entry with a version and no row). Not for a thread whose entry
+    // says a run is under way: `held` kept it.
+    if let (false, Some(r)) = (dry, s.redis()) {
+        for (t, u) in tids.into_iter().zip(uids) {
+            r.clear_state_cache(&crate::store::ThreadRef::new(t, u)).await;
+        }
+    }
     Ok((read, deleted, ledger, last, None))
 }
 
@@ -260,12 +272,12 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
             let got = match dry.as_mut() {
-                Some(tx) => batch.run(s, tx, &after, held.as_deref()).await.map_err(err)?,
+                Some(tx) => batch.run(s, tx, &after, held.as_deref(), true).await.map_err(err)?,
                 // Each batch commits on its own, bounded like any transaction of the store.
                 None => {
                     s.bounded("prune", async {
                         let mut tx = s.conns.begin().await.map_err(err)?;
-                        let got = batch.run(s, &mut tx, &after, held.as_deref()).await.map_err(err)?;
+                        let got = batch.run(s, &mut tx, &after, held.as_deref(), false).await.map_err(err)?;
                         tx.commit().await.map_err(err)?;
                         Ok(got)
                     })
