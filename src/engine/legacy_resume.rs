@@ -69,10 +69,10 @@ pub async fn unreadable_legacy_cache(
     resuming: bool,
     err: StoreError,
 ) -> Result<LegacyCache, StoreError> {
-    if has_row {
+    if has_row || store.may_hold_legacy_run(t).await? {
         return Err(err);
     }
-    if store.thread_owner(&t.thread_id).await?.is_some() && (resuming || !store.ledger_list(t).await?.is_empty()) {
+    if resuming && store.thread_owner(&t.thread_id).await?.is_some() {
         return Err(err);
     }
     tracing::warn!(

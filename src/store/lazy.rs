@@ -227,6 +227,9 @@ impl Checkpointer for LazyStore {
         // the default (here: no 10xGraph entry, so a run 10xGraph died in resumed at the wrong node).
         self.get().await?.legacy_state_cache(t).await
     }
+    async fn may_hold_legacy_run(&self, t: &ThreadRef) -> StoreResult<bool> {
+        self.get().await?.may_hold_legacy_run(t).await
+    }
     async fn ledger_get(&self, t: &ThreadRef, keys: &[String]) -> StoreResult<HashMap<String, Value>> {
         self.get().await?.ledger_get(t, keys).await
     }

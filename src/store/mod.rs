@@ -253,6 +253,13 @@ pub trait Checkpointer: Send + Sync + 'static {
         Ok(LegacyCache::Absent)
     }
 
+    /// Whether 10xGraph may have a run of this thread in its Redis entry alone, whose tools ran:
+    /// the latest state row is 10xGraph's, or there is none and the ledger holds tools. What a
+    /// store that cannot read that entry (`legacy_state_cache` Err) refuses to go on without.
+    async fn may_hold_legacy_run(&self, _t: &ThreadRef) -> StoreResult<bool> {
+        Ok(false)
+    }
+
     /// Recorded ledger rows for the given keys, in one round trip: results, and intent records
     /// (`is_intent`) of calls that started but never recorded a result. A non-owner under user
     /// isolation reads nothing.

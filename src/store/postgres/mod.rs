@@ -311,6 +311,11 @@ impl Checkpointer for PgStore {
         threads::running_threads(self, after, limit).await
     }
 
+    async fn may_hold_legacy_run(&self, t: &ThreadRef) -> StoreResult<bool> {
+        self.check_thread(t)?;
+        threads::may_hold_legacy_run(self, &self.conns, t).await.map_err(|e| map_err("read thread", e, Some(t)))
+    }
+
     fn running_threads_unlisted(&self) -> Option<String> {
         self.legacy_scan_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

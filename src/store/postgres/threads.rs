@@ -51,9 +51,8 @@ impl Stmts {
             )),
             lock_lease: Stmt::new(format!("SELECT 1 FROM {s}.tenx_leases WHERE thread_id = $1::text FOR UPDATE")),
             owner: Stmt::new(format!("SELECT user_id{ut} AS user_id FROM {s}.threads WHERE thread_id = $1{t}")),
-            // A latest state row 10xGraph wrote (the context inside), or none and tools in the
-            // ledger: the thread may have a run in 10xGraph's Redis entry alone whose tools ran
-            // (see `forget_legacy_entry`, `legacy_resume::unreadable_legacy_cache`).
+            // `Checkpointer::may_hold_legacy_run`: a latest state row 10xGraph wrote (the
+            // context inside), or none and tools in the ledger.
             legacy_possible: Stmt::new(format!(
                 "SELECT COALESCE((SELECT state_data ? 'context' FROM {s}.states WHERE thread_id = $1{t} \
                                   ORDER BY version DESC, state_id DESC LIMIT 1), \
@@ -214,12 +213,16 @@ pub(super) async fn forget_legacy_entry(
     op: &'static str,
 ) -> StoreResult<()> {
     let Some(r) = s.redis_configured() else { return Ok(()) };
-    let possible: bool = sqlx::query_scalar(s.sql.threads.legacy_possible.q())
-        .bind(&t.thread_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_err(op, e, Some(t)))?;
+    let possible = may_hold_legacy_run(s, &mut *tx, t).await.map_err(|e| map_err(op, e, Some(t)))?;
     if possible { r.forget_legacy_state(t).await } else { Ok(()) }
+}
+
+pub(super) async fn may_hold_legacy_run<'e>(
+    s: &PgStore,
+    ex: impl sqlx::PgExecutor<'e>,
+    t: &ThreadRef,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(s.sql.threads.legacy_possible.q()).bind(&t.thread_id).fetch_one(ex).await
 }
 
 pub(super) async fn thread_owner(s: &PgStore, thread_id: &str) -> StoreResult<Option<String>> {
