@@ -619,6 +619,7 @@ async def test_prune_leaves_a_10xgraph_run_that_lives_only_in_redis(
         dry = await cp.aprune(ledger_ttl=0, dry_run=True)
         first = await cp.aprune(ledger_ttl=0)
         assert first["ledger_rows"] == dry["ledger_rows"] == (2 if redis == "up" else 0), (first, dry)
+        assert first["legacy_unchecked"] is dry["legacy_unchecked"] is (redis == "down")
         assert ledger(thread) == before
         assert ledger(done) == (0 if redis == "up" else 2)
         second = await cp.aprune(finished_older_than=0)

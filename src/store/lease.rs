@@ -130,6 +130,10 @@ pub struct PruneReport {
     pub cache_entries: u64,
     /// True when nothing was deleted (the rules' `dry_run`).
     pub dry_run: bool,
+    /// True when `finished_older_than` or `ledger_ttl` left a completed thread whose latest state
+    /// 10xGraph wrote because its Redis was not given or did not answer (PostgreSQL; its entry
+    /// may hold a run under way that the rows do not show).
+    pub legacy_unchecked: bool,
 }
 
 /// The `__kind__` of a ledger row written before its tool runs (an intent record). A row of this

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TextIO
 
 from tenxgraph.cli import views
-from tenxgraph.cli.connect import EXIT_NOT_FOUND, EXIT_USAGE, CliError
+from tenxgraph.cli.connect import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from tenxgraph.cli.render import cell, emit_json, table
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 from tenxgraph.storage.checkpointer.native_checkpointer import stop_token
@@ -198,7 +198,13 @@ async def prune(cp: BaseCheckpointer, args: Any, io: Io) -> int:
         verb = "would remove" if args.dry_run else "removed"
         io.out.write(f"{verb}: {report['state_versions']} state versions, {report['threads']} completed threads, "
                      f"{report['ledger_rows']} ledger rows, {report['cache_entries']} expired cache entries\n")
-    return 0
+    if not report.get("legacy_unchecked"):
+        return 0
+    # Left, and not safe to prune unasked: a cron job must see it (exit 1), as recover's "not listed".
+    if not io.as_json:
+        io.out.write("kept: completed threads 10xGraph wrote last, their Redis not given (--redis-url) or not "
+                     "answering (its entries may hold a run under way)\n")
+    return EXIT_FAILED
 
 
 COMMANDS = {

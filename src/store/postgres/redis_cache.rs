@@ -258,21 +258,22 @@ impl RedisCache {
     /// `execution_meta.thread_id`, and a ':' in the rest) is left out, as a resume would not use it.
     pub async fn legacy_running_threads(&self) -> StoreResult<Vec<(ThreadRef, Option<i64>)>> {
         let failed = |message: String| StoreError::Transient { op: "scanning 10xGraph's Redis state cache", message };
-        let answer = |e: redis::RedisError| failed(super::errors::redact(&e.to_string()));
+        // Each answer marks Redis up or down (`settled`): a scan that timed out left it up, and
+        // the calls after it (a prune's entry deletes) each waited their own timeout.
         let mut c = self.try_conn().await.map_err(failed)?;
         let mut cursor: u64 = 0;
         let mut out = Vec::new();
         loop {
             // Keys as bytes: one that is not UTF-8 (no thread's) failed the whole pass.
-            let (next, raw): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            let raw: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg("state_cache:*")
                 .arg("COUNT")
                 .arg(100)
                 .query_async(&mut c)
-                .await
-                .map_err(answer)?;
+                .await;
+            let (next, raw) = self.settled(raw).map_err(failed)?;
             let keys: Vec<String> = raw.into_iter().filter_map(|k| String::from_utf8(k).ok()).collect();
             if !keys.is_empty() {
                 let script = redis::Script::new(LEGACY_RUNNING);
@@ -280,7 +281,7 @@ impl RedisCache {
                 for k in &keys {
                     inv.key(k);
                 }
-                let rows: Vec<Vec<String>> = inv.invoke_async(&mut c).await.map_err(answer)?;
+                let rows: Vec<Vec<String>> = self.settled(inv.invoke_async(&mut c).await).map_err(failed)?;
                 out.extend(rows.iter().filter_map(|r| running_entry(r)));
             }
             if next == 0 {

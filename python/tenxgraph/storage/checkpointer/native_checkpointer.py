@@ -627,12 +627,13 @@ class NativeCheckpointer(BaseCheckpointer[StateT]):
         updated for that many seconds. ``ledger_ttl``: delete ledger rows of completed threads
         recorded more than that many seconds ago. Only threads whose latest state is completed and
         whose lease is free lose rows or go: a pending interrupt, an unfinished (resumable) run or
-        a running one keeps everything it needs; with ``redis_url`` so does a thread whose 10xGraph
-        Redis entry says a run is under way (and, while Redis does not answer, every thread whose
-        latest state 10xGraph wrote). A deleted thread's lease row goes with it unless a run holds
-        it. Every call also deletes expired cache entries (reads already skip them).
-        Returns what was (or, with ``dry_run``, would be) removed:
-        ``{"state_versions", "threads", "ledger_rows", "cache_entries", "dry_run"}``."""
+        a running one keeps everything it needs; so does a thread whose 10xGraph Redis entry says a
+        run is under way, and, without ``redis_url`` or while Redis does not answer, every thread
+        whose latest state 10xGraph wrote (``legacy_unchecked`` is then True where one was left). A
+        deleted thread's lease row goes with it unless a run holds it. Every call also deletes
+        expired cache entries (reads already skip them). Returns what was (or, with ``dry_run``,
+        would be) removed: ``{"state_versions", "threads", "ledger_rows", "cache_entries",
+        "dry_run", "legacy_unchecked"}``."""
         if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(keep_versions, int)
                                           or keep_versions < 1):
             raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
