@@ -269,16 +269,21 @@ impl RedisCache {
                 .arg(cursor)
                 .arg("MATCH")
                 .arg("state_cache:*")
+                // A round trip per 1,000 keys of the keyspace, most of them no entry of
+                // 10xGraph's (ours, one per thread): at 100, 20,000 keys behind a 50 ms link took
+                // 10.8 s (red-team, session 43).
                 .arg("COUNT")
-                .arg(100)
+                .arg(1000)
                 .query_async(&mut c)
                 .await;
             let (next, raw) = self.settled(raw).map_err(failed)?;
             let keys: Vec<String> = raw.into_iter().filter_map(|k| String::from_utf8(k).ok()).collect();
-            if !keys.is_empty() {
+            // The entries a script call reads stay 100 at most: large ones (300 KB) ran a call past
+            // Redis' answer timeout and blocked Redis meanwhile (session 42).
+            for chunk in keys.chunks(100) {
                 let script = redis::Script::new(LEGACY_RUNNING);
                 let mut inv = script.prepare_invoke();
-                for k in &keys {
+                for k in chunk {
                     inv.key(k);
                 }
                 let rows: Vec<Vec<String>> = self.settled(inv.invoke_async(&mut c).await).map_err(failed)?;
