@@ -59,10 +59,11 @@ class Writer:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def crash_in_tool_node(self, thread: str, *, nondurable: bool = False, turn: int = 1, mode: str = "start",
-                           **env: str) -> dict[str, Any]:
+                           ours: bool = False, **env: str) -> dict[str, Any]:
         """Kills 10xGraph inside the tool node of its turn ``turn`` (``mode="resume"``: of its
         ``ainvoke({})``) once ``charge`` is in its ledger; returns what it left: the ledger row, the
-        state rows and the Redis cache entry (raw)."""
+        state rows and the Redis cache entry (raw). ``ours``: the writer is tenxgraph (``python``
+        is its interpreter), whose ledger keys a call by its message id and call id as JSON."""
         (self.workdir / "email.release").unlink(missing_ok=True)
         (self.workdir / "email.ready").unlink(missing_ok=True)
         extra = {"NONDURABLE": "1"} if nondurable else {}
@@ -75,6 +76,8 @@ class Writer:
         proc = subprocess.Popen([self.python, str(AGENT), mode], env=self.env(thread, **extra),
                                 stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         key = f"{thread}{suffix}-a-1:call_1{suffix}"
+        if ours:
+            key = json.dumps([f"{thread}{suffix}-a-1", f"call_1{suffix}"], separators=(",", ":"))
         try:
             deadline = time.monotonic() + DEADLINE
             while True:

@@ -69,6 +69,7 @@ class RunTools:
     _tool_steps: dict[str, ToolStep]
     _index: ContextIndex
     _fresh_ids: set[Any]
+    _took_over: bool
     _before_node: AgentState | None
     _encoded: dict[int, tuple[Message, str]]
     # (ledger key, envelope) of every recordable result a tool of this run returned: the Rust
@@ -138,7 +139,11 @@ class RunTools:
         if not isinstance(origin, (str, int)) or isinstance(origin, bool):
             origin = None if origin is None else str(origin)
         tools = step.tool_node
-        fresh = step.origin_id in self._fresh_ids
+        # Not for a run that took over an unfinished one: that run may have recorded results under
+        # ids a node of this run makes again (a model that derives its ids, a cached response)
+        # without committing the message (durable_checkpoint_every_step=False, or a kill before
+        # the step's commit); the skipped lookup fired a recorded charge again (red-team, session 43).
+        fresh = step.origin_id in self._fresh_ids and not self._took_over
         self._fresh_ids.discard(step.origin_id)  # a second tool node on it looks up
         # The ids keep their Python types (123 and "123" are different ledger keys):
         # (origin, [(call id, name, side effects), ...], fresh)
