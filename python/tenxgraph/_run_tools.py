@@ -69,7 +69,7 @@ class RunTools:
     _tool_steps: dict[str, ToolStep]
     _index: ContextIndex
     _fresh_ids: set[Any]
-    _took_over: bool
+    _after_unfinished: bool
     _before_node: AgentState | None
     _encoded: dict[int, tuple[Message, str]]
     # (ledger key, envelope) of every recordable result a tool of this run returned: the Rust
@@ -139,11 +139,14 @@ class RunTools:
         if not isinstance(origin, (str, int)) or isinstance(origin, bool):
             origin = None if origin is None else str(origin)
         tools = step.tool_node
-        # Not for a run that took over an unfinished one: that run may have recorded results under
-        # ids a node of this run makes again (a model that derives its ids, a cached response)
-        # without committing the message (durable_checkpoint_every_step=False, or a kill before
-        # the step's commit); the skipped lookup fired a recorded charge again (red-team, session 43).
-        fresh = step.origin_id in self._fresh_ids and not self._took_over
+        # Only where the thread's latest row is a finished turn (or there is none): a run before
+        # this one may have recorded results under ids a node of this run makes again (a model
+        # that derives its ids, a cached response) without committing the message
+        # (durable_checkpoint_every_step=False, or a kill before the step's commit), and the
+        # skipped lookup fired a recorded charge again. Not only for a takeover of a `running`
+        # row: a takeover that failed in the model (`error`) or paused again at a gate
+        # (`interrupted_before`) committed without the message too (red-teams, session 43).
+        fresh = step.origin_id in self._fresh_ids and not self._after_unfinished
         self._fresh_ids.discard(step.origin_id)  # a second tool node on it looks up
         # The ids keep their Python types (123 and "123" are different ledger keys):
         # (origin, [(call id, name, side effects), ...], fresh)

@@ -114,8 +114,8 @@ class Run(RunInput, RunHooks, RunTools):
         # has acted on yet: a tool node on such a message skips the ledger lookup (nothing can
         # be recorded under a message no earlier attempt saw; ToolBatch::fresh in the core).
         self._fresh_ids: set[Any] = set()
-        # The run started on a thread whose latest row says a run is under way (one that died).
-        self._took_over = False
+        # The run started on a thread whose latest row is not a finished turn (see _run_tools).
+        self._after_unfinished = False
         # The context's message objects as of the last commit (see snapshot).
         self._committed: list[Message] = []
         # Tool messages the last tool node made from their recorded texts, by id(), with those
@@ -207,8 +207,9 @@ class Run(RunInput, RunHooks, RunTools):
                     extra=self._log_fields(),
                 )
         self.known = None  # used, or outdated: either way not needed again
-        # (A new thread's prototype says running too.)
-        self._took_over = (state_json is not None or known) and state.execution_meta.status == ExecutionStatus.RUNNING
+        # (A new thread's prototype says running: no row, no earlier attempt.)
+        self._after_unfinished = ((state_json is not None or known)
+                                  and state.execution_meta.status != ExecutionStatus.COMPLETED)
         if state_json is not None or known:
             self._proto_copies = prototype_copies(state, self.graph._prototype.context,
                                                   lambda: self._index.ids(state.context),

@@ -10,6 +10,8 @@ into a Postgres + Redis that tenxgraph then opens; tenxgraph's side imports ``bu
 - ``charge`` records its effect and returns at once; ``email`` writes ``email.ready`` and waits
   for ``email.release`` before recording its effect, so a test can kill the process inside the
   tool node after ``charge``'s ledger row committed and before ``email`` finished.
+- A file ``model.fail`` in the agent's directory makes the next model call raise (a provider
+  error), once.
 - With ``$LEGACY_AGENT_BLOCK_MODEL`` set, the model's call on the tool results writes
   ``model.ready`` and hangs: a test kills the process inside the model node after the tool
   node's step committed.
@@ -84,6 +86,10 @@ def model(state: AgentState) -> list[Message]:
     pending = _unanswered(state.context)
     if pending:
         raise RuntimeError(f"unanswered tool calls: {pending}")
+    fail = workdir() / "model.fail"
+    if fail.exists():  # a test's provider error, once
+        fail.unlink()
+        raise RuntimeError("the provider answered 503")
     if state.context[-1].role == "tool" and os.environ.get(BLOCK_MODEL_ENV):
         # The model call on the tool results hangs (until the test kills this process).
         (workdir() / "model.ready").write_text(str(os.getpid()))
