@@ -642,6 +642,31 @@ async def test_prune_leaves_a_10xgraph_run_that_lives_only_in_redis(
     assert state.execution_meta.status.value == "completed"
 
 
+
+async def test_prune_leaves_a_10xgraph_turn_its_redis_scan_did_not_see(writer: Writer) -> None:
+    """Prune reads 10xGraph's Redis once, at its start: a 10xGraph worker's turn begun after that
+    (here: its entry gone, as the scan saw Redis), on a thread finished long ago, is in no row, and
+    10xGraph's turn does not touch ``threads.updated_at``. The thread and its ledger went, and the
+    turn sent again charged again (red-team, session 43, pass 3). A thread whose latest row
+    10xGraph wrote and whose ledger holds a row newer than it is not finished."""
+    thread = new_thread("prune-unseen")
+    writer.run_to_completion(thread)
+    writer.crash_in_tool_node(thread, nondurable=True, turn=2)
+    ledger = f"SELECT COUNT(*) FROM tool_executions WHERE thread_id = '{thread}'"
+    before = writer.sql(ledger)
+    assert before == "3"
+    import redis
+
+    redis.Redis.from_url(writer.redis_url).delete(writer.cache_key(thread))
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        report = await cp.aprune(finished_older_than=0, ledger_ttl=0)
+        assert (report["threads"], report["ledger_rows"]) == (0, 0), report
+    finally:
+        await cp.arelease()
+    assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{thread}'") == "1"
+    assert writer.sql(ledger) == before
+
 async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(writer: Writer) -> None:
     """The scan decoded every entry in one script call per 500 keys: large finished entries (2,000
     of 300 KB; 100 here) ran it past Redis' answer timeout, and a key that is not UTF-8 failed it;

@@ -38,11 +38,18 @@ impl Stmts {
         // under way in, which are not finished whatever their rows say (such a run may live in
         // its entry alone, the finished turn's row latest; its ledger deleted, a resume fired its
         // tools again; red-team, session 42); NULL when Redis could not be scanned, and then no
-        // thread whose latest row 10xGraph wrote counts as finished.
+        // thread whose latest row 10xGraph wrote counts as finished. Nor does one whose latest row
+        // 10xGraph wrote and whose ledger holds a row newer than it: a turn under way past that
+        // row recorded a tool (10xGraph records each result in its own transaction, before the
+        // turn's row), seen without Redis and whenever the turn began (the scan is taken once,
+        // at the prune's start: a live 10xGraph worker's turn begun after it lost the thread
+        // and its ledger, and charged again when sent again; red-team, session 43).
         let finished = |x: &str, n: u8| {
             format!(
                 "COALESCE((SELECT st.state_data->'execution_meta'->>'status' = 'completed' \
                      AND (${n}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
+                     AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
+                       WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at)) \
                    FROM {s}.states st WHERE st.thread_id = {x}.thread_id ORDER BY st.version DESC LIMIT 1), FALSE) \
                  AND NOT {x}.thread_id{tt} = ANY(COALESCE(${n}::text[], '{{}}')) \
                  AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
