@@ -21,21 +21,11 @@ from typing import Any
 
 import pytest
 
-from tenxgraph import END, START, AgentState, Message, StateGraph
+from tenxgraph import Message
 from tenxgraph.storage.checkpointer import PgCheckpointer
+from tests_py.test_bad_input_catalogue import echo_graph
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
-
-
-def _echo(cp: Any) -> Any:
-    async def model(state: AgentState) -> Message:
-        return Message.text_message("reply", role="assistant")
-
-    g = StateGraph(AgentState)
-    g.add_node("model", model)
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    return g.compile(checkpointer=cp)
 
 
 class StallingProxy:
@@ -78,7 +68,7 @@ async def test_a_stalled_redis_holds_no_row_lock_of_a_prune_batch(tenx_postgres:
     cp = PgCheckpointer(pg_dsn, redis_url=url)
     threads = [f"done-{uuid.uuid4().hex[:8]}" for _ in range(5)]
     try:
-        app = _echo(cp)
+        app = echo_graph(cp)
         for t in threads:
             await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": t, "user_id": "u"})
         dbname = pg_dsn.rsplit("/", 1)[1]
@@ -113,7 +103,7 @@ async def test_threads_10xgraph_wrote_last_are_left_and_said_so_without_redis(
     dbname = pg_dsn.rsplit("/", 1)[1]
     ours, theirs = f"ours-{uuid.uuid4().hex[:8]}", f"theirs-{uuid.uuid4().hex[:8]}"
     try:
-        app = _echo(cp)
+        app = echo_graph(cp)
         for t in (ours, theirs):
             await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": t, "user_id": "u"})
     finally:

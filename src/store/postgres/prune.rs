@@ -44,14 +44,25 @@ impl Stmts {
         // turn's row), seen without Redis and whenever the turn began (the scan is taken once,
         // at the prune's start: a live 10xGraph worker's turn begun after it lost the thread
         // and its ledger, and charged again when sent again; red-team, session 43).
-        let finished = |x: &str, n: u8| {
+        // A test of the latest state row (`st`) of the thread of row `x`; false without one.
+        let latest = |x: &str, test: &str| {
             format!(
-                "COALESCE((SELECT st.state_data->'execution_meta'->>'status' = 'completed' \
-                     AND (${n}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
+                "COALESCE((SELECT {test} FROM {s}.states st WHERE st.thread_id = {x}.thread_id \
+                   ORDER BY st.version DESC LIMIT 1), FALSE)"
+            )
+        };
+        let completed = "st.state_data->'execution_meta'->>'status' = 'completed'";
+        let finished = |x: &str, n: u8| {
+            let row = latest(
+                x,
+                &format!(
+                    "{completed} AND (${n}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
                      AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
-                       WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at)) \
-                   FROM {s}.states st WHERE st.thread_id = {x}.thread_id ORDER BY st.version DESC LIMIT 1), FALSE) \
-                 AND NOT {x}.thread_id{tt} = ANY(COALESCE(${n}::text[], '{{}}')) \
+                       WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at))"
+                ),
+            );
+            format!(
+                "{row} AND NOT {x}.thread_id{tt} = ANY(COALESCE(${n}::text[], '{{}}')) \
                  AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
                    AND NOT l.released AND l.expires_at > clock_timestamp())"
             )
@@ -59,11 +70,8 @@ impl Stmts {
         // The thread of row `x` is completed, its latest row 10xGraph's, and `$n` NULL: left only
         // because Redis could not be asked (for the report's `legacy_unchecked`).
         let unchecked = |x: &str, n: u8| {
-            format!(
-                "CASE WHEN ${n}::text[] IS NULL THEN COALESCE((SELECT st.state_data->'execution_meta'->>'status' = 'completed' \
-                     AND st.state_data ? 'context' \
-                   FROM {s}.states st WHERE st.thread_id = {x}.thread_id ORDER BY st.version DESC LIMIT 1), FALSE) ELSE FALSE END"
-            )
+            let row = latest(x, &format!("{completed} AND st.state_data ? 'context'"));
+            format!("CASE WHEN ${n}::text[] IS NULL THEN {row} ELSE FALSE END")
         };
         // Each statement returns: the rows its window read, the rows it deleted, the ledger rows
         // that went with deleted threads (the ledger rule: the rows `unchecked` left), and the
