@@ -108,13 +108,23 @@ class Writer:
         return {"ledger_key": key, "ledger": ledger, "states": self.states(thread),
                 "cache": self.redis_get(self.cache_key(thread))}
 
-    def crash_in_model_node(self, thread: str) -> dict[str, Any]:
-        """Kills 10xGraph inside its second model call, after the tool node's step committed;
-        returns the state rows and the Redis cache entry (raw) it left."""
+    def crash_in_model_node(self, thread: str, *, first: bool = False, nondurable: bool = False,
+                            turn: int = 1, **env: str) -> dict[str, Any]:
+        """Kills 10xGraph inside its second model call, after the tool node's step committed
+        (``first``: inside the turn's first model call, before any tool); returns the state rows
+        and the Redis cache entry (raw) it left."""
         (self.workdir / "email.release").write_text("go")
         (self.workdir / "model.ready").unlink(missing_ok=True)
+        extra = {"NONDURABLE": "1"} if nondurable else {}
+        extra.update(env)
+        if turn > 1:
+            extra["LEGACY_AGENT_TURN"] = str(turn)
+        if first:
+            (self.workdir / "model.hang").write_text("1")
+        else:
+            extra["LEGACY_AGENT_BLOCK_MODEL"] = "1"
         log = open(self.workdir / f"10xgraph-{thread}.log", "w")
-        proc = subprocess.Popen([self.python, str(AGENT), "start"], env=self.env(thread, LEGACY_AGENT_BLOCK_MODEL="1"),
+        proc = subprocess.Popen([self.python, str(AGENT), "start"], env=self.env(thread, **extra),
                                 stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         try:
             deadline = time.monotonic() + DEADLINE
@@ -123,7 +133,7 @@ class Writer:
                     raise AssertionError(f"10xGraph exited (rc={proc.returncode}) before the crash point:\n"
                                          + (self.workdir / f"10xgraph-{thread}.log").read_text()[-3000:])
                 if time.monotonic() > deadline:
-                    raise AssertionError("10xGraph never reached its second model call")
+                    raise AssertionError("10xGraph never reached the model call it was to be killed in")
                 time.sleep(0.1)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)

@@ -15,6 +15,7 @@ uncrashed and when it resumes the same crashed thread (a copy of the database an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from tenxgraph.core.exceptions import ThreadBusyError, TransientStorageError
 from tenxgraph.storage.checkpointer import PgCheckpointer
 from tests_py.core_logs import tenxgraph_records
 from tests_py.crash_agents import legacy_tool_agent as agent
+from tests_py.pg_sessions import Holder, blocked_by
 from tests_py.real_10xgraph_writer import USER, Writer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600)]
@@ -666,6 +668,61 @@ async def test_prune_leaves_a_10xgraph_turn_its_redis_scan_did_not_see(writer: W
         await cp.arelease()
     assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{thread}'") == "1"
     assert writer.sql(ledger) == before
+
+async def test_prune_leaves_a_10xgraph_turn_begun_while_it_ran(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 10xGraph worker's turn begun while a prune runs (here: while the prune waits on a row
+    lock in its first rule), killed in its first model call: the turn lives in its Redis entry
+    alone, no tool recorded. Prune read Redis once, at its start, so the thread went with the
+    turn's user message (red-team, session 43, left then). Each batch now reads the entries of the
+    threads it is about to delete whose latest row 10xGraph wrote; the turn is then finished from
+    its entry, ``charge`` firing once."""
+    blocker, thread = new_thread("prune-blocker"), new_thread("prune-during")
+    writer.run_to_completion(blocker)  # first: its rows come first in the prune's first rule
+    writer.run_to_completion(thread)
+    charges = effect_names(writer).count("charge")
+    assert int(writer.sql(f"SELECT COUNT(*) FROM states WHERE thread_id = '{blocker}'")) > 1
+    gate = writer.workdir / "turn.go"
+    # 10xGraph's worker up before the prune (its store's setup waits on a prune's table locks).
+    crash = asyncio.create_task(asyncio.to_thread(writer.crash_in_model_node, thread, first=True, nondurable=True,
+                                                  turn=2, LEGACY_AGENT_GATE=str(gate)))
+    while not gate.with_suffix(".go.ready").exists():
+        assert not crash.done(), crash
+        await asyncio.sleep(0.05)
+    locker = Holder(writer.dsn)
+    # The prune waits on the held row while 10xGraph runs its turn.
+    patient = {"lock_timeout": 300, "statement_timeout": 300}
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url, pool_config=patient)
+    try:
+        # Another thread's oldest state row held: the prune's first rule (old versions) waits on
+        # it before it reaches the thread's rows.
+        held = await locker.ask_async(
+            f"BEGIN; SELECT pg_backend_pid() FROM states WHERE thread_id = '{blocker}' ORDER BY version LIMIT 1 FOR UPDATE;")
+        assert held.isdigit(), held
+        prune = asyncio.create_task(cp.aprune(keep_versions=1, finished_older_than=0, ledger_ttl=0))
+        assert await blocked_by(writer.dsn, held, prune), f"the prune did not wait on the held row: {prune}"
+        gate.write_text("go")
+        left = await asyncio.wait_for(crash, 120)
+        assert json.loads(left["cache"] or "{}")["execution_meta"]["status"] == "running", left["cache"]
+        locker.close()
+        report = await asyncio.wait_for(prune, 120)
+        assert report["threads"] == 1 and report["legacy_unchecked"] is False, report
+    finally:
+        locker.close()
+        await cp.arelease()
+    assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{thread}'") == "1"
+    assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{blocker}'") == "0"
+    monkeypatch.setenv(agent.TURN_ENV, "2")
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        await agent.build(cp).ainvoke({}, cfg(thread))
+        assert effect_names(writer).count("charge") == charges + 1
+        state = await cp.aget_state(cfg(thread))
+        assert f"{thread}-t2-u-1" in [m.message_id for m in state.context], "the turn's user message was lost"
+        assert state.execution_meta.status.value == "completed"
+    finally:
+        await cp.arelease()
+
 
 async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(writer: Writer) -> None:
     """The scan decoded every entry in one script call per 500 keys: large finished entries (2,000

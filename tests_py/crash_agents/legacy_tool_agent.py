@@ -11,7 +11,10 @@ into a Postgres + Redis that tenxgraph then opens; tenxgraph's side imports ``bu
   for ``email.release`` before recording its effect, so a test can kill the process inside the
   tool node after ``charge``'s ledger row committed and before ``email`` finished.
 - A file ``model.fail`` in the agent's directory makes the next model call raise (a provider
-  error), once.
+  error), once; a file ``model.hang`` makes the next one write ``model.ready`` and hang (a turn a
+  test kills before any tool ran).
+- With ``$LEGACY_AGENT_GATE`` set to a path, the script writes ``<path>.ready`` once its store is
+  set up and starts the turn when ``<path>`` exists.
 - With ``$LEGACY_AGENT_BLOCK_MODEL`` set, the model's call on the tool results writes
   ``model.ready`` and hangs: a test kills the process inside the model node after the tool
   node's step committed.
@@ -40,6 +43,7 @@ from tenxgraph.utils import END
 AGENT_DIR_ENV = "LEGACY_AGENT_DIR"
 BLOCK_MODEL_ENV = "LEGACY_AGENT_BLOCK_MODEL"
 TURN_ENV = "LEGACY_AGENT_TURN"
+GATE_ENV = "LEGACY_AGENT_GATE"
 USER = "u1"
 
 
@@ -90,6 +94,11 @@ def model(state: AgentState) -> list[Message]:
     if fail.exists():  # a test's provider error, once
         fail.unlink()
         raise RuntimeError("the provider answered 503")
+    if (workdir() / "model.hang").exists():
+        (workdir() / "model.hang").unlink()
+        (workdir() / "model.ready").write_text(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
     if state.context[-1].role == "tool" and os.environ.get(BLOCK_MODEL_ENV):
         # The model call on the tool results hangs (until the test kills this process).
         (workdir() / "model.ready").write_text(str(os.getpid()))
@@ -147,6 +156,11 @@ async def _main(mode: str) -> None:
         config["durable_checkpoint_every_step"] = False
     cp = PgCheckpointer(postgres_dsn=os.environ["PG_DSN"], redis_url=os.environ["REDIS_URL"])
     await cp.asetup()
+    gate = os.environ.get(GATE_ENV)
+    if gate:  # the test says when the turn starts (its store is set up by then)
+        Path(gate + ".ready").write_text(str(os.getpid()))
+        while not Path(gate).exists():
+            await asyncio.sleep(0.05)
     pause = os.environ.get("INTERRUPT_BEFORE")
     app = build(cp, interrupt_before=[pause] if pause else None)
     if mode == "start":

@@ -33,17 +33,6 @@ pub(super) struct Stmts {
 impl Stmts {
     pub(super) fn new(s: &str, c: &Casts) -> Self {
         let (id, tt, ut) = (c.id, c.id_text, c.user_text);
-        // The thread of row `x` is completed (by its latest state) and not leased: the only
-        // threads prune touches. `$n` (text[]): the threads 10xGraph's Redis entries show a run
-        // under way in, which are not finished whatever their rows say (such a run may live in
-        // its entry alone, the finished turn's row latest; its ledger deleted, a resume fired its
-        // tools again; red-team, session 42); NULL when Redis could not be scanned, and then no
-        // thread whose latest row 10xGraph wrote counts as finished. Nor does one whose latest row
-        // 10xGraph wrote and whose ledger holds a row newer than it: a turn under way past that
-        // row recorded a tool (10xGraph records each result in its own transaction, before the
-        // turn's row), seen without Redis and whenever the turn began (the scan is taken once,
-        // at the prune's start: a live 10xGraph worker's turn begun after it lost the thread
-        // and its ledger, and charged again when sent again; red-team, session 43).
         // A test of the latest state row (`st`) of the thread of row `x`; false without one.
         let latest = |x: &str, test: &str| {
             format!(
@@ -52,30 +41,38 @@ impl Stmts {
             )
         };
         let completed = "st.state_data->'execution_meta'->>'status' = 'completed'";
-        let finished = |x: &str, n: u8| {
+        // The thread of row `x` is completed (by its latest state) and not leased: the only
+        // threads prune touches. Where its latest row is 10xGraph's (`theirs`), its run may live
+        // in 10xGraph's Redis entry alone, the finished turn's row latest (its ledger deleted, a
+        // resume fired its tools again; red-team, session 42): with `clear` (`$n`, text[]), such
+        // a thread counts only when this batch read its entry and found no run under way there;
+        // without, it counts (a candidate, whose entry the batch then reads). The entries are read
+        // per batch, right before the delete: one scan at the prune's start missed a turn a live
+        // 10xGraph worker began later on a thread finished long ago (its turn does not touch
+        // `threads.updated_at`), and the thread went with the turn's user message (red-team,
+        // session 43). Nor does a thread count whose latest row 10xGraph wrote and whose ledger
+        // holds a row newer than it, Redis or not: a turn under way past that row recorded a tool
+        // (10xGraph records each result in its own transaction, before the turn's row).
+        let finished = |x: &str, clear: Option<u8>| {
+            let asked = clear
+                .map(|n| format!(" AND (NOT st.state_data ? 'context' OR st.thread_id{tt} = ANY(${n}::text[]))"))
+                .unwrap_or_default();
             let row = latest(
                 x,
                 &format!(
-                    "{completed} AND (${n}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
-                     AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
-                       WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at))"
+                    "{completed} AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
+                       WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at)){asked}"
                 ),
             );
             format!(
-                "{row} AND NOT {x}.thread_id{tt} = ANY(COALESCE(${n}::text[], '{{}}')) \
-                 AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
+                "{row} AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
                    AND NOT l.released AND l.expires_at > clock_timestamp())"
             )
         };
-        // The thread of row `x` is completed, its latest row 10xGraph's, and `$n` NULL: left only
-        // because Redis could not be asked (for the report's `legacy_unchecked`).
-        let unchecked = |x: &str, n: u8| {
-            let row = latest(x, &format!("{completed} AND st.state_data ? 'context'"));
-            format!("CASE WHEN ${n}::text[] IS NULL THEN {row} ELSE FALSE END")
-        };
+        let theirs = |x: &str| latest(x, "st.state_data ? 'context'");
         // Each statement returns: the rows its window read, the rows it deleted, the ledger rows
-        // that went with deleted threads (the ledger rule: the rows `unchecked` left), and the
-        // window's last key (as text; NULL when empty).
+        // that went with deleted threads, and the window's last key (as text; NULL when empty);
+        // the thread and ledger rules' differ where said.
         // $1: the rule's number; $2: the window; $3 (and $4): the key the window starts after.
         // `f` gets the window's start and the number of the statement's last parameter (the
         // first window has no key to bind).
@@ -103,10 +100,10 @@ impl Stmts {
             // order a run's input commit takes them in: the other order deadlocked with it), then
             // their thread rows, each `SKIP LOCKED` (a thread a run is writing is busy, not
             // finished). A thread whose lease row exists but was skipped is left. It returns the
-            // rows the window read, its last key, the locked threads' ids (as text) and whether
-            // a thread old enough was left `unchecked`.
+            // rows the window read, its last key, the locked threads' ids (as text), and the ids
+            // and users of those whose latest row 10xGraph wrote (their entries are read next).
             threads: both(
-                &|after, n| {
+                &|after, _| {
                     format!(
                         "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
@@ -114,21 +111,22 @@ impl Stmts {
                    WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
                  lk AS (SELECT l.thread_id FROM {s}.tenx_leases l \
                    WHERE l.thread_id IN (SELECT thread_id{tt} FROM v) ORDER BY l.thread_id FOR UPDATE SKIP LOCKED), \
-                 th AS (SELECT t.thread_id FROM {s}.threads t WHERE t.thread_id IN (SELECT thread_id FROM v) \
+                 th AS (SELECT t.thread_id, t.user_id FROM {s}.threads t WHERE t.thread_id IN (SELECT thread_id FROM v) \
                    AND (t.thread_id{tt} IN (SELECT thread_id FROM lk) \
                      OR NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l2 WHERE l2.thread_id = t.thread_id{tt})) \
-                   ORDER BY t.thread_id FOR UPDATE SKIP LOCKED) \
+                   ORDER BY t.thread_id FOR UPDATE SKIP LOCKED), \
+                 ask AS (SELECT th.thread_id, th.user_id FROM th WHERE {}) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT MAX(thread_id){tt} FROM w), ARRAY(SELECT thread_id{tt} FROM th), \
-                   EXISTS (SELECT 1 FROM w WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {})",
-                        finished("w", n),
-                        unchecked("w", n)
+                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id)",
+                        finished("w", None),
+                        theirs("th")
                     )
                 },
                 &format!("t.thread_id > $3::text{id}"),
                 1,
             ),
             // The second: the locked threads judged again on a snapshot taken now ($1: their
-            // ids, $2: seconds), then deleted. The first statement's snapshot is older than its
+            // ids, $2: seconds, $3: those of 10xGraph's whose entries show no run), then deleted. The first statement's snapshot is older than its
             // locks: a run that committed in between (a new turn that took the lease, paused at
             // an interrupt, or crashed mid-node, its state no longer completed) was judged on
             // rows it had not written yet, and such a thread was deleted under its run (red-team,
@@ -144,24 +142,29 @@ impl Stmts {
                  SELECT (SELECT COUNT(*) FROM d), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
                    ARRAY(SELECT thread_id{tt} FROM d), ARRAY(SELECT user_id{ut} FROM d)",
-                finished("t", 3)
+                finished("t", Some(3))
             )),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
-            // not counted twice. Keyed by the primary key (thread_id, tool_call_id).
+            // not counted twice. Keyed by the primary key (thread_id, tool_call_id). Run first with
+            // no thread of 10xGraph's clear, it also returns the ids and users of those the window
+            // holds rows of that would go but for their entries; with the ones found clear, the
+            // same window again.
             ledger: both(
                 &|after, n| {
                     format!(
                         "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
                    WHERE {after} ORDER BY x.thread_id, x.tool_call_id LIMIT $2::int8), \
-                 v AS (SELECT w.c FROM w \
+                 q AS (SELECT w.c, w.thread_id, {} AS theirs FROM w \
                    WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
-                 d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM v)) RETURNING 1), \
+                 d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM q \
+                   WHERE NOT q.theirs OR q.thread_id{tt} = ANY(${n}::text[]))) RETURNING 1), \
+                 ask AS (SELECT DISTINCT t.thread_id, t.user_id FROM q JOIN {s}.threads t ON t.thread_id = q.thread_id \
+                   WHERE q.theirs AND NOT q.thread_id{tt} = ANY(${n}::text[])), \
                  last AS (SELECT thread_id{tt} AS t, tool_call_id::text AS k FROM w ORDER BY thread_id DESC, tool_call_id DESC LIMIT 1) \
-                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), \
-                   (SELECT COUNT(*) FROM w WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
-                   (SELECT t FROM last), (SELECT k FROM last)",
-                        finished("w", n),
-                        unchecked("w", n)
+                 SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), (SELECT t FROM last), (SELECT k FROM last), \
+                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id)",
+                        theirs("w"),
+                        finished("w", None)
                     )
                 },
                 &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)"),
@@ -199,13 +202,14 @@ type Row = (i64, i64, i64, Option<String>, Option<String>);
 /// deleted after its commit).
 struct Got {
     row: Row,
-    unchecked: bool,
+    /// Why threads of 10xGraph's were left unasked (no Redis given, or it did not answer).
+    unchecked: Option<String>,
     gone: Vec<ThreadRef>,
 }
 
 impl From<Row> for Got {
     fn from(row: Row) -> Self {
-        Got { row, unchecked: false, gone: Vec::new() }
+        Got { row, unchecked: None, gone: Vec::new() }
     }
 }
 
@@ -215,32 +219,24 @@ impl Batch {
         s: &PgStore,
         tx: &mut Tx,
         after: &(Option<String>, Option<String>),
-        held: Option<&[String]>,
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age, held).await,
-            Batch::Ledger(ttl) => sqlx::query_as(s.sql.prune.ledger[next].q()).bind(ttl),
+            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age).await,
+            Batch::Ledger(ttl) => return ledger_batch(s, tx, after, next, ttl).await,
             Batch::Cache => {
                 let row: Row = sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await?;
                 return Ok(row.into());
             }
         };
         let q = q.bind(self.size());
-        let ledger = matches!(self, Batch::Ledger(_));
-        let q = match (&after.0, ledger) {
-            (None, _) => q,
-            (Some(key), false) => q.bind(key.as_str()),
-            (Some(key), true) => q.bind(key.as_str()).bind(after.1.as_deref().unwrap_or_default()),
+        let q = match &after.0 {
+            None => q,
+            Some(key) => q.bind(key.as_str()),
         };
-        // The ledger rule's last parameter: the threads 10xGraph's Redis shows running.
-        let row: Row = if ledger { q.bind(held) } else { q }.fetch_one(&mut **tx).await?;
-        Ok(if ledger {
-            Got { unchecked: row.2 > 0, row: (row.0, row.1, 0, row.3, row.4), gone: Vec::new() }
-        } else {
-            row.into()
-        })
+        let row: Row = q.fetch_one(&mut **tx).await?;
+        Ok(row.into())
     }
 
     fn size(&self) -> i64 {
@@ -260,42 +256,103 @@ impl Batch {
     }
 }
 
-/// The thread rule's batch: choose and lock, then judge again and delete (see `Stmts::new`).
+/// The thread rule's batch: choose and lock, read the entries of the locked threads of
+/// 10xGraph's, then judge again and delete (see `Stmts::new`). The entries are read with the
+/// threads locked, one bounded Redis call (a stalled Redis holds them for its answer timeout);
+/// a thread of 10xGraph's is kept when the call fails.
 async fn threads_batch(
     s: &PgStore,
     tx: &mut Tx,
     after: Option<&str>,
     next: usize,
     age: f64,
-    held: Option<&[String]>,
 ) -> Result<Got, sqlx::Error> {
     let q = sqlx::query_as(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
-    let (read, last, locked, unchecked): (i64, Option<String>, Vec<String>, bool) = match after {
+    let (read, last, locked, ids, users): (i64, Option<String>, Vec<String>, Vec<String>, Vec<String>) = match after {
         None => q,
         Some(key) => q.bind(key),
     }
-    .bind(held)
     .fetch_one(&mut **tx)
     .await?;
     if locked.is_empty() {
-        return Ok(Got { row: (read, 0, 0, last, None), unchecked, gone: Vec::new() });
+        return Ok(Got { row: (read, 0, 0, last, None), unchecked: None, gone: Vec::new() });
     }
+    let (clear, unchecked) = without_runs(s, ids, users).await;
     let (deleted, ledger, tids, uids): (i64, i64, Vec<String>, Vec<String>) =
-        sqlx::query_as(s.sql.prune.threads_delete.q()).bind(&locked).bind(age).bind(held).fetch_one(&mut **tx).await?;
+        sqlx::query_as(s.sql.prune.threads_delete.q())
+            .bind(&locked)
+            .bind(age)
+            .bind(&clear)
+            .fetch_one(&mut **tx)
+            .await?;
     let gone = tids.into_iter().zip(uids).map(|(t, u)| ThreadRef::new(t, u)).collect();
     Ok(Got { row: (read, deleted, ledger, last, None), unchecked, gone })
+}
+
+/// The ledger rule's batch: the window with no thread of 10xGraph's clear; then, where the window
+/// holds rows of such threads, their entries read and the window again with those found clear
+/// (rows it deletes past the first window's end would go in the next batch anyway; the next
+/// batch starts where the first window ended, so no row goes unjudged).
+async fn ledger_batch(
+    s: &PgStore,
+    tx: &mut Tx,
+    after: &(Option<String>, Option<String>),
+    next: usize,
+    ttl: f64,
+) -> Result<Got, sqlx::Error> {
+    type LedgerRow = (i64, i64, Option<String>, Option<String>, Vec<String>, Vec<String>);
+    let window = |clear: &[String]| {
+        let q = sqlx::query_as::<_, LedgerRow>(s.sql.prune.ledger[next].q()).bind(ttl).bind(ROWS_PER_BATCH);
+        let q = match &after.0 {
+            None => q,
+            Some(key) => q.bind(key.clone()).bind(after.1.clone().unwrap_or_default()),
+        };
+        q.bind(clear.to_vec())
+    };
+    let (read, mut deleted, last, last_call, ids, users) = window(&[]).fetch_one(&mut **tx).await?;
+    let mut unchecked = None;
+    if !ids.is_empty() {
+        let (clear, why) = without_runs(s, ids, users).await;
+        unchecked = why;
+        if !clear.is_empty() {
+            deleted += window(&clear).fetch_one(&mut **tx).await?.1;
+        }
+    }
+    Ok(Got { row: (read, deleted, 0, last, last_call), unchecked, gone: Vec::new() })
+}
+
+/// Of the threads `ids` (with their `users`), whose latest rows 10xGraph wrote, the ids of those
+/// whose entries show no run under way; with why none was asked when Redis was not given or did
+/// not answer (then none is clear: each may hold a run the rows do not show; a prune run without
+/// the application's Redis deleted such a run's ledger, and its resume charged again; red-team,
+/// session 43).
+async fn without_runs(s: &PgStore, ids: Vec<String>, users: Vec<String>) -> (Vec<String>, Option<String>) {
+    if ids.is_empty() {
+        return (Vec::new(), None);
+    }
+    let Some(r) = s.redis_configured() else {
+        return (Vec::new(), Some("no Redis was given".into()));
+    };
+    let threads: Vec<ThreadRef> = ids.into_iter().zip(users).map(|(t, u)| ThreadRef::new(t, u)).collect();
+    match r.legacy_runs_among(&threads).await {
+        Ok(running) => {
+            let clear = threads.into_iter().zip(running).filter(|(_, run)| !run).map(|(t, _)| t.thread_id).collect();
+            (clear, None)
+        }
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    }
 }
 
 /// The deleted threads' Redis entries (ours and 10xGraph's) go too, as with `aclean_thread`:
 /// after the batch's commit (a Redis that stalls must not hold its row locks: 150 deleted threads
 /// held them 60 s, and a turn beside them failed; red-team, session 43), and only while Redis
 /// answers. A failure is ignored: a finished thread's entry is a cache, and a later thread under
-/// the id does not resume from an entry with a version and no row. (A thread whose entry says a
-/// run is under way was not deleted: `held` kept it.)
+/// the id does not resume from an entry with a version and no row. 10xGraph's entry stays where
+/// it shows a run: one begun since the batch read it (where it showed none) lives there alone.
 async fn forget_entries(s: &PgStore, gone: Vec<ThreadRef>) {
     for t in gone {
         let Some(r) = s.redis() else { return };
-        r.clear_state_cache(&t).await;
+        r.clear_pruned_state_cache(&t).await;
     }
 }
 
@@ -313,11 +370,6 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         rule_batches.push(Batch::Ledger(ttl));
     }
     rule_batches.push(Batch::Cache);
-    let held = if rules.finished_older_than.is_some() || rules.ledger_ttl.is_some() {
-        legacy_runs(s).await
-    } else {
-        Some(Vec::new())
-    };
     // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
     // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };
@@ -328,19 +380,27 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
             let got = match dry.as_mut() {
-                Some(tx) => batch.run(s, tx, &after, held.as_deref()).await.map_err(err)?,
+                Some(tx) => batch.run(s, tx, &after).await.map_err(err)?,
                 // Each batch commits on its own, bounded like any transaction of the store.
                 None => {
                     s.bounded("prune", async {
                         let mut tx = s.conns.begin().await.map_err(err)?;
-                        let got = batch.run(s, &mut tx, &after, held.as_deref()).await.map_err(err)?;
+                        let got = batch.run(s, &mut tx, &after).await.map_err(err)?;
                         tx.commit().await.map_err(err)?;
                         Ok(got)
                     })
                     .await?
                 }
             };
-            report.legacy_unchecked |= got.unchecked;
+            if let Some(why) = &got.unchecked {
+                if !report.legacy_unchecked {
+                    tracing::warn!(
+                        event = "legacy_cache_unreachable",
+                        "prune leaves the threads 10xGraph wrote last (a run of theirs may live in Redis alone): {why}"
+                    );
+                }
+                report.legacy_unchecked = true;
+            }
             if dry.is_none() {
                 forget_entries(s, got.gone).await;
             }
@@ -356,23 +416,4 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         tx.rollback().await.map_err(err)?;
     }
     Ok(report)
-}
-
-/// The threads 10xGraph's Redis entries show a run under way in; None when Redis was not given or
-/// could not be scanned: the thread and ledger rules then leave every thread whose latest row
-/// 10xGraph wrote (its entry may hold a run the rows do not show: a prune run without the
-/// application's Redis deleted that run's ledger, and its resume charged again; red-team,
-/// session 43), and the report says so (`legacy_unchecked`) where one was left.
-async fn legacy_runs(s: &PgStore) -> Option<Vec<String>> {
-    let r = s.redis_configured()?;
-    match r.legacy_running_threads().await {
-        Ok(found) => Some(found.into_iter().map(|(t, _)| t.thread_id).collect()),
-        Err(e) => {
-            tracing::warn!(
-                event = "legacy_cache_unreachable",
-                "prune leaves the threads 10xGraph wrote last (a run of theirs may live in Redis alone): {e}"
-            );
-            None
-        }
-    }
 }

@@ -36,12 +36,14 @@ return redis.call('HMGET', KEYS[1], 'v', 'd')"#;
 /// Deletes 10xGraph's entry (KEYS[1]) only where it is the thread's: its key is not escaped, so
 /// thread `T:b` of user `c` and thread `T` of user `b:c` share one, and clearing one thread's cache
 /// deleted the other's unfinished run (see `engine::legacy_resume::cache_entry_is_this_threads`,
-/// the same rule). ARGV[1]: the thread id; ARGV[2]: '1' when either id has a ':'.
+/// the same rule). ARGV[1]: the thread id; ARGV[2]: '1' when either id has a ':'; ARGV[3]: '1' to
+/// keep an entry that shows a run under way.
 const LEGACY_STATE_DEL: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
 local ok, entry = pcall(cjson.decode, redis.call('GET', KEYS[1]))
 local named = nil
 if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table' then
+  if ARGV[3] == '1' and entry.execution_meta.status == 'running' then return 0 end
   local id = entry.execution_meta.thread_id
   if type(id) == 'string' or type(id) == 'number' then named = tostring(id) end
 end
@@ -278,22 +280,46 @@ impl RedisCache {
                 .await;
             let (next, raw) = self.settled(raw).map_err(failed)?;
             let keys: Vec<String> = raw.into_iter().filter_map(|k| String::from_utf8(k).ok()).collect();
-            // The entries a script call reads stay 100 at most: large ones (300 KB) ran a call past
-            // Redis' answer timeout and blocked Redis meanwhile (session 42).
-            for chunk in keys.chunks(100) {
-                let script = redis::Script::new(LEGACY_RUNNING);
-                let mut inv = script.prepare_invoke();
-                for k in chunk {
-                    inv.key(k);
-                }
-                let rows: Vec<Vec<String>> = self.settled(inv.invoke_async(&mut c).await).map_err(failed)?;
-                out.extend(rows.iter().filter_map(|r| running_entry(r)));
-            }
+            let rows = self.running_rows(&mut c, &keys).await.map_err(failed)?;
+            out.extend(rows.iter().filter_map(|r| running_entry(r)));
             if next == 0 {
                 return Ok(out);
             }
             cursor = next;
         }
+    }
+
+    /// Which of `threads` have a 10xGraph entry that shows a run under way, one flag per thread,
+    /// read by key (prune, per batch, for the threads it is about to delete whose latest row
+    /// 10xGraph wrote: a scan at its start missed a turn a live 10xGraph worker began later;
+    /// red-team, session 43). An entry under the thread's key counts whichever thread it names
+    /// (two threads can share one key, see `LEGACY_STATE_DEL`): such a thread is kept, not
+    /// deleted. Err at once while Redis is marked down.
+    pub async fn legacy_runs_among(&self, threads: &[ThreadRef]) -> StoreResult<Vec<bool>> {
+        let failed = |message: String| StoreError::Transient { op: "reading 10xGraph's Redis state cache", message };
+        self.not_down().map_err(failed)?;
+        let mut c = self.try_conn().await.map_err(failed)?;
+        let keys: Vec<String> = threads.iter().map(legacy_state_key).collect();
+        let rows = self.running_rows(&mut c, &keys).await.map_err(failed)?;
+        let running: std::collections::HashSet<&str> =
+            rows.iter().filter_map(|r| r.first()).map(String::as_str).collect();
+        Ok(keys.iter().map(|k| running.contains(k.as_str())).collect())
+    }
+
+    /// `LEGACY_RUNNING` over `keys`: the rows of the entries that show a run under way. At most 100
+    /// entries per script call: large ones (300 KB) ran a call past Redis' answer timeout and
+    /// blocked Redis meanwhile (session 42).
+    async fn running_rows(&self, c: &mut ConnectionManager, keys: &[String]) -> Result<Vec<Vec<String>>, String> {
+        let mut out = Vec::new();
+        for chunk in keys.chunks(100) {
+            let script = redis::Script::new(LEGACY_RUNNING);
+            let mut inv = script.prepare_invoke();
+            for k in chunk {
+                inv.key(k);
+            }
+            out.extend(self.settled::<Vec<Vec<String>>>(inv.invoke_async(&mut *c).await)?);
+        }
+        Ok(out)
     }
 
     async fn script<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Option<T> {
@@ -335,16 +361,27 @@ impl RedisCache {
         }
         let legacy = redis::Script::new(LEGACY_STATE_DEL);
         let mut del = legacy.key(&key);
-        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" }).arg("0");
         self.script_checked::<i64>(del).await.map(|_| ()).map_err(failed)
     }
 
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
+        self.clear_entries(t, false).await
+    }
+
+    /// `clear_state_cache` for a thread prune deleted: 10xGraph's entry stays if it shows a run
+    /// under way (a turn a live 10xGraph worker began after the batch read the entry: its only
+    /// copy, the user's message in it).
+    pub async fn clear_pruned_state_cache(&self, t: &ThreadRef) {
+        self.clear_entries(t, true).await
+    }
+
+    async fn clear_entries(&self, t: &ThreadRef, keep_running: bool) {
         let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
         let legacy = redis::Script::new(LEGACY_STATE_DEL);
         let mut del = legacy.key(legacy_state_key(t));
-        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" }).arg(if keep_running { "1" } else { "0" });
         let _ = self.script::<i64>(del).await;
     }
 }
