@@ -724,6 +724,30 @@ async def test_prune_leaves_a_10xgraph_turn_begun_while_it_ran(writer: Writer, m
         await cp.arelease()
 
 
+async def test_prune_keeps_a_thread_whose_10xgraph_first_turn_entry_lingers(writer: Writer) -> None:
+    """10xGraph's first turn (nondurable) killed after ``charge``; tenxgraph's ``{}`` finished it
+    but its drop of 10xGraph's entry was missed (our resume killed between its commit and the
+    drop): the entry says ``running``, the latest row is ours. A prune that asked Redis only about
+    threads whose latest row 10xGraph wrote deleted the thread and its ledger, and the id's ``{}``
+    then took the entry's run again: ``charge`` fired twice (red-team, session 44, F2). Prune's scan
+    holds the thread until the entry's TTL ends."""
+    thread = new_thread("prune-linger")
+    left = writer.crash_in_tool_node(thread, nondurable=True)
+    assert left["cache"] and json.loads(left["cache"])["execution_meta"]["status"] == "running"
+    (writer.workdir / "email.release").write_text("go")
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        await agent.build(cp).ainvoke({}, cfg(thread))
+        assert effect_names(writer).count("charge") == 1
+        writer.redis_set(writer.cache_key(thread), left["cache"])  # the drop that was missed
+        report = await cp.aprune(finished_older_than=0, ledger_ttl=0)
+        assert (report["threads"], report["ledger_rows"]) == (0, 0), report
+    finally:
+        await cp.arelease()
+    assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{thread}'") == "1"
+    assert writer.sql(f"SELECT COUNT(*) FROM tool_executions WHERE thread_id = '{thread}'") == "2"
+
+
 async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(writer: Writer) -> None:
     """The scan decoded every entry in one script call per 500 keys: large finished entries (2,000
     of 300 KB; 100 here) ran it past Redis' answer timeout, and a key that is not UTF-8 failed it;

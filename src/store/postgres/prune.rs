@@ -42,32 +42,47 @@ impl Stmts {
         };
         let completed = "st.state_data->'execution_meta'->>'status' = 'completed'";
         // The thread of row `x` is completed (by its latest state) and not leased: the only
-        // threads prune touches. Where its latest row is 10xGraph's (`theirs`), its run may live
-        // in 10xGraph's Redis entry alone, the finished turn's row latest (its ledger deleted, a
-        // resume fired its tools again; red-team, session 42): with `clear` (`$n`, text[]), such
-        // a thread counts only when this batch read its entry and found no run under way there;
-        // without, it counts (a candidate, whose entry the batch then reads). The entries are read
-        // per batch, right before the delete: one scan at the prune's start missed a turn a live
-        // 10xGraph worker began later on a thread finished long ago (its turn does not touch
-        // `threads.updated_at`), and the thread went with the turn's user message (red-team,
-        // session 43). Nor does a thread count whose latest row 10xGraph wrote and whose ledger
-        // holds a row newer than it, Redis or not: a turn under way past that row recorded a tool
-        // (10xGraph records each result in its own transaction, before the turn's row).
-        let finished = |x: &str, clear: Option<u8>| {
+        // threads prune touches. A 10xGraph run may live in its Redis entry alone, the finished
+        // turn's row latest (its ledger deleted, a resume fired its tools again; red-team, session
+        // 42), so Redis is asked twice:
+        // - `$h` (text[]): the threads whose 10xGraph entries (any user's) showed a run under way
+        //   in a scan at the prune's start, which are not finished whoever wrote their latest row
+        //   (a first turn's entry that lingers after our resume finished it is taken again by the
+        //   thread's `{}`; a thread run by another user, isolation off, has its entry under that
+        //   user's key); NULL when Redis could not be scanned, and then no thread whose latest row
+        //   10xGraph wrote (`theirs`) counts;
+        // - `$c` (text[], with `clear`): of the threads whose latest row is theirs, those whose
+        //   entry this batch read by key, right before its delete, and found no run under way in:
+        //   the scan missed a turn a live 10xGraph worker began later on a thread finished long ago
+        //   (its turn does not touch `threads.updated_at`), and the thread went with the turn's
+        //   user message (red-team, session 43). Without `clear` such a thread counts (a
+        //   candidate, whose entry the batch then reads).
+        // Nor does a thread count whose latest row 10xGraph wrote and whose ledger holds a row
+        // newer than it, Redis or not: a turn under way past that row recorded a tool (10xGraph
+        // records each result in its own transaction, before the turn's row).
+        let finished = |x: &str, h: u8, clear: Option<u8>| {
             let asked = clear
-                .map(|n| format!(" AND (NOT st.state_data ? 'context' OR st.thread_id{tt} = ANY(${n}::text[]))"))
+                .map(|c| format!(" AND (NOT st.state_data ? 'context' OR st.thread_id{tt} = ANY(${c}::text[]))"))
                 .unwrap_or_default();
             let row = latest(
                 x,
                 &format!(
-                    "{completed} AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
+                    "{completed} AND (${h}::text[] IS NOT NULL OR NOT st.state_data ? 'context') \
+                     AND NOT (st.state_data ? 'context' AND EXISTS (SELECT 1 FROM {s}.tool_executions xn \
                        WHERE xn.thread_id = st.thread_id AND xn.created_at > st.created_at)){asked}"
                 ),
             );
             format!(
-                "{row} AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
+                "{row} AND NOT {x}.thread_id{tt} = ANY(COALESCE(${h}::text[], '{{}}')) \
+                 AND NOT EXISTS (SELECT 1 FROM {s}.tenx_leases l WHERE l.thread_id = {x}.thread_id{tt} \
                    AND NOT l.released AND l.expires_at > clock_timestamp())"
             )
+        };
+        // The thread of row `x` is completed, its latest row 10xGraph's, and `$h` NULL: left only
+        // because Redis could not be scanned (for the report's `legacy_unchecked`).
+        let unscanned = |x: &str, h: u8| {
+            let row = latest(x, &format!("{completed} AND st.state_data ? 'context'"));
+            format!("CASE WHEN ${h}::text[] IS NULL THEN {row} ELSE FALSE END")
         };
         let theirs = |x: &str| latest(x, "st.state_data ? 'context'");
         // Each statement returns: the rows its window read, the rows it deleted, the ledger rows
@@ -100,10 +115,11 @@ impl Stmts {
             // order a run's input commit takes them in: the other order deadlocked with it), then
             // their thread rows, each `SKIP LOCKED` (a thread a run is writing is busy, not
             // finished). A thread whose lease row exists but was skipped is left. It returns the
-            // rows the window read, its last key, the locked threads' ids (as text), and the ids
-            // and users of those whose latest row 10xGraph wrote (their entries are read next).
+            // rows the window read, its last key, the locked threads' ids (as text), the ids and
+            // users of those whose latest row 10xGraph wrote (their entries are read next), and
+            // whether a thread old enough was left `unscanned`.
             threads: both(
-                &|after, _| {
+                &|after, h| {
                     format!(
                         "WITH w AS (SELECT t.thread_id, t.updated_at FROM {s}.threads t \
                    WHERE {after} ORDER BY t.thread_id LIMIT $2::int8), \
@@ -117,16 +133,18 @@ impl Stmts {
                    ORDER BY t.thread_id FOR UPDATE SKIP LOCKED), \
                  ask AS (SELECT th.thread_id, th.user_id FROM th WHERE {}) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT MAX(thread_id){tt} FROM w), ARRAY(SELECT thread_id{tt} FROM th), \
-                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id)",
-                        finished("w", None),
-                        theirs("th")
+                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id), \
+                   EXISTS (SELECT 1 FROM w WHERE w.updated_at < clock_timestamp() - make_interval(secs => $1::float8) AND {})",
+                        finished("w", h, None),
+                        theirs("th"),
+                        unscanned("w", h)
                     )
                 },
                 &format!("t.thread_id > $3::text{id}"),
                 1,
             ),
             // The second: the locked threads judged again on a snapshot taken now ($1: their
-            // ids, $2: seconds, $3: those of 10xGraph's whose entries show no run), then deleted. The first statement's snapshot is older than its
+            // ids, $2: seconds, $3: `$h`, $4: `$c`), then deleted. The first statement's snapshot is older than its
             // locks: a run that committed in between (a new turn that took the lease, paused at
             // an interrupt, or crashed mid-node, its state no longer completed) was judged on
             // rows it had not written yet, and such a thread was deleted under its run (red-team,
@@ -142,29 +160,33 @@ impl Stmts {
                  SELECT (SELECT COUNT(*) FROM d), \
                    (SELECT COUNT(*) FROM {s}.tool_executions x WHERE x.thread_id IN (SELECT thread_id FROM d)), \
                    ARRAY(SELECT thread_id{tt} FROM d), ARRAY(SELECT user_id{ut} FROM d)",
-                finished("t", Some(3))
+                finished("t", 3, Some(4))
             )),
             // $1: seconds. Runs after the thread rule, so rows that went with their thread are
-            // not counted twice. Keyed by the primary key (thread_id, tool_call_id). Run first with
-            // no thread of 10xGraph's clear, it also returns the ids and users of those the window
-            // holds rows of that would go but for their entries; with the ones found clear, the
-            // same window again.
+            // not counted twice. Keyed by the primary key (thread_id, tool_call_id). Its last two
+            // parameters: `$h`, `$c`. Run first with no thread of 10xGraph's clear, it also returns
+            // the ids and users of those the window holds rows of that would go but for their
+            // entries; with the ones found clear, the same window again. And whether rows were
+            // left `unscanned`.
             ledger: both(
-                &|after, n| {
+                &|after, h| {
+                    let c = h + 1;
                     format!(
                         "WITH w AS (SELECT x.thread_id, x.tool_call_id, x.created_at, x.ctid AS c FROM {s}.tool_executions x \
                    WHERE {after} ORDER BY x.thread_id, x.tool_call_id LIMIT $2::int8), \
                  q AS (SELECT w.c, w.thread_id, {} AS theirs FROM w \
                    WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {}), \
                  d AS (DELETE FROM {s}.tool_executions WHERE ctid = ANY(ARRAY(SELECT c FROM q \
-                   WHERE NOT q.theirs OR q.thread_id{tt} = ANY(${n}::text[]))) RETURNING 1), \
+                   WHERE NOT q.theirs OR q.thread_id{tt} = ANY(${c}::text[]))) RETURNING 1), \
                  ask AS (SELECT DISTINCT t.thread_id, t.user_id FROM q JOIN {s}.threads t ON t.thread_id = q.thread_id \
-                   WHERE q.theirs AND NOT q.thread_id{tt} = ANY(${n}::text[])), \
+                   WHERE q.theirs AND NOT q.thread_id{tt} = ANY(${c}::text[])), \
                  last AS (SELECT thread_id{tt} AS t, tool_call_id::text AS k FROM w ORDER BY thread_id DESC, tool_call_id DESC LIMIT 1) \
                  SELECT (SELECT COUNT(*) FROM w), (SELECT COUNT(*) FROM d), (SELECT t FROM last), (SELECT k FROM last), \
-                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id)",
+                   ARRAY(SELECT thread_id{tt} FROM ask ORDER BY thread_id), ARRAY(SELECT user_id{ut} FROM ask ORDER BY thread_id), \
+                   EXISTS (SELECT 1 FROM w WHERE w.created_at < clock_timestamp() - make_interval(secs => $1::float8) AND {})",
                         theirs("w"),
-                        finished("w", None)
+                        finished("w", h, None),
+                        unscanned("w", h)
                     )
                 },
                 &format!("(x.thread_id, x.tool_call_id) > ($3::text{id}, $4::text)"),
@@ -219,12 +241,13 @@ impl Batch {
         s: &PgStore,
         tx: &mut Tx,
         after: &(Option<String>, Option<String>),
+        scan: &Scan,
     ) -> Result<Got, sqlx::Error> {
         let next = usize::from(after.0.is_some());
         let q = match *self {
             Batch::States(keep) => sqlx::query_as(s.sql.prune.states[next].q()).bind(keep),
-            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age).await,
-            Batch::Ledger(ttl) => return ledger_batch(s, tx, after, next, ttl).await,
+            Batch::Threads(age) => return threads_batch(s, tx, after.0.as_deref(), next, age, scan).await,
+            Batch::Ledger(ttl) => return ledger_batch(s, tx, after, next, ttl, scan).await,
             Batch::Cache => {
                 let row: Row = sqlx::query_as(s.sql.prune.cache.q()).bind(self.size()).fetch_one(&mut **tx).await?;
                 return Ok(row.into());
@@ -266,22 +289,28 @@ async fn threads_batch(
     after: Option<&str>,
     next: usize,
     age: f64,
+    scan: &Scan,
 ) -> Result<Got, sqlx::Error> {
+    type Chosen = (i64, Option<String>, Vec<String>, Vec<String>, Vec<String>, bool);
     let q = sqlx::query_as(s.sql.prune.threads[next].q()).bind(age).bind(THREADS_PER_BATCH);
-    let (read, last, locked, ids, users): (i64, Option<String>, Vec<String>, Vec<String>, Vec<String>) = match after {
+    let (read, last, locked, ids, users, unscanned): Chosen = match after {
         None => q,
         Some(key) => q.bind(key),
     }
+    .bind(scan.held())
     .fetch_one(&mut **tx)
     .await?;
+    let mut unchecked = scan.why(unscanned);
     if locked.is_empty() {
-        return Ok(Got { row: (read, 0, 0, last, None), unchecked: None, gone: Vec::new() });
+        return Ok(Got { row: (read, 0, 0, last, None), unchecked, gone: Vec::new() });
     }
-    let (clear, unchecked) = without_runs(s, ids, users).await;
+    let (clear, why) = without_runs(s, ids, users).await;
+    unchecked = unchecked.or(why);
     let (deleted, ledger, tids, uids): (i64, i64, Vec<String>, Vec<String>) =
         sqlx::query_as(s.sql.prune.threads_delete.q())
             .bind(&locked)
             .bind(age)
+            .bind(scan.held())
             .bind(&clear)
             .fetch_one(&mut **tx)
             .await?;
@@ -299,21 +328,22 @@ async fn ledger_batch(
     after: &(Option<String>, Option<String>),
     next: usize,
     ttl: f64,
+    scan: &Scan,
 ) -> Result<Got, sqlx::Error> {
-    type LedgerRow = (i64, i64, Option<String>, Option<String>, Vec<String>, Vec<String>);
+    type LedgerRow = (i64, i64, Option<String>, Option<String>, Vec<String>, Vec<String>, bool);
     let window = |clear: &[String]| {
         let q = sqlx::query_as::<_, LedgerRow>(s.sql.prune.ledger[next].q()).bind(ttl).bind(ROWS_PER_BATCH);
         let q = match &after.0 {
             None => q,
             Some(key) => q.bind(key.clone()).bind(after.1.clone().unwrap_or_default()),
         };
-        q.bind(clear.to_vec())
+        q.bind(scan.held()).bind(clear.to_vec())
     };
-    let (read, mut deleted, last, last_call, ids, users) = window(&[]).fetch_one(&mut **tx).await?;
-    let mut unchecked = None;
+    let (read, mut deleted, last, last_call, ids, users, unscanned) = window(&[]).fetch_one(&mut **tx).await?;
+    let mut unchecked = scan.why(unscanned);
     if !ids.is_empty() {
         let (clear, why) = without_runs(s, ids, users).await;
-        unchecked = why;
+        unchecked = unchecked.or(why);
         if !clear.is_empty() {
             deleted += window(&clear).fetch_one(&mut **tx).await?.1;
         }
@@ -347,12 +377,13 @@ async fn without_runs(s: &PgStore, ids: Vec<String>, users: Vec<String>) -> (Vec
 /// after the batch's commit (a Redis that stalls must not hold its row locks: 150 deleted threads
 /// held them 60 s, and a turn beside them failed; red-team, session 43), and only while Redis
 /// answers. A failure is ignored: a finished thread's entry is a cache, and a later thread under
-/// the id does not resume from an entry with a version and no row. 10xGraph's entry stays where
-/// it shows a run: one begun since the batch read it (where it showed none) lives there alone.
+/// the id does not resume from an entry with a version and no row. (A 10xGraph turn begun on the
+/// thread between the batch's read of its entry and this delete is lost: 10xGraph takes no lock
+/// prune could wait on; red-team, session 44.)
 async fn forget_entries(s: &PgStore, gone: Vec<ThreadRef>) {
     for t in gone {
         let Some(r) = s.redis() else { return };
-        r.clear_pruned_state_cache(&t).await;
+        r.clear_state_cache(&t).await;
     }
 }
 
@@ -370,6 +401,11 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         rule_batches.push(Batch::Ledger(ttl));
     }
     rule_batches.push(Batch::Cache);
+    let scan = if rules.finished_older_than.is_some() || rules.ledger_ttl.is_some() {
+        legacy_runs(s).await
+    } else {
+        Scan::Done(Vec::new())
+    };
     // A dry run: every batch in one transaction, rolled back at the end (unbounded: a count of a
     // large database may take minutes, and its row locks are held until then).
     let mut dry = if rules.dry_run { Some(s.conns.begin().await.map_err(err)?) } else { None };
@@ -380,12 +416,12 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         let mut after: (Option<String>, Option<String>) = (None, None);
         loop {
             let got = match dry.as_mut() {
-                Some(tx) => batch.run(s, tx, &after).await.map_err(err)?,
+                Some(tx) => batch.run(s, tx, &after, &scan).await.map_err(err)?,
                 // Each batch commits on its own, bounded like any transaction of the store.
                 None => {
                     s.bounded("prune", async {
                         let mut tx = s.conns.begin().await.map_err(err)?;
-                        let got = batch.run(s, &mut tx, &after).await.map_err(err)?;
+                        let got = batch.run(s, &mut tx, &after, &scan).await.map_err(err)?;
                         tx.commit().await.map_err(err)?;
                         Ok(got)
                     })
@@ -416,4 +452,38 @@ pub(super) async fn prune(s: &PgStore, rules: &PruneRules) -> StoreResult<PruneR
         tx.rollback().await.map_err(err)?;
     }
     Ok(report)
+}
+
+/// What the scan at the prune's start found (see `Stmts::new`, `$h`).
+enum Scan {
+    /// The threads 10xGraph's entries (any user's) show a run under way in.
+    Done(Vec<String>),
+    /// Redis was not given, or could not be scanned (why).
+    Failed(String),
+}
+
+impl Scan {
+    fn held(&self) -> Option<&[String]> {
+        match self {
+            Scan::Done(held) => Some(held),
+            Scan::Failed(_) => None,
+        }
+    }
+
+    /// Why threads were left unchecked, where a statement says it left some for the scan's failure.
+    fn why(&self, unscanned: bool) -> Option<String> {
+        match self {
+            Scan::Failed(why) if unscanned => Some(why.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// The scan: one pass over 10xGraph's `state_cache:*` keys.
+async fn legacy_runs(s: &PgStore) -> Scan {
+    let Some(r) = s.redis_configured() else { return Scan::Failed("no Redis was given".into()) };
+    match r.legacy_running_threads().await {
+        Ok(found) => Scan::Done(found.into_iter().map(|(t, _)| t.thread_id).collect()),
+        Err(e) => Scan::Failed(e.to_string()),
+    }
 }

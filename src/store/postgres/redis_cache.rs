@@ -36,14 +36,12 @@ return redis.call('HMGET', KEYS[1], 'v', 'd')"#;
 /// Deletes 10xGraph's entry (KEYS[1]) only where it is the thread's: its key is not escaped, so
 /// thread `T:b` of user `c` and thread `T` of user `b:c` share one, and clearing one thread's cache
 /// deleted the other's unfinished run (see `engine::legacy_resume::cache_entry_is_this_threads`,
-/// the same rule). ARGV[1]: the thread id; ARGV[2]: '1' when either id has a ':'; ARGV[3]: '1' to
-/// keep an entry that shows a run under way.
+/// the same rule). ARGV[1]: the thread id; ARGV[2]: '1' when either id has a ':'.
 const LEGACY_STATE_DEL: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
 local ok, entry = pcall(cjson.decode, redis.call('GET', KEYS[1]))
 local named = nil
 if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table' then
-  if ARGV[3] == '1' and entry.execution_meta.status == 'running' then return 0 end
   local id = entry.execution_meta.thread_id
   if type(id) == 'string' or type(id) == 'number' then named = tostring(id) end
 end
@@ -361,27 +359,16 @@ impl RedisCache {
         }
         let legacy = redis::Script::new(LEGACY_STATE_DEL);
         let mut del = legacy.key(&key);
-        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" }).arg("0");
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
         self.script_checked::<i64>(del).await.map(|_| ()).map_err(failed)
     }
 
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
-        self.clear_entries(t, false).await
-    }
-
-    /// `clear_state_cache` for a thread prune deleted: 10xGraph's entry stays if it shows a run
-    /// under way (a turn a live 10xGraph worker began after the batch read the entry: its only
-    /// copy, the user's message in it).
-    pub async fn clear_pruned_state_cache(&self, t: &ThreadRef) {
-        self.clear_entries(t, true).await
-    }
-
-    async fn clear_entries(&self, t: &ThreadRef, keep_running: bool) {
         let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
         let legacy = redis::Script::new(LEGACY_STATE_DEL);
         let mut del = legacy.key(legacy_state_key(t));
-        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" }).arg(if keep_running { "1" } else { "0" });
+        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
         let _ = self.script::<i64>(del).await;
     }
 }
