@@ -381,9 +381,8 @@ async fn without_runs(s: &PgStore, ids: Vec<String>, users: Vec<String>) -> (Vec
 /// thread between the batch's read of its entry and this delete is lost: 10xGraph takes no lock
 /// prune could wait on; red-team, session 44.)
 async fn forget_entries(s: &PgStore, gone: Vec<ThreadRef>) {
-    for t in gone {
-        let Some(r) = s.redis() else { return };
-        r.clear_state_cache(&t).await;
+    if let Some(r) = s.redis().filter(|_| !gone.is_empty()) {
+        r.clear_state_caches(&gone).await;
     }
 }
 

@@ -363,6 +363,35 @@ impl RedisCache {
         self.script_checked::<i64>(del).await.map(|_| ()).map_err(failed)
     }
 
+    /// `clear_state_cache` of many threads, one round trip per 20 (prune's deleted threads, after
+    /// each batch: one call per thread made a prune of 301 threads behind a 10 ms link take 6.5 s,
+    /// and kept a deleted thread's finished entry readable that long; red-team, session 44). Each
+    /// 10xGraph entry is decoded to check its thread (see `LEGACY_STATE_DEL`), so a round trip
+    /// carries few of them. Stops at the first failure, which is otherwise ignored.
+    pub async fn clear_state_caches(&self, threads: &[ThreadRef]) {
+        let legacy = redis::Script::new(LEGACY_STATE_DEL);
+        for chunk in threads.chunks(20) {
+            let calls: Vec<redis::ScriptInvocation<'_>> = chunk
+                .iter()
+                .map(|t| {
+                    let mut inv = legacy.prepare_invoke();
+                    inv.key(legacy_state_key(t)).arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
+                    inv
+                })
+                .collect();
+            let mut pipe = redis::pipe();
+            pipe.load_script(&legacy).ignore();
+            for (t, call) in chunk.iter().zip(&calls) {
+                pipe.cmd("DEL").arg(state_key(&self.prefix, t)).ignore();
+                pipe.invoke_script(call).ignore();
+            }
+            let Ok(mut c) = self.try_conn().await else { return };
+            if self.settled(pipe.query_async::<()>(&mut c).await).is_err() {
+                return;
+            }
+        }
+    }
+
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
         let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
