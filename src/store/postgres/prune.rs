@@ -144,13 +144,13 @@ impl Stmts {
                 1,
             ),
             // The second: the locked threads judged again on a snapshot taken now ($1: their
-            // ids, $2: seconds, $3: `$h`, $4: `$c`), then deleted. The first statement's snapshot is older than its
-            // locks: a run that committed in between (a new turn that took the lease, paused at
-            // an interrupt, or crashed mid-node, its state no longer completed) was judged on
-            // rows it had not written yet, and such a thread was deleted under its run (red-team,
-            // session 22). From the locks on, no run can commit to these threads (their input
-            // and step commits write the thread row or rows that reference it), so this check
-            // is the last word. The ledger rows go by cascade at the end of the statement; the
+            // ids, $2: seconds, $3: `$h`, $4: `$c`), then deleted. The first statement's snapshot
+            // is older than its locks: a run that committed in between (a new turn that took the
+            // lease, paused at an interrupt, or crashed mid-node, its state no longer completed)
+            // was judged on rows it had not written yet, and such a thread was deleted under its
+            // run (red-team, session 22). From the locks on, no run of ours can commit to these
+            // threads (their input and step commits write the thread row or rows that reference
+            // it), so this check is the last word. The ledger rows go by cascade at the end of the statement; the
             // count reads them from its snapshot, before they went.
             threads_delete: Stmt::new(format!(
                 "WITH d AS (DELETE FROM {s}.threads t WHERE t.thread_id = ANY($1::text[]{id}[]) \
