@@ -669,6 +669,7 @@ async def test_prune_leaves_a_10xgraph_turn_its_redis_scan_did_not_see(writer: W
     assert writer.sql(f"SELECT COUNT(*) FROM threads WHERE thread_id = '{thread}'") == "1"
     assert writer.sql(ledger) == before
 
+
 async def test_prune_leaves_a_10xgraph_turn_begun_while_it_ran(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 10xGraph worker's turn begun while a prune runs (here: while the prune waits on a row
     lock in its first rule), killed in its first model call: the turn lives in its Redis entry

@@ -204,10 +204,6 @@ impl RedisCache {
         Ok(c)
     }
 
-    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
-        self.cmd_checked(cmd).await.ok()
-    }
-
     /// Version-guarded state cache write: Some(false) when Redis held a newer version, None when
     /// Redis failed.
     pub async fn put_state(&self, t: &ThreadRef, version: i64, payload: &Value) -> Option<bool> {
@@ -363,7 +359,8 @@ impl RedisCache {
         self.script_checked::<i64>(del).await.map(|_| ()).map_err(failed)
     }
 
-    /// `clear_state_cache` of many threads, one round trip per 20 (prune's deleted threads, after
+    /// Deletes the threads' state cache entries (ours and 10xGraph's, where it is the thread's: see
+    /// `LEGACY_STATE_DEL`), one round trip per 20 threads (prune's deleted threads, after
     /// each batch: one call per thread made a prune of 301 threads behind a 10 ms link take 6.5 s,
     /// and kept a deleted thread's finished entry readable that long; red-team, session 44). Each
     /// 10xGraph entry is decoded to check its thread (see `LEGACY_STATE_DEL`), so a round trip
@@ -394,11 +391,7 @@ impl RedisCache {
 
     /// Deletes the thread's state cache entries (ours and 10xGraph's); a Redis failure is ignored.
     pub async fn clear_state_cache(&self, t: &ThreadRef) {
-        let _ = self.run::<i64>(redis::cmd("DEL").arg(state_key(&self.prefix, t))).await;
-        let legacy = redis::Script::new(LEGACY_STATE_DEL);
-        let mut del = legacy.key(legacy_state_key(t));
-        del.arg(&t.thread_id).arg(if ambiguous(t) { "1" } else { "0" });
-        let _ = self.script::<i64>(del).await;
+        self.clear_state_caches(std::slice::from_ref(t)).await
     }
 }
 
