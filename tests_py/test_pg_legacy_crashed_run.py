@@ -781,6 +781,62 @@ async def test_recovery_finds_a_run_among_large_finished_entries_and_odd_keys(wr
         r.close()
 
 
+async def test_large_entries_are_read_in_short_calls_and_decoded_only_when_they_say_running(
+        writer: Writer) -> None:
+    """One script call decoded every large entry that had ``"running"`` anywhere in its text (a
+    text block of that value, a tool's ``status`` argument): 100 such entries of 1 MB ran it past
+    Redis' answer timeout and blocked Redis for its length; recovery and prune then saw no entry
+    at all, and prune reported ``legacy_unchecked`` on every run (red-team, session 44, F4). Now
+    only a ``"status": "running"`` pair makes an entry a candidate, and a call stops after ~2 MB
+    of candidates. Redis' slow log shows how long each call held Redis."""
+
+    import redis
+
+    thread = new_thread("big")
+    writer.crash_in_tool_node(thread, nondurable=True)
+    r = redis.Redis.from_url(writer.redis_url)
+    pad = "x" * (1 << 20)
+    # Finished entries: one whose text has a block of the value "running", one where a tool call
+    # asked for a status of "running" (a real pair, decoded, and seen to be finished).
+    said = json.dumps({"context": [{"message_id": "m1", "role": "user", "content": [
+        {"type": "text", "text": "running"}, {"type": "text", "text": pad}]}],
+        "execution_meta": {"current_node": "model", "status": "completed"}})
+    asked = json.dumps({"context": [{"message_id": "m1", "role": "assistant", "content": [
+        {"type": "text", "text": pad}], "tools_calls": [{"id": "c1", "function": {
+            "name": "set_job", "arguments": {"status": "running"}}}]}],
+        "execution_meta": {"current_node": "model", "status": "completed"}})
+    keys = [f"state_cache:big-{kind}-{thread}-{i}:u1" for kind in ("said", "asked") for i in range(60)]
+    threshold = r.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    try:
+        with r.pipeline(transaction=False) as p:
+            for k in keys:
+                p.set(k, said if "-said-" in k else asked)
+            p.execute()
+        r.config_set("slowlog-log-slower-than", 20_000)
+        r.slowlog_reset()
+        (writer.workdir / "email.release").write_text("go")
+        cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+        try:
+            report = await agent.build(cp).arecover()
+            assert report.ok, (report.failed, report.unlisted)
+            assert [(x.thread_id, x.status) for x in report.resumed] == [(thread, "completed")]
+            pruned = await cp.aprune(finished_older_than=3600, dry_run=True)
+            assert pruned["legacy_unchecked"] is False, pruned
+        finally:
+            await cp.arelease()
+        assert effect_names(writer) == ["model", "charge", "email", "model"]
+        ours = set(keys)
+        # A slow-log entry keeps a call's first 32 arguments: its script, its key count and keys.
+        slow = [(e["duration"], e["command"][:60]) for e in r.slowlog_get(128)
+                if ours.intersection(a.decode(errors="replace") for a in e["command"].split())]
+        # ~2 MB decoded is ~10 ms; the one call of before took 400 ms or more.
+        assert all(us < 150_000 for us, _ in slow), slow
+    finally:
+        r.config_set("slowlog-log-slower-than", threshold)
+        r.delete(*keys)
+        r.close()
+
+
 async def test_recovery_lists_no_entry_that_a_resume_would_not_use(writer: Writer) -> None:
     """Entries that say ``running`` but are no run a resume would take: one without a version on a
     thread with a finished 10xGraph row, one at an older version, and one of a thread this

@@ -54,14 +54,30 @@ return redis.call('DEL', KEYS[1])"#;
 
 /// Of 10xGraph's entries among KEYS, those of a run under way: {key, the thread its
 /// `execution_meta.thread_id` names (or ''), '1' when it names one, its `__checkpoint_version__`
-/// (or '')}. The entry holds the whole context: decoded here, only these fields cross; and only
-/// an entry whose text has "running" at all is decoded (about 4 ms a MB: a batch of large
-/// finished entries ran past the call's timeout, and the pass saw no entry; red-team, session 42).
+/// (or '')}. The entry holds the whole context: decoded here, only these fields cross. Decoding
+/// costs about 4 ms a MB, so only an entry whose text has a `"status": "running"` pair is decoded
+/// (any `"running"` was decoded before: a tool's result or a state field of that value made every
+/// large entry a candidate), and a call stops before the entry that would take it past ARGV[1]
+/// bytes decoded: it answers {how many of KEYS it read, rows}, and the caller asks again for the
+/// rest. A hundred such entries of 1 MB in one call ran past the answer timeout and blocked Redis
+/// for its length; the pass then never saw an entry and prune never pruned them (red-team,
+/// session 44, F4).
 const LEGACY_RUNNING: &str = r#"
-local out = {}
-for _, key in ipairs(KEYS) do
+local function says_running(text)
+  local from = 1
+  while true do
+    local at = string.find(text, '"running"', from, true)
+    if not at then return false end
+    if string.find(string.sub(text, math.max(1, at - 64), at - 1), '"status"%s*:%s*$') then return true end
+    from = at + 9
+  end
+end
+local budget, spent, out = tonumber(ARGV[1]), 0, {}
+for i, key in ipairs(KEYS) do
   local text = redis.call('TYPE', key).ok == 'string' and redis.call('GET', key)
-  if text and string.find(text, '"running"', 1, true) then
+  if text and says_running(text) then
+    if spent > 0 and spent + #text > budget then return {i - 1, out} end
+    spent = spent + #text
     local ok, entry = pcall(cjson.decode, text)
     if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table'
         and entry.execution_meta.status == 'running' then
@@ -73,7 +89,11 @@ for _, key in ipairs(KEYS) do
     end
   end
 end
-return out"#;
+return {#KEYS, out}"#;
+
+/// The bytes of entries `LEGACY_RUNNING` decodes per call (~8 ms of Redis' time), beside the one
+/// entry it always decodes.
+const RUNNING_DECODE_BUDGET: usize = 2 << 20;
 
 /// A Redis connection used as a cache beside Postgres: every call is bounded by a short timeout and
 /// never fails the caller; a failure answers "not served" (None/false) so Postgres serves instead.
@@ -301,17 +321,27 @@ impl RedisCache {
     }
 
     /// `LEGACY_RUNNING` over `keys`: the rows of the entries that show a run under way. At most 100
-    /// entries per script call: large ones (300 KB) ran a call past Redis' answer timeout and
-    /// blocked Redis meanwhile (session 42).
+    /// keys per script call (large entries ran a call past Redis' answer timeout and blocked Redis
+    /// meanwhile, session 42), fewer where their entries are large (see `LEGACY_RUNNING`).
     async fn running_rows(&self, c: &mut ConnectionManager, keys: &[String]) -> Result<Vec<Vec<String>>, String> {
+        let script = redis::Script::new(LEGACY_RUNNING);
         let mut out = Vec::new();
-        for chunk in keys.chunks(100) {
-            let script = redis::Script::new(LEGACY_RUNNING);
+        let mut rest = keys;
+        while !rest.is_empty() {
+            let chunk = &rest[..rest.len().min(100)];
             let mut inv = script.prepare_invoke();
             for k in chunk {
                 inv.key(k);
             }
-            out.extend(self.settled::<Vec<Vec<String>>>(inv.invoke_async(&mut *c).await)?);
+            inv.arg(RUNNING_DECODE_BUDGET);
+            let (read, rows): (usize, Vec<Vec<String>>) = self.settled(inv.invoke_async(&mut *c).await)?;
+            // The script always reads its first key; an answer that says otherwise would leave
+            // keys unread, and an entry unread is a run prune cannot see.
+            if read == 0 || read > chunk.len() {
+                return Err(format!("the entry check read {read} of {} keys", chunk.len()));
+            }
+            out.extend(rows);
+            rest = &rest[read..];
         }
         Ok(out)
     }
