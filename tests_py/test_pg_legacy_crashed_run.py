@@ -786,9 +786,10 @@ async def test_large_entries_are_read_in_short_calls_and_decoded_only_when_they_
     """One script call decoded every large entry that had ``"running"`` anywhere in its text (a
     text block of that value, a tool's ``status`` argument): 100 such entries of 1 MB ran it past
     Redis' answer timeout and blocked Redis for its length; recovery and prune then saw no entry
-    at all, and prune reported ``legacy_unchecked`` on every run (red-team, session 44, F4). Now
-    only a ``"status": "running"`` pair makes an entry a candidate, and a call stops after ~2 MB
-    of candidates. Redis' slow log shows how long each call held Redis."""
+    at all, and prune reported ``legacy_unchecked`` on every run (red-team, session 44, F4); large
+    entries that said nothing of the kind did the same, read whole (session 45). Now only the
+    text ``"status": "running"`` makes an entry a candidate, and a call stops after ~2 MB read.
+    Redis' slow log shows how long each call held Redis."""
 
     import redis
 
@@ -805,12 +806,15 @@ async def test_large_entries_are_read_in_short_calls_and_decoded_only_when_they_
         {"type": "text", "text": pad}], "tools_calls": [{"id": "c1", "function": {
             "name": "set_job", "arguments": {"status": "running"}}}]}],
         "execution_meta": {"current_node": "model", "status": "completed"}})
-    keys = [f"state_cache:big-{kind}-{thread}-{i}:u1" for kind in ("said", "asked") for i in range(60)]
+    plain = json.dumps({"context": [{"message_id": "m1", "role": "user", "content": [
+        {"type": "text", "text": pad + pad[:1 << 19]}]}], "execution_meta": {"current_node": "model", "status": "completed"}})
+    kinds = {"said": (said, 60), "asked": (asked, 10), "plain": (plain, 60)}
+    keys = [f"state_cache:big-{kind}-{thread}-{i}:u1" for kind, (_, n) in kinds.items() for i in range(n)]
     threshold = r.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
     try:
         with r.pipeline(transaction=False) as p:
             for k in keys:
-                p.set(k, said if "-said-" in k else asked)
+                p.set(k, kinds[k.split("-")[1]][0])
             p.execute()
         r.config_set("slowlog-log-slower-than", 20_000)
         r.slowlog_reset()
@@ -835,6 +839,29 @@ async def test_large_entries_are_read_in_short_calls_and_decoded_only_when_they_
         r.config_set("slowlog-log-slower-than", threshold)
         r.delete(*keys)
         r.close()
+
+
+async def test_a_running_entry_cjson_cannot_decode_is_not_passed_over(writer: Writer) -> None:
+    """A 10xGraph turn whose user message holds a lone surrogate (a client that cut an emoji in
+    half): ``json.dumps`` writes ``\\ud83d``, Redis' cjson refuses it, and the entry of that run
+    was skipped as if it were not there: recovery reported a clean pass and listed nothing, and
+    prune could delete the thread (helper red-team, session 45). It is now answered as a run."""
+    thread = new_thread("surrogate")
+    writer.crash_in_tool_node(thread, nondurable=True)
+    key = writer.cache_key(thread)
+    entry = json.loads(writer.redis_get(key))
+    assert entry["execution_meta"]["status"] == "running"
+    entry["context"][0]["content"][0]["text"] = "cut \ud83d"
+    writer.redis_set(key, json.dumps(entry))
+    cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
+    try:
+        report = await agent.build(cp).arecover()
+        listed = [x.thread_id for x in (*report.resumed, *report.failed, *report.skipped)]
+        assert thread in listed, report
+        pruned = await cp.aprune(finished_older_than=0, ledger_ttl=0, dry_run=True)
+        assert pruned["threads"] == 0, pruned
+    finally:
+        await cp.arelease()
 
 
 async def test_recovery_lists_no_entry_that_a_resume_would_not_use(writer: Writer) -> None:

@@ -54,46 +54,44 @@ return redis.call('DEL', KEYS[1])"#;
 
 /// Of 10xGraph's entries among KEYS, those of a run under way: {key, the thread its
 /// `execution_meta.thread_id` names (or ''), '1' when it names one, its `__checkpoint_version__`
-/// (or '')}. The entry holds the whole context: decoded here, only these fields cross. Decoding
-/// costs about 4 ms a MB, so only an entry whose text has a `"status": "running"` pair is decoded
-/// (any `"running"` was decoded before: a tool's result or a state field of that value made every
-/// large entry a candidate), and a call stops before the entry that would take it past ARGV[1]
-/// bytes decoded: it answers {how many of KEYS it read, rows}, and the caller asks again for the
-/// rest. A hundred such entries of 1 MB in one call ran past the answer timeout and blocked Redis
-/// for its length; the pass then never saw an entry and prune never pruned them (red-team,
-/// session 44, F4).
+/// (or '')}. The entry holds the whole context: decoded here, only these fields cross. Reading an
+/// entry costs about 4 ms a MB and decoding as much again, so only an entry with the text
+/// `"status": "running"` is decoded (10xGraph writes it with `json.dumps`; the compact form is
+/// looked for too), and a call stops before the entry that would take it past ARGV[1] bytes
+/// read: it answers {how many of KEYS it read, rows}, and the caller asks again for the rest.
+/// Before, any `"running"` made an entry a candidate (a tool's result or a state field of that
+/// value), and 100 of 1 MB in one call ran past the answer timeout, blocked Redis for its length,
+/// and recovery and prune then saw no entry at all (red-team, session 44, F4). An entry that says
+/// so but does not decode (a lone surrogate cjson refuses) is answered as a run with no thread
+/// named: kept by prune, and left to a resume to say what it is.
 const LEGACY_RUNNING: &str = r#"
-local function says_running(text)
-  local from = 1
-  while true do
-    local at = string.find(text, '"running"', from, true)
-    if not at then return false end
-    if string.find(string.sub(text, math.max(1, at - 64), at - 1), '"status"%s*:%s*$') then return true end
-    from = at + 9
-  end
-end
 local budget, spent, out = tonumber(ARGV[1]), 0, {}
 for i, key in ipairs(KEYS) do
-  local text = redis.call('TYPE', key).ok == 'string' and redis.call('GET', key)
-  if text and says_running(text) then
-    if spent > 0 and spent + #text > budget then return {i - 1, out} end
-    spent = spent + #text
-    local ok, entry = pcall(cjson.decode, text)
-    if ok and type(entry) == 'table' and type(entry.execution_meta) == 'table'
-        and entry.execution_meta.status == 'running' then
-      local id, named = entry.execution_meta.thread_id, '0'
-      if type(id) == 'string' or type(id) == 'number' then id, named = tostring(id), '1' else id = '' end
-      local v = entry['__checkpoint_version__']
-      if type(v) == 'number' then v = string.format('%d', v) elseif type(v) ~= 'string' then v = '' end
-      out[#out + 1] = {key, id, named, v}
+  local size = redis.call('TYPE', key).ok == 'string' and redis.call('STRLEN', key)
+  if size then
+    if spent > 0 and spent + size > budget then return {i - 1, out} end
+    spent = spent + size
+    local text = redis.call('GET', key)
+    if string.find(text, '"status": "running"', 1, true) or string.find(text, '"status":"running"', 1, true) then
+      local ok, entry = pcall(cjson.decode, text)
+      if not ok then
+        out[#out + 1] = {key, '', '0', ''}
+      elseif type(entry) == 'table' and type(entry.execution_meta) == 'table'
+          and entry.execution_meta.status == 'running' then
+        local id, named = entry.execution_meta.thread_id, '0'
+        if type(id) == 'string' or type(id) == 'number' then id, named = tostring(id), '1' else id = '' end
+        local v = entry['__checkpoint_version__']
+        if type(v) == 'number' then v = string.format('%d', v) elseif type(v) ~= 'string' then v = '' end
+        out[#out + 1] = {key, id, named, v}
+      end
     end
   end
 end
 return {#KEYS, out}"#;
 
-/// The bytes of entries `LEGACY_RUNNING` decodes per call (~8 ms of Redis' time), beside the one
-/// entry it always decodes.
-const RUNNING_DECODE_BUDGET: usize = 2 << 20;
+/// The bytes of entries `LEGACY_RUNNING` reads per call (~8-16 ms of Redis' time), beside the one
+/// entry it always reads.
+const RUNNING_READ_BUDGET: usize = 2 << 20;
 
 /// A Redis connection used as a cache beside Postgres: every call is bounded by a short timeout and
 /// never fails the caller; a failure answers "not served" (None/false) so Postgres serves instead.
@@ -333,7 +331,7 @@ impl RedisCache {
             for k in chunk {
                 inv.key(k);
             }
-            inv.arg(RUNNING_DECODE_BUDGET);
+            inv.arg(RUNNING_READ_BUDGET);
             let (read, rows): (usize, Vec<Vec<String>>) = self.settled(inv.invoke_async(&mut *c).await)?;
             // The script always reads its first key; an answer that says otherwise would leave
             // keys unread, and an entry unread is a run prune cannot see.
