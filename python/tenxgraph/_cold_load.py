@@ -24,8 +24,6 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from tenxgraph.core.state.message import _stored_state_load
-
 __all__ = ["validate_stored_state"]
 
 S = TypeVar("S", bound=BaseModel)
@@ -40,8 +38,7 @@ def validate_stored_state(state_type: type[S], text: bytes | str) -> S:
         gc.collect(0)
     gc.disable()
     try:
-        with _stored_state_load():
-            state = state_type.model_validate_json(text)
+        state = state_type.model_validate_json(text)
         if enabled and gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()

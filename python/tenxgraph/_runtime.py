@@ -50,7 +50,7 @@ from tenxgraph._state_codec import (
 from tenxgraph._tool_step import ToolStep
 from tenxgraph.core.state.agent_state import AgentState
 from tenxgraph.core.state.execution_state import ExecutionStatus, StopRequestStatus
-from tenxgraph.core.state.message import Message, _stored_state_load
+from tenxgraph.core.state.message import Message
 from tenxgraph.core.state.reducers import REMOVE_ALL_MESSAGES, RemoveMessage
 from tenxgraph.logs import log_fields
 from tenxgraph.utils.callbacks import CallbackContext, InvocationType
@@ -582,8 +582,7 @@ class Run(RunInput, RunHooks, RunTools):
             data.pop(STATE_META_KEY, None)
             data.pop("context", None)
             # In JSON mode, as a load reads it: a strict model refuses a datetime's text in Python mode.
-            with _stored_state_load():
-                state = type(self.state or self.graph._prototype).model_validate_json(json.dumps(data))
+            state = type(self.state or self.graph._prototype).model_validate_json(json.dumps(data))
         except Exception as exc:  # noqa: BLE001 - the pause must still happen: stored as the node left it
             self.graph._log.warning("the node's state could not be put back as it started (%s); the pause or "
                                     "failure stores it as the node left it", exc,

@@ -17,7 +17,7 @@ from pydantic_core import PydanticSerializationError
 from tenxgraph import _core
 from tenxgraph._required_nulls import CLASS_CACHE_SIZE, UnstorableValue, refuse_required_nulls
 from tenxgraph.core.state.agent_state import AgentState
-from tenxgraph.core.state.message import Message, _stored_state_load
+from tenxgraph.core.state.message import Message
 
 __all__ = ["STATE_META_KEY", "STORED_DEPTH", "core_refuses", "encode_message", "encode_message_shaped", "encode_state", "encode_state_meta",
            "encode_state_shaped", "encode_state_text", "refuse_nonfinite"]
@@ -40,8 +40,7 @@ def _loadable(model: type[BaseModel], data: Any, what: str) -> None:
     not validated) is stored only when it loads back; else ValueError, so the run ends like a
     node that raised instead of leaving a thread no load can read."""
     try:
-        with _stored_state_load():
-            model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
+        model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
     except ValidationError as exc:
         raise UnstorableValue(f"{what} cannot be stored: it would not load back ({exc.error_count()} "
                               f"invalid field(s)): {exc}") from None

@@ -6,11 +6,9 @@ import asyncio
 import contextvars
 import inspect
 import json
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, Literal
 import os
 
@@ -73,26 +71,6 @@ def _reset_run_id_generator(token: contextvars.Token[IdGenerator | None]) -> Non
     _run_id_generator.reset(token)
 
 
-@contextmanager
-def _stored_state_load() -> Iterator[None]:
-    """No generator while a stored state is validated: a ``list[Message | dict]`` field made
-    pydantic try ``Message`` on each dict, whose ``message_id`` default called the user's
-    generator before the branch failed, so a turn's ids depended on how many dicts its state held
-    (10xGraph's in-memory state is never loaded, and hands out one id per new message;
-    differential pass, session 45). A stored message has its id; one without gets a uuid."""
-    token = _run_id_generator.set(None)
-    try:
-        yield
-    finally:
-        _run_id_generator.reset(token)
-
-
-# Sync nodes and tools run in worker threads and name their messages there; 10xGraph names them
-# on the event-loop thread, so a user's generator (a plain counter) never ran twice at once, and
-# here one handed out an id twice (session 45). Reentrant: a generator may itself build a Message.
-_generator_lock = threading.RLock()
-
-
 def _resolve_awaitable(awaitable: Awaitable[Any]) -> Any:
     async def wait() -> Any:
         return await awaitable
@@ -116,10 +94,7 @@ def generate_id(default_id: MessageId | None = None) -> MessageId:
     """
     generator = get_id_generator()
     if generator is not None:
-        with _generator_lock:
-            value = generator()
-        # An async generator's body runs when it is awaited, on a loop of its own: outside the
-        # lock, since a call from that loop's thread would wait for this one forever.
+        value = generator()
         if inspect.isawaitable(value):
             value = _resolve_awaitable(value)
         if value:

@@ -15,7 +15,7 @@ from tenxgraph import _core
 from tenxgraph._state_codec import STATE_META_KEY
 from tenxgraph._sync import run_sync
 from tenxgraph.core.state.agent_state import AgentState
-from tenxgraph.core.state.message import Message, _stored_state_load
+from tenxgraph.core.state.message import Message
 from tenxgraph.logs import run_logger
 from tenxgraph.utils.thread_info import ThreadInfo
 from tenxgraph._user_id import user_id_of
@@ -106,8 +106,7 @@ class BaseCheckpointer(ABC, Generic[StateT]):
         target = self.state_type
         if meta.get("class") and meta["class"] != target.__name__:
             _log.warning("stored state class %s differs from bound %s", meta["class"], target.__name__)
-        with _stored_state_load():
-            return target.model_validate(data)
+        return target.model_validate(data)
 
     # -- the contract ----------------------------------------------------------------------
 
