@@ -841,27 +841,40 @@ async def test_large_entries_are_read_in_short_calls_and_decoded_only_when_they_
         r.close()
 
 
-async def test_a_running_entry_cjson_cannot_decode_is_not_passed_over(writer: Writer) -> None:
+@pytest.mark.parametrize("turn", [1, 2])
+async def test_a_running_entry_with_a_lone_surrogate_is_resumed(
+        writer: Writer, monkeypatch: pytest.MonkeyPatch, turn: int) -> None:
     """A 10xGraph turn whose user message holds a lone surrogate (a client that cut an emoji in
-    half): ``json.dumps`` writes ``\\ud83d``, Redis' cjson refuses it, and the entry of that run
-    was skipped as if it were not there: recovery reported a clean pass and listed nothing, and
-    prune could delete the thread (helper red-team, session 45). It is now answered as a run."""
+    half): ``json.dumps`` writes ``\\ud83d``, which neither Redis' cjson nor serde_json reads.
+    The entry of that run was skipped as if it were not there: recovery reported a clean pass
+    (turn 1: listed as skipped, ``not_running``; turn 2: not listed), the run never finished, and
+    prune could delete the thread (red-team, session 45). Such an escape is now read as U+FFFD,
+    so the run is resumed from its entry: ``charge`` answered from the ledger, ``email`` once."""
     thread = new_thread("surrogate")
-    writer.crash_in_tool_node(thread, nondurable=True)
+    first: list[str] = []
+    if turn == 2:
+        writer.run_to_completion(thread)
+        first = effect_names(writer)
+        monkeypatch.setenv(agent.TURN_ENV, "2")
+    writer.crash_in_tool_node(thread, nondurable=True, turn=turn)
     key = writer.cache_key(thread)
     entry = json.loads(writer.redis_get(key))
     assert entry["execution_meta"]["status"] == "running"
-    entry["context"][0]["content"][0]["text"] = "cut \ud83d"
+    asked = next(m for m in reversed(entry["context"]) if m["role"] == "user")
+    asked["content"][0]["text"] += " \ud83d"
     writer.redis_set(key, json.dumps(entry))
+    assert "\\ud83d" in writer.redis_get(key)
+    (writer.workdir / "email.release").write_text("go")
     cp = PgCheckpointer(writer.dsn, redis_url=writer.redis_url)
     try:
-        report = await agent.build(cp).arecover()
-        listed = [x.thread_id for x in (*report.resumed, *report.failed, *report.skipped)]
-        assert thread in listed, report
         pruned = await cp.aprune(finished_older_than=0, ledger_ttl=0, dry_run=True)
-        assert pruned["threads"] == 0, pruned
+        assert (pruned["threads"], pruned["ledger_rows"]) == (0, 0), pruned
+        report = await agent.build(cp).arecover()
+        assert report.ok, (report.failed, report.unlisted)
+        assert [(x.thread_id, x.status) for x in report.resumed] == [(thread, "completed")], report
     finally:
         await cp.arelease()
+    assert effect_names(writer) == [*first, "model", "charge", "email", "model"]
 
 
 async def test_recovery_lists_no_entry_that_a_resume_would_not_use(writer: Writer) -> None:
