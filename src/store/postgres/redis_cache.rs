@@ -436,8 +436,9 @@ impl RedisCache {
 /// `text` with each `\uXXXX` escape of a lone UTF-16 surrogate read as `\ufffd`, or None when
 /// it has none. Python's `json.dumps` writes a lone surrogate of a str that holds one (a client
 /// that cut an emoji in half), and neither serde_json nor Redis' cjson reads it: the run of
-/// such an entry was invisible to recovery (red-team, session 45). `LEGACY_RUNNING` reads it the
-/// same way. Escaped backslashes are skipped, so `\\ud800` (a backslash, then text) is kept.
+/// such an entry was invisible to recovery (red-team, session 45). `LEGACY_RUNNING` reads every
+/// surrogate escape so, pairs too, and names the thread by its key. Escaped backslashes are
+/// skipped, so `\\ud800` (a backslash, then text) is kept.
 fn without_lone_surrogates(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let unit = |at: usize| -> Option<u16> {
