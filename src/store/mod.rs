@@ -40,8 +40,8 @@ pub use sqlite::SqliteStore;
 pub use types::{
     ChangeMark, Checkpoint, KnownHead, LedgerRow, LegacyCache, MESSAGES_CHANGED, RawJson, SharedJson, StepWrite,
     StoredMessage, ThreadRef, ThreadRow, TxHook, WRITE_MARK_PATH, chained_state, changed_mark, check_head, decode_raw,
-    marked_state, messages_changed_mark, raw_json, raw_json_from_text, set_write_mark, shared_json,
-    shared_json_from_text, state_row, unique_mark, write_mark, write_mark_json_path,
+    lone_surrogates_replaced, marked_state, messages_changed_mark, raw_json, raw_json_from_text, set_write_mark,
+    shared_json, shared_json_from_text, state_row, unique_mark, write_mark, write_mark_json_path,
 };
 pub use unrecorded::{Unrecorded, UnrecordedResults};
 

@@ -78,7 +78,7 @@ for i, key in ipairs(KEYS) do
       local lenient = not ok
       if lenient then
         -- Surrogate escapes, pairs too, as text cjson reads: the thread it names may change, so
-        -- the key names it instead (see `without_lone_surrogates`).
+        -- the key names it instead (see `store::lone_surrogates_replaced`).
         ok, entry = pcall(cjson.decode, (string.gsub(text, '\\u[dD][89a-fA-F]%x%x', '\\ufffd')))
       end
       if not ok then
@@ -264,7 +264,7 @@ impl RedisCache {
         Ok(match raw {
             None => LegacyCache::Absent,
             Some(text) => match serde_json::from_str::<Value>(&text)
-                .or_else(|e| without_lone_surrogates(&text).map_or(Err(e), |t| serde_json::from_str(&t)))
+                .or_else(|e| crate::store::lone_surrogates_replaced(&text).map_or(Err(e), |t| serde_json::from_str(&t)))
             {
                 Ok(v @ Value::Object(_)) => LegacyCache::Found(v),
                 Ok(other) => {
@@ -433,46 +433,6 @@ impl RedisCache {
     }
 }
 
-/// `text` with each `\uXXXX` escape of a lone UTF-16 surrogate read as `\ufffd`, or None when
-/// it has none. Python's `json.dumps` writes a lone surrogate of a str that holds one (a client
-/// that cut an emoji in half), and neither serde_json nor Redis' cjson reads it: the run of
-/// such an entry was invisible to recovery (red-team, session 45). `LEGACY_RUNNING` reads every
-/// surrogate escape so, pairs too, and names the thread by its key. Escaped backslashes are
-/// skipped, so `\\ud800` (a backslash, then text) is kept.
-fn without_lone_surrogates(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let unit = |at: usize| -> Option<u16> {
-        let hex = b.get(at..at + 6)?;
-        if hex[0] != b'\\' || hex[1] != b'u' {
-            return None;
-        }
-        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
-    };
-    let (mut out, mut copied, mut i, mut changed) = (String::with_capacity(text.len()), 0, 0, false);
-    while i < b.len() {
-        if b[i] != b'\\' {
-            i += 1;
-            continue;
-        }
-        match unit(i) {
-            Some(0xD800..=0xDBFF) if matches!(unit(i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
-            Some(0xD800..=0xDFFF) => {
-                out.push_str(&text[copied..i]);
-                out.push_str("\\ufffd");
-                i += 6;
-                copied = i;
-                changed = true;
-            }
-            // Any other escape, `\\` included: its next character is not the start of one.
-            _ => i += 2,
-        }
-    }
-    changed.then(|| {
-        out.push_str(&text[copied..]);
-        out
-    })
-}
-
 fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -486,22 +446,8 @@ fn json_kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{running_entry, without_lone_surrogates};
+    use super::running_entry;
 
-    #[test]
-    fn lone_surrogate_escapes_are_read_as_the_replacement_character() {
-        assert_eq!(without_lone_surrogates(r#"{"t": "cut \ud83d"}"#).as_deref(), Some(r#"{"t": "cut \ufffd"}"#));
-        assert_eq!(without_lone_surrogates(r#"["\udc00\ud83d", "x"]"#).as_deref(), Some(r#"["\ufffd\ufffd", "x"]"#));
-        // A pair, an escaped backslash before text, and a pair cut at the end are told apart.
-        assert_eq!(without_lone_surrogates(r#"["\ud83d\ude00", "\\ud800"]"#), None);
-        assert_eq!(without_lone_surrogates(r#"["\\\ud800"]"#).as_deref(), Some(r#"["\\\ufffd"]"#));
-        assert_eq!(without_lone_surrogates(r#""\ud83d"#).as_deref(), Some(r#""\ufffd"#));
-        for text in [r#"{"t": "cut \ud83d"}"#, r#"["\\\ud800", "\ud83d\ude00"]"#] {
-            let fixed = without_lone_surrogates(text).unwrap();
-            assert!(serde_json::from_str::<serde_json::Value>(text).is_err());
-            assert!(serde_json::from_str::<serde_json::Value>(&fixed).is_ok(), "{fixed}");
-        }
-    }
     use crate::store::ThreadRef;
 
     fn row(key: &str, id: &str, named: bool, version: &str) -> Vec<String> {
