@@ -47,7 +47,9 @@ BAD_ANSWERS = {
     "negative-int-past-64-bits": (-(2**64), "an integer past 64 bits"),
     "int-past-64-bits-nested": ({"account": [2**64]}, "an integer past 64 bits"),
     "lone-surrogate": ("\ud800", "a lone surrogate"),
-    "nested-5000-deep": (_deep(5000), "nested too deep"),
+    # Python 3.11 and 3.12 hit their recursion limit first ("nested too deep"); 3.13's json module
+    # goes deeper, and the store's own depth rule answers.
+    "nested-5000-deep": (_deep(5000), "nested too deep|nesting deeper than the 123 levels"),
     # Past the store's 127 levels where the answer is kept (under four levels of the state):
     # the commit named "the state", and 500 deep was a bare RecursionError from the answer's copy
     # (session 37).

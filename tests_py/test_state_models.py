@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+import tenxgraph
 from tenxgraph.core.state import (
     AgentState,
     AnnotationBlock,
@@ -61,7 +62,9 @@ from tenxgraph.utils import (
 )
 from tenxgraph.utils import ExecutionState as RunState
 
-PYTHON_DIR = Path(__file__).resolve().parents[1] / "python"
+# The tenxgraph this suite imports (the source tree in a development install, site-packages for
+# an installed wheel), so the child tests the same package and its built core.
+PYTHON_DIR = Path(tenxgraph.__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)

@@ -93,7 +93,7 @@ def test_a_sync_tool_that_calls_sys_exit_gets_a_tool_error_not_a_wedged_thread(t
     def cli(argv: str) -> str:
         """Runs a CLI."""
         import argparse
-        parser = argparse.ArgumentParser(prog="cli", exit_on_error=False)
+        parser = argparse.ArgumentParser(prog="cli")
         parser.add_argument("--count", type=int, required=True)
         parser.parse_args(argv.split())  # argparse: sys.exit(2) on a missing required option
         return "ran"
