@@ -322,6 +322,63 @@ def test_registering_on_a_second_loop_then_unregistering_restores_the_first_hand
     assert r.stdout.strip() == "restored"
 
 
+BEFORE_THE_LOOP_CHILD = textwrap.dedent("""
+    import asyncio, signal, warnings
+    warnings.simplefilter("error")  # a DeprecationWarning from the registration ends the child
+    from tenxgraph.utils.shutdown import GracefulShutdownManager
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see above)
+    m = GracefulShutdownManager()
+    calls = []
+
+    def where():
+        try:
+            asyncio.get_running_loop()
+            calls.append("on the loop")
+        except RuntimeError:
+            calls.append("no loop")
+
+    m.add_shutdown_callback(where)
+    m.register_signal_handlers()  # from sync code, before asyncio.run makes its loop
+
+    async def main():
+        print("ready", flush=True)
+        await asyncio.wait_for(m.wait_for_shutdown(0.01), 60)
+        print("graceful", m.shutdown_requested, calls, flush=True)
+
+    asyncio.run(main())
+    m.unregister_signal_handlers()
+    print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+    m2 = GracefulShutdownManager()
+    calls.clear()
+    m2.add_shutdown_callback(where)
+    m2.register_signal_handlers()  # a program with no loop at all
+    signal.raise_signal(signal.SIGTERM)
+    print("no loop", m2.shutdown_requested, calls, flush=True)
+""")
+
+
+def test_handlers_registered_before_asyncio_run_take_ctrl_c_on_its_loop() -> None:
+    """Promise: nothing hangs, not even Ctrl-C. Registered from sync code, 10xGraph's manager
+    (and ours until session 46) put its handlers on the loop ``asyncio.get_event_loop()`` made
+    (DeprecationWarning on 3.12, an error on 3.14), a loop nothing runs: SIGINT went to it, and
+    the process ignored Ctrl-C for the rest of its life."""
+    p = subprocess.Popen([sys.executable, "-c", BEFORE_THE_LOOP_CHILD], env=child_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        first = p.stdout.readline().strip()
+        assert first == "ready", (first, p.stderr.read()[-2000:] if p.poll() is not None else "")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err[-2000:]
+    assert out.splitlines() == ["graceful True ['on the loop']", "restored True", "no loop True ['no loop']"], out
+
+
 # --------------------------------------------------------------------------- 6. serve's stdin
 
 

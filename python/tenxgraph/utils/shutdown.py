@@ -77,30 +77,50 @@ class GracefulShutdownManager:
 
     def register_signal_handlers(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Routes SIGINT/SIGTERM to this manager through ``loop.add_signal_handler`` (the running
-        loop when None). Where that is impossible (not the main thread, Windows) it logs a warning
-        and leaves the signal's handler alone; it never raises for that. Calling it again (the
-        same loop or another) is harmless: :meth:`unregister_signal_handlers` still restores the
-        handlers found at the first call."""
+        loop when None). Called with no loop running (before ``asyncio.run``, or in a program with
+        no loop), it installs process handlers instead (``signal.signal``): a signal then sets the
+        flag and runs the callbacks on whichever loop is running in the main thread when it
+        arrives, or at once when none is. Where registering is impossible (not the main thread,
+        Windows) it logs a warning and leaves the signal's handler alone; it never raises for that.
+        Calling it again (the same loop or another) is harmless: :meth:`unregister_signal_handlers`
+        still restores the handlers found at the first call."""
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
-                loop = asyncio.get_event_loop()
+                # 10xGraph takes asyncio.get_event_loop() here: deprecated with no loop (3.12),
+                # an error (3.14), and before that a new loop nothing ever runs, whose handlers
+                # swallow Ctrl-C for the rest of the process (asyncio.run makes another loop).
+                loop = None
         if self._loop is not None and self._loop is not loop:
-            # Moving to another loop: the old one must not keep routing (or, when it closes,
-            # reset) these signals behind the restore.
+            # Moving to another loop (or to process handlers): the old one must not keep routing
+            # (or, when it closes, reset) these signals behind the restore.
             for sig in self._previous:
                 with contextlib.suppress(Exception):
                     self._loop.remove_signal_handler(sig)
         self._loop = loop
         for sig in SIGNAL_NAMES:
             try:
-                # A second registration would find asyncio's own no-op handler installed by the
-                # first one; the handler to restore is the one found before any.
+                # A second registration would find asyncio's own no-op handler (or this manager's
+                # process handler) installed by the first one; the handler to restore is the one
+                # found before any.
                 self._previous.setdefault(sig, signal.getsignal(sig))
-                loop.add_signal_handler(sig, self._on_signal, sig)
+                if loop is None:
+                    signal.signal(sig, self._on_process_signal)
+                else:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
             except (ValueError, NotImplementedError, RuntimeError) as exc:  # not the main thread, Windows
                 _log.warning("could not register a handler for %s: %s", SIGNAL_NAMES[sig], exc)
+
+    def _on_process_signal(self, sig: int, frame: Any) -> None:
+        # A signal handler runs in the main thread between two bytecodes, possibly in the middle
+        # of the loop's own code: the callbacks are handed to the loop rather than run here.
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            self._on_signal(sig)
+        else:
+            running.call_soon_threadsafe(self._on_signal, sig)
 
     def unregister_signal_handlers(self) -> None:
         """Removes the loop handlers and restores the handlers found at the first registration
