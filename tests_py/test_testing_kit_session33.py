@@ -379,6 +379,68 @@ def test_handlers_registered_before_asyncio_run_take_ctrl_c_on_its_loop() -> Non
     assert out.splitlines() == ["graceful True ['on the loop']", "restored True", "no loop True ['no loop']"], out
 
 
+EDGES_CHILD = textwrap.dedent("""
+    import asyncio, logging, signal
+    from tenxgraph.utils.shutdown import GracefulShutdownManager
+
+    logging.basicConfig(level=logging.WARNING)  # the warning to stderr
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see above)
+    calls = []
+
+    # 1. A signal that comes in a loop's last iteration (the end of asyncio.run, of a sync invoke).
+    m = GracefulShutdownManager()
+    m.add_shutdown_callback(lambda: calls.append("cb"))
+    m.register_signal_handlers()
+    loop = asyncio.new_event_loop()
+    loop.call_soon(signal.raise_signal, signal.SIGTERM)
+    loop.call_soon(loop.stop)  # the same iteration: the loop runs nothing after it
+    loop.run_forever()
+    loop.close()
+    print("last iteration", m.shutdown_requested, calls, flush=True)
+    m.unregister_signal_handlers()
+
+    # 2. Registered on the running loop, then again from a worker thread.
+    async def main():
+        m2 = GracefulShutdownManager()
+        m2.register_signal_handlers()
+        await asyncio.to_thread(m2.register_signal_handlers)  # warns: not the main thread
+        print("ready", flush=True)
+        try:
+            await asyncio.wait_for(m2.wait_for_shutdown(0.01), 60)
+        except TimeoutError:
+            pass
+        print("after a worker's registration", m2.shutdown_requested, flush=True)
+        m2.unregister_signal_handlers()
+
+    asyncio.run(main())
+""")
+
+
+def test_a_signal_in_a_loops_last_iteration_and_a_registration_from_a_worker_thread_are_not_lost() -> None:
+    """Promise: nothing hangs, and a stop request is not dropped. Two ways a helper's red-team lost
+    the signal: a process handler that handed it to the loop, in the loop's last iteration
+    (``loop.close()`` discarded it, flag and callbacks); and a registration from a worker thread
+    (``asyncio.to_thread``, a sync tool), which took the handlers off the main loop's
+    registration and left the signals reaching a loop that no longer routed them."""
+    p = subprocess.Popen([sys.executable, "-c", EDGES_CHILD], env=child_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        first = p.stdout.readline().strip()
+        second = p.stdout.readline().strip()
+        assert second == "ready", (first, second, p.stderr.read()[-2000:] if p.poll() is not None else "")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err[-2000:]
+    assert [first, *out.splitlines()] == ["last iteration True ['cb']", "after a worker's registration True"], out
+    assert "not the main thread" in err, err[-2000:]
+
+
 # --------------------------------------------------------------------------- 6. serve's stdin
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -64,6 +65,10 @@ def delayed_keyboard_interrupt() -> Iterator[DelayedKeyboardInterrupt]:
         yield held
 
 
+def _wake() -> None:
+    """Nothing: a handle that wakes a loop blocked in its selector."""
+
+
 class GracefulShutdownManager:
     """SIGINT/SIGTERM set ``shutdown_requested`` and run the registered callbacks, on the event
     loop, instead of killing the process mid-step."""
@@ -79,11 +84,18 @@ class GracefulShutdownManager:
         """Routes SIGINT/SIGTERM to this manager through ``loop.add_signal_handler`` (the running
         loop when None). Called with no loop running (before ``asyncio.run``, or in a program with
         no loop), it installs process handlers instead (``signal.signal``): a signal then sets the
-        flag and runs the callbacks on whichever loop is running in the main thread when it
-        arrives, or at once when none is. Where registering is impossible (not the main thread,
+        flag and runs the callbacks at once, in the main thread, as a ``signal.signal`` handler
+        runs, and wakes the loop running there, if any. Where registering is impossible (not the main thread,
         Windows) it logs a warning and leaves the signal's handler alone; it never raises for that.
         Calling it again (the same loop or another) is harmless: :meth:`unregister_signal_handlers`
         still restores the handlers found at the first call."""
+        if threading.current_thread() is not threading.main_thread():
+            # Only the main thread may set a signal's handler. Checked before anything else: the
+            # move below would take the handlers off the main loop's registration, and the
+            # signals would then reach a loop that no longer routes them.
+            for name in SIGNAL_NAMES.values():
+                _log.warning("could not register a handler for %s: not the main thread", name)
+            return
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -113,14 +125,18 @@ class GracefulShutdownManager:
                 _log.warning("could not register a handler for %s: %s", SIGNAL_NAMES[sig], exc)
 
     def _on_process_signal(self, sig: int, frame: Any) -> None:
-        # A signal handler runs in the main thread between two bytecodes, possibly in the middle
-        # of the loop's own code: the callbacks are handed to the loop rather than run here.
+        # Run here, in the main thread between two bytecodes, as any signal.signal handler (and
+        # asyncio.Runner's own SIGINT handler, which cancels its task from there): handed to the
+        # loop instead, a signal that came in the loop's last iteration (the end of asyncio.run,
+        # of every sync invoke) was dropped with it by loop.close(), flag and callbacks alike.
+        self._on_signal(sig)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
-            self._on_signal(sig)
-        else:
-            running.call_soon_threadsafe(self._on_signal, sig)
+            return
+        # A loop blocked in its selector goes on waiting after a Python-level handler ran: wake
+        # it, so what the callbacks scheduled or cancelled happens now.
+        running.call_soon_threadsafe(_wake)
 
     def unregister_signal_handlers(self) -> None:
         """Removes the loop handlers and restores the handlers found at the first registration
