@@ -36,7 +36,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
-use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, SqlStr};
+use sqlx::{Either, Execute, Executor, PgPool, Postgres, SqlStr};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -368,11 +368,5 @@ impl<'c> Executor<'c> for &'c Conns {
     {
         on_lease!(self, |c| c.prepare_with(sql, parameters))
     }
-
-    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        on_lease!(self, |c| c.describe(sql))
-    }
+    // No `describe`: the trait has it only with sqlx's compile-time query macros, not built here.
 }
