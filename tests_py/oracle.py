@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -31,6 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from oracle_venv import build_oracle_venv  # noqa: E402
+
+from tests_py import oracle_spawn  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -70,8 +71,8 @@ class Oracle:
 
             child_env["PYTHONPATH"] = str(Path(tenxgraph.__file__).resolve().parent.parent)
         child_env.update(env or {})
-        r = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=timeout,
-                           cwd=self.workdir, env=child_env)
+        # 10xGraph's side through the fork server (oracle_spawn.py): its imports take 3-4 s a process.
+        r = oracle_spawn.run(python, [str(path)], env=child_env, cwd=self.workdir, timeout=timeout)
         emitted = [line[len(_MARK):] for line in r.stdout.splitlines() if line.startswith(_MARK)]
         if r.returncode != 0 or not emitted:
             raise AssertionError(f"{side} run failed (rc={r.returncode}):\n--- stdout\n{r.stdout[-3000:]}"

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests_py import oracle_spawn
+
 AGENT = Path(__file__).parent / "crash_agents" / "legacy_tool_agent.py"
 USER = "u1"
 DEADLINE = 180.0
@@ -72,9 +74,10 @@ class Writer:
         if turn > 1:
             extra["LEGACY_AGENT_TURN"] = str(turn)
             suffix = f"-t{turn}"
-        log = open(self.workdir / f"10xgraph-{thread}.log", "w")
-        proc = subprocess.Popen([self.python, str(AGENT), mode], env=self.env(thread, **extra),
-                                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        log = self.workdir / f"10xgraph-{thread}.log"
+        log.write_text("")
+        proc = oracle_spawn.spawn(self.python, [str(AGENT), mode], env=self.env(thread, **extra), cwd=self.workdir,
+                                  stdout=log)
         key = f"{thread}{suffix}-a-1:call_1{suffix}"
         if ours:
             key = json.dumps([f"{thread}{suffix}-a-1", f"call_1{suffix}"], separators=(",", ":"))
@@ -100,7 +103,6 @@ class Writer:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=60)
-            log.close()
         assert proc.returncode == -signal.SIGKILL
         ledger = json.loads(self.sql(
             f"SELECT result FROM tool_executions WHERE thread_id = {lit(thread)} AND tool_call_id = {lit(key)}"
@@ -123,9 +125,10 @@ class Writer:
             (self.workdir / "model.hang").write_text("1")
         else:
             extra["LEGACY_AGENT_BLOCK_MODEL"] = "1"
-        log = open(self.workdir / f"10xgraph-{thread}.log", "w")
-        proc = subprocess.Popen([self.python, str(AGENT), "start"], env=self.env(thread, **extra),
-                                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        log = self.workdir / f"10xgraph-{thread}.log"
+        log.write_text("")
+        proc = oracle_spawn.spawn(self.python, [str(AGENT), "start"], env=self.env(thread, **extra), cwd=self.workdir,
+                                  stdout=log)
         try:
             deadline = time.monotonic() + DEADLINE
             while not (self.workdir / "model.ready").exists():
@@ -141,7 +144,6 @@ class Writer:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=60)
-            log.close()
         assert proc.returncode == -signal.SIGKILL
         return {"states": self.states(thread), "cache": self.redis_get(self.cache_key(thread))}
 
@@ -155,8 +157,8 @@ class Writer:
     def run(self, thread: str, mode: str = "start", **extra: str) -> subprocess.CompletedProcess[str]:
         """The agent run on 10xGraph, tools unblocked (``mode="resume"``: ``ainvoke({})``)."""
         (self.workdir / "email.release").write_text("go")
-        return subprocess.run([self.python, str(AGENT), mode], env=self.env(thread, **extra), capture_output=True,
-                              text=True, timeout=DEADLINE, cwd=self.workdir)
+        return oracle_spawn.run(self.python, [str(AGENT), mode], env=self.env(thread, **extra), cwd=self.workdir,
+                                timeout=DEADLINE)
 
     def run_to_completion(self, thread: str, mode: str = "start", **extra: str) -> dict[str, Any]:
         """``run``, which must succeed; what it printed."""
@@ -169,29 +171,30 @@ class Writer:
     def cache_key(self, thread: str) -> str:
         return f"state_cache:{thread}:{USER}"
 
-    def _redis(self, code: str, *args: str, url: str | None = None) -> str:
-        """A Redis call through the oracle venv's redis client (it honours the URL's db index)."""
-        script = ("import sys, redis; r = redis.Redis.from_url(sys.argv[1]); "
-                  "out = " + code + "; print('' if out is None else (out.decode() if isinstance(out, bytes) else out))")
-        r = subprocess.run([self.python, "-c", script, url or self.redis_url, *args], capture_output=True, text=True,
-                           timeout=60)
-        if r.returncode != 0:
-            raise AssertionError(f"redis call failed: {r.stderr[-2000:]}")
-        return r.stdout.rstrip("\n")
+    def _client(self) -> Any:
+        """A Redis client on the URL's database (redis-py, which the test extras install)."""
+        import redis
+
+        return redis.Redis.from_url(self.redis_url)
 
     def redis_get(self, key: str) -> str | None:
-        kind = self.redis_type(key)
-        return self._redis("r.get(sys.argv[2])", key) if kind == "string" else None
+        with self._client() as r:
+            if r.type(key) != b"string":
+                return None
+            return r.get(key).decode()
 
     def redis_type(self, key: str) -> str:
-        return self._redis("r.type(sys.argv[2])", key)
+        with self._client() as r:
+            return r.type(key).decode()
 
     def redis_set(self, key: str, value: str) -> None:
-        self._redis("r.set(sys.argv[2], sys.argv[3])", key, value)
+        with self._client() as r:
+            r.set(key, value)
 
     def redis_copy_to(self, key: str, db: int) -> str:
         """Copies ``key`` into Redis database ``db``; returns the URL of that database."""
-        self._redis("r.copy(sys.argv[2], sys.argv[2], destination_db=int(sys.argv[3]), replace=True)", key, str(db))
+        with self._client() as r:
+            r.copy(key, key, destination_db=db, replace=True)
         return self.redis_url_of_db(db)
 
     def redis_url_of_db(self, db: int) -> str:
