@@ -15,6 +15,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +46,7 @@ class _Server:
         atexit.register(self.close)
 
     def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
@@ -67,16 +69,25 @@ class ZygoteChild:
         request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "stdout": stdout, "stderr": stderr}
         self._sock.sendall(json.dumps(request).encode() + b"\n")
         self._buf = b""
-        self.pid = int(self._message(None)["pid"])
+        answer = self._message(None)
+        if "pid" not in answer:
+            self._sock.close()
+            raise ConnectionError("the 10xGraph fork server went away")
+        self.pid = int(answer["pid"])
 
     def _message(self, timeout: float | None) -> dict[str, Any]:
         while b"\n" not in self._buf:
             ready, _, _ = select.select([self._sock], [], [], timeout)
             if not ready:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            data = self._sock.recv(4096)
+            try:
+                data = self._sock.recv(4096)
+            except OSError:
+                data = b""
             if not data:
-                raise RuntimeError("the 10xGraph fork server went away")
+                # The server kills its children on the way out, and they die with it: a
+                # server that went away took this one with it.
+                return {"returncode": -signal.SIGKILL}
             self._buf += data
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
@@ -142,7 +153,11 @@ def spawn(python: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: str 
     err = out if stderr is None else str(stderr)
     server = _server(python, oracle_python())
     if server is not None:
-        return ZygoteChild(server, argv, env, str(cwd), out, err)
+        try:
+            return ZygoteChild(server, argv, env, str(cwd), out, err)
+        except OSError:  # the server is gone: this process uses subprocess from now on
+            with _lock:
+                _servers[python] = None
     out_f = open(out, "a")
     err_f = out_f if err == out else open(err, "a")
     try:
@@ -162,7 +177,7 @@ def run(python: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | 
         proc = spawn(python, argv, env=env, cwd=cwd, stdout=out, stderr=err)
         try:
             rc = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # a timeout, and pytest-timeout's or Ctrl-C's exception too
             proc.kill()
             proc.wait()
             raise

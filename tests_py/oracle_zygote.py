@@ -130,7 +130,10 @@ def serve(path: str) -> dict | None:
                     pass
             else:
                 conn = key.fileobj
-                data = conn.recv(1 << 20)
+                try:
+                    data = conn.recv(1 << 20)
+                except OSError:  # reset by a client that went away: as a close
+                    data = b""
                 if conn in pending:
                     if not data:
                         sel.unregister(conn)
@@ -150,11 +153,17 @@ def serve(path: str) -> dict | None:
                         os.close(wake_r)
                         os.close(wake_w)
                         signal.set_wakeup_fd(-1)
+                        _die_with_the_server()
                         _become(request)
                         return request
-                    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
                     running[pid] = conn
                     by_conn[conn] = pid
+                    try:
+                        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                    except OSError:  # the client went away before it had the pid
+                        sel.unregister(conn)
+                        _kill(by_conn.pop(conn))
+                        conn.close()
                 elif not data:  # the client went away before its child ended
                     sel.unregister(conn)
                     _kill(by_conn.pop(conn))
@@ -162,8 +171,8 @@ def serve(path: str) -> dict | None:
         for pid in list(running):
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = pid, 0
+            except ChildProcessError:  # not ours to reap (cannot happen): never report success
+                done, status = pid, 255 << 8
             if done:
                 conn = running.pop(pid)
                 if by_conn.pop(conn, None) is not None:
@@ -179,6 +188,17 @@ def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
+        pass
+
+
+def _die_with_the_server() -> None:
+    """In the child: SIGKILL when the server dies (Linux PR_SET_PDEATHSIG), so no 10xGraph run
+    outlives the test worker that asked for it, however the server ends."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
         pass
 
 

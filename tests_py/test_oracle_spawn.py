@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -84,3 +86,27 @@ def test_a_forked_run_killed_with_sigkill_reports_it_as_subprocess_does(oracle, 
     assert proc.poll() == -signal.SIGKILL
     with pytest.raises(ProcessLookupError):
         os.kill(proc.pid, 0)  # reaped by the server: no zombie left behind
+
+
+@pytest.mark.parametrize("when", ["with the pid unread", "right after sending"])
+def test_a_client_that_goes_away_does_not_take_the_server_with_it(oracle, tmp_path: Path, when: str) -> None:
+    """A test killed by pytest-timeout inside ``ZygoteChild.__init__`` closes its connection with
+    the pid unread (the server's next recv: ECONNRESET) or before it is sent (EPIPE): the first
+    version exited on either, and every later 10xGraph run of that worker failed."""
+    server = oracle_spawn._server(oracle.python, oracle.python)
+    assert server is not None, "the fork server did not start"
+    (tmp_path / "hang.py").write_text("import time\ntime.sleep(600)\n")
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    request = {"argv": [str(tmp_path / "hang.py")], "env": dict(os.environ), "cwd": str(tmp_path),
+               "stdout": str(tmp_path / "log"), "stderr": str(tmp_path / "log")}
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(server.path)
+    s.sendall(json.dumps(request).encode() + b"\n")
+    if when == "with the pid unread":
+        ready, _, _ = select.select([s], [], [], 60)  # the pid is in this socket's buffer, unread
+        assert ready, "the server never answered"
+    s.close()
+    r = oracle_spawn.run(oracle.python, [str(tmp_path / "ok.py")], env=dict(os.environ), cwd=tmp_path, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "ok\n"), r
+    assert server.proc.poll() is None, "the fork server exited"
+    assert oracle_spawn._servers[oracle.python] is server
