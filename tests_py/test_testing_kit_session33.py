@@ -363,20 +363,30 @@ def test_handlers_registered_before_asyncio_run_take_ctrl_c_on_its_loop() -> Non
     (and ours until session 46) put its handlers on the loop ``asyncio.get_event_loop()`` made
     (DeprecationWarning on 3.12, an error on 3.14), a loop nothing runs: SIGINT went to it, and
     the process ignored Ctrl-C for the rest of its life."""
-    p = subprocess.Popen([sys.executable, "-c", BEFORE_THE_LOOP_CHILD], env=child_env(), stdout=subprocess.PIPE,
+    before, out, _ = signal_at_ready(BEFORE_THE_LOOP_CHILD, signal.SIGINT)
+    assert before == []
+    assert out == ["graceful True ['on the loop']", "restored True", "no loop True ['no loop']"]
+
+
+def signal_at_ready(code: str, sig: int) -> tuple[list[str], list[str], str]:
+    """Runs ``code`` in a child, sends it ``sig`` once it prints ``ready``, and requires it to exit
+    0: (its lines before ``ready``, its lines after, its stderr)."""
+    p = subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
+    before: list[str] = []
     try:
         assert p.stdout is not None
-        first = p.stdout.readline().strip()
-        assert first == "ready", (first, p.stderr.read()[-2000:] if p.poll() is not None else "")
-        p.send_signal(signal.SIGINT)
+        while (line := p.stdout.readline().strip()) != "ready":
+            assert line or p.poll() is None, (before, p.stderr.read()[-2000:] if p.stderr else "")
+            before.append(line)
+        p.send_signal(sig)
         out, err = p.communicate(timeout=90)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
     assert p.returncode == 0, err[-2000:]
-    assert out.splitlines() == ["graceful True ['on the loop']", "restored True", "no loop True ['no loop']"], out
+    return before, out.splitlines(), err
 
 
 EDGES_CHILD = textwrap.dedent("""
@@ -423,21 +433,8 @@ def test_a_signal_in_a_loops_last_iteration_and_a_registration_from_a_worker_thr
     (``loop.close()`` discarded it, flag and callbacks); and a registration from a worker thread
     (``asyncio.to_thread``, a sync tool), which took the handlers off the main loop's
     registration and left the signals reaching a loop that no longer routed them."""
-    p = subprocess.Popen([sys.executable, "-c", EDGES_CHILD], env=child_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout is not None
-        first = p.stdout.readline().strip()
-        second = p.stdout.readline().strip()
-        assert second == "ready", (first, second, p.stderr.read()[-2000:] if p.poll() is not None else "")
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert p.returncode == 0, err[-2000:]
-    assert [first, *out.splitlines()] == ["last iteration True ['cb']", "after a worker's registration True"], out
+    before, out, err = signal_at_ready(EDGES_CHILD, signal.SIGTERM)
+    assert [*before, *out] == ["last iteration True ['cb']", "after a worker's registration True"]
     assert "not the main thread" in err, err[-2000:]
 
 
