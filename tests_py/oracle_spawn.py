@@ -93,13 +93,10 @@ class ZygoteChild:
         return json.loads(line)
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self.returncode = int(self._message(0)["returncode"])
-                self._sock.close()
-            except subprocess.TimeoutExpired:
-                return None
-        return self.returncode
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
@@ -116,9 +113,6 @@ class ZygoteChild:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
 
 def _server(python: str, oracle_python: str | None) -> _Server | None:
