@@ -85,10 +85,10 @@ class GracefulShutdownManager:
         loop when None). Called with no loop running (before ``asyncio.run``, or in a program with
         no loop), it installs process handlers instead (``signal.signal``): a signal then sets the
         flag and runs the callbacks at once, in the main thread, as a ``signal.signal`` handler
-        runs, and wakes the loop running there, if any. Where registering is impossible (not the main thread,
-        Windows) it logs a warning and leaves the signal's handler alone; it never raises for that.
-        Calling it again (the same loop or another) is harmless: :meth:`unregister_signal_handlers`
-        still restores the handlers found at the first call."""
+        runs, and wakes the loop running there, if any. Where registering is impossible (not the
+        main thread, Windows) it logs a warning and leaves the signal's handler alone; it never
+        raises for that. Calling it again (the same loop or another) is harmless:
+        :meth:`unregister_signal_handlers` still restores the handlers found at the first call."""
         if threading.current_thread() is not threading.main_thread():
             # Only the main thread may set a signal's handler. Checked before anything else: the
             # move below would take the handlers off the main loop's registration, and the
